@@ -1,0 +1,5 @@
+import sys
+
+from maskwise.cli import main
+
+sys.exit(main())

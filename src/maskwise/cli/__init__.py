@@ -1,0 +1,49 @@
+"""``maskwise <command>``: parse, call the library, print. Nothing imports this package.
+
+Each command group lives in its own module with a ``register(subparsers)`` function that adds its
+parsers and sets ``handler``. Errors the user can fix (``UserError``, bad flags) become one line on
+stderr and exit code 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from maskwise.errors import UserError
+
+COMMAND_MODULES = ("pretrain", "inspect", "use", "interop", "tasks", "experiments")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage plus an error; users get just the error, on one line, exit code 2."""
+
+    def error(self, message: str):
+        raise UserError(message.replace("\n", " "))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="maskwise", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"maskwise.cli.{name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"maskwise.cli.{name}":
+                raise
+            continue
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.handler(args) or 0)
+    except UserError as error:
+        print(f"maskwise: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("maskwise: interrupted", file=sys.stderr)
+        return 130

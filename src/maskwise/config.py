@@ -1,0 +1,214 @@
+"""Typed model configuration and the named presets.
+
+One ``ModelConfig`` describes all three families. The fields are exactly the knobs on which BERT,
+GPT-2, T5 and BART differ (norm placement and kind, activation, gating, position scheme, biases,
+embedding extras), so that their weights can be imported by a key map and the computation matches.
+
+Configs are data: ``ModelConfig.from_dict`` rejects unknown keys loudly instead of ignoring them
+(a typo must not silently train the wrong model), and ``validate`` rejects impossible values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any
+
+from maskwise.errors import UserError
+
+FAMILIES = ("encoder", "decoder", "encoder-decoder")
+NORMS = ("layernorm", "rmsnorm")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
+POSITIONS = ("learned", "relative", "rope", "none")
+
+
+@dataclass
+class ModelConfig:
+    family: str = "decoder"
+    vocab_size: int = 8192
+    d_model: int = 256
+    n_layers: int = 4  # encoder layers, or decoder layers for the decoder family
+    n_decoder_layers: int | None = None  # encoder-decoder only; None = same as n_layers
+    n_heads: int = 4
+    d_head: int | None = None  # None = d_model // n_heads; T5 sets it explicitly (d_kv)
+    d_ff: int = 1024
+    max_seq_len: int = 256  # learned positions table size; also the generation context limit
+    norm: str = "layernorm"
+    norm_eps: float = 1e-5
+    pre_norm: bool = True  # GPT-2/T5/modern: x + f(norm(x)); BERT/BART: norm(x + f(x))
+    final_norm: bool = True  # a norm after the last block (pre-norm models need one)
+    embedding_norm: bool = False  # BERT and BART normalise the summed embeddings
+    activation: str = "gelu"
+    gated_ffn: bool = False  # SwiGLU / GEGLU: act(x W_gate) * (x W_up)
+    bias: bool = True  # biases in attention/FFN projections and norms (T5 and modern: none)
+    position: str = "learned"
+    position_offset: int = 0  # BART's learned positions start at index 2
+    relative_buckets: int = 32  # T5 relative attention bias
+    relative_max_distance: int = 128
+    rope_theta: float = 10000.0
+    attention_scale: bool = True  # divide scores by sqrt(d_head); T5 folds the scale into its init
+    embedding_scale: float = 1.0  # BART with scale_embedding multiplies token embeddings by sqrt(d)
+    type_vocab_size: int = 0  # BERT token-type (segment) embeddings; 0 = none
+    tie_embeddings: bool = True
+    lm_head_transform: bool = False  # BERT/ELECTRA-generator: dense + act + norm before the vocab
+    lm_head_bias: bool = False
+    lm_head_input_scale: float = 1.0  # tied T5 multiplies the decoder output by d_model ** -0.5
+    dropout: float = 0.0
+    init_std: float = 0.02
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.n_decoder_layers if self.n_decoder_layers is not None else self.n_layers
+
+    def validate(self) -> "ModelConfig":
+        """Reject values that cannot describe a model; returns self so calls can chain."""
+        _choice("family", self.family, FAMILIES)
+        _choice("norm", self.norm, NORMS)
+        _choice("activation", self.activation, ACTIVATIONS)
+        _choice("position", self.position, POSITIONS)
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
+            if getattr(self, name) <= 0:
+                raise UserError(f"model config: {name} must be positive, got {getattr(self, name)}")
+        if self.n_decoder_layers is not None and self.n_decoder_layers <= 0:
+            raise UserError(f"model config: n_decoder_layers must be positive, got {self.n_decoder_layers}")
+        if self.d_head is None and self.d_model % self.n_heads:
+            raise UserError(
+                f"model config: d_model {self.d_model} is not divisible by n_heads {self.n_heads}"
+            )
+        if self.position == "rope" and self.head_dim % 2:
+            raise UserError(f"model config: RoPE needs an even head dim, got {self.head_dim}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise UserError(f"model config: dropout must be in [0, 1), got {self.dropout}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        return from_dict(cls, data, "model config").validate()
+
+
+def from_dict(cls, data: dict[str, Any], what: str):
+    """Build dataclass ``cls`` from ``data``, rejecting unknown keys and wrongly typed values."""
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise UserError(f"{what}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    defaults = cls()
+    values = {}
+    for key, value in data.items():
+        default = getattr(defaults, key)
+        values[key] = _coerce(what, key, value, default)
+    return dataclasses.replace(defaults, **values)
+
+
+def _coerce(what: str, key: str, value: Any, default: Any) -> Any:
+    """Check a config value against the type of its default (None defaults accept int or None)."""
+    if default is None or value is None:
+        if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+            return value
+        if isinstance(value, (str, float)) and default is None:
+            return value
+        raise UserError(f"{what}: {key} has the wrong type ({type(value).__name__})")
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+    elif isinstance(default, int):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif isinstance(default, float):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif isinstance(default, str):
+        if isinstance(value, str):
+            return value
+    elif isinstance(default, (list, tuple)):
+        if isinstance(value, (list, tuple)):
+            return type(default)(value)
+    else:
+        return value
+    raise UserError(
+        f"{what}: {key} must be {type(default).__name__}, got {type(value).__name__} ({value!r})"
+    )
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise UserError(f"model config: {name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+# Each preset is the layout of the model it is named after; sizes are small defaults that the CLI
+# flags override. "Exactly" matters: interop imports these models' weights into these layouts.
+PRESETS: dict[str, dict[str, Any]] = {
+    # BERT: post-norm, LayerNorm(eps 1e-12) on the embeddings, GELU (erf), learned positions,
+    # token types, MLM head with a dense+GELU+LayerNorm transform and a vocab bias.
+    "bert": dict(
+        family="encoder", pre_norm=False, final_norm=False, embedding_norm=True, norm_eps=1e-12,
+        activation="gelu", position="learned", type_vocab_size=2, lm_head_transform=True,
+        lm_head_bias=True,
+    ),
+    # ELECTRA discriminator: BERT's body; the generator is a narrower BERT (objectives/electra.py).
+    "electra": dict(
+        family="encoder", pre_norm=False, final_norm=False, embedding_norm=True, norm_eps=1e-12,
+        activation="gelu", position="learned", type_vocab_size=2, lm_head_transform=True,
+        lm_head_bias=True,
+    ),
+    # GPT-2: pre-norm LayerNorm, GELU (tanh approximation), learned positions, tied head, final norm.
+    "gpt2": dict(
+        family="decoder", pre_norm=True, final_norm=True, activation="gelu_tanh",
+        position="learned", tie_embeddings=True,
+    ),
+    # T5 v1.0: pre-norm RMSNorm (eps 1e-6), ReLU, no biases, relative position bias, unscaled
+    # attention, tied embeddings with the d_model ** -0.5 rescale before the head.
+    "t5": dict(
+        family="encoder-decoder", pre_norm=True, final_norm=True, norm="rmsnorm", norm_eps=1e-6,
+        activation="relu", bias=False, position="relative", attention_scale=False,
+        tie_embeddings=True, lm_head_input_scale=-1.0, dropout=0.0,
+    ),
+    # T5 v1.1: gated GELU (tanh), untied head, otherwise T5.
+    "t5.1.1": dict(
+        family="encoder-decoder", pre_norm=True, final_norm=True, norm="rmsnorm", norm_eps=1e-6,
+        activation="gelu_tanh", gated_ffn=True, bias=False, position="relative",
+        attention_scale=False, tie_embeddings=False,
+    ),
+    # BART: post-norm, LayerNorm on embeddings, GELU, learned positions offset by 2, final logits bias.
+    "bart": dict(
+        family="encoder-decoder", pre_norm=False, final_norm=False, embedding_norm=True,
+        activation="gelu", position="learned", position_offset=2, tie_embeddings=True,
+        lm_head_bias=True,
+    ),
+    # modern (Llama-style): pre-norm RMSNorm, RoPE, SwiGLU at 8d/3, no biases, untied head.
+    "modern": dict(
+        family="decoder", pre_norm=True, final_norm=True, norm="rmsnorm", norm_eps=1e-6,
+        activation="silu", gated_ffn=True, bias=False, position="rope", tie_embeddings=False,
+    ),
+}
+
+
+def preset(name: str, **overrides: Any) -> ModelConfig:
+    """The named preset with ``overrides`` applied (unknown keys rejected).
+
+    ``d_ff`` defaults to 4d, or to 8d/3 rounded up to a multiple of 64 for gated FFNs so that
+    the gated FFN has about the parameters of a plain 4d one. T5's head rescale is d ** -0.5.
+    """
+    if name not in PRESETS:
+        raise UserError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
+    values = dict(PRESETS[name])
+    values.update(overrides)
+    d_model = values.get("d_model", ModelConfig.d_model)
+    if "d_ff" not in overrides:
+        values["d_ff"] = _gated_width(d_model) if values.get("gated_ffn") else 4 * d_model
+    if values.get("lm_head_input_scale") == -1.0:
+        values["lm_head_input_scale"] = d_model ** -0.5
+    return ModelConfig.from_dict(values)
+
+
+def _gated_width(d_model: int) -> int:
+    return -(-(8 * d_model // 3) // 64) * 64
+
+

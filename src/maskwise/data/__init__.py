@@ -1,0 +1,1 @@
+"""Text corpora, tokenizers and the datasets derived from them."""

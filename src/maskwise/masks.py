@@ -1,0 +1,120 @@
+"""The one place that builds attention masks.
+
+Convention everywhere in maskwise: a boolean mask where ``True`` in row ``i``, column ``j`` means
+"query token i may attend to key token j". Masks have shape ``(B or 1, 1, T_q, T_k)`` so they
+broadcast over heads inside ``scaled_dot_product_attention``.
+
+The four patterns that separate the families are small predicates on (query position, key position):
+
+- bidirectional (BERT, the T5/BART encoder): every query sees every key;
+- causal (GPT, every decoder): query i sees keys j <= i;
+- prefix (prefix LM / non-causal decoder): causal, plus every query sees the whole prefix j < p;
+- cross (decoder -> encoder states): every query sees every encoder key; only padding is removed.
+
+Each is combined with key padding by "and". ``None`` means "no mask needed" so that attention can
+take the fast path (SDPA without a mask, or with ``is_causal=True``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+PATTERNS = ("bidirectional", "causal", "prefix", "cross")
+
+
+@dataclass(frozen=True)
+class Mask:
+    """What attention needs: an explicit boolean mask, or ``None`` plus a causal flag for SDPA.
+
+    ``allowed``: ``(B or 1, 1, T_q, T_k)`` bool, True in row i, column j = query i may attend to key j.
+    ``is_causal``: True only when the pattern is plain causal with T_q == T_k and nothing else,
+    so SDPA can use its built-in causal kernel without materialising a mask.
+    """
+
+    allowed: torch.Tensor | None
+    is_causal: bool = False
+
+    def dense(self, q_len: int, k_len: int, device=None) -> torch.Tensor:
+        """The mask as an explicit bool tensor (materialising the fast-path cases)."""
+        if self.allowed is not None:
+            return self.allowed
+        if self.is_causal:
+            return _causal(q_len, k_len, 0, device)[None, None]
+        return torch.ones(1, 1, q_len, k_len, dtype=torch.bool, device=device)
+
+
+def _causal(q_len: int, k_len: int, q_offset: int, device) -> torch.Tensor:
+    """(T_q, T_k): query at absolute position q_offset + i may attend to keys j <= q_offset + i."""
+    q_pos = torch.arange(q_len, device=device)[:, None] + q_offset
+    k_pos = torch.arange(k_len, device=device)[None, :]
+    return k_pos <= q_pos
+
+
+def build_mask(
+    pattern: str,
+    q_len: int,
+    k_len: int,
+    key_padding: torch.Tensor | None = None,
+    prefix_lengths: torch.Tensor | None = None,
+    q_offset: int = 0,
+    device: torch.device | None = None,
+) -> Mask:
+    """Build the attention mask for one of ``PATTERNS``.
+
+    Args:
+        pattern: "bidirectional", "causal", "prefix" or "cross".
+        q_len, k_len: query and key lengths.
+        key_padding: ``(B, T_k)`` bool or 0/1, True/1 = a real token that may be attended to
+            (the HF ``attention_mask`` convention). ``None`` = no padding.
+        prefix_lengths: ``(B,)`` int, for "prefix": keys ``j < prefix_lengths[b]`` are visible to
+            every query of row b.
+        q_offset: absolute position of the first query (decoding with a KV cache: the number of
+            tokens already cached), so that causal masks line up with the cached keys.
+
+    Rows in which no key is allowed (a padding query under a causal mask, say) are opened fully:
+    their outputs are never used, and a fully masked row would make softmax return NaN.
+    """
+    if pattern not in PATTERNS:
+        raise ValueError(f"unknown mask pattern {pattern!r}; known: {', '.join(PATTERNS)}")
+    device = device if device is not None else (key_padding.device if key_padding is not None else None)
+    if pattern == "prefix" and prefix_lengths is None:
+        raise ValueError("the prefix pattern needs prefix_lengths")
+
+    causal_needed = pattern in ("causal", "prefix") and not (q_len == 1 and q_offset == k_len - 1)
+    if key_padding is None and pattern in ("bidirectional", "cross"):
+        return Mask(None)
+    if key_padding is None and pattern == "causal":
+        if not causal_needed:
+            return Mask(None)  # one new token attends to every cached key
+        if q_offset == 0 and q_len == k_len:
+            return Mask(None, is_causal=True)
+
+    allowed = torch.ones(1, 1, q_len, k_len, dtype=torch.bool, device=device)
+    if pattern in ("causal", "prefix"):
+        allowed = _causal(q_len, k_len, q_offset, device)[None, None]  # (1, 1, Tq, Tk)
+    if pattern == "prefix":
+        k_pos = torch.arange(k_len, device=device)
+        in_prefix = k_pos[None, :] < prefix_lengths.to(device)[:, None]  # (B, Tk)
+        allowed = allowed | in_prefix[:, None, None, :]  # (B, 1, Tq, Tk)
+    if key_padding is not None:
+        allowed = allowed & key_padding.to(device=device, dtype=torch.bool)[:, None, None, :]
+    allowed = allowed | ~allowed.any(dim=-1, keepdim=True)
+    return Mask(allowed)
+
+
+def describe(pattern: str, n: int, prefix_length: int | None = None) -> str:
+    """A text grid of one pattern for ``maskwise masks``: rows are queries, columns keys."""
+    prefix = torch.tensor([prefix_length if prefix_length is not None else n // 2])
+    allowed = build_mask(pattern, n, n, prefix_lengths=prefix).dense(n, n)[0, 0]
+    lines = [f"{pattern} (row = query, column = key, # = may attend)"]
+    if pattern == "prefix":
+        lines[0] += f", prefix length {int(prefix[0])}"
+    if pattern == "cross":
+        lines[0] = f"cross (row = decoder query, column = encoder key, # = may attend)"
+    lines.append("    " + " ".join(str(j % 10) for j in range(n)))
+    for i in range(n):
+        row = " ".join("#" if bool(allowed[i, j]) else "." for j in range(n))
+        lines.append(f"{i:>3} {row}")
+    return "\n".join(lines)

@@ -1,0 +1,139 @@
+"""Heads on top of hidden states: the LM head, pooling, a classifier.
+
+The LM head is sparse when training: vocabulary logits are computed only at positions whose label is
+not -100. MLM takes a loss on ~15% of positions, so projecting every position onto the vocabulary
+(B x T x V, the largest matmul of a small model) would be mostly waste.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from maskwise.config import ModelConfig
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class LMOutput:
+    """``logits``: (B, T, V) without labels; with labels, (N, V) at the N labelled positions only
+    (in row-major order of the labelled positions). ``loss`` is the mean over labelled positions;
+    ``loss_sum`` and ``n_loss_positions`` let a training loop average over a whole batch that was
+    split into micro-batches (a mean of micro-batch means would weight positions unequally)."""
+
+    logits: torch.Tensor
+    loss: torch.Tensor | None = None
+    loss_sum: torch.Tensor | None = None
+    n_loss_positions: int = 0
+    hidden_states: torch.Tensor | None = None
+
+
+class LMHead(nn.Module):
+    """Hidden states -> vocabulary logits, optionally through BERT's dense+act+norm transform.
+
+    ``tied_to`` is the token embedding when input and output embeddings are tied. It is kept in a
+    plain list so that the shared matrix is registered (and saved) once, under the embedding.
+    """
+
+    def __init__(self, cfg: ModelConfig, tied_to: nn.Embedding | None):
+        super().__init__()
+        from maskwise.model.transformer import ACTIVATIONS, make_norm
+
+        self.transform = None
+        if cfg.lm_head_transform:
+            self.transform = nn.Sequential(
+                nn.Linear(cfg.d_model, cfg.d_model), _Activation(ACTIVATIONS[cfg.activation]), make_norm(cfg)
+            )
+        self.input_scale = cfg.lm_head_input_scale
+        self._tied_to = [tied_to] if tied_to is not None else []
+        self.weight = None if tied_to is not None else nn.Parameter(torch.empty(cfg.vocab_size, cfg.d_model))
+        if self.weight is not None:
+            nn.init.normal_(self.weight, 0.0, cfg.init_std)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.lm_head_bias else None
+
+    def reset_bias(self) -> None:
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    @property
+    def vocab_weight(self) -> torch.Tensor:
+        return self._tied_to[0].weight if self._tied_to else self.weight
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        if self.input_scale != 1.0:
+            h = h * self.input_scale
+        if self.transform is not None:
+            h = self.transform(h)
+        return F.linear(h, self.vocab_weight, self.bias)
+
+    def forward(self, h: torch.Tensor, labels: torch.Tensor | None = None, sparse: bool = True) -> LMOutput:
+        """h: (B, T, d); labels: (B, T) with -100 where no loss is taken.
+
+        ``sparse=False`` computes every position's logits first (the reference path the sparse one
+        is tested against)."""
+        if labels is None:
+            return LMOutput(logits=self.logits(h))
+        if sparse:
+            selected = labels != IGNORE_INDEX  # (B, T)
+            logits = self.logits(h[selected])  # (N, V)
+            targets = labels[selected]  # (N,)
+        else:
+            logits = self.logits(h).flatten(0, 1)  # (B*T, V)
+            targets = labels.flatten()  # (B*T,)
+        loss_sum = F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum")
+        n = int((targets != IGNORE_INDEX).sum())
+        return LMOutput(logits=logits, loss=loss_sum / max(n, 1), loss_sum=loss_sum, n_loss_positions=n)
+
+
+class _Activation(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+POOLINGS = ("cls", "mean", "last")
+
+
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None, how: str) -> torch.Tensor:
+    """One vector per sequence from (B, T, d) hidden states.
+
+    - ``cls``: the first position (BERT puts ``[CLS]`` there; with left padding, the first real token).
+    - ``mean``: the mean over real (non-padding) tokens only.
+    - ``last``: the last real token, correct under both left and right padding — the only position
+      a causal model has seen the whole sequence from.
+    """
+    B, T, _ = hidden.shape
+    if attention_mask is None:
+        attention_mask = torch.ones(B, T, dtype=torch.long, device=hidden.device)
+    real = attention_mask.to(torch.bool)  # (B, T)
+    positions = torch.arange(T, device=hidden.device).expand(B, T)
+    rows = torch.arange(B, device=hidden.device)
+    if how == "cls":
+        first = torch.where(real, positions, T).min(dim=1).values  # (B,)
+        return hidden[rows, first]
+    if how == "mean":
+        weights = real.to(hidden.dtype)[..., None]  # (B, T, 1)
+        return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
+    if how == "last":
+        last = torch.where(real, positions, -1).max(dim=1).values  # (B,)
+        return hidden[rows, last]
+    raise ValueError(f"unknown pooling {how!r}; known: {', '.join(POOLINGS)}")
+
+
+class ClassifierHead(nn.Module):
+    """Pooled vector -> class logits, with dropout (BERT's sequence classification head)."""
+
+    def __init__(self, d_model: int, n_classes: int, dropout: float = 0.1):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.proj = nn.Linear(d_model, n_classes)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.dropout(pooled))

@@ -1,0 +1,459 @@
+"""The whole forward pass of all three families, top to bottom.
+
+One ``Attention`` serves self- and cross-attention; one ``Block`` is every layer of every model
+(cross-attention is switched on for decoder layers of an encoder-decoder); one ``Stack`` turns token
+embeddings into hidden states. ``Encoder``, ``Decoder`` and ``EncoderDecoder`` are thin presets that
+differ only in the mask pattern their stack uses and in whether a second stack is read through
+cross-attention. The masks come from ``maskwise.masks`` and nowhere else.
+
+Shapes: B batch, T sequence, S encoder (source) sequence, d model width, H heads, hd head width.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from maskwise.config import ModelConfig
+from maskwise.masks import Mask, build_mask
+from maskwise.model.heads import LMHead, LMOutput
+
+ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+}
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    if cfg.norm == "rmsnorm":
+        return nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
+
+
+def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary position embedding (RoPE), the half-split convention of GPT-NeoX / Llama.
+
+    x: (B, H, T, hd); positions: (B, T) or (T,) absolute positions.
+    """
+    half = x.shape[-1] // 2
+    inv_freq = 1.0 / theta ** (torch.arange(half, device=x.device, dtype=torch.float32) / half)
+    angles = positions.to(torch.float32)[..., None] * inv_freq  # (B?, T, hd/2)
+    if angles.dim() == 3:
+        angles = angles[:, None]  # (B, 1, T, hd/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class KVCache:
+    """Static key/value buffers for decoding, allocated once for the whole generation.
+
+    Self-attention keys/values of every layer live in ``(L, B, H, max_len, hd)`` tensors written in
+    place, so a decoding step allocates nothing and costs O(current length), not O(length^2).
+    Cross-attention keys/values (encoder-decoder) are computed from the encoder output on the first
+    step and reused: the source is read once.
+    """
+
+    def __init__(self, cfg: ModelConfig, n_layers: int, batch: int, max_len: int, dtype, device):
+        shape = (n_layers, batch, cfg.n_heads, max_len, cfg.head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.cross: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layers
+        self.length = 0  # tokens already written
+        self.max_len = max_len
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write this step's (B, H, T, hd) keys/values; return all keys/values so far."""
+        end = self.length + k.shape[2]
+        if end > self.max_len:
+            raise ValueError(f"KV cache full: {end} tokens > max_len {self.max_len}")
+        self.k[layer, :, :, self.length:end] = k
+        self.v[layer, :, :, self.length:end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index`` (beam search reorders hypotheses every step)."""
+        self.k = self.k.index_select(1, index)
+        self.v = self.v.index_select(1, index)
+        self.cross = [None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))
+                      for kv in self.cross]
+
+
+class Attention(nn.Module):
+    """Multi-head attention for self-attention (``context=None``) and cross-attention.
+
+    Self-attention projects q, k, v with one fused matrix; cross-attention projects q from ``x`` and
+    k, v (fused) from ``context``. Scores go through ``scaled_dot_product_attention`` with the mask
+    from ``maskwise.masks`` and, for T5, an additive relative position bias.
+    """
+
+    def __init__(self, cfg: ModelConfig, cross: bool = False):
+        super().__init__()
+        self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        inner = cfg.n_heads * cfg.head_dim
+        self.cross = cross
+        if cross:
+            self.q = nn.Linear(cfg.d_model, inner, bias=cfg.bias)
+            self.kv = nn.Linear(cfg.d_model, 2 * inner, bias=cfg.bias)
+        else:
+            self.qkv = nn.Linear(cfg.d_model, 3 * inner, bias=cfg.bias)
+        self.out = nn.Linear(inner, cfg.d_model, bias=cfg.bias)
+        self.scale = None if cfg.attention_scale else 1.0
+        self.dropout = cfg.dropout
+        self.rope_theta = cfg.rope_theta if cfg.position == "rope" and not cross else None
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: Mask,
+        context: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        layer: int = 0,
+    ) -> torch.Tensor:
+        B, T, _ = x.shape
+        if self.cross:
+            q = self._heads(self.q(x))
+            cached = cache.cross[layer] if cache is not None else None
+            if cached is None:
+                k, v = self.kv(context).chunk(2, dim=-1)  # 2 x (B, S, H*hd)
+                k, v = self._heads(k), self._heads(v)  # (B, H, S, hd)
+                if cache is not None:
+                    cache.cross[layer] = (k, v)
+            else:
+                k, v = cached
+        else:
+            q, k, v = self.qkv(x).chunk(3, dim=-1)  # 3 x (B, T, H*hd)
+            q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H, T, hd)
+            if self.rope_theta is not None:
+                q, k = rotate(q, positions, self.rope_theta), rotate(k, positions, self.rope_theta)
+            if cache is not None:
+                k, v = cache.append(layer, k, v)  # (B, H, cached + T, hd)
+
+        attn_mask = mask.allowed
+        if bias is not None:
+            allowed = mask.dense(q.shape[2], k.shape[2], x.device)
+            attn_mask = bias.to(q.dtype).masked_fill(~allowed, float("-inf"))
+        y = F.scaled_dot_product_attention(
+            q, k, v,
+            attn_mask=attn_mask,
+            is_causal=mask.is_causal and attn_mask is None,
+            dropout_p=self.dropout if self.training else 0.0,
+            scale=self.scale,
+        )  # (B, H, T, hd)
+        y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*hd)
+        return self.out(y)
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: act(x W_up) W_down, or gated act(x W_gate) * (x W_up) W_down.
+
+    The gated form keeps gate and up in one fused matrix (gate first) so it is one matmul.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gated = cfg.gated_ffn
+        self.up = nn.Linear(cfg.d_model, (2 if self.gated else 1) * cfg.d_ff, bias=cfg.bias)
+        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+        self.act = ACTIVATIONS[cfg.activation]
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.up(x)
+        if self.gated:
+            gate, up = h.chunk(2, dim=-1)
+            h = self.act(gate) * up
+        else:
+            h = self.act(h)
+        return self.down(self.dropout(h))
+
+
+class Block(nn.Module):
+    """One transformer layer: self-attention, optional cross-attention, FFN, each a residual branch.
+
+    Pre-norm (GPT-2, T5, modern): x + f(norm(x)). Post-norm (BERT, BART): norm(x + f(x)).
+    """
+
+    def __init__(self, cfg: ModelConfig, cross: bool):
+        super().__init__()
+        self.pre_norm = cfg.pre_norm
+        self.attn = Attention(cfg)
+        self.attn_norm = make_norm(cfg)
+        self.cross_attn = Attention(cfg, cross=True) if cross else None
+        self.cross_norm = make_norm(cfg) if cross else None
+        self.ffn = FeedForward(cfg)
+        self.ffn_norm = make_norm(cfg)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def _residual(self, x: torch.Tensor, norm: nn.Module, branch) -> torch.Tensor:
+        if self.pre_norm:
+            return x + self.dropout(branch(norm(x)))
+        return norm(x + self.dropout(branch(x)))
+
+    def forward(self, x, mask, context=None, context_mask=None, bias=None, positions=None,
+                cache=None, layer=0):
+        x = self._residual(x, self.attn_norm,
+                           lambda h: self.attn(h, mask, bias=bias, positions=positions, cache=cache, layer=layer))
+        if self.cross_attn is not None:
+            x = self._residual(x, self.cross_norm,
+                               lambda h: self.cross_attn(h, context_mask, context=context, cache=cache, layer=layer))
+        return self._residual(x, self.ffn_norm, self.ffn)
+
+
+def relative_buckets(relative: torch.Tensor, bidirectional: bool, n_buckets: int, max_distance: int) -> torch.Tensor:
+    """T5's bucketing of key-minus-query offsets: exact for small offsets, logarithmic beyond.
+
+    Half the buckets are exact offsets 0..n/2-1; the rest cover n/2..max_distance logarithmically,
+    and everything farther shares the last bucket. Bidirectional attention splits the buckets
+    between keys before and after the query.
+    """
+    bucket = torch.zeros_like(relative)
+    if bidirectional:
+        n_buckets //= 2
+        bucket = bucket + (relative > 0).long() * n_buckets
+        distance = relative.abs()
+    else:
+        distance = (-relative).clamp(min=0)
+    exact = n_buckets // 2
+    log_ratio = torch.log(distance.float().clamp(min=1) / exact) / math.log(max_distance / exact)
+    far = exact + (log_ratio * (n_buckets - exact)).long()
+    far = far.clamp(max=n_buckets - 1)
+    return bucket + torch.where(distance < exact, distance, far)
+
+
+class RelativePositionBias(nn.Module):
+    """T5's learned per-head bias on attention scores, indexed by bucketed relative offset.
+
+    Computed once per stack and added in every layer's self-attention (as T5 shares layer 0's).
+    """
+
+    def __init__(self, cfg: ModelConfig, bidirectional: bool):
+        super().__init__()
+        self.bidirectional = bidirectional
+        self.n_buckets, self.max_distance = cfg.relative_buckets, cfg.relative_max_distance
+        self.embedding = nn.Embedding(cfg.relative_buckets, cfg.n_heads)
+
+    def forward(self, q_len: int, k_len: int, q_offset: int, device) -> torch.Tensor:
+        q_pos = torch.arange(q_offset, q_offset + q_len, device=device)[:, None]
+        k_pos = torch.arange(k_len, device=device)[None, :]
+        buckets = relative_buckets(k_pos - q_pos, self.bidirectional, self.n_buckets, self.max_distance)
+        return self.embedding(buckets).permute(2, 0, 1)[None]  # (1, H, Tq, Tk)
+
+
+class Stack(nn.Module):
+    """Token embeddings in, hidden states out: positions, segments, blocks, final norm.
+
+    ``pattern`` is the self-attention mask pattern ("bidirectional" for encoders, "causal" for
+    decoders; a causal stack also accepts ``prefix_lengths`` for prefix-LM). ``cross`` adds
+    cross-attention to every layer. The token embedding matrix is owned by the model, not the
+    stack, because encoder-decoders share it between their two stacks.
+    """
+
+    def __init__(self, cfg: ModelConfig, n_layers: int, pattern: str, cross: bool = False):
+        super().__init__()
+        self.cfg, self.pattern = cfg, pattern
+        self.positions = (nn.Embedding(cfg.max_seq_len + cfg.position_offset, cfg.d_model)
+                          if cfg.position == "learned" else None)
+        self.token_types = (nn.Embedding(cfg.type_vocab_size, cfg.d_model)
+                            if cfg.type_vocab_size and pattern == "bidirectional" else None)
+        self.embedding_norm = make_norm(cfg) if cfg.embedding_norm else None
+        self.relative_bias = (RelativePositionBias(cfg, bidirectional=pattern == "bidirectional")
+                              if cfg.position == "relative" else None)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg, cross) for _ in range(n_layers))
+        self.final_norm = make_norm(cfg) if cfg.final_norm else None
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        context: torch.Tensor | None = None,
+        context_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        prefix_lengths: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """x: (B, T, d) token embeddings; attention_mask: (B, T_keys) 1 = real token (with a cache,
+        it covers the cached keys too); context: (B, S, d) encoder states; context_mask: (B, S)."""
+        B, T, _ = x.shape
+        offset = cache.length if cache is not None else 0
+        if positions is None:
+            positions = torch.arange(offset, offset + T, device=x.device)  # (T,)
+        if positions.max() >= self.cfg.max_seq_len and self.positions is not None:
+            raise ValueError(f"position {int(positions.max())} beyond max_seq_len {self.cfg.max_seq_len}")
+        if self.positions is not None:
+            x = x + self.positions(positions + self.cfg.position_offset)
+        if self.token_types is not None:
+            types = token_type_ids if token_type_ids is not None else torch.zeros_like(positions)
+            x = x + self.token_types(types)
+        if self.embedding_norm is not None:
+            x = self.embedding_norm(x)
+        x = self.dropout(x)
+
+        pattern = "prefix" if prefix_lengths is not None else self.pattern
+        k_len = offset + T
+        mask = build_mask(pattern, T, k_len, key_padding=attention_mask, prefix_lengths=prefix_lengths,
+                          q_offset=offset, device=x.device)
+        cross_mask = None
+        if context is not None or (cache is not None and cache.cross[0] is not None):
+            s_len = context.shape[1] if context is not None else cache.cross[0][0].shape[2]
+            cross_mask = build_mask("cross", T, s_len, key_padding=context_mask, device=x.device)
+        bias = self.relative_bias(T, k_len, offset, x.device) if self.relative_bias is not None else None
+
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask, context=context, context_mask=cross_mask, bias=bias,
+                      positions=positions, cache=cache, layer=i)
+        if cache is not None:
+            cache.length += T
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x
+
+
+@dataclass
+class Seq2SeqOutput(LMOutput):
+    encoder_hidden_states: torch.Tensor | None = None
+
+
+class Transformer(nn.Module):
+    """What every family has: the token embedding matrix and the LM head (tied to it or not)."""
+
+    family: str
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.lm_head = LMHead(cfg, self.embed if cfg.tie_embeddings else None)
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        return x * self.cfg.embedding_scale if self.cfg.embedding_scale != 1.0 else x
+
+    def init_weights(self) -> "Transformer":
+        """GPT-2/BERT initialisation: N(0, 0.02) weights, zero biases, unit norms; residual output
+        projections scaled by 1/sqrt(2 * layers) so the residual stream does not grow with depth."""
+        n_layers = self.cfg.n_layers + (self.cfg.decoder_layers if self.family == "encoder-decoder" else 0)
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                std = self.cfg.init_std
+                if name.endswith(("attn.out", "ffn.down")):
+                    std /= math.sqrt(2 * n_layers)
+                nn.init.normal_(module.weight, 0.0, std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, 0.0, self.cfg.init_std)
+        self.lm_head.reset_bias()
+        return self
+
+    def num_parameters(self, exclude_positions: bool = False) -> int:
+        total = sum(p.numel() for p in self.parameters())
+        if exclude_positions:
+            total -= sum(m.positions.weight.numel() for m in self.modules()
+                         if isinstance(m, Stack) and m.positions is not None)
+        return total
+
+    def make_cache(self, batch: int, max_len: int) -> KVCache:
+        p = next(self.parameters())
+        n_layers = self.cfg.decoder_layers if self.family == "encoder-decoder" else self.cfg.n_layers
+        return KVCache(self.cfg, n_layers, batch, max_len, p.dtype, p.device)
+
+
+class Encoder(Transformer):
+    """BERT-style: one bidirectional stack; the LM head is used for MLM."""
+
+    family = "encoder"
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.stack = Stack(cfg, cfg.n_layers, "bidirectional")
+        self.init_weights()
+
+    def hidden_states(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
+        return self.stack(self._embed(input_ids), attention_mask, token_type_ids=token_type_ids)
+
+    def forward(self, input_ids, attention_mask=None, labels=None, token_type_ids=None) -> LMOutput:
+        h = self.hidden_states(input_ids, attention_mask, token_type_ids)  # (B, T, d)
+        out = self.lm_head(h, labels)
+        out.hidden_states = h
+        return out
+
+
+class Decoder(Transformer):
+    """GPT-style: one causal stack (prefix-LM when ``prefix_lengths`` is given)."""
+
+    family = "decoder"
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.stack = Stack(cfg, cfg.n_layers, "causal")
+        self.init_weights()
+
+    def hidden_states(self, input_ids, attention_mask=None, positions=None, prefix_lengths=None,
+                      cache=None) -> torch.Tensor:
+        return self.stack(self._embed(input_ids), attention_mask, positions=positions,
+                          prefix_lengths=prefix_lengths, cache=cache)
+
+    def forward(self, input_ids, attention_mask=None, labels=None, positions=None, prefix_lengths=None,
+                cache=None) -> LMOutput:
+        h = self.hidden_states(input_ids, attention_mask, positions, prefix_lengths, cache)  # (B, T, d)
+        out = self.lm_head(h, labels)
+        out.hidden_states = h
+        return out
+
+
+class EncoderDecoder(Transformer):
+    """T5/BART-style: a bidirectional encoder stack read once, and a causal decoder stack that
+    cross-attends to its output in every layer. Token embeddings are shared by both stacks."""
+
+    family = "encoder-decoder"
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.encoder = Stack(cfg, cfg.n_layers, "bidirectional")
+        self.decoder = Stack(cfg, cfg.decoder_layers, "causal", cross=True)
+        self.init_weights()
+
+    def encode(self, input_ids, attention_mask=None) -> torch.Tensor:
+        return self.encoder(self._embed(input_ids), attention_mask)  # (B, S, d)
+
+    def decode(self, decoder_input_ids, encoder_hidden_states, attention_mask=None,
+               decoder_attention_mask=None, cache=None) -> torch.Tensor:
+        return self.decoder(self._embed(decoder_input_ids), decoder_attention_mask,
+                            context=encoder_hidden_states, context_mask=attention_mask, cache=cache)
+
+    def forward(self, input_ids, attention_mask=None, decoder_input_ids=None, labels=None,
+                decoder_attention_mask=None, encoder_hidden_states=None, cache=None) -> Seq2SeqOutput:
+        if decoder_input_ids is None:
+            raise ValueError("an encoder-decoder needs decoder_input_ids")
+        if encoder_hidden_states is None and not (cache is not None and cache.cross[0] is not None):
+            encoder_hidden_states = self.encode(input_ids, attention_mask)
+        h = self.decode(decoder_input_ids, encoder_hidden_states, attention_mask,
+                        decoder_attention_mask, cache)  # (B, T, d)
+        out = self.lm_head(h, labels)
+        return Seq2SeqOutput(logits=out.logits, loss=out.loss, loss_sum=out.loss_sum,
+                             n_loss_positions=out.n_loss_positions, hidden_states=h,
+                             encoder_hidden_states=encoder_hidden_states)
+
+
+MODEL_CLASSES = {"encoder": Encoder, "decoder": Decoder, "encoder-decoder": EncoderDecoder}
+
+
+def build_model(cfg: ModelConfig) -> Transformer:
+    """The model of ``cfg.family``, freshly initialised."""
+    return MODEL_CLASSES[cfg.validate().family](cfg)

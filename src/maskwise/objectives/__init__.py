@@ -1,0 +1,55 @@
+"""Pretraining objectives: each one a pure corruption function plus a loss, outside the model.
+
+An objective turns a batch of raw token windows into model inputs and labels (``prepare``) and
+computes the summed loss over the positions that carry one (``loss``). The training loop knows
+nothing else about it, which is what lets MLM, CLM, span corruption, denoising, ELECTRA and prefix
+LM be compared on one loop at equal tokens, time or FLOPs.
+
+Objectives never reach into model internals: they call the model's public ``forward``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class LossParts:
+    """One micro-batch's contribution.
+
+    ``loss_sum``: summed (not averaged) loss, so the loop can divide by the positions of the whole
+    accumulated batch. ``n_positions``: positions that carried a loss. ``encoder_tokens`` /
+    ``decoder_tokens``: tokens the model read, for compute accounting (a decoder-only model counts
+    all its tokens as decoder tokens; an encoder as encoder tokens). ``metrics``: extra sums to
+    report (e.g. ``correct`` for masked accuracy), also summed over micro-batches.
+    """
+
+    loss_sum: torch.Tensor
+    n_positions: int
+    encoder_tokens: int = 0
+    decoder_tokens: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Objective:
+    """Base class. Subclasses set ``name`` and ``families`` and implement the three methods."""
+
+    name: str = ""
+    families: tuple[str, ...] = ()
+
+    def raw_length(self, block_size: int) -> int:
+        """How many raw corpus tokens one example consumes to make inputs of ``block_size``."""
+        return block_size
+
+    def prepare(self, windows: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """(B, raw_length) token windows -> model inputs and labels (pure, seeded by ``generator``)."""
+        raise NotImplementedError
+
+    def loss(self, model, batch: dict[str, torch.Tensor]) -> LossParts:
+        raise NotImplementedError
+
+    def eval_metrics(self, totals: dict[str, float]) -> dict[str, float]:
+        """Turn summed metrics from ``LossParts.metrics`` over an evaluation into reported values."""
+        return {}

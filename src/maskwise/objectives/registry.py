@@ -1,0 +1,37 @@
+"""Objective names -> constructors, and which family each one trains.
+
+The CLI and experiments build objectives only through ``build_objective`` so that a nonsense pair
+(MLM on a causal decoder, span corruption on an encoder) is rejected in one place, with one line.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from maskwise.errors import UserError
+from maskwise.objectives import Objective
+from maskwise.objectives.clm import CLM
+from maskwise.objectives.mlm import MLM
+
+# name -> (families it applies to, constructor(tokenizer, vocab_size, **options))
+OBJECTIVES: dict[str, tuple[tuple[str, ...], Callable[..., Objective]]] = {
+    "mlm": (MLM.families, lambda tok, vocab, **o: MLM(tok, vocab, **o)),
+    "clm": (CLM.families, lambda tok, vocab, **o: CLM(**o)),
+}
+
+DEFAULT_OBJECTIVE = {"encoder": "mlm", "decoder": "clm", "encoder-decoder": "span"}
+
+
+def check_pair(family: str, objective: str) -> None:
+    if objective not in OBJECTIVES:
+        raise UserError(f"unknown objective {objective!r}; known: {', '.join(OBJECTIVES)}")
+    families = OBJECTIVES[objective][0]
+    if family not in families:
+        raise UserError(f"objective {objective} does not apply to the {family} family "
+                        f"(it trains: {', '.join(families)})")
+
+
+def build_objective(name: str, family: str, tokenizer, vocab_size: int, **options: Any) -> Objective:
+    """Construct objective ``name`` for ``family``; ``options`` are its knobs (e.g. mask_ratio)."""
+    check_pair(family, name)
+    return OBJECTIVES[name][1](tokenizer, vocab_size, **options)

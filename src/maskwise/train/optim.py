@@ -1,0 +1,60 @@
+"""AdamW with parameter groups, and the warmup + cosine learning-rate schedule.
+
+Weight decay is applied to matrices only: norms, biases and embeddings are excluded (decaying a
+LayerNorm gain or an embedding row towards zero is regularisation nobody asked for). Heads may get
+their own learning rate (fine-tuning: a fresh head learns at 1e-3 while the pretrained body moves
+at 2e-5).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def parameter_groups(model: nn.Module, lr: float, weight_decay: float,
+                     head_prefixes: tuple[str, ...] = (), head_lr: float | None = None) -> list[dict]:
+    """Split parameters into (body|head) x (decay|no-decay) groups. A parameter is "head" when its
+    name starts with one of ``head_prefixes``; each group records its ``name`` for inspection."""
+    no_decay_types = (nn.LayerNorm, nn.RMSNorm, nn.Embedding)
+    no_decay = set()
+    for module_name, module in model.named_modules():
+        for param_name, param in module.named_parameters(recurse=False):
+            if isinstance(module, no_decay_types) or param.ndim < 2:
+                no_decay.add(f"{module_name}.{param_name}" if module_name else param_name)
+    groups: dict[tuple[str, bool], list] = {}
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        part = "head" if head_prefixes and name.startswith(head_prefixes) else "body"
+        groups.setdefault((part, name not in no_decay), []).append(param)
+    result = []
+    for (part, decay), params in sorted(groups.items()):
+        group_lr = head_lr if part == "head" and head_lr is not None else lr
+        result.append({"name": f"{part}.{'decay' if decay else 'no_decay'}", "params": params,
+                       "lr": group_lr, "base_lr": group_lr, "weight_decay": weight_decay if decay else 0.0})
+    return result
+
+
+def build_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.1, betas=(0.9, 0.95),
+                    head_prefixes: tuple[str, ...] = (), head_lr: float | None = None) -> torch.optim.AdamW:
+    groups = parameter_groups(model, lr, weight_decay, head_prefixes, head_lr)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=1e-8)
+
+
+def lr_factor(step: int, warmup: int, total: int, min_ratio: float = 0.1) -> float:
+    """Linear warmup over ``warmup`` steps, then cosine decay to ``min_ratio`` of the peak at
+    ``total`` steps (and flat after). Multiplies each group's ``base_lr``."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    if step >= total:
+        return min_ratio
+    progress = (step - warmup) / max(1, total - warmup)
+    return min_ratio + 0.5 * (1.0 - min_ratio) * (1.0 + math.cos(math.pi * progress))
+
+
+def set_lr(optimizer: torch.optim.Optimizer, factor: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = group["base_lr"] * factor
