@@ -24,7 +24,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="maskwise", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="maskwise", description="Encoder, decoder and encoder-decoder transformers from one block: pretrain, fine-tune, compare.")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     for name in COMMAND_MODULES:
         try:

@@ -42,6 +42,9 @@ _GENRE_OF_FOLDER = {
 
 SHAKESPEARE = "shakespeare"
 
+# The speaker of the few speeches the source prints without a name (a song, one soliloquy).
+UNKNOWN_SPEAKER = "UNKNOWN"
+
 # nanoGPT's convention for a single text: the last 10% (of characters, or of documents) validates.
 VAL_FRACTION = 0.1
 
@@ -110,15 +113,17 @@ _SMALL_TITLE_WORDS = {"a", "an", "and", "at", "for", "in", "of", "on", "the", "t
 
 
 def _unescape(text: str) -> str:
-    return html.unescape(_MARKDOWN_ESCAPE.sub(r"\1", text))
+    """Undo Markdown backslash escapes ("\\[", "\\--") and the odd HTML entity ("&amp;")."""
+    if "\\" in text:  # the check spares a regex pass over almost every line
+        text = _MARKDOWN_ESCAPE.sub(r"\1", text)
+    return html.unescape(text)
 
 
 def _clean_direction(raw: str) -> str:
     """"_\\[To LAVINIA]_" -> "To LAVINIA"; "*Enter King Edward, and \\nArtois.*" -> one line."""
-    text = _unescape(" ".join(raw.split())).strip("_* ")
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1].strip()
-    return text
+    # Underscores, asterisks and brackets only ever mark up a direction, sometimes unbalanced
+    # ("_Burthen _\\[dispersedly, within_"), so they all go.
+    return " ".join(re.sub(r"[\[\]_*]", " ", _unescape(raw)).split())
 
 
 def _is_direction_closed(line: str, is_first_line: bool) -> bool:
@@ -127,18 +132,19 @@ def _is_direction_closed(line: str, is_first_line: bool) -> bool:
     return len(stripped) >= minimum_length and stripped[-1] in "_*"
 
 
-def _looks_like_name_fragment(line: str, follows_text: bool) -> bool:
+def _looks_like_name_fragment(line: str, preceding: str | None) -> bool:
     """True for the first half of a wrapped speaker name: "BISHOP" before "**OF WINCHESTER**",
-    "Ghost" before "**of Prince Edward**".
+    "Ghost" before "**of Prince Edward**". ``preceding`` is the kind of the item before the line.
 
     Spoken lines end in punctuation far more often than not, and the upper-case ones that do not
-    (letter signatures such as "PAROLLES.'") do; fragments never do. A fragment in mixed case is
-    only trusted when it stands alone, not as the last line of a speech.
+    (letter signatures such as "PAROLLES.'") do; fragments never do. A mixed-case fragment is only
+    trusted when it is a bare name or two standing right after a direction ("_Enter the Ghost_").
     """
     if line[-1] in ".,;:!?'\"-":
         return False
-    all_capitals = re.search(r"[A-Z]", line) is not None and re.search(r"[a-z]", line) is None
-    return all_capitals or (not follows_text and len(line.split()) <= 3)
+    if re.search(r"[A-Z]", line) is not None and re.search(r"[a-z]", line) is None:
+        return True
+    return preceding == "direction" and re.fullmatch(r"[A-Za-z' ]+", line) is not None and len(line.split()) <= 3
 
 
 @dataclass(frozen=True)
@@ -209,16 +215,18 @@ class _PlayParser:
     * text right after a "SCENE ..." heading, before anything else, is the heading wrapped onto a
       second paragraph;
     * text with no speaker at all (the prologues and epilogues of a few plays) is attributed to
-      "PROLOGUE" / "EPILOGUE", or failing that to the scene's title;
-    * an upper-case line without final punctuation just before a speaker heading is half of a wrapped
-      name: "BISHOP" + "OF WINCHESTER". A half that starts with "OF" is the tail of the previous
-      speaker's name, which the conversion placed after that speech ("ANTIPHOLUS" ... "OF EPHESUS");
+      "PROLOGUE" / "EPILOGUE", or failing that to ``UNKNOWN_SPEAKER``;
+    * a line just before a speaker heading that passes ``_looks_like_name_fragment`` is the first
+      half of a wrapped name: "BISHOP" + "OF WINCHESTER". An upper-case half that starts with "OF"
+      and ends a speech is instead the tail of that speech's speaker, which the conversion placed
+      after the speech ("ANTIPHOLUS" ... "OF EPHESUS");
     * a line repeating the title in capitals is a page header and is dropped; "SONG.", "DUMB SHOW."
       and "SPOKEN BY ..." labels are directions; bare "EPILOGUE" / "SCENE I:" lines are headings.
     """
 
     def __init__(self, title: str):
         self.title = title
+        self._normalised_title = _normalised(title)  # page headers repeat it in capitals
         self.act = ""
         self.scenes: list[Scene] = []
         self._scene: _OpenScene | None = None
@@ -230,7 +238,7 @@ class _PlayParser:
     def feed(self, items: list[_Item]) -> None:
         for position, item in enumerate(items):
             following = items[position + 1] if position + 1 < len(items) else None
-            follows_text = position > 0 and items[position - 1].kind == "text"
+            preceding = items[position - 1].kind if position else None
             if item.kind == "heading":
                 self._heading(item)
             elif item.kind == "speaker":
@@ -243,7 +251,7 @@ class _PlayParser:
                 else:
                     self._pending_directions.append(item.text)
             else:
-                self._text(item.text, following, follows_text)
+                self._text(item.text, following, preceding)
 
     def finish(self) -> tuple[Scene, ...]:
         self._close_scene()
@@ -258,12 +266,12 @@ class _PlayParser:
         else:
             self._start_scene(text)
 
-    def _text(self, line: str, following: _Item | None, follows_text: bool) -> None:
+    def _text(self, line: str, following: _Item | None, preceding: str | None) -> None:
         if self._heading_continues:
             assert self._scene is not None
             self._scene.title = f"{self._scene.title} {line}"
             return
-        if _normalised(line) == _normalised(self.title):
+        if line.isupper() and _normalised(line) == self._normalised_title:
             return
         if _SECTION_LABEL.match(line):
             self._pending_directions.append(line.rstrip("."))
@@ -274,8 +282,8 @@ class _PlayParser:
         if _BARE_SCENE_HEADING.match(line):
             self._start_scene(line.rstrip(":."))
             return
-        if following is not None and following.kind == "speaker" and _looks_like_name_fragment(line, follows_text):
-            if line.startswith("OF ") and follows_text and self._speech is not None:
+        if following is not None and following.kind == "speaker" and _looks_like_name_fragment(line, preceding):
+            if line.startswith("OF ") and preceding == "text" and self._speech is not None:
                 self._speech.speaker = f"{self._speech.speaker} {line}"
             else:
                 self._speaker_prefix = f"{line} "
@@ -292,7 +300,7 @@ class _PlayParser:
         for label in (scene.title, scene.act):
             if marker := re.match(r"(PROLOGUE|EPILOGUE)\b", label.upper()):
                 return marker.group(1)
-        return scene.title
+        return UNKNOWN_SPEAKER
 
     def _start_act(self, name: str) -> None:
         self._close_scene()

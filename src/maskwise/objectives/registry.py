@@ -16,7 +16,13 @@ from maskwise.objectives.mlm import MLM
 # name -> (families it applies to, constructor(tokenizer, vocab_size, **options))
 OBJECTIVES: dict[str, tuple[tuple[str, ...], Callable[..., Objective]]] = {
     "mlm": (MLM.families, lambda tok, vocab, **o: MLM(tok, vocab, **o)),
-    "clm": (CLM.families, lambda tok, vocab, **o: CLM(**o)),
+    "clm": (CLM.families, lambda tok, vocab, no_shift=False: CLM(shift=not no_shift)),
+}
+
+# objective -> {settings key (CLI flag / TOML key): constructor keyword}
+OBJECTIVE_OPTIONS: dict[str, dict[str, str]] = {
+    "mlm": {"mask_ratio": "mask_ratio", "mask_prob": "p_mask", "random_prob": "p_random"},
+    "clm": {"no_shift": "no_shift"},
 }
 
 DEFAULT_OBJECTIVE = {"encoder": "mlm", "decoder": "clm", "encoder-decoder": "span"}

@@ -253,3 +253,19 @@ def load_checkpoint(path: Path, model: torch.nn.Module,
     restore_optimizer(optimizer, {k: v for k, v in tensors.items() if not k.startswith("extra.")},
                       state.pop("optimizer_groups"))
     return state, extra
+
+
+def truncate_metrics(run_dir: str | Path, last_step: int) -> None:
+    """Drop metrics lines written after checkpoint ``last_step`` (a crash between writing metrics
+    and finishing the checkpoint would otherwise duplicate them on resume)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["step"] <= last_step:
+                kept.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue  # a line cut short by the crash
+    atomic_write(path, "".join(f"{line}\n" for line in kept).encode())

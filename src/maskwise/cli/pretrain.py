@@ -1,0 +1,67 @@
+"""``maskwise pretrain``: flags generated from ``PretrainConfig`` so that flags and TOML keys are
+one set (``--block-size`` is ``block_size``); a ``--config`` file gives defaults the flags override."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+HELP = {
+    "family": "encoder, decoder or encoder-decoder",
+    "objective": "mlm, clm, span, denoise, electra, prefix-lm (default: the family's classic one)",
+    "data": "shakespeare (embedded), a .txt file, a folder of .txt files, or a .jsonl file",
+    "val_data": "validation data (default: last 10%% of --data)",
+    "tokenizer": "char, wordpiece, bpe, or a path to a tokenizer.json",
+    "preset": "bert, electra, gpt2, t5, t5.1.1, bart, modern (default by family)",
+    "budget": "stop at tokens=N, seconds=S or flops=F (the LR schedule follows it)",
+    "no_shift": "CLM without the shift: predict the current token (the shift-bug ablation)",
+    "out": "run folder (default runs/<family>-<objective>)",
+    "bf16": "bfloat16 autocast (much faster on CPUs with AMX)",
+}
+
+
+def _settings_fields():
+    from maskwise.train.loop import TrainConfig
+    from maskwise.train.pretrain import PretrainConfig
+
+    top = [f for f in dataclasses.fields(PretrainConfig) if f.name != "train"]
+    return top + list(dataclasses.fields(TrainConfig)), PretrainConfig()
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("pretrain", help="pretrain a model with one objective",
+                                   argument_default=argparse.SUPPRESS)
+    parser.add_argument("--config", help="TOML file of settings (flat keys, same names as the flags)")
+    fields, defaults = _settings_fields()
+    flat_defaults = defaults.flat()
+    for field in fields:
+        flag = "--" + field.name.replace("_", "-")
+        default = flat_defaults[field.name]
+        help_text = HELP.get(field.name, "")
+        if isinstance(default, bool):
+            if default:
+                parser.add_argument("--no-" + field.name.replace("_", "-"), dest=field.name,
+                                    action="store_false", help=help_text or f"disable {field.name}")
+            else:
+                parser.add_argument(flag, action="store_true", help=help_text)
+        else:
+            parser.add_argument(flag, type=type(default), help=f"{help_text} (default {default!r})".strip())
+    parser.set_defaults(handler=run_pretrain)
+
+
+def run_pretrain(args) -> int:
+    from maskwise.train.pretrain import PretrainConfig, pretrain, read_toml
+
+    values = read_toml(args.config) if getattr(args, "config", None) else {}
+    values.update({k: v for k, v in vars(args).items() if k not in ("config", "handler", "command")})
+    settings = PretrainConfig.from_flat(values)
+    result = pretrain(settings)
+    records = result["records"]
+    last = records[-1] if records else {}
+    summary = {k: last[k] for k in ("step", "tokens_seen", "wall_s", "train_loss", "val_loss") if k in last}
+    summary.update({k: v for k, v in last.items() if k.startswith("val_") and k != "val_loss"})
+    print(f"run folder: {result['run_dir']}")
+    print(json.dumps(summary), file=sys.stdout)
+    return 0

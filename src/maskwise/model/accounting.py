@@ -1,0 +1,76 @@
+"""Where the parameters go: the textbook formulas beside the model's real count.
+
+Per layer, attention has 4 d^2 (Q, K, V, output), a plain FFN 2 x d x d_ff = 8 d^2 at d_ff = 4d,
+a gated FFN 3 x d x d_ff (= 8 d^2 at d_ff = 8d/3), and every decoder layer of an encoder-decoder
+adds 4 d^2 of cross-attention. Embeddings are V x d (plus positions); biases and norms are the small
+remainder. Comparing families "at equal size" means equal totals here, not equal layer counts.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from maskwise.config import ModelConfig
+
+CATEGORIES = ("embeddings", "attention", "cross_attention", "ffn", "norms", "lm_head")
+
+
+def formula_breakdown(cfg: ModelConfig) -> dict[str, int]:
+    """Matrix parameters by the textbook formulas (weights only, no biases or norms)."""
+    d, inner = cfg.d_model, cfg.n_heads * cfg.head_dim
+    attention_per_layer = 4 * d * inner
+    ffn_per_layer = (3 if cfg.gated_ffn else 2) * d * cfg.d_ff
+    layers = cfg.n_layers + (cfg.decoder_layers if cfg.family == "encoder-decoder" else 0)
+    n_stacks = 2 if cfg.family == "encoder-decoder" else 1
+    positions = (cfg.max_seq_len + cfg.position_offset) * d * n_stacks if cfg.position == "learned" else 0
+    return {
+        "embeddings": cfg.vocab_size * d + positions,
+        "attention": attention_per_layer * layers,
+        "cross_attention": attention_per_layer * cfg.decoder_layers if cfg.family == "encoder-decoder" else 0,
+        "ffn": ffn_per_layer * layers,
+        "lm_head": 0 if cfg.tie_embeddings else cfg.vocab_size * d,
+    }
+
+
+def _category(name: str, module: nn.Module) -> str:
+    if isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
+        return "norms"
+    if ".cross_attn." in f".{name}.":
+        return "cross_attention"
+    if ".attn." in f".{name}." or "relative_bias" in name:
+        return "attention"
+    if ".ffn." in f".{name}.":
+        return "ffn"
+    if name.startswith("lm_head"):
+        return "lm_head"
+    return "embeddings"
+
+
+def parameter_breakdown(model: nn.Module) -> dict[str, int]:
+    """The model's real parameters by category (each shared tensor counted once)."""
+    counts = dict.fromkeys(CATEGORIES, 0)
+    seen: set[int] = set()
+    for module_name, module in model.named_modules():
+        for param in module.parameters(recurse=False):
+            if id(param) in seen:
+                continue
+            seen.add(id(param))
+            counts[_category(module_name, module)] += param.numel()
+    counts["total"] = sum(counts[c] for c in CATEGORIES)
+    return counts
+
+
+def breakdown_table(cfg: ModelConfig, model: nn.Module) -> str:
+    formula, real = formula_breakdown(cfg), parameter_breakdown(model)
+    lines = [f"{'part':<16}{'formula':>14}{'real':>14}",
+             f"{'-' * 44}"]
+    for category in CATEGORIES:
+        expected = formula.get(category)
+        lines.append(f"{category:<16}{'' if expected is None else f'{expected:,}':>14}{real[category]:>14,}")
+    lines.append(f"{'total':<16}{sum(formula.values()):>14,}{real['total']:>14,}")
+    per_layer_attn = 4 * cfg.d_model * cfg.n_heads * cfg.head_dim
+    ffn_rule = f"{3 if cfg.gated_ffn else 2} x d x d_ff = {(3 if cfg.gated_ffn else 2) * cfg.d_model * cfg.d_ff:,}"
+    lines.append(f"per layer: attention 4d^2 = {per_layer_attn:,}; FFN {ffn_rule}"
+                 + (f"; cross-attention 4d^2 = {per_layer_attn:,} per decoder layer"
+                    if cfg.family == "encoder-decoder" else ""))
+    return "\n".join(lines)

@@ -1,0 +1,304 @@
+"""The pretraining loop: one loop for every objective and family.
+
+What it guarantees:
+
+- the loss is averaged over loss-carrying positions of the whole (accumulated, all-process) batch:
+  each micro-batch backpropagates its summed loss, and gradients are scaled once by 1 / positions;
+- AdamW, warmup + cosine (following the budget's used fraction when a budget is set, so runs at
+  equal tokens or equal seconds both finish their schedule), gradient clipping;
+- a non-finite loss or gradient norm skips the step (counted and recorded), and too many in a row
+  stop the run, instead of silently corrupting the weights;
+- evaluation every ``eval_every`` steps on fixed validation windows, one line of ``metrics.jsonl``
+  per evaluation, and an atomic checkpoint at each, so ``resume`` continues bit-exactly (fp32, CPU);
+- data parallelism through ``torch.distributed`` (DDP): metrics and checkpoints from rank 0 only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from tqdm import tqdm
+
+from maskwise.errors import UserError
+from maskwise.objectives import LossParts, Objective
+from maskwise.train import checkpoint as ckpt
+from maskwise.train.budget import Budget, flops_per_token
+from maskwise.train.optim import build_optimizer, lr_factor, set_lr
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 2000  # the schedule's length and the step limit
+    batch_size: int = 16  # per process (global = batch_size x processes x grad_accum)
+    block_size: int = 128
+    grad_accum: int = 1
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1  # cosine decays to lr x this
+    warmup: int = 100
+    weight_decay: float = 0.1
+    beta2: float = 0.99  # nanoGPT's choice for small models and few tokens per step
+    grad_clip: float = 1.0
+    eval_every: int = 200
+    eval_batches: int = 20
+    seed: int = 1337
+    bf16: bool = False  # autocast matmuls to bfloat16 (fast on CPUs with AMX)
+    compile: bool = False  # torch.compile the model
+    budget: str = ""  # "tokens=N", "seconds=S" or "flops=F": stop there (schedule follows it)
+    keep_last: int = 3  # checkpoints kept
+    max_nonfinite: int = 5  # stop after this many non-finite steps in a row
+    progress: bool = True
+
+    def validate(self) -> "TrainConfig":
+        for name in ("steps", "batch_size", "block_size", "grad_accum", "eval_every", "eval_batches",
+                     "keep_last", "max_nonfinite"):
+            if getattr(self, name) <= 0:
+                raise UserError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.warmup < 0:
+            raise UserError(f"warmup must be >= 0, got {self.warmup}")
+        if not self.lr > 0:
+            raise UserError(f"lr must be positive, got {self.lr}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise UserError(f"min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")
+        Budget.parse(self.budget)
+        return self
+
+
+@dataclass
+class Counters:
+    """Everything the loop accumulates; saved in checkpoints so that resume continues exactly."""
+
+    step: int = 0
+    encoder_tokens: int = 0
+    decoder_tokens: int = 0
+    loss_positions: int = 0
+    flops: float = 0.0
+    wall_s: float = 0.0  # training time only (evaluation and checkpointing excluded)
+    nonfinite_steps: int = 0
+    nonfinite_in_a_row: int = 0
+
+
+def distributed_context() -> tuple[int, int]:
+    """(rank, world size); initialises the process group when launched by torchrun."""
+    import os
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend)
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class Trainer:
+    def __init__(self, model: nn.Module, objective: Objective, train_stream, val_stream,
+                 cfg: TrainConfig, run_dir: str | Path | None = None,
+                 head_prefixes: tuple[str, ...] = ()):
+        self.cfg = cfg.validate()
+        self.model, self.objective = model, objective
+        self.train_stream, self.val_stream = train_stream, val_stream
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.rank, self.world = distributed_context()
+        self.raw_length = objective.raw_length(cfg.block_size)
+        train_stream.check_length(self.raw_length)
+        val_stream.check_length(self.raw_length)
+        self.budget = Budget.parse(cfg.budget)
+        self.optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2),
+                                         head_prefixes=head_prefixes)
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        torch.manual_seed(cfg.seed + self.rank)
+        self.counters = Counters()
+        self.flops_per = flops_per_token(model, cfg.block_size)
+        self.step_model = model
+        if self.world > 1:
+            self.step_model = nn.parallel.DistributedDataParallel(model)
+        if cfg.compile:
+            self.step_model = torch.compile(self.step_model)
+
+    # ---- resume -----------------------------------------------------------------------------
+
+    def resume(self) -> bool:
+        """Restore from the newest intact checkpoint of ``run_dir``; False if there is none."""
+        path = ckpt.latest_checkpoint(self.run_dir)
+        if path is None:
+            return False
+        state, extra = ckpt.load_checkpoint(path, self.model, self.optimizer)
+        self.counters = Counters(**state["counters"])
+        if self.rank == 0:
+            ckpt.truncate_metrics(self.run_dir, self.counters.step)
+        self.generator.set_state(extra["data_rng"])
+        torch.set_rng_state(extra[f"torch_rng_{self.rank}"] if f"torch_rng_{self.rank}" in extra
+                            else extra["torch_rng_0"])
+        return True
+
+    def _save(self) -> None:
+        if self.run_dir is None:
+            return
+        rng_states = [torch.get_rng_state()]
+        if self.world > 1:
+            gathered = [torch.empty_like(rng_states[0]) for _ in range(self.world)]
+            dist.all_gather(gathered, rng_states[0])
+            rng_states = gathered
+        if self.rank == 0:
+            extra = {"data_rng": self.generator.get_state(),
+                     **{f"torch_rng_{r}": s for r, s in enumerate(rng_states)}}
+            ckpt.save_checkpoint(self.run_dir, self.counters.step, self.model, self.optimizer,
+                                 {"counters": asdict(self.counters), "train": asdict(self.cfg)},
+                                 extra, self.cfg.keep_last)
+
+    # ---- one step ---------------------------------------------------------------------------
+
+    def _autocast(self):
+        if not self.cfg.bf16:
+            return contextlib.nullcontext()
+        device = next(self.model.parameters()).device.type
+        return torch.autocast(device_type=device, dtype=torch.bfloat16)
+
+    def _all_sum(self, value: float) -> float:
+        if self.world == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(t)
+        return float(t)
+
+    def train_step(self) -> tuple[float, int, bool]:
+        """One optimizer step over ``grad_accum`` micro-batches. Returns (summed loss over the
+        global batch, global loss positions, whether the step was applied)."""
+        cfg, c = self.cfg, self.counters
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum, positions, enc, dec = 0.0, 0, 0, 0
+        for micro in range(cfg.grad_accum):
+            windows = self.train_stream.windows(cfg.batch_size, self.raw_length, self.generator,
+                                                self.rank, self.world)
+            batch = self.objective.prepare(windows, self.generator)
+            sync = micro == cfg.grad_accum - 1 or self.world == 1
+            no_sync = self.step_model.no_sync if not sync and hasattr(self.step_model, "no_sync") else contextlib.nullcontext
+            with no_sync(), self._autocast():
+                parts: LossParts = self.objective.loss(self.step_model, batch)
+            with no_sync():
+                parts.loss_sum.backward()
+            loss_sum += float(parts.loss_sum.detach())
+            positions += parts.n_positions
+            enc += parts.encoder_tokens
+            dec += parts.decoder_tokens
+        loss_sum, positions = self._all_sum(loss_sum), int(self._all_sum(positions))
+        enc, dec = int(self._all_sum(enc)), int(self._all_sum(dec))
+        # DDP averaged gradients over processes; rescale to "sum over the global batch / positions".
+        scale = self.world / max(positions, 1)
+        for p in self.model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(scale)
+        grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip))
+        finite = math.isfinite(loss_sum) and math.isfinite(grad_norm)
+        if finite:
+            self.optimizer.step()
+            c.nonfinite_in_a_row = 0
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+            c.nonfinite_steps += 1
+            c.nonfinite_in_a_row += 1
+        c.encoder_tokens += enc
+        c.decoder_tokens += dec
+        c.loss_positions += positions
+        enc_f, dec_f, head_f = self.flops_per
+        c.flops += enc_f * enc + dec_f * dec + head_f * positions
+        return loss_sum, positions, finite
+
+    # ---- evaluation -------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Loss (and objective metrics) on the same ``eval_batches`` validation windows each time."""
+        self.model.eval()
+        generator = torch.Generator().manual_seed(self.cfg.seed + 10_000)
+        totals: dict[str, float] = {"loss_sum": 0.0, "n_positions": 0}
+        for _ in range(self.cfg.eval_batches):
+            windows = self.val_stream.windows(self.cfg.batch_size, self.raw_length, generator)
+            batch = self.objective.prepare(windows, generator)
+            with self._autocast():
+                parts = self.objective.loss(self.model, batch)
+            totals["loss_sum"] += float(parts.loss_sum)
+            totals["n_positions"] += parts.n_positions
+            for key, value in parts.metrics.items():
+                totals[key] = totals.get(key, 0.0) + value
+        result = {"val_loss": totals["loss_sum"] / max(totals["n_positions"], 1)}
+        result.update({f"val_{k}": v for k, v in self.objective.eval_metrics(totals).items()})
+        return result
+
+    # ---- the loop ---------------------------------------------------------------------------
+
+    def _lr_factor(self) -> float:
+        c, cfg = self.counters, self.cfg
+        if self.budget is None:
+            return lr_factor(c.step, cfg.warmup, cfg.steps, cfg.min_lr_ratio)
+        # Follow the budget: progress is the larger of step progress and budget progress.
+        used = self.budget.used_fraction(c.encoder_tokens + c.decoder_tokens, c.wall_s, c.flops)
+        virtual_step = max(c.step, int(used * cfg.steps))
+        return lr_factor(virtual_step, cfg.warmup, cfg.steps, cfg.min_lr_ratio)
+
+    def _budget_spent(self) -> bool:
+        c = self.counters
+        if c.step >= self.cfg.steps:
+            return True
+        if self.budget is None:
+            return False
+        return self.budget.used_fraction(c.encoder_tokens + c.decoder_tokens, c.wall_s, c.flops) >= 1.0
+
+    def fit(self, on_eval=None) -> list[dict]:
+        """Train until the step limit or the budget; returns the metrics records of this call."""
+        cfg, c = self.cfg, self.counters
+        records: list[dict] = []
+        window_loss, window_positions, lr = 0.0, 0, 0.0
+        bar = tqdm(total=cfg.steps, initial=c.step, disable=not cfg.progress or self.rank != 0,
+                   desc=f"{self.objective.name}", unit="step", dynamic_ncols=True, leave=False)
+        started = time.perf_counter()
+        while not self._budget_spent():
+            lr = cfg.lr * self._lr_factor()
+            set_lr(self.optimizer, self._lr_factor())
+            t0 = time.perf_counter()
+            loss_sum, positions, finite = self.train_step()
+            c.wall_s += time.perf_counter() - t0
+            c.step += 1
+            bar.update(1)
+            if finite:
+                window_loss += loss_sum
+                window_positions += positions
+            elif c.nonfinite_in_a_row >= cfg.max_nonfinite:
+                bar.close()
+                raise UserError(f"training stopped at step {c.step}: {c.nonfinite_in_a_row} non-finite "
+                                "losses or gradient norms in a row (lower --lr or disable --bf16)")
+            if c.step % cfg.eval_every == 0 or self._budget_spent():
+                record = {
+                    "step": c.step,
+                    "tokens_seen": c.encoder_tokens + c.decoder_tokens,
+                    "encoder_tokens": c.encoder_tokens,
+                    "decoder_tokens": c.decoder_tokens,
+                    "loss_positions_seen": c.loss_positions,
+                    "flops": c.flops,
+                    "wall_s": round(c.wall_s, 4),
+                    "elapsed_s": round(time.perf_counter() - started, 4),
+                    "train_loss": window_loss / window_positions if window_positions else None,
+                    "lr": lr,
+                    "nonfinite_steps": c.nonfinite_steps,
+                    **self.evaluate(),
+                }
+                window_loss, window_positions = 0.0, 0
+                bar.set_postfix(val=f"{record['val_loss']:.3f}")
+                records.append(record)
+                if self.rank == 0 and self.run_dir is not None:
+                    with open(self.run_dir / ckpt.METRICS_FILE, "a") as handle:
+                        handle.write(json.dumps(record) + "\n")
+                self._save()
+                if on_eval is not None:
+                    on_eval(record)
+        bar.close()
+        return records

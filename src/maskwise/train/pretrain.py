@@ -1,0 +1,184 @@
+"""``maskwise pretrain`` as a library call: data -> tokenizer -> model -> objective -> loop -> run folder.
+
+Settings are one flat set of keys, the same in a TOML ``--config`` file and as CLI flags
+(``--block-size`` is ``block_size``); unknown keys are rejected, never ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from maskwise.config import FAMILIES, ModelConfig, from_dict, preset
+from maskwise.errors import UserError
+from maskwise.objectives.registry import DEFAULT_OBJECTIVE, OBJECTIVE_OPTIONS, build_objective, check_pair
+from maskwise.train import checkpoint as ckpt
+from maskwise.train.loop import Trainer, TrainConfig
+
+DEFAULT_PRESET = {"encoder": "bert", "decoder": "gpt2", "encoder-decoder": "t5"}
+
+
+@dataclass
+class PretrainConfig:
+    family: str = "decoder"
+    objective: str = ""  # "" = the family's classic objective (mlm, clm, span)
+    data: str = "shakespeare"
+    val_data: str = ""
+    text_field: str = "text"
+    tokenizer: str = "char"  # char, wordpiece, bpe, or a path to a tokenizer.json
+    vocab_size: int = 8192  # for trained wordpiece/bpe tokenizers
+    preset: str = ""  # "" = bert, gpt2 or t5 by family
+    layers: int = 4
+    decoder_layers: int = 0  # encoder-decoder: 0 = same as layers
+    heads: int = 4
+    d_model: int = 128
+    d_ff: int = 0  # 0 = the preset's (4 x d_model, or 8/3 x d_model for gated FFNs)
+    dropout: float = 0.0
+    # objective knobs (each objective reads the ones it has; see OBJECTIVE_OPTIONS)
+    mask_ratio: float = 0.15
+    mask_prob: float = 0.8
+    random_prob: float = 0.1
+    no_shift: bool = False
+    noise_density: float = 0.15
+    mean_span: float = 3.0
+    out: str = ""  # "" = runs/<family>-<objective>
+    overwrite: bool = False
+    resume: bool = False
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+
+    @classmethod
+    def from_flat(cls, values: dict[str, Any], what: str = "pretrain config") -> "PretrainConfig":
+        """Route flat keys to the top level or to ``train``; anything else is an error."""
+        own = {f.name for f in fields(cls)} - {"train"}
+        train_keys = {f.name for f in fields(TrainConfig)}
+        unknown = sorted(set(values) - own - train_keys)
+        if unknown:
+            raise UserError(f"{what}: unknown key(s) {', '.join(unknown)}")
+        top = from_dict(_Top, {k: v for k, v in values.items() if k in own}, what)
+        train = from_dict(TrainConfig, {k: v for k, v in values.items() if k in train_keys}, what)
+        return cls(**dataclasses.asdict(top), train=train.validate())
+
+    def flat(self) -> dict[str, Any]:
+        values = dataclasses.asdict(self)
+        values.update(values.pop("train"))
+        return values
+
+    def resolved(self) -> "PretrainConfig":
+        """Fill the family-dependent defaults and check the family/objective pair."""
+        if self.family not in FAMILIES:
+            raise UserError(f"family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
+        objective = self.objective or DEFAULT_OBJECTIVE[self.family]
+        check_pair(self.family, objective)
+        out = self.out or f"runs/{self.family}-{objective}"
+        return dataclasses.replace(self, objective=objective, preset=self.preset or DEFAULT_PRESET[self.family],
+                                   out=out)
+
+
+_Top = dataclasses.make_dataclass(
+    "_Top", [(f.name, f.type, dataclasses.field(default=f.default)) for f in fields(PretrainConfig)
+             if f.name != "train"])
+
+
+def read_toml(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            values = tomllib.load(handle)
+    except FileNotFoundError:
+        raise UserError(f"config file {path}: no such file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise UserError(f"config file {path}: not valid TOML ({error})") from None
+    nested = sorted(k for k, v in values.items() if isinstance(v, dict))
+    if nested:
+        raise UserError(f"config file {path}: tables are not supported ({', '.join(nested)}); use flat keys")
+    return {k.replace("-", "_"): v for k, v in values.items()}
+
+
+def model_config(settings: PretrainConfig, vocab_size: int) -> ModelConfig:
+    overrides: dict[str, Any] = dict(
+        family=settings.family, vocab_size=-(-vocab_size // 64) * 64, d_model=settings.d_model,
+        n_layers=settings.layers, n_heads=settings.heads, max_seq_len=settings.train.block_size,
+        dropout=settings.dropout,
+    )
+    if settings.d_ff:
+        overrides["d_ff"] = settings.d_ff
+    if settings.decoder_layers:
+        overrides["n_decoder_layers"] = settings.decoder_layers
+    for name in ("d_model", "layers", "heads", "d_ff", "decoder_layers"):
+        if getattr(settings, name) < 0 or (name in ("d_model", "layers", "heads") and getattr(settings, name) == 0):
+            raise UserError(f"{name.replace('_', '-')} must be positive, got {getattr(settings, name)}")
+    return preset(settings.preset, **overrides)
+
+
+def prepare_run_dir(settings: PretrainConfig) -> Path:
+    out = Path(settings.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not settings.resume:
+        if not settings.overwrite:
+            raise UserError(f"run folder {out} already exists; use --resume to continue it or --overwrite to replace it")
+        if not (out / ckpt.CONFIG_FILE).is_file():
+            raise UserError(f"refusing to --overwrite {out}: it is not a maskwise run folder")
+        shutil.rmtree(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise UserError(f"output folder {out} is not writable ({error.strerror or error})") from None
+    return out
+
+
+def pretrain(settings: PretrainConfig, on_eval=None) -> dict[str, Any]:
+    """Run (or resume) one pretraining run; returns ``{"run_dir", "records", "model", "tokenizer"}``."""
+    from maskwise.data.corpus import load_corpus
+    from maskwise.data.stream import TokenStream
+    from maskwise.data.tokenizers import Tokenizer, build_tokenizer
+    from maskwise.model.transformer import build_model
+
+    settings = settings.resolved()
+    run_dir = Path(settings.out)
+    resuming = settings.resume and (run_dir / ckpt.CONFIG_FILE).is_file()
+    if resuming:
+        saved = ckpt.read_json(run_dir / ckpt.CONFIG_FILE)["settings"]
+        for key in ("steps", "budget", "progress", "eval_every"):
+            saved[key] = getattr(settings.train, key)
+        settings = PretrainConfig.from_flat(saved).resolved()
+        settings = dataclasses.replace(settings, resume=True)
+    run_dir = prepare_run_dir(settings)
+
+    corpus = load_corpus(settings.data, settings.val_data or None, text_field=settings.text_field)
+    if resuming:
+        tokenizer = Tokenizer.load(run_dir / ckpt.TOKENIZER_FILE)
+    else:
+        tokenizer = build_tokenizer(settings.tokenizer, corpus, settings.vocab_size)
+    cfg = model_config(settings, tokenizer.vocab_size)
+    options = {param: getattr(settings, key) for key, param in OBJECTIVE_OPTIONS.get(settings.objective, {}).items()}
+    objective = build_objective(settings.objective, settings.family, tokenizer, cfg.vocab_size, **options)
+    torch.manual_seed(settings.train.seed)
+    model = getattr(objective, "build_model", lambda _: None)(cfg) or build_model(cfg)
+    train_stream = TokenStream.from_texts(corpus.train, tokenizer, f"training data {settings.data}")
+    val_stream = TokenStream.from_texts(corpus.val, tokenizer, "validation data")
+
+    trainer = Trainer(model, objective, train_stream, val_stream, settings.train, run_dir)
+    if trainer.rank == 0 and not resuming:
+        tokenizer.save(run_dir / ckpt.TOKENIZER_FILE)
+        ckpt.write_json(run_dir / ckpt.CONFIG_FILE, {
+            "model": cfg.to_dict(), "settings": settings.flat(), "objective": settings.objective,
+            "family": settings.family, "corpus": {"name": corpus.name, "fingerprint": corpus.fingerprint},
+            "parameters": sum(p.numel() for p in model.parameters()), "processes": trainer.world,
+        })
+    if resuming:
+        trainer.resume()
+    records = trainer.fit(on_eval)
+    final = objective.final_model(model) if hasattr(objective, "final_model") else model
+    if trainer.rank == 0:
+        ckpt.save_weights(final, run_dir / ckpt.MODEL_FILE)
+    return {"run_dir": run_dir, "records": records, "model": final, "tokenizer": tokenizer,
+            "settings": settings}
