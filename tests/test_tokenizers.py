@@ -61,7 +61,8 @@ def test_encode_adds_no_special_tokens_even_for_text_that_spells_one(trained, ki
     tokenizer = trained[kind]
     ids = tokenizer.encode("Who's there? [MASK] <extra_id_0> [CLS]")
     assert ids and not set(ids) & (tokenizer.special_ids - {tokenizer.unk_id})
-    assert tokenizer.encode_batch(["Who's there?", "Nay"]) == [tokenizer.encode("Who's there?"), tokenizer.encode("Nay")]
+    texts = ["Who's there?", "Nay, answer me"]
+    assert tokenizer.encode_batch(texts) == [tokenizer.encode(text) for text in texts]
 
 
 def test_char_vocabulary_is_every_character_of_train_and_val(trained, corpus):

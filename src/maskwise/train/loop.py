@@ -106,6 +106,8 @@ class Trainer:
         self.model, self.objective = model, objective
         self.train_stream, self.val_stream = train_stream, val_stream
         self.run_dir = Path(run_dir) if run_dir is not None else None
+        if self.run_dir is not None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
         self.rank, self.world = distributed_context()
         self.raw_length = objective.raw_length(cfg.block_size)
         train_stream.check_length(self.raw_length)

@@ -1,0 +1,309 @@
+"""Task datasets derived from the plays, and the user's own task files.
+
+Every dataset is cut from the plays of one split of ``split_plays`` (train / val / test, by play,
+stratified by genre), so no play contributes to two splits and a task's test score is on plays the
+model never fine-tuned on; the test plays are also kept out of pretraining. Every random choice is
+drawn from ``random.Random`` seeded by the split name and a seed, so a dataset is the same on every
+run and machine.
+
+Three tasks:
+
+* genre classification: a window of 1-3 consecutive speeches ("SPEAKER\\ntext" blocks) -> the
+  play's genre, at most ``per_genre`` windows per genre (balanced, so the majority baseline is the
+  chance rate, and small enough that CPU fine-tuning takes minutes);
+* retrieval as the inverse cloze task (ICT, Lee et al. 2019): the query is one line taken out of a
+  speech of at least four lines, its one relevant document is that speech without the line, and
+  the collection is every such speech of the split's plays;
+* read-then-write extraction: a passage of consecutive speeches as printed -> its speakers in order
+  of first speech, comma-separated, each once. ``hide_speakers`` removes the speaker lines from the
+  source, so the names must be inferred from the text (address, self-reference) instead of copied.
+
+The user's own data: JSONL or CSV with ``text``/``label``, ``query``/``positive`` or
+``source``/``target`` fields; a bad row is a ``UserError`` naming its line.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from maskwise.data.corpus import GENRES, Play, Speech, render_speech, split_plays
+from maskwise.errors import UserError
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class LabelledText:
+    text: str
+    label: str
+    origin: str  # play slug, or "file:line" for the user's data
+
+
+@dataclass(frozen=True)
+class RetrievalSet:
+    """Queries, a document collection, and the index of each query's relevant document.
+
+    ``relevant[i]`` is the one relevant document of ``queries[i]`` (ICT has exactly one). The
+    training pairs of a bi-encoder are ``(queries[i], docs[relevant[i]])``."""
+
+    queries: tuple[str, ...]
+    docs: tuple[str, ...]
+    relevant: tuple[int, ...]
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return [(q, self.docs[d]) for q, d in zip(self.queries, self.relevant)]
+
+
+@dataclass(frozen=True)
+class Seq2SeqExample:
+    source: str
+    target: str
+    origin: str
+
+
+def _rng(seed: int, split: str, task: str) -> random.Random:
+    return random.Random(f"{task}/{split}/{seed}")  # str seeds hash with sha512: stable everywhere
+
+
+def _plays(split: str, plays: Sequence[Play] | None) -> tuple[Play, ...]:
+    if split not in SPLITS:
+        raise UserError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    return split_plays(plays)[split]
+
+
+# ---- genre classification -----------------------------------------------------------------------
+
+
+def genre_examples(split: str, per_genre: int = 300, window: tuple[int, int] = (1, 3),
+                   min_chars: int = 80, seed: int = 0,
+                   plays: Sequence[Play] | None = None) -> list[LabelledText]:
+    """Windows of ``window[0]..window[1]`` consecutive speeches (length drawn per window) -> genre.
+
+    The windows tile each play without overlap; windows shorter than ``min_chars`` (a lone "Ay, my
+    lord.") say nothing about genre and are dropped; each genre keeps a random ``per_genre``.
+    Sorted by genre then position in the play, then shuffled once, so batches mix genres."""
+    if not 1 <= window[0] <= window[1]:
+        raise UserError(f"genre window must satisfy 1 <= low <= high, got {window}")
+    rng = _rng(seed, split, "genre")
+    by_genre: dict[str, list[LabelledText]] = {genre: [] for genre in GENRES}
+    for play in _plays(split, plays):
+        speeches = play.speeches
+        start = 0
+        while start < len(speeches):
+            size = rng.randint(*window)
+            text = "\n\n".join(render_speech(s) for s in speeches[start:start + size])
+            start += size
+            if len(text) >= min_chars:
+                by_genre[play.genre].append(LabelledText(text, play.genre, play.slug))
+    examples = []
+    for genre in GENRES:
+        candidates = by_genre[genre]
+        rng.shuffle(candidates)
+        examples.extend(candidates[:per_genre])
+    rng.shuffle(examples)
+    return examples
+
+
+# ---- retrieval (inverse cloze) -------------------------------------------------------------------
+
+
+def ict_retrieval(split: str, min_lines: int = 4, min_query_words: int = 4, max_queries: int | None = None,
+                  seed: int = 0, plays: Sequence[Play] | None = None) -> RetrievalSet:
+    """The inverse cloze task over one split.
+
+    Every speech with at least ``min_lines`` lines and a line of at least ``min_query_words`` words
+    yields one (query line, speech without it) pair; the line is drawn among those long enough to
+    say something ("O!" matches anything). All such speeches form the collection; ``max_queries``
+    keeps a random subset of the queries (the collection stays whole, so the task does not get
+    easier)."""
+    if min_lines < 2:
+        raise UserError(f"ICT needs speeches of at least 2 lines, got min_lines={min_lines}")
+    rng = _rng(seed, split, "ict")
+    queries, docs = [], []
+    for play in _plays(split, plays):
+        for speech in play.speeches:
+            lines = speech.text.split("\n")
+            if len(lines) < min_lines:
+                continue
+            eligible = [i for i, line in enumerate(lines) if len(line.split()) >= min_query_words]
+            if not eligible:
+                continue
+            taken = rng.choice(eligible)
+            queries.append(lines[taken])
+            docs.append("\n".join(lines[:taken] + lines[taken + 1:]))
+    relevant = list(range(len(docs)))
+    if max_queries is not None and max_queries < len(queries):
+        keep = sorted(rng.sample(range(len(queries)), max_queries))
+        queries, relevant = [queries[i] for i in keep], [relevant[i] for i in keep]
+    return RetrievalSet(tuple(queries), tuple(docs), tuple(relevant))
+
+
+# ---- read-then-write extraction: passage -> speakers --------------------------------------------
+
+
+def speakers_target(speeches: Sequence[Speech]) -> str:
+    """"A, B, C": the speakers in order of first speech, each once."""
+    return ", ".join(dict.fromkeys(s.speaker for s in speeches))
+
+
+def render_passage(speeches: Sequence[Speech], hide_speakers: bool = False) -> str:
+    """Speeches as printed ("SPEAKER\\ntext" blocks separated by a blank line), or their text only."""
+    return "\n\n".join(s.text if hide_speakers else render_speech(s) for s in speeches)
+
+
+def speaker_examples(split: str, n_speeches: tuple[int, int] = (2, 6), max_chars: int = 600,
+                     whole_scenes: bool = False, hide_speakers: bool = False, limit: int | None = None,
+                     seed: int = 0, plays: Sequence[Play] | None = None) -> list[Seq2SeqExample]:
+    """Passages of consecutive speeches within a scene -> their speakers.
+
+    Source length is controlled two ways: each window takes ``n_speeches[0]..n_speeches[1]``
+    speeches (drawn per window), then drops speeches from its end until it fits ``max_chars``
+    (a window whose first speech alone is too long is skipped). ``whole_scenes`` makes each scene
+    one passage instead, kept only if it fits. Windows tile each scene without overlap; ``limit``
+    keeps a random subset."""
+    if not 1 <= n_speeches[0] <= n_speeches[1]:
+        raise UserError(f"speeches per passage must satisfy 1 <= low <= high, got {n_speeches}")
+    rng = _rng(seed, split, "speakers")
+    examples = []
+    for play in _plays(split, plays):
+        for scene in play.scenes:
+            if whole_scenes:
+                windows = [scene.speeches] if scene.speeches else []
+            else:
+                windows, start = [], 0
+                while start < len(scene.speeches):
+                    size = rng.randint(*n_speeches)
+                    windows.append(scene.speeches[start:start + size])
+                    start += size
+            for speeches in windows:
+                while speeches and len(render_passage(speeches, hide_speakers)) > max_chars:
+                    speeches = () if whole_scenes else speeches[:-1]
+                if speeches:
+                    examples.append(Seq2SeqExample(render_passage(speeches, hide_speakers),
+                                                   speakers_target(speeches), play.slug))
+    if limit is not None and limit < len(examples):
+        examples = [examples[i] for i in sorted(rng.sample(range(len(examples)), limit))]
+    return examples
+
+
+def first_speaker_baseline(source: str) -> str:
+    """Copy the first line of the source: the first speaker when speakers are shown (a floor every
+    model should beat); a line of verse when they are hidden."""
+    return source.split("\n", 1)[0].strip()
+
+
+# ---- the user's own task files -------------------------------------------------------------------
+
+TASK_FIELDS = {"classify": ("text", "label"), "embed": ("query", "positive"),
+               "rerank": ("query", "positive"), "seq2seq": ("source", "target")}
+
+
+def read_task_file(path: str | Path, fields: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
+    """Rows of a ``.jsonl`` or ``.csv`` file as ``(line number, {field: text})``.
+
+    Every row must have every field as non-empty text (JSON numbers are accepted for labels and
+    turned into text); otherwise a ``UserError`` names the file, line and field."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise UserError(f"task data: no such file {path}")
+    suffix = path.suffix.lower()
+    if suffix not in (".jsonl", ".csv"):
+        raise UserError(f"task data: {path} must be .jsonl or .csv (fields: {', '.join(fields)})")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise UserError(f"task data: {path} is not UTF-8 text (byte offset {error.start})") from None
+    rows = _jsonl_rows(path, text) if suffix == ".jsonl" else _csv_rows(path, text, fields)
+    result = []
+    for line, record in rows:
+        values = {}
+        for name in fields:
+            value = record.get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                value = str(value)
+            if not isinstance(value, str) or not value.strip():
+                problem = "has no" if value is None else "has an empty or non-text"
+                raise UserError(f"task data: {path} line {line} {problem} field {name!r}")
+            values[name] = value
+        result.append((line, values))
+    if not result:
+        raise UserError(f"task data: {path} has no rows")
+    return result
+
+
+def _jsonl_rows(path: Path, text: str):
+    for line, raw in enumerate(text.split("\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except (json.JSONDecodeError, RecursionError):
+            raise UserError(f"task data: {path} line {line} is not valid JSON") from None
+        if not isinstance(record, dict):
+            raise UserError(f"task data: {path} line {line} is not a JSON object")
+        yield line, record
+
+
+def _csv_rows(path: Path, text: str, fields: Sequence[str]):
+    reader = csv.DictReader(text.splitlines(keepends=True))
+    missing = [name for name in fields if name not in (reader.fieldnames or ())]
+    if missing:
+        raise UserError(f"task data: {path} line 1 (header) lacks column(s) {', '.join(missing)}")
+    try:
+        for record in reader:
+            if None in record:
+                raise UserError(f"task data: {path} line {reader.line_num} has more cells than the header")
+            yield reader.line_num, record
+    except csv.Error as error:
+        raise UserError(f"task data: {path} line {reader.line_num} is not valid CSV ({error})") from None
+
+
+def labelled_texts_from_file(path: str | Path) -> list[LabelledText]:
+    return [LabelledText(r["text"], r["label"], f"{Path(path).name}:{line}")
+            for line, r in read_task_file(path, TASK_FIELDS["classify"])]
+
+
+def retrieval_from_file(path: str | Path) -> RetrievalSet:
+    """Query/positive rows -> a retrieval set whose collection is the distinct positives."""
+    rows = read_task_file(path, TASK_FIELDS["embed"])
+    doc_index: dict[str, int] = {}
+    for _, r in rows:
+        doc_index.setdefault(r["positive"], len(doc_index))
+    return RetrievalSet(tuple(r["query"] for _, r in rows), tuple(doc_index),
+                        tuple(doc_index[r["positive"]] for _, r in rows))
+
+
+def seq2seq_from_file(path: str | Path) -> list[Seq2SeqExample]:
+    return [Seq2SeqExample(r["source"], r["target"], f"{Path(path).name}:{line}")
+            for line, r in read_task_file(path, TASK_FIELDS["seq2seq"])]
+
+
+def collection_from_file(path: str | Path) -> tuple[str, ...]:
+    """Documents to search: one per non-empty line of a text file, or the ``text`` field of each
+    row of a ``.jsonl``/``.csv``."""
+    path = Path(path).expanduser()
+    if path.suffix.lower() in (".jsonl", ".csv"):
+        return tuple(r["text"] for _, r in read_task_file(path, ("text",)))
+    if not path.is_file():
+        raise UserError(f"collection: no such file {path}")
+    try:
+        docs = tuple(line for line in path.read_text(encoding="utf-8").split("\n") if line.strip())
+    except UnicodeDecodeError as error:
+        raise UserError(f"collection: {path} is not UTF-8 text (byte offset {error.start})") from None
+    if not docs:
+        raise UserError(f"collection: {path} has no documents")
+    return docs
+
+
+def hold_out(items: Sequence, fraction: float = 0.1) -> tuple[list, list]:
+    """(train, eval): the last ``fraction`` of the user's rows (at least one) evaluate, the rest
+    train, the way ``corpus.load_corpus`` splits a user's documents."""
+    if len(items) < 2:
+        raise UserError(f"task data: need at least 2 rows to hold some out for evaluation, got {len(items)}")
+    n_eval = max(1, int(len(items) * fraction))
+    return list(items[:-n_eval]), list(items[-n_eval:])

@@ -1,0 +1,177 @@
+"""Task metrics as plain functions of plain Python values, each checked on hand-computed cases.
+
+Classification: accuracy, macro-F1 (every class counts the same, so a model that ignores a rare
+genre is not hidden by the frequent ones). Retrieval: recall@k, MRR, nDCG@10 with binary
+relevance. Generation: exact match, token F1 (SQuAD's bag-of-words overlap) and set F1 (for a list
+of speakers, where order and repetition do not matter). Plus bucketing by length and latency
+percentiles, which every task reports beside its headline number.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Hashable, Sequence
+
+# ---- classification ---------------------------------------------------------------------------
+
+
+def accuracy(predicted: Sequence[Hashable], gold: Sequence[Hashable]) -> float:
+    _same_length(predicted, gold)
+    return sum(p == g for p, g in zip(predicted, gold)) / len(gold) if gold else 0.0
+
+
+def macro_f1(predicted: Sequence[Hashable], gold: Sequence[Hashable],
+             labels: Sequence[Hashable] | None = None) -> float:
+    """Mean over ``labels`` (default: every label seen in either list) of per-class F1; a class
+    never predicted and never gold contributes nothing, one never predicted but gold contributes 0."""
+    _same_length(predicted, gold)
+    labels = sorted(set(gold) | set(predicted), key=str) if labels is None else list(labels)
+    if not labels:
+        return 0.0
+    scores = []
+    for label in labels:
+        tp = sum(p == label and g == label for p, g in zip(predicted, gold))
+        fp = sum(p == label and g != label for p, g in zip(predicted, gold))
+        fn = sum(p != label and g == label for p, g in zip(predicted, gold))
+        scores.append(2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0)
+    return sum(scores) / len(scores)
+
+
+def majority_label(labels: Sequence[Hashable]) -> Hashable:
+    """The most frequent label; ties go to the first in sorted order, so the baseline is stable."""
+    counts = Counter(labels)
+    best = max(counts.values())
+    return sorted((label for label, n in counts.items() if n == best), key=str)[0]
+
+
+# ---- retrieval ----------------------------------------------------------------------------------
+
+
+def recall_at_k(ranked: Sequence[Sequence[int]], relevant: Sequence[set[int]], k: int) -> float:
+    """Mean over queries of |relevant in top k| / |relevant|."""
+    _same_length(ranked, relevant)
+    values = [len(set(r[:k]) & rel) / len(rel) for r, rel in zip(ranked, relevant) if rel]
+    return sum(values) / len(values) if values else 0.0
+
+
+def mrr(ranked: Sequence[Sequence[int]], relevant: Sequence[set[int]]) -> float:
+    """Mean reciprocal rank of the first relevant document (0 when none was ranked)."""
+    _same_length(ranked, relevant)
+    total = 0.0
+    for r, rel in zip(ranked, relevant):
+        total += next((1.0 / rank for rank, doc in enumerate(r, start=1) if doc in rel), 0.0)
+    return total / len(ranked) if ranked else 0.0
+
+
+def ndcg_at_k(ranked: Sequence[Sequence[int]], relevant: Sequence[set[int]], k: int = 10) -> float:
+    """Binary-relevance nDCG@k: sum of 1/log2(rank+1) over relevant hits in the top k, divided by
+    the same sum for an ideal ranking (all relevant documents first)."""
+    _same_length(ranked, relevant)
+    values = []
+    for r, rel in zip(ranked, relevant):
+        if not rel:
+            continue
+        dcg = sum(1.0 / math.log2(rank + 1) for rank, doc in enumerate(r[:k], start=1) if doc in rel)
+        ideal = sum(1.0 / math.log2(rank + 1) for rank in range(1, min(len(rel), k) + 1))
+        values.append(dcg / ideal)
+    return sum(values) / len(values) if values else 0.0
+
+
+# ---- generation ---------------------------------------------------------------------------------
+
+
+def normalise(text: str) -> str:
+    """Collapse whitespace: generation metrics should not hinge on a trailing newline."""
+    return " ".join(text.split())
+
+
+def exact_match(predicted: str, gold: str) -> float:
+    return float(normalise(predicted) == normalise(gold))
+
+
+def _f1(overlap: int, n_predicted: int, n_gold: int) -> float:
+    if n_predicted == 0 and n_gold == 0:
+        return 1.0
+    if overlap == 0:
+        return 0.0
+    precision, recall = overlap / n_predicted, overlap / n_gold
+    return 2 * precision * recall / (precision + recall)
+
+
+def token_f1(predicted: str, gold: str) -> float:
+    """SQuAD-style F1 over whitespace tokens counted with multiplicity (punctuation attached to a
+    word stays part of it: "HAMLET," and "HAMLET" differ, which a comma-separated target makes
+    visible rather than hides)."""
+    p, g = normalise(predicted).split(), normalise(gold).split()
+    overlap = sum((Counter(p) & Counter(g)).values())
+    return _f1(overlap, len(p), len(g))
+
+
+def split_list(text: str, separator: str = ",") -> list[str]:
+    """"A, B ,C" -> ["A", "B", "C"]: the items of a comma-separated list, empty ones dropped."""
+    return [item for item in (normalise(part) for part in text.split(separator)) if item]
+
+
+def set_f1(predicted: str, gold: str, separator: str = ",") -> float:
+    """F1 between the *sets* of items of two comma-separated lists (for the speakers task: which
+    characters speak, regardless of order or repeats)."""
+    p, g = set(split_list(predicted, separator)), set(split_list(gold, separator))
+    return _f1(len(p & g), len(p), len(g))
+
+
+# ---- reporting ----------------------------------------------------------------------------------
+
+
+def bucket_label(edges: Sequence[int], value: float) -> str:
+    """The label of the bucket ``[edges[i], edges[i+1])`` holding ``value``; the last is open."""
+    if value < edges[0]:
+        raise ValueError(f"value {value} below the first bucket edge {edges[0]}")
+    for low, high in zip(edges, edges[1:]):
+        if low <= value < high:
+            return f"{low}-{high - 1}"
+    return f"{edges[-1]}+"
+
+
+def bucketed(lengths: Sequence[float], per_example: dict[str, Sequence[float]],
+             edges: Sequence[int]) -> dict[str, dict[str, float]]:
+    """Means of each per-example metric within length buckets: ``{bucket: {"n": .., metric: ..}}``,
+    buckets in edge order, empty buckets left out."""
+    for name, values in per_example.items():
+        if len(values) != len(lengths):
+            raise ValueError(f"metric {name} has {len(values)} values for {len(lengths)} lengths")
+    groups: dict[str, list[int]] = {}
+    for index, length in enumerate(lengths):
+        groups.setdefault(bucket_label(edges, length), []).append(index)
+    order = [bucket_label(edges, e) for e in edges]
+    result = {}
+    for label in order:
+        if label in groups:
+            members = groups[label]
+            result[label] = {"n": len(members),
+                             **{name: sum(values[i] for i in members) / len(members)
+                                for name, values in per_example.items()}}
+    return result
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) with linear interpolation between order statistics (NumPy's
+    default), so p50 of [1, 2, 3, 4] is 2.5."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    rank = q / 100 * (len(ordered) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def latency_ms(seconds: Sequence[float]) -> dict[str, float]:
+    """p50 and p99 in milliseconds: the median says what a user usually waits, p99 how bad the
+    slow tail gets."""
+    return {"p50_ms": 1000 * percentile(seconds, 50), "p99_ms": 1000 * percentile(seconds, 99)}
+
+
+def _same_length(a: Sequence, b: Sequence) -> None:
+    if len(a) != len(b):
+        raise ValueError(f"length mismatch: {len(a)} predictions for {len(b)} references")

@@ -1,0 +1,25 @@
+"""Shared fixtures: a private tokenizer cache and a small plain-text corpus for fast runs."""
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory):
+    os.environ["MASKWISE_CACHE"] = str(tmp_path_factory.mktemp("maskwise-cache"))
+
+
+@pytest.fixture(scope="session")
+def small_text(tmp_path_factory):
+    """About 60 kB of real play text (first speeches of several plays), as one plain-text file."""
+    from maskwise.data.corpus import load_plays, render_speech
+
+    lines = []
+    for play in load_plays()[:6]:
+        lines.extend(render_speech(s) for s in play.speeches[:150])
+    path = tmp_path_factory.mktemp("data") / "small.txt"
+    path.write_text("\n\n".join(lines) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,159 @@
+"""The training loop: pinned losses, exact accumulation averaging, budgets, resume, guards."""
+
+import json
+
+import pytest
+import torch
+
+from maskwise.config import preset
+from maskwise.data.stream import TokenStream
+from maskwise.errors import UserError
+from maskwise.model.transformer import build_model
+from maskwise.objectives.clm import CLM
+from maskwise.objectives.mlm import MLM
+from maskwise.train.budget import Budget
+from maskwise.train.loop import Trainer, TrainConfig
+from maskwise.train.optim import lr_factor, parameter_groups
+from maskwise.train.pretrain import PretrainConfig, pretrain
+
+V = 64
+
+
+class _Tok:
+    cls_id, mask_id = 2, 3
+    special_ids = frozenset(range(7))
+
+
+def _stream(seed):
+    # a learnable stream: one fixed random "sentence" of 37 tokens, repeated, with seeded noise
+    base = torch.randint(7, V, (37,), generator=torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(seed)
+    ids = base.repeat(200)
+    noise = torch.rand(len(ids), generator=g) < 0.1
+    ids[noise] = torch.randint(7, V, (int(noise.sum()),), generator=g)
+    return TokenStream(ids)
+
+
+def _trainer(objective, family, run_dir=None, **train):
+    torch.manual_seed(0)
+    name = {"encoder": "bert", "decoder": "gpt2"}[family]
+    model = build_model(preset(name, vocab_size=V, d_model=32, n_heads=4, n_layers=2, max_seq_len=32))
+    cfg = TrainConfig(**{"steps": 20, "batch_size": 4, "block_size": 16, "lr": 3e-3, "warmup": 2,
+                         "eval_every": 10, "eval_batches": 2, "progress": False, **train})
+    return Trainer(model, objective, _stream(1), _stream(2), cfg, run_dir)
+
+
+# Pinned on this code with seed 0; a change here means the computation changed.
+PINNED = {"clm": (3.5154, 3.3243), "mlm": (3.8463, 3.7501)}
+
+
+@pytest.mark.parametrize("name,objective,family", [("clm", CLM(), "decoder"), ("mlm", MLM(_Tok(), V), "encoder")])
+def test_pinned_losses_and_loss_falls(name, objective, family):
+    records = _trainer(objective, family).fit()
+    first, last = records[0]["val_loss"], records[-1]["val_loss"]
+    assert last < first
+    assert (round(first, 4), round(last, 4)) == pytest.approx(PINNED[name], abs=2e-3)
+    if name == "mlm":
+        assert 0.0 <= records[-1]["val_masked_acc"] <= 1.0
+
+
+class _Replay(MLM):
+    """MLM whose batches are fixed in advance (the stream's windows are ignored)."""
+
+    def __init__(self, batches):
+        super().__init__(_Tok(), V)
+        self.batches = list(batches)
+
+    def prepare(self, windows, generator):
+        return self.batches.pop(0)
+
+
+def test_accumulation_averages_over_all_positions():
+    """One step over a batch of 8 == one step over 2 micro-batches of 4 with different numbers of
+    masked positions: the loss is the mean over the masked positions of the whole batch, not a mean
+    of micro-batch means."""
+    g = torch.Generator().manual_seed(3)
+    halves = [MLM(_Tok(), V, mask_ratio=r).prepare(torch.randint(7, V, (4, 15), generator=g), g)
+              for r in (0.1, 0.5)]
+    whole = {k: torch.cat([h[k] for h in halves]) for k in halves[0]}
+    big = _trainer(_Replay([whole]), "encoder", steps=1, batch_size=8)
+    small = _trainer(_Replay(halves), "encoder", steps=1, batch_size=4, grad_accum=2)
+    loss_big, n_big, _ = big.train_step()
+    loss_small, n_small, _ = small.train_step()
+    assert n_big == n_small and loss_big == pytest.approx(loss_small, rel=1e-5)
+    for p, q in zip(big.model.parameters(), small.model.parameters()):
+        torch.testing.assert_close(p, q, atol=2e-6, rtol=1e-4)
+
+
+def test_budget_stops_run_and_counts_tokens():
+    trainer = _trainer(CLM(), "decoder", steps=1000, budget="tokens=640", eval_every=1000)
+    records = trainer.fit()
+    assert trainer.counters.step == 10  # 4 x 16 tokens per step
+    assert records[-1]["tokens_seen"] == 640 and records[-1]["decoder_tokens"] == 640
+    assert records[-1]["flops"] > 0 and records[-1]["loss_positions_seen"] == 640
+
+
+@pytest.mark.parametrize("text", ["tokens", "seconds=-1", "wall=3", "flops=abc"])
+def test_bad_budget(text):
+    with pytest.raises(UserError):
+        Budget.parse(text)
+
+
+def test_nonfinite_steps_are_skipped_then_stop():
+    trainer = _trainer(CLM(), "decoder", steps=50, max_nonfinite=3)
+    with torch.no_grad():
+        trainer.model.embed.weight[10:20] = float("nan")
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    with pytest.raises(UserError, match="non-finite"):
+        trainer.fit()
+    assert trainer.counters.nonfinite_steps == 3
+    after = trainer.model.state_dict()
+    for key in before:
+        torch.testing.assert_close(before[key], after[key], equal_nan=True)
+
+
+def test_resume_is_exact(tmp_path):
+    full = _trainer(CLM(), "decoder", tmp_path / "full", steps=30).fit()
+    first = []
+
+    def crash_after_step_20(record):
+        first.append(record)
+        if record["step"] == 20:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _trainer(CLM(), "decoder", tmp_path / "cut", steps=30).fit(crash_after_step_20)
+    resumed = _trainer(CLM(), "decoder", tmp_path / "cut", steps=30)
+    assert resumed.resume()
+    rest = resumed.fit()
+    assert [r["train_loss"] for r in first + rest] == [r["train_loss"] for r in full]
+    assert [r["val_loss"] for r in first + rest] == [r["val_loss"] for r in full]
+    lines = (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [10, 20, 30]
+
+
+def test_schedule_and_groups():
+    assert lr_factor(0, 10, 100) == pytest.approx(0.1)
+    assert lr_factor(10, 10, 100) == pytest.approx(1.0)
+    assert lr_factor(100, 10, 100, 0.1) == pytest.approx(0.1)
+    model = build_model(preset("bert", vocab_size=V, d_model=32, n_heads=4, n_layers=1, max_seq_len=16))
+    groups = {g["name"]: g for g in parameter_groups(model, 1e-3, 0.1, ("lm_head",), 5e-3)}
+    no_decay = {id(p) for g in groups.values() if g["weight_decay"] == 0 for p in g["params"]}
+    assert id(model.embed.weight) in no_decay
+    assert id(model.stack.blocks[0].attn_norm.weight) in no_decay
+    assert id(model.stack.blocks[0].attn.qkv.weight) not in no_decay
+    assert groups["head.decay"]["lr"] == 5e-3 and groups["body.decay"]["lr"] == 1e-3
+
+
+def test_pretrain_writes_run_folder(small_text, tmp_path):
+    settings = PretrainConfig.from_flat(dict(
+        family="encoder", data=str(small_text), d_model=32, layers=1, heads=2, out=str(tmp_path / "run"),
+        steps=6, batch_size=4, block_size=32, eval_every=3, eval_batches=2, progress=False))
+    result = pretrain(settings)
+    run = tmp_path / "run"
+    assert {p.name for p in run.iterdir()} >= {"config.json", "tokenizer.json", "model.safetensors", "metrics.jsonl"}
+    record = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    for key in ("step", "tokens_seen", "loss_positions_seen", "wall_s", "train_loss", "val_loss", "lr",
+                "val_masked_acc"):
+        assert key in record
+    assert result["settings"].objective == "mlm"
