@@ -3,6 +3,10 @@
 import os
 
 import pytest
+import torch
+
+# Tests use tiny tensors: one thread avoids worker threads spinning against each other on 2 cores.
+torch.set_num_threads(1)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

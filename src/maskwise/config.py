@@ -73,8 +73,16 @@ class ModelConfig:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
             if getattr(self, name) <= 0:
                 raise UserError(f"model config: {name} must be positive, got {getattr(self, name)}")
-        if self.n_decoder_layers is not None and self.n_decoder_layers <= 0:
-            raise UserError(f"model config: n_decoder_layers must be positive, got {self.n_decoder_layers}")
+        for name in ("n_decoder_layers", "d_head"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise UserError(f"model config: {name} must be positive, got {getattr(self, name)}")
+        if not self.norm_eps > 0:
+            raise UserError(f"model config: norm_eps must be positive, got {self.norm_eps}")
+        if self.position == "relative" and self.relative_buckets < 4:
+            raise UserError(f"model config: relative_buckets must be at least 4, got {self.relative_buckets}")
+        for name in ("type_vocab_size", "position_offset"):
+            if getattr(self, name) < 0:
+                raise UserError(f"model config: {name} must be >= 0, got {getattr(self, name)}")
         if self.d_head is None and self.d_model % self.n_heads:
             raise UserError(
                 f"model config: d_model {self.d_model} is not divisible by n_heads {self.n_heads}"
@@ -108,13 +116,12 @@ def from_dict(cls, data: dict[str, Any], what: str):
 
 
 def _coerce(what: str, key: str, value: Any, default: Any) -> Any:
-    """Check a config value against the type of its default (None defaults accept int or None)."""
-    if default is None or value is None:
+    """Check a config value against the type of its default. Fields whose default is None are
+    optional integers; every other field must have its default's type (ints widen to floats)."""
+    if default is None:
         if value is None or (isinstance(value, int) and not isinstance(value, bool)):
             return value
-        if isinstance(value, (str, float)) and default is None:
-            return value
-        raise UserError(f"{what}: {key} has the wrong type ({type(value).__name__})")
+        raise UserError(f"{what}: {key} must be an integer or null, got {type(value).__name__} ({value!r})")
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value

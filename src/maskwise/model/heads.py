@@ -127,6 +127,31 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None, how: str) ->
     raise ValueError(f"unknown pooling {how!r}; known: {', '.join(POOLINGS)}")
 
 
+@dataclass
+class RTDOutput:
+    """``logits``: (B, T), > 0 = "this token was replaced"; ``loss``: mean binary cross-entropy over
+    the positions whose label is not -100 (labels: 1 = replaced, 0 = original)."""
+
+    logits: torch.Tensor
+    loss: torch.Tensor | None = None
+    hidden_states: torch.Tensor | None = None
+
+
+class RTDHead(nn.Module):
+    """ELECTRA's replaced-token-detection head: dense d -> d, activation, dense d -> 1, per token."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        from maskwise.model.transformer import ACTIVATIONS
+
+        self.dense = nn.Linear(cfg.d_model, cfg.d_model)
+        self.act = _Activation(ACTIVATIONS[cfg.activation])
+        self.out = nn.Linear(cfg.d_model, 1)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.out(self.act(self.dense(h))).squeeze(-1)  # (B, T)
+
+
 class ClassifierHead(nn.Module):
     """Pooled vector -> class logits, with dropout (BERT's sequence classification head)."""
 

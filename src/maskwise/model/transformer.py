@@ -20,7 +20,7 @@ from torch import nn
 
 from maskwise.config import ModelConfig
 from maskwise.masks import Mask, build_mask
-from maskwise.model.heads import LMHead, LMOutput
+from maskwise.model.heads import IGNORE_INDEX, LMHead, LMOutput, RTDHead, RTDOutput
 
 ACTIVATIONS = {
     "gelu": F.gelu,
@@ -275,6 +275,22 @@ class Stack(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg, cross) for _ in range(n_layers))
         self.final_norm = make_norm(cfg) if cfg.final_norm else None
 
+    def embed(self, x: torch.Tensor, positions: torch.Tensor,
+              token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, d) token embeddings -> the first block's input (before dropout): learned
+        positions and segment embeddings added, then the embedding norm. ``positions``: (T,) or
+        (B, T). Public so that ELECTRA's generator can read the discriminator's embeddings."""
+        if positions.max() >= self.cfg.max_seq_len and self.positions is not None:
+            raise ValueError(f"position {int(positions.max())} beyond max_seq_len {self.cfg.max_seq_len}")
+        if self.positions is not None:
+            x = x + self.positions(positions + self.cfg.position_offset)
+        if self.token_types is not None:
+            types = token_type_ids if token_type_ids is not None else torch.zeros_like(positions)
+            x = x + self.token_types(types)
+        if self.embedding_norm is not None:
+            x = self.embedding_norm(x)
+        return x
+
     def forward(
         self,
         x: torch.Tensor,
@@ -292,16 +308,7 @@ class Stack(nn.Module):
         offset = cache.length if cache is not None else 0
         if positions is None:
             positions = torch.arange(offset, offset + T, device=x.device)  # (T,)
-        if positions.max() >= self.cfg.max_seq_len and self.positions is not None:
-            raise ValueError(f"position {int(positions.max())} beyond max_seq_len {self.cfg.max_seq_len}")
-        if self.positions is not None:
-            x = x + self.positions(positions + self.cfg.position_offset)
-        if self.token_types is not None:
-            types = token_type_ids if token_type_ids is not None else torch.zeros_like(positions)
-            x = x + self.token_types(types)
-        if self.embedding_norm is not None:
-            x = self.embedding_norm(x)
-        x = self.dropout(x)
+        x = self.dropout(self.embed(x, positions, token_type_ids))
 
         pattern = "prefix" if prefix_lengths is not None else self.pattern
         k_len = offset + T
@@ -387,11 +394,37 @@ class Encoder(Transformer):
     def hidden_states(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
         return self.stack(self._embed(input_ids), attention_mask, token_type_ids=token_type_ids)
 
-    def forward(self, input_ids, attention_mask=None, labels=None, token_type_ids=None) -> LMOutput:
+    def forward(self, input_ids, attention_mask=None, labels=None, token_type_ids=None,
+                decoder_input_ids=None) -> LMOutput:
+        """``decoder_input_ids`` is accepted so that every family can be called the same way
+        (``maskwise.load``); an encoder has no decoder, so anything but None is an error."""
+        _no_decoder(self, decoder_input_ids)
         h = self.hidden_states(input_ids, attention_mask, token_type_ids)  # (B, T, d)
         out = self.lm_head(h, labels)
         out.hidden_states = h
         return out
+
+
+class Discriminator(Encoder):
+    """ELECTRA's discriminator: an encoder whose RTD head scores every token as original or
+    replaced. The inherited LM head is unused (give it no parameters: tied, no transform, no bias)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.rtd_head = RTDHead(cfg)
+        self.init_weights()
+
+    def forward(self, input_ids, attention_mask=None, labels=None, token_type_ids=None,
+                decoder_input_ids=None) -> RTDOutput:
+        """labels: (B, T), 1 = replaced, 0 = original, -100 = no loss."""
+        _no_decoder(self, decoder_input_ids)
+        h = self.hidden_states(input_ids, attention_mask, token_type_ids)  # (B, T, d)
+        logits = self.rtd_head(h)  # (B, T)
+        loss = None
+        if labels is not None:
+            scored = labels != IGNORE_INDEX
+            loss = F.binary_cross_entropy_with_logits(logits[scored].float(), labels[scored].float())
+        return RTDOutput(logits=logits, loss=loss, hidden_states=h)
 
 
 class Decoder(Transformer):
@@ -410,7 +443,10 @@ class Decoder(Transformer):
                           prefix_lengths=prefix_lengths, cache=cache)
 
     def forward(self, input_ids, attention_mask=None, labels=None, positions=None, prefix_lengths=None,
-                cache=None) -> LMOutput:
+                cache=None, decoder_input_ids=None) -> LMOutput:
+        """``decoder_input_ids``: accepted for a family-independent call signature; must be None
+        (a decoder-only model reads everything through ``input_ids``)."""
+        _no_decoder(self, decoder_input_ids)
         h = self.hidden_states(input_ids, attention_mask, positions, prefix_lengths, cache)  # (B, T, d)
         out = self.lm_head(h, labels)
         out.hidden_states = h
@@ -449,6 +485,11 @@ class EncoderDecoder(Transformer):
         return Seq2SeqOutput(logits=out.logits, loss=out.loss, loss_sum=out.loss_sum,
                              n_loss_positions=out.n_loss_positions, hidden_states=h,
                              encoder_hidden_states=encoder_hidden_states)
+
+
+def _no_decoder(model: Transformer, decoder_input_ids) -> None:
+    if decoder_input_ids is not None:
+        raise ValueError(f"decoder_input_ids given to a {model.family} model, which has no separate decoder")
 
 
 MODEL_CLASSES = {"encoder": Encoder, "decoder": Decoder, "encoder-decoder": EncoderDecoder}

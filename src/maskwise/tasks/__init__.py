@@ -28,17 +28,15 @@ PAD_SIDES = ("left", "right")
 
 
 def frame(tokenizer, ids: Sequence[int], family: str) -> list[int]:
-    """One text as the family reads it: ``[CLS] x [SEP]`` for an encoder (BERT's framing, which
-    puts a summary position first for "cls" pooling); the bare ids otherwise (a decoder reads text
-    as it was pretrained on it, and an encoder-decoder's encoder needs no marker)."""
-    if family == "encoder":
-        return [tokenizer.cls_id, *ids, tokenizer.sep_id]
-    return list(ids)
+    """One text as the family was pretrained to read it: ``[CLS] x`` for an encoder (MLM frames
+    its windows so, and ``interop.hf.encoder_framing`` too; [CLS] is also the summary position
+    for "cls" pooling); the bare ids for a decoder or an encoder-decoder's encoder."""
+    return [tokenizer.cls_id, *ids] if family == "encoder" else list(ids)
 
 
 def frame_extra(family: str) -> int:
-    """How many ids ``frame`` adds around a text."""
-    return 2 if family == "encoder" else 0
+    """How many ids ``frame`` adds to a text."""
+    return 1 if family == "encoder" else 0
 
 
 def pad(seqs: Sequence[Sequence[int]], pad_id: int, side: str = "right",

@@ -1,0 +1,178 @@
+"""Sequence classification: a head on a pooled state, fine-tuned or probed; or, for a decoder,
+zero-shot by prompting.
+
+* Encoder: the head reads the ``[CLS]`` state ("cls", BERT) or the mean of the real tokens ("mean").
+* Decoder: the head reads the last real token ("last"), the only position that has seen the whole
+  text through a causal mask; or no head at all: each label is scored as a continuation of a prompt
+  and the most likely wins (``zero_shot_classify``).
+* Encoder-decoder: the encoder alone, mean-pooled (the decoder has nothing to add to reading).
+
+``freeze=True`` is a linear probe: the body is fixed and only the head trains, which measures what
+pretraining put into the representation; ``freeze=False`` fine-tunes everything, the body at ``lr``
+(default 2e-5) and the fresh head at ``head_lr`` (default 1e-3) through ``build_optimizer``'s head
+group. Results always carry the pooling and mode used, accuracy, macro-F1 and the majority-class
+baseline, so a number never travels without what it should be compared to.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from maskwise.data.tasks import LabelledText
+from maskwise.errors import UserError
+from maskwise.model.heads import POOLINGS, ClassifierHead, pool
+from maskwise.tasks import FinetuneConfig, batches, body_states, device_of, encode_texts, fine_tune
+from maskwise.objectives.span import decoder_start_id
+from maskwise.tasks.generate import continuation_logprobs
+from maskwise.tasks.metrics import accuracy, macro_f1, majority_label
+
+DEFAULT_POOLING = {"encoder": "cls", "decoder": "last", "encoder-decoder": "mean"}
+HEAD_PREFIX = "head."
+
+
+def check_pooling(family: str, pooling: str | None) -> str:
+    """The pooling to use: the family's default, or the one asked for if it makes sense there."""
+    pooling = DEFAULT_POOLING[family] if pooling is None else pooling
+    if pooling not in POOLINGS:
+        raise UserError(f"unknown pooling {pooling!r}; known: {', '.join(POOLINGS)}")
+    if family == "decoder" and pooling == "cls":
+        raise UserError("cls pooling reads the first token, which a causal decoder sees before the rest of "
+                        "the text; use last (or mean)")
+    return pooling
+
+
+class SequenceClassifier(nn.Module):
+    """A body of any family plus ``ClassifierHead`` on its pooled hidden states.
+
+    The body is kept under ``body.`` and the head under ``head.`` so that the optimizer's head group
+    and the saved files split on a name prefix."""
+
+    def __init__(self, body: nn.Module, labels: Sequence[str], pooling: str | None = None,
+                 freeze: bool = False, dropout: float = 0.1):
+        super().__init__()
+        self.body, self.labels = body, list(labels)
+        self.pooling = check_pooling(body.cfg.family, pooling)
+        self.freeze = freeze
+        self.head = ClassifierHead(body.cfg.d_model, len(self.labels), dropout).to(device_of(body))
+        body.requires_grad_(not freeze)
+
+    def train(self, mode: bool = True) -> "SequenceClassifier":
+        super().train(mode)
+        if self.freeze:
+            self.body.eval()  # a probe reads the representation as pretraining left it: no dropout
+        return self
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        h = body_states(self.body, input_ids, attention_mask)  # (B, T, d)
+        return self.head(pool(h, attention_mask, self.pooling))  # (B, n_classes)
+
+
+@dataclass
+class ClassifyConfig(FinetuneConfig):
+    pooling: str | None = None  # None = the family's default (DEFAULT_POOLING)
+    freeze: bool = False  # True = linear probe: only the head trains
+    max_len: int | None = None  # None = the model's context
+    dropout: float = 0.1
+
+
+def _max_len(model: nn.Module, max_len: int | None) -> int:
+    return model.cfg.max_seq_len if max_len is None else min(max_len, model.cfg.max_seq_len)
+
+
+def train_classifier(body: nn.Module, tokenizer, train: Sequence[LabelledText], cfg: ClassifyConfig,
+                     labels: Sequence[str] | None = None) -> SequenceClassifier:
+    """Fine-tune (or probe) ``body`` on ``train``; ``labels`` fixes the label order (default sorted)."""
+    if not train:
+        raise UserError("no training examples")
+    labels = sorted({e.label for e in train}) if labels is None else list(labels)
+    if len(labels) < 2:
+        raise UserError(f"classification needs at least 2 labels, got {labels}")
+    index = {label: i for i, label in enumerate(labels)}
+    model = SequenceClassifier(body, labels, cfg.pooling, cfg.freeze, cfg.dropout)
+    max_len, device = _max_len(body, cfg.max_len), device_of(body)
+
+    def step_loss(rng: random.Random) -> torch.Tensor:
+        chosen = [train[rng.randrange(len(train))] for _ in range(cfg.batch_size)]
+        ids, mask = encode_texts(tokenizer, [e.text for e in chosen], body.cfg.family, max_len, device)
+        targets = torch.tensor([index[e.label] for e in chosen], device=device)
+        return F.cross_entropy(model(ids, mask), targets)
+
+    fine_tune(model, step_loss, cfg, head_prefixes=(HEAD_PREFIX,), desc="classify")
+    return model
+
+
+@torch.no_grad()
+def predict(model: SequenceClassifier, tokenizer, texts: Sequence[str], batch_size: int = 64,
+            max_len: int | None = None) -> list[str]:
+    model.eval()
+    max_len, device = _max_len(model.body, max_len), device_of(model)
+    predicted = []
+    for chunk in batches(len(texts), batch_size):
+        ids, mask = encode_texts(tokenizer, [texts[i] for i in chunk], model.body.cfg.family, max_len, device)
+        predicted.extend(model.labels[i] for i in model(ids, mask).argmax(dim=-1).tolist())
+    return predicted
+
+
+def classification_results(predicted: Sequence[str], gold: Sequence[str], train_labels: Sequence[str],
+                           **settings) -> dict:
+    """Accuracy and macro-F1 beside the majority-class baseline (the train set's most frequent label
+    predicted for every test example), plus whatever ``settings`` say about how they were made."""
+    labels = sorted(set(gold) | set(train_labels))
+    majority = majority_label(train_labels)
+    baseline = [majority] * len(gold)
+    return {
+        "task": "classify",
+        **settings,
+        "n_test": len(gold),
+        "accuracy": accuracy(predicted, gold),
+        "macro_f1": macro_f1(predicted, gold, labels),
+        "baseline": {"name": "majority class", "label": majority,
+                     "accuracy": accuracy(baseline, gold), "macro_f1": macro_f1(baseline, gold, labels)},
+    }
+
+
+def evaluate_classifier(model: SequenceClassifier, tokenizer, test: Sequence[LabelledText],
+                        train_labels: Sequence[str], batch_size: int = 64, **settings) -> dict:
+    predicted = predict(model, tokenizer, [e.text for e in test], batch_size)
+    return classification_results(predicted, [e.label for e in test], train_labels,
+                                  pooling=model.pooling, mode="probe" if model.freeze else "finetune",
+                                  family=model.body.cfg.family, **settings)
+
+
+def settings_of(cfg: ClassifyConfig) -> dict:
+    return {k: v for k, v in asdict(cfg).items() if k != "progress"}
+
+
+# ---- zero-shot by prompting (decoders) -----------------------------------------------------------
+
+DEFAULT_TEMPLATE = "{text}\n\nThe genre of this play is"
+
+
+@torch.no_grad()
+def zero_shot_classify(model: nn.Module, tokenizer, texts: Sequence[str], labels: Sequence[str],
+                       template: str = DEFAULT_TEMPLATE, per_token: bool = True,
+                       batch_size: int = 32) -> list[str]:
+    """Pick, for each text, the label whose continuation " <label>" of ``template`` is most likely.
+
+    ``per_token`` ranks by mean log-probability per token rather than the sum, so that a label is
+    not preferred just for being short (with a character tokenizer "roman" would otherwise beat
+    "tragedy" by two characters of probability alone). No training: this is what pretraining alone
+    knows, reached through the language-model head."""
+    if "{text}" not in template:
+        raise UserError("the prompt template must contain {text}")
+    label_ids = [tokenizer.encode(f" {label}") for label in labels]
+    prompts = [tokenizer.encode(template.format(text=text)) for text in texts]
+    pairs_prompt = [p for p in prompts for _ in labels]
+    pairs_label = [ids for _ in prompts for ids in label_ids]
+    start = decoder_start_id(tokenizer) if model.cfg.family == "encoder-decoder" else None
+    scores = continuation_logprobs(model, pairs_prompt, pairs_label, tokenizer.pad_id, batch_size, start)
+    if per_token:
+        scores = scores / torch.tensor([len(ids) for ids in pairs_label], dtype=scores.dtype)
+    best = scores.view(len(texts), len(labels)).argmax(dim=-1)
+    return [labels[i] for i in best.tolist()]

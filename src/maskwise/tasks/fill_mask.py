@@ -1,0 +1,190 @@
+"""What an MLM encoder can do (fill masks) and what it cannot (generate): the "break" exercise.
+
+``fill_mask`` gives the top-k tokens, with probabilities, for each ``[MASK]`` in a text: the
+question MLM pretraining trained, p(token | everything else).
+
+``mlm_continue`` makes an encoder generate anyway, the naive way: append ``[MASK]``, predict it,
+keep the prediction, repeat. Each prediction sees only the left side, which MLM never trained on
+(a masked position always had text on both sides), so samples degrade. ``char_losses`` puts a number
+on it: on held-out text, the encoder's per-character loss with both sides visible (the
+pseudo-log-likelihood: each token masked in turn) against its loss with the left side only (each
+token predicted from ``[CLS] left [MASK]``, exactly how ``mlm_continue`` generates), beside a
+same-size decoder's ordinary left-to-right loss. The encoder looks good on the first and bad on the
+second; the decoder was trained for the second.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from maskwise.errors import UserError
+from maskwise.tasks import batches, device_of, frame, frame_extra, pad
+from maskwise.tasks.generate import GenerationConfig, choose_next, generate
+
+MASK_TEXT = "[MASK]"
+
+
+def check_encoder(model, what: str) -> None:
+    if model.cfg.family != "encoder":
+        raise UserError(f"{what} needs an encoder (an MLM model), got a {model.cfg.family}")
+
+
+def _special_mask(tokenizer, vocab: int, device) -> torch.Tensor:
+    special = torch.zeros(vocab, dtype=torch.bool, device=device)
+    special[[i for i in tokenizer.special_ids if i < vocab]] = True
+    return special
+
+
+def _mask_logits(model, tokenizer, seqs: Sequence[Sequence[int]], where: Sequence[Sequence[int]]) -> torch.Tensor:
+    """Logits at the given positions of each sequence, special tokens excluded (an MLM head should
+    not answer "[PAD]"): (sum of len(where[i]), V), in order."""
+    ids, mask = pad(seqs, tokenizer.pad_id, "right", device_of(model))
+    h = model.hidden_states(ids, mask)  # (B, T, d)
+    rows = torch.tensor([r for r, ps in enumerate(where) for _ in ps], device=ids.device)
+    cols = torch.tensor([p for ps in where for p in ps], device=ids.device)
+    logits = model.lm_head.logits(h[rows, cols]).float()  # (N, V)
+    return logits.masked_fill(_special_mask(tokenizer, logits.shape[-1], logits.device), float("-inf"))
+
+
+@torch.no_grad()
+def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
+    """For each ``[MASK]`` in ``text``, in order: the ``top_k`` tokens and their probabilities."""
+    check_encoder(model, "fill-mask")
+    if top_k <= 0:
+        raise UserError(f"top-k must be positive, got {top_k}")
+    pieces = text.split(MASK_TEXT)
+    if len(pieces) == 1:
+        raise UserError(f"no {MASK_TEXT} in the text: write {MASK_TEXT} where a token should be predicted")
+    ids = []
+    for i, piece in enumerate(pieces):
+        ids += tokenizer.encode(piece)
+        if i < len(pieces) - 1:
+            ids.append(tokenizer.mask_id)
+    ids = frame(tokenizer, ids, "encoder")
+    if len(ids) > model.cfg.max_seq_len:
+        raise UserError(f"the text is {len(ids)} tokens, longer than the model's context of {model.cfg.max_seq_len}")
+    model.eval()
+    positions = [p for p, token in enumerate(ids) if token == tokenizer.mask_id]
+    probs = _mask_logits(model, tokenizer, [ids], [positions]).softmax(dim=-1)  # (n_masks, V)
+    top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+    return [[(tokenizer.decode([i], skip_special=False), float(p)) for p, i in zip(values.tolist(), index.tolist())]
+            for values, index in zip(top.values, top.indices)]
+
+
+@torch.no_grad()
+def mlm_continue(model, tokenizer, prompt: str, max_new_tokens: int, cfg: GenerationConfig | None = None,
+                 generator: torch.Generator | None = None) -> str:
+    """Generate with an encoder by appending ``[MASK]`` and predicting it, ``max_new_tokens`` times.
+    ``cfg`` chooses greedy or sampling (temperature, top-k, top-p) as for a decoder."""
+    check_encoder(model, "MLM generation")
+    cfg = (cfg or GenerationConfig()).validate()
+    model.eval()
+    ids = tokenizer.encode(prompt)
+    room = model.cfg.max_seq_len - frame_extra("encoder") - 1  # room for the left side and [MASK]
+    seen = torch.zeros(1, model.cfg.vocab_size, dtype=torch.bool, device=device_of(model))
+    new = []
+    for _ in range(max_new_tokens):
+        left = ids[-room:] if room > 0 else []
+        seq = frame(tokenizer, [*left, tokenizer.mask_id], "encoder")
+        logits = _mask_logits(model, tokenizer, [seq], [[len(seq) - 1]])  # (1, V)
+        token = int(choose_next(logits, seen, cfg, generator)[0])
+        seen[0, token] = True
+        ids.append(token)
+        new.append(token)
+    return tokenizer.decode(new)
+
+
+# ---- per-character losses ------------------------------------------------------------------------
+
+
+def _scored_chars(tokenizer, ids: Sequence[int]) -> int:
+    return max(1, len(tokenizer.decode(ids[1:])))
+
+
+@torch.no_grad()
+def encoder_nats_per_char(model, tokenizer, text: str, both_sides: bool, batch_size: int = 64) -> float:
+    """Mean negative log-likelihood per character of ``text`` (every token but the first, so that
+    every scored token has context, as for the decoder), each token masked in turn.
+
+    ``both_sides``: the context is split around the token (the pseudo-log-likelihood, what MLM
+    trains); otherwise only the left side, as when generating by appending ``[MASK]``."""
+    check_encoder(model, "MLM scoring")
+    model.eval()
+    ids = tokenizer.encode(text)
+    if len(ids) < 2:
+        raise UserError("held-out text needs at least two tokens")
+    room = model.cfg.max_seq_len - frame_extra("encoder") - 1
+    seqs, positions = [], []
+    for t in range(1, len(ids)):
+        if both_sides:
+            left = ids[max(0, t - room // 2):t]
+            right = ids[t + 1:t + 1 + room - len(left)]
+        else:
+            left, right = ids[max(0, t - room):t], []
+        seqs.append(frame(tokenizer, [*left, tokenizer.mask_id, *right], "encoder"))
+        positions.append(len(left) + frame_extra("encoder"))
+    total = 0.0
+    for chunk in batches(len(seqs), batch_size):
+        logits = _mask_logits(model, tokenizer, [seqs[i] for i in chunk], [[positions[i]] for i in chunk])
+        targets = torch.tensor([ids[i + 1] for i in chunk], device=logits.device)
+        total += float(-logits.log_softmax(dim=-1).gather(1, targets[:, None]).sum())
+    return total / _scored_chars(tokenizer, ids)
+
+
+@torch.no_grad()
+def decoder_nats_per_char(model, tokenizer, text: str) -> float:
+    """A decoder's mean negative log-likelihood per character of ``text`` (every token but the
+    first), in windows of the context length overlapping by half so every token but the first
+    window's has at least half a context behind it."""
+    if model.cfg.family != "decoder":
+        raise UserError(f"left-to-right scoring needs a decoder, got a {model.cfg.family}")
+    model.eval()
+    ids = tokenizer.encode(text)
+    if len(ids) < 2:
+        raise UserError("held-out text needs at least two tokens")
+    window, device = model.cfg.max_seq_len, device_of(model)
+    stride = max(1, window // 2)
+    total, scored_until, start = 0.0, 1, 0  # tokens before ``scored_until`` are done
+    while scored_until < len(ids):
+        chunk = ids[start:start + window]
+        labels = [-100] * len(chunk)
+        for t in range(max(scored_until, start + 1), start + len(chunk)):
+            labels[t - start - 1] = ids[t]  # position t-1 predicts token t
+        x = torch.tensor([chunk], device=device)
+        out = model(x, labels=torch.tensor([labels], device=device))
+        total += float(out.loss_sum)
+        scored_until = start + len(chunk)
+        start += stride
+    return total / _scored_chars(tokenizer, ids)
+
+
+def break_exercise(encoder, encoder_tokenizer, decoder, decoder_tokenizer, prompt: str, held_out: str,
+                   max_new_tokens: int = 100, cfg: GenerationConfig | None = None, seed: int = 0) -> dict:
+    """Both models continue ``prompt`` (the encoder by appending [MASK]) with the same settings and
+    seed, and both are scored on ``held_out`` in nats and bits per character."""
+    cfg = (cfg or GenerationConfig(max_new_tokens=max_new_tokens)).validate()
+    encoder_sample = mlm_continue(encoder, encoder_tokenizer, prompt, max_new_tokens, cfg,
+                                  torch.Generator().manual_seed(seed))
+    output = generate(decoder, [decoder_tokenizer.encode(prompt)],
+                      GenerationConfig(**{**cfg.__dict__, "max_new_tokens": max_new_tokens}),
+                      None, decoder_tokenizer.pad_id, generator=torch.Generator().manual_seed(seed))
+    both = encoder_nats_per_char(encoder, encoder_tokenizer, held_out, both_sides=True)
+    left = encoder_nats_per_char(encoder, encoder_tokenizer, held_out, both_sides=False)
+    causal = decoder_nats_per_char(decoder, decoder_tokenizer, held_out)
+
+    def loss(nats: float) -> dict:
+        return {"nats_per_char": nats, "bits_per_char": nats / math.log(2)}
+
+    return {
+        "task": "break",
+        "prompt": prompt,
+        "held_out_chars": len(held_out),
+        "decoding": "greedy" if cfg.temperature == 0 else f"sample T={cfg.temperature}",
+        "encoder": {"sample": encoder_sample, "params": encoder.num_parameters(),
+                    "loss_both_sides": loss(both), "loss_left_only": loss(left)},
+        "decoder": {"sample": decoder_tokenizer.decode(output.tokens[0]), "params": decoder.num_parameters(),
+                    "loss_left_only": loss(causal)},
+    }

@@ -1,0 +1,466 @@
+"""Generation: greedy, sampling (temperature, top-k, top-p), repetition penalty, stop sequences and
+beam search, for decoders and encoder-decoders, with a static KV cache or without one.
+
+A decoder continues a prompt; an encoder-decoder reads the prompt as its source once and writes a
+target from its start token. Both are driven through one small "state" per family that answers two
+questions: the logits after the prompt (``first``), and the logits after one more token per row
+(``step``). The cached state keeps keys/values in a static ``KVCache`` (the encoder's cross-attention
+keys/values are computed on the first step and reused); the uncached state re-reads the whole
+sequence every step. They compute the same thing, which the tests hold them to (tokens and logits,
+greedy and seeded sampling, left-padded batches).
+
+Batched decoder prompts are padded on the LEFT so that every row's newest token is in the last
+column; positions count real tokens only (``positions_from_mask``), so padding does not shift a
+row's positions and a batched row generates what it would alone.
+
+Context limit (``cfg.max_seq_len``): a prompt that leaves no room for one new token is truncated from
+the left to its last ``max_seq_len - 1`` tokens, with a warning (the end of a prompt is what the
+continuation depends on most); a row stops when its prompt plus continuation reaches ``max_seq_len``
+(for an encoder-decoder: when start token plus target does; an over-long source keeps its last
+``max_seq_len`` tokens, also with a warning).
+
+An encoder cannot generate: its MLM training fits p(token | both sides), which says nothing about
+the next token given only the left; ``tasks.fill_mask.mlm_continue`` shows what happens if one tries.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from maskwise.errors import UserError
+from maskwise.model.heads import IGNORE_INDEX
+from maskwise.objectives.span import decoder_start_id
+from maskwise.tasks import batches, device_of, pad, positions_from_mask
+
+GENERATIVE_FAMILIES = ("decoder", "encoder-decoder")
+
+
+@dataclass
+class GenerationConfig:
+    max_new_tokens: int = 64
+    temperature: float = 0.0  # 0 = greedy (argmax); > 0 = sample from softmax(logits / temperature)
+    top_k: int = 0  # sample among the k most likely tokens only; 0 = all
+    top_p: float = 1.0  # sample from the smallest set holding this probability mass; 1 = all
+    repetition_penalty: float = 1.0  # CTRL's: logits of seen tokens divided (> 0) or multiplied by it
+    num_beams: int = 1  # > 1 = beam search (deterministic: no sampling)
+    length_penalty: float = 1.0  # beam scores are log-prob / length ** length_penalty
+    stop: tuple[tuple[int, ...], ...] = ()  # token sequences that end a row ([EOS] always does)
+    use_cache: bool = True
+
+    def validate(self) -> "GenerationConfig":
+        if self.max_new_tokens <= 0:
+            raise UserError(f"max-new-tokens must be positive, got {self.max_new_tokens}")
+        if self.temperature < 0 or not math.isfinite(self.temperature):
+            raise UserError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if self.top_k < 0:
+            raise UserError(f"top-k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise UserError(f"top-p must be in (0, 1], got {self.top_p}")
+        if not self.repetition_penalty > 0:
+            raise UserError(f"repetition-penalty must be positive (1 = off), got {self.repetition_penalty}")
+        if self.num_beams < 1:
+            raise UserError(f"num-beams must be >= 1, got {self.num_beams}")
+        sampling_knobs = self.top_k > 0 or self.top_p < 1.0
+        if self.temperature == 0 and sampling_knobs:
+            raise UserError("top-k and top-p only apply when sampling: set a temperature > 0")
+        if self.num_beams > 1 and (self.temperature > 0 or sampling_knobs):
+            raise UserError("beam search does not sample: drop temperature/top-k/top-p or use num-beams 1")
+        if self.num_beams > 1 and self.stop:
+            raise UserError("stop sequences are not supported with beam search (beams end at [EOS])")
+        if any(len(s) == 0 for s in self.stop):
+            raise UserError("a stop sequence must not be empty")
+        return self
+
+
+@dataclass
+class GenerationOutput:
+    """``tokens[b]``: the new tokens of row b, up to and including the [EOS] or stop sequence that
+    ended it. ``logits``: ``(B, steps, V)`` raw model logits at each step (before any processing),
+    when asked for; ``None`` for beam search. ``prompt_lengths``: after any truncation."""
+
+    tokens: list[list[int]]
+    prompt_lengths: list[int]
+    logits: torch.Tensor | None = None
+    scores: list[float] = field(default_factory=list)  # beam search: each returned hypothesis's score
+
+
+# ---- the two families' decoding states ----------------------------------------------------------
+
+
+class _DecoderState:
+    """A decoder reading left-padded prompts, with or without a KV cache."""
+
+    def __init__(self, model, ids: torch.Tensor, mask: torch.Tensor, steps: int, use_cache: bool):
+        self.model, self.max_pos = model, model.cfg.max_seq_len - 1
+        self.ids, self.mask = ids, mask  # (B, L): everything fed so far
+        self.positions = positions_from_mask(mask)  # (B, L)
+        self.cache = model.make_cache(ids.shape[0], ids.shape[1] + steps) if use_cache else None
+
+    def _logits(self, ids, mask, positions) -> torch.Tensor:
+        h = self.model.hidden_states(ids, mask, positions=positions, cache=self.cache)  # (B, T, d)
+        return self.model.lm_head.logits(h[:, -1])  # (B, V)
+
+    def first(self) -> torch.Tensor:
+        return self._logits(self.ids, self.mask, self.positions)
+
+    def step(self, tokens: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """tokens: (B,) the chosen tokens; real: (B,) False for rows already finished (their token
+        is padding, masked out as a key)."""
+        new_pos = (self.positions[:, -1:] + 1).clamp(max=self.max_pos)  # (B, 1)
+        self.ids = torch.cat([self.ids, tokens[:, None]], dim=1)
+        self.mask = torch.cat([self.mask, real[:, None].long()], dim=1)
+        self.positions = torch.cat([self.positions, new_pos], dim=1)
+        if self.cache is not None:
+            return self._logits(tokens[:, None], self.mask, new_pos)
+        return self._logits(self.ids, self.mask, self.positions)
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.ids, self.mask, self.positions = self.ids[index], self.mask[index], self.positions[index]
+        if self.cache is not None:
+            self.cache.reorder(index)
+
+
+class _EncoderDecoderState:
+    """An encoder-decoder: the source is encoded once; the decoder starts from ``start_id``."""
+
+    def __init__(self, model, src: torch.Tensor, src_mask: torch.Tensor, start_id: int, steps: int,
+                 use_cache: bool):
+        self.model, self.src, self.src_mask = model, src, src_mask
+        self.dec = torch.full((src.shape[0], 1), start_id, dtype=torch.long, device=src.device)  # (B, 1)
+        self.dec_mask = torch.ones_like(self.dec)
+        self.cache = model.make_cache(src.shape[0], steps) if use_cache else None
+
+    def first(self) -> torch.Tensor:
+        if self.cache is None:
+            return self._uncached()
+        encoded = self.model.encode(self.src, self.src_mask)  # (B, S, d); K/V cached on this call
+        h = self.model.decode(self.dec, encoded, self.src_mask, self.dec_mask, cache=self.cache)
+        return self.model.lm_head.logits(h[:, -1])
+
+    def _uncached(self) -> torch.Tensor:
+        encoded = self.model.encode(self.src, self.src_mask)  # re-read each step: the reference path
+        h = self.model.decode(self.dec, encoded, self.src_mask, self.dec_mask)  # (B, T, d)
+        return self.model.lm_head.logits(h[:, -1])
+
+    def step(self, tokens: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        self.dec = torch.cat([self.dec, tokens[:, None]], dim=1)
+        self.dec_mask = torch.cat([self.dec_mask, real[:, None].long()], dim=1)
+        if self.cache is None:
+            return self._uncached()
+        h = self.model.decode(tokens[:, None], None, self.src_mask, self.dec_mask, cache=self.cache)
+        return self.model.lm_head.logits(h[:, -1])
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.src, self.src_mask = self.src[index], self.src_mask[index]
+        self.dec, self.dec_mask = self.dec[index], self.dec_mask[index]
+        if self.cache is not None:
+            self.cache.reorder(index)
+
+
+def check_generative(model) -> None:
+    if model.cfg.family not in GENERATIVE_FAMILIES:
+        raise UserError("an encoder cannot generate: MLM fits p(token | both sides), not p(next token | "
+                        "left side); use a decoder or encoder-decoder, or see `maskwise break` for what "
+                        "happens when an encoder is made to generate")
+
+
+def _truncate(prompts: Sequence[Sequence[int]], keep: int, what: str) -> list[list[int]]:
+    result = []
+    for prompt in prompts:
+        if len(prompt) == 0:
+            raise UserError(f"empty {what}: give at least one token of text")
+        if len(prompt) > keep:
+            warnings.warn(f"{what} of {len(prompt)} tokens is longer than the model's context allows; "
+                          f"keeping its last {keep} tokens", stacklevel=3)
+            prompt = prompt[-keep:]
+        result.append(list(prompt))
+    return result
+
+
+def _start(model, prompts, cfg: GenerationConfig, pad_id: int, start_id: int | None, expand: int):
+    """Truncate, pad and wrap prompts in the family's state; rows repeated ``expand`` times (beams).
+
+    Returns (state, per-row limit on new tokens (B*expand,), number of steps, prompt lengths,
+    the ids whose repetition is penalised from the start (B*expand lists))."""
+    check_generative(model)
+    device, limit = device_of(model), model.cfg.max_seq_len
+    if model.cfg.family == "decoder":
+        prompts = _truncate(prompts, limit - 1, "prompt")
+        room = [limit - len(p) for p in prompts]
+        seen = prompts
+    else:
+        if start_id is None:
+            raise UserError("an encoder-decoder needs a decoder start token id")
+        prompts = _truncate(prompts, limit, "source")
+        room = [limit - 1] * len(prompts)  # the start token takes one decoder position
+        seen = [[] for _ in prompts]
+    lengths = [len(p) for p in prompts]
+    steps = min(cfg.max_new_tokens, max(room))
+    rows = [i for i in range(len(prompts)) for _ in range(expand)]
+    if model.cfg.family == "decoder":
+        ids, mask = pad([prompts[i] for i in rows], pad_id, "left", device)
+        state = _DecoderState(model, ids, mask, steps, cfg.use_cache)
+    else:
+        ids, mask = pad([prompts[i] for i in rows], pad_id, "right", device)
+        state = _EncoderDecoderState(model, ids, mask, start_id, steps, cfg.use_cache)
+    row_limit = torch.tensor([min(cfg.max_new_tokens, room[i]) for i in rows], device=device)
+    return state, row_limit, steps, lengths, [seen[i] for i in rows]
+
+
+# ---- logits processing ---------------------------------------------------------------------------
+
+
+def penalise_repetition(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """CTRL's repetition penalty on (B, V) logits: a seen token's positive logit is divided by
+    ``penalty`` and a negative one multiplied, so it always becomes less likely for penalty > 1."""
+    if penalty == 1.0:
+        return logits
+    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, penalised, logits)
+
+
+def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Set logits outside the top ``top_k`` and outside the nucleus of mass ``top_p`` to -inf.
+    The nucleus always keeps the most likely token."""
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)  # (B, V)
+        drop_sorted = probs.cumsum(dim=-1) - probs >= top_p  # the mass before it already reaches p
+        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def choose_next(logits: torch.Tensor, seen: torch.Tensor, cfg: GenerationConfig,
+                generator: torch.Generator | None) -> torch.Tensor:
+    """(B,) next tokens from (B, V) logits: repetition penalty on ``seen`` (B, V), then argmax
+    (temperature 0) or temperature, top-k, top-p and a draw from ``generator``."""
+    scores = penalise_repetition(logits.float(), seen, cfg.repetition_penalty)
+    if cfg.temperature == 0:
+        return scores.argmax(dim=-1)
+    scores = filter_top_k_top_p(scores / cfg.temperature, cfg.top_k, cfg.top_p)
+    return torch.multinomial(scores.softmax(dim=-1), 1, generator=generator).squeeze(1)
+
+
+def _ends_with_stop(row: list[int], stop: tuple[tuple[int, ...], ...]) -> bool:
+    return any(len(row) >= len(s) and tuple(row[-len(s):]) == s for s in stop)
+
+
+def _seen_mask(seen_ids: list[list[int]], vocab: int, device) -> torch.Tensor:
+    seen = torch.zeros(len(seen_ids), vocab, dtype=torch.bool, device=device)
+    for row, ids in enumerate(seen_ids):
+        if ids:
+            seen[row, torch.tensor(ids, device=device)] = True
+    return seen
+
+
+# ---- greedy and sampling -------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def generate(model, prompts: Sequence[Sequence[int]], cfg: GenerationConfig, eos_id: int | None,
+             pad_id: int, start_id: int | None = None, generator: torch.Generator | None = None,
+             output_logits: bool = False) -> GenerationOutput:
+    """Continue each prompt (decoder) or write a target for each source (encoder-decoder).
+
+    ``start_id``: the encoder-decoder's decoder start token (``objectives.span.decoder_start_id``,
+    the one rule pretraining used). ``generator``
+    seeds sampling; the same seed gives the same tokens with and without the cache."""
+    cfg.validate()
+    if cfg.num_beams > 1:
+        return beam_search(model, prompts, cfg, eos_id, pad_id, start_id)
+    model.eval()
+    state, row_limit, steps, lengths, seen_ids = _start(model, prompts, cfg, pad_id, start_id, expand=1)
+    B, device = len(lengths), row_limit.device
+    finished = torch.zeros(B, dtype=torch.bool, device=device)
+    seen = None
+    out: list[list[int]] = [[] for _ in range(B)]
+    all_logits = []
+    logits = state.first()
+    for t in range(steps):
+        if seen is None:
+            seen = _seen_mask(seen_ids, logits.shape[-1], device)
+        if output_logits:
+            all_logits.append(logits.float())
+        tokens = choose_next(logits, seen, cfg, generator)
+        tokens = torch.where(finished, torch.full_like(tokens, pad_id), tokens)
+        active = ~finished
+        seen[active, tokens[active]] = True
+        for row in active.nonzero().flatten().tolist():
+            out[row].append(int(tokens[row]))
+            if ((eos_id is not None and out[row][-1] == eos_id) or len(out[row]) >= int(row_limit[row])
+                    or _ends_with_stop(out[row], cfg.stop)):
+                finished[row] = True
+        if bool(finished.all()) or t == steps - 1:
+            break
+        logits = state.step(tokens, active)
+    stacked = torch.stack(all_logits, dim=1) if output_logits else None  # (B, steps, V)
+    return GenerationOutput(out, lengths, stacked)
+
+
+# ---- beam search ---------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def beam_search(model, prompts: Sequence[Sequence[int]], cfg: GenerationConfig, eos_id: int | None,
+                pad_id: int, start_id: int | None = None) -> GenerationOutput:
+    """Keep the ``num_beams`` best partial sequences per prompt by summed log-probability.
+
+    A beam that emits [EOS] becomes a finished hypothesis scored log-prob / length ** length_penalty;
+    a prompt is done once it has ``num_beams`` finished hypotheses and its best running beam cannot
+    overtake the worst of them at the current length (HF's heuristic). With one beam this is greedy
+    decoding: the argmax is the only beam kept, and it stops at the same [EOS]."""
+    cfg.validate()
+    model.eval()
+    K = cfg.num_beams
+    state, row_limit, steps, lengths, seen_ids = _start(model, prompts, cfg, pad_id, start_id, expand=K)
+    B, device = len(lengths), row_limit.device
+    beam_scores = torch.full((B, K), float("-inf"), device=device)
+    beam_scores[:, 0] = 0.0  # all beams start identical: expand only the first at the first step
+    sequences = torch.zeros(B * K, 0, dtype=torch.long, device=device)
+    hypotheses: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
+    done = [False] * B
+    seen = None
+
+    def normalised(score: float, length: int) -> float:
+        return score / length ** cfg.length_penalty
+
+    logits = state.first()
+    for t in range(steps):
+        if seen is None:
+            seen = _seen_mask(seen_ids, logits.shape[-1], device)
+        logp = penalise_repetition(logits.float(), seen, cfg.repetition_penalty).log_softmax(dim=-1)
+        V = logp.shape[-1]
+        candidates = (beam_scores.view(-1, 1) + logp).view(B, K * V)  # (B, K*V)
+        top_scores, top_index = candidates.topk(min(2 * K, K * V), dim=-1)  # (B, 2K)
+        next_beam = torch.zeros(B, K, dtype=torch.long, device=device)
+        next_token = torch.full((B, K), pad_id, dtype=torch.long, device=device)
+        next_scores = torch.full((B, K), float("-inf"), device=device)
+        last_step = t == steps - 1
+        for b in range(B):
+            if done[b]:
+                next_beam[b] = torch.arange(K, device=device)  # keep shape; these rows are ignored
+                continue
+            kept = 0
+            for score, index in zip(top_scores[b].tolist(), top_index[b].tolist()):
+                beam, token = divmod(index, V)
+                row = b * K + beam
+                if eos_id is not None and token == eos_id:
+                    if len(hypotheses[b]) < K or normalised(score, t + 1) > min(h[0] for h in hypotheses[b]):
+                        hypotheses[b].append((normalised(score, t + 1), sequences[row].tolist() + [token]))
+                        hypotheses[b] = sorted(hypotheses[b], key=lambda h: -h[0])[:K]
+                    continue
+                next_beam[b, kept], next_token[b, kept], next_scores[b, kept] = beam, token, score
+                kept += 1
+                if kept == K:
+                    break
+            best_running = next_scores[b].max().item()
+            length_reached = t + 1 >= int(row_limit[b * K])
+            if len(hypotheses[b]) >= K and normalised(best_running, t + 1) <= hypotheses[b][-1][0]:
+                done[b] = True
+            elif last_step or length_reached:
+                for k in range(K):
+                    if next_scores[b, k] > float("-inf"):
+                        row = b * K + int(next_beam[b, k])
+                        hypotheses[b].append((normalised(float(next_scores[b, k]), t + 1),
+                                              sequences[row].tolist() + [int(next_token[b, k])]))
+                hypotheses[b] = sorted(hypotheses[b], key=lambda h: -h[0])[:K]
+                done[b] = True
+        if all(done):
+            break
+        index = (torch.arange(B, device=device)[:, None] * K + next_beam).flatten()  # (B*K,)
+        tokens = next_token.flatten()
+        sequences = torch.cat([sequences[index], tokens[:, None]], dim=1)
+        beam_scores = next_scores
+        seen = seen[index]
+        seen[torch.arange(B * K, device=device), tokens] = True
+        state.reorder(index)
+        active = torch.tensor([not done[i // K] for i in range(B * K)], device=device)
+        logits = state.step(tokens, active)
+    best = [max(h, key=lambda x: x[0]) for h in hypotheses]
+    return GenerationOutput([tokens for _, tokens in best], lengths, None, [score for score, _ in best])
+
+
+# ---- text in, text out ---------------------------------------------------------------------------
+
+
+def encode_stop(tokenizer, stops: Sequence[str]) -> tuple[tuple[int, ...], ...]:
+    encoded = tuple(tuple(tokenizer.encode(s)) for s in stops)
+    if any(not s for s in encoded):
+        raise UserError("a stop string encodes to no tokens")
+    return encoded
+
+
+def generate_text(model, tokenizer, prompts: Sequence[str], cfg: GenerationConfig,
+                  generator: torch.Generator | None = None, stop_strings: Sequence[str] = ()) -> list[str]:
+    """Encode prompts, generate, decode; the text is cut before the first stop string."""
+    cfg = GenerationConfig(**{**cfg.__dict__, "stop": cfg.stop + encode_stop(tokenizer, stop_strings)})
+    output = generate(model, [tokenizer.encode(p) for p in prompts], cfg, tokenizer.eos_id,
+                      tokenizer.pad_id, decoder_start_id(tokenizer), generator)
+    texts = []
+    for tokens in output.tokens:
+        text = tokenizer.decode(tokens)
+        for stop in stop_strings:
+            text = text.split(stop, 1)[0]
+        texts.append(text)
+    return texts
+
+
+# ---- scoring continuations -----------------------------------------------------------------------
+
+
+def continuation_batch(model, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]],
+                       pad_id: int, start_id: int | None = None) -> dict[str, torch.Tensor]:
+    """Model inputs whose labels mark exactly the continuation tokens (everything else -100), so
+    ``model(**batch)`` gives the continuation's loss, and its logits rows are the continuation
+    tokens in order. A decoder reads prompt + continuation (the prompt cut from the left to fit the
+    context); an encoder-decoder reads the prompt as its source and the continuation as its target."""
+    check_generative(model)
+    if any(len(c) == 0 for c in continuations):
+        raise UserError("a continuation to score must have at least one token")
+    device, limit = device_of(model), model.cfg.max_seq_len
+    if model.cfg.family == "decoder":
+        seqs, labels = [], []
+        for prompt, continuation in zip(prompts, continuations):
+            n = len(continuation)
+            seq = list(prompt)[-max(1, limit - n):] + list(continuation)
+            seqs.append(seq)
+            # position t predicts token t + 1: only the continuation's tokens are labelled
+            labels.append([IGNORE_INDEX] * (len(seq) - n - 1) + list(continuation) + [IGNORE_INDEX])
+        ids, mask = pad(seqs, pad_id, "right", device)
+        label_ids, _ = pad(labels, IGNORE_INDEX, "right", device)
+        return {"input_ids": ids, "attention_mask": mask, "labels": label_ids}
+    if start_id is None:
+        raise UserError("an encoder-decoder needs a decoder start token id")
+    src, src_mask = pad([list(p)[-limit:] for p in prompts], pad_id, "right", device)
+    dec, dec_mask = pad([[start_id, *c[:-1]] for c in continuations], pad_id, "right", device)
+    label_ids, _ = pad([list(c) for c in continuations], IGNORE_INDEX, "right", device)
+    return {"input_ids": src, "attention_mask": src_mask, "decoder_input_ids": dec,
+            "decoder_attention_mask": dec_mask, "labels": label_ids}
+
+
+@torch.no_grad()
+def continuation_logprobs(model, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]],
+                          pad_id: int, batch_size: int = 32, start_id: int | None = None) -> torch.Tensor:
+    """(N,) summed log p(continuation | prompt), one forward per pair, batched; vocabulary logits
+    only at the continuation's positions (the LM head is sparse given labels). Used for zero-shot
+    classification by prompting and by the generative reranker."""
+    model.eval()
+    scores = []
+    for chunk in batches(len(prompts), batch_size):
+        batch = continuation_batch(model, [prompts[i] for i in chunk], [continuations[i] for i in chunk],
+                                   pad_id, start_id)
+        out = model(**batch)
+        targets = batch["labels"][batch["labels"] != IGNORE_INDEX]  # (N,) row-major, as the logits
+        logp = out.logits.float().log_softmax(dim=-1).gather(1, targets[:, None]).squeeze(1)  # (N,)
+        scores.extend(part.sum() for part in logp.split([len(continuations[i]) for i in chunk]))
+    return torch.stack(scores)

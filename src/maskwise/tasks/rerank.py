@@ -1,0 +1,209 @@
+"""Reranking the bi-encoder's top candidates: a cross-encoder and a generative reranker.
+
+A bi-encoder embeds query and passage apart, so nothing in the query can change how the passage is
+read. A reranker reads them together, which costs one forward pass per (query, candidate) pair, so
+it only sees the first stage's top 100:
+
+* cross-encoder (encoder): reads ``[CLS] query [SEP] passage [SEP]`` (segments 0 and 1) and a linear
+  head on the [CLS] state gives one relevance score. Trained listwise: the positive and the
+  bi-encoder's own hard negatives for a query form one softmax, and the loss is the positive's
+  cross-entropy (the first stage's mistakes are exactly what the reranker must learn to fix).
+* generative reranker (decoder or encoder-decoder): the score is log p(" yes" | "Passage: ...
+  Line: ... Relevant:"), the relevance token's log-probability after a prompt. Fine-tuned with the
+  language-model loss on " yes" for positives and " no" for hard negatives.
+
+Both are evaluated on the same candidates with nDCG@10, MRR and per-query latency (p50/p99), beside
+the first stage's own ordering of those candidates.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
+
+from maskwise.data.tasks import RetrievalSet
+from maskwise.errors import UserError
+from maskwise.model.heads import pool
+from maskwise.tasks import FinetuneConfig, batches, device_of, fine_tune, pad
+from maskwise.objectives.span import decoder_start_id
+from maskwise.tasks.generate import continuation_batch, continuation_logprobs
+from maskwise.tasks.metrics import latency_ms
+from maskwise.tasks.retrieve import ranking_metrics
+
+ScoreFn = Callable[[str, Sequence[str]], torch.Tensor]  # (query, candidates) -> (n,) scores
+HEAD_PREFIX = "head."
+
+
+@dataclass
+class RerankConfig(FinetuneConfig):
+    batch_size: int = 8  # queries per step; each brings 1 positive + n_negatives passages
+    lr: float = 5e-5
+    n_negatives: int = 7
+    max_len: int | None = 256
+    score_batch: int = 50  # pairs per forward pass when scoring candidates
+
+
+def hard_negatives(ranked: Sequence[Sequence[int]], relevant: Sequence[int], n: int) -> list[list[int]]:
+    """The first ``n`` candidates of each query's ranking that are not its relevant document."""
+    return [[d for d in r if d != rel][:n] for r, rel in zip(ranked, relevant)]
+
+
+# ---- cross-encoder --------------------------------------------------------------------------------
+
+
+class CrossEncoder(nn.Module):
+    """An encoder reading query and passage together; one score from the [CLS] state."""
+
+    def __init__(self, body: nn.Module, dropout: float = 0.1):
+        super().__init__()
+        if body.cfg.family != "encoder":
+            raise UserError(f"a cross-encoder needs an encoder body, got a {body.cfg.family}; "
+                            "use the generative reranker for decoders")
+        self.body = body
+        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(body.cfg.d_model, 1)).to(device_of(body))
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+        if self.body.cfg.type_vocab_size == 0:
+            token_type_ids = None  # a body without segment embeddings tells the parts apart by [SEP]
+        h = self.body.hidden_states(input_ids, attention_mask, token_type_ids)  # (B, T, d)
+        return self.head(pool(h, attention_mask, "cls")).squeeze(-1)  # (B,)
+
+
+def pair_inputs(tokenizer, query: str, docs: Sequence[str], max_len: int, device) -> tuple[torch.Tensor, ...]:
+    """``[CLS] query [SEP] doc [SEP]`` for each doc: the query keeps at most half the room, the doc
+    fills the rest. Returns (ids, mask, token types), each (n, T)."""
+    q = tokenizer.encode(query)[:max(1, (max_len - 3) // 2)]
+    seqs, types = [], []
+    for doc_ids in tokenizer.encode_batch(list(docs)):
+        d = doc_ids[:max(0, max_len - 3 - len(q))]
+        seqs.append([tokenizer.cls_id, *q, tokenizer.sep_id, *d, tokenizer.sep_id])
+        types.append([0] * (len(q) + 2) + [1] * (len(d) + 1))
+    ids, mask = pad(seqs, tokenizer.pad_id, "right", device)
+    type_ids, _ = pad(types, 0, "right", device)
+    return ids, mask, type_ids
+
+
+def train_cross_encoder(body: nn.Module, tokenizer, data: RetrievalSet, negatives: Sequence[Sequence[int]],
+                        cfg: RerankConfig) -> CrossEncoder:
+    """Listwise training: per query, softmax over [positive, *negatives]; the positive is class 0."""
+    model = CrossEncoder(body)
+    usable = [i for i, neg in enumerate(negatives) if neg]
+    if not usable:
+        raise UserError("no query has a negative to train against")
+    max_len, device = min(cfg.max_len or body.cfg.max_seq_len, body.cfg.max_seq_len), device_of(body)
+
+    def step_loss(rng: random.Random) -> torch.Tensor:
+        losses = []
+        for i in (usable[rng.randrange(len(usable))] for _ in range(cfg.batch_size)):
+            group = [data.relevant[i], *negatives[i][:cfg.n_negatives]]
+            scores = model(*pair_inputs(tokenizer, data.queries[i], [data.docs[d] for d in group], max_len, device))
+            losses.append(F.cross_entropy(scores[None], torch.zeros(1, dtype=torch.long, device=device)))
+        return torch.stack(losses).mean()
+
+    fine_tune(model, step_loss, cfg, head_prefixes=(HEAD_PREFIX,), desc="rerank")
+    return model
+
+
+def cross_encoder_scorer(model: CrossEncoder, tokenizer, max_len: int | None = 256, batch_size: int = 50) -> ScoreFn:
+    max_len = min(max_len or model.body.cfg.max_seq_len, model.body.cfg.max_seq_len)
+
+    @torch.no_grad()
+    def score(query: str, docs: Sequence[str]) -> torch.Tensor:
+        model.eval()
+        parts = []
+        for chunk in batches(len(docs), batch_size):
+            inputs = pair_inputs(tokenizer, query, [docs[i] for i in chunk], max_len, device_of(model))
+            parts.append(model(*inputs).float().cpu())
+        return torch.cat(parts)
+
+    return score
+
+
+# ---- generative reranker --------------------------------------------------------------------------
+
+PROMPT_HEAD, PROMPT_MIDDLE, PROMPT_TAIL = "Passage: ", "\nLine: ", "\nRelevant:"
+YES, NO = " yes", " no"
+
+
+def relevance_prompt(tokenizer, query: str, doc: str, max_len: int, room_after: int) -> list[int]:
+    """``Passage: {doc}\\nLine: {query}\\nRelevant:`` as ids, the passage cut (from its end) so that
+    the whole prompt plus ``room_after`` tokens fits ``max_len``."""
+    head = tokenizer.encode(PROMPT_HEAD)
+    tail = tokenizer.encode(PROMPT_MIDDLE + query + PROMPT_TAIL)
+    budget = max(0, max_len - len(head) - len(tail) - room_after)
+    return head + tokenizer.encode(doc)[:budget] + tail
+
+
+def generative_scorer(model: nn.Module, tokenizer, max_len: int | None = None, batch_size: int = 50) -> ScoreFn:
+    """log p(" yes" | prompt) for each candidate: one forward pass per candidate, batched."""
+    max_len = min(max_len or model.cfg.max_seq_len, model.cfg.max_seq_len)
+    yes = tokenizer.encode(YES)
+    start = decoder_start_id(tokenizer) if model.cfg.family == "encoder-decoder" else None
+
+    def score(query: str, docs: Sequence[str]) -> torch.Tensor:
+        prompts = [relevance_prompt(tokenizer, query, doc, max_len, len(yes)) for doc in docs]
+        return continuation_logprobs(model, prompts, [yes] * len(docs), tokenizer.pad_id, batch_size, start).cpu()
+
+    return score
+
+
+def train_generative_reranker(model: nn.Module, tokenizer, data: RetrievalSet,
+                              negatives: Sequence[Sequence[int]], cfg: RerankConfig) -> nn.Module:
+    """Language-model loss on " yes" after positives' prompts and " no" after hard negatives'."""
+    usable = [i for i, neg in enumerate(negatives) if neg]
+    if not usable:
+        raise UserError("no query has a negative to train against")
+    max_len = min(cfg.max_len or model.cfg.max_seq_len, model.cfg.max_seq_len)
+    yes, no = tokenizer.encode(YES), tokenizer.encode(NO)
+    start = decoder_start_id(tokenizer) if model.cfg.family == "encoder-decoder" else None
+    n_neg = max(1, min(cfg.n_negatives, 3))  # a few negatives per positive keeps " yes" from being rare
+
+    def step_loss(rng: random.Random) -> torch.Tensor:
+        prompts, answers = [], []
+        for i in (usable[rng.randrange(len(usable))] for _ in range(cfg.batch_size)):
+            for d, answer in [(data.relevant[i], yes)] + [(d, no) for d in negatives[i][:n_neg]]:
+                prompts.append(relevance_prompt(tokenizer, data.queries[i], data.docs[d], max_len, len(answer)))
+                answers.append(answer)
+        return model(**continuation_batch(model, prompts, answers, tokenizer.pad_id, start)).loss
+
+    fine_tune(model, step_loss, cfg, desc="rerank")
+    return model
+
+
+# ---- evaluation ----------------------------------------------------------------------------------
+
+
+def evaluate_reranker(score: ScoreFn, data: RetrievalSet, candidates: Sequence[Sequence[int]],
+                      name: str, progress: bool = True) -> dict:
+    """Rerank each query's candidates by ``score`` and report metrics and per-query latency, beside
+    the first stage's ordering of the same candidates (the reranker's baseline). ``recall@k`` of the
+    first stage at the candidate depth bounds what any reranker can reach."""
+    if len(candidates) != len(data.queries):
+        raise ValueError(f"{len(candidates)} candidate lists for {len(data.queries)} queries")
+    relevant = [{d} for d in data.relevant]
+    reranked, seconds = [], []
+    for query, cands in tqdm(list(zip(data.queries, candidates)), desc=f"rerank ({name})", unit="query",
+                             leave=False, disable=not progress):
+        started = time.perf_counter()
+        scores = score(query, [data.docs[d] for d in cands])
+        order = scores.argsort(descending=True, stable=True).tolist()
+        seconds.append(time.perf_counter() - started)
+        reranked.append([cands[i] for i in order])
+    depth = max((len(c) for c in candidates), default=0)
+    ks = tuple(sorted({1, 10, depth}))
+    return {
+        "task": "rerank",
+        "reranker": name,
+        "n_queries": len(data.queries),
+        "candidates_per_query": depth,
+        **ranking_metrics(reranked, relevant, ks),
+        "latency": latency_ms(seconds),
+        "baseline": {"name": "first-stage order", **ranking_metrics(candidates, relevant, ks)},
+    }

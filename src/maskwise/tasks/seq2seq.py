@@ -1,0 +1,140 @@
+"""Read-then-write: fine-tune on source -> target and evaluate by generating.
+
+Two ways to cast the same task:
+
+* encoder-decoder: the encoder reads the source once; the decoder is trained with teacher forcing
+  (input ``[BOS] target``, labels ``target [EOS]``) and cross-attends to every source position;
+* decoder-only: one sequence ``source [SEP] target [EOS]`` under a causal mask, with the loss on the
+  target (and [EOS]) only — the source is context, not something to learn to write.
+
+Evaluation generates (greedy or beam) and scores exact match, set-of-speakers F1 and token F1,
+overall and bucketed by source length (in characters), beside the baseline of copying the
+source's first line (the first speaker, when speakers are shown).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from maskwise.data.tasks import Seq2SeqExample, first_speaker_baseline
+from maskwise.errors import UserError
+from maskwise.model.heads import IGNORE_INDEX
+from maskwise.tasks import FinetuneConfig, batches, device_of, fine_tune, pad
+from maskwise.objectives.span import decoder_start_id
+from maskwise.tasks.generate import GenerationConfig, check_generative, generate
+from maskwise.tasks.metrics import bucketed, exact_match, set_f1, token_f1
+
+# Source length buckets in characters (the speakers passages run up to ~600 by default).
+SOURCE_EDGES = (0, 150, 300, 450, 600)
+
+
+@dataclass
+class Seq2SeqConfig(FinetuneConfig):
+    lr: float = 1e-4  # no fresh head: the whole model learns a new output format
+    max_target_len: int = 64  # tokens; longer targets are cut
+
+
+def _source_room(model: nn.Module, max_target_len: int) -> int:
+    """Source tokens that fit: all of the context for an encoder-decoder's encoder; for a decoder,
+    what is left after [SEP], the target and [EOS]."""
+    if model.cfg.family == "encoder-decoder":
+        return model.cfg.max_seq_len
+    room = model.cfg.max_seq_len - max_target_len - 2
+    if room < 1:
+        raise UserError(f"max target length {max_target_len} leaves no room for the source in a context "
+                        f"of {model.cfg.max_seq_len}")
+    return room
+
+
+def source_ids(model: nn.Module, tokenizer, source: str, max_target_len: int) -> list[int]:
+    """The source as the model reads it: cut to fit (from the end: the passage's first speakers are
+    the first targets), plus [SEP] for a decoder, whose target follows in the same sequence."""
+    ids = tokenizer.encode(source)[:_source_room(model, max_target_len)]
+    return ids + [tokenizer.sep_id] if model.cfg.family == "decoder" else ids
+
+
+def seq2seq_batch(model: nn.Module, tokenizer, examples: Sequence[Seq2SeqExample],
+                  max_target_len: int) -> dict[str, torch.Tensor]:
+    """Teacher-forcing inputs and labels for either family (see the module docstring)."""
+    device, eos = device_of(model), tokenizer.eos_id
+    sources = [source_ids(model, tokenizer, e.source, max_target_len) for e in examples]
+    targets = [ids[:max_target_len] + [eos] for ids in tokenizer.encode_batch([e.target for e in examples])]
+    if model.cfg.family == "encoder-decoder":
+        ids, mask = pad(sources, tokenizer.pad_id, "right", device)
+        dec, dec_mask = pad([[decoder_start_id(tokenizer), *t[:-1]] for t in targets], tokenizer.pad_id,
+                            "right", device)
+        labels, _ = pad(targets, IGNORE_INDEX, "right", device)
+        return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec,
+                "decoder_attention_mask": dec_mask, "labels": labels}
+    # decoder: position t predicts token t+1; only predictions of target tokens carry a loss
+    seqs = [s + t for s, t in zip(sources, targets)]
+    label_seqs = [[IGNORE_INDEX] * (len(s) - 1) + t + [IGNORE_INDEX] for s, t in zip(sources, targets)]
+    ids, mask = pad(seqs, tokenizer.pad_id, "right", device)
+    labels, _ = pad(label_seqs, IGNORE_INDEX, "right", device)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def train_seq2seq(model: nn.Module, tokenizer, train: Sequence[Seq2SeqExample], cfg: Seq2SeqConfig) -> nn.Module:
+    check_generative(model)
+    if not train:
+        raise UserError("no training examples")
+
+    def step_loss(rng: random.Random) -> torch.Tensor:
+        chosen = [train[rng.randrange(len(train))] for _ in range(cfg.batch_size)]
+        return model(**seq2seq_batch(model, tokenizer, chosen, cfg.max_target_len)).loss
+
+    fine_tune(model, step_loss, cfg, desc="seq2seq")
+    return model
+
+
+def predict_seq2seq(model: nn.Module, tokenizer, sources: Sequence[str], gen: GenerationConfig,
+                    max_target_len: int = 64, batch_size: int = 32, progress: bool = True) -> list[str]:
+    """Generate a target for each source (greedy or beam, as ``gen`` says; at most
+    ``max_target_len`` tokens plus [EOS])."""
+    check_generative(model)
+    gen = GenerationConfig(**{**gen.__dict__, "max_new_tokens": min(gen.max_new_tokens, max_target_len + 1)})
+    outputs = []
+    chunks = batches(len(sources), batch_size)
+    for chunk in tqdm(chunks, desc="generate", unit="batch", leave=False, disable=not progress or len(chunks) < 2):
+        prompts = [source_ids(model, tokenizer, sources[i], max_target_len) for i in chunk]
+        result = generate(model, prompts, gen, tokenizer.eos_id, tokenizer.pad_id, decoder_start_id(tokenizer))
+        outputs.extend(tokenizer.decode(tokens) for tokens in result.tokens)
+    return outputs
+
+
+def generation_scores(predicted: Sequence[str], examples: Sequence[Seq2SeqExample]) -> dict:
+    """Exact match, speakers (set) F1 and token F1: overall and by source length."""
+    per_example = {
+        "exact_match": [exact_match(p, e.target) for p, e in zip(predicted, examples)],
+        "speakers_f1": [set_f1(p, e.target) for p, e in zip(predicted, examples)],
+        "token_f1": [token_f1(p, e.target) for p, e in zip(predicted, examples)],
+    }
+    n = max(len(examples), 1)
+    return {
+        **{name: sum(values) / n for name, values in per_example.items()},
+        "by_source_chars": bucketed([len(e.source) for e in examples], per_example, SOURCE_EDGES),
+    }
+
+
+def evaluate_seq2seq(model: nn.Module, tokenizer, test: Sequence[Seq2SeqExample], gen: GenerationConfig,
+                     max_target_len: int = 64, progress: bool = True, **settings) -> dict:
+    predicted = predict_seq2seq(model, tokenizer, [e.source for e in test], gen, max_target_len,
+                                progress=progress)
+    baseline = [first_speaker_baseline(e.source) for e in test]
+    return {
+        "task": "seq2seq",
+        "family": model.cfg.family,
+        "decoding": f"beam {gen.num_beams}" if gen.num_beams > 1 else "greedy",
+        **settings,
+        "n_test": len(test),
+        **generation_scores(predicted, test),
+        "baseline": {"name": "copy the first line (first speaker)", **generation_scores(baseline, test)},
+        "examples": [{"source": e.source, "target": e.target, "predicted": p}
+                     for e, p in list(zip(test, predicted))[:5]],
+    }

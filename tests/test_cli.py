@@ -1,0 +1,140 @@
+"""End-to-end CLI runs on tiny settings, and the table of bad inputs: exit 2, one line, no traceback."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from maskwise.cli import main
+
+TINY = ["--d-model", "32", "--layers", "1", "--heads", "2", "--batch-size", "4", "--block-size", "32",
+        "--eval-batches", "2", "--no-progress"]
+
+
+def run_cli(args, capsys):
+    code = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_pretrain_decoder_then_config_override(small_text, tmp_path, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text('family = "decoder"\nsteps = 4\neval_every = 2\nlr = 0.002\n')
+    code, out, err = run_cli(["pretrain", "--config", config, "--data", small_text, "--steps", 6,
+                              "--out", tmp_path / "run", *TINY], capsys)
+    assert code == 0, err
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [2, 4, 6]  # --steps overrides the file
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())["settings"]
+    assert saved["lr"] == 0.002 and saved["steps"] == 6
+
+
+def test_masks_and_params(capsys):
+    code, out, _ = run_cli(["masks", "--n", 4], capsys)
+    assert code == 0 and "causal" in out and "prefix" in out and "cross" in out
+    assert out.count("#") > 0
+    code, out, _ = run_cli(["params", "--family", "decoder", "--d-model", 64], capsys)
+    assert code == 0 and "attention" in out and "ffn" in out
+
+
+def _existing_run(tmp_path):
+    run = tmp_path / "existing"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    (run / "keep.txt").write_text("precious")
+    return run
+
+
+def _bad_inputs(tmp_path, small_text):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(b"hello \xff\xfe world")
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("To be.")
+    jsonl = tmp_path / "broken.jsonl"
+    jsonl.write_text('{"text": "fine"}\n{"text": broken\n')
+    nofield = tmp_path / "nofield.jsonl"
+    nofield.write_text('{"body": "x"}\n')
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text("stepz = 3\n")
+    out = ["--out", tmp_path / "out"]
+    return [
+        (["--data", tmp_path / "missing.txt", *out], "missing.txt"),
+        (["--data", empty, *out], "empty"),
+        (["--data", binary, *out], "offset 6"),
+        (["--data", tiny, *out], "block"),
+        (["--data", jsonl, *out], "line 2"),
+        (["--data", nofield, *out], "text"),
+        (["--config", unknown, "--data", small_text, *out], "stepz"),
+        (["--family", "decoder", "--objective", "mlm", "--data", small_text, *out], "mlm"),
+        (["--family", "transformer", "--data", small_text, *out], "family"),
+        (["--mask-ratio", "1.5", "--family", "encoder", "--data", small_text, *out], "mask_ratio"),
+        (["--mask-ratio", "0", "--family", "encoder", "--data", small_text, *out], "mask_ratio"),
+        (["--steps", "0", "--data", small_text, *out], "steps"),
+        (["--d-model", "-4", "--data", small_text, *out], "d-model"),
+        (["--d-model", "30", "--heads", "4", "--data", small_text, *out], "divisible"),
+        (["--lr", "abc", "--data", small_text, *out], "lr"),
+        (["--budget", "hours=3", "--data", small_text, *out], "budget"),
+        (["--tokenizer", tmp_path / "nope.json", "--data", small_text, *out], "nope.json"),
+        (["--data", small_text, "--out", small_text / "run"], "writable"),  # parent is a file
+        (["--data", small_text, "--out", _existing_run(tmp_path)], "already exists"),
+        (["--no-such-flag"], "no-such-flag"),
+    ]
+
+
+def test_bad_inputs_exit_2_with_one_line(small_text, tmp_path, capsys):
+    for args, needle in _bad_inputs(tmp_path, small_text):
+        code, out, err = run_cli(["pretrain", *TINY, *args], capsys)
+        assert code == 2, (args, err)
+        assert len(err.strip().splitlines()) == 1, (args, err)
+        assert "Traceback" not in err and needle.lower() in err.lower(), (args, err)
+    assert (tmp_path / "existing" / "keep.txt").read_text() == "precious"
+
+
+def test_kill_9_then_resume_gives_identical_losses(small_text, tmp_path):
+    """SIGKILL a real process mid-run, resume it, and compare with an uninterrupted run."""
+    base = [sys.executable, "-m", "maskwise", "pretrain", "--data", str(small_text), "--steps", "40",
+            "--eval-every", "5", "--seed", "7", *[str(a) for a in TINY]]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run([*base, "--out", str(tmp_path / "full")], check=True, env=env, capture_output=True)
+    cut = tmp_path / "cut"
+    proc = subprocess.Popen([*base, "--out", str(cut)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        checkpoints = list((cut / "checkpoints").glob("step-*")) if (cut / "checkpoints").is_dir() else []
+        if len(checkpoints) >= 2:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL  # really killed, not finished
+    assert len((cut / "metrics.jsonl").read_text().splitlines()) < 8
+    subprocess.run([*base, "--out", str(cut), "--resume"], check=True, env=env, capture_output=True)
+
+    def losses(run):
+        return [(r["step"], r["train_loss"], r["val_loss"])
+                for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+
+    assert losses(cut) == losses(tmp_path / "full")
+
+
+def test_corrupt_newest_checkpoint_is_skipped(small_text, tmp_path, capsys):
+    out = tmp_path / "run"
+    code, _, err = run_cli(["pretrain", "--data", small_text, "--steps", 4, "--eval-every", 2,
+                            "--out", out, *TINY], capsys)
+    assert code == 0, err
+    newest = sorted((out / "checkpoints").glob("step-*"))[-1]
+    data = (newest / "model.safetensors").read_bytes()
+    (newest / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.warns(UserWarning, match="step-00000004"):
+        code, _, err = run_cli(["pretrain", "--data", small_text, "--steps", 6, "--eval-every", 2,
+                                "--out", out, "--resume", *TINY], capsys)
+    assert code == 0, err
+    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [2, 4, 6]

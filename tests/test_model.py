@@ -1,0 +1,385 @@
+"""The torch model, heads and config.
+
+Tier 1: shapes and backward for every preset layout in every family (tiny configs, milliseconds).
+Properties: the sparse LM head equals the dense one, pooling is right under either padding side,
+padding never leaks into real positions, a decoder never sees the future (hypothesis).
+Tier 3: decoding with the KV cache equals the full forward pass.
+Config: presets, from_dict and validate reject what cannot be a model.
+"""
+
+import functools
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from maskwise.config import PRESETS, ModelConfig, preset
+from maskwise.errors import UserError
+from maskwise.model.heads import IGNORE_INDEX, ClassifierHead, pool
+from maskwise.model.transformer import build_model
+
+FAMILIES = ("encoder", "decoder", "encoder-decoder")
+V = 50
+# init_std 0.2 (not 0.02) so that every token and position visibly moves the outputs
+TINY = dict(d_model=32, n_layers=2, n_heads=4, vocab_size=V, max_seq_len=16, init_std=0.2)
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_model(name: str, family: str | None = None):
+    """One eval-mode model per (preset, family), shared by tests that only read it."""
+    torch.manual_seed(0)
+    overrides = dict(TINY, family=family) if family else TINY
+    return build_model(preset(name, **overrides)).eval()
+
+
+def ids(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, V, shape, generator=torch.Generator().manual_seed(seed))
+
+
+# --- tier 1: shapes and backward -----------------------------------------------------------------
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_shapes_and_backward(name, family):
+    torch.manual_seed(0)
+    model = build_model(preset(name, **dict(TINY, family=family)))
+    B, S, T, d = 2, 7, 5, TINY["d_model"]
+    x = ids(B, S)
+    mask = torch.ones(B, S, dtype=torch.long)
+    mask[1, 5:] = 0
+    labels = ids(B, T, seed=1)
+    labels[0, :2] = IGNORE_INDEX
+    labels[1, 4] = IGNORE_INDEX
+    if family == "encoder-decoder":
+        inputs = dict(attention_mask=mask, decoder_input_ids=ids(B, T, seed=2))
+    else:
+        inputs = dict(attention_mask=mask[:, :T])
+        x = x[:, :T]
+
+    with torch.no_grad():
+        full = model(x, **inputs)
+    assert full.logits.shape == (B, T, V) and full.loss is None
+    if family == "encoder-decoder":
+        assert full.encoder_hidden_states.shape == (B, S, d)
+
+    out = model(x, **inputs, labels=labels)
+    n = int((labels != IGNORE_INDEX).sum())
+    assert out.logits.shape == (n, V) and out.n_loss_positions == n
+    assert out.hidden_states.shape == (B, T, d)
+    assert torch.isfinite(out.loss) and torch.allclose(out.loss, out.loss_sum / n)
+    out.loss.backward()
+    for pname, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), pname
+
+
+def test_classifier_head_shapes_and_backward():
+    model = tiny_model("bert")
+    head = ClassifierHead(TINY["d_model"], n_classes=3)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    with torch.no_grad():
+        h = model.hidden_states(ids(2, 4), mask)  # (B, T, d)
+    logits = head(pool(h, mask, "cls"))
+    assert logits.shape == (2, 3)
+    logits.sum().backward()
+    assert head.proj.weight.grad is not None
+
+
+# --- LM head: sparse == dense --------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["bert", "t5", "modern"])  # transform + bias; input scale; untied
+def test_sparse_lm_head_equals_dense(name):
+    model = build_model(preset(name, **TINY))
+    head = model.lm_head
+    h = torch.randn(3, 6, TINY["d_model"], generator=torch.Generator().manual_seed(0), requires_grad=True)
+    labels = ids(3, 6, seed=1)
+    labels[torch.rand(3, 6, generator=torch.Generator().manual_seed(2)) < 0.5] = IGNORE_INDEX
+    labels[2] = IGNORE_INDEX  # a row without any loss position
+
+    results = []
+    for sparse in (True, False):
+        model.zero_grad()
+        h.grad = None
+        out = head(h, labels, sparse=sparse)
+        out.loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((out, h.grad.clone(), grads))
+    (s, s_h, s_grads), (d, d_h, d_grads) = results
+    assert s.n_loss_positions == d.n_loss_positions == int((labels != IGNORE_INDEX).sum())
+    torch.testing.assert_close(s.loss, d.loss, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(s.loss_sum, d.loss_sum, rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(s_h, d_h, rtol=1e-5, atol=1e-7)
+    assert s_grads.keys() == d_grads.keys() and s_grads
+    for n in s_grads:
+        torch.testing.assert_close(s_grads[n], d_grads[n], rtol=1e-5, atol=1e-7, msg=n)
+
+
+def test_logits_with_labels_are_the_labelled_positions_in_row_major_order():
+    model = tiny_model("gpt2")
+    x = ids(2, 5)
+    labels = torch.full((2, 5), IGNORE_INDEX)
+    positions = [(0, 3), (0, 4), (1, 0), (1, 2)]  # row-major
+    for b, t in positions:
+        labels[b, t] = 7
+    with torch.no_grad():
+        full = model(x).logits  # (B, T, V)
+        out = model(x, labels=labels)
+    assert out.logits.shape == (len(positions), V)
+    torch.testing.assert_close(out.logits, torch.stack([full[b, t] for b, t in positions]))
+    expected = -torch.log_softmax(out.logits, -1)[:, 7].mean()
+    torch.testing.assert_close(out.loss, expected)
+
+
+# --- pooling -------------------------------------------------------------------------------------
+
+def test_pooling_under_left_and_right_padding():
+    h = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(0))
+    mask = torch.tensor([
+        [1, 1, 1, 0, 0],  # right padding: real tokens 0..2
+        [0, 0, 1, 1, 1],  # left padding: real tokens 2..4
+        [1, 1, 1, 1, 1],
+    ])
+    torch.testing.assert_close(pool(h, mask, "cls"), torch.stack([h[0, 0], h[1, 2], h[2, 0]]))
+    torch.testing.assert_close(pool(h, mask, "last"), torch.stack([h[0, 2], h[1, 4], h[2, 4]]))
+    mean = torch.stack([(h[0, 0] + h[0, 1] + h[0, 2]) / 3, (h[1, 2] + h[1, 3] + h[1, 4]) / 3, h[2].sum(0) / 5])
+    torch.testing.assert_close(pool(h, mask, "mean"), mean)
+    torch.testing.assert_close(pool(h, None, "last"), h[:, -1])
+    torch.testing.assert_close(pool(h, None, "mean"), h.mean(1))
+    with pytest.raises(ValueError, match="unknown pooling"):
+        pool(h, mask, "max")
+
+
+# --- padding invariance and causality -------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_encoder_outputs_ignore_appended_padding(name):
+    """Every layout as an encoder: real positions are unchanged when padding is appended."""
+    model = tiny_model(name, "encoder")
+    x = ids(2, 6)
+    padded = torch.cat([x, ids(2, 4, seed=1)], dim=1)  # arbitrary tokens in the padding
+    mask = torch.cat([torch.ones(2, 6), torch.zeros(2, 4)], dim=1).long()
+    with torch.no_grad():
+        plain = model(x).logits
+        with_padding = model(padded, mask).logits
+    torch.testing.assert_close(with_padding[:, :6], plain, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["t5", "t5.1.1", "bart"])
+def test_encoder_decoder_ignores_source_padding(name):
+    model = tiny_model(name)
+    src, tgt = ids(2, 6), ids(2, 4, seed=1)
+    padded = torch.cat([src, ids(2, 3, seed=2)], dim=1)
+    mask = torch.cat([torch.ones(2, 6), torch.zeros(2, 3)], dim=1).long()
+    with torch.no_grad():
+        plain = model(src, decoder_input_ids=tgt).logits
+        with_padding = model(padded, mask, decoder_input_ids=tgt).logits
+    torch.testing.assert_close(with_padding, plain, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "modern", "t5", "bart"])
+@settings(max_examples=20, deadline=None)
+@given(data=st.data())
+def test_decoder_output_at_t_ignores_later_tokens(name, data):
+    model = tiny_model(name)
+    n = data.draw(st.integers(2, 12), label="length")
+    tokens = data.draw(st.lists(st.integers(0, V - 1), min_size=n, max_size=n), label="tokens")
+    t = data.draw(st.integers(0, n - 2), label="t")
+    later = data.draw(st.lists(st.integers(0, V - 1), min_size=n - t - 1, max_size=n - t - 1), label="later")
+    a = torch.tensor([tokens])
+    b = torch.tensor([tokens[:t + 1] + later])
+    with torch.no_grad():
+        if model.family == "encoder-decoder":
+            src = ids(1, 5)
+            out_a, out_b = model(src, decoder_input_ids=a).logits, model(src, decoder_input_ids=b).logits
+        else:
+            out_a, out_b = model(a).logits, model(b).logits
+    torch.testing.assert_close(out_a[:, :t + 1], out_b[:, :t + 1], rtol=0, atol=1e-5)
+
+
+@settings(max_examples=20, deadline=None)
+@given(data=st.data())
+def test_prefix_lm_output_at_t_ignores_tokens_after_t_and_prefix(data):
+    model = tiny_model("gpt2")
+    n = data.draw(st.integers(2, 12), label="length")
+    prefix = data.draw(st.integers(0, n), label="prefix")
+    t = data.draw(st.integers(0, n - 1), label="t")
+    seen = max(t + 1, prefix)  # tokens position t may read
+    tokens = data.draw(st.lists(st.integers(0, V - 1), min_size=n, max_size=n), label="tokens")
+    later = data.draw(st.lists(st.integers(0, V - 1), min_size=n - seen, max_size=n - seen), label="later")
+    lengths = torch.tensor([prefix])
+    with torch.no_grad():
+        out_a = model(torch.tensor([tokens]), prefix_lengths=lengths).logits
+        out_b = model(torch.tensor([tokens[:seen] + later]), prefix_lengths=lengths).logits
+    torch.testing.assert_close(out_a[:, t], out_b[:, t], rtol=0, atol=1e-5)
+
+
+def test_prefix_lets_early_positions_see_the_whole_prefix():
+    model = tiny_model("gpt2")
+    a, b = ids(1, 6), ids(1, 6)
+    b[0, :3] = a[0, :3]
+    b[0, 3] = (a[0, 3] + 1) % V  # differs inside the prefix, after position 0
+    with torch.no_grad():
+        out_a = model(a, prefix_lengths=torch.tensor([4])).logits
+        out_b = model(b, prefix_lengths=torch.tensor([4])).logits
+    assert (out_a[0, 0] - out_b[0, 0]).abs().max() > 1e-3
+
+
+# --- KV cache == full forward --------------------------------------------------------------------
+
+SCHEDULES = {"token-by-token": [1] * 8, "chunked": [3, 2, 1, 1, 1]}
+
+
+def decode_with_cache(model, tokens, chunks, src=None, src_mask=None, mask=None, reorder=None):
+    """Feed ``tokens`` (B, T) in ``chunks`` through one cache; logits of every step, concatenated.
+
+    ``reorder`` = (step, index): after that many chunks, keep batch rows ``index`` (beam search)."""
+    cache = model.make_cache(tokens.shape[0], max_len=tokens.shape[1])
+    logits, start = [], 0
+    for step, size in enumerate(chunks):
+        if reorder is not None and step == reorder[0]:
+            cache.reorder(reorder[1])
+            tokens, src, src_mask, mask = (None if v is None else v[reorder[1]] for v in (tokens, src, src_mask, mask))
+            logits = [piece[reorder[1]] for piece in logits]
+        chunk = tokens[:, start:start + size]
+        if model.family == "encoder-decoder":
+            out = model(src, src_mask, decoder_input_ids=chunk, cache=cache)
+        else:
+            out = model(chunk, mask[:, :start + size] if mask is not None else None, cache=cache)
+        logits.append(out.logits)
+        start += size
+    assert cache.length == tokens.shape[1]
+    return torch.cat(logits, dim=1)
+
+
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+@pytest.mark.parametrize("name", ["gpt2", "modern", "t5", "bart"])
+def test_kv_cache_matches_full_forward(name, schedule):
+    model = tiny_model(name)
+    tokens = ids(2, 8)
+    with torch.no_grad():
+        if model.family == "encoder-decoder":
+            src, src_mask = ids(2, 6, seed=1), torch.tensor([[1, 1, 1, 1, 0, 0], [1] * 6])
+            full = model(src, src_mask, decoder_input_ids=tokens).logits
+            cached = decode_with_cache(model, tokens, SCHEDULES[schedule], src=src, src_mask=src_mask)
+        else:
+            mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1], [1] * 8])  # left padding in row 0
+            full = model(tokens, mask).logits
+            cached = decode_with_cache(model, tokens, SCHEDULES[schedule], mask=mask)
+            # a padding query sees no real key, so its row is opened over whatever keys exist at
+            # that step: its output differs with the cache and is, by design, never read
+            full, cached = full[mask.bool()], cached[mask.bool()]
+    assert cached.shape == full.shape
+    torch.testing.assert_close(cached, full, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "t5"])
+def test_kv_cache_reorder_follows_the_kept_rows(name):
+    """Beam search keeps rows [1, 1, 0] mid-way: the result is the full forward of those rows."""
+    model = tiny_model(name)
+    tokens, index = ids(2, 8), torch.tensor([1, 1, 0])
+    with torch.no_grad():
+        if model.family == "encoder-decoder":
+            src = ids(2, 6, seed=1)
+            full = model(src[index], decoder_input_ids=tokens[index]).logits
+            cached = decode_with_cache(model, tokens, SCHEDULES["chunked"], src=src, reorder=(2, index))
+        else:
+            full = model(tokens[index]).logits
+            cached = decode_with_cache(model, tokens, SCHEDULES["chunked"], reorder=(2, index))
+    torch.testing.assert_close(cached, full, rtol=0, atol=1e-5)
+
+
+def test_kv_cache_full_raises():
+    model = tiny_model("gpt2")
+    cache = model.make_cache(1, max_len=2)
+    with torch.no_grad():
+        model(ids(1, 2), cache=cache)
+        with pytest.raises(ValueError, match="KV cache full"):
+            model(ids(1, 1), cache=cache)
+
+
+# --- config: presets, from_dict, validate --------------------------------------------------------
+
+@pytest.mark.parametrize("d_model, d_ff", [(32, 128), (64, 192), (96, 256), (256, 704), (4096, 10944)])
+def test_modern_d_ff_is_8d_over_3_rounded_up_to_64(d_model, d_ff):
+    assert preset("modern", d_model=d_model, n_heads=4).d_ff == d_ff
+
+
+def test_preset_values():
+    assert preset("gpt2", d_model=48, n_heads=4).d_ff == 4 * 48
+    assert preset("modern", d_ff=100).d_ff == 100  # an explicit width is kept
+    assert preset("t5", d_model=64).lm_head_input_scale == pytest.approx(64 ** -0.5)
+    assert preset("t5").lm_head_input_scale == pytest.approx(ModelConfig.d_model ** -0.5)
+    assert preset("t5.1.1").lm_head_input_scale == 1.0  # untied: no rescale
+    assert preset("bart").position_offset == 2 and preset("bert").norm_eps == 1e-12
+    assert preset("gpt2", family="encoder").activation == "gelu_tanh"  # layout kept across families
+    for name in PRESETS:
+        assert ModelConfig.from_dict(preset(name).to_dict()) == preset(name)
+
+
+def test_preset_rejects_unknown_names_and_keys():
+    with pytest.raises(UserError, match="unknown preset 'gpt3'"):
+        preset("gpt3")
+    with pytest.raises(UserError, match="unknown key.*d_modle"):
+        preset("gpt2", d_modle=64)
+
+
+def test_from_dict_rejects_unknown_keys():
+    with pytest.raises(UserError, match="unknown key.*heads, layers"):
+        ModelConfig.from_dict({"layers": 2, "heads": 4, "d_model": 64})
+
+
+@pytest.mark.parametrize("key, value", [
+    ("vocab_size", "8192"), ("vocab_size", 8.0), ("d_model", True), ("pre_norm", 1), ("pre_norm", "yes"),
+    ("norm_eps", "1e-5"), ("norm_eps", False), ("activation", 3), ("dropout", [0.1]),
+])
+def test_from_dict_rejects_wrong_types(key, value):
+    with pytest.raises(UserError, match=key):
+        ModelConfig.from_dict({key: value})
+
+
+def test_from_dict_coerces_ints_to_floats():
+    cfg = ModelConfig.from_dict({"norm_eps": 1, "rope_theta": 500})
+    assert isinstance(cfg.norm_eps, float) and cfg.rope_theta == 500.0
+
+
+@pytest.mark.parametrize("key, value", [("d_head", "8"), ("n_decoder_layers", 1.5), ("pre_norm", None),
+                                        ("vocab_size", None)])
+def test_from_dict_rejects_wrong_types_of_optional_and_none(key, value):
+    with pytest.raises(UserError, match=key):
+        ModelConfig.from_dict({key: value})
+
+
+@pytest.mark.parametrize("key", ["vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len",
+                                 "n_decoder_layers"])
+@pytest.mark.parametrize("value", [0, -1])
+def test_validate_rejects_non_positive_sizes(key, value):
+    with pytest.raises(UserError, match=f"{key} must be positive"):
+        ModelConfig(**{key: value}).validate()
+    with pytest.raises(UserError):
+        build_model(ModelConfig(**{key: value}))
+
+
+def test_validate_rejects_non_positive_d_head():
+    with pytest.raises(UserError, match="d_head"):
+        ModelConfig(d_head=0).validate()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(d_model=30, n_heads=4), "not divisible by n_heads"),
+    (dict(position="rope", d_model=36, n_heads=4), "even head dim"),
+    (dict(dropout=1.0), "dropout"),
+    (dict(dropout=-0.1), "dropout"),
+    (dict(family="seq2seq"), "family"),
+    (dict(norm="batchnorm"), "norm"),
+    (dict(activation="tanh"), "activation"),
+    (dict(position="alibi"), "position"),
+])
+def test_validate_rejections(overrides, message):
+    with pytest.raises(UserError, match=message):
+        ModelConfig(**overrides).validate()
+
+
+def test_validate_accepts_explicit_head_width():
+    """T5 sets d_kv explicitly, so d_model need not divide by the heads then."""
+    cfg = ModelConfig(d_model=30, n_heads=4, d_head=8).validate()
+    assert cfg.head_dim == 8
