@@ -138,3 +138,28 @@ def test_corrupt_newest_checkpoint_is_skipped(small_text, tmp_path, capsys):
     assert code == 0, err
     steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [2, 4, 6]
+
+
+def test_two_process_ddp_matches_one_process(small_text, tmp_path):
+    """torchrun with 2 gloo processes x batch 2 == 1 process x batch 4 (same global batch)."""
+    common = ["pretrain", "--data", str(small_text), "--steps", "6", "--eval-every", "2", "--seed", "3",
+              "--d-model", "32", "--layers", "1", "--heads", "2", "--block-size", "32",
+              "--eval-batches", "2", "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-m", "maskwise", *common, "--batch-size", "4", "--out",
+                    str(tmp_path / "one")], check=True, env=env, capture_output=True)
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          "-m", "maskwise", *common, "--batch-size", "2", "--out", str(tmp_path / "two")],
+                         env=env, capture_output=True, text=True)
+    assert two.returncode == 0, two.stderr[-2000:]
+
+    def curve(run):
+        return [(r["step"], r["tokens_seen"], r["train_loss"], r["val_loss"])
+                for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+
+    one_curve, two_curve = curve(tmp_path / "one"), curve(tmp_path / "two")
+    assert [r[:2] for r in one_curve] == [r[:2] for r in two_curve]
+    for a, b in zip(one_curve, two_curve):
+        assert a[2] == pytest.approx(b[2], abs=1e-5) and a[3] == pytest.approx(b[3], abs=1e-5)
+    config = json.loads((tmp_path / "two" / "config.json").read_text())
+    assert config["processes"] == 2

@@ -50,6 +50,12 @@ class Objective:
     def loss(self, model, batch: dict[str, torch.Tensor]) -> LossParts:
         raise NotImplementedError
 
+    def build_model(self, cfg) -> "torch.nn.Module | None":
+        """The model this objective trains for ``cfg`` (a ``ModelConfig``), or None for the family's
+        usual model (``maskwise.model.transformer.build_model(cfg)``). ELECTRA returns its
+        generator + discriminator pair, which no family preset describes."""
+        return None
+
     def eval_metrics(self, totals: dict[str, float]) -> dict[str, float]:
         """Turn summed metrics from ``LossParts.metrics`` over an evaluation into reported values."""
         return {}

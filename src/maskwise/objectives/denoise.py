@@ -18,7 +18,7 @@ and EOS outside):
 
 All masking goes through ``mask_spans`` (token masking and deletion are spans of length 1);
 ``insert_tokens`` is fairseq's insertion noise, which also places the zero-length infilling spans.
-``add_noise`` applies them in fairseq's order (permute, mask, insert, rotate) as a ``DenoiseConfig``
+A ``Noiser`` applies them in fairseq's order (permute, mask, insert, rotate) as a ``DenoiseConfig``
 says; the defaults are BART-large's pretraining.
 
 Sentence boundaries: a token ends a sentence when its text ends in ".", "!" or "?" (closing quotes
@@ -226,29 +226,6 @@ class DenoiseConfig:
         return self
 
 
-def add_noise(ids: torch.Tensor, cfg: DenoiseConfig, mask_id: int, is_sentence_end: torch.Tensor,
-              random_ids: torch.Tensor, generator) -> torch.Tensor:
-    """The noise of ``cfg`` applied to one (n,) document, in fairseq's order: permute sentences,
-    mask, insert, rotate. ``is_sentence_end``: (V,) bool lookup; ``random_ids``: the ids random
-    replacements are drawn from."""
-    if cfg.permute_sentences > 0:
-        ids = permute_sentences(ids, is_sentence_end[ids], cfg.permute_sentences, generator)
-    if cfg.mask > 0:
-        if cfg.mask_length == "span-poisson":
-            ids = text_infilling(ids, cfg.mask, mask_id, generator, cfg.poisson_lambda, cfg.replace_length,
-                                 cfg.mask_random, random_ids)
-        elif cfg.replace_length == 0:
-            ids = token_deletion(ids, cfg.mask, generator)
-        else:
-            ids = token_masking(ids, cfg.mask, mask_id, generator, cfg.mask_random, random_ids)
-    if cfg.insert > 0:
-        ids = insert_tokens(ids, math.ceil(ids.numel() * cfg.insert), mask_id, generator, cfg.mask_random,
-                            random_ids)
-    if cfg.rotate > 0 and float(torch.rand(1, generator=generator)) < cfg.rotate:
-        ids = rotate_document(ids, generator)
-    return ids
-
-
 def sentence_end_lookup(tokenizer, vocab_size: int, enders: tuple[str, ...] = SENTENCE_ENDERS) -> torch.Tensor:
     """(V,) bool: True for tokens that end a sentence.
 
@@ -282,24 +259,67 @@ def pad_rows(rows: list[torch.Tensor], value: int) -> tuple[torch.Tensor, torch.
     return padded, attention_mask
 
 
+@dataclass
+class Noiser:
+    """The noise of a ``DenoiseConfig`` applied to one (n,) document, with everything else bound:
+    the mask id, the (V,) sentence-end lookup and the ids random replacements are drawn from.
+    The order is fairseq's: permute sentences, mask, insert, rotate."""
+
+    cfg: DenoiseConfig
+    mask_id: int
+    is_sentence_end: torch.Tensor  # (V,) bool
+    random_ids: torch.Tensor  # (V_ordinary,) the non-special ids
+
+    @classmethod
+    def build(cls, tokenizer, vocab_size: int, sentence_end_ids=None, **options) -> "Noiser":
+        """``tokenizer``: a maskwise ``Tokenizer`` or a ``collators.SpecialIds`` (``mask_id``,
+        ``special_ids``, and ``decode`` unless ``sentence_end_ids`` are given); ``options``:
+        ``DenoiseConfig`` fields, unknown names rejected."""
+        cfg = from_dict(DenoiseConfig, options, "denoising options").validate()
+        if sentence_end_ids is not None:
+            is_sentence_end = id_lookup(sentence_end_ids, vocab_size)
+        elif getattr(tokenizer, "decode", None) is None:
+            raise ValueError("no decode to find sentence ends with: pass sentence_end_ids")
+        else:
+            is_sentence_end = sentence_end_lookup(tokenizer, vocab_size)
+        random_ids = (~special_lookup(tokenizer, vocab_size)).nonzero().squeeze(1)
+        return cls(cfg, tokenizer.mask_id, is_sentence_end, random_ids)
+
+    def __call__(self, ids: torch.Tensor, generator) -> torch.Tensor:
+        cfg = self.cfg
+        if cfg.permute_sentences > 0:
+            ids = permute_sentences(ids, self.is_sentence_end[ids], cfg.permute_sentences, generator)
+        if cfg.mask > 0:
+            if cfg.mask_length == "span-poisson":
+                ids = text_infilling(ids, cfg.mask, self.mask_id, generator, cfg.poisson_lambda, cfg.replace_length,
+                                     cfg.mask_random, self.random_ids)
+            elif cfg.replace_length == 0:
+                ids = token_deletion(ids, cfg.mask, generator)
+            else:
+                ids = token_masking(ids, cfg.mask, self.mask_id, generator, cfg.mask_random, self.random_ids)
+        if cfg.insert > 0:
+            ids = insert_tokens(ids, math.ceil(ids.numel() * cfg.insert), self.mask_id, generator, cfg.mask_random,
+                                self.random_ids)
+        if cfg.rotate > 0 and float(torch.rand(1, generator=generator)) < cfg.rotate:
+            ids = rotate_document(ids, generator)
+        return ids
+
+
 class Denoising(Seq2SeqObjective):
-    """BART pretraining on raw windows: the encoder reads ``add_noise(window) + [EOS]`` (padded to
-    the batch's longest, with an attention mask), the decoder rewrites ``window + [EOS]`` from
+    """BART pretraining on raw windows: the encoder reads ``noise(window) + [EOS]`` (padded to the
+    batch's longest, with an attention mask), the decoder rewrites ``window + [EOS]`` starting from
     ``decoder_start_id`` (pad). The noised input can be longer than the window (insertions, or
     zero-length infilling spans), so leave the model's ``max_seq_len`` some room when inserting.
 
     ``sentence_end_ids``: the ids that end a sentence; default ``sentence_end_lookup(tokenizer)``.
-    ``noise``: ``DenoiseConfig`` fields (unknown names are rejected).
+    ``noise``: ``DenoiseConfig`` fields (unknown names are rejected); defaults are BART-large's.
     """
 
     name = "denoise"
 
     def __init__(self, tokenizer, vocab_size: int, sentence_end_ids=None, **noise):
-        self.cfg = from_dict(DenoiseConfig, noise, "denoising options").validate()
-        self.random_ids = (~special_lookup(tokenizer, vocab_size)).nonzero().squeeze(1)  # (V_ordinary,)
-        self.is_sentence_end = (sentence_end_lookup(tokenizer, vocab_size) if sentence_end_ids is None
-                                else id_lookup(sentence_end_ids, vocab_size))
-        self.mask_id, self.eos_id, self.pad_id = tokenizer.mask_id, tokenizer.eos_id, tokenizer.pad_id
+        self.noise = Noiser.build(tokenizer, vocab_size, sentence_end_ids, **noise)
+        self.eos_id, self.pad_id = tokenizer.eos_id, tokenizer.pad_id
         self.start_id = decoder_start_id(tokenizer)
 
     def raw_length(self, block_size: int) -> int:
@@ -308,8 +328,7 @@ class Denoising(Seq2SeqObjective):
     def prepare(self, windows, generator):
         eos = windows.new_full((windows.shape[0], 1), self.eos_id)
         labels = torch.cat([windows, eos], dim=1)  # (B, T) the original, which the decoder rewrites
-        noised = [torch.cat([add_noise(w, self.cfg, self.mask_id, self.is_sentence_end, self.random_ids,
-                                       generator), eos[0]]) for w in windows]
+        noised = [torch.cat([self.noise(w, generator), eos[0]]) for w in windows]
         input_ids, attention_mask = pad_rows(noised, self.pad_id)  # (B, S)
         return {"input_ids": input_ids, "attention_mask": attention_mask,
                 "decoder_input_ids": shift_right(labels, self.start_id, self.pad_id), "labels": labels}

@@ -11,18 +11,30 @@ from typing import Any, Callable
 from maskwise.errors import UserError
 from maskwise.objectives import Objective
 from maskwise.objectives.clm import CLM
+from maskwise.objectives.denoise import Denoising
+from maskwise.objectives.electra import Electra
 from maskwise.objectives.mlm import MLM
+from maskwise.objectives.prefix_lm import PrefixLM
+from maskwise.objectives.span import SpanCorruption
 
 # name -> (families it applies to, constructor(tokenizer, vocab_size, **options))
 OBJECTIVES: dict[str, tuple[tuple[str, ...], Callable[..., Objective]]] = {
     "mlm": (MLM.families, lambda tok, vocab, **o: MLM(tok, vocab, **o)),
     "clm": (CLM.families, lambda tok, vocab, no_shift=False: CLM(shift=not no_shift)),
+    "span": (SpanCorruption.families, lambda tok, vocab, **o: SpanCorruption(tok, **o)),
+    "denoise": (Denoising.families, lambda tok, vocab, **o: Denoising(tok, vocab, **o)),
+    "electra": (Electra.families, lambda tok, vocab, **o: Electra(tok, vocab, **o)),
+    "prefix_lm": (PrefixLM.families, lambda tok, vocab: PrefixLM()),
 }
 
 # objective -> {settings key (CLI flag / TOML key): constructor keyword}
 OBJECTIVE_OPTIONS: dict[str, dict[str, str]] = {
     "mlm": {"mask_ratio": "mask_ratio", "mask_prob": "p_mask", "random_prob": "p_random"},
     "clm": {"no_shift": "no_shift"},
+    "span": {"noise_density": "noise_density", "mean_span": "mean_span_length"},
+    # ELECTRA keeps its own p_mask/p_random (0.85/0.0): only the ratio is shared with MLM's flags.
+    # Denoising uses BART-large's noise (objectives/denoise.py DenoiseConfig) and has no flags yet.
+    "electra": {"mask_ratio": "mask_ratio"},
 }
 
 DEFAULT_OBJECTIVE = {"encoder": "mlm", "decoder": "clm", "encoder-decoder": "span"}

@@ -219,12 +219,15 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Loss (and objective metrics) on the same ``eval_batches`` validation windows each time."""
+        """Loss (and objective metrics) on the same ``eval_batches`` validation windows each time.
+
+        Every process evaluates the whole global batch (``batch_size x processes`` windows), so the
+        numbers do not depend on how many processes share the training."""
         self.model.eval()
         generator = torch.Generator().manual_seed(self.cfg.seed + 10_000)
         totals: dict[str, float] = {"loss_sum": 0.0, "n_positions": 0}
         for _ in range(self.cfg.eval_batches):
-            windows = self.val_stream.windows(self.cfg.batch_size, self.raw_length, generator)
+            windows = self.val_stream.windows(self.cfg.batch_size * self.world, self.raw_length, generator)
             batch = self.objective.prepare(windows, generator)
             with self._autocast():
                 parts = self.objective.loss(self.model, batch)

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from maskwise.config import FAMILIES, ModelConfig, from_dict, preset
 from maskwise.errors import UserError
 from maskwise.objectives.registry import DEFAULT_OBJECTIVE, OBJECTIVE_OPTIONS, build_objective, check_pair
 from maskwise.train import checkpoint as ckpt
-from maskwise.train.loop import Trainer, TrainConfig
+from maskwise.train.loop import Trainer, TrainConfig, distributed_context
 
 DEFAULT_PRESET = {"encoder": "bert", "decoder": "gpt2", "encoder-decoder": "t5"}
 
@@ -151,7 +152,11 @@ def pretrain(settings: PretrainConfig, on_eval=None) -> dict[str, Any]:
             saved[key] = getattr(settings.train, key)
         settings = PretrainConfig.from_flat(saved).resolved()
         settings = dataclasses.replace(settings, resume=True)
-    run_dir = prepare_run_dir(settings)
+    rank, world = distributed_context()
+    if rank == 0:
+        run_dir = prepare_run_dir(settings)
+    if world > 1:
+        dist.barrier()  # the other processes wait until rank 0 has made (or refused) the folder
 
     corpus = load_corpus(settings.data, settings.val_data or None, text_field=settings.text_field)
     if resuming:
