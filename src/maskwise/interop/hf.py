@@ -219,7 +219,7 @@ KEY_MAP: dict[str, dict[str, str | Source]] = {
         t5="{side}.block.{i}.layer.1.EncDecAttention.o", bart="{body}.{side}.layers.{i}.encoder_attn.out_proj"),
     "{stack}.blocks.{i}.cross_norm": dict(
         t5="{side}.block.{i}.layer.1.layer_norm", bart="{body}.{side}.layers.{i}.encoder_attn_layer_norm"),
-    # feed-forward (T5 v1.0: wi; v1.1 gated: wi_0 is the gate, wi_1 the up projection -> see _t5_ffn)
+    # feed-forward (T5 v1.0: wi; a gated T5 v1.1 has T5_GATED_UP instead)
     "{stack}.blocks.{i}.ffn.up": dict(
         bert="{body}.encoder.layer.{i}.intermediate.dense", gpt2=conv1d("{body}.h.{i}.mlp.c_fc"),
         t5="{side}.block.{i}.layer.{ffn}.DenseReluDense.wi", bart="{body}.{side}.layers.{i}.fc1"),
@@ -241,9 +241,10 @@ KEY_MAP: dict[str, dict[str, str | Source]] = {
     "rtd_head.dense": dict(electra="discriminator_predictions.dense"),
     "rtd_head.out": dict(electra="discriminator_predictions.dense_prediction"),
 }
+# T5 v1.1's gated FFN: wi_0 is the gate, wi_1 the up projection; maskwise fuses them gate first.
+T5_GATED_UP = fused("{side}.block.{i}.layer.{ffn}.DenseReluDense.wi_0",
+                    "{side}.block.{i}.layer.{ffn}.DenseReluDense.wi_1")
 BODY_PREFIX = {"bert": "bert", "electra": "electra", "gpt2": "transformer", "t5": "", "bart": "model"}
-_T5_GATED_UP = fused("{side}.block.{i}.layer.{ffn}.DenseReluDense.wi_0",
-                     "{side}.block.{i}.layer.{ffn}.DenseReluDense.wi_1")
 
 # HF tensors that are copies of another (tied weights saved twice, an alias): skipped on import when
 # equal to the original, an error when not.
@@ -262,8 +263,6 @@ UNUSED = {
     "bert": r"\.pooler\.|embeddings\.position_ids$|^cls\.seq_relationship\.",
     "electra": r"embeddings\.position_ids$",
     "gpt2": r"\.attn\.(masked_)?bias$",
-    "t5": r"^$",
-    "bart": r"^$",
 }
 
 
@@ -286,7 +285,7 @@ def key_map(model: nn.Module, arch: Architecture) -> dict[str, Source]:
         if source is None:
             continue
         if ours == "{stack}.blocks.{i}.ffn.up" and arch.column == "t5" and cfg.gated_ffn:
-            source = _T5_GATED_UP
+            source = T5_GATED_UP
         source = source if isinstance(source, Source) else Source((source,))
         for stack, (side, n_layers, ffn) in stacks.items():
             for i in range(n_layers if "{i}" in ours else 1):
@@ -356,9 +355,9 @@ def read_pytorch_bin(path: str | Path) -> dict[str, torch.Tensor]:
 # ---- import ---------------------------------------------------------------------------------------
 
 
-def _architecture(name: str | None, model_type: str | None) -> tuple[str, Architecture]:
+def _architecture(name: str | None, model_type: str | None) -> Architecture:
     if name in ARCHITECTURES:
-        return name, ARCHITECTURES[name]
+        return ARCHITECTURES[name]
     known = ", ".join(ARCHITECTURES)
     if name is None:
         raise UserError(f"HF config names no architecture (model_type {model_type!r}); "
@@ -424,10 +423,11 @@ def config_from_hf(hf: dict[str, Any], arch: Architecture, tensors: dict[str, to
         scale = _get(hf, "scale_decoder_outputs", _get(hf, "tie_word_embeddings", True))
         values["lm_head_input_scale"] = values["d_model"] ** -0.5 if scale else 1.0
     elif column == "bart":
-        for encoder_key, decoder_key in (("encoder_attention_heads", "decoder_attention_heads"),
-                                         ("encoder_ffn_dim", "decoder_ffn_dim")):
-            if _get(hf, encoder_key, 0) != _get(hf, decoder_key, _get(hf, encoder_key, 0)):
-                raise UserError(f"bart: {encoder_key} != {decoder_key} is not supported")
+        for field, decoder_key in (("n_heads", "decoder_attention_heads"), ("d_ff", "decoder_ffn_dim")):
+            encoder_key, default = CONFIG_KEYS["bart"][field]
+            if _get(hf, decoder_key, default) != values[field]:
+                raise UserError(f"bart: {decoder_key} {_get(hf, decoder_key, default)} != {encoder_key} "
+                                f"{values[field]} is not supported (maskwise stacks share one shape)")
         values["activation"] = _activation(column, _get(hf, "activation_function", "gelu"))
         values["embedding_scale"] = math.sqrt(values["d_model"]) if _get(hf, "scale_embedding", False) else 1.0
     if arch.head != "rtd":
@@ -458,12 +458,12 @@ def import_hf(source: Any) -> Transformer:
     """
     if hasattr(source, "state_dict") and hasattr(source, "config"):
         hf, tensors, class_name = source.config.to_dict(), source.state_dict(), type(source).__name__
-        where = class_name
+        where = class_name  # names the model in error messages
     else:
         hf, tensors = read_hf_folder(source)
         class_name = (hf.get("architectures") or [None])[0]
         where = str(source)
-    class_name, arch = _architecture(class_name, hf.get("model_type"))
+    arch = _architecture(class_name, hf.get("model_type"))
     if arch.base_prefix:
         tensors = {(k if k.startswith(arch.base_prefix) else arch.base_prefix + k): v for k, v in tensors.items()}
     cfg = config_from_hf(hf, arch, tensors)
@@ -495,8 +495,8 @@ def _to_maskwise(model: nn.Module, arch: Architecture, tensors: dict[str, torch.
     leftover = []
     for name in sorted(set(tensors) - used):
         original = COPIES[arch.column].get(name)
-        if re.search(UNUSED[arch.column], name) or (original in tensors
-                                                    and torch.equal(tensors[name], tensors[original])):
+        unused = arch.column in UNUSED and re.search(UNUSED[arch.column], name)
+        if unused or (original in tensors and torch.equal(tensors[name], tensors[original])):
             continue
         leftover.append(name)
     if leftover:
@@ -568,8 +568,12 @@ def _hf_config_or_problems(cfg: ModelConfig, column: str, head: str) -> tuple[di
 def hf_config(model: nn.Module, preferred: str | None = None) -> tuple[dict[str, Any], Architecture]:
     """The HF config (and architecture) that reproduces ``model`` exactly, or a ``UserError`` naming
     every setting of the closest architecture that has no HF equivalent."""
+    candidates = _candidates(model, preferred)
+    if preferred is not None and preferred not in {column for column, _ in candidates}:
+        raise UserError(f"a {model.cfg.family} cannot be exported as {preferred}; "
+                        f"choose from {', '.join(sorted({column for column, _ in candidates}))}")
     attempts = []
-    for column, head in _candidates(model, preferred):
+    for column, head in candidates:
         hf, problems = _hf_config_or_problems(model.cfg, column, head)
         if not problems:
             return hf, ARCHITECTURES[EXPORT_CLASS[column, head]]
@@ -617,7 +621,7 @@ def export_hf(run_or_model: Any, out_dir: str | Path, overwrite: bool = False, t
         raise UserError(f"{out} exists and is not a folder")
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise UserError(f"{out} exists and is not empty; pass --overwrite to replace it")
-    hf, arch = hf_config(model, architecture or settings.get("preset"))
+    hf, arch = hf_config(model, architecture or ("electra" if settings.get("preset") == "electra" else None))
     files = {ckpt.MODEL_FILE: save_safetensors_bytes(hf_state_dict(model, arch), metadata={"format": "pt"})}
     if tokenizer is not None:
         hf.update(_special_ids(tokenizer))

@@ -140,9 +140,9 @@ def classification_results(predicted: Sequence[str], gold: Sequence[str], train_
 def evaluate_classifier(model: SequenceClassifier, tokenizer, test: Sequence[LabelledText],
                         train_labels: Sequence[str], batch_size: int = 64, **settings) -> dict:
     predicted = predict(model, tokenizer, [e.text for e in test], batch_size)
-    return classification_results(predicted, [e.label for e in test], train_labels,
-                                  pooling=model.pooling, mode="probe" if model.freeze else "finetune",
-                                  family=model.body.cfg.family, **settings)
+    return classification_results(predicted, [e.label for e in test], train_labels, **{
+        **settings, "pooling": model.pooling, "mode": "probe" if model.freeze else "finetune",
+        "family": model.body.cfg.family})
 
 
 def settings_of(cfg: ClassifyConfig) -> dict:

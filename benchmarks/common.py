@@ -1,0 +1,398 @@
+"""What every side-by-side benchmark shares: worker processes, alternating timing, FLOP accounting,
+the machine's matmul peak, and the Markdown table.
+
+Why workers: each side (maskwise, the HF reference, a bf16 variant) lives in its own Python process,
+so its peak RSS is its own and not the sum of both models. Why alternating: the machine is shared
+and its speed drifts by tens of percent within a minute; timing A for a minute and then B for a
+minute measures the drift, not the code. The parent therefore keeps all workers alive and asks
+them in turn, round after round, to time a few steps, and reports medians over rounds; ratios are
+medians of the per-round ratios, taken between neighbours in time. The parent measures the matmul
+peak in every round too, between the workers' turns, so "% of peak" compares numbers taken under
+the same load.
+
+A worker is the benchmark script itself started with ``--worker SIDE``: it builds that side and
+answers one JSON request per stdin line on stdout (the ``Side`` protocol below).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+# The shapes of issue 7: every training benchmark uses these unless told otherwise.
+SHAPES = dict(n_layers=4, d_model=256, n_heads=4, d_ff=1024, vocab_size=8192, seq_len=128, batch=16)
+
+
+# ---- machine -----------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    """One line: CPU model, cores, the vector ISA torch dispatches to, threads, torch version."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+        extras = [f for f in ("avx512_bf16", "amx_bf16", "amx_tile") if f in flags.split()]
+    except (OSError, StopIteration):
+        extras = []
+    return (f"{model}, {os.cpu_count()} cores, {torch.backends.cpu.get_cpu_capability()}"
+            f"{' + ' + ' + '.join(extras) if extras else ''}, torch {torch.__version__}, "
+            f"{torch.get_num_threads()} threads")
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 2048, seconds: float = 1.0) -> float:
+    """FLOP/s of a square (n x n) @ (n x n) matmul loop at ``dtype``: the most this machine's matmul
+    library delivers right now, the denominator of "% of peak". bf16 is timed as a plain bf16
+    matmul, which is what autocast runs."""
+    a = torch.randn(n, n).to(dtype)
+    b = torch.randn(n, n).to(dtype)
+    a @ b  # warm-up: first-call packing and thread start
+    count, start = 0, time.perf_counter()
+    while True:
+        a @ b
+        count += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds and count >= 3:
+            return 2.0 * n ** 3 * count / elapsed
+
+
+# ---- FLOP accounting -----------------------------------------------------------------------------
+
+
+def train_flops(block_params: int, tokens: int, n_layers: int, context: int, width: int) -> float:
+    """Training FLOPs of a stack's blocks: 6 per weight per token (forward 2, backward 4) plus the
+    attention score and mixing matmuls, 12 x layers x context x width per token (the estimate of
+    ``maskwise.train.budget``, applied to both sides alike)."""
+    return tokens * (6.0 * block_params + 12.0 * n_layers * context * width)
+
+
+def head_flops(d_model: int, vocab: int, positions: int, transform: bool, train: bool = True) -> float:
+    """LM-head FLOPs at ``positions`` positions: what an implementation *executes*, so a dense head
+    (HF) counts every position and maskwise's sparse head only the labelled ones."""
+    per = 2.0 * d_model * vocab + (2.0 * d_model * d_model if transform else 0.0)
+    return (3.0 if train else 1.0) * per * positions
+
+
+def block_params(modules) -> int:
+    return sum(p.numel() for m in modules for p in m.parameters())
+
+
+# ---- memory -----------------------------------------------------------------------------------
+
+
+def rss_mb() -> float:
+    """Current resident set size (MiB), from /proc (no psutil needed)."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size (MiB): ``ru_maxrss`` is in KiB on Linux."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ---- the worker side ------------------------------------------------------------------------------
+
+
+class Side:
+    """One thing to time, built inside its worker process.
+
+    ``step()`` does one unit of work (a training step, a generate call, a batch of embeddings) and
+    returns how many tokens (or lines) it processed; ``flops(n)`` the FLOPs it executed for ``n``
+    such units counted by ``step``; ``info`` is free-form and reported once. Extra requests
+    (``{"cmd": "call", "name": ...}``) call a method of the same name with keyword arguments.
+    """
+
+    info: dict[str, Any] = {}
+
+    def step(self) -> int:
+        raise NotImplementedError
+
+    def flops(self, units: int) -> float:
+        return 0.0
+
+
+def serve(build: Callable[[str, argparse.Namespace], Side], side: str, args: argparse.Namespace) -> None:
+    """The worker loop: build ``side``, then answer requests until "quit" or end of input."""
+    out = sys.stdout
+    sys.stdout = sys.stderr  # anything a library prints must not corrupt the protocol
+    baseline = rss_mb()
+    obj = build(side, args)
+    out.write(json.dumps({"ready": True, "info": obj.info, "rss_after_imports_mb": baseline}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        request = json.loads(line)
+        cmd = request["cmd"]
+        if cmd == "quit":
+            break
+        if cmd == "time":
+            units = 0
+            start = time.perf_counter()
+            for _ in range(request["n"]):
+                units += obj.step()
+            seconds = time.perf_counter() - start
+            reply: dict[str, Any] = {"seconds": seconds, "units": units, "flops": obj.flops(units)}
+        elif cmd == "call":
+            reply = {"result": getattr(obj, request["name"])(**request.get("kwargs", {}))}
+        else:
+            reply = {"error": f"unknown request {cmd!r}"}
+        reply["peak_rss_mb"] = peak_rss_mb()
+        reply["rss_after_imports_mb"] = baseline
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+
+
+# ---- the parent side --------------------------------------------------------------------------------
+
+
+class Worker:
+    """A running worker process for one side; ``ask`` sends one request and waits for the reply."""
+
+    def __init__(self, script: str, side: str, extra: list[str]):
+        self.side = side
+        self.log = tempfile.TemporaryFile(mode="w+")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+        self.proc = subprocess.Popen([sys.executable, script, "--worker", side, *extra], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
+        self.ready = self._read()
+
+    def _read(self) -> dict[str, Any]:
+        line = self.proc.stdout.readline()
+        if not line:
+            self.log.seek(0)
+            raise RuntimeError(f"worker {self.side} died:\n{self.log.read()[-4000:]}")
+        return json.loads(line)
+
+    def ask(self, **request) -> dict[str, Any]:
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        reply = self._read()
+        if "error" in reply:
+            raise RuntimeError(f"worker {self.side}: {reply['error']}")
+        return reply
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
+                self.proc.stdin.flush()
+            except BrokenPipeError:
+                pass
+            self.proc.wait(timeout=60)
+
+
+@dataclass
+class SideResult:
+    side: str
+    rates: list[float] = field(default_factory=list)  # units per second, one per round
+    flop_rates: list[float] = field(default_factory=list)
+    peak_rss_mb: float = 0.0
+    rss_after_imports_mb: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return statistics.median(self.rates)
+
+    @property
+    def flop_rate(self) -> float:
+        return statistics.median(self.flop_rates)
+
+
+@dataclass
+class Comparison:
+    """All sides of one benchmark after alternating rounds; ``peaks`` maps a dtype name to the
+    matmul FLOP/s measured in each round."""
+
+    name: str
+    reference: str
+    sides: dict[str, SideResult]
+    peaks: dict[str, list[float]]
+    unit: str = "tokens/s"
+
+    def ratio(self, side: str) -> tuple[float, float, float]:
+        """(median, min, max) over rounds of side's rate / the reference's rate in the same round."""
+        pairs = [a / b for a, b in zip(self.sides[side].rates, self.sides[self.reference].rates)]
+        return statistics.median(pairs), min(pairs), max(pairs)
+
+    def peak(self, dtype: str) -> float:
+        return statistics.median(self.peaks[dtype])
+
+
+def alternate(script: str, sides: list[str], extra: list[str], rounds: int, steps: int, warmup: int,
+              name: str, reference: str, peak_dtypes: tuple[str, ...] = ("float32",),
+              unit: str = "tokens/s") -> tuple[Comparison, dict[str, Worker]]:
+    """Start one worker per side, warm each up, then ``rounds`` rounds of: every side times ``steps``
+    steps in turn (the order rotating each round, so no side always follows the same one), and
+    the parent times the matmul peak. Returns the comparison and the live workers (for extra
+    requests; the caller closes them)."""
+    workers: dict[str, Worker] = {}
+    try:
+        for side in sides:
+            workers[side] = Worker(script, side, extra)
+        for side in sides:
+            if warmup:
+                workers[side].ask(cmd="time", n=warmup)
+        results = {s: SideResult(s, info=workers[s].ready["info"]) for s in sides}
+        peaks: dict[str, list[float]] = {d: [] for d in peak_dtypes}
+        for r in range(rounds):
+            order = sides[r % len(sides):] + sides[:r % len(sides)]
+            for side in order:
+                reply = workers[side].ask(cmd="time", n=steps)
+                res = results[side]
+                res.rates.append(reply["units"] / reply["seconds"])
+                res.flop_rates.append(reply["flops"] / reply["seconds"])
+                res.peak_rss_mb = reply["peak_rss_mb"]
+                res.rss_after_imports_mb = reply["rss_after_imports_mb"]
+            for dtype in peak_dtypes:
+                peaks[dtype].append(matmul_peak(getattr(torch, dtype), seconds=0.5))
+            line = "  ".join(f"{s} {results[s].rates[-1]:,.0f}" for s in sides)
+            print(f"  round {r + 1}/{rounds}: {line} {unit}", file=sys.stderr, flush=True)
+        return Comparison(name, reference, results, peaks, unit), workers
+    except BaseException:
+        for worker in workers.values():
+            worker.proc.kill()
+        raise
+
+
+def close_all(workers: dict[str, Worker]) -> None:
+    for worker in workers.values():
+        worker.close()
+
+
+# ---- reporting ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One line of the results table."""
+
+    bench: str
+    side: str
+    rate: float
+    unit: str
+    ratio: str = ""  # e.g. "1.62x (1.55-1.70)"; "" for the reference itself
+    target: str = ""
+    gflops: float | None = None
+    peak_pct: float | None = None
+    peak_dtype: str = "float32"
+    peak_rss_mb: float | None = None
+    rss_over_imports_mb: float | None = None
+    note: str = ""
+
+
+def rows_of(comparison: Comparison, targets: dict[str, str] | None = None,
+            dtypes: dict[str, str] | None = None, notes: dict[str, str] | None = None) -> list[Row]:
+    """Table rows for every side: rate, ratio to the reference, FLOP/s and % of the matmul peak at
+    the side's dtype (``dtypes``: side -> "float32"/"bfloat16", default float32)."""
+    rows = []
+    for side, res in comparison.sides.items():
+        dtype = (dtypes or {}).get(side, "float32")
+        ratio = ""
+        if side != comparison.reference:
+            median, low, high = comparison.ratio(side)
+            ratio = f"{median:.2f}x ({low:.2f}-{high:.2f})"
+        gflops = res.flop_rate / 1e9 if res.flop_rates and res.flop_rate > 0 else None
+        pct = 100.0 * res.flop_rate / comparison.peak(dtype) if gflops and dtype in comparison.peaks else None
+        rows.append(Row(comparison.name, side, res.rate, comparison.unit, ratio, (targets or {}).get(side, ""),
+                        gflops, pct, dtype, res.peak_rss_mb, res.peak_rss_mb - res.rss_after_imports_mb,
+                        (notes or {}).get(side, "")))
+    return rows
+
+
+COLUMNS = ("benchmark", "side", "throughput", "vs reference (median, range over rounds)", "target",
+           "GFLOP/s", "% of matmul peak", "peak RSS MiB (over imports)", "note")
+
+
+def markdown(rows: list[Row]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
+    for r in rows:
+        cells = [
+            r.bench, r.side, f"{r.rate:,.1f} {r.unit}" if r.rate < 100 else f"{r.rate:,.0f} {r.unit}",
+            r.ratio or "reference", r.target,
+            f"{r.gflops:.1f}" if r.gflops is not None else "",
+            f"{r.peak_pct:.0f}% ({'bf16' if r.peak_dtype == 'bfloat16' else 'fp32'})" if r.peak_pct is not None else "",
+            f"{r.peak_rss_mb:,.0f} ({r.rss_over_imports_mb:+,.0f})" if r.peak_rss_mb is not None else "",
+            r.note,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def peaks_line(comparison: Comparison) -> str:
+    return ", ".join(f"{d} matmul peak {comparison.peak(d) / 1e9:.0f} GFLOP/s (median of {len(v)})"
+                     for d, v in comparison.peaks.items())
+
+
+def emit(rows: list[Row], header: list[str], json_out: str | None) -> None:
+    """Print the table (and header lines) and, for ``run_all.py``, write the rows as JSON."""
+    for line in header:
+        print(line)
+    print(markdown(rows))
+    if json_out:
+        Path(json_out).write_text(json.dumps({"header": header, "rows": [r.__dict__ for r in rows]}))
+
+
+def base_parser(description: str, rounds: int, steps: int, warmup: int) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=rounds, help="alternating rounds (median over them)")
+    parser.add_argument("--steps", type=int, default=steps, help="timed steps per side per round")
+    parser.add_argument("--warmup", type=int, default=warmup, help="untimed steps per side first")
+    parser.add_argument("--json", help="also write the rows as JSON to this file (run_all.py)")
+    return parser
+
+
+def worker_args(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
+    """The command-line options a worker needs, rebuilt from the parent's parsed ``args``."""
+    extra = []
+    for name in names:
+        value = getattr(args, name)
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            if value:
+                extra.append(flag)
+        elif value is not None:
+            extra += [flag, str(value)]
+    return extra
+
+
+# ---- data ------------------------------------------------------------------------------------------
+
+
+def shakespeare(vocab_size: int = SHAPES["vocab_size"]):
+    """(tokenizer, train TokenStream, val TokenStream) of the embedded plays with the WordPiece
+    tokenizer maskwise trains (cached across runs); the token ids are cached in the temp folder too,
+    since every worker needs them and tokenising the plays takes seconds."""
+    from maskwise.data.corpus import load_corpus
+    from maskwise.data.stream import TokenStream
+    from maskwise.data.tokenizers import build_tokenizer
+
+    corpus = load_corpus("shakespeare")
+    tokenizer = build_tokenizer("wordpiece", corpus, vocab_size)
+    cache = Path(tempfile.gettempdir()) / f"maskwise-bench-ids-{vocab_size}-{corpus.fingerprint[:16]}.pt"
+    if cache.is_file():
+        ids = torch.load(cache)
+    else:
+        ids = {"train": TokenStream.from_texts(corpus.train, tokenizer).ids,
+               "val": TokenStream.from_texts(corpus.val, tokenizer).ids}
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        torch.save(ids, tmp)
+        os.replace(tmp, cache)
+    return tokenizer, TokenStream(ids["train"], "train"), TokenStream(ids["val"], "val")

@@ -1,0 +1,59 @@
+"""``maskwise export`` (a run folder -> an HF folder) and ``maskwise embed`` (lines -> vectors)."""
+
+from __future__ import annotations
+
+EXPORT_FORMATS = ("hf",)
+
+
+def register(subparsers) -> None:
+    export = subparsers.add_parser("export", help="write a run as a folder transformers loads")
+    export.add_argument("run_dir", help="maskwise run folder")
+    export.add_argument("--to", required=True, choices=EXPORT_FORMATS, help="target format")
+    export.add_argument("out", help="folder to write (must not exist or be empty, unless --overwrite)")
+    export.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
+    export.set_defaults(handler=run_export)
+
+    embed = subparsers.add_parser("embed", help="sentence vectors for each line of a text file")
+    embed.add_argument("--model", required=True,
+                       help="all-MiniLM-L6-v2, an HF model folder, or a maskwise run folder")
+    embed.add_argument("--input", required=True, help="UTF-8 text file, one text per line")
+    embed.add_argument("--output", required=True, help=".npy file to write: (lines, d) float32")
+    embed.add_argument("--batch-size", type=int, default=32)
+    embed.add_argument("--no-normalize", action="store_true", help="keep raw pooled vectors (no L2 norm)")
+    embed.set_defaults(handler=run_embed)
+
+
+def run_export(args) -> int:
+    from maskwise.interop.hf import export_hf
+
+    out = export_hf(args.run_dir, args.out, overwrite=args.overwrite)
+    print(f"exported {args.run_dir} -> {out} (Hugging Face format)")
+    return 0
+
+
+def run_embed(args) -> int:
+    import io
+    from pathlib import Path
+
+    import numpy as np
+
+    from maskwise.errors import UserError
+    from maskwise.interop.pretrained import embed_texts
+    from maskwise.train.checkpoint import atomic_write
+
+    path = Path(args.input)
+    try:
+        texts = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except (UnicodeDecodeError, IsADirectoryError) as error:
+        raise UserError(f"{path}: not a UTF-8 text file ({error.__class__.__name__})") from None
+    if not texts:
+        raise UserError(f"{path}: no lines to embed")
+    vectors = embed_texts(args.model, texts, batch_size=args.batch_size, normalize=not args.no_normalize)
+    buffer = io.BytesIO()
+    np.save(buffer, vectors)
+    atomic_write(args.output, buffer.getvalue())
+    print(f"embedded {len(texts)} lines with {args.model} -> {args.output} "
+          f"({vectors.shape[0]} x {vectors.shape[1]} float32)")
+    return 0

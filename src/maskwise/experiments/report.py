@@ -1,0 +1,207 @@
+"""Reports for ``compare`` and ``ablate``: results.json -> report.md + report.html + PNG plots.
+
+Everything is rendered from ``results.json`` alone, so ``maskwise report RUN_DIR`` can re-render a
+finished (or interrupted) experiment without retraining. The HTML embeds its images as base64 so it
+is one self-contained file.
+
+The results layout (all keys optional except ``title``)::
+
+    title, kind ("compare" | "ablation"), machine, settings, wall_s
+    runs:    [{label, group, seed, curve: [metrics.jsonl records]}]   -> loss vs tokens / wall-clock
+    metrics: {metric: {group: [value per seed]}}                       -> bars with error bars
+    table:   {"columns": [...], "rows": [[cell, ...], ...]}            -> the main table
+    parameters: {group: {category: count}}                             -> where the parameters go
+    prediction, rule, verdict, verdict_detail, summary, samples: {name: text}, notes: [text]
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from maskwise.errors import UserError
+from maskwise.train.checkpoint import atomic_write, read_json, write_json
+
+RESULTS, REPORT_MD, REPORT_HTML = "results.json", "report.md", "report.html"
+
+
+def mean_and_spread(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    finite = [v for v in values if v is not None]
+    if not finite:
+        return float("nan"), float("nan")
+    return statistics.fmean(finite), statistics.stdev(finite) if len(finite) > 1 else 0.0
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def fmt_stat(values: list[float], digits: int = 3) -> str:
+    mean, spread = mean_and_spread(values)
+    return f"{mean:.{digits}f} ± {spread:.{digits}f}" if len(values) > 1 else f"{mean:.{digits}f}"
+
+
+def _plot_curves(results: dict, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in results.get("runs", []) if r.get("curve")]
+    if not runs:
+        return []
+    paths = []
+    for axis, label in (("tokens_seen", "tokens seen"), ("wall_s", "training wall-clock (s)")):
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        for run in runs:
+            points = [(r[axis], r["val_loss"]) for r in run["curve"] if r.get("val_loss") is not None]
+            if points:
+                xs, ys = zip(*points)
+                ax.plot(xs, ys, marker=".", label=run["label"])
+        ax.set_xlabel(label)
+        ax.set_ylabel("validation loss (per loss-carrying position)")
+        ax.set_title(f"validation loss vs {label}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out / f"loss_vs_{axis}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def _plot_metrics(results: dict, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for metric, groups in results.get("metrics", {}).items():
+        names = [g for g, values in groups.items() if values]
+        if not names:
+            continue
+        stats = [mean_and_spread(groups[g]) for g in names]
+        fig, ax = plt.subplots(figsize=(max(3.5, 1.2 * len(names) + 1.5), 3.4))
+        ax.bar(range(len(names)), [s[0] for s in stats], yerr=[s[1] for s in stats], capsize=4,
+               color="#4c72b0")
+        ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=8)
+        ax.set_title(metric)
+        ax.grid(axis="y", alpha=0.3)
+        fig.tight_layout()
+        path = out / f"metric_{metric.replace('/', '_').replace(' ', '_')}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def _markdown(results: dict, images: list[Path]) -> str:
+    lines = [f"# {results['title']}", ""]
+    if results.get("machine"):
+        m = results["machine"]
+        lines.append(f"Machine: {m.get('cpu', '?')}, {m.get('threads', '?')} threads, torch {m.get('torch', '?')}. "
+                     f"Total time: {fmt(results.get('wall_s', float('nan')), 1)} s.")
+        lines.append("")
+    if results.get("prediction"):
+        lines += ["## Prediction, rule, verdict", "",
+                  f"- **Prediction:** {results['prediction']}",
+                  f"- **Falsification rule (coded):** {results.get('rule', '')}",
+                  f"- **Verdict:** `{results.get('verdict', 'n/a')}` — {results.get('verdict_detail', '')}", ""]
+    if results.get("summary"):
+        lines += ["## Summary", "", results["summary"], ""]
+    table = results.get("table")
+    if table:
+        lines += ["## Results", "", "| " + " | ".join(table["columns"]) + " |",
+                  "|" + "---|" * len(table["columns"])]
+        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in table["rows"]]
+        lines.append("")
+    if results.get("parameters"):
+        categories = sorted({c for counts in results["parameters"].values() for c in counts})
+        lines += ["## Where the parameters go", "", "| model | " + " | ".join(categories) + " |",
+                  "|" + "---|" * (len(categories) + 1)]
+        for group, counts in results["parameters"].items():
+            lines.append(f"| {group} | " + " | ".join(f"{counts.get(c, 0):,}" for c in categories) + " |")
+        lines.append("")
+    for name, text in results.get("samples", {}).items():
+        lines += [f"### {name}", "", "```", text.strip(), "```", ""]
+    for note in results.get("notes", []):
+        lines.append(f"- {note}")
+    if results.get("notes"):
+        lines.append("")
+    if images:
+        lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in images] + [""]
+    if results.get("settings"):
+        lines += ["## Settings", "", "```json", json.dumps(results["settings"], indent=1, sort_keys=True), "```", ""]
+    return "\n".join(lines)
+
+
+def _html(markdown_text: str, images: list[Path]) -> str:
+    """A small Markdown subset -> HTML (headings, lists, tables, code, images inlined as base64)."""
+    body, in_code, in_table = [], False, False
+    embedded = {p.name: base64.b64encode(p.read_bytes()).decode() for p in images}
+    for line in markdown_text.splitlines():
+        if line.startswith("```"):
+            body.append("</pre>" if in_code else "<pre>")
+            in_code = not in_code
+            continue
+        if in_code:
+            body.append(html.escape(line))
+            continue
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if all(set(c) <= {"-"} for c in cells):
+                continue
+            tag = "th" if not in_table else "td"
+            if not in_table:
+                body.append("<table>")
+                in_table = True
+            body.append("<tr>" + "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in cells) + "</tr>")
+            continue
+        if in_table:
+            body.append("</table>")
+            in_table = False
+        if line.startswith("!["):
+            name = line[line.index("(") + 1:-1]
+            body.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{embedded.get(name, "")}">')
+        elif line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            body.append(f"<h{level}>{html.escape(line[level:].strip())}</h{level}>")
+        elif line.startswith("- "):
+            body.append(f"<li>{html.escape(line[2:]).replace('**', '')}</li>")
+        elif line.strip():
+            body.append(f"<p>{html.escape(line)}</p>")
+    if in_table:
+        body.append("</table>")
+    style = ("body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.4}"
+             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em}"
+             "pre{background:#f5f5f5;padding:.6em;white-space:pre-wrap}img{max-width:100%}")
+    return f"<!doctype html><html><head><meta charset='utf-8'><style>{style}</style></head><body>\n" + \
+        "\n".join(body) + "\n</body></html>\n"
+
+
+def write_results(out: str | Path, results: dict) -> None:
+    write_json(Path(out) / RESULTS, results)
+
+
+def render(out: str | Path) -> Path:
+    """(Re-)render report.md, report.html and the PNGs of ``out`` from its results.json."""
+    out = Path(out)
+    if not (out / RESULTS).is_file():
+        raise UserError(f"{out}: no {RESULTS} to render a report from")
+    results = read_json(out / RESULTS)
+    if not isinstance(results, dict) or "title" not in results:
+        raise UserError(f"{out / RESULTS}: not a maskwise results file")
+    images = _plot_curves(results, out) + _plot_metrics(results, out)
+    markdown_text = _markdown(results, images)
+    atomic_write(out / REPORT_MD, markdown_text.encode())
+    atomic_write(out / REPORT_HTML, _html(markdown_text, images).encode())
+    return out / REPORT_MD

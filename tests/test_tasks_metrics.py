@@ -1,0 +1,66 @@
+"""Task metrics on cases small enough to compute by hand."""
+
+import math
+
+import pytest
+
+from maskwise.tasks.metrics import (accuracy, bucket_label, bucketed, exact_match, latency_ms, macro_f1,
+                                    majority_label, mrr, ndcg_at_k, percentile, recall_at_k, set_f1,
+                                    split_list, token_f1)
+
+
+def test_accuracy_and_macro_f1():
+    gold = ["a", "a", "a", "b", "c"]
+    pred = ["a", "a", "b", "b", "b"]
+    assert accuracy(pred, gold) == 3 / 5
+    # a: tp 2, fp 0, fn 1 -> 4/5; b: tp 1, fp 2, fn 0 -> 2/4; c: tp 0 -> 0
+    assert macro_f1(pred, gold) == pytest.approx((0.8 + 0.5 + 0.0) / 3)
+    # a label listed but absent from both lists scores 0 and still counts in the mean
+    assert macro_f1(pred, gold, ["a", "b", "c", "d"]) == pytest.approx((0.8 + 0.5) / 4)
+    with pytest.raises(ValueError):
+        accuracy(["a"], ["a", "b"])
+
+
+def test_majority_label_breaks_ties_by_sorted_order():
+    assert majority_label(["b", "a", "b", "a", "c"]) == "a"
+    assert majority_label(["c", "c", "a"]) == "c"
+
+
+def test_ranking_metrics_by_hand():
+    ranked = [[3, 1, 2], [5, 6, 7], [9, 8, 4]]
+    relevant = [{1}, {4}, {9, 4}]
+    # recall@1: 0, 0, 1/2 ; recall@3: 1, 0, 1
+    assert recall_at_k(ranked, relevant, 1) == pytest.approx(0.5 / 3)
+    assert recall_at_k(ranked, relevant, 3) == pytest.approx(2 / 3)
+    # reciprocal ranks: 1/2, 0 (never ranked), 1
+    assert mrr(ranked, relevant) == pytest.approx(1.5 / 3)
+    # nDCG@10: q1 = (1/log2 3) / 1; q2 = 0; q3 = (1 + 1/log2 4) / (1 + 1/log2 3)
+    q1 = 1 / math.log2(3)
+    q3 = (1 + 0.5) / (1 + 1 / math.log2(3))
+    assert ndcg_at_k(ranked, relevant, 10) == pytest.approx((q1 + 0 + q3) / 3)
+    assert ndcg_at_k([[1, 2]], [{1}], 10) == 1.0
+    assert ndcg_at_k([[2, 1]], [{1}], 1) == 0.0
+
+
+def test_generation_metrics_by_hand():
+    assert exact_match("HAMLET,  HORATIO\n", "HAMLET, HORATIO") == 1.0
+    assert exact_match("HAMLET", "HORATIO") == 0.0
+    # tokens: p = [a, b, b], g = [b, b, c]: overlap 2, P = R = 2/3
+    assert token_f1("a b b", "b b c") == pytest.approx(2 / 3)
+    assert token_f1("", "") == 1.0 and token_f1("x", "") == 0.0
+    assert split_list(" A, B ,, C ") == ["A", "B", "C"]
+    # sets: {A, B} vs {B, C, D}: overlap 1, P = 1/2, R = 1/3 -> F1 = 2/5
+    assert set_f1("A, B, A", "B, C, D") == pytest.approx(0.4)
+    assert set_f1("B, A", "A, B") == 1.0  # order and repeats do not matter
+
+
+def test_bucketing_and_percentiles():
+    assert bucket_label([0, 100, 200], 99) == "0-99"
+    assert bucket_label([0, 100, 200], 100) == "100-199"
+    assert bucket_label([0, 100, 200], 5000) == "200+"
+    result = bucketed([10, 150, 120, 300], {"em": [1, 0, 1, 1]}, [0, 100, 200])
+    assert result == {"0-99": {"n": 1, "em": 1.0}, "100-199": {"n": 2, "em": 0.5}, "200+": {"n": 1, "em": 1.0}}
+    assert list(result) == ["0-99", "100-199", "200+"]
+    assert percentile([4, 1, 3, 2], 50) == 2.5
+    assert percentile([1, 2, 3, 4, 5], 99) == pytest.approx(4.96)
+    assert latency_ms([0.001, 0.003]) == {"p50_ms": pytest.approx(2.0), "p99_ms": pytest.approx(2.98)}
