@@ -99,7 +99,8 @@ def test_import_matches_hf_logits_with_padding(name):
 
 def test_import_from_folder_and_maskwise_load(tmp_path, tiny_tokenizer):
     hf = randomized(HF_MODELS["bart"][0]())
-    hf.save_pretrained(tmp_path)
+    hf.save_pretrained(tmp_path, max_shard_size="50KB")  # sharded: model.safetensors.index.json
+    assert (tmp_path / "model.safetensors.index.json").is_file()
     tiny_tokenizer.save(tmp_path / "tokenizer.json")
     model, tokenizer = load(tmp_path)
     torch.testing.assert_close(logits(model, True), logits(hf, True, hf=True), atol=ATOL, rtol=0)

@@ -74,7 +74,7 @@ def test_loss_positions():
 
 
 # Pinned on this code (torch 2.13, CPU) with seed 0; a change means the computation changed.
-PINNED = [4.150771, 4.125584, 4.096856, 4.043106, 3.985373, 3.930883]
+PINNED = [4.176393, 4.026262, 3.913975, 3.819783, 3.731802, 3.637819]
 
 
 def test_pinned_losses_fall():

@@ -165,13 +165,13 @@ def test_same_generator_same_corruption():
 
 def test_registry_knows_the_new_objectives():
     for name, family in [("span", "encoder-decoder"), ("denoise", "encoder-decoder"), ("electra", "encoder"),
-                         ("prefix_lm", "decoder")]:
+                         ("prefix-lm", "decoder")]:
         options = {"sentence_end_ids": [ORDINARY]} if name == "denoise" else {}
         assert build_objective(name, family, TOK, V, **options).name == name
     with pytest.raises(UserError, match="does not apply"):
         check_pair("encoder", "span")
     with pytest.raises(UserError, match="does not apply"):
-        check_pair("encoder-decoder", "prefix_lm")
+        check_pair("encoder-decoder", "prefix-lm")
 
 
 # Pinned on this code (torch 2.13, CPU) with seed 0; a change means the computation changed.

@@ -10,6 +10,17 @@ def register(subparsers) -> None:
     demo.add_argument("--no-progress", dest="progress", action="store_false")
     demo.set_defaults(handler=run_demo)
 
+    compare = subparsers.add_parser(
+        "compare", help="the main job: pretrain encoder, decoder and encoder-decoder at one budget, evaluate all")
+    compare.add_argument("--quick", action="store_true", help="the same report in about 2 minutes")
+    compare.add_argument("--seconds", type=float, default=None, help="pretraining seconds per family")
+    compare.add_argument("--data", default="shakespeare", help="pretraining data (tasks use the plays)")
+    compare.add_argument("--seed", type=int, default=0)
+    compare.add_argument("--out", default="runs/compare")
+    compare.add_argument("--overwrite", action="store_true", help="start over instead of continuing")
+    compare.add_argument("--no-progress", dest="progress", action="store_false")
+    compare.set_defaults(handler=run_compare)
+
     report = subparsers.add_parser("report", help="re-render report.md/.html from an experiment's results.json")
     report.add_argument("run_dir")
     report.set_defaults(handler=run_report)
@@ -31,6 +42,23 @@ def run_demo(args) -> int:
     print(f"\n--- the encoder fills a blank: {BLANK} ---")
     print("  ".join(f"{token!r} {p:.2f}" for token, p in result["fill_mask"]))
     print(f"\nloss curves: {result['plot']}")
+    return 0
+
+
+def run_compare(args) -> int:
+    import dataclasses
+
+    from maskwise.errors import UserError
+    from maskwise.experiments.compare import QUICK, CompareSettings, run_compare
+
+    settings = QUICK if args.quick else CompareSettings()
+    if args.seconds is not None:
+        if not args.seconds > 0:
+            raise UserError(f"--seconds must be positive, got {args.seconds}")
+        settings = dataclasses.replace(settings, seconds=args.seconds)
+    out = run_compare(args.out, args.quick, args.seed, args.data, args.overwrite, args.progress, settings)
+    print((out / "report.md").read_text())
+    print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     return 0
 
 

@@ -164,8 +164,9 @@ def speaker_examples(split: str, n_speeches: tuple[int, int] = (2, 6), max_chars
     Source length is controlled two ways: each window takes ``n_speeches[0]..n_speeches[1]``
     speeches (drawn per window), then drops speeches from its end until it fits ``max_chars``
     (a window whose first speech alone is too long is skipped). ``whole_scenes`` makes each scene
-    one passage instead, kept only if it fits. Windows tile each scene without overlap; ``limit``
-    keeps a random subset."""
+    one passage instead, kept only if it fits. Lengths are measured on the passage as printed, so
+    the ``hide_speakers`` variant holds the same passages. Windows tile each scene without overlap;
+    ``limit`` keeps a random subset."""
     if not 1 <= n_speeches[0] <= n_speeches[1]:
         raise UserError(f"speeches per passage must satisfy 1 <= low <= high, got {n_speeches}")
     rng = _rng(seed, split, "speakers")
@@ -181,7 +182,7 @@ def speaker_examples(split: str, n_speeches: tuple[int, int] = (2, 6), max_chars
                     windows.append(scene.speeches[start:start + size])
                     start += size
             for speeches in windows:
-                while speeches and len(render_passage(speeches, hide_speakers)) > max_chars:
+                while speeches and len(render_passage(speeches)) > max_chars:
                     speeches = () if whole_scenes else speeches[:-1]
                 if speeches:
                     examples.append(Seq2SeqExample(render_passage(speeches, hide_speakers),

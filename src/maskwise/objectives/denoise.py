@@ -244,13 +244,6 @@ def sentence_end_lookup(tokenizer, vocab_size: int, enders: tuple[str, ...] = SE
     return lookup
 
 
-def id_lookup(ids, vocab_size: int) -> torch.Tensor:
-    """(V,) bool, True at ``ids``."""
-    lookup = torch.zeros(vocab_size, dtype=torch.bool)
-    lookup[list(ids)] = True
-    return lookup
-
-
 def pad_rows(rows: list[torch.Tensor], value: int) -> tuple[torch.Tensor, torch.Tensor]:
     """1-D rows of different lengths -> (B, L) padded with ``value`` and the (B, L) attention mask
     (1 = real token), right padding."""
@@ -277,7 +270,8 @@ class Noiser:
         ``DenoiseConfig`` fields, unknown names rejected."""
         cfg = from_dict(DenoiseConfig, options, "denoising options").validate()
         if sentence_end_ids is not None:
-            is_sentence_end = id_lookup(sentence_end_ids, vocab_size)
+            is_sentence_end = torch.zeros(vocab_size, dtype=torch.bool)
+            is_sentence_end[list(sentence_end_ids)] = True
         elif getattr(tokenizer, "decode", None) is None:
             raise ValueError("no decode to find sentence ends with: pass sentence_end_ids")
         else:

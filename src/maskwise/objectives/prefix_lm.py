@@ -35,7 +35,7 @@ def hide_prefix(labels: torch.Tensor, first_loss: torch.Tensor) -> torch.Tensor:
 
 
 class PrefixLM(Objective):
-    name = "prefix_lm"
+    name = "prefix-lm"
     families = ("decoder",)
 
     def raw_length(self, block_size: int) -> int:

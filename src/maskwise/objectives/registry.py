@@ -24,7 +24,7 @@ OBJECTIVES: dict[str, tuple[tuple[str, ...], Callable[..., Objective]]] = {
     "span": (SpanCorruption.families, lambda tok, vocab, **o: SpanCorruption(tok, **o)),
     "denoise": (Denoising.families, lambda tok, vocab, **o: Denoising(tok, vocab, **o)),
     "electra": (Electra.families, lambda tok, vocab, **o: Electra(tok, vocab, **o)),
-    "prefix_lm": (PrefixLM.families, lambda tok, vocab: PrefixLM()),
+    "prefix-lm": (PrefixLM.families, lambda tok, vocab: PrefixLM()),
 }
 
 # objective -> {settings key (CLI flag / TOML key): constructor keyword}

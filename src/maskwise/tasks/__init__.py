@@ -120,17 +120,24 @@ class FinetuneConfig:
         return self
 
 
+def finetune_optimizer(model: nn.Module, cfg: FinetuneConfig, head_prefixes: tuple[str, ...] = ()):
+    """AdamW over the trainable parameters: the body's groups at ``cfg.lr``, the groups of
+    parameters named with one of ``head_prefixes`` at ``cfg.head_lr``. Frozen parameters
+    (``requires_grad=False``) are left out, so a linear probe's optimizer holds the head only."""
+    if not any(p.requires_grad for p in model.parameters()):
+        raise UserError("nothing to train: every parameter is frozen")
+    return build_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, 0.999),
+                           head_prefixes=head_prefixes, head_lr=cfg.head_lr)
+
+
 def fine_tune(model: nn.Module, step_loss: Callable[[random.Random], torch.Tensor], cfg: FinetuneConfig,
               head_prefixes: tuple[str, ...] = (), desc: str = "finetune") -> list[float]:
     """Run ``cfg.steps`` optimizer steps of ``step_loss`` (which draws its own batch from the
-    seeded ``random.Random`` it is given and returns a mean loss). Parameters with
-    ``requires_grad=False`` (a frozen body) are left out of the optimizer. Returns the losses."""
+    seeded ``random.Random`` it is given and returns a mean loss), with ``finetune_optimizer``.
+    Returns the losses."""
     cfg.validate()
+    optimizer = finetune_optimizer(model, cfg, head_prefixes)
     params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise UserError("nothing to train: every parameter is frozen")
-    optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, 0.999),
-                                head_prefixes=head_prefixes, head_lr=cfg.head_lr)
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
     warmup = int(cfg.warmup * cfg.steps)

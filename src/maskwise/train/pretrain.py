@@ -167,7 +167,7 @@ def pretrain(settings: PretrainConfig, on_eval=None) -> dict[str, Any]:
     options = {param: getattr(settings, key) for key, param in OBJECTIVE_OPTIONS.get(settings.objective, {}).items()}
     objective = build_objective(settings.objective, settings.family, tokenizer, cfg.vocab_size, **options)
     torch.manual_seed(settings.train.seed)
-    model = getattr(objective, "build_model", lambda _: None)(cfg) or build_model(cfg)
+    model = objective.build_model(cfg) or build_model(cfg)
     train_stream = TokenStream.from_texts(corpus.train, tokenizer, f"training data {settings.data}")
     val_stream = TokenStream.from_texts(corpus.val, tokenizer, "validation data")
 
@@ -182,7 +182,7 @@ def pretrain(settings: PretrainConfig, on_eval=None) -> dict[str, Any]:
     if resuming:
         trainer.resume()
     records = trainer.fit(on_eval)
-    final = objective.final_model(model) if hasattr(objective, "final_model") else model
+    final = objective.final_model(model)
     if trainer.rank == 0:
         ckpt.save_weights(final, run_dir / ckpt.MODEL_FILE)
     return {"run_dir": run_dir, "records": records, "model": final, "tokenizer": tokenizer,

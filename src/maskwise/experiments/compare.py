@@ -1,0 +1,305 @@
+"""``maskwise compare``: the main job. Three families, one budget, every task each can do.
+
+An encoder (MLM), a decoder (CLM) and an encoder-decoder (T5 span corruption) are pretrained for the
+same wall-clock on the same data with the same block (pre-norm LayerNorm, GELU, learned positions:
+only the mask and the loss differ) at about the same parameter count: 4 bidirectional layers, 4
+causal layers, or 2 + 2 layers whose FFN is narrowed to 3d to pay for the decoder's cross-attention
+(2 x (4d^2 + 6d^2) + 2 x (8d^2 + 6d^2) = 48 d^2 = 4 x 12 d^2). Then each is measured on every task:
+
+- next-token loss on held-out text (nats per character) and a generated sample;
+- filling a blank (one hidden token, both sides visible to whoever can see them);
+- genre classification (fine-tuned, same steps), retrieval recall@10 (contrastive, same steps);
+- passage -> speakers extraction (fine-tuned, same steps), by generation.
+
+Where a family cannot do a task the cell says why; where it can, only badly (the encoder "generating"
+by repeated [MASK], the decoder filling a blank from the left side only), the cell has the number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from maskwise.data.corpus import load_plays, render_play, split_plays
+from maskwise.experiments.report import render, write_results
+from maskwise.experiments.runner import Experiment, machine_info
+from maskwise.model.accounting import parameter_breakdown
+
+FAMILIES = ("encoder", "decoder", "encoder-decoder")
+OBJECTIVE = {"encoder": "mlm", "decoder": "clm", "encoder-decoder": "span"}
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    seconds: float = 100.0  # pretraining wall-clock per family
+    d_model: int = 128
+    heads: int = 4
+    block_size: int = 128
+    batch_size: int = 32
+    vocab_size: int = 4096
+    lr: float = 2e-3
+    finetune_steps: int = 150
+    genre_per_class: int = 250  # training windows per genre (test: a third of it)
+    retrieval_pairs: int = 3000
+    retrieval_queries: int = 500
+    extraction_train: int = 2000
+    extraction_test: int = 200
+    held_out_chars: int = 1500
+    fill_positions: int = 300
+
+
+QUICK = CompareSettings(seconds=20.0, d_model=64, batch_size=32, finetune_steps=40, genre_per_class=60,
+                        retrieval_pairs=600, retrieval_queries=150, extraction_train=400, extraction_test=60,
+                        held_out_chars=400, fill_positions=100)
+
+
+def pretrain_settings(family: str, s: CompareSettings, seed: int, data: str) -> dict:
+    """The same layout for every family; the encoder-decoder gets 2 + 2 layers with a 3d FFN."""
+    values = dict(family=family, objective=OBJECTIVE[family], preset="gpt2", data=data, tokenizer="bpe",
+                  vocab_size=s.vocab_size, d_model=s.d_model, heads=s.heads, layers=4, block_size=s.block_size,
+                  batch_size=s.batch_size, lr=s.lr, steps=100_000, warmup=30, budget=f"seconds={s.seconds}",
+                  eval_every=50, eval_batches=8, bf16=True, seed=seed)
+    if family == "encoder-decoder":
+        values.update(layers=2, decoder_layers=2, d_ff=3 * s.d_model)
+    return values
+
+
+def held_out_text(chars: int) -> str:
+    """The opening of the first test-split play: text no model saw in pretraining."""
+    return render_play(split_plays(load_plays())["test"][0])[:chars]
+
+
+@torch.no_grad()
+def blank_filling_accuracy(model, tokenizer, text: str, n_positions: int, seed: int) -> dict:
+    """Hide one token at a time and predict it.
+
+    encoder: ``[MASK]`` in its place, both sides visible; decoder: only what is left of it (its
+    next-token prediction from the previous position); encoder-decoder: T5's format, the token
+    replaced by sentinel 0 and the decoder asked for the span after ``<extra_id_0>``.
+    """
+    from maskwise.objectives.span import decoder_start_id
+    from maskwise.tasks import pad
+
+    family, context = model.cfg.family, model.cfg.max_seq_len - 2
+    ids = tokenizer.encode(text)
+    rng = random.Random(seed)
+    ordinary = [p for p in range(1, len(ids)) if ids[p] not in tokenizer.special_ids]
+    positions = sorted(rng.sample(ordinary, min(n_positions, len(ordinary))))
+    windows = [(max(0, p - context // 2), p) for p in positions]
+    correct = 0
+    for chunk in range(0, len(windows), 64):
+        batch = windows[chunk:chunk + 64]
+        if family == "decoder":
+            seqs = [ids[max(0, p - context):p] for _, p in batch]  # left side only, ends just before p
+            x, mask = pad(seqs, tokenizer.pad_id, "right")
+            logits = model(x, mask).logits  # (B, T, V)
+            last = mask.sum(1) - 1
+            predicted = logits[torch.arange(len(batch)), last].argmax(-1)
+        elif family == "encoder":
+            seqs = [[tokenizer.cls_id, *ids[s:p], tokenizer.mask_id, *ids[p + 1:s + context]] for s, p in batch]
+            x, mask = pad(seqs, tokenizer.pad_id, "right")
+            logits = model(x, mask).logits
+            predicted = logits[torch.arange(len(batch)), torch.tensor([p - s + 1 for s, p in batch])].argmax(-1)
+        else:
+            sentinel = tokenizer.sentinel_ids[0]
+            seqs = [[*ids[s:p], sentinel, *ids[p + 1:s + context]] for s, p in batch]
+            x, mask = pad(seqs, tokenizer.pad_id, "right")
+            start = torch.tensor([[decoder_start_id(tokenizer), sentinel]] * len(batch))
+            logits = model(x, mask, decoder_input_ids=start).logits  # (B, 2, V)
+            predicted = logits[:, 1].argmax(-1)
+        targets = torch.tensor([ids[p] for _, p in batch])
+        correct += int((predicted == targets).sum())
+    return {"accuracy": correct / max(len(positions), 1), "n": len(positions)}
+
+
+def _fresh(exp: Experiment, family: str):
+    run = exp.load(family)
+    return run.model, run.tokenizer
+
+
+def language_modelling(exp: Experiment, family: str, s: CompareSettings, seed: int) -> dict:
+    from maskwise.tasks.fill_mask import decoder_nats_per_char, encoder_nats_per_char, mlm_continue
+    from maskwise.tasks.generate import GenerationConfig, generate_text
+
+    model, tok = _fresh(exp, family)
+    text = held_out_text(s.held_out_chars)
+    sampling = GenerationConfig(max_new_tokens=48, temperature=0.8, top_k=40)
+    g = torch.Generator().manual_seed(seed)
+    prompt = "HAMLET\nTo be, or not to be,"
+    result = {"blank_filling": blank_filling_accuracy(model, tok, text, s.fill_positions, seed)}
+    if family == "decoder":
+        result["nats_per_char"] = decoder_nats_per_char(model, tok, text)
+        result["sample"] = prompt + generate_text(model, tok, [prompt], sampling, g)[0]
+    elif family == "encoder":
+        result["nats_per_char"] = encoder_nats_per_char(model, tok, text, both_sides=False)
+        result["nats_per_char_both_sides"] = encoder_nats_per_char(model, tok, text, both_sides=True)
+        result["sample"] = prompt + mlm_continue(model, tok, prompt, 48, sampling, g)
+    else:
+        sentinel = tok.id_to_token(tok.sentinel_ids[0])
+        source = f"HAMLET\nTo be, or not to be, {sentinel} is the question:"
+        result["sample"] = f"{source}\n  -> {sentinel}: " + generate_text(model, tok, [source], sampling, g)[0]
+    return result
+
+
+def classification(exp: Experiment, family: str, s: CompareSettings, seed: int) -> dict:
+    from maskwise.data.tasks import genre_examples
+    from maskwise.tasks.classify import ClassifyConfig, evaluate_classifier, train_classifier
+
+    model, tok = _fresh(exp, family)
+    train = genre_examples("train", per_genre=s.genre_per_class, seed=seed)
+    test = genre_examples("test", per_genre=max(20, s.genre_per_class // 3), seed=seed)
+    pooling = "last" if family == "decoder" else "mean"
+    cfg = ClassifyConfig(steps=s.finetune_steps, batch_size=32, lr=3e-4, head_lr=1e-3, pooling=pooling,
+                         seed=seed, progress=False)
+    classifier = train_classifier(model, tok, train, cfg)
+    return evaluate_classifier(classifier, tok, test, [e.label for e in train])
+
+
+def retrieval(exp: Experiment, family: str, s: CompareSettings, seed: int) -> dict:
+    from maskwise.data.tasks import ict_retrieval
+    from maskwise.tasks.embed import EmbedConfig, Embedder, train_bi_encoder
+    from maskwise.tasks.retrieve import evaluate_retrieval
+
+    model, tok = _fresh(exp, family)
+    pairs = ict_retrieval("train", seed=seed).pairs()
+    pairs = random.Random(seed).sample(pairs, min(s.retrieval_pairs, len(pairs)))
+    test = ict_retrieval("test", max_queries=s.retrieval_queries, seed=seed)
+    cfg = EmbedConfig(steps=s.finetune_steps, batch_size=32, lr=3e-4, seed=seed, progress=False)
+    encoder = train_bi_encoder(model, tok, pairs, cfg)
+    result = evaluate_retrieval(Embedder(encoder, tok), test, name=f"{family} ({encoder.pooling} pooling)")
+    result["pooling"] = encoder.pooling
+    return result
+
+
+def extraction(exp: Experiment, family: str, s: CompareSettings, seed: int) -> dict:
+    from maskwise.data.tasks import speaker_examples
+    from maskwise.tasks.generate import GenerationConfig
+    from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq, train_seq2seq
+
+    model, tok = _fresh(exp, family)
+    train = speaker_examples("train", max_chars=300, limit=s.extraction_train, seed=seed)
+    test = speaker_examples("test", max_chars=300, limit=s.extraction_test, seed=seed)
+    cfg = Seq2SeqConfig(steps=s.finetune_steps, batch_size=32, lr=1e-3, max_target_len=24, seed=seed,
+                        progress=False)
+    train_seq2seq(model, tok, train, cfg)
+    return evaluate_seq2seq(model, tok, test, GenerationConfig(max_new_tokens=25), max_target_len=24,
+                            progress=False)
+
+
+CANNOT = {
+    ("encoder", "extract"): "cannot: no decoder to write the answer (an encoder labels positions it is given)",
+    ("encoder-decoder", "next_token"): "conditional only: its decoder models targets given a source, not the "
+                                       "text itself (span loss in the curves)",
+}
+
+
+def _cell(value: float, baseline: float | None = None, digits: int = 3) -> str:
+    text = f"{value:.{digits}f}"
+    return text + (f" (baseline {baseline:.{digits}f})" if baseline is not None else "")
+
+
+def run_compare(out: str | Path = "runs/compare", quick: bool = False, seed: int = 0, data: str = "shakespeare",
+                overwrite: bool = False, progress: bool = True, settings: CompareSettings | None = None) -> Path:
+    s = settings or (QUICK if quick else CompareSettings())
+    exp = Experiment(out, overwrite)
+    pre = {f: exp.pretrain(f, progress=progress, **pretrain_settings(f, s, seed, data)) for f in FAMILIES}
+    params = {}
+    for family in FAMILIES:
+        model, _ = _fresh(exp, family)
+        params[family] = parameter_breakdown(model)
+    measured = {}
+    for family in FAMILIES:
+        measured[family] = {
+            "lm": exp.step(f"lm-{family}", lambda f=family: language_modelling(exp, f, s, seed)),
+            "classify": exp.step(f"classify-{family}", lambda f=family: classification(exp, f, s, seed)),
+            "retrieve": exp.step(f"retrieve-{family}", lambda f=family: retrieval(exp, f, s, seed)),
+        }
+        if family != "encoder":
+            measured[family]["extract"] = exp.step(f"extract-{family}", lambda f=family: extraction(exp, f, s, seed))
+
+    results = _results(s, seed, data, pre, params, measured, exp.elapsed(), quick)
+    write_results(exp.out, results)
+    render(exp.out)
+    return exp.out
+
+
+def _results(s, seed, data, pre, params, measured, wall_s, quick) -> dict:
+    rows = []
+    last = {f: pre[f]["curve"][-1] for f in FAMILIES}
+    rows.append(["pretraining objective"] + [OBJECTIVE[f] for f in FAMILIES])
+    rows.append(["parameters"] + [f"{params[f]['total']:,}" for f in FAMILIES])
+    rows.append(["tokens seen in pretraining"] + [f"{last[f]['tokens_seen']:,}" for f in FAMILIES])
+    rows.append(["pretraining wall-clock (s)"] + [f"{last[f]['wall_s']:.0f}" for f in FAMILIES])
+    rows.append(["final validation loss (own objective)"] + [f"{last[f]['val_loss']:.3f}" for f in FAMILIES])
+    row = ["held-out next-token loss (nats/char)"]
+    for f in FAMILIES:
+        lm = measured[f]["lm"]
+        if f == "encoder":
+            row.append(f"{lm['nats_per_char']:.3f} (poorly: left context only through [MASK]; "
+                       f"{lm['nats_per_char_both_sides']:.3f} with both sides)")
+        elif f == "decoder":
+            row.append(f"{lm['nats_per_char']:.3f}")
+        else:
+            row.append(CANNOT[(f, "next_token")])
+    rows.append(row)
+    row = ["fill a blank (token accuracy)"]
+    for f in FAMILIES:
+        acc = measured[f]["lm"]["blank_filling"]["accuracy"]
+        row.append(f"{acc:.3f}" + (" (left side only)" if f == "decoder" else
+                                   " (via sentinel span)" if f == "encoder-decoder" else ""))
+    rows.append(row)
+    rows.append(["genre classification accuracy / macro-F1"] + [
+        f"{measured[f]['classify']['accuracy']:.3f} / {measured[f]['classify']['macro_f1']:.3f} "
+        f"(majority {measured[f]['classify']['baseline']['accuracy']:.3f})" for f in FAMILIES])
+    rows.append(["retrieval recall@10 (ICT)"] + [
+        f"{measured[f]['retrieve']['recall@10']:.3f} (random {measured[f]['retrieve']['baseline']['recall@10']:.3f})"
+        for f in FAMILIES])
+    row = ["passage -> speakers: exact match / speakers F1"]
+    for f in FAMILIES:
+        if "extract" not in measured[f]:
+            row.append(CANNOT[(f, "extract")])
+            continue
+        e = measured[f]["extract"]
+        row.append(f"{e['exact_match']:.3f} / {e['speakers_f1']:.3f} (first-line baseline "
+                   f"{e['baseline']['exact_match']:.3f} / {e['baseline']['speakers_f1']:.3f})")
+    rows.append(row)
+
+    metrics = {
+        "genre accuracy": {f: [measured[f]["classify"]["accuracy"]] for f in FAMILIES},
+        "retrieval recall@10": {f: [measured[f]["retrieve"]["recall@10"]] for f in FAMILIES},
+        "blank filling accuracy": {f: [measured[f]["lm"]["blank_filling"]["accuracy"]] for f in FAMILIES},
+        "speakers exact match": {f: [measured[f]["extract"]["exact_match"]] for f in FAMILIES
+                                 if "extract" in measured[f]},
+    }
+    best = {name: max(groups, key=lambda g: groups[g][0]) for name, groups in metrics.items()}
+    summary = (
+        f"At {s.seconds:.0f} s of pretraining each on the same machine, the decoder is the only family that "
+        f"models text left to right ({measured['decoder']['lm']['nats_per_char']:.3f} nats/char vs the encoder's "
+        f"{measured['encoder']['lm']['nats_per_char']:.3f} through repeated [MASK]); best at filling a blank: "
+        f"{best['blank filling accuracy']}; best genre classifier: {best['genre accuracy']}; best retriever: "
+        f"{best['retrieval recall@10']}; best at passage -> speakers: {best['speakers exact match']}. "
+        "Single seed: use `maskwise ablate` for spreads and verdicts.")
+    return {
+        "title": "maskwise compare: encoder vs decoder vs encoder-decoder at one budget",
+        "kind": "compare",
+        "machine": machine_info(),
+        "wall_s": wall_s,
+        "settings": {**dataclasses.asdict(s), "seed": seed, "data": data, "quick": quick},
+        "runs": [{"label": f"{f} ({OBJECTIVE[f]})", "group": f, "seed": seed, "curve": pre[f]["curve"]}
+                 for f in FAMILIES],
+        "metrics": metrics,
+        "table": {"columns": ["task", *FAMILIES], "rows": rows},
+        "parameters": params,
+        "summary": summary,
+        "samples": {f"{f} sample": measured[f]["lm"]["sample"] for f in FAMILIES},
+        "notes": [
+            "Validation losses of different objectives are not comparable to each other (MLM: per masked "
+            "token; CLM: per token; span: per target token); the held-out nats/char row is.",
+            "Every family uses the same block (pre-norm LayerNorm, GELU, learned positions); only the "
+            "attention mask and the loss differ. Fine-tuning: the same steps, batch and learning rate.",
+        ],
+    }

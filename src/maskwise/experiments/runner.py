@@ -1,0 +1,90 @@
+"""What every experiment shares: a folder of cached steps, so an interrupted run continues.
+
+Each named step (a pretraining run, an evaluation) writes its JSON result atomically to
+``steps/<name>.json`` when it finishes; running the experiment again skips finished steps and
+resumes an interrupted pretraining run from its newest checkpoint. Nothing is recomputed that was
+already measured, and nothing measured is ever overwritten by a partial result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from maskwise.errors import UserError
+from maskwise.train import checkpoint as ckpt
+from maskwise.train.pretrain import PretrainConfig, pretrain
+
+
+def machine_info() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version()}
+
+
+class Experiment:
+    def __init__(self, out: str | Path, overwrite: bool = False):
+        self.out = Path(out)
+        marker = self.out / "experiment.json"
+        if self.out.is_dir() and any(self.out.iterdir()) and not marker.is_file():
+            raise UserError(f"{self.out} exists and is not a maskwise experiment folder; choose another --out")
+        if overwrite and marker.is_file():
+            import shutil
+
+            shutil.rmtree(self.out)
+        try:
+            (self.out / "steps").mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise UserError(f"cannot create {self.out}: {error.strerror or error}") from None
+        if not marker.is_file():
+            ckpt.write_json(marker, {"created": time.time()})
+        self.started = time.perf_counter()
+
+    def _step_path(self, name: str) -> Path:
+        return self.out / "steps" / (re.sub(r"[^A-Za-z0-9_.=-]", "_", name) + ".json")
+
+    def step(self, name: str, compute: Callable[[], dict]) -> dict:
+        """``compute()`` once; its result is cached under ``name`` for later runs."""
+        path = self._step_path(name)
+        if path.is_file():
+            return ckpt.read_json(path)
+        result = compute()
+        ckpt.write_json(path, result)
+        return result
+
+    def run_dir(self, name: str) -> Path:
+        return self.out / "runs" / name
+
+    def pretrain(self, name: str, progress: bool = False, **settings: Any) -> dict:
+        """A cached pretraining run: returns its curve and run folder (the model stays on disk)."""
+
+        def run() -> dict:
+            values = {"progress": progress, **settings, "out": str(self.run_dir(name)), "resume": True}
+            pretrain(PretrainConfig.from_flat(values))
+            config = ckpt.read_json(self.run_dir(name) / ckpt.CONFIG_FILE)
+            lines = (self.run_dir(name) / ckpt.METRICS_FILE).read_text().splitlines()
+            curve = [json.loads(line) for line in lines]  # the whole run, across resumes
+            return {"name": name, "run_dir": str(self.run_dir(name)), "curve": curve,
+                    "parameters": config["parameters"], "settings": config["settings"]}
+
+        return self.step(f"pretrain-{name}", run)
+
+    def load(self, name: str) -> ckpt.Run:
+        return ckpt.load_run(self.run_dir(name))
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started

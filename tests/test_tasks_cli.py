@@ -1,0 +1,124 @@
+"""The task commands end to end on tiny run folders (seconds), and bad inputs: exit 2, one line."""
+
+import json
+
+import pytest
+import torch
+
+from maskwise.cli import main
+from maskwise.config import preset
+from maskwise.data.corpus import load_corpus
+from maskwise.data.tokenizers import build_tokenizer
+from maskwise.model.transformer import build_model
+from maskwise.train.checkpoint import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, save_weights, write_json
+
+PRESETS = {"encoder": "bert", "decoder": "gpt2", "encoder-decoder": "t5"}
+
+
+@pytest.fixture(scope="module")
+def runs(small_text, tmp_path_factory):
+    """A run folder per family, laid out as checkpoint.load_run expects."""
+    tokenizer = build_tokenizer("char", load_corpus(str(small_text)))
+    root = tmp_path_factory.mktemp("runs")
+    folders = {}
+    for family, name in PRESETS.items():
+        torch.manual_seed(0)
+        cfg = preset(name, vocab_size=tokenizer.vocab_size, d_model=32, n_layers=1, n_heads=2, max_seq_len=96)
+        folder = root / family
+        folder.mkdir()
+        save_weights(build_model(cfg), folder / MODEL_FILE)
+        tokenizer.save(folder / TOKENIZER_FILE)
+        write_json(folder / CONFIG_FILE, {"model": cfg.to_dict()})
+        folders[family] = folder
+    return folders
+
+
+def cli(capsys, *args):
+    code = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_generate(runs, capsys):
+    code, out, err = cli(capsys, "generate", runs["decoder"], "--prompt", "ROMEO", "--prompt", "To be",
+                         "--max-new-tokens", 5, "--temperature", 0.8, "--top-k", 10, "--seed", 1)
+    assert code == 0, err
+    assert out.startswith("ROMEO") and "\nTo be" in out
+    code, out, err = cli(capsys, "generate", runs["encoder-decoder"], "--prompt", "ROMEO\nHi.", "--num-beams", 2,
+                         "--max-new-tokens", 4)
+    assert code == 0, err
+
+
+def test_fill_mask(runs, capsys):
+    code, out, err = cli(capsys, "fill-mask", runs["encoder"], "To be or [MASK]ot", "--top-k", 2)
+    assert code == 0, err
+    assert out.startswith("[MASK] 1:") and out.count("\n") == 1
+
+
+def test_finetune_then_evaluate_and_search(runs, tmp_path, capsys):
+    out = tmp_path / "cls"
+    code, stdout, err = cli(capsys, "finetune", "classify", runs["encoder"], "--out", out, "--steps", 2,
+                            "--batch-size", 4, "--per-genre", 3, "--eval-per-genre", 2, "--no-progress")
+    assert code == 0, err
+    assert "accuracy" in stdout and "majority class" in stdout
+    results = json.loads((out / "results.json").read_text())
+    assert results["pooling"] == "cls" and results["mode"] == "finetune" and "baseline" in results
+    assert (out / "head.safetensors").is_file() and (out / "summary.txt").is_file()
+    code, stdout, err = cli(capsys, "evaluate", out, "--eval-per-genre", 2, "--no-progress")
+    assert code == 0, err
+    again = json.loads((out / "results-classify-test.json").read_text())
+    assert again["accuracy"] == results["accuracy"]  # the saved head reproduces the fine-tune's score
+
+    collection = tmp_path / "docs.txt"
+    collection.write_text("To be or not to be\nGood morrow, cousin\nO Romeo, Romeo\n")
+    code, stdout, err = cli(capsys, "search", out, "--query", "Romeo", "--collection", collection, "--k", 2)
+    assert code == 0, err
+    assert stdout.count(". ") >= 2 and "3 passages" in stdout
+
+
+def test_finetune_on_own_data(runs, tmp_path, capsys):
+    data = tmp_path / "own.jsonl"
+    data.write_text("".join(json.dumps({"source": f"A{i}\nline", "target": f"A{i}"}) + "\n" for i in range(10)))
+    code, stdout, err = cli(capsys, "finetune", "seq2seq", runs["encoder-decoder"], "--out", tmp_path / "s2s",
+                            "--data", data, "--steps", 2, "--batch-size", 2, "--no-progress")
+    assert code == 0, err
+    assert json.loads((tmp_path / "s2s" / "results.json").read_text())["n_test"] == 1
+
+
+def _bad(runs, tmp_path):
+    bad_rows = tmp_path / "bad.csv"
+    bad_rows.write_text("text,label\nfine,a\n,b\n")
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "keep.txt").write_text("precious")
+    common = ["--steps", "1", "--no-progress"]
+    return [
+        (["generate", runs["encoder"], "--prompt", "x"], "break"),
+        (["generate", runs["decoder"], "--prompt", "x", "--top-k", "3"], "temperature"),
+        (["generate", runs["decoder"], "--prompt", "x", "--max-new-tokens", "0"], "max-new-tokens"),
+        (["generate", runs["decoder"], "--prompt", ""], "empty"),
+        (["generate", tmp_path / "nowhere", "--prompt", "x"], "nowhere"),
+        (["fill-mask", runs["encoder"], "no mask here"], "[MASK]"),
+        (["fill-mask", runs["decoder"], "a [MASK]"], "encoder"),
+        (["finetune", "classify", runs["encoder"], "--out", tmp_path / "o1", "--data", bad_rows, *common], "line 3"),
+        (["finetune", "seq2seq", runs["encoder"], "--out", tmp_path / "o2", *common], "encoder"),
+        (["finetune", "classify", runs["encoder"], "--out", existing, *common], "already exists"),
+        (["finetune", "classify", runs["encoder"], "--out", tmp_path / "o3", "--steps", "0"], "steps"),
+        (["finetune", "embed", runs["encoder"], "--out", tmp_path / "o4", "--lr", "-1", *common], "lr"),
+        (["finetune", "classify", runs["decoder"], "--out", tmp_path / "o5", "--pooling", "cls", *common], "cls"),
+        (["finetune", "rerank", runs["encoder"], "--out", tmp_path / "o6", "--eval-data", bad_rows, *common],
+         "--data"),
+        (["evaluate", runs["encoder"]], "--task"),
+        (["evaluate", runs["encoder"], "--task", "classify"], "finetune classify"),
+        (["break", runs["decoder"], runs["decoder"]], "not an encoder"),
+        (["search", runs["encoder"], "--query", "x", "--k", "0"], "--k"),
+    ]
+
+
+def test_bad_inputs_exit_2_with_one_line(runs, tmp_path, capsys):
+    for args, needle in _bad(runs, tmp_path):
+        code, out, err = cli(capsys, *args)
+        assert code == 2, (args, err)
+        assert len(err.strip().splitlines()) == 1, (args, err)
+        assert "Traceback" not in err and needle.lower() in err.lower(), (args, err)
+    assert (tmp_path / "existing" / "keep.txt").read_text() == "precious"

@@ -1,0 +1,93 @@
+"""Task data: split by play, deterministic, the speakers target format, and users' files."""
+
+import pytest
+
+from maskwise.data.corpus import GENRES, Speech, split_plays
+from maskwise.data.tasks import (first_speaker_baseline, genre_examples, hold_out, ict_retrieval,
+                                 labelled_texts_from_file, read_task_file, render_passage, retrieval_from_file,
+                                 seq2seq_from_file, speaker_examples, speakers_target)
+from maskwise.errors import UserError
+
+
+def _slugs(split):
+    return {play.slug for play in split_plays()[split]}
+
+
+def test_no_play_in_two_splits_and_examples_stay_in_their_split():
+    slugs = {name: _slugs(name) for name in ("train", "val", "test")}
+    assert not (slugs["train"] & slugs["val"] or slugs["train"] & slugs["test"] or slugs["val"] & slugs["test"])
+    for name in ("val", "test"):
+        assert {e.origin for e in genre_examples(name, per_genre=20)} <= slugs[name]
+        assert {e.origin for e in speaker_examples(name, limit=50)} <= slugs[name]
+
+
+def test_genre_examples_balanced_and_deterministic():
+    examples = genre_examples("test", per_genre=30)
+    assert examples == genre_examples("test", per_genre=30)
+    counts = {g: sum(e.label == g for e in examples) for g in GENRES}
+    assert set(counts.values()) == {30}  # every genre appears in every split, capped per genre
+    assert all(len(e.text) >= 80 for e in examples)
+    assert examples != genre_examples("test", per_genre=30, seed=1)
+
+
+def test_ict_pairs_take_one_line_out():
+    data = ict_retrieval("test", max_queries=40)
+    assert data == ict_retrieval("test", max_queries=40)
+    assert len(data.queries) == 40 and len(data.docs) > 40
+    for query, doc in data.pairs():
+        assert query not in doc.split("\n")  # the line was removed from its passage
+        assert len(doc.split("\n")) >= 3  # speeches of >= 4 lines, one taken out
+        assert len(query.split()) >= 4
+
+
+def test_speakers_target_order_of_first_speech_each_once():
+    speeches = [Speech("B", "one"), Speech("A", "two"), Speech("B", "three"), Speech("C", "four")]
+    assert speakers_target(speeches) == "B, A, C"
+    assert render_passage(speeches[:2]) == "B\none\n\nA\ntwo"
+    assert render_passage(speeches[:2], hide_speakers=True) == "one\n\ntwo"
+    assert first_speaker_baseline(render_passage(speeches)) == "B"
+
+
+def test_speaker_examples_respect_length_and_hiding():
+    shown = speaker_examples("val", max_chars=300, limit=60)
+    assert all(len(e.source) <= 300 for e in shown)
+    for e in shown:
+        first = e.target.split(", ")[0]
+        assert e.source.startswith(first + "\n")
+    hidden = speaker_examples("val", max_chars=300, limit=60, hide_speakers=True)
+    for h, s in zip(hidden, shown, strict=True):  # the same passages, speaker lines removed
+        assert h.target == s.target
+        assert h.source == "\n\n".join(block.split("\n", 1)[1] for block in s.source.split("\n\n"))
+    scenes = speaker_examples("test", whole_scenes=True, max_chars=4000)
+    assert scenes and all(len(e.source) <= 4000 for e in scenes)
+
+
+def test_user_files_jsonl_and_csv(tmp_path):
+    jsonl = tmp_path / "cls.jsonl"
+    jsonl.write_text('{"text": "hello", "label": 1}\n\n{"text": "bye", "label": "b"}\n')
+    rows = labelled_texts_from_file(jsonl)
+    assert [(r.text, r.label) for r in rows] == [("hello", "1"), ("bye", "b")]
+    csv_file = tmp_path / "pairs.csv"
+    csv_file.write_text('query,positive\nq1,"doc, one"\nq2,doc two\nq3,"doc, one"\n')
+    data = retrieval_from_file(csv_file)
+    assert data.docs == ("doc, one", "doc two") and data.relevant == (0, 1, 0)
+    s2s = tmp_path / "s2s.jsonl"
+    s2s.write_text('{"source": "A\\nhi", "target": "A"}\n')
+    assert seq2seq_from_file(s2s)[0].target == "A"
+    assert hold_out(list(range(20))) == (list(range(18)), [18, 19])
+
+
+@pytest.mark.parametrize("name, content, needle", [
+    ("bad.jsonl", '{"text": "a", "label": "x"}\n{"text": oops}\n', "line 2"),
+    ("bad.jsonl", '{"text": "a", "label": "x"}\n\n{"text": "b"}\n', "line 3"),
+    ("bad.jsonl", '["text", "label"]\n', "line 1"),
+    ("bad.csv", "text,label\na,x\n,y\n", "line 3"),
+    ("bad.csv", "text,other\na,x\n", "label"),
+    ("bad.csv", "text,label\na,x,extra\n", "line 2"),
+    ("bad.txt", "text\n", ".jsonl or .csv"),
+])
+def test_bad_rows_name_their_line(tmp_path, name, content, needle):
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(UserError, match=needle):
+        read_task_file(path, ("text", "label"))

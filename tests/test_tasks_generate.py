@@ -1,0 +1,131 @@
+"""Generation: cache == no cache (tokens and logits, greedy and seeded sampling, left-padded batches),
+beam 1 == greedy, the context limit, and the logits processors. Token ids stand in for text."""
+
+import warnings
+
+import pytest
+import torch
+
+from maskwise.config import preset
+from maskwise.errors import UserError
+from maskwise.model.transformer import build_model
+from maskwise.tasks.generate import (GenerationConfig, beam_search, continuation_logprobs, filter_top_k_top_p,
+                                     generate, penalise_repetition)
+
+PAD, EOS, START, VOCAB, CONTEXT = 0, 1, 2, 64, 32
+PROMPTS = [[5, 9, 11, 3, 7, 20, 8], [13], [40, 41, 42, 43]]  # uneven: rows are left-padded
+
+
+def tiny(name: str):
+    torch.manual_seed(0)
+    # A larger init spreads the logits, so greedy and sampled tokens vary from step to step.
+    cfg = preset(name, vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=2, max_seq_len=CONTEXT, init_std=0.2)
+    return build_model(cfg).eval()
+
+
+def run(model, prompts=PROMPTS, seed=None, **options):
+    generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    return generate(model, prompts, GenerationConfig(**options), None, PAD, START, generator, output_logits=True)
+
+
+GENERATIVE = ["gpt2", "modern", "t5", "bart"]
+SAMPLING = dict(temperature=0.9, top_k=20, top_p=0.95, repetition_penalty=1.2)
+
+
+@pytest.mark.parametrize("name", GENERATIVE)
+@pytest.mark.parametrize("options", [{}, SAMPLING], ids=["greedy", "sampling"])
+def test_cache_equals_no_cache(name, options):
+    model = tiny(name)
+    cached = run(model, seed=3, max_new_tokens=12, **options)
+    uncached = run(model, seed=3, max_new_tokens=12, use_cache=False, **options)
+    assert cached.tokens == uncached.tokens
+    torch.testing.assert_close(cached.logits, uncached.logits, atol=1e-5, rtol=1e-5)
+    assert len({tuple(t) for t in cached.tokens}) > 1  # not a degenerate constant output
+
+
+@pytest.mark.parametrize("name", ["gpt2", "modern"])
+def test_left_padded_row_generates_what_it_would_alone(name):
+    model = tiny(name)
+    batched = run(model, max_new_tokens=10)
+    for row, prompt in enumerate(PROMPTS):
+        alone = run(model, [prompt], max_new_tokens=10)
+        assert alone.tokens[0] == batched.tokens[row]
+        torch.testing.assert_close(alone.logits[0], batched.logits[row], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", GENERATIVE)
+def test_beam_one_is_greedy_and_beams_agree_with_and_without_cache(name):
+    model = tiny(name)
+    greedy = run(model, max_new_tokens=15)
+    eos = greedy.tokens[0][3]  # a token greedy emits: rows end early, exercising the stopping rule
+    greedy = generate(model, PROMPTS, GenerationConfig(max_new_tokens=15), eos, PAD, START)
+    one = beam_search(model, PROMPTS, GenerationConfig(max_new_tokens=15, num_beams=1), eos, PAD, START)
+    assert one.tokens == greedy.tokens
+    three = beam_search(model, PROMPTS, GenerationConfig(max_new_tokens=15, num_beams=3), eos, PAD, START)
+    three_uncached = beam_search(model, PROMPTS, GenerationConfig(max_new_tokens=15, num_beams=3, use_cache=False),
+                                 eos, PAD, START)
+    assert three.tokens == three_uncached.tokens
+    assert three.scores == pytest.approx(three_uncached.scores, abs=1e-4)
+
+
+def test_long_prompt_is_cut_from_the_left_with_a_warning_and_generation_stops_at_the_context():
+    model = tiny("gpt2")
+    long_prompt = list(range(3, 3 + 40))  # 40 tokens > context 32
+    with pytest.warns(UserWarning, match="keeping its last 31 tokens"):
+        out = generate(model, [long_prompt, [5, 6]], GenerationConfig(max_new_tokens=100), None, PAD)
+    assert out.prompt_lengths == [CONTEXT - 1, 2]
+    assert len(out.tokens[0]) == 1  # one token fills the context
+    assert len(out.tokens[1]) == CONTEXT - 2  # every row stops at max_seq_len in total
+    truncated = generate(model, [long_prompt[-31:]], GenerationConfig(max_new_tokens=1), None, PAD)
+    assert truncated.tokens[0] == out.tokens[0]  # the kept tokens are the last ones
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        generate(model, [list(range(3, 34))], GenerationConfig(max_new_tokens=1), None, PAD)  # 31 fits
+
+
+def test_stop_sequence_ends_a_row():
+    model = tiny("gpt2")
+    free = run(model, [[5, 6, 7]], max_new_tokens=12).tokens[0]
+    stop = tuple(free[2:4])
+    out = generate(model, [[5, 6, 7]], GenerationConfig(max_new_tokens=12, stop=(stop,)), None, PAD)
+    assert out.tokens[0] == free[:4]
+
+
+def test_logits_processors():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    seen = torch.tensor([[True, False, False, True]])
+    assert penalise_repetition(logits, seen, 2.0).tolist() == [[1.0, 1.0, 0.0, -2.0]]
+    top2 = filter_top_k_top_p(logits, 2, 1.0)
+    assert torch.isinf(top2[0, 2:]).all() and torch.isfinite(top2[0, :2]).all()
+    # softmax of [2, 1, 0, -1] is about [.64, .24, .09, .03]: a nucleus of 0.7 needs the first two
+    nucleus = filter_top_k_top_p(logits, 0, 0.7)
+    assert torch.isfinite(nucleus[0, :2]).all() and torch.isinf(nucleus[0, 2:]).all()
+    assert torch.isfinite(filter_top_k_top_p(logits, 0, 0.1)[0, 0])  # always keeps the best token
+
+
+def test_continuation_logprobs_match_a_manual_sum():
+    model = tiny("gpt2")
+    prompt, continuation = [5, 6, 7], [8, 9]
+    got = continuation_logprobs(model, [prompt, [4]], [continuation, [3]], PAD)
+    logp = model(torch.tensor([prompt + continuation])).logits.log_softmax(-1)[0]
+    expected = logp[2, 8] + logp[3, 9]
+    torch.testing.assert_close(got[0], expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("options, needle", [
+    (dict(top_k=5), "temperature"),
+    (dict(num_beams=2, temperature=1.0), "beam"),
+    (dict(max_new_tokens=0), "max-new-tokens"),
+    (dict(top_p=0.0, temperature=1.0), "top-p"),
+    (dict(repetition_penalty=0.0), "repetition"),
+    (dict(num_beams=2, stop=((3,),)), "stop"),
+])
+def test_bad_settings_are_user_errors(options, needle):
+    with pytest.raises(UserError, match=needle):
+        GenerationConfig(**options).validate()
+
+
+def test_an_encoder_cannot_generate():
+    model = build_model(preset("bert", vocab_size=VOCAB, d_model=32, n_layers=1, n_heads=2, max_seq_len=CONTEXT))
+    with pytest.raises(UserError, match="break"):
+        generate(model, [[5]], GenerationConfig(), None, PAD)

@@ -1,0 +1,192 @@
+"""Tasks through the library: pooling under padding, the optimizer's body/head groups, and one tiny
+end-to-end run per task (a few steps on tiny models: this checks the plumbing, not the quality,
+which benchmarks/tasks_quality.py measures)."""
+
+import pytest
+import torch
+
+from maskwise.config import preset
+from maskwise.data.corpus import load_corpus
+from maskwise.data.tasks import RetrievalSet, genre_examples, ict_retrieval, speaker_examples
+from maskwise.data.tokenizers import build_tokenizer
+from maskwise.model.heads import pool
+from maskwise.model.transformer import build_model
+from maskwise.tasks import FinetuneConfig, body_states, finetune_optimizer, pad
+from maskwise.tasks.classify import (HEAD_PREFIX, ClassifyConfig, SequenceClassifier, evaluate_classifier,
+                                     train_classifier, zero_shot_classify)
+from maskwise.tasks.embed import EmbedConfig, Embedder, info_nce, train_bi_encoder
+from maskwise.tasks.fill_mask import break_exercise, fill_mask
+from maskwise.tasks.generate import GenerationConfig
+from maskwise.tasks.rerank import (RerankConfig, cross_encoder_scorer, evaluate_reranker, generative_scorer,
+                                   hard_negatives, train_cross_encoder, train_generative_reranker)
+from maskwise.tasks.retrieve import evaluate_retrieval, rank, search
+from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq, seq2seq_batch, train_seq2seq
+
+PRESETS = {"encoder": "bert", "decoder": "gpt2", "encoder-decoder": "t5"}
+QUICK = dict(steps=2, batch_size=4, progress=False)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(small_text):
+    return build_tokenizer("char", load_corpus(str(small_text)))
+
+
+def tiny(family: str, tokenizer, context: int = 96):
+    torch.manual_seed(0)
+    return build_model(preset(PRESETS[family], vocab_size=tokenizer.vocab_size, d_model=32, n_layers=1,
+                              n_heads=2, max_seq_len=context))
+
+
+@pytest.fixture(scope="module")
+def retrieval():
+    """A small ICT set: 12 queries whose passages are among the first 40 of the test collection."""
+    full = ict_retrieval("test")
+    keep = [i for i, d in enumerate(full.relevant) if d < 40][:12]
+    return RetrievalSet(tuple(full.queries[i] for i in keep), full.docs[:40], tuple(full.relevant[i] for i in keep))
+
+
+# ---- pooling and the optimizer ------------------------------------------------------------------
+
+
+def test_pool_reads_real_tokens_under_left_and_right_padding():
+    h = torch.arange(2 * 4 * 1, dtype=torch.float32).view(2, 4, 1)  # row 0: 0..3, row 1: 4..7
+    right = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    left = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    assert pool(h, right, "cls")[:, 0].tolist() == [0, 4]
+    assert pool(h, left, "cls")[:, 0].tolist() == [1, 4]
+    assert pool(h, right, "last")[:, 0].tolist() == [2, 7]
+    assert pool(h, left, "last")[:, 0].tolist() == [3, 7]
+    assert pool(h, right, "mean")[:, 0].tolist() == [1, 5.5]
+    assert pool(h, left, "mean")[:, 0].tolist() == [2, 5.5]
+
+
+@pytest.mark.parametrize("family, side, poolings", [
+    ("decoder", "left", ("last", "mean")),
+    ("decoder", "right", ("last", "mean")),
+    ("encoder", "right", ("cls", "mean")),
+    ("encoder-decoder", "right", ("mean",)),
+])
+def test_pooled_body_states_do_not_depend_on_padding(tokenizer, family, side, poolings):
+    model = tiny(family, tokenizer).eval()
+    short, longer = tokenizer.encode("To be"), tokenizer.encode("or not to be, that")
+    ids, mask = pad([short, longer], tokenizer.pad_id, side)
+    alone_ids, alone_mask = pad([short], tokenizer.pad_id, side)
+    with torch.no_grad():
+        batched, alone = body_states(model, ids, mask), body_states(model, alone_ids, alone_mask)
+    for how in poolings:
+        torch.testing.assert_close(pool(batched, mask, how)[0], pool(alone, alone_mask, how)[0], atol=1e-5, rtol=1e-5)
+
+
+def test_body_and_head_learning_rates_differ_in_the_optimizer(tokenizer):
+    classifier = SequenceClassifier(tiny("encoder", tokenizer), ["a", "b"])
+    optimizer = finetune_optimizer(classifier, FinetuneConfig(lr=2e-5, head_lr=1e-3), (HEAD_PREFIX,))
+    lrs = {group["name"]: group["lr"] for group in optimizer.param_groups}
+    assert {k: v for k, v in lrs.items() if k.startswith("head")} == {"head.decay": 1e-3, "head.no_decay": 1e-3}
+    assert {v for k, v in lrs.items() if k.startswith("body")} == {2e-5}
+    head_params = {id(p) for p in classifier.head.parameters()}
+    for group in optimizer.param_groups:
+        assert all((id(p) in head_params) == group["name"].startswith("head") for p in group["params"])
+    probe = SequenceClassifier(tiny("encoder", tokenizer), ["a", "b"], freeze=True)
+    groups = finetune_optimizer(probe, FinetuneConfig(), (HEAD_PREFIX,)).param_groups
+    assert {g["name"] for g in groups} == {"head.decay", "head.no_decay"}  # a probe trains the head only
+
+
+def test_info_nce_prefers_matching_pairs():
+    q = torch.nn.functional.normalize(torch.eye(4) + 0.01, dim=-1)
+    assert info_nce(q, q) < info_nce(q, q.roll(1, dims=0))
+    assert float(info_nce(q, q, temperature=0.01)) < 1e-3
+
+
+def test_seq2seq_batch_labels_the_target_only(tokenizer):
+    from maskwise.data.tasks import Seq2SeqExample
+
+    example = Seq2SeqExample("A\nhi", "A", "x")
+    decoder = tiny("decoder", tokenizer)
+    batch = seq2seq_batch(decoder, tokenizer, [example], max_target_len=8)
+    ids, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()
+    source = tokenizer.encode("A\nhi") + [tokenizer.sep_id]
+    assert ids == source + tokenizer.encode("A") + [tokenizer.eos_id]
+    # position t predicts token t+1: the labelled positions predict "A" then [EOS]
+    assert labels == [-100] * (len(source) - 1) + tokenizer.encode("A") + [tokenizer.eos_id, -100]
+    batch = seq2seq_batch(tiny("encoder-decoder", tokenizer), tokenizer, [example], max_target_len=8)
+    assert batch["labels"][0].tolist() == tokenizer.encode("A") + [tokenizer.eos_id]
+    assert batch["decoder_input_ids"][0, 0] == tokenizer.pad_id  # the span objective's decoder start
+
+
+# ---- one tiny run per task ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family, freeze", [("encoder", False), ("decoder", True), ("encoder-decoder", False)])
+def test_classify_end_to_end(tokenizer, family, freeze):
+    train, test = genre_examples("train", per_genre=4), genre_examples("test", per_genre=2)
+    model = train_classifier(tiny(family, tokenizer), tokenizer, train, ClassifyConfig(freeze=freeze, **QUICK))
+    result = evaluate_classifier(model, tokenizer, test, [e.label for e in train])
+    assert result["mode"] == ("probe" if freeze else "finetune") and result["pooling"] == model.pooling
+    assert 0 <= result["accuracy"] <= 1 and result["baseline"]["accuracy"] == pytest.approx(1 / 6)
+
+
+def test_zero_shot_classify_by_prompting(tokenizer):
+    texts = [e.text for e in genre_examples("test", per_genre=1)]
+    labels = zero_shot_classify(tiny("decoder", tokenizer), tokenizer, texts, ["comedy", "tragedy"])
+    assert len(labels) == len(texts) and set(labels) <= {"comedy", "tragedy"}
+
+
+def test_embed_and_retrieve_end_to_end(tokenizer, retrieval):
+    pairs = ict_retrieval("train", max_queries=20).pairs()
+    bi = train_bi_encoder(tiny("encoder", tokenizer), tokenizer, pairs, EmbedConfig(max_len=48, **QUICK))
+    result = evaluate_retrieval(Embedder(bi, tokenizer, max_len=48), retrieval, k=10)
+    assert result["n_queries"] == 12 and 0 <= result["ndcg@10"] <= 1
+    assert sum(b["n"] for b in result["by_passage_chars"].values()) == 12
+    assert "recall@10" in result["baseline"]
+
+    def external(texts):  # any callable embedder is a baseline: here, letter counts
+        return torch.stack([torch.tensor([t.lower().count(c) for c in "etaoinshr"], dtype=torch.float32)
+                            for t in texts])
+
+    assert evaluate_retrieval(external, retrieval, k=10)["n_docs"] == 40
+    scores, index = search(torch.eye(3), torch.tensor([[0.0, 1, 0], [1, 0, 0], [0.5, 0.5, 0]]), k=2)
+    assert index.tolist() == [[1, 2], [0, 2], [0, 1]]
+
+
+@pytest.mark.parametrize("family", ["encoder", "decoder"])
+def test_rerank_end_to_end(tokenizer, retrieval, family):
+    model = tiny(family, tokenizer, context=128)
+    embedder = Embedder(train_bi_encoder(tiny("encoder", tokenizer), tokenizer, retrieval.pairs(),
+                                         EmbedConfig(max_len=48, **QUICK)), tokenizer, max_len=48)
+    ranked, _ = rank(embedder, retrieval, k=4)
+    negatives = hard_negatives(ranked, retrieval.relevant, 3)
+    cfg = RerankConfig(n_negatives=3, max_len=128, **{**QUICK, "batch_size": 2})
+    if family == "encoder":
+        score = cross_encoder_scorer(train_cross_encoder(model, tokenizer, retrieval, negatives, cfg), tokenizer)
+    else:
+        score = generative_scorer(train_generative_reranker(model, tokenizer, retrieval, negatives, cfg), tokenizer)
+    candidates, _ = rank(embedder, retrieval, k=5)
+    result = evaluate_reranker(score, retrieval, candidates, family, progress=False)
+    assert result["candidates_per_query"] == 5 and result["latency"]["p99_ms"] >= result["latency"]["p50_ms"]
+    assert result["recall@5"] == result["baseline"]["recall@5"]  # reranking only reorders
+
+
+@pytest.mark.parametrize("family", ["encoder-decoder", "decoder"])
+def test_seq2seq_end_to_end(tokenizer, family):
+    model = tiny(family, tokenizer, context=128)
+    train = speaker_examples("train", max_chars=80, limit=20)
+    test = speaker_examples("test", max_chars=80, limit=4)
+    cfg = Seq2SeqConfig(max_target_len=16, **QUICK)
+    train_seq2seq(model, tokenizer, train, cfg)
+    for beams in (1, 2):
+        result = evaluate_seq2seq(model, tokenizer, test, GenerationConfig(max_new_tokens=17, num_beams=beams),
+                                  cfg.max_target_len, progress=False)
+        assert result["n_test"] == 4 and 0 <= result["speakers_f1"] <= 1
+    assert result["baseline"]["exact_match"] > 0  # copying the first speaker is right for one-speaker passages
+
+
+def test_fill_mask_and_break(tokenizer):
+    encoder, decoder = tiny("encoder", tokenizer), tiny("decoder", tokenizer)
+    predictions = fill_mask(encoder, tokenizer, "To be, or [MASK]ot to [MASK]", top_k=3)
+    assert len(predictions) == 2 and all(len(p) == 3 for p in predictions)
+    assert all(0 < prob <= 1 for p in predictions for _, prob in p)
+    result = break_exercise(encoder, tokenizer, decoder, tokenizer, "HAMLET\n", "To be, or not to be: that is",
+                            max_new_tokens=8)
+    assert len(result["decoder"]["sample"]) <= 8
+    enc = result["encoder"]
+    assert enc["loss_both_sides"]["bits_per_char"] == pytest.approx(enc["loss_both_sides"]["nats_per_char"] / 0.6931, rel=1e-3)
