@@ -199,8 +199,8 @@ def main() -> None:
     sides = ["hf", "maskwise"] + ([] if args.no_bf16 else ["maskwise-bf16"]) + (["maskwise-compile"] if args.compile else [])
     common.shakespeare(args.vocab)  # build the tokenizer and id cache once, before the workers need them
     name = f"{args.objective} train"
-    comparison, workers = common.alternate(__file__, sides, common.worker_args(args, OPTIONS), args.rounds,
-                                           args.steps, args.warmup, name, "hf", ("float32", "bfloat16"))
+    workers = common.start(__file__, sides, common.worker_args(args, OPTIONS))
+    comparison = common.compare(workers, name, "hf", args.rounds, args.steps, args.warmup, ("float32", "bfloat16"))
     common.close_all(workers)
     fp32_target, bf16_target = TARGETS[args.objective]
     rows = common.rows_of(

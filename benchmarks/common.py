@@ -235,17 +235,25 @@ class Comparison:
         return statistics.median(self.peaks[dtype])
 
 
-def alternate(script: str, sides: list[str], extra: list[str], rounds: int, steps: int, warmup: int,
-              name: str, reference: str, peak_dtypes: tuple[str, ...] = ("float32",),
-              unit: str = "tokens/s") -> tuple[Comparison, dict[str, Worker]]:
-    """Start one worker per side, warm each up, then ``rounds`` rounds of: every side times ``steps``
-    steps in turn (the order rotating each round, so no side always follows the same one), and
-    the parent times the matmul peak. Returns the comparison and the live workers (for extra
-    requests; the caller closes them)."""
+def start(script: str, sides: list[str], extra: list[str]) -> dict[str, Worker]:
+    """One worker per side, each built and ready."""
     workers: dict[str, Worker] = {}
     try:
         for side in sides:
             workers[side] = Worker(script, side, extra)
+    except BaseException:
+        kill_all(workers)
+        raise
+    return workers
+
+
+def compare(workers: dict[str, Worker], name: str, reference: str, rounds: int, steps: int, warmup: int,
+            peak_dtypes: tuple[str, ...] = ("float32",), unit: str = "tokens/s") -> Comparison:
+    """Warm every worker up, then ``rounds`` rounds of: every side times ``steps`` steps in turn (the
+    order rotating each round, so no side always follows the same one), and the parent times the
+    matmul peak."""
+    sides = list(workers)
+    try:
         for side in sides:
             if warmup:
                 workers[side].ask(cmd="time", n=warmup)
@@ -262,13 +270,17 @@ def alternate(script: str, sides: list[str], extra: list[str], rounds: int, step
                 res.rss_after_imports_mb = reply["rss_after_imports_mb"]
             for dtype in peak_dtypes:
                 peaks[dtype].append(matmul_peak(getattr(torch, dtype), seconds=0.5))
-            line = "  ".join(f"{s} {results[s].rates[-1]:,.0f}" for s in sides)
-            print(f"  round {r + 1}/{rounds}: {line} {unit}", file=sys.stderr, flush=True)
-        return Comparison(name, reference, results, peaks, unit), workers
+            line = "  ".join(f"{s} {results[s].rates[-1]:,.1f}" for s in sides)
+            print(f"  {name} round {r + 1}/{rounds}: {line} {unit}", file=sys.stderr, flush=True)
+        return Comparison(name, reference, results, peaks, unit)
     except BaseException:
-        for worker in workers.values():
-            worker.proc.kill()
+        kill_all(workers)
         raise
+
+
+def kill_all(workers: dict[str, Worker]) -> None:
+    for worker in workers.values():
+        worker.proc.kill()
 
 
 def close_all(workers: dict[str, Worker]) -> None:

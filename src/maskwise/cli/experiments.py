@@ -14,12 +14,25 @@ def register(subparsers) -> None:
         "compare", help="the main job: pretrain encoder, decoder and encoder-decoder at one budget, evaluate all")
     compare.add_argument("--quick", action="store_true", help="the same report in about 2 minutes")
     compare.add_argument("--seconds", type=float, default=None, help="pretraining seconds per family")
+    compare.add_argument("--config", default=None,
+                         help="TOML file overriding the experiment's settings (sizes, steps, budgets)")
     compare.add_argument("--data", default="shakespeare", help="pretraining data (tasks use the plays)")
     compare.add_argument("--seed", type=int, default=0)
     compare.add_argument("--out", default="runs/compare")
     compare.add_argument("--overwrite", action="store_true", help="start over instead of continuing")
     compare.add_argument("--no-progress", dest="progress", action="store_false")
     compare.set_defaults(handler=run_compare)
+
+    ablate = subparsers.add_parser(
+        "ablate", help="change one design choice, hold the rest, and judge a prediction by a coded rule")
+    ablate.add_argument("name", help="embedder, mask-ratio, shift-bug, seq2seq, electra or pooling")
+    ablate.add_argument("--quick", action="store_true", help="a small version in about 2 minutes")
+    ablate.add_argument("--seeds", type=int, default=3, help="seeds per arm (default 3, at least 2)")
+    ablate.add_argument("--out", default=None, help="output folder (default runs/ablate-NAME)")
+    ablate.add_argument("--overwrite", action="store_true", help="start over instead of continuing")
+    ablate.add_argument("--ratios", default=None, help="mask-ratio only: comma-separated ratios (default 0.15,0.3)")
+    ablate.add_argument("--no-progress", dest="progress", action="store_false")
+    ablate.set_defaults(handler=run_ablate)
 
     report = subparsers.add_parser("report", help="re-render report.md/.html from an experiment's results.json")
     report.add_argument("run_dir")
@@ -52,6 +65,13 @@ def run_compare(args) -> int:
     from maskwise.experiments.compare import QUICK, CompareSettings, run_compare
 
     settings = QUICK if args.quick else CompareSettings()
+    if args.config:
+        from maskwise.config import from_dict
+        from maskwise.train.pretrain import read_toml
+
+        values = read_toml(args.config)
+        checked = from_dict(CompareSettings, values, f"compare config {args.config}")
+        settings = dataclasses.replace(settings, **{k: getattr(checked, k) for k in values})
     if args.seconds is not None:
         if not args.seconds > 0:
             raise UserError(f"--seconds must be positive, got {args.seconds}")
@@ -59,6 +79,25 @@ def run_compare(args) -> int:
     out = run_compare(args.out, args.quick, args.seed, args.data, args.overwrite, args.progress, settings)
     print((out / "report.md").read_text())
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
+    return 0
+
+
+def run_ablate(args) -> int:
+    from maskwise.errors import UserError
+    from maskwise.experiments.ablations import run_ablation
+    from maskwise.experiments.report import RESULTS
+    from maskwise.train.checkpoint import read_json
+
+    options = {}
+    if args.ratios is not None:
+        try:
+            options["ratios"] = tuple(float(r) for r in args.ratios.split(","))
+        except ValueError:
+            raise UserError(f"--ratios must be comma-separated numbers, got {args.ratios!r}") from None
+    out = run_ablation(args.name, args.out, args.quick, args.seeds, args.overwrite, args.progress, **options)
+    results = read_json(out / RESULTS)
+    print(f"report: {out / 'report.md'} and {out / 'report.html'}")
+    print(f"verdict: {results['verdict']} — {results['verdict_detail']}")
     return 0
 
 

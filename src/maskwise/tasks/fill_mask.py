@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 
 from maskwise.errors import UserError
+from maskwise.model.heads import IGNORE_INDEX
 from maskwise.tasks import batches, device_of, frame, frame_extra, pad
 from maskwise.tasks.generate import GenerationConfig, choose_next, generate
 
@@ -150,7 +152,7 @@ def decoder_nats_per_char(model, tokenizer, text: str) -> float:
     total, scored_until, start = 0.0, 1, 0  # tokens before ``scored_until`` are done
     while scored_until < len(ids):
         chunk = ids[start:start + window]
-        labels = [-100] * len(chunk)
+        labels = [IGNORE_INDEX] * len(chunk)
         for t in range(max(scored_until, start + 1), start + len(chunk)):
             labels[t - start - 1] = ids[t]  # position t-1 predicts token t
         x = torch.tensor([chunk], device=device)
@@ -169,7 +171,7 @@ def break_exercise(encoder, encoder_tokenizer, decoder, decoder_tokenizer, promp
     encoder_sample = mlm_continue(encoder, encoder_tokenizer, prompt, max_new_tokens, cfg,
                                   torch.Generator().manual_seed(seed))
     output = generate(decoder, [decoder_tokenizer.encode(prompt)],
-                      GenerationConfig(**{**cfg.__dict__, "max_new_tokens": max_new_tokens}),
+                      replace(cfg, max_new_tokens=max_new_tokens),
                       None, decoder_tokenizer.pad_id, generator=torch.Generator().manual_seed(seed))
     both = encoder_nats_per_char(encoder, encoder_tokenizer, held_out, both_sides=True)
     left = encoder_nats_per_char(encoder, encoder_tokenizer, held_out, both_sides=False)

@@ -28,10 +28,9 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
-import torch.nn.functional as F
 
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
@@ -177,7 +176,7 @@ def _truncate(prompts: Sequence[Sequence[int]], keep: int, what: str) -> list[li
             raise UserError(f"empty {what}: give at least one token of text")
         if len(prompt) > keep:
             warnings.warn(f"{what} of {len(prompt)} tokens is longer than the model's context allows; "
-                          f"keeping its last {keep} tokens", stacklevel=3)
+                          f"keeping its last {keep} tokens", stacklevel=4)
             prompt = prompt[-keep:]
         result.append(list(prompt))
     return result
@@ -273,8 +272,8 @@ def generate(model, prompts: Sequence[Sequence[int]], cfg: GenerationConfig, eos
     """Continue each prompt (decoder) or write a target for each source (encoder-decoder).
 
     ``start_id``: the encoder-decoder's decoder start token (``objectives.span.decoder_start_id``,
-    the one rule pretraining used). ``generator``
-    seeds sampling; the same seed gives the same tokens with and without the cache."""
+    the one rule pretraining used). ``generator`` seeds sampling: the same seed gives the same
+    tokens with and without the cache. ``output_logits`` keeps each step's raw logits."""
     cfg.validate()
     if cfg.num_beams > 1:
         return beam_search(model, prompts, cfg, eos_id, pad_id, start_id)
@@ -282,13 +281,11 @@ def generate(model, prompts: Sequence[Sequence[int]], cfg: GenerationConfig, eos
     state, row_limit, steps, lengths, seen_ids = _start(model, prompts, cfg, pad_id, start_id, expand=1)
     B, device = len(lengths), row_limit.device
     finished = torch.zeros(B, dtype=torch.bool, device=device)
-    seen = None
+    seen = _seen_mask(seen_ids, model.cfg.vocab_size, device)  # (B, V) for the repetition penalty
     out: list[list[int]] = [[] for _ in range(B)]
     all_logits = []
     logits = state.first()
     for t in range(steps):
-        if seen is None:
-            seen = _seen_mask(seen_ids, logits.shape[-1], device)
         if output_logits:
             all_logits.append(logits.float())
         tokens = choose_next(logits, seen, cfg, generator)
@@ -329,15 +326,13 @@ def beam_search(model, prompts: Sequence[Sequence[int]], cfg: GenerationConfig, 
     sequences = torch.zeros(B * K, 0, dtype=torch.long, device=device)
     hypotheses: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
     done = [False] * B
-    seen = None
+    seen = _seen_mask(seen_ids, model.cfg.vocab_size, device)  # (B*K, V)
 
     def normalised(score: float, length: int) -> float:
         return score / length ** cfg.length_penalty
 
     logits = state.first()
     for t in range(steps):
-        if seen is None:
-            seen = _seen_mask(seen_ids, logits.shape[-1], device)
         logp = penalise_repetition(logits.float(), seen, cfg.repetition_penalty).log_softmax(dim=-1)
         V = logp.shape[-1]
         candidates = (beam_scores.view(-1, 1) + logp).view(B, K * V)  # (B, K*V)
@@ -403,7 +398,7 @@ def encode_stop(tokenizer, stops: Sequence[str]) -> tuple[tuple[int, ...], ...]:
 def generate_text(model, tokenizer, prompts: Sequence[str], cfg: GenerationConfig,
                   generator: torch.Generator | None = None, stop_strings: Sequence[str] = ()) -> list[str]:
     """Encode prompts, generate, decode; the text is cut before the first stop string."""
-    cfg = GenerationConfig(**{**cfg.__dict__, "stop": cfg.stop + encode_stop(tokenizer, stop_strings)})
+    cfg = replace(cfg, stop=cfg.stop + encode_stop(tokenizer, stop_strings))
     output = generate(model, [tokenizer.encode(p) for p in prompts], cfg, tokenizer.eos_id,
                       tokenizer.pad_id, decoder_start_id(tokenizer), generator)
     texts = []

@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from maskwise.data.tasks import RetrievalSet
 from maskwise.errors import UserError
-from maskwise.model.heads import pool
+from maskwise.model.heads import ClassifierHead, pool
 from maskwise.tasks import FinetuneConfig, batches, device_of, fine_tune, pad
 from maskwise.objectives.span import decoder_start_id
 from maskwise.tasks.generate import continuation_batch, continuation_logprobs
@@ -45,7 +45,8 @@ HEAD_PREFIX = "head."
 class RerankConfig(FinetuneConfig):
     batch_size: int = 8  # queries per step; each brings 1 positive + n_negatives passages
     lr: float = 5e-5
-    n_negatives: int = 7
+    n_negatives: int = 7  # cross-encoder: negatives in each query's softmax
+    generative_negatives: int = 3  # generative: " no" examples per " yes" (more would make " yes" rare)
     max_len: int | None = 256
     score_batch: int = 50  # pairs per forward pass when scoring candidates
 
@@ -67,7 +68,7 @@ class CrossEncoder(nn.Module):
             raise UserError(f"a cross-encoder needs an encoder body, got a {body.cfg.family}; "
                             "use the generative reranker for decoders")
         self.body = body
-        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(body.cfg.d_model, 1)).to(device_of(body))
+        self.head = ClassifierHead(body.cfg.d_model, 1, dropout).to(device_of(body))  # one "class": a score
 
     def forward(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
         if self.body.cfg.type_vocab_size == 0:
@@ -163,12 +164,11 @@ def train_generative_reranker(model: nn.Module, tokenizer, data: RetrievalSet,
     max_len = min(cfg.max_len or model.cfg.max_seq_len, model.cfg.max_seq_len)
     yes, no = tokenizer.encode(YES), tokenizer.encode(NO)
     start = decoder_start_id(tokenizer) if model.cfg.family == "encoder-decoder" else None
-    n_neg = max(1, min(cfg.n_negatives, 3))  # a few negatives per positive keeps " yes" from being rare
 
     def step_loss(rng: random.Random) -> torch.Tensor:
         prompts, answers = [], []
         for i in (usable[rng.randrange(len(usable))] for _ in range(cfg.batch_size)):
-            for d, answer in [(data.relevant[i], yes)] + [(d, no) for d in negatives[i][:n_neg]]:
+            for d, answer in [(data.relevant[i], yes)] + [(d, no) for d in negatives[i][:cfg.generative_negatives]]:
                 prompts.append(relevance_prompt(tokenizer, data.queries[i], data.docs[d], max_len, len(answer)))
                 answers.append(answer)
         return model(**continuation_batch(model, prompts, answers, tokenizer.pad_id, start)).loss

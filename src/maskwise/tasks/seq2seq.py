@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -98,7 +98,7 @@ def predict_seq2seq(model: nn.Module, tokenizer, sources: Sequence[str], gen: Ge
     """Generate a target for each source (greedy or beam, as ``gen`` says; at most
     ``max_target_len`` tokens plus [EOS])."""
     check_generative(model)
-    gen = GenerationConfig(**{**gen.__dict__, "max_new_tokens": min(gen.max_new_tokens, max_target_len + 1)})
+    gen = replace(gen, max_new_tokens=min(gen.max_new_tokens, max_target_len + 1))
     outputs = []
     chunks = batches(len(sources), batch_size)
     for chunk in tqdm(chunks, desc="generate", unit="batch", leave=False, disable=not progress or len(chunks) < 2):

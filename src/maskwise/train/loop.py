@@ -195,11 +195,16 @@ class Trainer:
         loss_sum, positions = self._all_sum(loss_sum), int(self._all_sum(positions))
         enc, dec = int(self._all_sum(enc)), int(self._all_sum(dec))
         # DDP averaged gradients over processes; rescale to "sum over the global batch / positions".
-        scale = self.world / max(positions, 1)
-        for p in self.model.parameters():
-            if p.grad is not None:
-                p.grad.mul_(scale)
-        grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip))
+        # One foreach call rather than a Python loop of ~60 small kernels (each pays a dispatch and,
+        # on a CPU, a parallel-region start); the clipping multiply is skipped when its factor is
+        # exactly 1 (the norm is under the limit): the same numbers as clip_grad_norm_, fewer passes.
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if grads:  # foreach refuses an empty list
+            torch._foreach_mul_(grads, self.world / max(positions, 1))
+        total_norm = nn.utils.get_total_norm(grads)
+        if float(cfg.grad_clip / (total_norm + 1e-6)) < 1.0:
+            nn.utils.clip_grads_with_norm_(self.model.parameters(), cfg.grad_clip, total_norm)
+        grad_norm = float(total_norm)
         finite = math.isfinite(loss_sum) and math.isfinite(grad_norm)
         if finite:
             self.optimizer.step()

@@ -1,0 +1,207 @@
+"""Ablations: every coded rule on synthetic numbers (held / falsified / inconclusive), and one ablation
+end to end through the CLI at the smoke scale (report structure, resuming from cached steps, bad
+inputs). The smoke scale trains a few steps: it checks the plumbing, not the science."""
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from maskwise.cli import main
+from maskwise.experiments import ablations as ab
+from maskwise.experiments.ablations import AXES, SHARED, TOKENS, WALL, key
+from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE
+
+
+def seeds(mean: float, sd: float = 0.005) -> list[float]:
+    """Three per-seed values with this mean and sample standard deviation."""
+    return [mean - sd, mean, mean + sd]
+
+
+def on_axes(build, axes=AXES) -> dict:
+    """Metrics with the same synthetic numbers on every axis (``build(axis) -> dict``)."""
+    metrics = {}
+    for axis in axes:
+        metrics.update(build(axis))
+    return metrics
+
+
+# ---- the rules ------------------------------------------------------------------------------------
+
+ENC, DEC = ab.EMB_ENCODER.label, ab.EMB_DECODER.label
+BUCKETS = ("0-199", "200-399", "400-799")
+
+
+def embedder_metrics(enc: tuple, dec: tuple, axes=AXES) -> dict:
+    def build(axis):
+        metrics = {key("recall@10", axis): {ENC: seeds(sum(enc) / 3), DEC: seeds(sum(dec) / 3)}}
+        for bucket, e, d in zip(BUCKETS, enc, dec):
+            metrics[key(f"{ab.EMB_BUCKET}{bucket} chars", axis)] = {ENC: seeds(e), DEC: seeds(d)}
+        return metrics
+
+    return on_axes(build, axes)
+
+
+def test_embedder_rule():
+    narrowing = embedder_metrics((0.30, 0.40, 0.50), (0.28, 0.30, 0.32))
+    assert ab.judge_embedder(narrowing)[0] == HELD
+    matching = embedder_metrics((0.30, 0.30, 0.30), (0.30, 0.30, 0.30))
+    assert ab.judge_embedder(matching)[0] == FALSIFIED
+    widening = embedder_metrics((0.50, 0.40, 0.30), (0.30, 0.30, 0.28))  # encoder ahead, gap grows for short
+    verdict, detail = ab.judge_embedder(widening)
+    assert verdict == INCONCLUSIVE and "does not narrow" in detail
+    disagree = {**embedder_metrics((0.30, 0.40, 0.50), (0.28, 0.30, 0.32), (TOKENS,)),
+                **embedder_metrics((0.30, 0.30, 0.30), (0.30, 0.30, 0.30), (WALL,))}
+    verdict, detail = ab.judge_embedder(disagree)
+    assert verdict == INCONCLUSIVE and detail.startswith("The axes disagree")
+
+
+def test_mask_ratio_rule():
+    low, high = ab.ratio_arm(0.15).label, ab.ratio_arm(0.3).label
+
+    def metrics(loss_low, loss_high, acc_low, acc_high):
+        return on_axes(lambda axis: {key(ab.MASK_LOSS, axis): {low: seeds(loss_low), high: seeds(loss_high)},
+                                     key(ab.GENRE_ACC, axis): {low: seeds(acc_low), high: seeds(acc_high)}})
+
+    assert ab.judge_mask_ratio(metrics(5.0, 4.5, 0.50, 0.40), low, high)[0] == HELD
+    assert ab.judge_mask_ratio(metrics(5.0, 4.5, 0.40, 0.60), low, high)[0] == FALSIFIED
+    assert ab.judge_mask_ratio(metrics(4.5, 5.0, 0.60, 0.40), low, high)[0] == INCONCLUSIVE  # loss half fails
+    assert ab.judge_mask_ratio(metrics(5.0, 4.5, 0.50, 0.50), low, high)[0] == INCONCLUSIVE
+
+
+def test_shift_bug_rule():
+    bug, ok = ab.SHIFT_BUG.label, ab.SHIFT_OK.label
+
+    def metrics(reported_bug, reported_ok, copies_bug, copies_ok):
+        return on_axes(lambda axis: {key(ab.REPORTED, axis): {bug: seeds(reported_bug), ok: seeds(reported_ok)},
+                                     key(ab.COPY_RATE, axis): {bug: seeds(copies_bug), ok: seeds(copies_ok)}})
+
+    assert ab.judge_shift_bug(metrics(0.1, 5.0, 0.9, 0.05))[0] == HELD
+    assert ab.judge_shift_bug(metrics(4.0, 5.0, 0.9, 0.05))[0] == FALSIFIED  # lower, but not by half
+    assert ab.judge_shift_bug(metrics(0.1, 5.0, 0.02, 0.05))[0] == FALSIFIED  # fewer copies
+    assert ab.judge_shift_bug(metrics(0.1, 5.0, 0.05, 0.05))[0] == INCONCLUSIVE
+
+
+def test_seq2seq_rule():
+    ed, do = "encoder-decoder", ab.S2S_DECODER.label
+
+    def metrics(short, long, ttft):
+        return on_axes(lambda axis: {
+            key(f"{ab.F1_BUCKET}0-149 chars", axis): {ed: seeds(short[0]), do: seeds(short[1])},
+            key(f"{ab.F1_BUCKET}450-599 chars", axis): {ed: seeds(long[0]), do: seeds(long[1])},
+            key(f"{ab.TTFT_BUCKET}450-599 chars", axis): {ed: seeds(ttft[0], 0.5), do: seeds(ttft[1], 0.5)}})
+
+    assert ab.judge_seq2seq(metrics((0.5, 0.5), (0.6, 0.4), (10.0, 20.0)))[0] == HELD
+    assert ab.judge_seq2seq(metrics((0.5, 0.5), (0.5, 0.5), (20.0, 20.0)))[0] == FALSIFIED
+    assert ab.judge_seq2seq(metrics((0.6, 0.4), (0.6, 0.4), (10.0, 20.0)))[0] == INCONCLUSIVE  # short not tied
+    assert ab.judge_seq2seq({})[0] == INCONCLUSIVE  # no bucket had enough passages
+
+
+def test_electra_rule():
+    def metrics(electra, mlm):
+        return on_axes(lambda axis: {key(ab.GENRE_ACC, axis): {ab.EL_ELECTRA.label: seeds(electra),
+                                                               ab.EL_MLM.label: seeds(mlm)}})
+
+    assert ab.judge_electra(metrics(0.5, 0.4))[0] == HELD
+    assert ab.judge_electra(metrics(0.4, 0.5))[0] == FALSIFIED
+    assert ab.judge_electra(metrics(0.45, 0.45))[0] == INCONCLUSIVE
+
+
+def test_pooling_rule():
+    def metrics(acc_mean, acc_cls, recall_mean, recall_cls):
+        return {key(ab.GENRE_ACC, SHARED): {"mean": seeds(acc_mean), "cls": seeds(acc_cls)},
+                key(ab.RECALL, SHARED): {"mean": seeds(recall_mean), "cls": seeds(recall_cls)}}
+
+    assert ab.judge_pooling(metrics(0.50, 0.50, 0.40, 0.20))[0] == HELD
+    assert ab.judge_pooling(metrics(0.50, 0.515, 0.40, 0.20))[0] == HELD  # separated but within CLOSE
+    assert ab.judge_pooling(metrics(0.50, 0.50, 0.20, 0.40))[0] == FALSIFIED
+    assert ab.judge_pooling(metrics(0.60, 0.40, 0.40, 0.20))[0] == FALSIFIED  # not close on classification
+    assert ab.judge_pooling(metrics(0.50, 0.50, 0.30, 0.30))[0] == INCONCLUSIVE
+
+
+def test_copy_rate_counts_tokens_equal_to_the_one_before():
+    assert ab.copy_rate([5, 7], [7, 7, 2, 2]) == (3, 4)  # the first compares with the prompt's last
+    assert ab.copy_rate([5], []) == (0, 0)
+
+
+def test_seq2seq_arms_match_parameters_within_ten_percent():
+    arm, encdec, decoder = ab.matched_encoder_decoder()
+    assert abs(encdec - decoder) <= 0.1 * decoder
+    assert arm.settings["layers"] + arm.settings["decoder_layers"] == ab.S2S_DECODER.settings["layers"]
+
+
+# ---- end to end, at the smoke scale ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shift_bug_run(tmp_path_factory):
+    """``maskwise ablate shift-bug --quick`` at the smoke scale, two seeds: (folder, exit code, stdout)."""
+    out = tmp_path_factory.mktemp("ablate") / "shift-bug"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(ab.SCALE_ENV, "smoke")
+        stdout = io.StringIO()
+        with contextlib.redirect_stdout(stdout):
+            code = main(["ablate", "shift-bug", "--quick", "--seeds", "2", "--out", str(out), "--no-progress"])
+    return out, code, stdout.getvalue()
+
+
+def test_shift_bug_report_structure(shift_bug_run):
+    out, code, stdout = shift_bug_run
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    for field in ("title", "kind", "machine", "settings", "wall_s", "runs", "metrics", "table", "parameters",
+                  "prediction", "rule", "verdict", "verdict_detail", "summary", "samples", "notes"):
+        assert field in results, field
+    assert results["kind"] == "ablation" and results["verdict"] in (HELD, FALSIFIED, INCONCLUSIVE)
+    assert "[smoke scale]" in results["title"] and results["settings"]["scale"]["name"] == "smoke"
+    assert f"verdict: {results['verdict']}" in stdout and str(out / "report.md") in stdout
+    assert {row[1] for row in results["table"]["rows"]} == set(AXES)  # both axes, always
+    for metric, groups in results["metrics"].items():
+        assert set(groups) == {ab.SHIFT_OK.label, ab.SHIFT_BUG.label} and all(len(v) == 2 for v in groups.values())
+    assert {run["seed"] for run in results["runs"]} == {0, 1} and len(results["runs"]) >= 4
+    assert results["summary"].startswith("We replaced")
+    report = (out / "report.md").read_text()
+    for section in ("## Prediction, rule, verdict", "## Summary", "## Results", "## Where the parameters go",
+                    "## Plots", "## Settings"):
+        assert section in report, section
+    for png in ("loss_vs_tokens_seen.png", "loss_vs_wall_s.png"):
+        assert (out / png).stat().st_size > 0
+    assert len(list(out.glob("metric_*.png"))) == len(results["metrics"])
+    assert (out / "report.html").read_text().count("data:image/png;base64,") >= 3
+
+
+def test_second_call_reuses_every_finished_step(shift_bug_run, monkeypatch, capsys):
+    out, _, _ = shift_bug_run
+    first = json.loads((out / "results.json").read_text())
+    (out / "steps" / "shift-shift-seed1.json").unlink()  # as if interrupted before this measurement
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished pretraining run was trained again")
+
+    monkeypatch.setattr("maskwise.experiments.runner.pretrain", no_training)
+    monkeypatch.setenv(ab.SCALE_ENV, "smoke")
+    assert main(["ablate", "shift-bug", "--seeds", "2", "--out", str(out), "--no-progress"]) == 0
+    second = json.loads((out / "results.json").read_text())
+    assert second["metrics"] == first["metrics"]  # the one re-measured step gives the same numbers
+    assert (out / "steps" / "shift-shift-seed1.json").is_file()
+
+
+def test_a_folder_keeps_its_ablation_and_scale(shift_bug_run, capsys):
+    out, _, _ = shift_bug_run
+    assert main(["ablate", "shift-bug", "--quick", "--out", str(out)]) == 2  # quick, not smoke
+    assert "holds ablation shift-bug at scale smoke" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["ablate", "no-such-thing"], "unknown ablation 'no-such-thing'; known: embedder, mask-ratio, shift-bug"),
+    (["ablate", "pooling", "--ratios", "0.2,0.4"], "does not take ratios"),
+    (["ablate", "mask-ratio", "--ratios", "0.2,x"], "--ratios must be comma-separated numbers"),
+    (["ablate", "mask-ratio", "--ratios", "0.2"], "at least two distinct mask ratios"),
+    (["ablate", "shift-bug", "--seeds", "1"], "seeds must be at least 2"),
+])
+def test_bad_inputs_exit_2_with_one_line(argv, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(ab.SCALE_ENV, "smoke")
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
