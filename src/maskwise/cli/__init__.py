@@ -13,7 +13,7 @@ import sys
 
 from maskwise.errors import UserError
 
-COMMAND_MODULES = ("pretrain", "inspect", "use", "interop", "tasks", "experiments")
+COMMAND_MODULES = ("pretrain", "inspect", "tasks", "interop", "experiments")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -27,13 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="maskwise", description="Encoder, decoder and encoder-decoder transformers from one block: pretrain, fine-tune, compare.")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"maskwise.cli.{name}")
-        except ModuleNotFoundError as error:
-            if error.name != f"maskwise.cli.{name}":
-                raise
-            continue
-        module.register(subparsers)
+        importlib.import_module(f"maskwise.cli.{name}").register(subparsers)
     return parser
 
 

@@ -32,9 +32,12 @@ OBJECTIVE_OPTIONS: dict[str, dict[str, str]] = {
     "mlm": {"mask_ratio": "mask_ratio", "mask_prob": "p_mask", "random_prob": "p_random"},
     "clm": {"no_shift": "no_shift"},
     "span": {"noise_density": "noise_density", "mean_span": "mean_span_length"},
+    "denoise": {"denoise_mask": "mask", "mask_random": "mask_random", "mask_length": "mask_length",
+                "poisson_lambda": "poisson_lambda", "replace_length": "replace_length",
+                "permute_sentences": "permute_sentences", "rotate": "rotate", "insert": "insert"},
     # ELECTRA keeps its own p_mask/p_random (0.85/0.0): only the ratio is shared with MLM's flags.
-    # Denoising uses BART-large's noise (objectives/denoise.py DenoiseConfig) and has no flags yet.
-    "electra": {"mask_ratio": "mask_ratio"},
+    "electra": {"mask_ratio": "mask_ratio", "generator_fraction": "generator_fraction",
+                "discriminator_weight": "discriminator_weight"},
 }
 
 DEFAULT_OBJECTIVE = {"encoder": "mlm", "decoder": "clm", "encoder-decoder": "span"}

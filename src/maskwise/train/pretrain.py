@@ -46,8 +46,18 @@ class PretrainConfig:
     mask_prob: float = 0.8
     random_prob: float = 0.1
     no_shift: bool = False
-    noise_density: float = 0.15
+    noise_density: float = 0.15  # span corruption
     mean_span: float = 3.0
+    denoise_mask: float = 0.3  # BART denoising, defaults = BART-large (objectives/denoise.py)
+    mask_random: float = 0.1
+    mask_length: str = "span-poisson"
+    poisson_lambda: float = 3.5
+    replace_length: int = 1
+    permute_sentences: float = 1.0
+    rotate: float = 0.0
+    insert: float = 0.0
+    generator_fraction: float = 0.25  # ELECTRA: generator width / discriminator width
+    discriminator_weight: float = 50.0
     out: str = ""  # "" = runs/<family>-<objective>
     overwrite: bool = False
     resume: bool = False
