@@ -12,7 +12,8 @@ The HF side uses ``AdamW(fused=True)``, which is what HF's ``Trainer`` picks by 
 ("adamw_torch_fused"), so the reference is HF as it is normally run, not a weakened one.
 
 Sides: ``hf`` (the reference, fp32), ``maskwise`` (fp32), ``maskwise-bf16`` (``TrainConfig.bf16``:
-bf16 autocast), and with ``--compile`` ``maskwise-compile`` (``TrainConfig.compile``, fp32).
+bf16 autocast), and with ``--compile`` ``maskwise-compile`` and ``maskwise-bf16-compile``
+(``TrainConfig.compile``; warm-up steps include the compilation, so give ``--warmup`` >= 2).
 Tokens/s counts the tokens each step reads (T5: encoder + decoder tokens). GFLOP/s counts what
 each side *executes*: both sides' blocks alike, and the LM head at every position for HF (dense)
 but only at labelled positions for maskwise (sparse); bf16 sides are compared to the bf16 peak.
@@ -137,21 +138,21 @@ class HFTrain(common.Side):
                      "attention": getattr(self.model.config, "_attn_implementation", "?")}
         self.flop_total = 0.0
 
-    def _batch(self) -> tuple[dict, int]:
+    def _batch(self) -> dict:
         a = self.args
         if a.objective == "mlm":
             windows = self.train.windows(a.batch, a.seq - 1, self.generator)
             examples = [{"input_ids": [self.cls_id, *row]} for row in windows.tolist()]
-            return self.collator(examples), a.batch * a.seq
+            return self.collator(examples)
         if a.objective == "clm":
             windows = self.train.windows(a.batch, a.seq, self.generator)
-            return {"input_ids": windows, "labels": windows}, a.batch * a.seq
+            return {"input_ids": windows, "labels": windows}
         batch = self.span.prepare(self.train.windows(a.batch, self.raw, self.generator), self.generator)
-        return {"input_ids": batch["input_ids"], "labels": batch["labels"]}, batch["labels"].numel()
+        return {"input_ids": batch["input_ids"], "labels": batch["labels"]}
 
     def step(self) -> int:
         a, m = self.args, self.model
-        batch, _ = self._batch()
+        batch = self._batch()
         loss = m(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
@@ -178,16 +179,17 @@ class HFTrain(common.Side):
 def build(side: str, args) -> common.Side:
     if side == "hf":
         return HFTrain(args)
-    return MaskwiseTrain(args, bf16=side.endswith("bf16"), compile="compile" in side)
+    return MaskwiseTrain(args, bf16="bf16" in side, compile="compile" in side)
 
 
 OPTIONS = ("objective", "vocab", "d_model", "layers", "heads", "d_ff", "seq", "batch")
 
 
 def main() -> None:
-    parser = common.base_parser(__doc__.splitlines()[0], rounds=5, steps=4, warmup=2)
+    parser = common.base_parser(__doc__.splitlines()[0], rounds=6, steps=2, warmup=2)
     parser.add_argument("--objective", choices=tuple(REFERENCE), default="mlm")
-    parser.add_argument("--compile", action="store_true", help="add a torch.compile side (slow to start)")
+    parser.add_argument("--compile", action="store_true",
+                        help="add torch.compile sides, fp32 and bf16 (each compiles for minutes first)")
     parser.add_argument("--no-bf16", action="store_true", help="leave out the bf16 side")
     for name, default in (("vocab", 8192), ("d_model", 256), ("layers", 4), ("heads", 4), ("d_ff", 1024),
                           ("seq", 128), ("batch", 16)):
@@ -196,7 +198,9 @@ def main() -> None:
     if args.worker:
         common.serve(build, args.worker, args)
         return
-    sides = ["hf", "maskwise"] + ([] if args.no_bf16 else ["maskwise-bf16"]) + (["maskwise-compile"] if args.compile else [])
+    sides = ["hf", "maskwise"] + ([] if args.no_bf16 else ["maskwise-bf16"])
+    if args.compile:
+        sides += ["maskwise-compile"] + ([] if args.no_bf16 else ["maskwise-bf16-compile"])
     common.shakespeare(args.vocab)  # build the tokenizer and id cache once, before the workers need them
     name = f"{args.objective} train"
     workers = common.start(__file__, sides, common.worker_args(args, OPTIONS))
@@ -206,7 +210,7 @@ def main() -> None:
     rows = common.rows_of(
         comparison,
         targets={"maskwise": f">= {fp32_target}", "maskwise-bf16": f">= {bf16_target}" if bf16_target else ""},
-        dtypes={"maskwise-bf16": "bfloat16"},
+        dtypes={side: "bfloat16" for side in sides if "bf16" in side},
         notes={"hf": f"{REFERENCE[args.objective]}, {comparison.sides['hf'].info.get('attention')}, fused AdamW"})
     header = [f"machine: {common.machine()}",
               f"command: python benchmarks/bench_train.py {' '.join(sys.argv[1:])}",

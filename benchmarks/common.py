@@ -132,9 +132,11 @@ def serve(build: Callable[[str, argparse.Namespace], Side], side: str, args: arg
     """The worker loop: build ``side``, then answer requests until "quit" or end of input."""
     out = sys.stdout
     sys.stdout = sys.stderr  # anything a library prints must not corrupt the protocol
+    if args.threads:
+        torch.set_num_threads(args.threads)
     baseline = rss_mb()
     obj = build(side, args)
-    out.write(json.dumps({"ready": True, "info": obj.info, "rss_after_imports_mb": baseline}) + "\n")
+    out.write(json.dumps({"ready": True, "info": obj.info, "bare_rss_mb": baseline}) + "\n")
     out.flush()
     for line in sys.stdin:
         request = json.loads(line)
@@ -143,17 +145,18 @@ def serve(build: Callable[[str, argparse.Namespace], Side], side: str, args: arg
             break
         if cmd == "time":
             units = 0
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             for _ in range(request["n"]):
                 units += obj.step()
-            seconds = time.perf_counter() - start
-            reply: dict[str, Any] = {"seconds": seconds, "units": units, "flops": obj.flops(units)}
+            seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+            reply: dict[str, Any] = {"seconds": seconds, "cpu_seconds": cpu_seconds, "units": units,
+                                     "flops": obj.flops(units)}
         elif cmd == "call":
             reply = {"result": getattr(obj, request["name"])(**request.get("kwargs", {}))}
         else:
             reply = {"error": f"unknown request {cmd!r}"}
         reply["peak_rss_mb"] = peak_rss_mb()
-        reply["rss_after_imports_mb"] = baseline
+        reply["bare_rss_mb"] = baseline
         out.write(json.dumps(reply) + "\n")
         out.flush()
 
@@ -201,9 +204,10 @@ class Worker:
 class SideResult:
     side: str
     rates: list[float] = field(default_factory=list)  # units per second, one per round
+    cpu_rates: list[float] = field(default_factory=list)  # units per CPU-second (all threads)
     flop_rates: list[float] = field(default_factory=list)
     peak_rss_mb: float = 0.0
-    rss_after_imports_mb: float = 0.0
+    bare_rss_mb: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -226,9 +230,11 @@ class Comparison:
     peaks: dict[str, list[float]]
     unit: str = "tokens/s"
 
-    def ratio(self, side: str) -> tuple[float, float, float]:
-        """(median, min, max) over rounds of side's rate / the reference's rate in the same round."""
-        pairs = [a / b for a, b in zip(self.sides[side].rates, self.sides[self.reference].rates)]
+    def ratio(self, side: str, cpu: bool = False) -> tuple[float, float, float]:
+        """(median, min, max) over rounds of side's rate / the reference's rate in the same round;
+        ``cpu``: of rates per CPU-second, which a busy machine disturbs less than wall-clock rates."""
+        attr = "cpu_rates" if cpu else "rates"
+        pairs = [a / b for a, b in zip(getattr(self.sides[side], attr), getattr(self.sides[self.reference], attr))]
         return statistics.median(pairs), min(pairs), max(pairs)
 
     def peak(self, dtype: str) -> float:
@@ -265,9 +271,10 @@ def compare(workers: dict[str, Worker], name: str, reference: str, rounds: int, 
                 reply = workers[side].ask(cmd="time", n=steps)
                 res = results[side]
                 res.rates.append(reply["units"] / reply["seconds"])
+                res.cpu_rates.append(reply["units"] / reply["cpu_seconds"])
                 res.flop_rates.append(reply["flops"] / reply["seconds"])
                 res.peak_rss_mb = reply["peak_rss_mb"]
-                res.rss_after_imports_mb = reply["rss_after_imports_mb"]
+                res.bare_rss_mb = reply["bare_rss_mb"]
             for dtype in peak_dtypes:
                 peaks[dtype].append(matmul_peak(getattr(torch, dtype), seconds=0.5))
             line = "  ".join(f"{s} {results[s].rates[-1]:,.1f}" for s in sides)
@@ -300,12 +307,13 @@ class Row:
     rate: float
     unit: str
     ratio: str = ""  # e.g. "1.62x (1.55-1.70)"; "" for the reference itself
+    cpu_ratio: str = ""  # the same from rates per CPU-second
     target: str = ""
     gflops: float | None = None
     peak_pct: float | None = None
     peak_dtype: str = "float32"
     peak_rss_mb: float | None = None
-    rss_over_imports_mb: float | None = None
+    rss_over_bare_mb: float | None = None
     note: str = ""
 
 
@@ -316,20 +324,22 @@ def rows_of(comparison: Comparison, targets: dict[str, str] | None = None,
     rows = []
     for side, res in comparison.sides.items():
         dtype = (dtypes or {}).get(side, "float32")
-        ratio = ""
+        ratio = cpu_ratio = ""
         if side != comparison.reference:
             median, low, high = comparison.ratio(side)
             ratio = f"{median:.2f}x ({low:.2f}-{high:.2f})"
+            cpu_ratio = f"{comparison.ratio(side, cpu=True)[0]:.2f}x"
         gflops = res.flop_rate / 1e9 if res.flop_rates and res.flop_rate > 0 else None
         pct = 100.0 * res.flop_rate / comparison.peak(dtype) if gflops and dtype in comparison.peaks else None
-        rows.append(Row(comparison.name, side, res.rate, comparison.unit, ratio, (targets or {}).get(side, ""),
-                        gflops, pct, dtype, res.peak_rss_mb, res.peak_rss_mb - res.rss_after_imports_mb,
+        rows.append(Row(comparison.name, side, res.rate, comparison.unit, ratio, cpu_ratio, (targets or {}).get(side, ""),
+                        gflops, pct, dtype, res.peak_rss_mb, res.peak_rss_mb - res.bare_rss_mb,
                         (notes or {}).get(side, "")))
     return rows
 
 
-COLUMNS = ("benchmark", "side", "throughput", "vs reference (median, range over rounds)", "target",
-           "GFLOP/s", "% of matmul peak", "peak RSS MiB (over imports)", "note")
+COLUMNS = ("benchmark", "side", "throughput (median)", "vs reference (median, range over rounds)",
+           "vs reference per CPU-second", "target", "GFLOP/s", "% of matmul peak",
+           "peak RSS MiB (over bare torch process)", "note")
 
 
 def markdown(rows: list[Row]) -> str:
@@ -337,10 +347,10 @@ def markdown(rows: list[Row]) -> str:
     for r in rows:
         cells = [
             r.bench, r.side, f"{r.rate:,.1f} {r.unit}" if r.rate < 100 else f"{r.rate:,.0f} {r.unit}",
-            r.ratio or "reference", r.target,
+            r.ratio or "reference", r.cpu_ratio, r.target,
             f"{r.gflops:.1f}" if r.gflops is not None else "",
             f"{r.peak_pct:.0f}% ({'bf16' if r.peak_dtype == 'bfloat16' else 'fp32'})" if r.peak_pct is not None else "",
-            f"{r.peak_rss_mb:,.0f} ({r.rss_over_imports_mb:+,.0f})" if r.peak_rss_mb is not None else "",
+            f"{r.peak_rss_mb:,.0f} ({r.rss_over_bare_mb:+,.0f})" if r.peak_rss_mb is not None else "",
             r.note,
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -352,13 +362,19 @@ def peaks_line(comparison: Comparison) -> str:
                      for d, v in comparison.peaks.items())
 
 
-def emit(rows: list[Row], header: list[str], json_out: str | None) -> None:
-    """Print the table (and header lines) and, for ``run_all.py``, write the rows as JSON."""
+def emit(rows: list[Row], header: list[str], json_out: str | None, extra: list[str] = ()) -> None:
+    """Print the header lines, the table and any extra Markdown sections, and, for ``run_all.py``,
+    write them as JSON."""
     for line in header:
         print(line)
-    print(markdown(rows))
+    if rows:
+        print(markdown(rows))
+    for section in extra:
+        print()
+        print(section)
     if json_out:
-        Path(json_out).write_text(json.dumps({"header": header, "rows": [r.__dict__ for r in rows]}))
+        Path(json_out).write_text(json.dumps({"header": header, "rows": [r.__dict__ for r in rows],
+                                              "extra": list(extra)}))
 
 
 def base_parser(description: str, rounds: int, steps: int, warmup: int) -> argparse.ArgumentParser:
@@ -368,13 +384,20 @@ def base_parser(description: str, rounds: int, steps: int, warmup: int) -> argpa
     parser.add_argument("--steps", type=int, default=steps, help="timed steps per side per round")
     parser.add_argument("--warmup", type=int, default=warmup, help="untimed steps per side first")
     parser.add_argument("--json", help="also write the rows as JSON to this file (run_all.py)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch threads on every side (0 = torch's default, one per core). On a machine "
+                             "that other jobs keep busy, 1 avoids waiting at every kernel for a descheduled "
+                             "second thread, which can slow 2 threads below 1")
     return parser
 
 
 def worker_args(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
-    """The command-line options a worker needs, rebuilt from the parent's parsed ``args``."""
+    """The command-line options a worker needs, rebuilt from the parent's parsed ``args``; the
+    parent adopts ``--threads`` too, for its matmul-peak measurements."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
     extra = []
-    for name in names:
+    for name in ("threads", *names):
         value = getattr(args, name)
         flag = "--" + name.replace("_", "-")
         if isinstance(value, bool):

@@ -51,6 +51,10 @@ def test_embedder_rule():
     widening = embedder_metrics((0.50, 0.40, 0.30), (0.30, 0.30, 0.28))  # encoder ahead, gap grows for short
     verdict, detail = ab.judge_embedder(widening)
     assert verdict == INCONCLUSIVE and "does not narrow" in detail
+    ahead_only_pooled = embedder_metrics((0.32, 0.32, 0.32), (0.30, 0.30, 0.30))  # no bucket separates
+    ahead_only_pooled[key("recall@10", TOKENS)] = {ENC: seeds(0.32, 0.001), DEC: seeds(0.30, 0.001)}
+    ahead_only_pooled[key("recall@10", WALL)] = ahead_only_pooled[key("recall@10", TOKENS)]
+    assert ab.judge_embedder(ahead_only_pooled)[0] == INCONCLUSIVE
     disagree = {**embedder_metrics((0.30, 0.40, 0.50), (0.28, 0.30, 0.32), (TOKENS,)),
                 **embedder_metrics((0.30, 0.30, 0.30), (0.30, 0.30, 0.30), (WALL,))}
     verdict, detail = ab.judge_embedder(disagree)
@@ -84,7 +88,7 @@ def test_shift_bug_rule():
 
 
 def test_seq2seq_rule():
-    ed, do = "encoder-decoder", ab.S2S_DECODER.label
+    ed, do = ab.S2S_ENCDEC, ab.S2S_DECODER.label
 
     def metrics(short, long, ttft):
         return on_axes(lambda axis: {
@@ -185,12 +189,14 @@ def test_second_call_reuses_every_finished_step(shift_bug_run, monkeypatch, caps
     second = json.loads((out / "results.json").read_text())
     assert second["metrics"] == first["metrics"]  # the one re-measured step gives the same numbers
     assert (out / "steps" / "shift-shift-seed1.json").is_file()
+    assert "continued an earlier one" in second["notes"][-1]
+    assert not any("continued an earlier one" in note for note in first["notes"])
 
 
 def test_a_folder_keeps_its_ablation_and_scale(shift_bug_run, capsys):
     out, _, _ = shift_bug_run
     assert main(["ablate", "shift-bug", "--quick", "--out", str(out)]) == 2  # quick, not smoke
-    assert "holds ablation shift-bug at scale smoke" in capsys.readouterr().err
+    assert "holds ablation shift-bug at scale smoke with other settings" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [

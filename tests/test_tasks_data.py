@@ -50,7 +50,7 @@ def test_speakers_target_order_of_first_speech_each_once():
 
 def test_speaker_examples_respect_length_and_hiding():
     shown = speaker_examples("val", max_chars=300, limit=60)
-    assert all(len(e.source) <= 300 for e in shown)
+    assert all(len(e.source) <= 300 and e.source.count("\n\n") >= 1 for e in shown)  # >= 2 speeches
     for e in shown:
         first = e.target.split(", ")[0]
         assert e.source.startswith(first + "\n")
@@ -60,6 +60,8 @@ def test_speaker_examples_respect_length_and_hiding():
         assert h.source == "\n\n".join(block.split("\n", 1)[1] for block in s.source.split("\n\n"))
     scenes = speaker_examples("test", whole_scenes=True, max_chars=4000)
     assert scenes and all(len(e.source) <= 4000 for e in scenes)
+    whole = {s.speeches for p in split_plays()["test"] for s in p.scenes}
+    assert all(any(render_passage(w) == e.source for w in whole) for e in scenes[:5])  # never cut
 
 
 def test_user_files_jsonl_and_csv(tmp_path):

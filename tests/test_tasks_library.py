@@ -2,6 +2,8 @@
 end-to-end run per task (a few steps on tiny models: this checks the plumbing, not the quality,
 which benchmarks/tasks_quality.py measures)."""
 
+import math
+
 import pytest
 import torch
 
@@ -177,7 +179,7 @@ def test_seq2seq_end_to_end(tokenizer, family):
         result = evaluate_seq2seq(model, tokenizer, test, GenerationConfig(max_new_tokens=17, num_beams=beams),
                                   cfg.max_target_len, progress=False)
         assert result["n_test"] == 4 and 0 <= result["speakers_f1"] <= 1
-    assert result["baseline"]["exact_match"] > 0  # copying the first speaker is right for one-speaker passages
+    assert result["baseline"]["speakers_f1"] > 0.4  # the first line names one of the passage's speakers
 
 
 def test_fill_mask_and_break(tokenizer):
@@ -189,4 +191,5 @@ def test_fill_mask_and_break(tokenizer):
                             max_new_tokens=8)
     assert len(result["decoder"]["sample"]) <= 8
     enc = result["encoder"]
-    assert enc["loss_both_sides"]["bits_per_char"] == pytest.approx(enc["loss_both_sides"]["nats_per_char"] / 0.6931, rel=1e-3)
+    both = enc["loss_both_sides"]
+    assert both["bits_per_char"] == pytest.approx(both["nats_per_char"] / math.log(2))

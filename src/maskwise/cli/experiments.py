@@ -25,7 +25,7 @@ def register(subparsers) -> None:
 
     ablate = subparsers.add_parser(
         "ablate", help="change one design choice, hold the rest, and judge a prediction by a coded rule")
-    ablate.add_argument("name", help="embedder, mask-ratio, shift-bug, seq2seq, electra or pooling")
+    ablate.add_argument("name", help="the ablation to run (an unknown name lists the known ones)")
     ablate.add_argument("--quick", action="store_true", help="a small version in about 2 minutes")
     ablate.add_argument("--seeds", type=int, default=3, help="seeds per arm (default 3, at least 2)")
     ablate.add_argument("--out", default=None, help="output folder (default runs/ablate-NAME)")

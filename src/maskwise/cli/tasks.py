@@ -52,7 +52,8 @@ def register(subparsers) -> None:
         parser.add_argument("--head-lr", type=float, default=None, help="fresh head learning rate (default 1e-3)")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--data", default=None, help="your own .jsonl/.csv training rows instead of the plays")
-        parser.add_argument("--eval-data", default=None, help="your own evaluation rows (default: the last 10%% of --data)")
+        parser.add_argument("--eval-data", default=None,
+                            help="your own evaluation rows (default: the last 10%% of --data)")
         _task_flags(parser, task)
         _common(parser)
         parser.set_defaults(handler=run_finetune)
@@ -226,7 +227,7 @@ def summarize(r: dict) -> str:
     base = r.get("baseline", {})
     task = r["task"]
     if task == "classify":
-        how = f"{r.get('mode', '?')}, {r.get('pooling', '-')} pooling" if r.get("mode") != "zero-shot" else "zero-shot prompting"
+        how = "zero-shot prompting" if r.get("mode") == "zero-shot" else f"{r['mode']}, {r['pooling']} pooling"
         return (f"classify ({how}) on {r['n_test']} examples: accuracy {r['accuracy']:.3f} "
                 f"(majority class {base['accuracy']:.3f}), macro-F1 {r['macro_f1']:.3f} ({base['macro_f1']:.3f})")
     if task == "retrieve":

@@ -9,6 +9,10 @@ a single process would have drawn, whatever the number of processes.
 
 from __future__ import annotations
 
+import hashlib
+import io
+
+import numpy as np
 import torch
 
 from maskwise.errors import UserError
@@ -20,7 +24,33 @@ class TokenStream:
         self.name = name
 
     @classmethod
-    def from_texts(cls, texts, tokenizer, name: str = "data") -> "TokenStream":
+    def from_texts(cls, texts, tokenizer, name: str = "data", cache_key: str | None = None) -> "TokenStream":
+        """Tokenize ``texts`` into one stream. With ``cache_key`` (a fingerprint of the texts), the
+        ids are cached on disk beside the tokenizers, keyed by it and by the tokenizer itself, so
+        experiments that pretrain many models on one corpus tokenize it once."""
+        path = None
+        if cache_key is not None:
+            from maskwise.data.tokenizers import _cache_root
+
+            digest = hashlib.sha256(f"{cache_key}\n{tokenizer.backend.to_str()}".encode()).hexdigest()[:24]
+            path = _cache_root(None) / "streams" / f"{digest}.npy"
+            if path.is_file():
+                try:
+                    return cls(torch.from_numpy(np.load(path, allow_pickle=False)).long(), name)
+                except (OSError, ValueError):
+                    pass  # a damaged cache file is rebuilt below
+        stream = cls._tokenize(texts, tokenizer, name)
+        if path is not None:
+            from maskwise.train.checkpoint import atomic_write
+
+            path.parent.mkdir(parents=True, exist_ok=True)
+            buffer = io.BytesIO()
+            np.save(buffer, stream.ids.numpy().astype(np.int32))
+            atomic_write(path, buffer.getvalue())
+        return stream
+
+    @classmethod
+    def _tokenize(cls, texts, tokenizer, name: str) -> "TokenStream":
         eos = tokenizer.eos_id
         pieces = []
         for encoded in tokenizer.encode_batch(list(texts)):

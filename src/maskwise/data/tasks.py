@@ -162,11 +162,12 @@ def speaker_examples(split: str, n_speeches: tuple[int, int] = (2, 6), max_chars
     """Passages of consecutive speeches within a scene -> their speakers.
 
     Source length is controlled two ways: each window takes ``n_speeches[0]..n_speeches[1]``
-    speeches (drawn per window), then drops speeches from its end until it fits ``max_chars``
-    (a window whose first speech alone is too long is skipped). ``whole_scenes`` makes each scene
-    one passage instead, kept only if it fits. Lengths are measured on the passage as printed, so
-    the ``hide_speakers`` variant holds the same passages. Windows tile each scene without overlap;
-    ``limit`` keeps a random subset."""
+    speeches (drawn per window), then drops speeches from its end until it fits ``max_chars``, but
+    never below ``n_speeches[0]`` (a window that cannot fit, or a scene's last window that is too
+    short, is skipped: a lower bound of 2 guarantees every passage a second speech).
+    ``whole_scenes`` makes each scene one passage instead, kept only if it fits. Lengths are
+    measured on the passage as printed, so the ``hide_speakers`` variant holds the same passages.
+    Windows tile each scene without overlap; ``limit`` keeps a random subset."""
     if not 1 <= n_speeches[0] <= n_speeches[1]:
         raise UserError(f"speeches per passage must satisfy 1 <= low <= high, got {n_speeches}")
     rng = _rng(seed, split, "speakers")
@@ -182,9 +183,12 @@ def speaker_examples(split: str, n_speeches: tuple[int, int] = (2, 6), max_chars
                     windows.append(scene.speeches[start:start + size])
                     start += size
             for speeches in windows:
-                while speeches and len(render_passage(speeches)) > max_chars:
-                    speeches = () if whole_scenes else speeches[:-1]
-                if speeches:
+                if not whole_scenes:
+                    while len(speeches) > n_speeches[0] and len(render_passage(speeches)) > max_chars:
+                        speeches = speeches[:-1]
+                    if len(speeches) < n_speeches[0]:  # a scene's short last window
+                        continue
+                if len(render_passage(speeches)) <= max_chars:
                     examples.append(Seq2SeqExample(render_passage(speeches, hide_speakers),
                                                    speakers_target(speeches), play.slug))
     if limit is not None and limit < len(examples):

@@ -20,17 +20,20 @@ their common outcome, and ``inconclusive`` when the axes disagree (a claim that 
 tokens but not at equal time is not established). ``metrics`` holds exactly what the rules read
 (it is also what the bar charts show); the table holds those and everything else measured.
 
-Scales: the default takes about 15 minutes on 2 CPU cores, ``quick`` about 2. The environment
+Scales: the default is sized for about 15 minutes on 2 CPU cores, ``quick`` for a few (much of it
+fixed cost: every pretraining run tokenizes the corpus, and there are up to nine). The environment
 variable ``MASKWISE_ABLATION_SCALE=smoke`` selects a third scale of a few steps that only checks
 the plumbing (the tests use it); its reports say so in the title, and its numbers mean nothing.
 
 Finished steps are cached by ``Experiment``, so an interrupted ablation continues where it stopped;
-an output folder remembers its ablation and scale and refuses to mix in another.
+an output folder remembers its recipe (ablation, scale, model and fine-tuning settings) and refuses
+to mix in another.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import statistics
 import time
@@ -143,14 +146,14 @@ def pretrain_arms(setup: Setup, arms: Sequence[Arm]) -> dict[str, dict[str, list
     return runs
 
 
-def measure(setup: Setup, runs: dict[str, dict[str, list[dict]]], task: str,
-            fn: Callable[[str, int], dict]) -> dict[str, dict[str, list[dict]]]:
-    """``fn(run name, seed)`` for every run, cached as step ``task-<run>`` (a run that serves both
-    axes is measured once)."""
-    return {axis: {key: [setup.exp.step(f"{task}-{run_name(run)}",
-                                        lambda run=run: fn(run_name(run), run["settings"]["seed"]))
-                         for run in per_seed]
-                   for key, per_seed in by_arm.items()}
+def measure(setup: Setup, runs: dict[str, dict[str, list[dict]]], arms: Sequence[Arm], task: str,
+            fn: Callable[[Arm, str, int], dict]) -> dict[str, dict[str, list[dict]]]:
+    """``fn(arm, run name, seed)`` for every run, cached as step ``task-<run>`` (a run that serves
+    both axes is measured once)."""
+    return {axis: {arm.key: [setup.exp.step(f"{task}-{run_name(run)}",
+                                            lambda arm=arm, run=run: fn(arm, run_name(run), run["settings"]["seed"]))
+                             for run in by_arm[arm.key]]
+                   for arm in arms}
             for axis, by_arm in runs.items()}
 
 
@@ -272,8 +275,10 @@ def common_buckets(measured: dict, arms: Sequence[Arm], field: str) -> list[str]
 
 # ---- fine-tuning, shared by the ablations ----------------------------------------------------------
 
-FINETUNE = dict(classify=dict(batch_size=32, lr=3e-4, head_lr=1e-3),  # compare.py's settings
-                embed=dict(batch_size=32, lr=3e-4),
+# Learning rates chosen on a quick-scale encoder: these tiny bodies need 1e-3 (at 3e-4, or with
+# [CLS] pooling, 150 classification steps stayed near chance; mean pooling at 1e-3 reached 0.29).
+FINETUNE = dict(classify=dict(batch_size=32, lr=1e-3, head_lr=3e-3),
+                embed=dict(batch_size=32, lr=1e-3),
                 seq2seq=dict(batch_size=16, lr=1e-3, max_target_len=32))
 
 
@@ -319,15 +324,21 @@ def retrieve(setup: Setup, name: str, seed: int, pooling: str | None = None) -> 
 EMB_ENCODER = Arm("mlm", "encoder (MLM, mean)", dict(family="encoder", objective="mlm"))
 EMB_DECODER = Arm("clm", "decoder (CLM, last)", dict(family="decoder", objective="clm"))
 EMB_BUCKET = "recall@10, passages of "
+# Each family's summary position (the report's notes say why).
+EMB_POOLING = {EMB_ENCODER.key: "mean", EMB_DECODER.key: "last"}
 
 EMBEDDER_PREDICTION = ("A bidirectional encoder makes a better bi-encoder than a causal decoder of the same size and "
                        "pretraining budget; the gap narrows for short passages.")
-EMBEDDER_RULE = ("Per length bucket (passages in characters, at least 10 queries), compare recall@10 of the "
-                 "encoder (a) and the decoder (b). Falsified if the encoder is ahead in no bucket (the causal "
-                 "model matches or beats it at every length). Held if the encoder is ahead overall and its mean "
-                 "gap is smaller in the shortest bucket than in the longest. Otherwise inconclusive. Applied at "
-                 "equal tokens and at equal wall-clock; the verdict is the common outcome, inconclusive if they "
-                 "differ.")
+EMBEDDER_RULE = ("Compare recall@10 of the encoder (a) and the decoder (b) overall and per passage-length bucket "
+                 "(characters; buckets with at least 10 queries). Falsified if the encoder is ahead neither "
+                 "overall nor in any bucket (the causal model matches or beats it at every length). Held if the "
+                 "encoder is ahead overall and its mean gap is smaller in the shortest bucket than in the longest. "
+                 "Otherwise inconclusive. Applied at equal tokens and at equal wall-clock; the verdict is the "
+                 "common outcome, inconclusive if they differ.")
+
+
+def _pair(groups: dict[str, list[float]], a: Arm, b: Arm) -> tuple[list[float], list[float]]:
+    return groups[a.label], groups[b.label]
 
 
 def judge_embedder(metrics: dict) -> tuple[str, str]:
@@ -337,8 +348,9 @@ def judge_embedder(metrics: dict) -> tuple[str, str]:
                    for k in buckets_of(metrics, EMB_BUCKET, axis)]
         if not buckets:
             return INCONCLUSIVE, f"no passage-length bucket has {MIN_BUCKET} queries"
-        if not any(c.winner == "a" for _, c in buckets):
-            return FALSIFIED, "the decoder matches or beats the encoder in every length bucket"
+        if overall.winner != "a" and not any(c.winner == "a" for _, c in buckets):
+            where = overall.describe("encoder", "decoder")
+            return FALSIFIED, f"the decoder matches or beats the encoder overall ({where}) and in every length bucket"
         short, long = buckets[0][1], buckets[-1][1]
         gap_short, gap_long = short.mean_a - short.mean_b, long.mean_a - long.mean_b
         narrows = gap_short < gap_long
@@ -351,16 +363,11 @@ def judge_embedder(metrics: dict) -> tuple[str, str]:
     return on_both_axes(judge)
 
 
-def _pair(groups: dict[str, list[float]], a: Arm, b: Arm) -> tuple[list[float], list[float]]:
-    return groups[a.label], groups[b.label]
-
-
 def embedder(setup: Setup) -> dict:
     arms = (EMB_ENCODER, EMB_DECODER)
     runs = pretrain_arms(setup, arms)
-    pooling = {"encoder": "mean", "decoder": "last"}
-    measured = measure(setup, runs, "retrieve", lambda name, seed: retrieve(
-        setup, name, seed, pooling["encoder" if name.startswith(EMB_ENCODER.key) else "decoder"]))
+    measured = measure(setup, runs, arms, "retrieve",
+                       lambda arm, name, seed: retrieve(setup, name, seed, EMB_POOLING[arm.key]))
     buckets = common_buckets(measured, arms, "by_passage_chars")
     metrics, rows = {}, []
     for axis in AXES:
@@ -368,7 +375,8 @@ def embedder(setup: Setup) -> dict:
         rows.append(table_row("recall@10", axis, metrics[key("recall@10", axis)], True))
         for bucket in buckets:
             name = f"{EMB_BUCKET}{bucket} chars"
-            metrics[key(name, axis)] = per_arm(measured, axis, arms, lambda m, b=bucket: m["by_passage_chars"][b]["recall@10"])
+            metrics[key(name, axis)] = per_arm(measured, axis, arms,
+                                               lambda m, b=bucket: m["by_passage_chars"][b]["recall@10"])
             rows.append(table_row(name, axis, metrics[key(name, axis)], True))
         rows.append(table_row("MRR", axis, per_arm(measured, axis, arms, lambda m: m["mrr"]), True))
     random_recall = measured[TOKENS][EMB_ENCODER.key][0]["baseline"]["recall@10"]
@@ -469,8 +477,8 @@ def mask_ratio(setup: Setup, ratios: Sequence[float] = DEFAULT_RATIOS) -> dict:
     arms = tuple(ratio_arm(r) for r in parse_ratios(ratios))
     low, high = arms[0].label, arms[-1].label
     runs = pretrain_arms(setup, arms)
-    measured = measure(setup, runs, "mask", lambda name, seed: {
-        "mlm_loss_15": mlm_loss_at(setup, name), **classify(setup, name, seed, "cls")})
+    measured = measure(setup, runs, arms, "mask", lambda arm, name, seed: {
+        "mlm_loss_15": mlm_loss_at(setup, name), **classify(setup, name, seed, "mean")})
     metrics, rows = {}, []
     for axis in AXES:
         metrics[key(MASK_LOSS, axis)] = per_arm(measured, axis, arms, lambda m: m["mlm_loss_15"])
@@ -503,7 +511,7 @@ def mask_ratio(setup: Setup, ratios: Sequence[float] = DEFAULT_RATIOS) -> dict:
             "Wettig et al. (2023, 'Should You Mask 15% in Masked Language Modeling?') found 40% masking beating "
             "15% downstream for BERT-large-sized models with an efficient recipe; the tiny models here are far "
             "from that regime, and the verdict is reported either way.",
-            "Classification: [CLS] pooling, the same fine-tuning steps, batch and learning rates for every ratio.",
+            "Classification: mean pooling, the same fine-tuning steps, batch and learning rates for every ratio.",
         ],
     }
 
@@ -543,8 +551,9 @@ def judge_shift_bug(metrics: dict) -> tuple[str, str]:
         lower = ahead(reported)
         if lower and not reported.mean_a < 0.5 * reported.mean_b:
             lower = False  # lower, but not "much lower"
+        ratio = reported.mean_a / reported.mean_b
         return claims_verdict([
-            (f"much lower reported loss ({reported.describe(bug, ok)})", lower),
+            (f"reported loss below half ({reported.describe(bug, ok)}; ratio {ratio:.2f})", lower),
             (f"more copies ({copies.describe(bug, ok)})", ahead(copies)),
         ])
 
@@ -576,7 +585,7 @@ def shift_measures(setup: Setup, name: str, seed: int) -> dict:
 def shift_bug(setup: Setup) -> dict:
     arms = (SHIFT_OK, SHIFT_BUG)
     runs = pretrain_arms(setup, arms)
-    measured = measure(setup, runs, "shift", lambda name, seed: shift_measures(setup, name, seed))
+    measured = measure(setup, runs, arms, "shift", lambda arm, name, seed: shift_measures(setup, name, seed))
     metrics, rows = {}, []
     for axis in AXES:
         metrics[key(REPORTED, axis)] = {arm.label: [r["curve"][-1]["val_loss"] for r in runs[axis][arm.key]]
@@ -620,6 +629,7 @@ def shift_bug(setup: Setup) -> dict:
 
 S2S_BLOCK = dict(block_size=256, batch_size=8)  # passages run to 600 characters (~220 tokens)
 S2S_DECODER = Arm("decoder", "decoder-only", dict(family="decoder", objective="clm", layers=4, **S2S_BLOCK))
+S2S_ENCDEC = "encoder-decoder"  # its arm's label; the FFN width is matched at run time
 F1 = "speakers F1"
 F1_BUCKET = "speakers F1, sources of "
 TTFT_BUCKET = "time to first token (ms), sources of "
@@ -656,8 +666,8 @@ def matched_encoder_decoder() -> tuple[Arm, int, int]:
     target = count_parameters({**MODEL, **S2S_DECODER.settings}, vocab)
 
     def arm(d_ff: int) -> Arm:
-        return Arm("encdec", "encoder-decoder", dict(family="encoder-decoder", objective="span", layers=2,
-                                                     decoder_layers=2, d_ff=d_ff, **S2S_BLOCK))
+        return Arm("encdec", S2S_ENCDEC, dict(family="encoder-decoder", objective="span", layers=2,
+                                              decoder_layers=2, d_ff=d_ff, **S2S_BLOCK))
 
     counts = {d_ff: count_parameters({**MODEL, **arm(d_ff).settings}, vocab)
               for d_ff in range(16, 8 * MODEL["d_model"] + 1, 16)}
@@ -727,7 +737,7 @@ def seq2seq_measures(setup: Setup, name: str, seed: int) -> dict:
 
 
 def judge_seq2seq(metrics: dict) -> tuple[str, str]:
-    ed, do = "encoder-decoder", S2S_DECODER.label
+    ed, do = S2S_ENCDEC, S2S_DECODER.label
 
     def judge(axis: str) -> tuple[str, str]:
         f1_keys, ttft_keys = buckets_of(metrics, F1_BUCKET, axis), buckets_of(metrics, TTFT_BUCKET, axis)
@@ -751,7 +761,8 @@ def seq2seq(setup: Setup) -> dict:
     encdec, encdec_params, decoder_params = matched_encoder_decoder()
     arms = (encdec, S2S_DECODER)
     runs = pretrain_arms(setup, arms)
-    measured = measure(setup, runs, "seq2seq", lambda name, seed: seq2seq_measures(setup, name, seed))
+    measured = measure(setup, runs, arms, "seq2seq",
+                       lambda arm, name, seed: seq2seq_measures(setup, name, seed))
     buckets = common_buckets(measured, arms, "by_source_chars")
     metrics, rows = {}, []
     for axis in AXES:
@@ -796,6 +807,8 @@ def seq2seq(setup: Setup) -> dict:
             f"Equal size: 4 causal layers vs 2 + 2 layers whose FFN width ({encdec.settings['d_ff']}) was chosen so "
             f"the parameter sums match ({decoder_params:,} vs {encdec_params:,}); both pretrain on blocks of "
             f"{S2S_BLOCK['block_size']} tokens, the decoder by CLM, the encoder-decoder by T5 span corruption.",
+            "Tokens seen count what a model reads: for the encoder-decoder, its corrupted inputs plus its span "
+            "targets (sentinels included), about 10% more than the raw text they were cut from.",
             "Fine-tuning: the same steps, batch and learning rate; the decoder-only model reads 'source [SEP] target' "
             "with the loss on the target only. Greedy decoding for quality.",
             f"Cost at a fixed batch of {COST_BATCH} passages from one length bucket, KV cache on, medians of "
@@ -833,7 +846,7 @@ def judge_electra(metrics: dict) -> tuple[str, str]:
 def electra(setup: Setup) -> dict:
     arms = (EL_ELECTRA, EL_MLM)
     runs = pretrain_arms(setup, arms)
-    measured = measure(setup, runs, "classify", lambda name, seed: classify(setup, name, seed, "cls"))
+    measured = measure(setup, runs, arms, "classify", lambda arm, name, seed: classify(setup, name, seed, "mean"))
     metrics, rows = {}, []
     for axis in AXES:
         metrics[key(GENRE_ACC, axis)] = per_arm(measured, axis, arms, lambda m: m["accuracy"])
@@ -861,7 +874,7 @@ def electra(setup: Setup) -> dict:
             "the width, so it spends more per token, see the FLOPs row) and equal wall-clock (the fair one for "
             "cost). The FLOPs estimate counts ELECTRA as 6 x all its parameters per token.",
             "What fine-tunes is the discriminator (the run's model.safetensors), a plain encoder of the same size "
-            "as the MLM one; [CLS] pooling, the same steps, batch and learning rates.",
+            "as the MLM one; mean pooling, the same steps, batch and learning rates.",
             "One model size only: the 'most clearly for small models' part of the prediction is not tested here.",
             "ELECTRA's validation loss (generator MLM + 50 x discriminator BCE) is on another scale than MLM's: "
             "compare the curves' shapes, not their levels.",
@@ -896,15 +909,16 @@ def judge_pooling(metrics: dict) -> tuple[str, str]:
 def pooling(setup: Setup) -> dict:
     runs = pretrain_arms(setup, (POOL_ARM,))
     shared = {TOKENS: runs[TOKENS]}  # one encoder per seed: its token run serves both axes
-    classified = {p: measure(setup, shared, f"classify-{p}", lambda name, seed, p=p: classify(setup, name, seed, p))
-                  for p in POOLINGS}
-    retrieved = {p: measure(setup, shared, f"retrieve-{p}", lambda name, seed, p=p: retrieve(setup, name, seed, p))
-                 for p in POOLINGS}
+    classified = {p: measure(setup, shared, (POOL_ARM,), f"classify-{p}",
+                             lambda arm, name, seed, p=p: classify(setup, name, seed, p)) for p in POOLINGS}
+    retrieved = {p: measure(setup, shared, (POOL_ARM,), f"retrieve-{p}",
+                            lambda arm, name, seed, p=p: retrieve(setup, name, seed, p)) for p in POOLINGS}
 
     def groups(measured: dict, field: str) -> dict[str, list[float]]:
         return {p: [m[field] for m in measured[p][TOKENS][POOL_ARM.key]] for p in POOLINGS}
 
-    metrics = {key(GENRE_ACC, SHARED): groups(classified, "accuracy"), key(RECALL, SHARED): groups(retrieved, "recall@10")}
+    metrics = {key(GENRE_ACC, SHARED): groups(classified, "accuracy"),
+               key(RECALL, SHARED): groups(retrieved, "recall@10")}
     rows = [table_row(GENRE_ACC, SHARED, metrics[key(GENRE_ACC, SHARED)], True),
             table_row("genre macro-F1", SHARED, groups(classified, "macro_f1"), True),
             table_row(RECALL, SHARED, metrics[key(RECALL, SHARED)], True),
@@ -975,16 +989,22 @@ def run_ablation(name: str, out: str | Path | None = None, quick: bool = False, 
         raise UserError(f"seeds must be at least 2 (a spread needs two values), got {seeds}")
     scale = select_scale(quick)
     exp = Experiment(out or f"runs/ablate-{name}", overwrite)
-    identity = {"ablation": name, "scale": scale.name}
-    stored = exp.step("ablation", lambda: identity)
-    if stored != identity:
-        raise UserError(f"{exp.out} holds ablation {stored['ablation']} at scale {stored['scale']}, not {name} at "
-                        f"{scale.name}; use --overwrite or another --out")
+    # Cached steps are only valid for the recipe that made them: the folder keeps it and refuses another.
+    recipe = json.loads(json.dumps({"ablation": name, "scale": dataclasses.asdict(scale), "model": MODEL,
+                                    "finetune": FINETUNE}))
+    created = []  # filled only if this call is the folder's first: otherwise it continues an earlier one
+    stored = exp.step("ablation", lambda: created.append(True) or recipe)
+    if stored != recipe:
+        raise UserError(f"{exp.out} holds ablation {stored['ablation']} at scale {stored['scale']['name']} with "
+                        f"other settings than {name} at scale {scale.name} now; use --overwrite or another --out")
     results = ablation.run(Setup(exp, scale, tuple(range(seeds)), progress), **options)
     results["title"] += f" [{scale.name} scale]"
     if scale.name == "smoke":
         results["notes"].insert(0, f"Smoke scale ({SCALE_ENV}=smoke): a few steps to check the plumbing; the "
                                    "numbers and the verdict mean nothing.")
+    if not created:
+        results["notes"].append("This call continued an earlier one in the same folder, reusing its finished steps: "
+                                "the total time above is this call's only.")
     results.update(kind="ablation", machine=machine_info(), wall_s=exp.elapsed(), settings={
         "ablation": name, "scale": dataclasses.asdict(scale), "seeds": list(range(seeds)), "model": MODEL,
         "finetune": FINETUNE, **options})

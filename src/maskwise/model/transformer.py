@@ -11,6 +11,7 @@ Shapes: B batch, T sequence, S encoder (source) sequence, d model width, H heads
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -141,17 +142,24 @@ class Attention(nn.Module):
             if cache is not None:
                 k, v = cache.append(layer, k, v)  # (B, H, cached + T, hd)
 
+        # Under CPU autocast, attention itself runs in fp32 (projections stay bf16): the CPU
+        # backend's bf16 flash-attention kernels are slower than its fp32 ones at these sizes
+        # (backward several times slower, measured in benchmarks/), and fp32 softmax costs no accuracy.
+        cpu_autocast = x.device.type == "cpu" and torch.is_autocast_enabled("cpu")
+        if cpu_autocast:
+            q, k, v = q.float(), k.float(), v.float()
         attn_mask = mask.allowed
         if bias is not None:
             allowed = mask.dense(q.shape[2], k.shape[2], x.device)
             attn_mask = bias.to(q.dtype).masked_fill(~allowed, float("-inf"))
-        y = F.scaled_dot_product_attention(
-            q, k, v,
-            attn_mask=attn_mask,
-            is_causal=mask.is_causal and attn_mask is None,
-            dropout_p=self.dropout if self.training else 0.0,
-            scale=self.scale,
-        )  # (B, H, T, hd)
+        with torch.autocast("cpu", enabled=False) if cpu_autocast else contextlib.nullcontext():
+            y = F.scaled_dot_product_attention(
+                q, k, v,
+                attn_mask=attn_mask,
+                is_causal=mask.is_causal and attn_mask is None,
+                dropout_p=self.dropout if self.training else 0.0,
+                scale=self.scale,
+            )  # (B, H, T, hd)
         y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*hd)
         return self.out(y)
 

@@ -84,6 +84,11 @@ def body_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch
     return model.encode(input_ids, attention_mask)
 
 
+def context_len(model: nn.Module, max_len: int | None = None) -> int:
+    """The length to read texts at: ``max_len`` if given, never beyond the model's context."""
+    return model.cfg.max_seq_len if max_len is None else min(max_len, model.cfg.max_seq_len)
+
+
 def device_of(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 

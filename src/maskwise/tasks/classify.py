@@ -27,7 +27,7 @@ from torch import nn
 from maskwise.data.tasks import LabelledText
 from maskwise.errors import UserError
 from maskwise.model.heads import POOLINGS, ClassifierHead, pool
-from maskwise.tasks import FinetuneConfig, batches, body_states, device_of, encode_texts, fine_tune
+from maskwise.tasks import FinetuneConfig, batches, body_states, context_len, device_of, encode_texts, fine_tune
 from maskwise.objectives.span import decoder_start_id
 from maskwise.tasks.generate import continuation_logprobs
 from maskwise.tasks.metrics import accuracy, macro_f1, majority_label
@@ -81,10 +81,6 @@ class ClassifyConfig(FinetuneConfig):
     dropout: float = 0.1
 
 
-def _max_len(model: nn.Module, max_len: int | None) -> int:
-    return model.cfg.max_seq_len if max_len is None else min(max_len, model.cfg.max_seq_len)
-
-
 def train_classifier(body: nn.Module, tokenizer, train: Sequence[LabelledText], cfg: ClassifyConfig,
                      labels: Sequence[str] | None = None) -> SequenceClassifier:
     """Fine-tune (or probe) ``body`` on ``train``; ``labels`` fixes the label order (default sorted)."""
@@ -95,7 +91,7 @@ def train_classifier(body: nn.Module, tokenizer, train: Sequence[LabelledText], 
         raise UserError(f"classification needs at least 2 labels, got {labels}")
     index = {label: i for i, label in enumerate(labels)}
     model = SequenceClassifier(body, labels, cfg.pooling, cfg.freeze, cfg.dropout)
-    max_len, device = _max_len(body, cfg.max_len), device_of(body)
+    max_len, device = context_len(body, cfg.max_len), device_of(body)
 
     def step_loss(rng: random.Random) -> torch.Tensor:
         chosen = [train[rng.randrange(len(train))] for _ in range(cfg.batch_size)]
@@ -111,7 +107,7 @@ def train_classifier(body: nn.Module, tokenizer, train: Sequence[LabelledText], 
 def predict(model: SequenceClassifier, tokenizer, texts: Sequence[str], batch_size: int = 64,
             max_len: int | None = None) -> list[str]:
     model.eval()
-    max_len, device = _max_len(model.body, max_len), device_of(model)
+    max_len, device = context_len(model.body, max_len), device_of(model)
     predicted = []
     for chunk in batches(len(texts), batch_size):
         ids, mask = encode_texts(tokenizer, [texts[i] for i in chunk], model.body.cfg.family, max_len, device)

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from maskwise.errors import UserError
 from maskwise.model.heads import pool
-from maskwise.tasks import FinetuneConfig, batches, body_states, device_of, encode_texts, fine_tune
+from maskwise.tasks import FinetuneConfig, batches, body_states, context_len, device_of, encode_texts, fine_tune
 from maskwise.tasks.classify import check_pooling
 
 EmbedFn = Callable[[Sequence[str]], torch.Tensor]
@@ -65,7 +65,7 @@ class Embedder:
     def __call__(self, texts: Sequence[str]) -> torch.Tensor:
         self.model.eval()
         body, device = self.model.body, device_of(self.model)
-        max_len = body.cfg.max_seq_len if self.max_len is None else min(self.max_len, body.cfg.max_seq_len)
+        max_len = context_len(body, self.max_len)
         chunks = batches(len(texts), self.batch_size)
         vectors = []
         for chunk in tqdm(chunks, desc="embed", unit="batch", leave=False,
@@ -101,7 +101,7 @@ def train_bi_encoder(body: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]
         raise UserError(f"contrastive training needs at least 2 pairs (one positive, one negative), got {len(pairs)}")
     model = BiEncoder(body, cfg.pooling, normalize=True)
     family, device = body.cfg.family, device_of(body)
-    max_len = body.cfg.max_seq_len if cfg.max_len is None else min(cfg.max_len, body.cfg.max_seq_len)
+    max_len = context_len(body, cfg.max_len)
     size = min(cfg.batch_size, len(pairs))
 
     def step_loss(rng: random.Random) -> torch.Tensor:

@@ -31,7 +31,7 @@ from tqdm import tqdm
 from maskwise.data.tasks import RetrievalSet
 from maskwise.errors import UserError
 from maskwise.model.heads import ClassifierHead, pool
-from maskwise.tasks import FinetuneConfig, batches, device_of, fine_tune, pad
+from maskwise.tasks import FinetuneConfig, batches, context_len, device_of, fine_tune, pad
 from maskwise.objectives.span import decoder_start_id
 from maskwise.tasks.generate import continuation_batch, continuation_logprobs
 from maskwise.tasks.metrics import latency_ms
@@ -98,7 +98,7 @@ def train_cross_encoder(body: nn.Module, tokenizer, data: RetrievalSet, negative
     usable = [i for i, neg in enumerate(negatives) if neg]
     if not usable:
         raise UserError("no query has a negative to train against")
-    max_len, device = min(cfg.max_len or body.cfg.max_seq_len, body.cfg.max_seq_len), device_of(body)
+    max_len, device = context_len(body, cfg.max_len), device_of(body)
 
     def step_loss(rng: random.Random) -> torch.Tensor:
         losses = []
@@ -113,7 +113,7 @@ def train_cross_encoder(body: nn.Module, tokenizer, data: RetrievalSet, negative
 
 
 def cross_encoder_scorer(model: CrossEncoder, tokenizer, max_len: int | None = 256, batch_size: int = 50) -> ScoreFn:
-    max_len = min(max_len or model.body.cfg.max_seq_len, model.body.cfg.max_seq_len)
+    max_len = context_len(model.body, max_len)
 
     @torch.no_grad()
     def score(query: str, docs: Sequence[str]) -> torch.Tensor:
@@ -144,7 +144,7 @@ def relevance_prompt(tokenizer, query: str, doc: str, max_len: int, room_after: 
 
 def generative_scorer(model: nn.Module, tokenizer, max_len: int | None = None, batch_size: int = 50) -> ScoreFn:
     """log p(" yes" | prompt) for each candidate: one forward pass per candidate, batched."""
-    max_len = min(max_len or model.cfg.max_seq_len, model.cfg.max_seq_len)
+    max_len = context_len(model, max_len)
     yes = tokenizer.encode(YES)
     start = decoder_start_id(tokenizer) if model.cfg.family == "encoder-decoder" else None
 
@@ -161,7 +161,7 @@ def train_generative_reranker(model: nn.Module, tokenizer, data: RetrievalSet,
     usable = [i for i, neg in enumerate(negatives) if neg]
     if not usable:
         raise UserError("no query has a negative to train against")
-    max_len = min(cfg.max_len or model.cfg.max_seq_len, model.cfg.max_seq_len)
+    max_len = context_len(model, cfg.max_len)
     yes, no = tokenizer.encode(YES), tokenizer.encode(NO)
     start = decoder_start_id(tokenizer) if model.cfg.family == "encoder-decoder" else None
 

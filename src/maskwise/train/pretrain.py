@@ -178,8 +178,9 @@ def pretrain(settings: PretrainConfig, on_eval=None) -> dict[str, Any]:
     objective = build_objective(settings.objective, settings.family, tokenizer, cfg.vocab_size, **options)
     torch.manual_seed(settings.train.seed)
     model = objective.build_model(cfg) or build_model(cfg)
-    train_stream = TokenStream.from_texts(corpus.train, tokenizer, f"training data {settings.data}")
-    val_stream = TokenStream.from_texts(corpus.val, tokenizer, "validation data")
+    train_stream = TokenStream.from_texts(corpus.train, tokenizer, f"training data {settings.data}",
+                                          cache_key=f"{corpus.fingerprint}/train")
+    val_stream = TokenStream.from_texts(corpus.val, tokenizer, "validation data", cache_key=f"{corpus.fingerprint}/val")
 
     trainer = Trainer(model, objective, train_stream, val_stream, settings.train, run_dir)
     if trainer.rank == 0 and not resuming:

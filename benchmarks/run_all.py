@@ -1,0 +1,76 @@
+"""Run every side-by-side benchmark and print one Markdown report: one table, then the decoding cost
+curve and the bf16 quality check.
+
+    python benchmarks/run_all.py [--quick] [--only train,decode,embed,bf16] [--out report.md]
+
+Each benchmark runs as its own process, one after the other (two at once would time each other).
+``--quick`` uses fewer rounds and steps: for checking that everything runs, not for numbers. Exit
+status 1 if a benchmark failed (its error is printed); targets missed are reported, not failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import common  # noqa: E402
+
+# name -> (script arguments, quick arguments)
+BENCHES = {
+    "train": [(["bench_train.py", "--objective", "mlm"], ["--rounds", "2", "--steps", "1"]),
+              (["bench_train.py", "--objective", "clm", "--compile", "--warmup", "2"], ["--rounds", "2", "--steps", "1"]),
+              (["bench_train.py", "--objective", "span"], ["--rounds", "2", "--steps", "1"])],
+    "decode": [(["bench_decode.py", "--curve", "16,32,64,128", "--curve-repeats", "1"],
+                ["--rounds", "2", "--new-tokens", "32", "--curve", "16,32,64"])],
+    "embed": [(["bench_embed.py", "--lines", "512"], ["--rounds", "2", "--lines", "256"])],
+    "bf16": [(["bench_bf16.py"], ["--steps", "20", "--eval-batches", "4"])],
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", default=",".join(BENCHES))
+    parser.add_argument("--out", help="also write the report to this file")
+    parser.add_argument("--threads", type=int, default=0, help="passed to every benchmark but bf16 (see common.py)")
+    args = parser.parse_args()
+    rows, runs, sections, failed = [], [], [], []
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="maskwise-bench-") as tmp:
+        for name in args.only.split(","):
+            for i, (command, quick) in enumerate(BENCHES[name]):
+                out = Path(tmp) / f"{name}-{i}.json"
+                argv = [sys.executable, str(HERE / command[0]), *command[1:], *(quick if args.quick else []),
+                        *(["--threads", str(args.threads)] if args.threads and name != "bf16" else []),
+                        "--json", str(out)]
+                print(f"running {' '.join(argv[1:-2])}", file=sys.stderr, flush=True)
+                result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                if not out.is_file():
+                    failed.append(command[0])
+                    print(f"{' '.join(command)} failed (exit {result.returncode}):\n{result.stderr[-3000:]}",
+                          file=sys.stderr)
+                    continue
+                report = json.loads(out.read_text())
+                rows += [common.Row(**row) for row in report["rows"]]
+                runs.append("- " + "; ".join(line.removeprefix("command: ") for line in report["header"][1:]))
+                sections += report["extra"]
+    lines = [f"machine: {common.machine()}", f"command: python benchmarks/run_all.py {' '.join(sys.argv[1:])}",
+             f"total {time.perf_counter() - started:.0f} s", "", common.markdown(rows), "", *runs]
+    for section in sections:
+        lines += ["", section]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
