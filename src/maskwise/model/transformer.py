@@ -91,7 +91,8 @@ class Attention(nn.Module):
 
     Self-attention projects q, k, v with one fused matrix; cross-attention projects q from ``x`` and
     k, v (fused) from ``context``. Scores go through ``scaled_dot_product_attention`` with the mask
-    from ``maskwise.masks`` and, for T5, an additive relative position bias.
+    from ``maskwise.masks`` or, for T5, an additive relative position bias into which the stack
+    has already folded that mask (``bias`` replaces ``mask`` when given).
     """
 
     def __init__(self, cfg: ModelConfig, cross: bool = False):
@@ -149,10 +150,8 @@ class Attention(nn.Module):
         cpu_autocast = x.device.type == "cpu" and torch.is_autocast_enabled("cpu")
         if cpu_autocast:
             q, k, v = q.float(), k.float(), v.float()
-        attn_mask = mask.allowed
-        if bias is not None:
-            allowed = mask.dense(q.shape[2], k.shape[2], x.device)
-            attn_mask = bias.to(q.dtype).masked_fill(~allowed, float("-inf"))
+        # T5's bias arrives with the mask already folded in (-inf where not allowed; see Stack).
+        attn_mask = mask.allowed if bias is None else bias.to(q.dtype)
         with torch.autocast("cpu", enabled=False) if cpu_autocast else contextlib.nullcontext():
             y = F.scaled_dot_product_attention(
                 q, k, v,
@@ -327,7 +326,12 @@ class Stack(nn.Module):
         if context is not None or (cache is not None and cache.cross[0] is not None):
             s_len = context.shape[1] if context is not None else cache.cross[0][0].shape[2]
             cross_mask = build_mask("cross", T, s_len, key_padding=context_mask, device=x.device)
-        bias = self.relative_bias(T, k_len, offset, x.device) if self.relative_bias is not None else None
+        bias = None
+        if self.relative_bias is not None:
+            # Bias and mask combined once per stack rather than in every layer: (B or 1, H, T, k_len),
+            # -inf where the mask forbids attending.
+            bias = self.relative_bias(T, k_len, offset, x.device)
+            bias = bias.masked_fill(~mask.dense(T, k_len, x.device), float("-inf"))
 
         for i, block in enumerate(self.blocks):
             x = block(x, mask, context=context, context_mask=cross_mask, bias=bias,
