@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -32,6 +31,8 @@ from typing import Any, Callable
 
 import torch
 
+from maskwise.experiments.runner import machine_info
+
 # The shapes of issue 7: every training benchmark uses these unless told otherwise.
 SHAPES = dict(n_layers=4, d_model=256, n_heads=4, d_ff=1024, vocab_size=8192, seq_len=128, batch=16)
 
@@ -41,19 +42,14 @@ SHAPES = dict(n_layers=4, d_model=256, n_heads=4, d_ff=1024, vocab_size=8192, se
 
 def machine() -> str:
     """One line: CPU model, cores, the vector ISA torch dispatches to, threads, torch version."""
-    model = platform.processor() or platform.machine()
+    info = machine_info()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
         flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
         extras = [f for f in ("avx512_bf16", "amx_bf16", "amx_tile") if f in flags.split()]
     except (OSError, StopIteration):
         extras = []
-    return (f"{model}, {os.cpu_count()} cores, {torch.backends.cpu.get_cpu_capability()}"
-            f"{' + ' + ' + '.join(extras) if extras else ''}, torch {torch.__version__}, "
-            f"{torch.get_num_threads()} threads")
+    return (f"{info['cpu']}, {info['cores']} cores, {torch.backends.cpu.get_cpu_capability()}"
+            f"{' + ' + ' + '.join(extras) if extras else ''}, torch {info['torch']}, {info['threads']} threads")
 
 
 def matmul_peak(dtype: torch.dtype, n: int = 2048, seconds: float = 1.0) -> float:

@@ -112,7 +112,7 @@ def describe(pattern: str, n: int, prefix_length: int | None = None) -> str:
     if pattern == "prefix":
         lines[0] += f", prefix length {int(prefix[0])}"
     if pattern == "cross":
-        lines[0] = f"cross (row = decoder query, column = encoder key, # = may attend)"
+        lines[0] = "cross (row = decoder query, column = encoder key, # = may attend)"
     lines.append("    " + " ".join(str(j % 10) for j in range(n)))
     for i in range(n):
         row = " ".join("#" if bool(allowed[i, j]) else "." for j in range(n))
