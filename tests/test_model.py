@@ -11,12 +11,13 @@ import functools
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maskwise.config import PRESETS, ModelConfig, preset
 from maskwise.errors import UserError
-from maskwise.model.heads import IGNORE_INDEX, ClassifierHead, pool
+from maskwise.model.heads import IGNORE_INDEX, ClassifierHead, linear_cross_entropy, pool
 from maskwise.model.transformer import build_model
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder")
@@ -129,6 +130,115 @@ def test_logits_with_labels_are_the_labelled_positions_in_row_major_order():
     expected = -torch.log_softmax(out.logits, -1)[:, 7].mean()
     torch.testing.assert_close(out.loss, expected)
 
+
+
+# --- LM head: the fused, chunked loss (return_logits=False) == logits + F.cross_entropy -------------
+
+def _loss_and_grads(loss_fn, *tensors):
+    """loss_fn's value and the gradients of 3 x loss (an incoming gradient != 1) w.r.t. tensors."""
+    for t in tensors:
+        t.grad = None
+    loss = loss_fn()
+    (loss * 3).backward()
+    return loss.detach(), [t.grad.clone() for t in tensors]
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 4, 7, 64])  # 4 and 7: a ragged last chunk; 64 > N
+@pytest.mark.parametrize("with_ignored", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_cross_entropy_equals_plain_cross_entropy(chunk_rows, with_ignored, with_bias):
+    g = torch.Generator().manual_seed(0)
+    N, d = 18, 8
+    h = torch.randn(N, d, generator=g, requires_grad=True)
+    weight = torch.randn(V, d, generator=g).requires_grad_()
+    bias = torch.randn(V, generator=g).requires_grad_() if with_bias else None
+    targets = torch.randint(0, V, (N,), generator=g)
+    if with_ignored:
+        targets[torch.tensor([0, 5, 6, 17])] = IGNORE_INDEX
+    tensors = [h, weight] + ([bias] if with_bias else [])
+
+    plain, plain_grads = _loss_and_grads(
+        lambda: F.cross_entropy(F.linear(h, weight, bias), targets, ignore_index=IGNORE_INDEX, reduction="sum"),
+        *tensors)
+    fused, fused_grads = _loss_and_grads(lambda: linear_cross_entropy(h, weight, bias, targets, chunk_rows),
+                                         *tensors)
+    assert fused.dtype == torch.float32
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
+    for name, f, p in zip(("h", "weight", "bias"), fused_grads, plain_grads):
+        torch.testing.assert_close(f, p, rtol=1e-5, atol=1e-5, msg=name)
+    if with_ignored:
+        assert (fused_grads[0][targets == IGNORE_INDEX] == 0).all()
+
+
+@pytest.mark.parametrize("name", ["bert", "t5", "modern", "gpt2"])  # transform + bias; input scale; untied; tied
+@pytest.mark.parametrize("sparse", [True, False])
+def test_lm_head_without_logits_equals_with_logits(name, sparse):
+    """Same loss and gradients for h and every head parameter, the tied embedding included."""
+    model = build_model(preset(name, **TINY))
+    h = torch.randn(3, 6, TINY["d_model"], generator=torch.Generator().manual_seed(0), requires_grad=True)
+    labels = ids(3, 6, seed=1)
+    labels[torch.rand(3, 6, generator=torch.Generator().manual_seed(2)) < 0.3] = IGNORE_INDEX
+
+    results = []
+    for return_logits in (True, False):
+        model.zero_grad()
+        h.grad = None
+        out = model.lm_head(h, labels, sparse=sparse, return_logits=return_logits)
+        (out.loss * 3).backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((out, h.grad.clone(), grads))
+    (w, w_h, w_grads), (f, f_h, f_grads) = results
+    assert f.logits is None and w.logits is not None
+    assert f.n_loss_positions == w.n_loss_positions == int((labels != IGNORE_INDEX).sum())
+    torch.testing.assert_close(f.loss_sum, w.loss_sum, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(f.loss, w.loss, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(f_h, w_h, rtol=1e-5, atol=1e-6)
+    vocab_weight = "embed.weight" if model.cfg.tie_embeddings else "lm_head.weight"
+    assert f_grads.keys() == w_grads.keys() and vocab_weight in f_grads
+    for n in f_grads:
+        torch.testing.assert_close(f_grads[n], w_grads[n], rtol=1e-5, atol=1e-6, msg=n)
+
+
+def test_linear_cross_entropy_under_bf16_autocast_matches_the_autocast_path():
+    """bf16 matmuls, fp32 loss: the same logits are rounded the same way on both paths, so the loss
+    agrees to fp32 precision; gradients agree to bf16 precision, in the parameters' own dtype."""
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(40, 16, generator=g, requires_grad=True)
+    weight = torch.randn(V, 16, generator=g).requires_grad_()
+    bias = torch.randn(V, generator=g).requires_grad_()
+    targets = torch.randint(0, V, (40,), generator=g)
+    targets[3] = IGNORE_INDEX
+
+    def autocast(fn):
+        def run():
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return fn()
+        return run
+
+    plain, plain_grads = _loss_and_grads(autocast(lambda: F.cross_entropy(
+        F.linear(h, weight, bias).float(), targets, ignore_index=IGNORE_INDEX, reduction="sum")), h, weight, bias)
+    fused, fused_grads = _loss_and_grads(autocast(lambda: linear_cross_entropy(h, weight, bias, targets, 16)),
+                                         h, weight, bias)
+    assert fused.dtype == torch.float32
+    torch.testing.assert_close(fused, plain, rtol=1e-6, atol=1e-4)
+    for name, f, p in zip(("h", "weight", "bias"), fused_grads, plain_grads):
+        assert f.dtype == torch.float32, name
+        torch.testing.assert_close(f, p, rtol=2e-2, atol=2e-2, msg=name)
+
+
+def test_linear_cross_entropy_without_grad_computes_the_loss_only():
+    g = torch.Generator().manual_seed(0)
+    h, weight = torch.randn(9, 8, generator=g, requires_grad=True), torch.randn(V, 8, generator=g)
+    targets = torch.randint(0, V, (9,), generator=g)
+    with torch.no_grad():
+        loss = linear_cross_entropy(h, weight, None, targets, 4)
+    assert not loss.requires_grad
+    torch.testing.assert_close(loss, F.cross_entropy(h.detach() @ weight.T, targets, reduction="sum"))
+
+
+def test_lm_head_without_logits_needs_labels():
+    with pytest.raises(ValueError, match="needs labels"):
+        tiny_model("gpt2").lm_head(torch.zeros(1, 2, TINY["d_model"]), return_logits=False)
 
 # --- pooling -------------------------------------------------------------------------------------
 

@@ -2,7 +2,9 @@
 
 The LM head is sparse when training: vocabulary logits are computed only at positions whose label is
 not -100. MLM takes a loss on ~15% of positions, so projecting every position onto the vocabulary
-(B x T x V, the largest matmul of a small model) would be mostly waste.
+(B x T x V, the largest matmul of a small model) would be mostly waste. A caller that needs only the
+loss (a CLM training step) asks for no logits at all and gets it from ``linear_cross_entropy``, which
+never holds more than a chunk of them.
 """
 
 from __future__ import annotations
@@ -21,15 +23,99 @@ IGNORE_INDEX = -100
 @dataclass
 class LMOutput:
     """``logits``: (B, T, V) without labels; with labels, (N, V) at the N labelled positions only
-    (in row-major order of the labelled positions). ``loss`` is the mean over labelled positions;
-    ``loss_sum`` and ``n_loss_positions`` let a training loop average over a whole batch that was
-    split into micro-batches (a mean of micro-batch means would weight positions unequally)."""
+    (in row-major order of the labelled positions), or None when the caller asked for the loss alone
+    (``return_logits=False``). ``loss`` is the mean over labelled positions; ``loss_sum`` (fp32) and
+    ``n_loss_positions`` let a training loop average over a whole batch that was split into
+    micro-batches (a mean of micro-batch means would weight positions unequally)."""
 
-    logits: torch.Tensor
+    logits: torch.Tensor | None
     loss: torch.Tensor | None = None
     loss_sum: torch.Tensor | None = None
     n_loss_positions: int = 0
     hidden_states: torch.Tensor | None = None
+
+
+# Logit elements per chunk of ``linear_cross_entropy`` (512 rows at V = 8192): 16 MiB in fp32. Kept
+# under 32 MiB on purpose: glibc serves larger blocks with fresh mmap pages on every allocation, and
+# page-faulting a 32 MiB buffer took longer than the log-softmax over it (measured, 2-core EPYC);
+# smaller blocks are reused from the heap. 256 rows ran as fast; 128 was slower (thinner matmuls).
+LOSS_CHUNK_ELEMENTS = 2**22
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """Summed cross-entropy of ``h @ W^T + b``, with its gradients computed in the forward pass.
+
+    Why: the plain path keeps (N, V) logits, their (N, V) log-softmax and, in the backward pass, an
+    (N, V) zero-filled NLL gradient and an (N, V) log-softmax gradient; at a small model's sizes
+    those element-wise passes cost more than anything but the matmuls. The gradient of the summed
+    loss w.r.t. the logits is just ``softmax - onehot(target)``, known as soon as the log-softmax
+    is, so each chunk of rows turns it straight into its part of grad_h, grad_W and grad_b and
+    frees it. The backward pass only scales the saved gradients by the incoming scalar.
+
+    Precision: the matmuls run in ``compute_dtype`` (the autocast dtype under autocast, else the
+    inputs' own), the log-softmax and loss in fp32, as ``F.cross_entropy(logits.float())`` does;
+    grad_W and grad_b are accumulated over chunks in fp32.
+    """
+
+    @staticmethod
+    def forward(ctx, h, weight, bias, targets, chunk_rows, compute_dtype, with_grads):
+        w = weight.to(compute_dtype)
+        b = bias.to(compute_dtype) if bias is not None else None
+        x = h.to(compute_dtype)
+        loss_sum = torch.zeros((), dtype=torch.float32, device=h.device)
+        if with_grads:
+            grad_h = torch.empty_like(h)
+            grad_w = torch.zeros_like(weight, dtype=torch.float32)
+            grad_b = torch.zeros_like(bias, dtype=torch.float32) if bias is not None else None
+        for start in range(0, x.shape[0], chunk_rows):
+            rows = slice(start, start + chunk_rows)
+            x_chunk, chunk_targets = x[rows], targets[rows][:, None]  # (n, d), (n, 1)
+            ignored = chunk_targets == IGNORE_INDEX  # (n, 1)
+            chunk_targets = chunk_targets.masked_fill(ignored, 0)  # any valid id where ignored
+            logp = torch.log_softmax(F.linear(x_chunk, w, b), -1, dtype=torch.float32)  # (n, V)
+            target_logp = logp.gather(1, chunk_targets)  # (n, 1)
+            loss_sum -= target_logp.masked_fill(ignored, 0.0).sum()
+            if not with_grads:
+                continue
+            # d loss_sum / d logits = softmax - onehot, formed in fp32 (exp in place, then p - 1 at
+            # the targets) and rounded once to the matmul dtype, as autograd's path rounds it.
+            grad = logp.exp_()  # (n, V)
+            grad.scatter_(1, chunk_targets, target_logp.exp().sub(1.0))
+            grad.index_fill_(0, ignored.squeeze(1).nonzero().squeeze(1), 0.0)  # only the ignored rows
+            if grad_b is not None:
+                grad_b += grad.sum(0)  # (V,)
+            grad = grad.to(compute_dtype)
+            grad_h[rows] = grad @ w  # (n, d)
+            grad_w += grad.T @ x_chunk  # (V, d)
+        if with_grads:
+            ctx.save_for_backward(grad_h, grad_w.to(weight.dtype),
+                                  grad_b.to(bias.dtype) if grad_b is not None else None)
+        return loss_sum
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_loss):
+        grad_h, grad_w, grad_b = ctx.saved_tensors
+        return (grad_h * grad_loss, grad_w * grad_loss, grad_b * grad_loss if grad_b is not None else None,
+                None, None, None, None)
+
+
+def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                         targets: torch.Tensor, chunk_rows: int | None = None) -> torch.Tensor:
+    """``F.cross_entropy(F.linear(h, weight, bias).float(), targets, reduction="sum")`` without ever
+    holding more than ``chunk_rows`` rows of logits (see ``_LinearCrossEntropy``; default:
+    ``LOSS_CHUNK_ELEMENTS`` logits per chunk).
+
+    h: (N, d); weight: (V, d); bias: (V,) or None; targets: (N,), -100 = no loss. Returns the fp32
+    summed loss. Gradients are computed only when autograd will ask for them, so evaluation under
+    ``torch.no_grad`` pays for the loss alone."""
+    chunk_rows = chunk_rows or max(1, LOSS_CHUNK_ELEMENTS // weight.shape[0])
+    device = h.device.type
+    compute_dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else h.dtype
+    with_grads = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (h, weight, bias))
+    # Autocast is off inside: the function casts its inputs itself, once, to compute_dtype.
+    with torch.autocast(device, enabled=False):
+        return _LinearCrossEntropy.apply(h, weight, bias, targets, chunk_rows, compute_dtype, with_grads)
 
 
 class LMHead(nn.Module):
@@ -63,28 +149,40 @@ class LMHead(nn.Module):
     def vocab_weight(self) -> torch.Tensor:
         return self._tied_to[0].weight if self._tied_to else self.weight
 
-    def logits(self, h: torch.Tensor) -> torch.Tensor:
+    def features(self, h: torch.Tensor) -> torch.Tensor:
+        """What the vocabulary projection reads: h rescaled and transformed (when configured)."""
         if self.input_scale != 1.0:
             h = h * self.input_scale
         if self.transform is not None:
             h = self.transform(h)
-        return F.linear(h, self.vocab_weight, self.bias)
+        return h
 
-    def forward(self, h: torch.Tensor, labels: torch.Tensor | None = None, sparse: bool = True) -> LMOutput:
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.features(h), self.vocab_weight, self.bias)
+
+    def forward(self, h: torch.Tensor, labels: torch.Tensor | None = None, sparse: bool = True,
+                return_logits: bool = True) -> LMOutput:
         """h: (B, T, d); labels: (B, T) with -100 where no loss is taken.
 
         ``sparse=False`` computes every position's logits first (the reference path the sparse one
-        is tested against)."""
+        is tested against). ``return_logits=False`` (with labels) returns the loss without logits,
+        computed by ``linear_cross_entropy`` in chunks: for training steps that use only the loss."""
         if labels is None:
+            if not return_logits:
+                raise ValueError("return_logits=False needs labels: without them there is no loss to return")
             return LMOutput(logits=self.logits(h))
         if sparse:
             selected = labels != IGNORE_INDEX  # (B, T)
-            logits = self.logits(h[selected])  # (N, V)
-            targets = labels[selected]  # (N,)
+            h, targets = h[selected], labels[selected]  # (N, d), (N,)
         else:
-            logits = self.logits(h).flatten(0, 1)  # (B*T, V)
-            targets = labels.flatten()  # (B*T,)
-        loss_sum = F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum")
+            h, targets = h.flatten(0, 1), labels.flatten()  # (B*T, d), (B*T,)
+        features = self.features(h)
+        logits = None
+        if return_logits:
+            logits = F.linear(features, self.vocab_weight, self.bias)  # (N, V)
+            loss_sum = F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum")
+        else:
+            loss_sum = linear_cross_entropy(features, self.vocab_weight, self.bias, targets)
         n = int((targets != IGNORE_INDEX).sum())
         return LMOutput(logits=logits, loss=loss_sum / max(n, 1), loss_sum=loss_sum, n_loss_positions=n)
 

@@ -408,12 +408,13 @@ class Encoder(Transformer):
         return self.stack(self._embed(input_ids), attention_mask, token_type_ids=token_type_ids)
 
     def forward(self, input_ids, attention_mask=None, labels=None, token_type_ids=None,
-                decoder_input_ids=None) -> LMOutput:
+                decoder_input_ids=None, return_logits: bool = True) -> LMOutput:
         """``decoder_input_ids`` is accepted so that every family can be called the same way
-        (``maskwise.load``); an encoder has no decoder, so anything but None is an error."""
+        (``maskwise.load``); an encoder has no decoder, so anything but None is an error.
+        ``return_logits=False``: the loss alone (see ``LMHead.forward``)."""
         _no_decoder(self, decoder_input_ids)
         h = self.hidden_states(input_ids, attention_mask, token_type_ids)  # (B, T, d)
-        out = self.lm_head(h, labels)
+        out = self.lm_head(h, labels, return_logits=return_logits)
         out.hidden_states = h
         return out
 
@@ -456,12 +457,13 @@ class Decoder(Transformer):
                           prefix_lengths=prefix_lengths, cache=cache)
 
     def forward(self, input_ids, attention_mask=None, labels=None, positions=None, prefix_lengths=None,
-                cache=None, decoder_input_ids=None) -> LMOutput:
+                cache=None, decoder_input_ids=None, return_logits: bool = True) -> LMOutput:
         """``decoder_input_ids``: accepted for a family-independent call signature; must be None
-        (a decoder-only model reads everything through ``input_ids``)."""
+        (a decoder-only model reads everything through ``input_ids``). ``return_logits=False``:
+        the loss alone (see ``LMHead.forward``)."""
         _no_decoder(self, decoder_input_ids)
         h = self.hidden_states(input_ids, attention_mask, positions, prefix_lengths, cache)  # (B, T, d)
-        out = self.lm_head(h, labels)
+        out = self.lm_head(h, labels, return_logits=return_logits)
         out.hidden_states = h
         return out
 
@@ -487,14 +489,16 @@ class EncoderDecoder(Transformer):
                             context=encoder_hidden_states, context_mask=attention_mask, cache=cache)
 
     def forward(self, input_ids, attention_mask=None, decoder_input_ids=None, labels=None,
-                decoder_attention_mask=None, encoder_hidden_states=None, cache=None) -> Seq2SeqOutput:
+                decoder_attention_mask=None, encoder_hidden_states=None, cache=None,
+                return_logits: bool = True) -> Seq2SeqOutput:
+        """``return_logits=False``: the loss alone (see ``LMHead.forward``)."""
         if decoder_input_ids is None:
             raise ValueError("an encoder-decoder needs decoder_input_ids")
         if encoder_hidden_states is None and not (cache is not None and cache.cross[0] is not None):
             encoder_hidden_states = self.encode(input_ids, attention_mask)
         h = self.decode(decoder_input_ids, encoder_hidden_states, attention_mask,
                         decoder_attention_mask, cache)  # (B, T, d)
-        out = self.lm_head(h, labels)
+        out = self.lm_head(h, labels, return_logits=return_logits)
         return Seq2SeqOutput(logits=out.logits, loss=out.loss, loss_sum=out.loss_sum,
                              n_loss_positions=out.n_loss_positions, hidden_states=h,
                              encoder_hidden_states=encoder_hidden_states)

@@ -38,5 +38,5 @@ class CLM(Objective):
         return {"input_ids": inputs, "labels": labels}
 
     def loss(self, model, batch):
-        out = model(batch["input_ids"], labels=batch["labels"])
+        out = model(batch["input_ids"], labels=batch["labels"], return_logits=False)  # only the loss is used
         return LossParts(out.loss_sum, out.n_loss_positions, decoder_tokens=batch["input_ids"].numel())

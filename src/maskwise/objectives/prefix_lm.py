@@ -49,5 +49,6 @@ class PrefixLM(Objective):
                 "prefix_lengths": prefix_lengths}
 
     def loss(self, model, batch):
-        out = model(batch["input_ids"], labels=batch["labels"], prefix_lengths=batch["prefix_lengths"])
+        out = model(batch["input_ids"], labels=batch["labels"], prefix_lengths=batch["prefix_lengths"],
+                    return_logits=False)  # only the loss is used
         return LossParts(out.loss_sum, out.n_loss_positions, decoder_tokens=batch["input_ids"].numel())
