@@ -13,7 +13,7 @@ from maskwise.objectives.clm import CLM
 from maskwise.objectives.mlm import MLM
 from maskwise.train.budget import Budget
 from maskwise.train.loop import Trainer, TrainConfig
-from maskwise.train.optim import lr_factor, parameter_groups
+from maskwise.train.optim import build_optimizer, lr_factor, parameter_groups
 from maskwise.train.pretrain import PretrainConfig, pretrain
 
 V = 64
@@ -143,6 +143,7 @@ def test_schedule_and_groups():
     assert id(model.stack.blocks[0].attn_norm.weight) in no_decay
     assert id(model.stack.blocks[0].attn.qkv.weight) not in no_decay
     assert groups["head.decay"]["lr"] == 5e-3 and groups["body.decay"]["lr"] == 1e-3
+    assert all(g["fused"] for g in build_optimizer(model, 1e-3).param_groups)  # fp32 on the CPU: fused
 
 
 def test_pretrain_writes_run_folder(small_text, tmp_path):
