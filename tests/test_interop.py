@@ -339,6 +339,21 @@ def test_embeddings_do_not_depend_on_batching_or_order(name, tmp_path, tiny_toke
     np.testing.assert_allclose(raw / np.linalg.norm(raw, axis=1, keepdims=True), batched, atol=1e-5)
 
 
+
+def test_embed_texts_loads_a_folder_once_until_it_changes(tmp_path, tiny_tokenizer, monkeypatch):
+    from maskwise.interop import hf
+
+    run = make_run(tmp_path / "run", randomized(build_model(preset("bert", **SMALL))), tiny_tokenizer, "bert")
+    loads = []
+    monkeypatch.setattr(hf, "load", lambda folder: loads.append(folder) or load(folder))
+    first = embed_texts(run, ["w1 w2", "w3"])
+    np.testing.assert_array_equal(embed_texts(run, ["w1 w2", "w3"]), first)
+    assert len(loads) == 1
+    newer = os.stat(run / ckpt.MODEL_FILE).st_mtime_ns + 10**9
+    os.utime(run / ckpt.MODEL_FILE, ns=(newer, newer))  # the weights were rewritten (training went on)
+    embed_texts(run, ["w1 w2"])
+    assert len(loads) == 2
+
 # ---- CLI ----------------------------------------------------------------------------------------
 
 

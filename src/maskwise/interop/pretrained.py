@@ -11,6 +11,7 @@ sentence-transformers folder declares (``max_seq_length``, the pooling).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -61,6 +62,23 @@ def sentence_transformers_settings(folder: Path) -> tuple[int | None, str | None
     return max_len, pooling
 
 
+@functools.lru_cache(maxsize=2)
+def _embedding_model(folder: Path, version: int):
+    """``(model, framed tokenizer backend, pad id, pooling)`` of ``folder``, built once per
+    ``version`` (the newest modification time in the folder): repeated ``embed_texts`` calls, one
+    per query say, skip reloading the weights, while a folder rewritten since is read afresh."""
+    from maskwise.interop.hf import encoder_framing, load
+
+    model, tokenizer = load(folder)
+    if tokenizer is None:
+        raise UserError(f"{folder}: no tokenizer.json, so texts cannot be turned into ids")
+    max_len, pooling = sentence_transformers_settings(folder)
+    max_len = min(max_len or model.cfg.max_seq_len, model.cfg.max_seq_len)
+    backend = encoder_framing(tokenizer, model.cfg.family)
+    backend.enable_truncation(max_len)  # counts the framing tokens, as sentence-transformers does
+    return model.eval(), backend, tokenizer.pad_id or 0, pooling
+
+
 def embed_texts(model_name_or_path: str | Path, texts: Sequence[str], batch_size: int = 32,
                 normalize: bool = True) -> np.ndarray:
     """``(len(texts), d)`` float32 sentence vectors.
@@ -70,24 +88,19 @@ def embed_texts(model_name_or_path: str | Path, texts: Sequence[str], batch_size
     MiniLM), else the model's ``max_seq_len``. Pooling: what a sentence-transformers folder
     declares, else the family default of ``tasks.embed`` (mean; the last real token for decoders).
     Texts are embedded longest first, so each batch holds texts of similar length and little
-    padding; rows come back in the order given.
+    padding; rows come back in the order given. The loaded model is kept for the next call on the
+    same, unchanged folder.
     """
     import torch
 
-    from maskwise.interop.hf import encoder_framing, load
     from maskwise.tasks import batches, pad
     from maskwise.tasks.embed import BiEncoder
 
     if batch_size <= 0:
         raise UserError(f"batch size must be positive, got {batch_size}")
-    folder = resolve_model(model_name_or_path)
-    model, tokenizer = load(folder)
-    if tokenizer is None:
-        raise UserError(f"{folder}: no tokenizer.json, so texts cannot be turned into ids")
-    max_len, pooling = sentence_transformers_settings(folder)
-    max_len = min(max_len or model.cfg.max_seq_len, model.cfg.max_seq_len)
-    backend = encoder_framing(tokenizer, model.cfg.family)
-    backend.enable_truncation(max_len)  # counts the framing tokens, as sentence-transformers does
+    folder = resolve_model(model_name_or_path).resolve()
+    version = max(path.stat().st_mtime_ns for path in (folder, *folder.iterdir()))
+    model, backend, pad_id, pooling = _embedding_model(folder, version)
     bi_encoder = BiEncoder(model, pooling, normalize).eval()
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
     vectors = np.zeros((len(texts), model.cfg.d_model), dtype=np.float32)
@@ -95,6 +108,6 @@ def embed_texts(model_name_or_path: str | Path, texts: Sequence[str], batch_size
         for chunk in batches(len(order), batch_size):
             rows = [order[i] for i in chunk]
             ids = [encoding.ids for encoding in backend.encode_batch([texts[r] for r in rows])]
-            input_ids, attention_mask = pad(ids, tokenizer.pad_id or 0)  # (B, T) each
+            input_ids, attention_mask = pad(ids, pad_id)  # (B, T) each
             vectors[rows] = bi_encoder(input_ids, attention_mask).float().numpy()
     return vectors
