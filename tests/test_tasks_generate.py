@@ -53,6 +53,40 @@ def test_left_padded_row_generates_what_it_would_alone(name):
         torch.testing.assert_close(alone.logits[0], batched.logits[row], atol=1e-5, rtol=1e-5)
 
 
+
+EVEN = [[5, 9, 11, 3], [13, 40, 2, 7], [40, 41, 42, 43]]  # equal lengths: nothing is padded
+
+
+@pytest.mark.parametrize("name", GENERATIVE)
+def test_unpadded_batch_decodes_without_a_mask_until_a_row_finishes(name, monkeypatch):
+    from maskwise.model import transformer
+
+    model = tiny(name)
+    paddings = []
+    build_mask = transformer.build_mask
+
+    def spy(*args, **kwargs):
+        paddings.append(kwargs.get("key_padding"))
+        return build_mask(*args, **kwargs)
+
+    monkeypatch.setattr(transformer, "build_mask", spy)
+    cached = run(model, EVEN, max_new_tokens=8)
+    assert paddings and all(p is None for p in paddings)  # the mask-free attention path throughout
+    uncached = run(model, EVEN, max_new_tokens=8, use_cache=False)
+    assert cached.tokens == uncached.tokens
+    torch.testing.assert_close(cached.logits, uncached.logits, atol=1e-5, rtol=1e-5)
+
+    # A row that ends early pads the batch from then on: the mask appears, nothing else changes.
+    eos = cached.tokens[0][2]
+    ended = {use_cache: generate(model, EVEN, GenerationConfig(max_new_tokens=8, use_cache=use_cache), eos, PAD,
+                                 START, output_logits=True) for use_cache in (True, False)}
+    assert any(p is not None for p in paddings)
+    assert ended[True].tokens == ended[False].tokens and len(ended[True].tokens[0]) < 8
+    torch.testing.assert_close(ended[True].logits, ended[False].logits, atol=1e-5, rtol=1e-5)
+    for row, prompt in enumerate(EVEN):
+        alone = generate(model, [prompt], GenerationConfig(max_new_tokens=8), eos, PAD, START)
+        assert alone.tokens[0] == ended[True].tokens[row]
+
 @pytest.mark.parametrize("name", GENERATIVE)
 def test_beam_one_is_greedy_and_beams_agree_with_and_without_cache(name):
     model = tiny(name)

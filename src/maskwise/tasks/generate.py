@@ -92,12 +92,29 @@ class GenerationOutput:
 # ---- the two families' decoding states ----------------------------------------------------------
 
 
+def _padding_only(mask: torch.Tensor) -> torch.Tensor | None:
+    """``mask`` (B, L) if it marks any padding, else None: the model then builds no mask tensor and
+    attention takes SDPA's mask-free path (``is_causal``, or no mask for one new token per step)."""
+    return None if bool(mask.all()) else mask
+
+
+def _append_to_mask(mask: torch.Tensor | None, length: int, real: torch.Tensor) -> torch.Tensor | None:
+    """The (B, length + 1) key mask after one more token per row; ``real``: (B,) False where the
+    token is padding (a finished row). None (no padding so far) stays None while every token is
+    real; the first padding token materialises it."""
+    if mask is None:
+        if bool(real.all()):
+            return None
+        mask = torch.ones(real.shape[0], length, dtype=torch.long, device=real.device)
+    return torch.cat([mask, real[:, None].long()], dim=1)
+
+
 class _DecoderState:
     """A decoder reading left-padded prompts, with or without a KV cache."""
 
     def __init__(self, model, ids: torch.Tensor, mask: torch.Tensor, steps: int, use_cache: bool):
         self.model, self.max_pos = model, model.cfg.max_seq_len - 1
-        self.ids, self.mask = ids, mask  # (B, L): everything fed so far
+        self.ids, self.mask = ids, _padding_only(mask)  # (B, L): everything fed so far; mask or None
         self.positions = positions_from_mask(mask)  # (B, L)
         self.cache = model.make_cache(ids.shape[0], ids.shape[1] + steps) if use_cache else None
 
@@ -112,27 +129,29 @@ class _DecoderState:
         """tokens: (B,) the chosen tokens; real: (B,) False for rows already finished (their token
         is padding, masked out as a key)."""
         new_pos = (self.positions[:, -1:] + 1).clamp(max=self.max_pos)  # (B, 1)
+        self.mask = _append_to_mask(self.mask, self.ids.shape[1], real)
         self.ids = torch.cat([self.ids, tokens[:, None]], dim=1)
-        self.mask = torch.cat([self.mask, real[:, None].long()], dim=1)
         self.positions = torch.cat([self.positions, new_pos], dim=1)
         if self.cache is not None:
             return self._logits(tokens[:, None], self.mask, new_pos)
         return self._logits(self.ids, self.mask, self.positions)
 
     def reorder(self, index: torch.Tensor) -> None:
-        self.ids, self.mask, self.positions = self.ids[index], self.mask[index], self.positions[index]
+        self.ids, self.positions = self.ids[index], self.positions[index]
+        self.mask = self.mask[index] if self.mask is not None else None
         if self.cache is not None:
             self.cache.reorder(index)
 
 
 class _EncoderDecoderState:
-    """An encoder-decoder: the source is encoded once; the decoder starts from ``start_id``."""
+    """An encoder-decoder: the source is encoded once; the decoder starts from ``start_id``.
+    Source and target masks are None while they mark no padding (see ``_padding_only``)."""
 
     def __init__(self, model, src: torch.Tensor, src_mask: torch.Tensor, start_id: int, steps: int,
                  use_cache: bool):
-        self.model, self.src, self.src_mask = model, src, src_mask
+        self.model, self.src, self.src_mask = model, src, _padding_only(src_mask)
         self.dec = torch.full((src.shape[0], 1), start_id, dtype=torch.long, device=src.device)  # (B, 1)
-        self.dec_mask = torch.ones_like(self.dec)
+        self.dec_mask = None  # the start token is real in every row
         self.cache = model.make_cache(src.shape[0], steps) if use_cache else None
 
     def first(self) -> torch.Tensor:
@@ -148,16 +167,17 @@ class _EncoderDecoderState:
         return self.model.lm_head.logits(h[:, -1])
 
     def step(self, tokens: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        self.dec_mask = _append_to_mask(self.dec_mask, self.dec.shape[1], real)
         self.dec = torch.cat([self.dec, tokens[:, None]], dim=1)
-        self.dec_mask = torch.cat([self.dec_mask, real[:, None].long()], dim=1)
         if self.cache is None:
             return self._uncached()
         h = self.model.decode(tokens[:, None], None, self.src_mask, self.dec_mask, cache=self.cache)
         return self.model.lm_head.logits(h[:, -1])
 
     def reorder(self, index: torch.Tensor) -> None:
-        self.src, self.src_mask = self.src[index], self.src_mask[index]
-        self.dec, self.dec_mask = self.dec[index], self.dec_mask[index]
+        self.src, self.dec = self.src[index], self.dec[index]
+        self.src_mask = self.src_mask[index] if self.src_mask is not None else None
+        self.dec_mask = self.dec_mask[index] if self.dec_mask is not None else None
         if self.cache is not None:
             self.cache.reorder(index)
 
