@@ -8,7 +8,8 @@ from maskwise.experiments.compare import FAMILIES
 TINY = """
 seconds = 3.0
 d_model = 32
-vocab_size = 512
+block_size = 128
+extraction_target = 24
 batch_size = 8
 finetune_steps = 3
 genre_per_class = 12

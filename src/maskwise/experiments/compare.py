@@ -38,9 +38,12 @@ class CompareSettings:
     seconds: float = 100.0  # pretraining wall-clock per family
     d_model: int = 128
     heads: int = 4
-    block_size: int = 128
+    block_size: int = 256
     batch_size: int = 32
-    vocab_size: int = 4096
+    # Characters: at a budget of minutes a subword model spends its steps on a large embedding
+    # table and barely leaves the unigram plateau, while a character model is already writing words.
+    tokenizer: str = "char"
+    vocab_size: int = 4096  # for tokenizer = "bpe" or "wordpiece"
     lr: float = 2e-3
     finetune_steps: int = 150
     genre_per_class: int = 250  # training windows per genre (test: a third of it)
@@ -48,6 +51,8 @@ class CompareSettings:
     retrieval_queries: int = 500
     extraction_train: int = 2000
     extraction_test: int = 200
+    extraction_chars: int = 180  # passage characters: with the target, they fit a decoder's context whole
+    extraction_target: int = 64  # target tokens (characters): room for five or six names
     held_out_chars: int = 1500
     fill_positions: int = 300
 
@@ -59,7 +64,7 @@ QUICK = CompareSettings(seconds=20.0, d_model=64, batch_size=32, finetune_steps=
 
 def pretrain_settings(family: str, s: CompareSettings, seed: int, data: str) -> dict:
     """The same layout for every family; the encoder-decoder gets 2 + 2 layers with a 3d FFN."""
-    values = dict(family=family, objective=OBJECTIVE[family], preset="gpt2", data=data, tokenizer="bpe",
+    values = dict(family=family, objective=OBJECTIVE[family], preset="gpt2", data=data, tokenizer=s.tokenizer,
                   vocab_size=s.vocab_size, d_model=s.d_model, heads=s.heads, layers=4, block_size=s.block_size,
                   batch_size=s.batch_size, lr=s.lr, steps=100_000, warmup=30, budget=f"seconds={s.seconds}",
                   eval_every=50, eval_batches=8, bf16=True, seed=seed)
@@ -181,13 +186,13 @@ def extraction(exp: Experiment, family: str, s: CompareSettings, seed: int) -> d
     from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq, train_seq2seq
 
     model, tok = _fresh(exp, family)
-    train = speaker_examples("train", max_chars=300, limit=s.extraction_train, seed=seed)
-    test = speaker_examples("test", max_chars=300, limit=s.extraction_test, seed=seed)
-    cfg = Seq2SeqConfig(steps=s.finetune_steps, batch_size=32, lr=1e-3, max_target_len=24, seed=seed,
-                        progress=False)
+    train = speaker_examples("train", max_chars=s.extraction_chars, limit=s.extraction_train, seed=seed)
+    test = speaker_examples("test", max_chars=s.extraction_chars, limit=s.extraction_test, seed=seed)
+    cfg = Seq2SeqConfig(steps=s.finetune_steps, batch_size=32, lr=1e-3, max_target_len=s.extraction_target,
+                        seed=seed, progress=False)
     train_seq2seq(model, tok, train, cfg)
-    return evaluate_seq2seq(model, tok, test, GenerationConfig(max_new_tokens=25), max_target_len=24,
-                            progress=False)
+    return evaluate_seq2seq(model, tok, test, GenerationConfig(max_new_tokens=s.extraction_target + 1),
+                            max_target_len=s.extraction_target, progress=False)
 
 
 CANNOT = {
