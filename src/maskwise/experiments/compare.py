@@ -35,7 +35,7 @@ OBJECTIVE = {"encoder": "mlm", "decoder": "clm", "encoder-decoder": "span"}
 
 @dataclass(frozen=True)
 class CompareSettings:
-    seconds: float = 100.0  # pretraining wall-clock per family
+    seconds: float = 90.0  # pretraining wall-clock per family
     d_model: int = 128
     heads: int = 4
     block_size: int = 256
@@ -45,12 +45,12 @@ class CompareSettings:
     tokenizer: str = "char"
     vocab_size: int = 4096  # for tokenizer = "bpe" or "wordpiece"
     lr: float = 2e-3
-    finetune_steps: int = 150
+    finetune_steps: int = 100
     genre_per_class: int = 250  # training windows per genre (test: a third of it)
     retrieval_pairs: int = 3000
-    retrieval_queries: int = 500
+    retrieval_queries: int = 300
     extraction_train: int = 2000
-    extraction_test: int = 200
+    extraction_test: int = 100
     extraction_chars: int = 180  # passage characters: with the target, they fit a decoder's context whole
     extraction_target: int = 64  # target tokens (characters): room for five or six names
     held_out_chars: int = 1500
