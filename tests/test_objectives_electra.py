@@ -106,7 +106,7 @@ def test_pinned_losses_fall_and_metrics():
                             "replaced_fraction"}
     assert all(0.0 <= metrics[k] <= 1.0 for k in ("generator_acc", "discriminator_acc", "replaced_fraction"))
     expected = metrics["generator_loss"] + 50 * metrics["discriminator_loss"]
-    assert float(parts.loss_sum) / parts.n_positions == pytest.approx(expected, rel=1e-5)
+    assert float(parts.loss_sum.detach()) / parts.n_positions == pytest.approx(expected, rel=1e-5)
 
 
 def test_runs_in_the_training_loop():
