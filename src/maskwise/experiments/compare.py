@@ -57,7 +57,7 @@ class CompareSettings:
     fill_positions: int = 300
 
 
-QUICK = CompareSettings(seconds=20.0, d_model=64, batch_size=32, finetune_steps=40, genre_per_class=60,
+QUICK = CompareSettings(seconds=15.0, d_model=64, batch_size=32, finetune_steps=30, genre_per_class=60,
                         retrieval_pairs=600, retrieval_queries=150, extraction_train=400, extraction_test=60,
                         held_out_chars=400, fill_positions=100)
 
