@@ -1005,9 +1005,8 @@ def run_ablation(name: str, out: str | Path | None = None, quick: bool = False, 
     if not created:
         results["notes"].append("This call continued an earlier one in the same folder, reusing its finished steps: "
                                 "the total time above is this call's only.")
-    results.update(kind="ablation", machine=machine_info(), wall_s=exp.elapsed(), settings={
-        "ablation": name, "scale": dataclasses.asdict(scale), "seeds": list(range(seeds)), "model": MODEL,
-        "finetune": FINETUNE, **options})
+    results.update(kind="ablation", machine=machine_info(), wall_s=exp.elapsed(),
+                   settings={**recipe, "seeds": list(range(seeds)), **options})
     write_results(exp.out, results)
     render(exp.out)
     return exp.out
