@@ -13,7 +13,9 @@ Two measurements, each alternating between the sides:
 1. throughput (new tokens per second) at batch 1 and batch 8 with the cache;
 2. the cost curve: seconds to write n tokens at batch 1, with and without the cache. With the cache
    a step reads the cached keys once, so time grows linearly in n; without it each step re-reads the
-   whole sequence, so time grows quadratically (time / n grows linearly).
+   whole sequence, so time grows quadratically (time / n grows linearly);
+3. the weight-streaming floor: the matrix-vector products alone, which bound any batch-1 decoder
+   from below (each step reads every weight once; at these shapes that is ~21 MB of fp32).
 """
 
 from __future__ import annotations
@@ -83,14 +85,25 @@ class Decode(common.Side):
     def step(self) -> int:
         return sum(len(row) for row in self.generate(self.new_tokens))
 
-    def seconds(self, n: int, use_cache: bool, repeats: int) -> float:
-        """Median wall-clock seconds of ``repeats`` calls writing ``n`` tokens."""
-        times = []
-        for _ in range(repeats):
+    @torch.no_grad()
+    def weight_floor_ms(self, repeats: int = 200) -> float:
+        """Milliseconds per token for the matrix products alone: every weight matrix of the model
+        (the LM head included) times one vector, back to back, in the (in, out) layout that is
+        the faster one on CPU (see ``maskwise.model.layout``). No batch-1 decoding loop can beat
+        this at the weights' dtype: each step streams every weight once. Asked of the maskwise
+        side, whose projections are ``nn.Linear`` layers (HF's GPT-2 uses ``Conv1D``)."""
+        weights = [m.weight for m in self.model.modules() if isinstance(m, torch.nn.Linear)]
+        weights.append(self.model.lm_head.vocab_weight)  # tied to the embedding: no Linear of its own
+        in_out = [w.t().contiguous() for w in weights]
+        rows = [torch.randn(1, w.shape[0]) for w in in_out]
+        best = float("inf")
+        for _ in range(5):
             start = time.perf_counter()
-            self.generate(n, use_cache)
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
+            for _ in range(repeats):
+                for x, w in zip(rows, in_out):
+                    x @ w
+            best = min(best, (time.perf_counter() - start) / repeats * 1e3)
+        return best
 
 
 def build(side: str, args) -> common.Side:
@@ -135,12 +148,15 @@ def main() -> None:
             for worker in workers.values():
                 worker.ask(cmd="call", name="configure", kwargs={"batch": 1})
             curve = cost_curve(workers, [int(n) for n in args.curve.split(",") if n], args.curve_repeats)
+            floor = workers["maskwise"].ask(cmd="call", name="weight_floor_ms")["result"]
         finally:
             common.close_all(workers)
     header = [f"machine: {common.machine()}",
               f"command: python benchmarks/bench_decode.py {' '.join(sys.argv[1:])}",
               f"prompt {args.prompt} tokens, {args.new_tokens} new tokens per row, greedy, {args.rounds} rounds; "
-              + "; ".join(same)]
+              + "; ".join(same),
+              f"weight-streaming floor at batch 1: {floor:.2f} ms/token = {1e3 / floor:,.0f} new tokens/s (every "
+              f"weight matrix times one vector, nothing else; no fp32 decoding loop can go faster)"]
     common.emit(rows, header, args.json, [curve] if curve else [])
 
 

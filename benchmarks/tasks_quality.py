@@ -63,12 +63,13 @@ def pretrained(args, family: str) -> str:
     if (out / "model.safetensors").is_file():
         return str(out)
     presets = dict(item.split("=", 1) for item in args.preset)
+    objectives = dict(item.split("=", 1) for item in args.objective)
     print(f"pretraining {family} -> {out}", flush=True)
     settings = PretrainConfig.from_flat(dict(
-        family=family, preset=presets.get(family, ""), d_model=args.d_model, layers=args.layers, heads=args.heads,
-        steps=args.pretrain_steps, block_size=args.block_size, batch_size=args.batch_size, lr=args.lr,
-        warmup=min(100, args.pretrain_steps // 10), eval_every=args.pretrain_steps, eval_batches=5, out=str(out),
-        overwrite=True, progress=args.progress))
+        family=family, preset=presets.get(family, ""), objective=objectives.get(family, ""), d_model=args.d_model,
+        layers=args.layers, heads=args.heads, steps=args.pretrain_steps, block_size=args.block_size,
+        batch_size=args.batch_size, lr=args.lr, warmup=min(100, args.pretrain_steps // 10),
+        eval_every=args.pretrain_steps, eval_batches=5, out=str(out), overwrite=True, progress=args.progress))
     started = time.perf_counter()
     result = pretrain(settings)
     print(f"  {family}: val_loss {result['records'][-1]['val_loss']:.3f} after {args.pretrain_steps} steps, "
@@ -215,6 +216,8 @@ def main() -> None:
     parser.add_argument("--preset", action="append", default=[], metavar="FAMILY=PRESET",
                         help="e.g. encoder=modern: a pre-norm encoder leaves MLM's unigram plateau far "
                              "sooner than post-norm BERT at this size (default: bert, gpt2, t5)")
+    parser.add_argument("--objective", action="append", default=[], metavar="FAMILY=OBJECTIVE",
+                        help="e.g. encoder-decoder=denoise (default: each family's classic objective)")
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--heads", type=int, default=4)

@@ -163,3 +163,30 @@ def test_an_encoder_cannot_generate():
     model = build_model(preset("bert", vocab_size=VOCAB, d_model=32, n_layers=1, n_heads=2, max_seq_len=CONTEXT))
     with pytest.raises(UserError, match="break"):
         generate(model, [[5]], GenerationConfig(), None, PAD)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "t5", "bert"])
+def test_decoding_layout_computes_what_the_plain_layers_compute(name):
+    """``decoding_layout`` swaps every projection (and the LM head) to an (in, out) copy of its
+    weight: the outputs match the plain layers, and nothing of it outlives the block."""
+    from maskwise.model.layout import decoding_layout
+
+    model = tiny(name)
+    ids = torch.tensor(EVEN)
+    inputs = {"decoder_input_ids": ids[:, :3]} if model.cfg.family == "encoder-decoder" else {}
+    keys = set(model.state_dict())
+    plain = model(ids, **inputs).logits
+    with decoding_layout(model):
+        assert all(m.weight_in_out is not None for m in model.modules() if hasattr(m, "decoding_weight"))
+        swapped = model(ids, **inputs).logits
+    torch.testing.assert_close(swapped, plain, atol=1e-5, rtol=1e-5)
+    assert all(m.weight_in_out is None for m in model.modules() if hasattr(m, "decoding_weight"))
+    assert set(model.state_dict()) == keys
+
+
+def test_generated_logits_match_the_model_forward():
+    """The first step's logits from ``generate`` (which decodes under ``decoding_layout``) equal a
+    plain forward pass over the prompt."""
+    model = tiny("gpt2")
+    out = run(model, EVEN, max_new_tokens=1)
+    torch.testing.assert_close(out.logits[:, 0], model(torch.tensor(EVEN)).logits[:, -1], atol=1e-5, rtol=1e-5)

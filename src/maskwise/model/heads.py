@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from maskwise.config import ModelConfig
+from maskwise.model.layout import in_out_linear
 
 IGNORE_INDEX = -100
 
@@ -125,6 +126,8 @@ class LMHead(nn.Module):
     plain list so that the shared matrix is registered (and saved) once, under the embedding.
     """
 
+    weight_in_out: torch.Tensor | None = None  # the vocabulary matrix as (d, V), see ``model.layout``
+
     def __init__(self, cfg: ModelConfig, tied_to: nn.Embedding | None):
         super().__init__()
         from maskwise.model.transformer import ACTIVATIONS, make_norm
@@ -157,7 +160,12 @@ class LMHead(nn.Module):
             h = self.transform(h)
         return h
 
+    def decoding_weight(self) -> torch.Tensor:
+        return self.vocab_weight
+
     def logits(self, h: torch.Tensor) -> torch.Tensor:
+        if self.weight_in_out is not None:  # held by ``layout.decoding_layout`` while generating
+            return in_out_linear(self.features(h), self.weight_in_out, self.bias)
         return F.linear(self.features(h), self.vocab_weight, self.bias)
 
     def forward(self, h: torch.Tensor, labels: torch.Tensor | None = None, sparse: bool = True,

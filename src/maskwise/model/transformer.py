@@ -22,6 +22,7 @@ from torch import nn
 from maskwise.config import ModelConfig
 from maskwise.masks import Mask, build_mask
 from maskwise.model.heads import IGNORE_INDEX, LMHead, LMOutput, RTDHead, RTDOutput
+from maskwise.model.layout import Linear
 
 ACTIVATIONS = {
     "gelu": F.gelu,
@@ -101,11 +102,11 @@ class Attention(nn.Module):
         inner = cfg.n_heads * cfg.head_dim
         self.cross = cross
         if cross:
-            self.q = nn.Linear(cfg.d_model, inner, bias=cfg.bias)
-            self.kv = nn.Linear(cfg.d_model, 2 * inner, bias=cfg.bias)
+            self.q = Linear(cfg.d_model, inner, bias=cfg.bias)
+            self.kv = Linear(cfg.d_model, 2 * inner, bias=cfg.bias)
         else:
-            self.qkv = nn.Linear(cfg.d_model, 3 * inner, bias=cfg.bias)
-        self.out = nn.Linear(inner, cfg.d_model, bias=cfg.bias)
+            self.qkv = Linear(cfg.d_model, 3 * inner, bias=cfg.bias)
+        self.out = Linear(inner, cfg.d_model, bias=cfg.bias)
         self.scale = None if cfg.attention_scale else 1.0
         self.dropout = cfg.dropout
         self.rope_theta = cfg.rope_theta if cfg.position == "rope" and not cross else None
@@ -173,8 +174,8 @@ class FeedForward(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.gated = cfg.gated_ffn
-        self.up = nn.Linear(cfg.d_model, (2 if self.gated else 1) * cfg.d_ff, bias=cfg.bias)
-        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+        self.up = Linear(cfg.d_model, (2 if self.gated else 1) * cfg.d_ff, bias=cfg.bias)
+        self.down = Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
         self.act = ACTIVATIONS[cfg.activation]
         self.dropout = nn.Dropout(cfg.dropout)
 
@@ -288,9 +289,9 @@ class Stack(nn.Module):
         """(B, T, d) token embeddings -> the first block's input (before dropout): learned
         positions and segment embeddings added, then the embedding norm. ``positions``: (T,) or
         (B, T). Public so that ELECTRA's generator can read the discriminator's embeddings."""
-        if positions.max() >= self.cfg.max_seq_len and self.positions is not None:
-            raise ValueError(f"position {int(positions.max())} beyond max_seq_len {self.cfg.max_seq_len}")
         if self.positions is not None:
+            if positions.max() >= self.cfg.max_seq_len:
+                raise ValueError(f"position {int(positions.max())} beyond max_seq_len {self.cfg.max_seq_len}")
             x = x + self.positions(positions + self.cfg.position_offset)
         if self.token_types is not None:
             types = token_type_ids if token_type_ids is not None else torch.zeros_like(positions)

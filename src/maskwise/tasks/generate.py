@@ -34,6 +34,7 @@ import torch
 
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
+from maskwise.model.layout import decoding_layout
 from maskwise.objectives.span import decoder_start_id
 from maskwise.tasks import batches, device_of, pad, positions_from_mask
 
@@ -98,10 +99,12 @@ def _padding_only(mask: torch.Tensor) -> torch.Tensor | None:
     return None if bool(mask.all()) else mask
 
 
-def _append_to_mask(mask: torch.Tensor | None, length: int, real: torch.Tensor) -> torch.Tensor | None:
+def _append_to_mask(mask: torch.Tensor | None, length: int, real: torch.Tensor | None) -> torch.Tensor | None:
     """The (B, length + 1) key mask after one more token per row; ``real``: (B,) False where the
-    token is padding (a finished row). None (no padding so far) stays None while every token is
-    real; the first padding token materialises it."""
+    token is padding (a finished row), or None when every row's token is real. None (no padding so
+    far) stays None while every token is real; the first padding token materialises it."""
+    if real is None:
+        return None if mask is None else torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
     if mask is None:
         if bool(real.all()):
             return None
@@ -125,9 +128,9 @@ class _DecoderState:
     def first(self) -> torch.Tensor:
         return self._logits(self.ids, self.mask, self.positions)
 
-    def step(self, tokens: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    def step(self, tokens: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor:
         """tokens: (B,) the chosen tokens; real: (B,) False for rows already finished (their token
-        is padding, masked out as a key)."""
+        is padding, masked out as a key), or None when no row has finished."""
         new_pos = (self.positions[:, -1:] + 1).clamp(max=self.max_pos)  # (B, 1)
         self.mask = _append_to_mask(self.mask, self.ids.shape[1], real)
         self.ids = torch.cat([self.ids, tokens[:, None]], dim=1)
@@ -166,7 +169,7 @@ class _EncoderDecoderState:
         h = self.model.decode(self.dec, encoded, self.src_mask, self.dec_mask)  # (B, T, d)
         return self.model.lm_head.logits(h[:, -1])
 
-    def step(self, tokens: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    def step(self, tokens: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor:
         self.dec_mask = _append_to_mask(self.dec_mask, self.dec.shape[1], real)
         self.dec = torch.cat([self.dec, tokens[:, None]], dim=1)
         if self.cache is None:
@@ -259,11 +262,12 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
     return logits
 
 
-def choose_next(logits: torch.Tensor, seen: torch.Tensor, cfg: GenerationConfig,
+def choose_next(logits: torch.Tensor, seen: torch.Tensor | None, cfg: GenerationConfig,
                 generator: torch.Generator | None) -> torch.Tensor:
-    """(B,) next tokens from (B, V) logits: repetition penalty on ``seen`` (B, V), then argmax
-    (temperature 0) or temperature, top-k, top-p and a draw from ``generator``."""
-    scores = penalise_repetition(logits.float(), seen, cfg.repetition_penalty)
+    """(B,) next tokens from (B, V) logits: repetition penalty on ``seen`` (B, V; None when the
+    penalty is off), then argmax (temperature 0) or temperature, top-k, top-p and a draw from
+    ``generator``."""
+    scores = logits.float() if seen is None else penalise_repetition(logits.float(), seen, cfg.repetition_penalty)
     if cfg.temperature == 0:
         return scores.argmax(dim=-1)
     scores = filter_top_k_top_p(scores / cfg.temperature, cfg.top_k, cfg.top_p)
@@ -295,13 +299,24 @@ def generate(model, prompts: Sequence[Sequence[int]], cfg: GenerationConfig, eos
     the one rule pretraining used). ``generator`` seeds sampling: the same seed gives the same
     tokens with and without the cache. ``output_logits`` keeps each step's raw logits."""
     cfg.validate()
-    if cfg.num_beams > 1:
-        return beam_search(model, prompts, cfg, eos_id, pad_id, start_id)
+    with decoding_layout(model):
+        if cfg.num_beams > 1:
+            return beam_search(model, prompts, cfg, eos_id, pad_id, start_id)
+        return _sample(model, prompts, cfg, eos_id, pad_id, start_id, generator, output_logits)
+
+
+def _sample(model, prompts, cfg: GenerationConfig, eos_id, pad_id, start_id, generator,
+            output_logits: bool) -> GenerationOutput:
+    """Greedy decoding or sampling, one token per row per step (see ``generate``)."""
     model.eval()
     state, row_limit, steps, lengths, seen_ids = _start(model, prompts, cfg, pad_id, start_id, expand=1)
     B, device = len(lengths), row_limit.device
-    finished = torch.zeros(B, dtype=torch.bool, device=device)
-    seen = _seen_mask(seen_ids, model.cfg.vocab_size, device)  # (B, V) for the repetition penalty
+    # Per-row bookkeeping lives in Python lists, read from one ``tolist()`` per step: at batch 1
+    # a decoding step is a few milliseconds, and every extra small tensor op costs microseconds.
+    limits = row_limit.tolist()
+    finished = [False] * B
+    penalise = cfg.repetition_penalty != 1.0
+    seen = _seen_mask(seen_ids, model.cfg.vocab_size, device) if penalise else None  # (B, V)
     out: list[list[int]] = [[] for _ in range(B)]
     all_logits = []
     logits = state.first()
@@ -309,17 +324,22 @@ def generate(model, prompts: Sequence[Sequence[int]], cfg: GenerationConfig, eos
         if output_logits:
             all_logits.append(logits.float())
         tokens = choose_next(logits, seen, cfg, generator)
-        tokens = torch.where(finished, torch.full_like(tokens, pad_id), tokens)
-        active = ~finished
-        seen[active, tokens[active]] = True
-        for row in active.nonzero().flatten().tolist():
-            out[row].append(int(tokens[row]))
-            if ((eos_id is not None and out[row][-1] == eos_id) or len(out[row]) >= int(row_limit[row])
+        if any(finished):  # a finished row's token is padding from now on
+            tokens = tokens.masked_fill(torch.tensor(finished, device=device), pad_id)
+        chosen = tokens.tolist()
+        active = [not done for done in finished]
+        for row in range(B):
+            if not active[row]:
+                continue
+            out[row].append(chosen[row])
+            if penalise:
+                seen[row, chosen[row]] = True
+            if ((eos_id is not None and chosen[row] == eos_id) or len(out[row]) >= limits[row]
                     or _ends_with_stop(out[row], cfg.stop)):
                 finished[row] = True
-        if bool(finished.all()) or t == steps - 1:
+        if all(finished) or t == steps - 1:
             break
-        logits = state.step(tokens, active)
+        logits = state.step(tokens, None if all(active) else torch.tensor(active, device=device))
     stacked = torch.stack(all_logits, dim=1) if output_logits else None  # (B, steps, V)
     return GenerationOutput(out, lengths, stacked)
 

@@ -1,0 +1,62 @@
+"""Projection weights in the (in, out) layout while a generation call runs on the CPU.
+
+``nn.Linear`` keeps its weight as (out, in) and computes ``x @ W.T``. For the few rows of a decoding
+step, the CPU BLAS runs that transposed product at under half the speed of the same product with an
+(in, out) contiguous matrix. Measured on the 2-core development VM (AMD EPYC, torch 2.13, 2 threads)
+over the 17 matrices of a 4-layer d256 GPT-2 shape with an 8192-token head: one row 1.66 ms against
+0.76 ms; 8 rows 2.62 vs 2.37 ms; 128 rows 10.5 vs 10.2 ms, so training, with thousands of rows, would
+gain nothing from changing the stored layout.
+
+``decoding_layout(model)`` gives every module with a ``decoding_weight`` (``Linear``, the LM head) an
+(in, out) copy for the length of one generation call and drops it afterwards: checkpoints keep the
+usual layout, a copy can never go stale when fine-tuning moves the weights, and the cost is one
+transpose per call plus the weights' memory once more while it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+
+def in_out_linear(x: torch.Tensor, weight_in_out: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``x @ weight_in_out + bias`` for x of shape (..., in) and an (in, out) weight."""
+    flat = x.reshape(-1, x.shape[-1])  # (N, in)
+    y = flat @ weight_in_out if bias is None else torch.addmm(bias, flat, weight_in_out)  # (N, out)
+    return y.view(*x.shape[:-1], weight_in_out.shape[1])  # (..., out)
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` (same parameters, same state dict) that uses an (in, out) copy of its weight
+    while ``decoding_layout`` holds one."""
+
+    weight_in_out: torch.Tensor | None = None
+
+    def decoding_weight(self) -> torch.Tensor:
+        return self.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight_in_out is None:
+            return super().forward(x)
+        return in_out_linear(x, self.weight_in_out, self.bias)
+
+
+@contextlib.contextmanager
+def decoding_layout(model: nn.Module) -> Iterator[None]:
+    """Within the block, every ``decoding_weight`` of ``model`` is also held as an (in, out)
+    contiguous copy (CPU only: GPU matrix products do not care about this layout)."""
+    holders = [m for m in model.modules() if hasattr(m, "decoding_weight")]
+    if not holders or holders[0].decoding_weight().device.type != "cpu":
+        yield
+        return
+    with torch.no_grad():
+        for module in holders:
+            module.weight_in_out = module.decoding_weight().t().contiguous()  # (in, out)
+    try:
+        yield
+    finally:
+        for module in holders:
+            module.weight_in_out = None
