@@ -2,6 +2,7 @@
 beam 1 == greedy, the context limit, and the logits processors. Token ids stand in for text."""
 
 import warnings
+from dataclasses import replace
 
 import pytest
 import torch
@@ -190,3 +191,27 @@ def test_generated_logits_match_the_model_forward():
     model = tiny("gpt2")
     out = run(model, EVEN, max_new_tokens=1)
     torch.testing.assert_close(out.logits[:, 0], model(torch.tensor(EVEN)).logits[:, -1], atol=1e-5, rtol=1e-5)
+
+
+def test_cross_rope_cache_equals_no_cache_and_changes_the_function():
+    """Rotary cross-attention: the cached path (source keys rotated once, queries at the cache's
+    offset) gives the uncached tokens and logits, and the same weights compute something else
+    without it (the option is not a no-op)."""
+    torch.manual_seed(0)
+    cfg = preset("modern", family="encoder-decoder", vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=2,
+                 max_seq_len=CONTEXT, init_std=0.2, cross_rope=True)
+    model = build_model(cfg).eval()
+    cached = run(model, seed=3, max_new_tokens=12, **SAMPLING)
+    uncached = run(model, seed=3, max_new_tokens=12, use_cache=False, **SAMPLING)
+    assert cached.tokens == uncached.tokens
+    torch.testing.assert_close(cached.logits, uncached.logits, atol=1e-5, rtol=1e-5)
+    plain = build_model(replace(cfg, cross_rope=False)).eval()
+    plain.load_state_dict(model.state_dict())
+    assert not torch.allclose(run(plain, max_new_tokens=1).logits, run(model, max_new_tokens=1).logits)
+
+
+@pytest.mark.parametrize("family, position", [("decoder", "rope"), ("encoder-decoder", "learned")])
+def test_cross_rope_needs_a_rotary_encoder_decoder(family, position):
+    with pytest.raises(UserError, match="cross_rope"):
+        preset("gpt2", family=family, position=position, vocab_size=VOCAB, d_model=32, n_layers=1, n_heads=2,
+               cross_rope=True).validate()

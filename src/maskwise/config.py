@@ -46,6 +46,7 @@ class ModelConfig:
     relative_buckets: int = 32  # T5 relative attention bias
     relative_max_distance: int = 128
     rope_theta: float = 10000.0
+    cross_rope: bool = False  # rotary positions in cross-attention too: queries at decoder, keys at source positions
     attention_scale: bool = True  # divide scores by sqrt(d_head); T5 folds the scale into its init
     embedding_scale: float = 1.0  # BART with scale_embedding multiplies token embeddings by sqrt(d)
     type_vocab_size: int = 0  # BERT token-type (segment) embeddings; 0 = none
@@ -87,6 +88,8 @@ class ModelConfig:
             raise UserError(
                 f"model config: d_model {self.d_model} is not divisible by n_heads {self.n_heads}"
             )
+        if self.cross_rope and (self.position != "rope" or self.family != "encoder-decoder"):
+            raise UserError("model config: cross_rope needs an encoder-decoder with position 'rope'")
         if self.position == "rope" and self.head_dim % 2:
             raise UserError(f"model config: RoPE needs an even head dim, got {self.head_dim}")
         if not 0.0 <= self.dropout < 1.0:

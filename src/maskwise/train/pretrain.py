@@ -41,6 +41,7 @@ class PretrainConfig:
     d_model: int = 128
     d_ff: int = 0  # 0 = the preset's (4 x d_model, or 8/3 x d_model for gated FFNs)
     dropout: float = 0.0
+    cross_rope: bool = False  # encoder-decoder with rotary positions: rotate cross-attention too
     # objective knobs (each objective reads the ones it has; see OBJECTIVE_OPTIONS)
     mask_ratio: float = 0.15
     mask_prob: float = 0.8
@@ -120,6 +121,8 @@ def model_config(settings: PretrainConfig, vocab_size: int) -> ModelConfig:
         overrides["d_ff"] = settings.d_ff
     if settings.decoder_layers:
         overrides["n_decoder_layers"] = settings.decoder_layers
+    if settings.cross_rope:
+        overrides["cross_rope"] = True
     for name in ("d_model", "layers", "heads", "d_ff", "decoder_layers"):
         if getattr(settings, name) < 0 or (name in ("d_model", "layers", "heads") and getattr(settings, name) == 0):
             raise UserError(f"{name.replace('_', '-')} must be positive, got {getattr(settings, name)}")
