@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from maskwise.config import ModelConfig
-from maskwise.model.layout import in_out_linear
+from maskwise.model.layout import project
 
 IGNORE_INDEX = -100
 
@@ -164,9 +164,7 @@ class LMHead(nn.Module):
         return self.vocab_weight
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        if self.weight_in_out is not None:  # held by ``layout.decoding_layout`` while generating
-            return in_out_linear(self.features(h), self.weight_in_out, self.bias)
-        return F.linear(self.features(h), self.vocab_weight, self.bias)
+        return project(self.features(h), self.vocab_weight, self.bias, self.weight_in_out)
 
     def forward(self, h: torch.Tensor, labels: torch.Tensor | None = None, sparse: bool = True,
                 return_logits: bool = True) -> LMOutput:

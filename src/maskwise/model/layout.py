@@ -19,11 +19,16 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
-def in_out_linear(x: torch.Tensor, weight_in_out: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``x @ weight_in_out + bias`` for x of shape (..., in) and an (in, out) weight."""
+def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+            weight_in_out: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` for x of shape (..., in) and an (out, in) weight, computed from
+    the (in, out) copy ``weight_in_out`` when ``decoding_layout`` holds one."""
+    if weight_in_out is None:
+        return F.linear(x, weight, bias)
     flat = x.reshape(-1, x.shape[-1])  # (N, in)
     y = flat @ weight_in_out if bias is None else torch.addmm(bias, flat, weight_in_out)  # (N, out)
     return y.view(*x.shape[:-1], weight_in_out.shape[1])  # (..., out)
@@ -39,9 +44,7 @@ class Linear(nn.Linear):
         return self.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.weight_in_out is None:
-            return super().forward(x)
-        return in_out_linear(x, self.weight_in_out, self.bias)
+        return project(x, self.weight, self.bias, self.weight_in_out)
 
 
 @contextlib.contextmanager
