@@ -69,7 +69,8 @@ def pretrained(args, family: str) -> str:
         family=family, preset=presets.get(family, ""), objective=objectives.get(family, ""), d_model=args.d_model,
         layers=args.layers, heads=args.heads, steps=args.pretrain_steps, block_size=args.block_size,
         batch_size=args.batch_size, lr=args.lr, warmup=min(100, args.pretrain_steps // 10),
-        eval_every=args.pretrain_steps, eval_batches=5, out=str(out), overwrite=True, progress=args.progress))
+        eval_every=args.pretrain_steps, eval_batches=5, out=str(out), overwrite=True, progress=args.progress,
+        cross_rope=args.cross_rope and family == "encoder-decoder"))
     started = time.perf_counter()
     result = pretrain(settings)
     print(f"  {family}: val_loss {result['records'][-1]['val_loss']:.3f} after {args.pretrain_steps} steps, "
@@ -218,6 +219,8 @@ def main() -> None:
                              "sooner than post-norm BERT at this size (default: bert, gpt2, t5)")
     parser.add_argument("--objective", action="append", default=[], metavar="FAMILY=OBJECTIVE",
                         help="e.g. encoder-decoder=denoise (default: each family's classic objective)")
+    parser.add_argument("--cross-rope", action="store_true",
+                        help="rotary cross-attention for the encoder-decoder (needs a rotary preset, e.g. modern)")
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--heads", type=int, default=4)
