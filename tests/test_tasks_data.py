@@ -1,11 +1,13 @@
 """Task data: split by play, deterministic, the speakers target format, and users' files."""
 
+import random
+
 import pytest
 
 from maskwise.data.corpus import GENRES, Speech, split_plays
 from maskwise.data.tasks import (first_speaker_baseline, genre_examples, hold_out, ict_retrieval,
-                                 labelled_texts_from_file, read_task_file, render_passage, retrieval_from_file,
-                                 seq2seq_from_file, speaker_examples, speakers_target)
+                                 labelled_texts_from_file, read_task_file, rename_speakers, render_passage,
+                                 retrieval_from_file, Seq2SeqExample, seq2seq_from_file, speaker_examples, speakers_target)
 from maskwise.errors import UserError
 
 
@@ -62,6 +64,24 @@ def test_speaker_examples_respect_length_and_hiding():
     assert scenes and all(len(e.source) <= 4000 for e in scenes)
     whole = {s.speeches for p in split_plays()["test"] for s in p.scenes}
     assert all(any(render_passage(w) == e.source for w in whole) for e in scenes[:5])  # never cut
+
+
+def test_rename_speakers_renames_consistently_and_keeps_the_text():
+    speeches = [Speech("FIRST CITIZEN", "one"), Speech("Clown", "two"), Speech("FIRST CITIZEN", "three")]
+    example = Seq2SeqExample(render_passage(speeches), speakers_target(speeches), "x")
+    rng = random.Random(0)
+    renamed = rename_speakers(example, rng)
+    citizen, clown = renamed.target.split(", ")
+    assert renamed.source == render_passage([Speech(citizen, "one"), Speech(clown, "two"), Speech(citizen, "three")])
+    assert [len(w) for w in citizen.split(" ")] == [5, 7] and citizen.isupper()  # the same shape
+    assert len(clown) == 5 and clown[0].isupper() and clown[1:].islower()
+    assert rename_speakers(example, rng).target != renamed.target  # a fresh draw each call
+    for shown in speaker_examples("val", max_chars=300, limit=30):  # first speaker still starts the source
+        again = rename_speakers(shown, random.Random(2))
+        assert again.source.startswith(again.target.split(", ")[0] + "\n")
+    hidden = speaker_examples("val", max_chars=300, limit=1, hide_speakers=True)[0]
+    with pytest.raises(UserError, match="without speaker lines"):
+        rename_speakers(hidden, rng)
 
 
 def test_user_files_jsonl_and_csv(tmp_path):

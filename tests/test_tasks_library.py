@@ -174,7 +174,15 @@ def test_seq2seq_end_to_end(tokenizer, family):
     train = speaker_examples("train", max_chars=80, limit=20)
     test = speaker_examples("test", max_chars=80, limit=4)
     cfg = Seq2SeqConfig(max_target_len=16, **QUICK)
-    train_seq2seq(model, tokenizer, train, cfg)
+    drawn = []
+
+    def augment(example, rng):  # records what the loop hands over, changes nothing
+        drawn.append(example)
+        return example
+
+    train_seq2seq(model, tokenizer, train, cfg, augment=augment, augment_prob=0.5)
+    assert drawn and set(drawn) <= set(train)
+    assert 0 < len(drawn) < cfg.steps * cfg.batch_size  # a fraction of the draws, not all or none
     for beams in (1, 2):
         result = evaluate_seq2seq(model, tokenizer, test, GenerationConfig(max_new_tokens=17, num_beams=beams),
                                   cfg.max_target_len, progress=False)

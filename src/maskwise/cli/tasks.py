@@ -33,6 +33,17 @@ def positive(text: str) -> int:
     return value
 
 
+def probability(text: str) -> float:
+    """argparse type for a probability in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value}")
+    return value
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
@@ -153,6 +164,9 @@ def _task_flags(parser, task: str, evaluating: bool = False) -> None:
         parser.add_argument("--eval-limit", type=positive, default=300, help="evaluation passages")
         if not evaluating:
             parser.add_argument("--max-target-len", type=positive, default=64, help="target tokens")
+            parser.add_argument("--rename-speakers", type=probability, default=0.0,
+                                help="fraction of training draws whose speakers get random names, so that "
+                                     "copying them from the source is the only way to answer (embedded data)")
 
 
 # ---- loading and saving ----------------------------------------------------------------------
@@ -442,16 +456,21 @@ def _default_max_chars(model) -> int:
 
 
 def _finetune_seq2seq(args, model, tokenizer):
+    from maskwise.data.tasks import rename_speakers
+    from maskwise.errors import UserError
     from maskwise.tasks.generate import GenerationConfig
     from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq, train_seq2seq
 
     cfg = _finetune_settings(args, Seq2SeqConfig)
+    if args.rename_speakers and (args.data is not None or args.hide_speakers):
+        raise UserError("--rename-speakers renames speaker lines: it needs the embedded passages with speakers shown")
     train, test = _speaker_data(args, "test", model, training=True)
-    trained = train_seq2seq(model, tokenizer, train, cfg)
+    trained = train_seq2seq(model, tokenizer, train, cfg, augment=rename_speakers, augment_prob=args.rename_speakers)
     gen = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=args.num_beams)
     results = evaluate_seq2seq(trained, tokenizer, test, gen, cfg.max_target_len, args.progress,
                                hide_speakers=args.hide_speakers, train_examples=len(train))
-    task = {"max_target_len": cfg.max_target_len, "hide_speakers": args.hide_speakers}
+    task = {"max_target_len": cfg.max_target_len, "hide_speakers": args.hide_speakers,
+            "rename_speakers": args.rename_speakers}
     return task, results, trained, None
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import csv
 import json
 import random
+from string import ascii_uppercase
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,6 +195,30 @@ def speaker_examples(split: str, n_speeches: tuple[int, int] = (2, 6), max_chars
     if limit is not None and limit < len(examples):
         examples = [examples[i] for i in sorted(rng.sample(range(len(examples)), limit))]
     return examples
+
+
+def rename_speakers(example: Seq2SeqExample, rng: random.Random) -> Seq2SeqExample:
+    """The same passage with every speaker renamed, consistently in its speaker lines and the target,
+    to random letters of the same shape (word count and lengths, upper or capitalised case):
+    "FIRST CITIZEN" may become "QWUVE BZKTOAR".
+
+    Why: the test plays' casts are not the training plays' (about 15% of the test passages'
+    speakers also speak in a training play), and a small model fine-tuned on real names learns the
+    training cast instead of copying (after 500 steps: speakers F1 0.85 on training passages, 0.47
+    on test ones). A renamed passage can only be answered by copying from the source. For passages
+    with speaker lines only: hidden speakers are named in the text, which this does not rewrite."""
+    speakers = example.target.split(", ")
+    lines = example.source.split("\n")
+    if not set(speakers) <= set(lines):
+        raise UserError(f"cannot rename speakers of a passage without speaker lines ({example.origin})")
+
+    def random_name(name: str) -> str:
+        words = ["".join(rng.choice(ascii_uppercase) for _ in word) for word in name.split(" ")]
+        return " ".join(w if word.isupper() else w.capitalize() for w, word in zip(words, name.split(" ")))
+
+    new = {speaker: random_name(speaker) for speaker in speakers}
+    return Seq2SeqExample("\n".join(new.get(line, line) for line in lines),
+                          ", ".join(new[s] for s in speakers), example.origin)
 
 
 def first_speaker_baseline(source: str) -> str:

@@ -15,7 +15,7 @@ source's first line (the first speaker, when speakers are shown).
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -80,13 +80,20 @@ def seq2seq_batch(model: nn.Module, tokenizer, examples: Sequence[Seq2SeqExample
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-def train_seq2seq(model: nn.Module, tokenizer, train: Sequence[Seq2SeqExample], cfg: Seq2SeqConfig) -> nn.Module:
+def train_seq2seq(model: nn.Module, tokenizer, train: Sequence[Seq2SeqExample], cfg: Seq2SeqConfig,
+                  augment: Callable[[Seq2SeqExample, random.Random], Seq2SeqExample] | None = None,
+                  augment_prob: float = 0.0) -> nn.Module:
+    """Teacher-forced fine-tuning on random batches of ``train``; each drawn example is replaced by
+    ``augment(example, rng)`` with probability ``augment_prob`` (a fresh variant every draw, e.g.
+    ``data.tasks.rename_speakers``)."""
     check_generative(model)
     if not train:
         raise UserError("no training examples")
 
     def step_loss(rng: random.Random) -> torch.Tensor:
         chosen = [train[rng.randrange(len(train))] for _ in range(cfg.batch_size)]
+        if augment is not None:
+            chosen = [augment(e, rng) if rng.random() < augment_prob else e for e in chosen]
         return model(**seq2seq_batch(model, tokenizer, chosen, cfg.max_target_len)).loss
 
     fine_tune(model, step_loss, cfg, desc="seq2seq")
