@@ -13,7 +13,7 @@ from maskwise.data.tasks import RetrievalSet, genre_examples, ict_retrieval, spe
 from maskwise.data.tokenizers import build_tokenizer
 from maskwise.model.heads import pool
 from maskwise.model.transformer import build_model
-from maskwise.tasks import FinetuneConfig, body_states, finetune_optimizer, pad
+from maskwise.tasks import FinetuneConfig, body_states, fine_tune, finetune_optimizer, pad
 from maskwise.tasks.classify import (HEAD_PREFIX, ClassifyConfig, SequenceClassifier, evaluate_classifier,
                                      train_classifier, zero_shot_classify)
 from maskwise.tasks.embed import EmbedConfig, Embedder, info_nce, train_bi_encoder
@@ -91,6 +91,23 @@ def test_body_and_head_learning_rates_differ_in_the_optimizer(tokenizer):
     probe = SequenceClassifier(tiny("encoder", tokenizer), ["a", "b"], freeze=True)
     groups = finetune_optimizer(probe, FinetuneConfig(), (HEAD_PREFIX,)).param_groups
     assert {g["name"] for g in groups} == {"head.decay", "head.no_decay"}  # a probe trains the head only
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_fine_tune_bf16_autocasts_the_forward_and_keeps_fp32_weights(tokenizer, bf16):
+    model = tiny("decoder", tokenizer)
+    ids = torch.tensor([tokenizer.encode("To be, or not to be")])
+    seen = []
+
+    def step_loss(rng):
+        out = model(ids, labels=ids)
+        seen.append(model.stack.blocks[0].ffn.up(out.loss.new_ones(1, model.cfg.d_model)).dtype)
+        return out.loss
+
+    losses = fine_tune(model, step_loss, FinetuneConfig(**{**QUICK, "bf16": bf16}))
+    assert all(math.isfinite(x) for x in losses)
+    assert set(seen) == {torch.bfloat16 if bf16 else torch.float32}
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
 
 
 def test_info_nce_prefers_matching_pairs():

@@ -61,6 +61,7 @@ def register(subparsers) -> None:
         parser.add_argument("--batch-size", type=int, default=None)
         parser.add_argument("--lr", type=float, default=None, help="body learning rate (default: the task's)")
         parser.add_argument("--head-lr", type=float, default=None, help="fresh head learning rate (default 1e-3)")
+        parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast while fine-tuning")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--data", default=None, help="your own .jsonl/.csv training rows instead of the plays")
         parser.add_argument("--eval-data", default=None,
@@ -278,7 +279,7 @@ def _finetune_settings(args, cls):
     """The task's config with the flags that were given; the task's own defaults otherwise."""
     import dataclasses
 
-    values = {"seed": args.seed, "progress": args.progress}
+    values = {"seed": args.seed, "progress": args.progress, "bf16": args.bf16}
     for flag in ("steps", "batch_size", "lr", "head_lr"):
         if getattr(args, flag) is not None:
             values[flag] = getattr(args, flag)

@@ -112,6 +112,7 @@ class FinetuneConfig:
     grad_clip: float = 1.0
     seed: int = 0
     progress: bool = True
+    bf16: bool = False  # bfloat16 autocast for the forward pass (weights and optimizer stay fp32)
 
     def validate(self) -> "FinetuneConfig":
         for name in ("steps", "batch_size"):
@@ -153,7 +154,8 @@ def fine_tune(model: nn.Module, step_loss: Callable[[random.Random], torch.Tenso
     for step in bar:
         set_lr(optimizer, lr_factor(step, warmup, cfg.steps, min_ratio=0.0))
         optimizer.zero_grad(set_to_none=True)
-        loss = step_loss(rng)
+        with torch.autocast(device_of(model).type, dtype=torch.bfloat16, enabled=cfg.bf16):
+            loss = step_loss(rng)
         if not torch.isfinite(loss):
             bar.close()
             raise UserError(f"fine-tuning diverged at step {step}: loss {float(loss)} (lower --lr/--head-lr)")
