@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
 
 from maskwise.data.corpus import render_play, split_plays  # noqa: E402
-from maskwise.data.tasks import genre_examples, ict_retrieval, speaker_examples  # noqa: E402
+from maskwise.data.tasks import genre_examples, ict_retrieval, rename_speakers, speaker_examples  # noqa: E402
 from maskwise.interop.hf import load  # noqa: E402
 from maskwise.tasks.classify import (ClassifyConfig, classification_results, evaluate_classifier,  # noqa: E402
                                      train_classifier, zero_shot_classify)
@@ -70,7 +70,7 @@ def pretrained(args, family: str) -> str:
         layers=args.layers, heads=args.heads, steps=args.pretrain_steps, block_size=args.block_size,
         batch_size=args.batch_size, lr=args.lr, warmup=min(100, args.pretrain_steps // 10),
         eval_every=args.pretrain_steps, eval_batches=5, out=str(out), overwrite=True, progress=args.progress,
-        cross_rope=args.cross_rope and family == "encoder-decoder"))
+        cross_rope=args.cross_rope and family == "encoder-decoder", bf16=args.bf16))
     started = time.perf_counter()
     result = pretrain(settings)
     print(f"  {family}: val_loss {result['records'][-1]['val_loss']:.3f} after {args.pretrain_steps} steps, "
@@ -89,7 +89,7 @@ def task_classify(args, runs, results):
     train_labels = [e.label for e in train]
     for family, freeze, pooling in (("encoder", False, None), ("encoder", True, "mean"), ("decoder", False, None)):
         model, tok = open_run(runs[family], args.device)
-        cfg = ClassifyConfig(steps=args.finetune_steps, batch_size=16, lr=args.body_lr, freeze=freeze,
+        cfg = ClassifyConfig(steps=args.finetune_steps, batch_size=16, lr=args.body_lr, freeze=freeze, bf16=args.bf16,
                              pooling=pooling, progress=args.progress)
         classifier = train_classifier(model, tok, train, cfg)
         r = evaluate_classifier(classifier, tok, test, train_labels)
@@ -127,7 +127,8 @@ def task_retrieve(args, runs, results, shared):
                               name="encoder zero-shot mean")
     results["retrieve/encoder/zero-shot"] = zero
     report("retrieve encoder zero-shot (mean)", "nDCG@10", zero["ndcg@10"], "random", zero["baseline"]["ndcg@10"])
-    cfg = EmbedConfig(steps=args.finetune_steps, lr=args.body_lr, max_len=args.block_size, progress=args.progress)
+    cfg = EmbedConfig(steps=args.finetune_steps, lr=args.body_lr, max_len=args.block_size, progress=args.progress,
+                      bf16=args.bf16)
     bi = train_bi_encoder(model, tok, train.pairs(), cfg)
     embedder = Embedder(bi, tok, max_len=args.block_size)
     tuned = evaluate_retrieval(embedder, test, name="encoder fine-tuned bi-encoder")
@@ -152,7 +153,7 @@ def task_rerank(args, runs, results, shared):
     ranked, _ = rank(embedder, train, k=8)
     negatives = hard_negatives(ranked, train.relevant, 7)
     candidates, _ = rank(embedder, test, k=100)
-    cfg = RerankConfig(steps=args.finetune_steps // 2, lr=args.body_lr, max_len=args.block_size,
+    cfg = RerankConfig(steps=args.finetune_steps // 2, lr=args.body_lr, max_len=args.block_size, bf16=args.bf16,
                        progress=args.progress)
     model, tok = open_run(runs["encoder"], args.device)
     cross = train_cross_encoder(model, tok, train, negatives, cfg)
@@ -179,8 +180,9 @@ def task_seq2seq(args, runs, results):
         for family in ("encoder-decoder", "decoder"):
             model, tok = open_run(runs[family], args.device)
             cfg = Seq2SeqConfig(steps=args.seq2seq_steps, lr=args.seq2seq_lr, max_target_len=max_target,
-                                progress=args.progress)
-            train_seq2seq(model, tok, train, cfg)
+                                progress=args.progress, bf16=args.bf16)
+            train_seq2seq(model, tok, train, cfg, augment=rename_speakers,
+                          augment_prob=0.0 if hide else args.rename_speakers)
             r = evaluate_seq2seq(model, tok, test, GenerationConfig(max_new_tokens=max_target + 1), max_target,
                                  args.progress, hide_speakers=hide)
             name = f"seq2seq {family}{' hidden speakers' if hide else ''}"
@@ -234,6 +236,9 @@ def main() -> None:
                         help="body lr (above BERT's 2e-5: small, briefly pretrained bodies move slowly)")
     parser.add_argument("--seq2seq-steps", type=int, default=1500, help="copying names takes a small model longer")
     parser.add_argument("--seq2seq-lr", type=float, default=1e-3)
+    parser.add_argument("--rename-speakers", type=float, default=0.0,
+                        help="fraction of seq2seq training draws with random speaker names (shown speakers only)")
+    parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast when pretraining and fine-tuning")
     parser.add_argument("--per-genre", type=int, default=300)
     parser.add_argument("--eval-per-genre", type=int, default=100)
     parser.add_argument("--train-queries", type=int, default=2000)
