@@ -236,8 +236,9 @@ def main() -> None:
                         help="body lr (above BERT's 2e-5: small, briefly pretrained bodies move slowly)")
     parser.add_argument("--seq2seq-steps", type=int, default=1500, help="copying names takes a small model longer")
     parser.add_argument("--seq2seq-lr", type=float, default=1e-3)
-    parser.add_argument("--rename-speakers", type=float, default=0.0,
-                        help="fraction of seq2seq training draws with random speaker names (shown speakers only)")
+    parser.add_argument("--rename-speakers", type=float, default=0.5,
+                        help="fraction of seq2seq training draws with random speaker names (shown speakers "
+                             "only); without it a small model learns the training cast instead of copying")
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast when pretraining and fine-tuning")
     parser.add_argument("--per-genre", type=int, default=300)
     parser.add_argument("--eval-per-genre", type=int, default=100)
