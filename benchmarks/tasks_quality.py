@@ -161,6 +161,7 @@ def task_rerank(args, runs, results, shared):
                           args.progress)
     results["rerank/cross"] = r
     report("rerank cross-encoder (top 100)", "nDCG@10", r["ndcg@10"], "bi-encoder", r["baseline"]["ndcg@10"])
+    report("rerank cross-encoder (top 100)", "nDCG@10", r["ndcg@10"], "random order", r["random_order"]["ndcg@10"])
     print(f"    latency p50 {r['latency']['p50_ms']:.0f} ms, p99 {r['latency']['p99_ms']:.0f} ms per query")
     model, tok = open_run(runs["decoder"], args.device)
     generative = train_generative_reranker(model, tok, train, negatives, cfg)
@@ -168,6 +169,7 @@ def task_rerank(args, runs, results, shared):
                           args.progress)
     results["rerank/generative"] = r
     report("rerank generative decoder (top 100)", "nDCG@10", r["ndcg@10"], "bi-encoder", r["baseline"]["ndcg@10"])
+    report("rerank generative decoder (top 100)", "nDCG@10", r["ndcg@10"], "random order", r["random_order"]["ndcg@10"])
     print(f"    latency p50 {r['latency']['p50_ms']:.0f} ms, p99 {r['latency']['p99_ms']:.0f} ms per query")
 
 

@@ -7,6 +7,7 @@ import pytest
 from maskwise.tasks.metrics import (accuracy, bucket_label, bucketed, exact_match, latency_ms, macro_f1,
                                     majority_label, mrr, ndcg_at_k, percentile, recall_at_k, set_f1,
                                     split_list, token_f1)
+from maskwise.tasks.rerank import random_order_metrics
 
 
 def test_accuracy_and_macro_f1():
@@ -40,6 +41,16 @@ def test_ranking_metrics_by_hand():
     assert ndcg_at_k(ranked, relevant, 10) == pytest.approx((q1 + 0 + q3) / 3)
     assert ndcg_at_k([[1, 2]], [{1}], 10) == 1.0
     assert ndcg_at_k([[2, 1]], [{1}], 1) == 0.0
+
+
+def test_random_order_of_candidates_by_hand():
+    # two candidates, the relevant one first or second with probability 1/2: MRR (1 + 1/2) / 2,
+    # recall@1 1/2; a query whose relevant document is not among its candidates scores 0 in any order
+    metrics = random_order_metrics([[5, 7], [1, 2]], [{7}, {3}], (1, 2), seed=0, shuffles=4000)
+    assert metrics["mrr"] == pytest.approx(0.75 / 2, abs=0.01)
+    assert metrics["recall@1"] == pytest.approx(0.25, abs=0.01)
+    assert metrics["recall@2"] == 0.5  # the same candidates, only reordered
+    assert random_order_metrics([[5, 7]], [{7}], (1,), seed=3) == random_order_metrics([[5, 7]], [{7}], (1,), seed=3)
 
 
 def test_generation_metrics_by_hand():

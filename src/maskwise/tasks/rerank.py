@@ -181,10 +181,12 @@ def train_generative_reranker(model: nn.Module, tokenizer, data: RetrievalSet,
 
 
 def evaluate_reranker(score: ScoreFn, data: RetrievalSet, candidates: Sequence[Sequence[int]],
-                      name: str, progress: bool = True) -> dict:
+                      name: str, progress: bool = True, seed: int = 0, shuffles: int = 20) -> dict:
     """Rerank each query's candidates by ``score`` and report metrics and per-query latency, beside
-    the first stage's ordering of the same candidates (the reranker's baseline). ``recall@k`` of the
-    first stage at the candidate depth bounds what any reranker can reach."""
+    two baselines over the same candidates: the first stage's order (what a reranker must improve
+    on to be worth its latency) and a random order (the trivial floor; metrics averaged over
+    ``shuffles`` seeded shuffles). ``recall@k`` of the first stage at the candidate depth bounds
+    what any reranker can reach."""
     if len(candidates) != len(data.queries):
         raise ValueError(f"{len(candidates)} candidate lists for {len(data.queries)} queries")
     relevant = [{d} for d in data.relevant]
@@ -206,4 +208,14 @@ def evaluate_reranker(score: ScoreFn, data: RetrievalSet, candidates: Sequence[S
         **ranking_metrics(reranked, relevant, ks),
         "latency": latency_ms(seconds),
         "baseline": {"name": "first-stage order", **ranking_metrics(candidates, relevant, ks)},
+        "random_order": {"name": f"random order of the same candidates (mean of {shuffles} shuffles)",
+                         **random_order_metrics(candidates, relevant, ks, seed, shuffles)},
     }
+
+
+def random_order_metrics(candidates: Sequence[Sequence[int]], relevant: Sequence[set[int]], ks: tuple[int, ...],
+                         seed: int = 0, shuffles: int = 20) -> dict[str, float]:
+    """``ranking_metrics`` of the candidates in random order, averaged over seeded shuffles."""
+    rng = random.Random(seed)
+    runs = [ranking_metrics([rng.sample(list(c), len(c)) for c in candidates], relevant, ks) for _ in range(shuffles)]
+    return {metric: sum(run[metric] for run in runs) / shuffles for metric in runs[0]}
