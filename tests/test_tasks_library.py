@@ -197,6 +197,11 @@ def test_seq2seq_end_to_end(tokenizer, family):
         drawn.append(example)
         return example
 
+    plain, unused = tiny(family, tokenizer, context=128), tiny(family, tokenizer, context=128)
+    train_seq2seq(plain, tokenizer, train, cfg)
+    train_seq2seq(unused, tokenizer, train, cfg, augment=augment, augment_prob=0.0)
+    assert not drawn  # probability 0: never called, and the batches are those drawn without it
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), unused.state_dict().values()))
     train_seq2seq(model, tokenizer, train, cfg, augment=augment, augment_prob=0.5)
     assert drawn and set(drawn) <= set(train)
     assert 0 < len(drawn) < cfg.steps * cfg.batch_size  # a fraction of the draws, not all or none

@@ -92,7 +92,7 @@ def train_seq2seq(model: nn.Module, tokenizer, train: Sequence[Seq2SeqExample], 
 
     def step_loss(rng: random.Random) -> torch.Tensor:
         chosen = [train[rng.randrange(len(train))] for _ in range(cfg.batch_size)]
-        if augment is not None:
+        if augment is not None and augment_prob > 0:  # no draws otherwise: batches stay as without one
             chosen = [augment(e, rng) if rng.random() < augment_prob else e for e in chosen]
         return model(**seq2seq_batch(model, tokenizer, chosen, cfg.max_target_len)).loss
 
