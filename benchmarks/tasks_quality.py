@@ -67,6 +67,7 @@ def pretrained(args, family: str) -> str:
     print(f"pretraining {family} -> {out}", flush=True)
     settings = PretrainConfig.from_flat(dict(
         family=family, preset=presets.get(family, ""), objective=objectives.get(family, ""), d_model=args.d_model,
+        tokenizer=args.tokenizer, vocab_size=args.vocab_size,
         layers=args.layers, heads=args.heads, steps=args.pretrain_steps, block_size=args.block_size,
         batch_size=args.batch_size, lr=args.lr, warmup=min(100, args.pretrain_steps // 10),
         eval_every=args.pretrain_steps, eval_batches=5, out=str(out), overwrite=True, progress=args.progress,
@@ -225,6 +226,10 @@ def main() -> None:
                         help="e.g. encoder-decoder=denoise (default: each family's classic objective)")
     parser.add_argument("--cross-rope", action="store_true",
                         help="rotary cross-attention for the encoder-decoder (needs a rotary preset, e.g. modern)")
+    parser.add_argument("--tokenizer", default="char",
+                        help="char, wordpiece or bpe for the runs it pretrains; a reranker body reads query and "
+                             "passage together far better with word pieces (a query's words are single ids to match)")
+    parser.add_argument("--vocab-size", type=int, default=8192, help="for a wordpiece or bpe tokenizer")
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--heads", type=int, default=4)
