@@ -227,8 +227,8 @@ def main() -> None:
     parser.add_argument("--cross-rope", action="store_true",
                         help="rotary cross-attention for the encoder-decoder (needs a rotary preset, e.g. modern)")
     parser.add_argument("--tokenizer", default="char",
-                        help="char, wordpiece or bpe for the runs it pretrains; a reranker body reads query and "
-                             "passage together far better with word pieces (a query's words are single ids to match)")
+                        help="char, wordpiece or bpe for the runs it pretrains; rerankers learn to match a query's "
+                             "words in a passage from word-piece bodies, not from char ones (README, tasks)")
     parser.add_argument("--vocab-size", type=int, default=8192, help="for a wordpiece or bpe tokenizer")
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--layers", type=int, default=4)
