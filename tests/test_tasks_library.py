@@ -11,6 +11,7 @@ from maskwise.config import preset
 from maskwise.data.corpus import load_corpus
 from maskwise.data.tasks import RetrievalSet, genre_examples, ict_retrieval, speaker_examples
 from maskwise.data.tokenizers import build_tokenizer
+from maskwise.errors import UserError
 from maskwise.model.heads import pool
 from maskwise.model.transformer import build_model
 from maskwise.tasks import FinetuneConfig, body_states, fine_tune, finetune_optimizer, pad
@@ -20,7 +21,7 @@ from maskwise.tasks.embed import EmbedConfig, Embedder, info_nce, train_bi_encod
 from maskwise.tasks.fill_mask import break_exercise, fill_mask
 from maskwise.tasks.generate import GenerationConfig
 from maskwise.tasks.rerank import (RerankConfig, cross_encoder_scorer, evaluate_reranker, generative_scorer,
-                                   hard_negatives, train_cross_encoder, train_generative_reranker)
+                                   hard_negatives, random_negatives, train_cross_encoder, train_generative_reranker)
 from maskwise.tasks.retrieve import evaluate_retrieval, rank, search
 from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq, seq2seq_batch, train_seq2seq
 
@@ -183,6 +184,15 @@ def test_rerank_end_to_end(tokenizer, retrieval, family):
     result = evaluate_reranker(score, retrieval, candidates, family, progress=False)
     assert result["candidates_per_query"] == 5 and result["latency"]["p99_ms"] >= result["latency"]["p50_ms"]
     assert result["recall@5"] == result["baseline"]["recall@5"] == result["random_order"]["recall@5"]  # reorders
+
+
+def test_random_negatives_are_distinct_seeded_and_never_the_relevant_document(retrieval):
+    drawn = random_negatives(retrieval, 3, seed=1)
+    assert len(drawn) == len(retrieval.relevant)
+    assert all(len(set(negs)) == 3 and rel not in negs for negs, rel in zip(drawn, retrieval.relevant))
+    assert drawn == random_negatives(retrieval, 3, seed=1) != random_negatives(retrieval, 3, seed=2)
+    with pytest.raises(UserError, match="more than"):
+        random_negatives(retrieval, len(retrieval.docs), seed=0)
 
 
 @pytest.mark.parametrize("family", ["encoder-decoder", "decoder"])

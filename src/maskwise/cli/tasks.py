@@ -152,6 +152,9 @@ def _task_flags(parser, task: str, evaluating: bool = False) -> None:
             parser.add_argument("--reranker", choices=("cross", "generative"), default=None,
                                 help="default: cross for an encoder, generative otherwise")
             parser.add_argument("--n-negatives", type=positive, default=7)
+            parser.add_argument("--negatives", choices=("first-stage", "random"), default="first-stage",
+                                help="training negatives: the first stage's top-ranked wrong documents, or random "
+                                     "ones (cheaper; better for small bodies, see README)")
             parser.add_argument("--train-queries", type=positive, default=None, help="limit training queries")
         parser.add_argument("--first-stage", default=None,
                             help="bi-encoder run for the candidates (default: the model itself, mean-pooled)")
@@ -407,7 +410,8 @@ def _embedder_of(path: str, device: str, progress: bool, pooling: str | None = N
 
 def _finetune_rerank(args, model, tokenizer):
     from maskwise.tasks.rerank import (RerankConfig, cross_encoder_scorer, evaluate_reranker, generative_scorer,
-                                       hard_negatives, train_cross_encoder, train_generative_reranker)
+                                       hard_negatives, random_negatives, train_cross_encoder,
+                                       train_generative_reranker)
     from maskwise.tasks.retrieve import rank
 
     cfg = _finetune_settings(args, RerankConfig)
@@ -421,8 +425,11 @@ def _finetune_rerank(args, model, tokenizer):
 
         train = ict_retrieval("train", max_queries=args.train_queries, seed=args.seed)
         test = ict_retrieval("test", max_queries=args.rerank_queries)
-    ranked, _ = rank(embedder, train, k=cfg.n_negatives + 1)
-    negatives = hard_negatives(ranked, train.relevant, cfg.n_negatives)
+    if args.negatives == "random":
+        negatives = random_negatives(train, cfg.n_negatives, args.seed)
+    else:
+        ranked, _ = rank(embedder, train, k=cfg.n_negatives + 1)
+        negatives = hard_negatives(ranked, train.relevant, cfg.n_negatives)
     if kind == "cross":
         reranker = train_cross_encoder(model, tokenizer, train, negatives, cfg)
         score, trained, head = cross_encoder_scorer(reranker, tokenizer, cfg.max_len), reranker.body, reranker.head
@@ -432,7 +439,7 @@ def _finetune_rerank(args, model, tokenizer):
     candidates, _ = rank(embedder, test, k=args.candidates)
     results = evaluate_reranker(score, test, candidates, f"{kind} reranker", args.progress)
     results["first_stage"] = first_stage
-    task = {"reranker": kind, "first_stage": str(first_stage_path), "max_len": cfg.max_len}
+    task = {"reranker": kind, "first_stage": str(first_stage_path), "negatives": args.negatives, "max_len": cfg.max_len}
     return task, results, trained, head
 
 

@@ -56,6 +56,17 @@ def hard_negatives(ranked: Sequence[Sequence[int]], relevant: Sequence[int], n: 
     return [[d for d in r if d != rel][:n] for r, rel in zip(ranked, relevant)]
 
 
+def random_negatives(data: RetrievalSet, n: int, seed: int = 0) -> list[list[int]]:
+    """``n`` documents drawn at random for each query, never its relevant one. Easier than the first
+    stage's hard negatives, yet a small word-piece cross-encoder trained on them reranked
+    all-MiniLM-L6-v2's top 100 better (nDCG@10 0.043 against 0.029, README), and they spare
+    embedding the whole training collection with the first stage."""
+    if len(data.docs) <= n:
+        raise UserError(f"{n} negatives per query need more than {n} documents, got {len(data.docs)}")
+    rng = random.Random(seed)
+    return [[d for d in rng.sample(range(len(data.docs)), n + 1) if d != rel][:n] for rel in data.relevant]
+
+
 # ---- cross-encoder --------------------------------------------------------------------------------
 
 
