@@ -154,7 +154,7 @@ def _task_flags(parser, task: str, evaluating: bool = False) -> None:
             parser.add_argument("--n-negatives", type=positive, default=7)
             parser.add_argument("--negatives", choices=("first-stage", "random"), default="first-stage",
                                 help="training negatives: the first stage's top-ranked wrong documents, or random "
-                                     "ones (cheaper; better for small bodies, see README)")
+                                     "ones (cheaper, and better for the small body measured in the README)")
             parser.add_argument("--train-queries", type=positive, default=None, help="limit training queries")
         parser.add_argument("--first-stage", default=None,
                             help="bi-encoder run for the candidates (default: the model itself, mean-pooled)")
