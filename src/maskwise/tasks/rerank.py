@@ -35,7 +35,7 @@ from maskwise.tasks import FinetuneConfig, batches, context_len, device_of, fine
 from maskwise.objectives.span import decoder_start_id
 from maskwise.tasks.generate import continuation_batch, continuation_logprobs
 from maskwise.tasks.metrics import latency_ms
-from maskwise.tasks.retrieve import ranking_metrics
+from maskwise.tasks.retrieve import random_ranking, ranking_metrics
 
 ScoreFn = Callable[[str, Sequence[str]], torch.Tensor]  # (query, candidates) -> (n,) scores
 HEAD_PREFIX = "head."
@@ -60,11 +60,11 @@ def random_negatives(data: RetrievalSet, n: int, seed: int = 0) -> list[list[int
     """``n`` documents drawn at random for each query, never its relevant one. Easier than the first
     stage's hard negatives, yet a small word-piece cross-encoder trained on them reranked
     all-MiniLM-L6-v2's top 100 better (nDCG@10 0.043 against 0.029, README), and they spare
-    embedding the whole training collection with the first stage."""
+    embedding the whole training collection with the first stage. The hard negatives of a random
+    ranking: ``n + 1`` draws leave ``n`` once the relevant document is dropped."""
     if len(data.docs) <= n:
         raise UserError(f"{n} negatives per query need more than {n} documents, got {len(data.docs)}")
-    rng = random.Random(seed)
-    return [[d for d in rng.sample(range(len(data.docs)), n + 1) if d != rel][:n] for rel in data.relevant]
+    return hard_negatives(random_ranking(len(data.relevant), len(data.docs), n + 1, seed), data.relevant, n)
 
 
 # ---- cross-encoder --------------------------------------------------------------------------------
