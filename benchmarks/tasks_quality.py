@@ -38,7 +38,7 @@ from maskwise.tasks.classify import (ClassifyConfig, classification_results, eva
 from maskwise.tasks.embed import BiEncoder, EmbedConfig, Embedder, train_bi_encoder  # noqa: E402
 from maskwise.tasks.fill_mask import break_exercise  # noqa: E402
 from maskwise.tasks.generate import GenerationConfig  # noqa: E402
-from maskwise.tasks.rerank import (RerankConfig, cross_encoder_scorer, evaluate_reranker,  # noqa: E402
+from maskwise.tasks.rerank import (RerankConfig, cross_encoder_scorer, evaluate_reranker, gain_summary,  # noqa: E402
                                    generative_scorer, hard_negatives, train_cross_encoder,
                                    train_generative_reranker)
 from maskwise.tasks.retrieve import evaluate_retrieval, rank  # noqa: E402
@@ -163,7 +163,8 @@ def task_rerank(args, runs, results, shared):
     results["rerank/cross"] = r
     report("rerank cross-encoder (top 100)", "nDCG@10", r["ndcg@10"], "bi-encoder", r["baseline"]["ndcg@10"])
     report("rerank cross-encoder (top 100)", "nDCG@10", r["ndcg@10"], "random order", r["random_order"]["ndcg@10"])
-    print(f"    latency p50 {r['latency']['p50_ms']:.0f} ms, p99 {r['latency']['p99_ms']:.0f} ms per query")
+    print(f"    latency p50 {r['latency']['p50_ms']:.0f} ms, p99 {r['latency']['p99_ms']:.0f} ms per query; "
+          f"{gain_summary(r)}")
     model, tok = open_run(runs["decoder"], args.device)
     generative = train_generative_reranker(model, tok, train, negatives, cfg)
     r = evaluate_reranker(generative_scorer(generative, tok, args.block_size), test, candidates, "generative",
@@ -171,7 +172,8 @@ def task_rerank(args, runs, results, shared):
     results["rerank/generative"] = r
     report("rerank generative decoder (top 100)", "nDCG@10", r["ndcg@10"], "bi-encoder", r["baseline"]["ndcg@10"])
     report("rerank generative decoder (top 100)", "nDCG@10", r["ndcg@10"], "random order", r["random_order"]["ndcg@10"])
-    print(f"    latency p50 {r['latency']['p50_ms']:.0f} ms, p99 {r['latency']['p99_ms']:.0f} ms per query")
+    print(f"    latency p50 {r['latency']['p50_ms']:.0f} ms, p99 {r['latency']['p99_ms']:.0f} ms per query; "
+          f"{gain_summary(r)}")
 
 
 def task_seq2seq(args, runs, results):

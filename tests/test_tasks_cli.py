@@ -85,6 +85,18 @@ def test_finetune_on_own_data(runs, tmp_path, capsys):
     assert json.loads((tmp_path / "s2s" / "results.json").read_text())["n_test"] == 1
 
 
+def test_finetune_rerank_reports_gains_with_intervals(runs, tmp_path, capsys):
+    out = tmp_path / "rerank"
+    code, stdout, err = cli(capsys, "finetune", "rerank", runs["encoder"], "--out", out, "--steps", 1,
+                            "--batch-size", 2, "--negatives", "random", "--train-queries", 8, "--candidates", 5,
+                            "--rerank-queries", 6, "--no-progress")
+    assert code == 0, err
+    assert "over random order (95% CI" in stdout and "over first stage (95% CI" in stdout
+    results = json.loads((out / "results.json").read_text())
+    assert results["n_queries"] == 6 and results["candidates_per_query"] == 5
+    assert set(results["ndcg@10_gain"]) == {"over_random_order", "over_first_stage"}
+
+
 def _bad(runs, tmp_path):
     bad_rows = tmp_path / "bad.csv"
     bad_rows.write_text("text,label\nfine,a\n,b\n")

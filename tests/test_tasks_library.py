@@ -184,6 +184,10 @@ def test_rerank_end_to_end(tokenizer, retrieval, family):
     result = evaluate_reranker(score, retrieval, candidates, family, progress=False)
     assert result["candidates_per_query"] == 5 and result["latency"]["p99_ms"] >= result["latency"]["p50_ms"]
     assert result["recall@5"] == result["baseline"]["recall@5"] == result["random_order"]["recall@5"]  # reorders
+    for baseline, gain in (("random_order", "over_random_order"), ("baseline", "over_first_stage")):
+        g = result["ndcg@10_gain"][gain]
+        assert g["difference"] == pytest.approx(result["ndcg@10"] - result[baseline]["ndcg@10"])
+        assert g["ci95_low"] <= g["difference"] <= g["ci95_high"] and 0 <= g["p_not_better"] <= 1
 
 
 def test_random_negatives_are_distinct_seeded_and_never_the_relevant_document(retrieval):

@@ -1,13 +1,16 @@
 """Task metrics on cases small enough to compute by hand."""
 
+import itertools
 import math
 
 import pytest
+import torch
 
 from maskwise.tasks.metrics import (accuracy, bucket_label, bucketed, exact_match, latency_ms, macro_f1,
-                                    majority_label, mrr, ndcg_at_k, percentile, recall_at_k, set_f1,
-                                    split_list, token_f1)
-from maskwise.tasks.rerank import random_order_metrics
+                                    majority_label, mrr, ndcg_at_k, paired_bootstrap, percentile, recall_at_k,
+                                    set_f1, split_list, token_f1)
+from maskwise.tasks.rerank import random_order_per_query
+from maskwise.tasks.retrieve import per_query_metrics
 
 
 def test_accuracy_and_macro_f1():
@@ -44,13 +47,45 @@ def test_ranking_metrics_by_hand():
 
 
 def test_random_order_of_candidates_by_hand():
-    # two candidates, the relevant one first or second with probability 1/2: MRR (1 + 1/2) / 2,
-    # recall@1 1/2; a query whose relevant document is not among its candidates scores 0 in any order
-    metrics = random_order_metrics([[5, 7], [1, 2]], [{7}, {3}], (1, 2), seed=0, shuffles=4000)
-    assert metrics["mrr"] == pytest.approx(0.75 / 2, abs=0.01)
-    assert metrics["recall@1"] == pytest.approx(0.25, abs=0.01)
-    assert metrics["recall@2"] == 0.5  # the same candidates, only reordered
-    assert random_order_metrics([[5, 7]], [{7}], (1,), seed=3) == random_order_metrics([[5, 7]], [{7}], (1,), seed=3)
+    # two candidates, the relevant one first or second with probability 1/2: reciprocal rank
+    # (1 + 1/2) / 2, recall@1 1/2; a query whose relevant document is not among its candidates
+    # scores 0 in any order
+    expected = random_order_per_query([[5, 7], [1, 2]], [7, 3], (1, 2))
+    assert expected["mrr"] == [0.75, 0.0]
+    assert expected["recall@1"] == [0.5, 0.0] and expected["recall@2"] == [1.0, 0.0]
+    assert expected["ndcg@10"] == [pytest.approx((1 + 1 / math.log2(3)) / 2), 0.0]
+
+
+def test_random_order_is_the_mean_over_every_order():
+    candidates = [3, 1, 4, 0, 2]  # the relevant document 0 among five: every one of 120 orders
+    orders = [list(p) for p in itertools.permutations(candidates)]
+    brute = per_query_metrics(orders, [{0}] * len(orders))
+    expected = random_order_per_query([candidates], [0], (10,))
+    for metric in ("recall@10", "mrr", "ndcg@10"):
+        assert expected[metric][0] == pytest.approx(sum(brute[metric]) / len(orders))
+    twelve = list(range(12))  # deeper than nDCG's cut-off: ranks 11 and 12 add nothing
+    brute = per_query_metrics([twelve[-i:] + twelve[:-i] for i in range(12)], [{5}] * 12)  # 5 at every rank once
+    assert random_order_per_query([twelve], [5], (10,))["ndcg@10"][0] == pytest.approx(sum(brute["ndcg@10"]) / 12)
+
+
+def test_paired_bootstrap():
+    # a constant gain has no spread: every resample shows it
+    same = paired_bootstrap([0.5, 0.25, 1.0], [0.25, 0.0, 0.75])
+    assert same == {"difference": 0.25, "ci95_low": 0.25, "ci95_high": 0.25, "p_not_better": 0.0}
+    # one big win among many ties: the mean is positive, but a resample often misses the win
+    lucky = paired_bootstrap([1.0] + [0.0] * 19, [0.0] * 20, seed=1)
+    assert lucky["difference"] == 0.05 and lucky["ci95_low"] == 0.0 and 0.2 < lucky["p_not_better"] < 0.5
+    # many small wins over noise: the interval excludes 0; the draw is seeded
+    generator = torch.Generator().manual_seed(0)
+    b = torch.rand(300, generator=generator).tolist()
+    a = [x + 0.05 + 0.1 * (torch.rand(1, generator=generator).item() - 0.5) for x in b]
+    clear = paired_bootstrap(a, b, seed=2)
+    assert 0.04 < clear["ci95_low"] < clear["difference"] < clear["ci95_high"] < 0.06
+    assert clear["p_not_better"] == 0.0 and clear == paired_bootstrap(a, b, seed=2)
+    with pytest.raises(ValueError):
+        paired_bootstrap([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError):
+        paired_bootstrap([], [])
 
 
 def test_generation_metrics_by_hand():

@@ -253,11 +253,13 @@ def summarize(r: dict) -> str:
                 f"nDCG@10 {r['ndcg@10']:.3f} (random {base['ndcg@10']:.3f}), MRR {r['mrr']:.3f} "
                 f"({base['mrr']:.3f}), recall@100 {r['recall@100']:.3f} ({base['recall@100']:.3f})")
     if task == "rerank":
+        from maskwise.tasks.rerank import gain_summary
+
         lat = r["latency"]
         return (f"rerank ({r['reranker']}) {r['n_queries']} queries x {r['candidates_per_query']} candidates: "
                 f"nDCG@10 {r['ndcg@10']:.3f} (first stage {base['ndcg@10']:.3f}, random order "
                 f"{r['random_order']['ndcg@10']:.3f}), MRR {r['mrr']:.3f} ({base['mrr']:.3f}); "
-                f"latency p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms per query")
+                f"latency p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms per query\n{gain_summary(r)}")
     if task == "seq2seq":
         return (f"seq2seq ({r['family']}, {r['decoding']}) on {r['n_test']} passages: exact match "
                 f"{r['exact_match']:.3f} (copy first line {base['exact_match']:.3f}), speakers F1 "

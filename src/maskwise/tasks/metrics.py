@@ -4,7 +4,8 @@ Classification: accuracy, macro-F1 (every class counts the same, so a model that
 genre is not hidden by the frequent ones). Retrieval: recall@k, MRR, nDCG@10 with binary
 relevance. Generation: exact match, token F1 (SQuAD's bag-of-words overlap) and set F1 (for a list
 of speakers, where order and repetition do not matter). Plus bucketing by length and latency
-percentiles, which every task reports beside its headline number.
+percentiles, which every task reports beside its headline number, and a paired bootstrap that says
+whether a difference between two systems on the same examples is larger than its sampling noise.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Hashable, Sequence
+
+import torch
 
 # ---- classification ---------------------------------------------------------------------------
 
@@ -170,6 +173,28 @@ def latency_ms(seconds: Sequence[float]) -> dict[str, float]:
     """p50 and p99 in milliseconds: the median says what a user usually waits, p99 how bad the
     slow tail gets."""
     return {"p50_ms": 1000 * percentile(seconds, 50), "p99_ms": 1000 * percentile(seconds, 99)}
+
+
+def paired_bootstrap(a: Sequence[float], b: Sequence[float], resamples: int = 10_000, seed: int = 0) -> dict[str, float]:
+    """How much system A beats system B on the same examples, with its uncertainty.
+
+    ``a[i]`` and ``b[i]`` are the two systems' scores on example i (a query's nDCG@10, say).
+    Resampling examples with replacement and recomputing the mean of ``a - b`` gives the spread a
+    different draw of examples would have shown. Returns the observed mean difference, the 2.5th
+    and 97.5th percentiles of the resampled means (a 95% interval) and ``p_not_better``, the
+    fraction of resamples in which A is not ahead (mean difference <= 0). Why: reranking gains
+    here rest on a few dozen hits in a few hundred queries, so "0.043 against 0.020" alone does
+    not say whether the gap is real; an interval that excludes 0 does."""
+    _same_length(a, b)
+    if not a:
+        raise ValueError("a paired bootstrap needs at least one example")
+    diff = torch.tensor(a, dtype=torch.float64) - torch.tensor(b, dtype=torch.float64)  # (n,)
+    generator = torch.Generator().manual_seed(seed)
+    draws = torch.randint(len(diff), (resamples, len(diff)), generator=generator)  # (resamples, n)
+    means = diff[draws].mean(dim=1)  # (resamples,)
+    low, high = torch.quantile(means, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+    return {"difference": float(diff.mean()), "ci95_low": low, "ci95_high": high,
+            "p_not_better": float((means <= 0).double().mean())}
 
 
 def _same_length(a: Sequence, b: Sequence) -> None:
