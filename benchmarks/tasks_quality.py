@@ -39,7 +39,7 @@ from maskwise.tasks.embed import BiEncoder, EmbedConfig, Embedder, train_bi_enco
 from maskwise.tasks.fill_mask import break_exercise  # noqa: E402
 from maskwise.tasks.generate import GenerationConfig  # noqa: E402
 from maskwise.tasks.rerank import (RerankConfig, cross_encoder_scorer, evaluate_reranker, gain_summary,  # noqa: E402
-                                   generative_scorer, hard_negatives, train_cross_encoder,
+                                   generative_scorer, hard_negatives, random_negatives, train_cross_encoder,
                                    train_generative_reranker)
 from maskwise.tasks.retrieve import evaluate_retrieval, rank  # noqa: E402
 from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq, train_seq2seq  # noqa: E402
@@ -151,8 +151,11 @@ def task_rerank(args, runs, results, shared):
     embedder = shared["embedder"]
     train = ict_retrieval("train", max_queries=args.train_queries // 2, seed=1)
     test = ict_retrieval("test", max_queries=args.rerank_queries)
-    ranked, _ = rank(embedder, train, k=8)
-    negatives = hard_negatives(ranked, train.relevant, 7)
+    if args.negatives == "random":
+        negatives = random_negatives(train, 7)
+    else:
+        ranked, _ = rank(embedder, train, k=8)
+        negatives = hard_negatives(ranked, train.relevant, 7)
     candidates, _ = rank(embedder, test, k=100)
     cfg = RerankConfig(steps=args.finetune_steps // 2, lr=args.body_lr, max_len=args.block_size, bf16=args.bf16,
                        progress=args.progress)
@@ -254,6 +257,8 @@ def main() -> None:
     parser.add_argument("--train-queries", type=int, default=2000)
     parser.add_argument("--max-queries", type=int, default=300)
     parser.add_argument("--rerank-queries", type=int, default=50)
+    parser.add_argument("--negatives", choices=("first-stage", "random"), default="first-stage",
+                        help="rerankers' training negatives: the bi-encoder's hard ones, or random documents")
     parser.add_argument("--eval-passages", type=int, default=200)
     parser.add_argument("--held-out-chars", type=int, default=1000)
     parser.add_argument("--no-progress", dest="progress", action="store_false")
