@@ -117,9 +117,12 @@ class Attention(nn.Module):
         self.dropout = cfg.dropout
         self.rope_theta = cfg.rope_theta if cfg.position == "rope" and (cfg.cross_rope or not cross) else None
 
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+    def _heads(self, x: torch.Tensor, parts: int = 1) -> tuple[torch.Tensor, ...]:
+        """(B, T, parts*H*hd) -> ``parts`` views (B, H, T, hd): a fused projection's outputs (q, k, v
+        side by side) split into heads in one reshape, no copy."""
         B, T, _ = x.shape
-        return x.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        split = x.view(B, T, parts, self.n_heads, self.head_dim)  # (B, T, parts, H, hd)
+        return split.permute(2, 0, 3, 1, 4).unbind(0)  # parts x (B, H, T, hd)
 
     def forward(
         self,
@@ -133,13 +136,12 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         B, T, _ = x.shape
         if self.cross:
-            q = self._heads(self.q(x))
+            q = self._heads(self.q(x))[0]
             if self.rope_theta is not None:  # cross_rope: the query's offset from each source key
                 q = rotate(q, positions, self.rope_theta)
             cached = cache.cross[layer] if cache is not None else None
             if cached is None:
-                k, v = self.kv(context).chunk(2, dim=-1)  # 2 x (B, S, H*hd)
-                k, v = self._heads(k), self._heads(v)  # (B, H, S, hd)
+                k, v = self._heads(self.kv(context), 2)  # 2 x (B, H, S, hd)
                 if self.rope_theta is not None:
                     k = rotate(k, torch.arange(k.shape[2], device=k.device), self.rope_theta)
                 if cache is not None:
@@ -147,8 +149,7 @@ class Attention(nn.Module):
             else:
                 k, v = cached
         else:
-            q, k, v = self.qkv(x).chunk(3, dim=-1)  # 3 x (B, T, H*hd)
-            q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H, T, hd)
+            q, k, v = self._heads(self.qkv(x), 3)  # 3 x (B, H, T, hd)
             if self.rope_theta is not None:
                 q, k = rotate(q, positions, self.rope_theta), rotate(k, positions, self.rope_theta)
             if cache is not None:
