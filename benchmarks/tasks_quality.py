@@ -190,7 +190,7 @@ def task_seq2seq(args, runs, results):
             cfg = Seq2SeqConfig(steps=args.seq2seq_steps, lr=args.seq2seq_lr, max_target_len=max_target,
                                 progress=args.progress, bf16=args.bf16)
             train_seq2seq(model, tok, train, cfg, augment=rename_speakers,
-                          augment_prob=0.0 if hide else args.rename_speakers)
+                          augment_prob=args.rename_speakers)
             r = evaluate_seq2seq(model, tok, test, GenerationConfig(max_new_tokens=max_target + 1), max_target,
                                  args.progress, hide_speakers=hide)
             name = f"seq2seq {family}{' hidden speakers' if hide else ''}"
@@ -249,8 +249,8 @@ def main() -> None:
     parser.add_argument("--seq2seq-steps", type=int, default=1500, help="copying names takes a small model longer")
     parser.add_argument("--seq2seq-lr", type=float, default=1e-3)
     parser.add_argument("--rename-speakers", type=float, default=0.5,
-                        help="fraction of seq2seq training draws with random speaker names (shown speakers "
-                             "only); without it a small model learns the training cast instead of copying")
+                        help="fraction of seq2seq training draws with random speaker names (speaker lines and "
+                             "text); without it a small model learns the training cast instead of copying")
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast when pretraining and fine-tuning")
     parser.add_argument("--per-genre", type=int, default=300)
     parser.add_argument("--eval-per-genre", type=int, default=100)

@@ -79,9 +79,19 @@ def test_rename_speakers_renames_consistently_and_keeps_the_text():
     for shown in speaker_examples("val", max_chars=300, limit=30):  # first speaker still starts the source
         again = rename_speakers(shown, random.Random(2))
         assert again.source.startswith(again.target.split(", ")[0] + "\n")
-    hidden = speaker_examples("val", max_chars=300, limit=1, hide_speakers=True)[0]
-    with pytest.raises(UserError, match="without speaker lines"):
-        rename_speakers(hidden, rng)
+
+
+
+def test_rename_speakers_renames_names_in_the_text_too():
+    hidden = Seq2SeqExample("My true Paulina,\nall is well, Leontes.\n\nAy, LEONTES; and ALL of you.", "LEONTES, ALL", "x")
+    renamed = rename_speakers(hidden, random.Random(3))
+    leontes, everyone = renamed.target.split(", ")
+    assert renamed.source == (f"My true Paulina,\nall is well, {leontes.capitalize()}.\n\n"
+                              f"Ay, {leontes}; and {everyone} of you.")  # "all" is just a word; PAULINA is no speaker
+    shown = Seq2SeqExample("LEONTES\nGood Paulina.\n\nPAULINA\nMy lord Leontes.", "LEONTES, PAULINA", "y")
+    renamed = rename_speakers(shown, random.Random(4))
+    leontes, paulina = renamed.target.split(", ")
+    assert renamed.source == f"{leontes}\nGood {paulina.capitalize()}.\n\n{paulina}\nMy lord {leontes.capitalize()}."
 
 
 def test_user_files_jsonl_and_csv(tmp_path):

@@ -473,8 +473,8 @@ def _finetune_seq2seq(args, model, tokenizer):
     from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq, train_seq2seq
 
     cfg = _finetune_settings(args, Seq2SeqConfig)
-    if args.rename_speakers and (args.data is not None or args.hide_speakers):
-        raise UserError("--rename-speakers renames speaker lines: it needs the embedded passages with speakers shown")
+    if args.rename_speakers and args.data is not None:
+        raise UserError("--rename-speakers renames the plays' speakers: it needs the embedded passages, not --data")
     train, test = _speaker_data(args, "test", model, training=True)
     trained = train_seq2seq(model, tokenizer, train, cfg, augment=rename_speakers, augment_prob=args.rename_speakers)
     gen = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=args.num_beams)
