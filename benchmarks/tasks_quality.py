@@ -38,9 +38,9 @@ from maskwise.tasks.classify import (ClassifyConfig, classification_results, eva
 from maskwise.tasks.embed import BiEncoder, EmbedConfig, Embedder, train_bi_encoder  # noqa: E402
 from maskwise.tasks.fill_mask import break_exercise  # noqa: E402
 from maskwise.tasks.generate import GenerationConfig  # noqa: E402
-from maskwise.tasks.rerank import (RerankConfig, cross_encoder_scorer, evaluate_reranker, gain_summary,  # noqa: E402
-                                   generative_scorer, hard_negatives, random_negatives, train_cross_encoder,
-                                   train_generative_reranker)
+from maskwise.tasks.rerank import (NEGATIVE_SOURCES, RerankConfig, cross_encoder_scorer,  # noqa: E402
+                                   evaluate_reranker, gain_summary, generative_scorer, train_cross_encoder,
+                                   train_generative_reranker, training_negatives)
 from maskwise.tasks.retrieve import evaluate_retrieval, rank  # noqa: E402
 from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq, train_seq2seq  # noqa: E402
 from maskwise.train.pretrain import PretrainConfig, pretrain  # noqa: E402
@@ -151,11 +151,7 @@ def task_rerank(args, runs, results, shared):
     embedder = shared["embedder"]
     train = ict_retrieval("train", max_queries=args.train_queries // 2, seed=1)
     test = ict_retrieval("test", max_queries=args.rerank_queries)
-    if args.negatives == "random":
-        negatives = random_negatives(train, 7)
-    else:
-        ranked, _ = rank(embedder, train, k=8)
-        negatives = hard_negatives(ranked, train.relevant, 7)
+    negatives = training_negatives(train, 7, args.negatives, embedder)
     candidates, _ = rank(embedder, test, k=100)
     cfg = RerankConfig(steps=args.finetune_steps // 2, lr=args.body_lr, max_len=args.block_size, bf16=args.bf16,
                        progress=args.progress)
@@ -257,7 +253,7 @@ def main() -> None:
     parser.add_argument("--train-queries", type=int, default=2000)
     parser.add_argument("--max-queries", type=int, default=300)
     parser.add_argument("--rerank-queries", type=int, default=50)
-    parser.add_argument("--negatives", choices=("first-stage", "random"), default="first-stage",
+    parser.add_argument("--negatives", choices=NEGATIVE_SOURCES, default="first-stage",
                         help="rerankers' training negatives: the bi-encoder's hard ones, or random documents")
     parser.add_argument("--eval-passages", type=int, default=200)
     parser.add_argument("--held-out-chars", type=int, default=1000)

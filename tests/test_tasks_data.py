@@ -81,9 +81,9 @@ def test_rename_speakers_renames_consistently_and_keeps_the_text():
         assert again.source.startswith(again.target.split(", ")[0] + "\n")
 
 
-
 def test_rename_speakers_renames_names_in_the_text_too():
-    hidden = Seq2SeqExample("My true Paulina,\nall is well, Leontes.\n\nAy, LEONTES; and ALL of you.", "LEONTES, ALL", "x")
+    hidden = Seq2SeqExample("My true Paulina,\nall is well, Leontes.\n\nAy, LEONTES; and ALL of you.",
+                            "LEONTES, ALL", "x")
     renamed = rename_speakers(hidden, random.Random(3))
     leontes, everyone = renamed.target.split(", ")
     assert renamed.source == (f"My true Paulina,\nall is well, {leontes.capitalize()}.\n\n"

@@ -412,8 +412,7 @@ def _embedder_of(path: str, device: str, progress: bool, pooling: str | None = N
 
 def _finetune_rerank(args, model, tokenizer):
     from maskwise.tasks.rerank import (RerankConfig, cross_encoder_scorer, evaluate_reranker, generative_scorer,
-                                       hard_negatives, random_negatives, train_cross_encoder,
-                                       train_generative_reranker)
+                                       train_cross_encoder, train_generative_reranker, training_negatives)
     from maskwise.tasks.retrieve import rank
 
     cfg = _finetune_settings(args, RerankConfig)
@@ -427,11 +426,7 @@ def _finetune_rerank(args, model, tokenizer):
 
         train = ict_retrieval("train", max_queries=args.train_queries, seed=args.seed)
         test = ict_retrieval("test", max_queries=args.rerank_queries)
-    if args.negatives == "random":
-        negatives = random_negatives(train, cfg.n_negatives, args.seed)
-    else:
-        ranked, _ = rank(embedder, train, k=cfg.n_negatives + 1)
-        negatives = hard_negatives(ranked, train.relevant, cfg.n_negatives)
+    negatives = training_negatives(train, cfg.n_negatives, args.negatives, embedder, args.seed)
     if kind == "cross":
         reranker = train_cross_encoder(model, tokenizer, train, negatives, cfg)
         score, trained, head = cross_encoder_scorer(reranker, tokenizer, cfg.max_len), reranker.body, reranker.head

@@ -37,7 +37,8 @@ from maskwise.tasks import FinetuneConfig, batches, context_len, device_of, fine
 from maskwise.objectives.span import decoder_start_id
 from maskwise.tasks.generate import continuation_batch, continuation_logprobs
 from maskwise.tasks.metrics import latency_ms, paired_bootstrap
-from maskwise.tasks.retrieve import per_query_metrics, random_ranking, ranking_metrics
+from maskwise.tasks.embed import EmbedFn
+from maskwise.tasks.retrieve import per_query_metrics, random_ranking, rank, ranking_metrics
 
 ScoreFn = Callable[[str, Sequence[str]], torch.Tensor]  # (query, candidates) -> (n,) scores
 HEAD_PREFIX = "head."
@@ -67,6 +68,18 @@ def random_negatives(data: RetrievalSet, n: int, seed: int = 0) -> list[list[int
     if len(data.docs) <= n:
         raise UserError(f"{n} negatives per query need more than {n} documents, got {len(data.docs)}")
     return hard_negatives(random_ranking(len(data.relevant), len(data.docs), n + 1, seed), data.relevant, n)
+
+
+NEGATIVE_SOURCES = ("first-stage", "random")
+
+
+def training_negatives(data: RetrievalSet, n: int, source: str, embedder: EmbedFn, seed: int = 0) -> list[list[int]]:
+    """``n`` training negatives per query from ``source`` (one of ``NEGATIVE_SOURCES``): the first
+    stage's (``embedder``'s) top-ranked wrong documents, or random ones (the embedder is not run)."""
+    if source == "random":
+        return random_negatives(data, n, seed)
+    ranked, _ = rank(embedder, data, k=n + 1)
+    return hard_negatives(ranked, data.relevant, n)
 
 
 # ---- cross-encoder --------------------------------------------------------------------------------
