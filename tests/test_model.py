@@ -226,6 +226,33 @@ def test_linear_cross_entropy_under_bf16_autocast_matches_the_autocast_path():
         torch.testing.assert_close(f, p, rtol=2e-2, atol=2e-2, msg=name)
 
 
+def test_linear_cross_entropy_where_the_target_probability_underflows_fp32():
+    """Rows whose target sits > 87 nats below the best logit have p = 0 in fp32; the loss must still
+    be the exact log-softmax there (finite, ~150 nats), not log(0), and the gradient p - onehot."""
+    g = torch.Generator().manual_seed(0)
+    N, d = 6, 4
+    h = torch.randn(N, d, generator=g)
+    h[1] *= 60.0  # large activations: very peaked rows
+    h[4] *= 60.0
+    h.requires_grad_()
+    weight = torch.randn(V, d, generator=g).requires_grad_()
+    with torch.no_grad():
+        logits = h @ weight.T
+    targets = logits.argmin(-1)  # the least likely token: underflows in the peaked rows
+    targets[2] = IGNORE_INDEX
+    with torch.no_grad():
+        row_logp = torch.log_softmax(logits, -1).gather(1, targets.clamp(min=0)[:, None]).squeeze(1)
+    assert row_logp[1] < -104 and row_logp[4] < -104  # below fp32's smallest subnormal: exp() is 0
+
+    plain, plain_grads = _loss_and_grads(
+        lambda: F.cross_entropy(h @ weight.T, targets, ignore_index=IGNORE_INDEX, reduction="sum"), h, weight)
+    fused, fused_grads = _loss_and_grads(lambda: linear_cross_entropy(h, weight, None, targets, 4), h, weight)
+    assert torch.isfinite(fused)
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-4)
+    for name, f, p in zip(("h", "weight"), fused_grads, plain_grads):
+        torch.testing.assert_close(f, p, rtol=1e-5, atol=1e-4, msg=name)
+
+
 def test_linear_cross_entropy_without_grad_computes_the_loss_only():
     g = torch.Generator().manual_seed(0)
     h, weight = torch.randn(9, 8, generator=g, requires_grad=True), torch.randn(V, 8, generator=g)

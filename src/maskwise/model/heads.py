@@ -36,11 +36,10 @@ class LMOutput:
     hidden_states: torch.Tensor | None = None
 
 
-# Logit elements per chunk of ``linear_cross_entropy`` (512 rows at V = 8192): 16 MiB in fp32. Kept
-# under 32 MiB on purpose: glibc serves larger blocks with fresh mmap pages on every allocation, and
-# page-faulting a 32 MiB buffer took longer than the log-softmax over it (measured, 2-core EPYC);
-# smaller blocks are reused from the heap. 256 rows ran as fast; 128 was slower (thinner matmuls).
+# Logit elements per chunk of ``linear_cross_entropy`` (512 rows at V = 8192): 16 MiB in fp32. 256
+# rows ran as fast; 128 was slower (thinner matmuls). Larger chunks hold more memory for no gain.
 LOSS_CHUNK_ELEMENTS = 2**22
+FP32_TINY = torch.finfo(torch.float32).tiny
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -49,13 +48,20 @@ class _LinearCrossEntropy(torch.autograd.Function):
     Why: the plain path keeps (N, V) logits, their (N, V) log-softmax and, in the backward pass, an
     (N, V) zero-filled NLL gradient and an (N, V) log-softmax gradient; at a small model's sizes
     those element-wise passes cost more than anything but the matmuls. The gradient of the summed
-    loss w.r.t. the logits is just ``softmax - onehot(target)``, known as soon as the log-softmax
-    is, so each chunk of rows turns it straight into its part of grad_h, grad_W and grad_b and
-    frees it. The backward pass only scales the saved gradients by the incoming scalar.
+    loss w.r.t. the logits is just ``softmax - onehot(target)``, known as soon as the softmax is,
+    so each chunk of rows turns it straight into its part of grad_h, grad_W and grad_b. The
+    backward pass only scales the saved gradients by the incoming scalar.
+
+    Every chunk reuses the same few (rows, V) buffers (``out=`` and ``copy_``): glibc hands a
+    freed multi-MiB block back to the kernel, so a fresh one per chunk is page-faulted in again,
+    and that cost more than the softmax over it (one 512 x 8192 chunk, bf16 logits, 2-core EPYC:
+    fp32 cast + softmax + bf16 cast 7.6 ms fresh, 3.0 ms into reused buffers).
 
     Precision: the matmuls run in ``compute_dtype`` (the autocast dtype under autocast, else the
-    inputs' own), the log-softmax and loss in fp32, as ``F.cross_entropy(logits.float())`` does;
-    grad_W and grad_b are accumulated over chunks in fp32.
+    inputs' own), the softmax and loss in fp32, as ``F.cross_entropy(logits.float())`` does;
+    grad_W and grad_b are accumulated over chunks in fp32. The loss is log(p) at the target; where
+    p underflows fp32 (a target more than ~87 nats below the best), that row's log-softmax is
+    computed directly instead.
     """
 
     @staticmethod
@@ -63,6 +69,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
         w = weight.to(compute_dtype)
         b = bias.to(compute_dtype) if bias is not None else None
         x = h.to(compute_dtype)
+        low_precision = compute_dtype != torch.float32
+        buffer_rows = min(chunk_rows, x.shape[0])
+        vocab = weight.shape[0]
+        logits_buffer = x.new_empty(buffer_rows, vocab)  # (rows, V), compute dtype
+        fp32_logits_buffer = torch.empty(buffer_rows, vocab, device=x.device) if low_precision else None
+        probs_buffer = torch.empty(buffer_rows, vocab, device=x.device)  # (rows, V) fp32
+        grad_buffer = x.new_empty(buffer_rows, vocab) if low_precision and with_grads else None
+        grad_w_chunk = w.new_empty(w.shape) if low_precision and with_grads else None  # (V, d)
         loss_sum = torch.zeros((), dtype=torch.float32, device=h.device)
         if with_grads:
             grad_h = torch.empty_like(h)
@@ -71,23 +85,38 @@ class _LinearCrossEntropy(torch.autograd.Function):
         for start in range(0, x.shape[0], chunk_rows):
             rows = slice(start, start + chunk_rows)
             x_chunk, chunk_targets = x[rows], targets[rows][:, None]  # (n, d), (n, 1)
+            n = x_chunk.shape[0]
             ignored = chunk_targets == IGNORE_INDEX  # (n, 1)
             chunk_targets = chunk_targets.masked_fill(ignored, 0)  # any valid id where ignored
-            logp = torch.log_softmax(F.linear(x_chunk, w, b), -1, dtype=torch.float32)  # (n, V)
-            target_logp = logp.gather(1, chunk_targets)  # (n, 1)
+            logits = logits_buffer[:n]  # (n, V)
+            if b is None:
+                torch.mm(x_chunk, w.T, out=logits)
+            else:
+                torch.addmm(b, x_chunk, w.T, out=logits)
+            if low_precision:
+                logits = fp32_logits_buffer[:n].copy_(logits)
+            probs = torch.softmax(logits, -1, out=probs_buffer[:n])  # (n, V) fp32
+            target_p = probs.gather(1, chunk_targets)  # (n, 1)
+            target_logp = target_p.log()
+            underflow = (target_p < FP32_TINY).squeeze(1)  # (n,): log(p) is -inf or imprecise there
+            if underflow.any():
+                target_logp[underflow] = torch.log_softmax(logits[underflow], -1).gather(1, chunk_targets[underflow])
             loss_sum -= target_logp.masked_fill(ignored, 0.0).sum()
             if not with_grads:
                 continue
-            # d loss_sum / d logits = softmax - onehot, formed in fp32 (exp in place, then p - 1 at
-            # the targets) and rounded once to the matmul dtype, as autograd's path rounds it.
-            grad = logp.exp_()  # (n, V)
-            grad.scatter_(1, chunk_targets, target_logp.exp().sub(1.0))
+            # d loss_sum / d logits = softmax - onehot, formed in fp32 (p - 1 at the targets) and
+            # rounded once to the matmul dtype, as autograd's path rounds it.
+            grad = probs.scatter_(1, chunk_targets, target_p.sub(1.0))  # (n, V)
             grad.index_fill_(0, ignored.squeeze(1).nonzero().squeeze(1), 0.0)  # only the ignored rows
             if grad_b is not None:
                 grad_b += grad.sum(0)  # (V,)
-            grad = grad.to(compute_dtype)
-            grad_h[rows] = grad @ w  # (n, d)
-            grad_w += grad.T @ x_chunk  # (V, d)
+            if low_precision:
+                grad = grad_buffer[:n].copy_(grad)
+                grad_h[rows] = grad @ w  # (n, d)
+                grad_w += torch.mm(grad.T, x_chunk, out=grad_w_chunk)  # (V, d)
+            else:
+                torch.mm(grad, w, out=grad_h[rows])  # (n, d)
+                grad_w.addmm_(grad.T, x_chunk)  # (V, d)
         if with_grads:
             ctx.save_for_backward(grad_h, grad_w.to(weight.dtype),
                                   grad_b.to(bias.dtype) if grad_b is not None else None)
