@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from maskwise.errors import UserError
 from maskwise.train.optim import build_optimizer, lr_factor, set_lr
+from maskwise.train.memory import retain_freed_memory
 
 PAD_SIDES = ("left", "right")
 
@@ -142,6 +143,8 @@ def fine_tune(model: nn.Module, step_loss: Callable[[random.Random], torch.Tenso
     seeded ``random.Random`` it is given and returns a mean loss), with ``finetune_optimizer``.
     Returns the losses."""
     cfg.validate()
+    if device_of(model).type == "cpu":
+        retain_freed_memory()
     optimizer = finetune_optimizer(model, cfg, head_prefixes)
     params = [p for p in model.parameters() if p.requires_grad]
     rng = random.Random(cfg.seed)

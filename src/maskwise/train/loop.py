@@ -31,6 +31,7 @@ from maskwise.errors import UserError
 from maskwise.objectives import LossParts, Objective
 from maskwise.train import checkpoint as ckpt
 from maskwise.train.budget import Budget, flops_per_token
+from maskwise.train.memory import retain_freed_memory
 from maskwise.train.optim import build_optimizer, lr_factor, set_lr
 
 
@@ -109,6 +110,8 @@ class Trainer:
         if self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         self.rank, self.world = distributed_context()
+        if next(model.parameters()).device.type == "cpu":
+            retain_freed_memory()
         self.raw_length = objective.raw_length(cfg.block_size)
         train_stream.check_length(self.raw_length)
         val_stream.check_length(self.raw_length)
