@@ -168,8 +168,9 @@ def test_an_encoder_cannot_generate():
 
 @pytest.mark.parametrize("name", ["gpt2", "t5", "bert"])
 def test_decoding_layout_computes_what_the_plain_layers_compute(name):
-    """``decoding_layout`` swaps every projection (and the LM head) to an (in, out) copy of its
-    weight: the outputs match the plain layers, and nothing of it outlives the block."""
+    """``decoding_layout`` gives every projection at least as wide as tall (and the LM head) an
+    (in, out) copy of its weight and leaves narrowing ones (the FFN's down projection) alone: the
+    outputs match the plain layers, and nothing of it outlives the block."""
     from maskwise.model.layout import decoding_layout
 
     model = tiny(name)
@@ -178,7 +179,11 @@ def test_decoding_layout_computes_what_the_plain_layers_compute(name):
     keys = set(model.state_dict())
     plain = model(ids, **inputs).logits
     with decoding_layout(model):
-        assert all(m.weight_in_out is not None for m in model.modules() if hasattr(m, "decoding_weight"))
+        for m in model.modules():
+            if hasattr(m, "decoding_weight"):
+                out_features, in_features = m.decoding_weight().shape
+                assert (m.weight_in_out is not None) == (out_features >= in_features)
+        assert model.lm_head.weight_in_out is not None
         swapped = model(ids, **inputs).logits
     torch.testing.assert_close(swapped, plain, atol=1e-5, rtol=1e-5)
     assert all(m.weight_in_out is None for m in model.modules() if hasattr(m, "decoding_weight"))
