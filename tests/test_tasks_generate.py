@@ -166,11 +166,13 @@ def test_an_encoder_cannot_generate():
         generate(model, [[5]], GenerationConfig(), None, PAD)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])  # 3: a width that does not divide keeps one block
 @pytest.mark.parametrize("name", ["gpt2", "t5", "bert"])
-def test_decoding_layout_computes_what_the_plain_layers_compute(name):
-    """``decoding_layout`` gives every projection at least as wide as tall (and the LM head) an
-    (in, out) copy of its weight and leaves narrowing ones (the FFN's down projection) alone: the
-    outputs match the plain layers, and nothing of it outlives the block."""
+def test_decoding_layout_computes_what_the_plain_layers_compute(name, threads):
+    """``decoding_layout`` gives every projection (and the LM head) a weight split into one block of
+    output columns per thread, copied to (in, out / S) when the matrix is at least as wide as tall
+    and a view of the stored weight when it narrows: the outputs match the plain layers, and
+    nothing of it outlives the block."""
     from maskwise.model.layout import decoding_layout
 
     model = tiny(name)
@@ -178,15 +180,22 @@ def test_decoding_layout_computes_what_the_plain_layers_compute(name):
     inputs = {"decoder_input_ids": ids[:, :3]} if model.cfg.family == "encoder-decoder" else {}
     keys = set(model.state_dict())
     plain = model(ids, **inputs).logits
-    with decoding_layout(model):
-        for m in model.modules():
-            if hasattr(m, "decoding_weight"):
-                out_features, in_features = m.decoding_weight().shape
-                assert (m.weight_in_out is not None) == (out_features >= in_features)
-        assert model.lm_head.weight_in_out is not None
-        swapped = model(ids, **inputs).logits
+    saved_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with decoding_layout(model):
+            for m in model.modules():
+                if hasattr(m, "decoding_weight"):
+                    out_features, in_features = m.decoding_weight().shape
+                    parts = threads if out_features % threads == 0 else 1
+                    assert m.split_weight.shape == (parts, in_features, out_features // parts)
+                    copied = m.split_weight.data_ptr() != m.decoding_weight().data_ptr()
+                    assert copied == (out_features >= in_features)
+            swapped = model(ids, **inputs).logits
+    finally:
+        torch.set_num_threads(saved_threads)
     torch.testing.assert_close(swapped, plain, atol=1e-5, rtol=1e-5)
-    assert all(m.weight_in_out is None for m in model.modules() if hasattr(m, "decoding_weight"))
+    assert all(m.split_weight is None for m in model.modules() if hasattr(m, "decoding_weight"))
     assert set(model.state_dict()) == keys
 
 

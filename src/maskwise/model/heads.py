@@ -155,7 +155,7 @@ class LMHead(nn.Module):
     plain list so that the shared matrix is registered (and saved) once, under the embedding.
     """
 
-    weight_in_out: torch.Tensor | None = None  # the vocabulary matrix as (d, V), see ``model.layout``
+    split_weight: torch.Tensor | None = None  # the vocabulary matrix split for decoding, see ``model.layout``
 
     def __init__(self, cfg: ModelConfig, tied_to: nn.Embedding | None):
         super().__init__()
@@ -193,7 +193,7 @@ class LMHead(nn.Module):
         return self.vocab_weight
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        return project(self.features(h), self.vocab_weight, self.bias, self.weight_in_out)
+        return project(self.features(h), self.vocab_weight, self.bias, self.split_weight)
 
     def forward(self, h: torch.Tensor, labels: torch.Tensor | None = None, sparse: bool = True,
                 return_logits: bool = True) -> LMOutput:

@@ -1,22 +1,25 @@
-"""Projection weights in the (in, out) layout while a generation call runs on the CPU.
+"""Projection weights split across the CPU's threads while a generation call runs.
 
-``nn.Linear`` keeps its weight as (out, in) and computes ``x @ W.T``. For the few rows of a decoding
-step, the CPU BLAS runs that transposed product at under half the speed of the same product with an
-(in, out) contiguous matrix. Measured on the 2-core development VM (AMD EPYC, torch 2.13, 2 threads)
-over the 17 matrices of a 4-layer d256 GPT-2 shape with an 8192-token head: one row 1.66 ms against
-0.76 ms; 8 rows 2.62 vs 2.37 ms; 128 rows 10.5 vs 10.2 ms, so training, with thousands of rows, would
-gain nothing from changing the stored layout.
+A decoding step multiplies one row (per sequence) by every weight matrix. On a CPU that product is
+bound by how fast the weights stream from memory, and the BLAS runs a one-row product on a single
+core: on the 2-core development VM (AMD EPYC, torch 2.13) the 17 matrices of the benchmark's 4-layer
+d256 GPT-2 shape took 1.13 ms per token inside ``generate``, the same with one thread or two.
 
-That holds for matrices at least as wide as they are tall (out >= in). For a narrowing one (the
-FFN's down projection, 1024 -> 256) the stored (out, in) layout is the faster one for a single row:
-one row through a 1024 x 256 matrix not in cache, 115 us with the stored layout against 142 us with
-an (in, out) copy; 256 -> 1024 is 142 vs 82 us, 256 -> 8192 1000 vs 380 us. Copying only the wide
-matrices took the benchmark's decoding from 2.01 to 1.86 ms per token (A/B in one process).
+``decoding_layout(model)`` therefore gives every module with a ``decoding_weight`` (``Linear``, the LM
+head) a ``split_weight`` of shape (S, in, out / S), S = torch's thread count: the output columns in S
+blocks, multiplied by one ``bmm`` whose batch is spread over the threads, so each core streams its
+own share. One row through the 256 -> 8192 LM head: 183 us as one product, 79 us split in two (in
+cache; 352 vs 198 us not in cache); 256 -> 768: 16 vs 11 us. With 4 to 128 rows the split product
+was never slower (measured up to a 128-row prompt), so one code path serves prompts and steps.
 
-``decoding_layout(model)`` gives every module with a ``decoding_weight`` (``Linear``, the LM head) that
-is at least as wide as tall an (in, out) copy for the length of one generation call and drops it
-afterwards: checkpoints keep the usual layout, a copy can never go stale when fine-tuning moves the
-weights, and the cost is one transpose per call plus those weights' memory once more while it runs.
+Layout inside each block: for a matrix at least as wide as tall (out >= in) the block is an (in,
+out / S) contiguous copy, because a one-row product reads that layout at about twice the speed of
+the stored (out, in) one (256 -> 8192, not in cache: 380 vs 1000 us); for a narrowing matrix (the
+FFN's 1024 -> 256) the stored layout is the faster one (115 vs 142 us), and the block is a view of
+the weight, no copy. A matrix whose width S does not divide keeps S = 1 (the whole matrix as one
+block). Copies last for one generation call: checkpoints keep the usual layout, a copy can never go
+stale when fine-tuning moves the weights, and the cost is one copy per call plus those weights'
+memory once more while it runs. Training, with thousands of rows per product, is not affected.
 """
 
 from __future__ import annotations
@@ -30,42 +33,56 @@ from torch import nn
 
 
 def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-            weight_in_out: torch.Tensor | None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)`` for x of shape (..., in) and an (out, in) weight, computed from
-    the (in, out) copy ``weight_in_out`` when ``decoding_layout`` holds one: ``F.linear`` multiplies
-    by its weight's transpose, and the transpose of ``weight_in_out.t()`` is that contiguous (in, out)
-    matrix, so the BLAS call reads the fast layout with no copy and no reshaping in Python."""
-    return F.linear(x, weight if weight_in_out is None else weight_in_out.t(), bias)
+            split_weight: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` for x of shape (..., in) and an (out, in) weight, computed as one
+    batched product over ``split_weight`` (S, in, out / S) when ``decoding_layout`` holds one."""
+    if split_weight is None:
+        return F.linear(x, weight, bias)
+    parts, in_features, part_out = split_weight.shape
+    rows = x.reshape(1, -1, in_features).expand(parts, -1, -1)  # (S, N, in)
+    if bias is None:
+        y = torch.bmm(rows, split_weight)  # (S, N, out/S)
+    else:
+        y = torch.baddbmm(bias.view(parts, 1, part_out), rows, split_weight)  # (S, N, out/S)
+    return y.transpose(0, 1).reshape(*x.shape[:-1], parts * part_out)  # (..., out)
 
 
 class Linear(nn.Linear):
-    """``nn.Linear`` (same parameters, same state dict) that uses an (in, out) copy of its weight
-    while ``decoding_layout`` holds one."""
+    """``nn.Linear`` (same parameters, same state dict) that multiplies through its split weight while
+    ``decoding_layout`` holds one."""
 
-    weight_in_out: torch.Tensor | None = None
+    split_weight: torch.Tensor | None = None
 
     def decoding_weight(self) -> torch.Tensor:
         return self.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return project(x, self.weight, self.bias, self.weight_in_out)
+        return project(x, self.weight, self.bias, self.split_weight)
+
+
+def split_for_decoding(weight: torch.Tensor, parts: int) -> torch.Tensor:
+    """(out, in) -> (S, in, out / S): a contiguous copy per block when out >= in, else a view."""
+    out_features, in_features = weight.shape
+    if out_features % parts:
+        parts = 1
+    blocks = weight.view(parts, out_features // parts, in_features).transpose(1, 2)  # (S, in, out/S)
+    return blocks.contiguous() if out_features >= in_features else blocks
 
 
 @contextlib.contextmanager
 def decoding_layout(model: nn.Module) -> Iterator[None]:
-    """Within the block, every ``decoding_weight`` of ``model`` with out >= in is also held as an
-    (in, out) contiguous copy (CPU only: GPU matrix products do not care about this layout)."""
+    """Within the block, every ``decoding_weight`` of ``model`` also has its ``split_weight`` (CPU
+    only: a GPU spreads a one-row product over its cores by itself)."""
     holders = [m for m in model.modules() if hasattr(m, "decoding_weight")]
     if not holders or holders[0].decoding_weight().device.type != "cpu":
         yield
         return
+    parts = torch.get_num_threads()
     with torch.no_grad():
         for module in holders:
-            weight = module.decoding_weight()  # (out, in)
-            if weight.shape[0] >= weight.shape[1]:
-                module.weight_in_out = weight.t().contiguous()  # (in, out)
+            module.split_weight = split_for_decoding(module.decoding_weight(), parts)
     try:
         yield
     finally:
         for module in holders:
-            module.weight_in_out = None
+            module.split_weight = None
