@@ -69,14 +69,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
         w = weight.to(compute_dtype)
         b = bias.to(compute_dtype) if bias is not None else None
         x = h.to(compute_dtype)
-        low_precision = compute_dtype != torch.float32
+        fp32_matmuls = compute_dtype == torch.float32
         buffer_rows = min(chunk_rows, x.shape[0])
         vocab = weight.shape[0]
         logits_buffer = x.new_empty(buffer_rows, vocab)  # (rows, V), compute dtype
-        fp32_logits_buffer = torch.empty(buffer_rows, vocab, device=x.device) if low_precision else None
+        fp32_logits_buffer = torch.empty(buffer_rows, vocab, device=x.device) if not fp32_matmuls else None
         probs_buffer = torch.empty(buffer_rows, vocab, device=x.device)  # (rows, V) fp32
-        grad_buffer = x.new_empty(buffer_rows, vocab) if low_precision and with_grads else None
-        grad_w_chunk = w.new_empty(w.shape) if low_precision and with_grads else None  # (V, d)
+        grad_buffer = x.new_empty(buffer_rows, vocab) if not fp32_matmuls and with_grads else None
+        grad_w_chunk = w.new_empty(w.shape) if not fp32_matmuls and with_grads else None  # (V, d)
         loss_sum = torch.zeros((), dtype=torch.float32, device=h.device)
         if with_grads:
             grad_h = torch.empty_like(h)
@@ -93,7 +93,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 torch.mm(x_chunk, w.T, out=logits)
             else:
                 torch.addmm(b, x_chunk, w.T, out=logits)
-            if low_precision:
+            if not fp32_matmuls:
                 logits = fp32_logits_buffer[:n].copy_(logits)
             probs = torch.softmax(logits, -1, out=probs_buffer[:n])  # (n, V) fp32
             target_p = probs.gather(1, chunk_targets)  # (n, 1)
@@ -110,7 +110,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad.index_fill_(0, ignored.squeeze(1).nonzero().squeeze(1), 0.0)  # only the ignored rows
             if grad_b is not None:
                 grad_b += grad.sum(0)  # (V,)
-            if low_precision:
+            if not fp32_matmuls:
                 grad = grad_buffer[:n].copy_(grad)
                 grad_h[rows] = grad @ w  # (n, d)
                 grad_w += torch.mm(grad.T, x_chunk, out=grad_w_chunk)  # (V, d)

@@ -22,8 +22,8 @@ from torch import nn
 from tqdm import tqdm
 
 from maskwise.errors import UserError
-from maskwise.train.optim import build_optimizer, lr_factor, set_lr
 from maskwise.train.memory import retain_freed_memory
+from maskwise.train.optim import build_optimizer, lr_factor, set_lr
 
 PAD_SIDES = ("left", "right")
 
