@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from maskwise.config import PRESETS, ModelConfig, preset
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX, ClassifierHead, linear_cross_entropy, pool
-from maskwise.model.transformer import build_model
+from maskwise.masks import build_mask
+from maskwise.model.transformer import EXPLICIT_ATTENTION_MAX_KEYS, build_model, cpu_autocast_attention
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder")
 V = 50
@@ -130,6 +131,57 @@ def test_logits_with_labels_are_the_labelled_positions_in_row_major_order():
     expected = -torch.log_softmax(out.logits, -1)[:, 7].mean()
     torch.testing.assert_close(out.loss, expected)
 
+
+
+# --- attention under CPU autocast: explicit bf16 matmuls (short) or fp32 flash (long) ---------------
+
+def _attention_case(kind: str, keys: int):
+    """q, k, v (fp32, requiring grad), the Mask and bias the model would pass, and the fp32 SDPA
+    arguments that say the same thing."""
+    g = torch.Generator().manual_seed(0)
+    B, H, hd = 2, 2, 16
+    queries = keys if kind != "cross" else 5
+    q, k, v = (torch.randn(B, H, n, hd, generator=g).requires_grad_() for n in (queries, keys, keys))
+    bias = None
+    if kind == "causal":
+        mask = build_mask("causal", queries, keys)
+        reference = {"is_causal": True}
+    elif kind == "padding":
+        padding = torch.ones(B, keys, dtype=torch.long)
+        padding[1, keys // 2:] = 0
+        mask = build_mask("bidirectional", queries, keys, key_padding=padding)
+        reference = {"attn_mask": mask.allowed}
+    elif kind == "t5-bias":  # a relative bias with the causal mask folded in, as Stack passes it
+        with torch.no_grad():
+            q /= hd ** 0.5  # T5 does not scale its scores; its initialisation keeps them O(1)
+        mask = build_mask("causal", queries, keys)
+        bias = torch.randn(1, H, queries, keys, generator=g).masked_fill(~mask.dense(queries, keys), float("-inf"))
+        reference = {"attn_mask": bias, "scale": 1.0}
+    else:  # cross: no mask
+        mask = build_mask("cross", queries, keys)
+        reference = {}
+    return q, k, v, mask, bias, reference
+
+
+@pytest.mark.parametrize("kind", ["causal", "padding", "t5-bias", "cross"])
+@pytest.mark.parametrize("long", [False, True])
+def test_cpu_autocast_attention_equals_fp32_attention(kind, long):
+    """Short attention (explicit bf16 matmuls, fp32 softmax) agrees with fp32 SDPA to bf16 precision,
+    outputs and gradients; long attention (fp32 flash) agrees to fp32 precision."""
+    keys = EXPLICIT_ATTENTION_MAX_KEYS + 8 if long else 24
+    q, k, v, mask, bias, reference = _attention_case(kind, keys)
+    scale = reference.get("scale")
+    expected = F.scaled_dot_product_attention(q, k, v, **reference)
+    grad_out = torch.randn_like(expected)
+    expected_grads = torch.autograd.grad(expected, (q, k, v), grad_out)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = cpu_autocast_attention(q, k, v, mask, bias, 0.0, scale)
+    got_grads = torch.autograd.grad(got, (q, k, v), grad_out)
+    tolerance = {"atol": 1e-5, "rtol": 1e-5} if long else {"atol": 3e-2, "rtol": 3e-2}
+    assert got.dtype == (torch.float32 if long else torch.bfloat16)
+    torch.testing.assert_close(got.float(), expected, **tolerance)
+    for name, a, b in zip("qkv", got_grads, expected_grads):
+        torch.testing.assert_close(a, b, **tolerance, msg=name)
 
 
 # --- LM head: the fused, chunked loss (return_logits=False) == logits + F.cross_entropy -------------

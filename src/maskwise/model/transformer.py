@@ -11,7 +11,6 @@ Shapes: B batch, T sequence, S encoder (source) sequence, d model width, H heads
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 
@@ -87,6 +86,41 @@ class KVCache:
                       for kv in self.cross]
 
 
+# Under CPU autocast, attention over at most this many keys runs as explicit bf16 matmuls; over
+# more, as fp32 flash attention, because the explicit (B, H, T, T) scores grow quadratically.
+EXPLICIT_ATTENTION_MAX_KEYS = 512
+
+
+def cpu_autocast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask,
+                           bias: torch.Tensor | None, dropout_p: float, scale: float | None) -> torch.Tensor:
+    """Attention under CPU bf16 autocast: q (B, H, T, hd), k and v (B, H, S, hd) -> (B, H, T, hd).
+
+    Why not SDPA as elsewhere: this CPU backend's bf16 flash kernels are slower than its fp32 ones
+    (one layer's forward + backward, one thread: 31 ms bf16, 17 ms fp32), and its fp32 flash is
+    slower still than two bf16 matmuls around an fp32 softmax. Whole bf16 CLM training steps (4
+    layers, d256, alternating A/B, 2-core EPYC), fp32 flash -> explicit: sequence 128 265 -> 252 ms,
+    256 289 -> 277 ms, 512 375 -> 331 ms. At 1024 keys the explicit scores cost more than they save
+    (one layer 40 vs 95 ms), so longer attention stays fp32 flash. The scores are bf16 products
+    rounded once, then scaled, masked and normalised in fp32 (T5's bias, with its mask folded in,
+    is added in fp32)."""
+    if k.shape[2] > EXPLICIT_ATTENTION_MAX_KEYS:
+        attn_mask = mask.allowed if bias is None else bias.float()
+        with torch.autocast("cpu", enabled=False):
+            return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=attn_mask,
+                                                  is_causal=mask.is_causal and attn_mask is None,
+                                                  dropout_p=dropout_p, scale=scale)
+    scores = torch.matmul(q, k.transpose(-1, -2)).float()  # (B, H, T, S) fp32
+    scores.mul_(scale if scale is not None else q.shape[-1] ** -0.5)
+    if bias is not None:
+        scores = scores + bias
+    elif mask.allowed is not None or mask.is_causal:
+        scores.masked_fill_(~mask.dense(q.shape[2], k.shape[2], q.device), float("-inf"))
+    probs = torch.softmax(scores, -1)
+    if dropout_p:
+        probs = F.dropout(probs, dropout_p)
+    return torch.matmul(probs, v)  # bf16 under autocast
+
+
 class Attention(nn.Module):
     """Multi-head attention for self-attention (``context=None``) and cross-attention.
 
@@ -155,21 +189,17 @@ class Attention(nn.Module):
             if cache is not None:
                 k, v = cache.append(layer, k, v)  # (B, H, cached + T, hd)
 
-        # Under CPU autocast, attention itself runs in fp32 (the projections stay bf16): the CPU
-        # backend's bf16 flash-attention kernels are slower than its fp32 ones on these head views
-        # (one layer's forward + backward, one thread: 31 ms bf16, 17 ms fp32), and the softmax
-        # keeps fp32 precision.
-        cpu_autocast = x.device.type == "cpu" and torch.is_autocast_enabled("cpu")
-        if cpu_autocast:
-            q, k, v = q.float(), k.float(), v.float()
-        # T5's bias arrives with the mask already folded in (-inf where not allowed; see Stack).
-        attn_mask = mask.allowed if bias is None else bias.to(q.dtype)
-        with torch.autocast("cpu", enabled=False) if cpu_autocast else contextlib.nullcontext():
+        dropout_p = self.dropout if self.training else 0.0
+        if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+            y = cpu_autocast_attention(q, k, v, mask, bias, dropout_p, self.scale)  # (B, H, T, hd)
+        else:
+            # T5's bias arrives with the mask already folded in (-inf where not allowed; see Stack).
+            attn_mask = mask.allowed if bias is None else bias.to(q.dtype)
             y = F.scaled_dot_product_attention(
                 q, k, v,
                 attn_mask=attn_mask,
                 is_causal=mask.is_causal and attn_mask is None,
-                dropout_p=self.dropout if self.training else 0.0,
+                dropout_p=dropout_p,
                 scale=self.scale,
             )  # (B, H, T, hd)
         y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*hd)
