@@ -155,6 +155,20 @@ def test_dense_materialises_fast_paths():
     assert Mask(None).dense(2, 3).shape == (1, 1, 2, 3) and Mask(None).dense(2, 3).all()
 
 
+@pytest.mark.parametrize("pattern, kwargs", [("causal", {}), ("bidirectional", {}),
+                                             ("bidirectional", {"key_padding": torch.tensor([[1, 1, 0, 0]])}),
+                                             ("prefix", {"prefix_lengths": torch.tensor([2])})])
+def test_additive_is_zero_where_allowed_and_minus_inf_elsewhere(pattern, kwargs):
+    mask = build_mask(pattern, 4, 4, **kwargs)
+    additive = mask.additive(4, 4)
+    if mask.allowed is None and not mask.is_causal:
+        assert additive is None  # nothing to add: every key is allowed
+        return
+    allowed = mask.dense(4, 4)
+    assert additive.dtype == torch.float32 and additive.shape == allowed.shape
+    assert (additive[allowed] == 0).all() and (additive[~allowed] == float("-inf")).all()
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="unknown mask pattern"):
         build_mask("sliding", 2, 2)

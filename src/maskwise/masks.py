@@ -44,6 +44,16 @@ class Mask:
             return _causal(q_len, k_len, 0, device)[None, None]
         return torch.ones(1, 1, q_len, k_len, dtype=torch.bool, device=device)
 
+    def additive(self, q_len: int, k_len: int, device=None) -> torch.Tensor | None:
+        """The mask as fp32 terms to add to attention scores (0 where allowed, -inf where not), or
+        None when every key is allowed. Why: adding this small broadcast tensor to (B, H, T, S)
+        scores took 0.05 ms where ``masked_fill_`` with the boolean mask took 0.45 ms (16 x 4 x 128 x
+        128 scores, 2-core EPYC)."""
+        if self.allowed is None and not self.is_causal:
+            return None
+        allowed = self.dense(q_len, k_len, device)
+        return torch.zeros(allowed.shape, device=device).masked_fill_(~allowed, float("-inf"))
+
 
 def _causal(q_len: int, k_len: int, q_offset: int, device) -> torch.Tensor:
     """(T_q, T_k): query at absolute position q_offset + i may attend to keys j <= q_offset + i."""

@@ -101,20 +101,18 @@ def cpu_autocast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ma
     layers, d256, alternating A/B, 2-core EPYC), fp32 flash -> explicit: sequence 128 265 -> 252 ms,
     256 289 -> 277 ms, 512 375 -> 331 ms. At 1024 keys the explicit scores cost more than they save
     (one layer 40 vs 95 ms), so longer attention stays fp32 flash. The scores are bf16 products
-    rounded once, then scaled, masked and normalised in fp32 (T5's bias, with its mask folded in,
-    is added in fp32)."""
+    rounded once, then scaled, masked (an additive mask, or T5's bias with its mask folded in) and
+    normalised in fp32."""
     if k.shape[2] > EXPLICIT_ATTENTION_MAX_KEYS:
         attn_mask = mask.allowed if bias is None else bias.float()
         with torch.autocast("cpu", enabled=False):
             return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=attn_mask,
                                                   is_causal=mask.is_causal and attn_mask is None,
                                                   dropout_p=dropout_p, scale=scale)
+    additive = bias if bias is not None else mask.additive(q.shape[2], k.shape[2], q.device)
+    scale = scale if scale is not None else q.shape[-1] ** -0.5
     scores = torch.matmul(q, k.transpose(-1, -2)).float()  # (B, H, T, S) fp32
-    scores.mul_(scale if scale is not None else q.shape[-1] ** -0.5)
-    if bias is not None:
-        scores = scores + bias
-    elif mask.allowed is not None or mask.is_causal:
-        scores.masked_fill_(~mask.dense(q.shape[2], k.shape[2], q.device), float("-inf"))
+    scores = scores.mul_(scale) if additive is None else torch.add(additive, scores, alpha=scale)
     probs = torch.softmax(scores, -1)
     if dropout_p:
         probs = F.dropout(probs, dropout_p)
