@@ -123,9 +123,10 @@ class Attention(nn.Module):
     """Multi-head attention for self-attention (``context=None``) and cross-attention.
 
     Self-attention projects q, k, v with one fused matrix; cross-attention projects q from ``x`` and
-    k, v (fused) from ``context``. Scores go through ``scaled_dot_product_attention`` with the mask
-    from ``maskwise.masks`` or, for T5, an additive relative position bias into which the stack
-    has already folded that mask (``bias`` replaces ``mask`` when given).
+    k, v (fused) from ``context``. Scores go through ``scaled_dot_product_attention`` (under CPU
+    autocast, ``cpu_autocast_attention``) with the mask from ``maskwise.masks`` or, for T5, an
+    additive relative position bias into which the stack has already folded that mask (``bias``
+    replaces ``mask`` when given).
 
     Rotary positions (RoPE) rotate self-attention's queries and keys; with ``cross_rope`` they also
     rotate cross-attention's (queries at decoder positions, keys at source positions 0..S-1), so
