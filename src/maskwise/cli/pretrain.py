@@ -18,7 +18,8 @@ HELP = {
     "budget": "stop at tokens=N, seconds=S or flops=F (the LR schedule follows it)",
     "no_shift": "CLM without the shift: predict the current token (the shift-bug ablation)",
     "out": "run folder (default runs/<family>-<objective>)",
-    "bf16": "bfloat16 autocast (much faster on CPUs with AMX)",
+    "bf16": "bfloat16 autocast (much faster on CPUs with AMX; ~1.7x on a 2-core AVX-512 EPYC)",
+    "compile": "torch.compile the model (compiles for tens of seconds first; +3-7%% on bf16 CLM, 2-core CPU)",
 }
 
 
