@@ -86,6 +86,16 @@ class KVCache:
                       for kv in self.cross]
 
 
+def masked_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask, bias: torch.Tensor | None,
+                dropout_p: float, scale: float | None) -> torch.Tensor:
+    """``scaled_dot_product_attention`` with maskwise's ``Mask`` (its causal fast path kept), or with
+    T5's bias, which arrives with the mask already folded in (-inf where not allowed; see Stack)."""
+    attn_mask = mask.allowed if bias is None else bias.to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                          is_causal=mask.is_causal and attn_mask is None,
+                                          dropout_p=dropout_p, scale=scale)
+
+
 # Under CPU autocast, attention over at most this many keys runs as explicit bf16 matmuls; over
 # more, as fp32 flash attention, because the explicit (B, H, T, T) scores grow quadratically.
 EXPLICIT_ATTENTION_MAX_KEYS = 512
@@ -104,11 +114,8 @@ def cpu_autocast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ma
     rounded once, then scaled, masked (an additive mask, or T5's bias with its mask folded in) and
     normalised in fp32."""
     if k.shape[2] > EXPLICIT_ATTENTION_MAX_KEYS:
-        attn_mask = mask.allowed if bias is None else bias.float()
         with torch.autocast("cpu", enabled=False):
-            return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=attn_mask,
-                                                  is_causal=mask.is_causal and attn_mask is None,
-                                                  dropout_p=dropout_p, scale=scale)
+            return masked_sdpa(q.float(), k.float(), v.float(), mask, bias, dropout_p, scale)
     additive = bias if bias is not None else mask.additive(q.shape[2], k.shape[2], q.device)
     scale = scale if scale is not None else q.shape[-1] ** -0.5
     scores = torch.matmul(q, k.transpose(-1, -2)).float()  # (B, H, T, S) fp32
@@ -192,15 +199,7 @@ class Attention(nn.Module):
         if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
             y = cpu_autocast_attention(q, k, v, mask, bias, dropout_p, self.scale)  # (B, H, T, hd)
         else:
-            # T5's bias arrives with the mask already folded in (-inf where not allowed; see Stack).
-            attn_mask = mask.allowed if bias is None else bias.to(q.dtype)
-            y = F.scaled_dot_product_attention(
-                q, k, v,
-                attn_mask=attn_mask,
-                is_causal=mask.is_causal and attn_mask is None,
-                dropout_p=dropout_p,
-                scale=self.scale,
-            )  # (B, H, T, hd)
+            y = masked_sdpa(q, k, v, mask, bias, dropout_p, self.scale)  # (B, H, T, hd)
         y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*hd)
         return self.out(y)
 
