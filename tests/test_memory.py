@@ -48,3 +48,4 @@ def test_retain_freed_memory_answers_the_same_every_time():
     from maskwise.train.memory import retain_freed_memory
 
     assert retain_freed_memory() == retain_freed_memory()
+    assert retain_freed_memory("cuda") is False  # not glibc's memory: left alone

@@ -143,8 +143,7 @@ def fine_tune(model: nn.Module, step_loss: Callable[[random.Random], torch.Tenso
     seeded ``random.Random`` it is given and returns a mean loss), with ``finetune_optimizer``.
     Returns the losses."""
     cfg.validate()
-    if device_of(model).type == "cpu":
-        retain_freed_memory()
+    retain_freed_memory(device_of(model).type)
     optimizer = finetune_optimizer(model, cfg, head_prefixes)
     params = [p for p in model.parameters() if p.requires_grad]
     rng = random.Random(cfg.seed)

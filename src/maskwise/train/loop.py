@@ -110,8 +110,7 @@ class Trainer:
         if self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         self.rank, self.world = distributed_context()
-        if next(model.parameters()).device.type == "cpu":
-            retain_freed_memory()
+        retain_freed_memory(next(model.parameters()).device.type)
         self.raw_length = objective.raw_length(cfg.block_size)
         train_stream.check_length(self.raw_length)
         val_stream.check_length(self.raw_length)

@@ -32,11 +32,14 @@ TRIM_THRESHOLD = 2**30
 _applied: bool | None = None
 
 
-def retain_freed_memory() -> bool:
-    """Set glibc's mmap and trim thresholds for this process (once; later calls return the first
-    answer). True when set; False where the C library is not glibc (macOS, musl), which is left
+def retain_freed_memory(device_type: str = "cpu") -> bool:
+    """Set glibc's mmap and trim thresholds for this process when training on ``device_type``
+    "cpu" (once; later calls return the first answer). True when set; False for other devices
+    (their memory is not glibc's) and where the C library is not glibc (macOS, musl), which is left
     as it is."""
     global _applied
+    if device_type != "cpu":
+        return False
     if _applied is None:
         _applied = False
         if sys.platform.startswith("linux"):
