@@ -77,6 +77,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         probs_buffer = torch.empty(buffer_rows, vocab, device=x.device)  # (rows, V) fp32
         grad_buffer = x.new_empty(buffer_rows, vocab) if not fp32_matmuls and with_grads else None
         grad_w_chunk = w.new_empty(w.shape) if not fp32_matmuls and with_grads else None  # (V, d)
+        fp32_grad_w_chunk = torch.empty_like(grad_w_chunk, dtype=torch.float32) if grad_w_chunk is not None else None
         loss_sum = torch.zeros((), dtype=torch.float32, device=h.device)
         if with_grads:
             grad_h = torch.empty_like(h)
@@ -113,7 +114,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
             if not fp32_matmuls:
                 grad = grad_buffer[:n].copy_(grad)
                 grad_h[rows] = grad @ w  # (n, d)
-                grad_w += torch.mm(grad.T, x_chunk, out=grad_w_chunk)  # (V, d)
+                torch.mm(grad.T, x_chunk, out=grad_w_chunk)  # (V, d)
+                grad_w += fp32_grad_w_chunk.copy_(grad_w_chunk)
             else:
                 torch.mm(grad, w, out=grad_h[rows])  # (n, d)
                 grad_w.addmm_(grad.T, x_chunk)  # (V, d)
