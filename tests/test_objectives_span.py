@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from maskwise.config import preset
 from maskwise.errors import UserError
 from maskwise.model.transformer import build_model
+from maskwise.objectives import correct_predictions
 from maskwise.objectives.collators import SpecialIds
+from maskwise.objectives.mlm import MLM
 from maskwise.objectives.registry import build_objective, check_pair
 from maskwise.objectives.span import (SpanCorruption, compute_input_and_target_lengths, corrupt_random_spans,
                                       corrupt_spans, random_span_mask, span_lengths)
@@ -185,7 +187,31 @@ def test_pinned_losses_fall():
     losses = train_losses(objective, model)
     assert losses[-1] < losses[0]
     assert losses == pytest.approx(PINNED, abs=1e-4)
-    parts = objective.loss(model, objective.prepare(learnable_windows(2, objective.raw_length(32),
-                                                                      torch.Generator()), torch.Generator()))
+    parts = objective.loss(model.eval(), objective.prepare(learnable_windows(2, objective.raw_length(32),
+                                                                             torch.Generator()), torch.Generator()))
     assert parts.encoder_tokens == 2 * 32 and parts.decoder_tokens == 2 * compute_input_and_target_lengths(32)[1]
     assert 0.0 <= objective.eval_metrics({"n_positions": parts.n_positions, **parts.metrics})["token_acc"] <= 1.0
+
+
+def test_correct_predictions_counts_argmax_hits_at_labelled_positions():
+    logits = torch.zeros(3, V)
+    logits[0, 5] = logits[1, 8] = logits[2, 1] = 1.0  # argmax 5, 8, 1 at the three labelled positions
+    labels = torch.tensor([[5, -100, 7], [-100, 1, -100]])  # labelled, row-major: 5, 7, 1
+    assert correct_predictions(logits, labels) == 2.0
+
+
+@pytest.mark.parametrize("family", ["mlm", "span"])
+def test_training_steps_skip_logits_and_accuracy(family):
+    """A training step asks for the loss alone (no vocabulary logits, no argmax: the loop reports
+    only the loss); evaluation adds the accuracy counts. Both modes give the same loss."""
+    torch.manual_seed(0)
+    preset_name, objective = {"mlm": ("bert", MLM(TOK, V)), "span": ("t5", SpanCorruption(TOK))}[family]
+    model = build_model(preset(preset_name, vocab_size=V, d_model=32, n_heads=2, n_layers=1, max_seq_len=64,
+                               dropout=0.0))
+    g = torch.Generator().manual_seed(0)
+    batch = objective.prepare(learnable_windows(4, objective.raw_length(32), g), g)
+    training = objective.loss(model.train(), batch)
+    evaluation = objective.loss(model.eval(), batch)
+    assert training.metrics == {}
+    assert 0 <= evaluation.metrics["correct"] <= evaluation.n_positions
+    torch.testing.assert_close(training.loss_sum, evaluation.loss_sum)

@@ -14,6 +14,14 @@ from dataclasses import dataclass, field
 
 import torch
 
+from maskwise.model.heads import IGNORE_INDEX
+
+
+def correct_predictions(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    """How many of the labelled positions' argmax predictions hit their label. ``logits``: (N, V) at
+    the N labelled positions (the sparse LM head's order); ``labels``: any shape, -100 = no label."""
+    return float((logits.argmax(-1) == labels[labels != IGNORE_INDEX]).sum())
+
 
 @dataclass
 class LossParts:

@@ -27,7 +27,7 @@ from maskwise.config import ModelConfig
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX, LMHead, LMOutput
 from maskwise.model.transformer import ACTIVATIONS, Discriminator, Encoder, Stack, make_norm
-from maskwise.objectives import LossParts
+from maskwise.objectives import LossParts, correct_predictions
 from maskwise.objectives.mlm import MLM
 
 # ELECTRA's masking: 15% of the tokens are chosen; 85% of those are shown as [MASK] and the rest
@@ -194,9 +194,8 @@ class Electra(MLM):
         out: ElectraOutput = model(batch["input_ids"], batch["labels"], batch["sample_uniform"])
         generated, n_masked, n_tokens = out.generator, out.generator.n_loss_positions, out.n_disc_positions
         loss_sum = generated.loss_sum * (n_tokens / max(n_masked, 1)) + self.discriminator_weight * out.disc_loss_sum
-        targets = batch["labels"][batch["labels"] != IGNORE_INDEX]
         metrics = {
-            "generator_correct": float((generated.logits.argmax(-1) == targets).sum()),
+            "generator_correct": correct_predictions(generated.logits, batch["labels"]),
             "generator_positions": float(n_masked),
             "generator_loss_sum": float(generated.loss_sum.detach()),
             "discriminator_correct": float(((out.logits > 0) == out.replaced).sum()),

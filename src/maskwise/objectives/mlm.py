@@ -10,7 +10,7 @@ import torch
 
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
-from maskwise.objectives import LossParts, Objective
+from maskwise.objectives import LossParts, Objective, correct_predictions
 
 
 def check_ratio(name: str, value: float) -> float:
@@ -97,11 +97,11 @@ class MLM(Objective):
         return {"input_ids": inputs, "labels": labels}
 
     def loss(self, model, batch):
-        out = model(batch["input_ids"], labels=batch["labels"])
-        targets = batch["labels"][batch["labels"] != IGNORE_INDEX]
-        correct = float((out.logits.argmax(-1) == targets).sum())
+        evaluating = not model.training  # a training step reports only the loss: no logits, no accuracy
+        out = model(batch["input_ids"], labels=batch["labels"], return_logits=evaluating)
+        metrics = {"correct": correct_predictions(out.logits, batch["labels"])} if evaluating else {}
         return LossParts(out.loss_sum, out.n_loss_positions, encoder_tokens=batch["input_ids"].numel(),
-                         metrics={"correct": correct})
+                         metrics=metrics)
 
     def eval_metrics(self, totals):
         return {"masked_acc": totals["correct"] / max(totals["n_positions"], 1)}

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
-from maskwise.objectives import LossParts, Objective
+from maskwise.objectives import LossParts, Objective, correct_predictions
 
 
 class SpanLengths(NamedTuple):
@@ -192,13 +192,13 @@ class Seq2SeqObjective(Objective):
 
     def loss(self, model, batch):
         attention_mask = batch.get("attention_mask")
+        evaluating = not model.training  # a training step reports only the loss: no logits, no accuracy
         out = model(batch["input_ids"], attention_mask=attention_mask,
-                    decoder_input_ids=batch["decoder_input_ids"], labels=batch["labels"])
-        targets = batch["labels"][batch["labels"] != IGNORE_INDEX]
-        correct = float((out.logits.argmax(-1) == targets).sum())
+                    decoder_input_ids=batch["decoder_input_ids"], labels=batch["labels"], return_logits=evaluating)
+        metrics = {"correct": correct_predictions(out.logits, batch["labels"])} if evaluating else {}
         encoder_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()
         return LossParts(out.loss_sum, out.n_loss_positions, encoder_tokens=encoder_tokens,
-                         decoder_tokens=batch["decoder_input_ids"].numel(), metrics={"correct": correct})
+                         decoder_tokens=batch["decoder_input_ids"].numel(), metrics=metrics)
 
     def eval_metrics(self, totals):
         return {"token_acc": totals["correct"] / max(totals["n_positions"], 1)}
