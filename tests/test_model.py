@@ -19,7 +19,8 @@ from maskwise.config import PRESETS, ModelConfig, preset
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX, ClassifierHead, linear_cross_entropy, pool
 from maskwise.masks import build_mask
-from maskwise.model.transformer import EXPLICIT_ATTENTION_MAX_KEYS, build_model, cpu_autocast_attention
+from maskwise.model.transformer import (EXPLICIT_ATTENTION_MAX_KEYS, RMSNorm, _RMSNormFunction, build_model,
+                                        cpu_autocast_attention)
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder")
 V = 50
@@ -193,6 +194,32 @@ def _loss_and_grads(loss_fn, *tensors):
     loss = loss_fn()
     (loss * 3).backward()
     return loss.detach(), [t.grad.clone() for t in tensors]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rmsnorm_equals_torch_rmsnorm(dtype):
+    """The CPU RMSNorm's hand-written backward: outputs and gradients equal nn.RMSNorm's (fp32, and
+    bf16 inputs computed in fp32 inside), and gradcheck passes in float64."""
+    torch.manual_seed(0)
+    ours, theirs = RMSNorm(32, eps=1e-6), torch.nn.RMSNorm(32, eps=1e-6)
+    torch.nn.init.normal_(ours.weight)
+    theirs.load_state_dict(ours.state_dict())
+    ours, theirs = ours.to(dtype), theirs.to(dtype)
+    x = (torch.randn(3, 5, 32) * 4).to(dtype)
+    grad = torch.randn(3, 5, 32).to(dtype)
+    results = []
+    for norm in (ours, theirs):
+        xi = x.clone().requires_grad_()
+        y = norm(xi)
+        y.backward(grad)
+        results.append((y, xi.grad, norm.weight.grad))
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    for a, b in zip(*results):
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(a, b, **tol)
+    x64 = torch.randn(2, 3, 7, dtype=torch.float64, requires_grad=True)
+    w64 = torch.randn(7, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, w: _RMSNormFunction.apply(a, w, 1e-6), (x64, w64))
 
 
 @pytest.mark.parametrize("chunk_rows", [1, 4, 7, 64])  # 4 and 7: a ragged last chunk; 64 > N

@@ -33,8 +33,55 @@ ACTIVATIONS = {
 
 def make_norm(cfg: ModelConfig) -> nn.Module:
     if cfg.norm == "rmsnorm":
-        return nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        return RMSNorm(cfg.d_model, eps=cfg.norm_eps)
     return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps) over the last dimension, with the
+    gradients written out so that they take a few whole-tensor passes:
+
+        grad_w = sum over rows of g * x_hat                      (x_hat = x * rstd)
+        grad_x = rstd * (g * w - x_hat * (sum_j g_j w_j x_hat_j) / d)
+
+    ``g * x_hat`` serves both: summed over rows it is grad_w, multiplied by w (one matrix-vector
+    product) it is the per-row dot. Computed in fp32 at least (bf16 inputs too), as torch's kernel does.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        d, compute_dtype = x.shape[-1], torch.promote_types(x.dtype, torch.float32)
+        rstd = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=compute_dtype)  # (..., 1)
+        rstd = rstd.square_().div_(d).add_(eps).rsqrt_()
+        normed = x.to(compute_dtype) * rstd  # (..., d)
+        ctx.save_for_backward(normed, weight, rstd)
+        return (normed * weight).to(x.dtype)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        normed, weight, rstd = ctx.saved_tensors
+        d = normed.shape[-1]
+        g, w = grad.to(normed.dtype), weight.to(normed.dtype)
+        g_normed = g * normed  # (..., d)
+        grad_w = g_normed.reshape(-1, d).sum(0)  # (d,)
+        row_dot = (g_normed @ w).unsqueeze(-1)  # (..., 1): sum_j g_j w_j x_hat_j
+        grad_x = (g * w).mul_(rstd).addcmul_(normed, rstd * row_dot / d, value=-1)
+        return grad_x.to(grad.dtype), grad_w.to(weight.dtype), None
+
+
+class RMSNorm(nn.RMSNorm):
+    """``nn.RMSNorm`` (same parameters, same state dict) whose CPU backward is ``_RMSNormFunction``.
+
+    Why: on a CPU, torch (2.13) runs RMSNorm's backward as autograd's decomposition, a dozen
+    element-wise passes; written out it takes five. (16, 128, 256), forward + backward, 2-core EPYC:
+    0.9-1.3 ms instead of 3.0-3.6 (LayerNorm's fused kernels: 0.3). Elsewhere torch's own kernels.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "cpu":
+            return super().forward(x)
+        return _RMSNormFunction.apply(x, self.weight, self.eps)
 
 
 def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
