@@ -20,7 +20,7 @@ from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX, ClassifierHead, linear_cross_entropy, pool
 from maskwise.masks import build_mask
 from maskwise.model.transformer import (EXPLICIT_ATTENTION_MAX_KEYS, RMSNorm, _RMSNormFunction, build_model,
-                                        cpu_autocast_attention)
+                                        explicit_attention)
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder")
 V = 50
@@ -166,20 +166,23 @@ def _attention_case(kind: str, keys: int):
 
 @pytest.mark.parametrize("kind", ["causal", "padding", "t5-bias", "cross"])
 @pytest.mark.parametrize("long", [False, True])
-def test_cpu_autocast_attention_equals_fp32_attention(kind, long):
-    """Short attention (explicit bf16 matmuls, fp32 softmax) agrees with fp32 SDPA to bf16 precision,
-    outputs and gradients; long attention (fp32 flash) agrees to fp32 precision."""
+@pytest.mark.parametrize("autocast", [True, False])
+def test_explicit_attention_equals_fp32_sdpa(kind, long, autocast):
+    """Short attention (explicit matmuls, fp32 softmax) agrees with fp32 SDPA, outputs and
+    gradients: to bf16 precision under bf16 autocast, to fp32 precision without; long attention
+    (handed to SDPA in fp32) to fp32 precision."""
     keys = EXPLICIT_ATTENTION_MAX_KEYS + 8 if long else 24
     q, k, v, mask, bias, reference = _attention_case(kind, keys)
     scale = reference.get("scale")
     expected = F.scaled_dot_product_attention(q, k, v, **reference)
     grad_out = torch.randn_like(expected)
     expected_grads = torch.autograd.grad(expected, (q, k, v), grad_out)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        got = cpu_autocast_attention(q, k, v, mask, bias, 0.0, scale)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        got = explicit_attention(q, k, v, mask, bias, 0.0, scale)
     got_grads = torch.autograd.grad(got, (q, k, v), grad_out)
-    tolerance = {"atol": 1e-5, "rtol": 1e-5} if long else {"atol": 3e-2, "rtol": 3e-2}
-    assert got.dtype == (torch.float32 if long else torch.bfloat16)
+    bf16 = autocast and not long
+    tolerance = {"atol": 3e-2, "rtol": 3e-2} if bf16 else {"atol": 1e-5, "rtol": 1e-5}
+    assert got.dtype == (torch.bfloat16 if bf16 else torch.float32)
     torch.testing.assert_close(got.float(), expected, **tolerance)
     for name, a, b in zip("qkv", got_grads, expected_grads):
         torch.testing.assert_close(a, b, **tolerance, msg=name)

@@ -143,23 +143,28 @@ def masked_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask, b
                                           dropout_p=dropout_p, scale=scale)
 
 
-# Under CPU autocast, attention over at most this many keys runs as explicit bf16 matmuls; over
-# more, as fp32 flash attention, because the explicit (B, H, T, T) scores grow quadratically.
+# ``explicit_attention`` over more keys than this hands over to SDPA in fp32 (flash attention where no
+# bias needs a gradient), because the explicit (B, H, T, S) scores grow quadratically.
 EXPLICIT_ATTENTION_MAX_KEYS = 512
 
 
-def cpu_autocast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask,
-                           bias: torch.Tensor | None, dropout_p: float, scale: float | None) -> torch.Tensor:
-    """Attention under CPU bf16 autocast: q (B, H, T, hd), k and v (B, H, S, hd) -> (B, H, T, hd).
+def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask,
+                       bias: torch.Tensor | None, dropout_p: float, scale: float | None) -> torch.Tensor:
+    """Attention as two matmuls around an fp32 softmax: q (B, H, T, hd), k and v (B, H, S, hd) ->
+    (B, H, T, hd). ``Attention`` takes it on a CPU under autocast, and for T5's learned bias.
 
-    Why not SDPA as elsewhere: this CPU backend's bf16 flash kernels are slower than its fp32 ones
-    (one layer's forward + backward, one thread: 31 ms bf16, 17 ms fp32), and its fp32 flash is
-    slower still than two bf16 matmuls around an fp32 softmax. Whole bf16 CLM training steps (4
-    layers, d256, alternating A/B, 2-core EPYC), fp32 flash -> explicit: sequence 128 265 -> 252 ms,
-    256 289 -> 277 ms, 512 375 -> 331 ms. At 1024 keys the explicit scores cost more than they save
-    (one layer 40 vs 95 ms), so longer attention stays fp32 flash. The scores are bf16 products
-    rounded once, then scaled, masked (an additive mask, or T5's bias with its mask folded in) and
-    normalised in fp32."""
+    Why not SDPA as elsewhere. Under CPU bf16 autocast: this CPU backend's bf16 flash kernels are
+    slower than its fp32 ones (one layer's forward + backward, one thread: 31 ms bf16, 17 ms fp32),
+    and its fp32 flash is slower still than two bf16 matmuls around an fp32 softmax. Whole bf16 CLM
+    training steps (4 layers, d256, alternating A/B, 2-core EPYC), fp32 flash -> explicit: sequence
+    128 265 -> 252 ms, 256 289 -> 277 ms, 512 375 -> 331 ms. At 1024 keys the explicit scores cost
+    more than they save (one layer 40 vs 95 ms), so longer attention stays fp32 flash. With T5's
+    bias (which needs a gradient) SDPA takes its math path, the same matmuls plus a guard for fully
+    masked rows and two multiplications by sqrt(scale): one fp32 T5 encoder layer's attention,
+    forward + backward (16 x 4 x 128 x 128), 11-13 ms there, 10-10.6 ms here.
+
+    The scores are products rounded once to the matmul dtype, then scaled, masked (an additive mask,
+    or T5's bias with its mask folded in) and normalised in fp32."""
     if k.shape[2] > EXPLICIT_ATTENTION_MAX_KEYS:
         with torch.autocast("cpu", enabled=False):
             return masked_sdpa(q.float(), k.float(), v.float(), mask, bias, dropout_p, scale)
@@ -177,8 +182,8 @@ class Attention(nn.Module):
     """Multi-head attention for self-attention (``context=None``) and cross-attention.
 
     Self-attention projects q, k, v with one fused matrix; cross-attention projects q from ``x`` and
-    k, v (fused) from ``context``. Scores go through ``scaled_dot_product_attention`` (under CPU
-    autocast, ``cpu_autocast_attention``) with the mask from ``maskwise.masks`` or, for T5, an
+    k, v (fused) from ``context``. Scores go through ``scaled_dot_product_attention`` (on a CPU under
+    autocast or with T5's bias, ``explicit_attention``) with the mask from ``maskwise.masks`` or, for T5, an
     additive relative position bias into which the stack has already folded that mask (``bias``
     replaces ``mask`` when given).
 
@@ -243,8 +248,8 @@ class Attention(nn.Module):
                 k, v = cache.append(layer, k, v)  # (B, H, cached + T, hd)
 
         dropout_p = self.dropout if self.training else 0.0
-        if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
-            y = cpu_autocast_attention(q, k, v, mask, bias, dropout_p, self.scale)  # (B, H, T, hd)
+        if x.device.type == "cpu" and (bias is not None or torch.is_autocast_enabled("cpu")):
+            y = explicit_attention(q, k, v, mask, bias, dropout_p, self.scale)  # (B, H, T, hd)
         else:
             y = masked_sdpa(q, k, v, mask, bias, dropout_p, self.scale)  # (B, H, T, hd)
         y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*hd)
