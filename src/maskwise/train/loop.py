@@ -110,7 +110,8 @@ class Trainer:
         if self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         self.rank, self.world = distributed_context()
-        retain_freed_memory(next(model.parameters()).device.type)
+        self.device_type = next(model.parameters()).device.type
+        retain_freed_memory(self.device_type)
         self.raw_length = objective.raw_length(cfg.block_size)
         train_stream.check_length(self.raw_length)
         val_stream.check_length(self.raw_length)
@@ -163,8 +164,7 @@ class Trainer:
     def _autocast(self):
         if not self.cfg.bf16:
             return contextlib.nullcontext()
-        device = next(self.model.parameters()).device.type
-        return torch.autocast(device_type=device, dtype=torch.bfloat16)
+        return torch.autocast(device_type=self.device_type, dtype=torch.bfloat16)
 
     def _all_sum(self, value: float) -> float:
         if self.world == 1:
