@@ -11,12 +11,24 @@ corrupts them; HF: the collator masks them), forward, backward, gradient clippin
 The HF side uses ``AdamW(fused=True)``, which is what HF's ``Trainer`` picks by default
 ("adamw_torch_fused"), so the reference is HF as it is normally run, not a weakened one.
 
-Sides: ``hf`` (the reference, fp32), ``maskwise`` (fp32), ``maskwise-bf16`` (``TrainConfig.bf16``:
-bf16 autocast), and with ``--compile`` ``maskwise-compile`` and ``maskwise-bf16-compile``
-(``TrainConfig.compile``; warm-up steps include the compilation, so give ``--warmup`` >= 2).
+Sides: ``hf`` (the reference, fp32), ``maskwise`` (fp32), ``maskwise-bf16`` (``TrainConfig
+(precision="bf16")``: bf16 autocast), and with ``--compile`` ``maskwise-compile`` and
+``maskwise-bf16-compile`` (``TrainConfig.compile``; warm-up steps include the compilation, so give
+``--warmup`` >= 2); with ``--hf-bf16`` also ``hf-bf16``, HF's model under the same bf16 autocast.
 maskwise's ``Trainer`` sets glibc's allocator to keep freed memory (``maskwise.train.memory``), which
 HF does not; ``hf-retain`` is HF in a process with the same setting, so the table shows how much of
-the ratio that setting is, and the targets are judged against plain ``hf``.
+the ratio that setting is, and the targets are judged against plain ``hf`` (on a GPU, where the
+setting does not apply, ``hf-retain`` is left out).
+
+The bf16 sides and the bf16 matmul peak run only where the device runs bf16 fast, which is where
+``maskwise.runtime.resolve(device, "auto")`` picks bf16 (a CPU with native bf16 that a probe finds
+faster in bf16; a CUDA GPU of compute capability 8.0 or newer). Elsewhere, e.g. a CPU with AVX2
+only, whose bf16 matmuls are emulated ~90x slower than fp32, they are skipped, with one line in the
+report saying which and why; ``--no-bf16`` skips them anywhere.
+
+``--device`` (default auto: CUDA if present, else the CPU) puts both sides' models and batches on
+that device; on a GPU every timer is read after ``torch.cuda.synchronize()`` and the table's note
+gives each side's peak GPU memory.
 Tokens/s counts the tokens each step reads (T5: encoder + decoder tokens). GFLOP/s counts what
 each side *executes*: both sides' blocks alike, and the LM head at every position for HF (dense)
 but only at labelled positions for maskwise (sparse); bf16 sides are compared to the bf16 peak.
@@ -60,10 +72,11 @@ class MaskwiseTrain(common.Side):
 
         tokenizer, train, val = common.shakespeare(args.vocab)
         torch.manual_seed(0)
-        self.model = build_model(preset(PRESET[args.objective], **shapes(args)))
+        self.device = args.device
+        self.model = build_model(preset(PRESET[args.objective], **shapes(args))).to(args.device)
         objective = maskwise_objective(args.objective, tokenizer, args.vocab)
-        cfg = TrainConfig(batch_size=args.batch, block_size=args.seq, bf16=bf16, compile=compile, progress=False,
-                          lr=1e-3, warmup=0)
+        cfg = TrainConfig(batch_size=args.batch, block_size=args.seq, device=args.device,
+                          precision="bf16" if bf16 else "fp32", compile=compile, progress=False, lr=1e-3, warmup=0)
         self.trainer = Trainer(self.model, objective, train, val, cfg)
         self.args, self.positions, self.enc, self.dec = args, 0, 0, 0
         self.info = {"parameters": sum(p.numel() for p in self.model.parameters())}
@@ -96,7 +109,7 @@ class HFTrain(common.Side):
     """The HF model of the same family in a plain training loop (HF's ``Trainer`` adds only
     bookkeeping around the same calls)."""
 
-    def __init__(self, args, retain_memory: bool):
+    def __init__(self, args, retain_memory: bool, bf16: bool = False):
         import transformers
 
         if retain_memory:
@@ -139,7 +152,9 @@ class HFTrain(common.Side):
             self.model = T5ForConditionalGeneration(cfg)
             self.span = maskwise_objective("span", tokenizer, a.vocab)
             self.raw = self.span.raw_length(a.seq)
-        self.model.train()
+        self.device = args.device
+        self.model.to(args.device).train()
+        self.autocast_dtype = torch.bfloat16 if bf16 else None
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1,
                                            fused=True)
         self.info = {"parameters": sum(p.numel() for p in self.model.parameters()),
@@ -160,8 +175,10 @@ class HFTrain(common.Side):
 
     def step(self) -> int:
         a, m = self.args, self.model
-        batch = self._batch()
-        loss = m(**batch).loss
+        batch = {key: value.to(self.device) for key, value in self._batch().items()}
+        with torch.autocast(torch.device(self.device).type, dtype=self.autocast_dtype or torch.bfloat16,
+                            enabled=self.autocast_dtype is not None):
+            loss = m(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         self.optimizer.step()
@@ -186,11 +203,11 @@ class HFTrain(common.Side):
 
 def build(side: str, args) -> common.Side:
     if side.startswith("hf"):
-        return HFTrain(args, retain_memory=side == "hf-retain")
+        return HFTrain(args, retain_memory=side == "hf-retain", bf16=side == "hf-bf16")
     return MaskwiseTrain(args, bf16="bf16" in side, compile="compile" in side)
 
 
-OPTIONS = ("objective", "vocab", "d_model", "layers", "heads", "d_ff", "seq", "batch")
+OPTIONS = ("objective", "vocab", "d_model", "layers", "heads", "d_ff", "seq", "batch", "device")
 
 
 def main() -> None:
@@ -198,7 +215,12 @@ def main() -> None:
     parser.add_argument("--objective", choices=tuple(REFERENCE), default="mlm")
     parser.add_argument("--compile", action="store_true",
                         help="add torch.compile sides, fp32 and bf16 (each compiles for minutes first)")
-    parser.add_argument("--no-bf16", action="store_true", help="leave out the bf16 side")
+    parser.add_argument("--no-bf16", action="store_true",
+                        help="leave out the bf16 sides and the bf16 peak (they are left out anyway where the "
+                             "device runs bf16 slowly)")
+    parser.add_argument("--hf-bf16", action="store_true", help="add HF's model under bf16 autocast as a side")
+    parser.add_argument("--device", default="auto", help="auto (default: CUDA if present, else the CPU), cpu, "
+                                                         "cuda, cuda:N")
     for name, default in (("vocab", 8192), ("d_model", 256), ("layers", 4), ("heads", 4), ("d_ff", 1024),
                           ("seq", 128), ("batch", 16)):
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=default)
@@ -206,13 +228,27 @@ def main() -> None:
     if args.worker:
         common.serve(build, args.worker, args)
         return
-    sides = ["hf", "hf-retain", "maskwise"] + ([] if args.no_bf16 else ["maskwise-bf16"])
-    if args.compile:
-        sides += ["maskwise-compile"] + ([] if args.no_bf16 else ["maskwise-bf16-compile"])
+    runtime = common.device_runtime(args.device)
+    args.device = runtime.device  # the workers get the device itself ("cuda:0"), not "auto"
+    on_cpu = runtime.device_type == "cpu"
+    sides = ["hf"] + (["hf-retain"] if on_cpu else []) + ["maskwise"] + (["maskwise-compile"] if args.compile else [])
+    bf16_sides = ["maskwise-bf16"] + (["maskwise-bf16-compile"] if args.compile else []) + \
+        (["hf-bf16"] if args.hf_bf16 else [])
+    skipped = [] if on_cpu else [f"skipped hf-retain: device {runtime.device}: glibc's allocator setting "
+                                 "concerns CPU memory only"]
+    if args.no_bf16 or not common.bf16_fast(runtime):
+        what = f"{', '.join(bf16_sides)} and the bf16 peak"
+        skipped.append(f"skipped {what}: --no-bf16" if args.no_bf16 else common.skipped_line(what, runtime))
+    else:
+        sides += bf16_sides
+    for line in skipped:
+        print(line, file=sys.stderr, flush=True)
     common.shakespeare(args.vocab)  # build the tokenizer and id cache once, before the workers need them
     name = f"{args.objective} train"
+    peak_dtypes = ("float32",) + (("bfloat16",) if "maskwise-bf16" in sides else ())
     workers = common.start(__file__, sides, common.worker_args(args, OPTIONS))
-    comparison = common.compare(workers, name, "hf", args.rounds, args.steps, args.warmup, ("float32", "bfloat16"))
+    comparison = common.compare(workers, name, "hf", args.rounds, args.steps, args.warmup, peak_dtypes,
+                                device=runtime.device)
     common.close_all(workers)
     fp32_target, bf16_target = TARGETS[args.objective]
     rows = common.rows_of(
@@ -220,12 +256,13 @@ def main() -> None:
         targets={"maskwise": f">= {fp32_target}", "maskwise-bf16": f">= {bf16_target}" if bf16_target else ""},
         dtypes={side: "bfloat16" for side in sides if "bf16" in side},
         notes={"hf": f"{REFERENCE[args.objective]}, {comparison.sides['hf'].info.get('attention')}, fused AdamW",
-               "hf-retain": "the same, glibc keeping freed memory as maskwise's Trainer does"})
-    header = [f"machine: {common.machine()}",
+               "hf-retain": "the same, glibc keeping freed memory as maskwise's Trainer does",
+               "hf-bf16": "the same under bf16 autocast"})
+    header = [f"machine: {common.machine(runtime)}",
               f"command: python benchmarks/bench_train.py {' '.join(sys.argv[1:])}",
               f"{common.peaks_line(comparison)}; {args.rounds} rounds x {args.steps} steps per side, batch "
-              f"{args.batch} x {args.seq}"]
-    common.emit(rows, header, args.json)
+              f"{args.batch} x {args.seq}, {args.layers} layers, d_model {args.d_model}, vocab {args.vocab}"]
+    common.emit(rows, header, args.json, skipped=skipped)
 
 
 if __name__ == "__main__":

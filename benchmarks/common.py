@@ -31,8 +31,6 @@ from typing import Any, Callable
 
 import torch
 
-from maskwise.experiments.runner import machine_info
-
 # The shapes of issue 7: every training benchmark uses these unless told otherwise.
 SHAPES = dict(n_layers=4, d_model=256, n_heads=4, d_ff=1024, vocab_size=8192, seq_len=128, batch=16)
 
@@ -40,29 +38,56 @@ SHAPES = dict(n_layers=4, d_model=256, n_heads=4, d_ff=1024, vocab_size=8192, se
 # ---- machine -----------------------------------------------------------------------------------
 
 
-def machine() -> str:
-    """One line: CPU model, cores, the vector ISA torch dispatches to, threads, torch version."""
-    info = machine_info()
-    try:
-        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
-        extras = [f for f in ("avx512_bf16", "amx_bf16", "amx_tile") if f in flags.split()]
-    except (OSError, StopIteration):
-        extras = []
-    return (f"{info['cpu']}, {info['cores']} cores, {torch.backends.cpu.get_cpu_capability()}"
-            f"{' + ' + ' + '.join(extras) if extras else ''}, torch {info['torch']}, {info['threads']} threads")
+def machine(runtime=None) -> str:
+    """One line: CPU model, cores, the vector ISA torch dispatches to, threads, torch version, the
+    GPUs, and (given one) the runtime the numbers ran under, with why: all from ``maskwise.runtime``,
+    the one place that reads hardware flags."""
+    from maskwise.runtime import machine_line
+
+    return machine_line(runtime)
 
 
-def matmul_peak(dtype: torch.dtype, n: int = 2048, seconds: float = 1.0) -> float:
-    """FLOP/s of a square (n x n) @ (n x n) matmul loop at ``dtype``: the most this machine's matmul
-    library delivers right now, the denominator of "% of peak". bf16 is timed as a plain bf16
-    matmul, which is what autocast runs."""
-    a = torch.randn(n, n).to(dtype)
-    b = torch.randn(n, n).to(dtype)
+def device_runtime(device: str = "auto"):
+    """The runtime ``maskwise`` picks on ``device`` with precision auto: its ``precision`` is "bf16"
+    exactly where bf16 is fast there (a CPU with native bf16 whose probe finds bf16 matmuls faster
+    than fp32; a CUDA GPU of compute capability 8.0 or newer)."""
+    from maskwise.runtime import resolve
+
+    return resolve(device, "auto")
+
+
+def bf16_fast(runtime) -> bool:
+    return runtime.precision == "bf16"
+
+
+def skipped_line(what: str, runtime) -> str:
+    """The one line a benchmark prints for what it left out, and why:
+    "skipped maskwise-bf16 and the bf16 peak: device cpu, precision fp32: this CPU has no native bf16 (AVX2)"."""
+    return f"skipped {what}: {runtime.describe()}"
+
+
+def synchronize(device: str) -> None:
+    """Wait for the device's queued work, so that a timer read afterwards counts it (CUDA runs
+    asynchronously; the CPU needs nothing)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_peak(dtype: torch.dtype, n: int | None = None, seconds: float = 1.0, device: str = "cpu") -> float:
+    """FLOP/s of a square (n x n) @ (n x n) matmul loop at ``dtype`` on ``device``: the most this
+    machine's matmul library delivers right now, the denominator of "% of peak". bf16 is timed as a
+    plain bf16 matmul, which is what autocast runs. ``n`` defaults to 2048 on a CPU, 8192 on a GPU."""
+    if n is None:
+        n = 2048 if torch.device(device).type == "cpu" else 8192
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
     a @ b  # warm-up: first-call packing and thread start
+    synchronize(device)
     count, start = 0, time.perf_counter()
     while True:
         a @ b
         count += 1
+        synchronize(device)
         elapsed = time.perf_counter() - start
         if elapsed >= seconds and count >= 3:
             return 2.0 * n ** 3 * count / elapsed
@@ -113,9 +138,12 @@ class Side:
     returns how many tokens (or lines) it processed; ``flops(n)`` the FLOPs it executed for ``n``
     such units counted by ``step``; ``info`` is free-form and reported once. Extra requests
     (``{"cmd": "call", "name": ...}``) call a method of the same name with keyword arguments.
+    ``device`` is where the side computes: on a GPU the timers are read only after
+    ``torch.cuda.synchronize()``, and the peak GPU memory is reported with the RSS.
     """
 
     info: dict[str, Any] = {}
+    device: str = "cpu"
 
     def step(self) -> int:
         raise NotImplementedError
@@ -141,9 +169,11 @@ def serve(build: Callable[[str, argparse.Namespace], Side], side: str, args: arg
             break
         if cmd == "time":
             units = 0
+            synchronize(obj.device)
             start, cpu_start = time.perf_counter(), time.process_time()
             for _ in range(request["n"]):
                 units += obj.step()
+            synchronize(obj.device)
             seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
             reply: dict[str, Any] = {"seconds": seconds, "cpu_seconds": cpu_seconds, "units": units,
                                      "flops": obj.flops(units)}
@@ -153,6 +183,8 @@ def serve(build: Callable[[str, argparse.Namespace], Side], side: str, args: arg
             reply = {"error": f"unknown request {cmd!r}"}
         reply["peak_rss_mb"] = peak_rss_mb()
         reply["bare_rss_mb"] = baseline
+        if torch.device(obj.device).type == "cuda":
+            reply["device_peak_mb"] = torch.cuda.max_memory_allocated(obj.device) / 2 ** 20
         out.write(json.dumps(reply) + "\n")
         out.flush()
 
@@ -163,13 +195,13 @@ def serve(build: Callable[[str, argparse.Namespace], Side], side: str, args: arg
 class Worker:
     """A running worker process for one side; ``ask`` sends one request and waits for the reply."""
 
-    def __init__(self, script: str, side: str, extra: list[str]):
+    def __init__(self, script: str, side: str, extra: list[str], wait: bool = True):
         self.side = side
         self.log = tempfile.TemporaryFile(mode="w+")
         env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
         self.proc = subprocess.Popen([sys.executable, script, "--worker", side, *extra], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
-        self.ready = self._read()
+        self.ready = self._read() if wait else {}
 
     def _read(self) -> dict[str, Any]:
         line = self.proc.stdout.readline()
@@ -204,6 +236,7 @@ class SideResult:
     flop_rates: list[float] = field(default_factory=list)
     peak_rss_mb: float = 0.0
     bare_rss_mb: float = 0.0
+    device_peak_mb: float | None = None  # torch.cuda.max_memory_allocated, on a GPU
     info: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -238,11 +271,14 @@ class Comparison:
 
 
 def start(script: str, sides: list[str], extra: list[str]) -> dict[str, Worker]:
-    """One worker per side, each built and ready."""
+    """One worker per side, each built and ready. They start together (each imports torch and
+    builds its side at once) and nothing is timed until all are ready."""
     workers: dict[str, Worker] = {}
     try:
         for side in sides:
-            workers[side] = Worker(script, side, extra)
+            workers[side] = Worker(script, side, extra, wait=False)
+        for worker in workers.values():
+            worker.ready = worker._read()
     except BaseException:
         kill_all(workers)
         raise
@@ -250,10 +286,11 @@ def start(script: str, sides: list[str], extra: list[str]) -> dict[str, Worker]:
 
 
 def compare(workers: dict[str, Worker], name: str, reference: str, rounds: int, steps: int, warmup: int,
-            peak_dtypes: tuple[str, ...] = ("float32",), unit: str = "tokens/s") -> Comparison:
+            peak_dtypes: tuple[str, ...] = ("float32",), unit: str = "tokens/s", device: str = "cpu") -> Comparison:
     """Warm every worker up, then ``rounds`` rounds of: every side times ``steps`` steps in turn (the
     order rotating each round, so no side always follows the same one), and the parent times the
-    matmul peak."""
+    matmul peak on ``device`` at each of ``peak_dtypes`` (leave out a dtype the device runs slowly:
+    an emulated bf16 peak on a CPU without native bf16 takes minutes and measures nothing useful)."""
     sides = list(workers)
     try:
         for side in sides:
@@ -271,8 +308,9 @@ def compare(workers: dict[str, Worker], name: str, reference: str, rounds: int, 
                 res.flop_rates.append(reply["flops"] / reply["seconds"])
                 res.peak_rss_mb = reply["peak_rss_mb"]
                 res.bare_rss_mb = reply["bare_rss_mb"]
+                res.device_peak_mb = reply.get("device_peak_mb")
             for dtype in peak_dtypes:
-                peaks[dtype].append(matmul_peak(getattr(torch, dtype), seconds=0.5))
+                peaks[dtype].append(matmul_peak(getattr(torch, dtype), seconds=0.5, device=device))
             line = "  ".join(f"{s} {results[s].rates[-1]:,.1f}" for s in sides)
             print(f"  {name} round {r + 1}/{rounds}: {line} {unit}", file=sys.stderr, flush=True)
         return Comparison(name, reference, results, peaks, unit)
@@ -327,9 +365,11 @@ def rows_of(comparison: Comparison, targets: dict[str, str] | None = None,
             cpu_ratio = f"{comparison.ratio(side, cpu=True)[0]:.2f}x"
         gflops = res.flop_rate / 1e9 if res.flop_rates and res.flop_rate > 0 else None
         pct = 100.0 * res.flop_rate / comparison.peak(dtype) if gflops and dtype in comparison.peaks else None
+        note = (notes or {}).get(side, "")
+        if res.device_peak_mb is not None:
+            note = "; ".join(filter(None, [note, f"GPU memory peak {res.device_peak_mb:,.0f} MiB"]))
         rows.append(Row(comparison.name, side, res.rate, comparison.unit, ratio, cpu_ratio, (targets or {}).get(side, ""),
-                        gflops, pct, dtype, res.peak_rss_mb, res.peak_rss_mb - res.bare_rss_mb,
-                        (notes or {}).get(side, "")))
+                        gflops, pct, dtype, res.peak_rss_mb, res.peak_rss_mb - res.bare_rss_mb, note))
     return rows
 
 
@@ -358,10 +398,11 @@ def peaks_line(comparison: Comparison) -> str:
                      for d, v in comparison.peaks.items())
 
 
-def emit(rows: list[Row], header: list[str], json_out: str | None, extra: list[str] = ()) -> None:
-    """Print the header lines, the table and any extra Markdown sections, and, for ``run_all.py``,
-    write them as JSON."""
-    for line in header:
+def emit(rows: list[Row], header: list[str], json_out: str | None, extra: list[str] = (),
+         skipped: list[str] = ()) -> None:
+    """Print the header lines, the lines of what was skipped and why, the table and any extra
+    Markdown sections, and, for ``run_all.py``, write them as JSON."""
+    for line in [*header, *skipped]:
         print(line)
     if rows:
         print(markdown(rows))
@@ -370,7 +411,7 @@ def emit(rows: list[Row], header: list[str], json_out: str | None, extra: list[s
         print(section)
     if json_out:
         Path(json_out).write_text(json.dumps({"header": header, "rows": [r.__dict__ for r in rows],
-                                              "extra": list(extra)}))
+                                              "extra": list(extra), "skipped": list(skipped)}))
 
 
 def base_parser(description: str, rounds: int, steps: int, warmup: int) -> argparse.ArgumentParser:

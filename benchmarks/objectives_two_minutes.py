@@ -61,7 +61,8 @@ def main() -> None:
         settings = PretrainConfig.from_flat(dict(
             family=family, objective=objective, tokenizer=args.tokenizer, vocab_size=4096, d_model=128, layers=4,
             heads=4, block_size=128, batch_size=32, lr=2e-3, warmup=30, steps=100_000,
-            budget=f"seconds={args.seconds}", eval_every=50, eval_batches=8, bf16=True, progress=False,
+            budget=f"seconds={args.seconds}", eval_every=50, eval_batches=8, precision=args.precision, device=args.device,
+            progress=False,
             out=f"{out}/{objective}", overwrite=True))
         result = pretrain(settings)
         records = result["records"]

@@ -1,11 +1,16 @@
 """Run every side-by-side benchmark and print one Markdown report: one table, then the decoding cost
 curve and the bf16 quality check.
 
-    python benchmarks/run_all.py [--quick] [--only train,decode,embed,bf16] [--out report.md]
+    python benchmarks/run_all.py [--quick] [--only train,decode,embed,bf16] [--out report.md] [--device auto]
 
 Each benchmark runs as its own process, one after the other (two at once would time each other).
 ``--quick`` uses fewer rounds and steps: for checking that everything runs, not for numbers. Exit
 status 1 if a benchmark failed (its error is printed); targets missed are reported, not failures.
+``--device`` goes to the training benchmarks (train, bf16); decoding and embedding run on the CPU.
+
+bf16 runs only where the device runs it fast (``maskwise.runtime.resolve(device, "auto")`` picks
+bf16 there): elsewhere the bf16 quality check is not started, the training benchmarks leave out
+their bf16 sides and the bf16 peak, and the report lists what was skipped and why.
 """
 
 from __future__ import annotations
@@ -40,15 +45,22 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(BENCHES))
     parser.add_argument("--out", help="also write the report to this file")
     parser.add_argument("--threads", type=int, default=0, help="passed to every benchmark but bf16 (see common.py)")
+    parser.add_argument("--device", default="auto", help="for the training benchmarks (train, bf16): auto, cpu, cuda")
     args = parser.parse_args()
-    rows, runs, sections, failed = [], [], [], []
+    runtime = common.device_runtime(args.device)
+    rows, runs, sections, failed, skipped = [], [], [], [], []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="maskwise-bench-") as tmp:
         for name in args.only.split(","):
+            if name == "bf16" and not common.bf16_fast(runtime):
+                skipped.append(common.skipped_line("bench_bf16.py (the bf16 quality check)", runtime))
+                print(skipped[-1], file=sys.stderr, flush=True)
+                continue
             for i, (command, quick) in enumerate(BENCHES[name]):
                 out = Path(tmp) / f"{name}-{i}.json"
                 argv = [sys.executable, str(HERE / command[0]), *command[1:], *(quick if args.quick else []),
                         *(["--threads", str(args.threads)] if args.threads and name != "bf16" else []),
+                        *(["--device", runtime.device] if name in ("train", "bf16") else []),
                         "--json", str(out)]
                 print(f"running {' '.join(argv[1:-2])}", file=sys.stderr, flush=True)
                 result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -59,10 +71,13 @@ def main() -> None:
                     continue
                 report = json.loads(out.read_text())
                 rows += [common.Row(**row) for row in report["rows"]]
+                skipped += [f"{line} ({' '.join(command)})" for line in report.get("skipped", [])]
                 runs.append("- " + "; ".join(line.removeprefix("command: ") for line in report["header"][1:]))
                 sections += report["extra"]
-    lines = [f"machine: {common.machine()}", f"command: python benchmarks/run_all.py {' '.join(sys.argv[1:])}",
+    lines = [f"machine: {common.machine(runtime)}", f"command: python benchmarks/run_all.py {' '.join(sys.argv[1:])}",
              f"total {time.perf_counter() - started:.0f} s", "", common.markdown(rows), "", *runs]
+    if skipped:
+        lines += ["", "Skipped:", *(f"- {line}" for line in skipped)]
     for section in sections:
         lines += ["", section]
     text = "\n".join(lines)

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from maskwise.cli import main
+from maskwise.train.checkpoint import read_metrics
 
 TINY = ["--d-model", "32", "--layers", "1", "--heads", "2", "--batch-size", "4", "--block-size", "32",
         "--eval-batches", "2", "--no-progress"]
@@ -27,8 +28,7 @@ def test_pretrain_decoder_then_config_override(small_text, tmp_path, capsys):
     code, out, err = run_cli(["pretrain", "--config", config, "--data", small_text, "--steps", 6,
                               "--out", tmp_path / "run", *TINY], capsys)
     assert code == 0, err
-    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(x)["step"] for x in lines] == [2, 4, 6]  # --steps overrides the file
+    assert [r["step"] for r in read_metrics(tmp_path / "run")] == [2, 4, 6]  # --steps overrides the file
     saved = json.loads((tmp_path / "run" / "config.json").read_text())["settings"]
     assert saved["lr"] == 0.002 and saved["steps"] == 6
 
@@ -114,12 +114,12 @@ def test_kill_9_then_resume_gives_identical_losses(small_text, tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL  # really killed, not finished
-    assert len((cut / "metrics.jsonl").read_text().splitlines()) < 8
+    assert len(read_metrics(cut)) < 8
     subprocess.run([*base, "--out", str(cut), "--resume"], check=True, env=env, capture_output=True)
 
     def losses(run):
         return [(r["step"], r["train_loss"], r["val_loss"])
-                for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+                for r in read_metrics(run)]
 
     assert losses(cut) == losses(tmp_path / "full")
 
@@ -136,7 +136,7 @@ def test_corrupt_newest_checkpoint_is_skipped(small_text, tmp_path, capsys):
         code, _, err = run_cli(["pretrain", "--data", small_text, "--steps", 6, "--eval-every", 2,
                                 "--out", out, "--resume", *TINY], capsys)
     assert code == 0, err
-    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in read_metrics(out)]
     assert steps == [2, 4, 6]
 
 
@@ -155,7 +155,7 @@ def test_two_process_ddp_matches_one_process(small_text, tmp_path):
 
     def curve(run):
         return [(r["step"], r["tokens_seen"], r["train_loss"], r["val_loss"])
-                for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+                for r in read_metrics(run)]
 
     one_curve, two_curve = curve(tmp_path / "one"), curve(tmp_path / "two")
     assert [r[:2] for r in one_curve] == [r[:2] for r in two_curve]

@@ -15,12 +15,14 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from maskwise import kernels
 from maskwise.config import PRESETS, ModelConfig, preset
 from maskwise.errors import UserError
-from maskwise.model.heads import IGNORE_INDEX, ClassifierHead, linear_cross_entropy, pool
+from maskwise.kernels import cpu
+from maskwise.model.heads import IGNORE_INDEX, ClassifierHead, pool
 from maskwise.masks import build_mask
-from maskwise.model.transformer import (EXPLICIT_ATTENTION_MAX_KEYS, RMSNorm, _RMSNormFunction, build_model,
-                                        explicit_attention)
+from maskwise.model.layers import RMSNorm
+from maskwise.model.transformer import build_model
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder")
 V = 50
@@ -170,15 +172,15 @@ def _attention_case(kind: str, keys: int):
 def test_explicit_attention_equals_fp32_sdpa(kind, long, autocast):
     """Short attention (explicit matmuls, fp32 softmax) agrees with fp32 SDPA, outputs and
     gradients: to bf16 precision under bf16 autocast, to fp32 precision without; long attention
-    (handed to SDPA in fp32) to fp32 precision."""
-    keys = EXPLICIT_ATTENTION_MAX_KEYS + 8 if long else 24
+    (which ``kernels.attention`` hands to SDPA in fp32) to fp32 precision."""
+    keys = cpu.EXPLICIT_ATTENTION_MAX_KEYS + 8 if long else 24
     q, k, v, mask, bias, reference = _attention_case(kind, keys)
     scale = reference.get("scale")
     expected = F.scaled_dot_product_attention(q, k, v, **reference)
     grad_out = torch.randn_like(expected)
     expected_grads = torch.autograd.grad(expected, (q, k, v), grad_out)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        got = explicit_attention(q, k, v, mask, bias, 0.0, scale)
+        got = (kernels.attention if long else cpu.explicit_attention)(q, k, v, mask, bias, 0.0, scale)
     got_grads = torch.autograd.grad(got, (q, k, v), grad_out)
     bf16 = autocast and not long
     tolerance = {"atol": 3e-2, "rtol": 3e-2} if bf16 else {"atol": 1e-5, "rtol": 1e-5}
@@ -222,7 +224,7 @@ def test_rmsnorm_equals_torch_rmsnorm(dtype):
         torch.testing.assert_close(a, b, **tol)
     x64 = torch.randn(2, 3, 7, dtype=torch.float64, requires_grad=True)
     w64 = torch.randn(7, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda a, w: _RMSNormFunction.apply(a, w, 1e-6), (x64, w64))
+    assert torch.autograd.gradcheck(lambda a, w: cpu.rms_norm(a, w, 1e-6), (x64, w64))
 
 
 @pytest.mark.parametrize("chunk_rows", [1, 4, 7, 64])  # 4 and 7: a ragged last chunk; 64 > N
@@ -242,8 +244,8 @@ def test_linear_cross_entropy_equals_plain_cross_entropy(chunk_rows, with_ignore
     plain, plain_grads = _loss_and_grads(
         lambda: F.cross_entropy(F.linear(h, weight, bias), targets, ignore_index=IGNORE_INDEX, reduction="sum"),
         *tensors)
-    fused, fused_grads = _loss_and_grads(lambda: linear_cross_entropy(h, weight, bias, targets, chunk_rows),
-                                         *tensors)
+    fused, fused_grads = _loss_and_grads(
+        lambda: cpu.linear_cross_entropy(h, weight, bias, targets, IGNORE_INDEX, chunk_rows), *tensors)
     assert fused.dtype == torch.float32
     torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
     for name, f, p in zip(("h", "weight", "bias"), fused_grads, plain_grads):
@@ -299,8 +301,8 @@ def test_linear_cross_entropy_under_bf16_autocast_matches_the_autocast_path():
 
     plain, plain_grads = _loss_and_grads(autocast(lambda: F.cross_entropy(
         F.linear(h, weight, bias).float(), targets, ignore_index=IGNORE_INDEX, reduction="sum")), h, weight, bias)
-    fused, fused_grads = _loss_and_grads(autocast(lambda: linear_cross_entropy(h, weight, bias, targets, 16)),
-                                         h, weight, bias)
+    fused, fused_grads = _loss_and_grads(
+        autocast(lambda: cpu.linear_cross_entropy(h, weight, bias, targets, IGNORE_INDEX, 16)), h, weight, bias)
     assert fused.dtype == torch.float32
     torch.testing.assert_close(fused, plain, rtol=1e-6, atol=1e-4)
     for name, f, p in zip(("h", "weight", "bias"), fused_grads, plain_grads):
@@ -328,7 +330,8 @@ def test_linear_cross_entropy_where_the_target_probability_underflows_fp32():
 
     plain, plain_grads = _loss_and_grads(
         lambda: F.cross_entropy(h @ weight.T, targets, ignore_index=IGNORE_INDEX, reduction="sum"), h, weight)
-    fused, fused_grads = _loss_and_grads(lambda: linear_cross_entropy(h, weight, None, targets, 4), h, weight)
+    fused, fused_grads = _loss_and_grads(
+        lambda: cpu.linear_cross_entropy(h, weight, None, targets, IGNORE_INDEX, 4), h, weight)
     assert torch.isfinite(fused)
     torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-4)
     for name, f, p in zip(("h", "weight"), fused_grads, plain_grads):
@@ -340,7 +343,7 @@ def test_linear_cross_entropy_without_grad_computes_the_loss_only():
     h, weight = torch.randn(9, 8, generator=g, requires_grad=True), torch.randn(V, 8, generator=g)
     targets = torch.randint(0, V, (9,), generator=g)
     with torch.no_grad():
-        loss = linear_cross_entropy(h, weight, None, targets, 4)
+        loss = cpu.linear_cross_entropy(h, weight, None, targets, IGNORE_INDEX, 4)
     assert not loss.requires_grad
     torch.testing.assert_close(loss, F.cross_entropy(h.detach() @ weight.T, targets, reduction="sum"))
 

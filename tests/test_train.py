@@ -1,6 +1,5 @@
 """The training loop: pinned losses, exact accumulation averaging, budgets, resume, guards."""
 
-import json
 
 import pytest
 import torch
@@ -12,6 +11,7 @@ from maskwise.model.transformer import build_model
 from maskwise.objectives.clm import CLM
 from maskwise.objectives.mlm import MLM
 from maskwise.train.budget import Budget
+from maskwise.train.checkpoint import read_metrics
 from maskwise.train.loop import Trainer, TrainConfig
 from maskwise.train.optim import build_optimizer, lr_factor, parameter_groups
 from maskwise.train.pretrain import PretrainConfig, pretrain
@@ -128,8 +128,9 @@ def test_resume_is_exact(tmp_path):
     rest = resumed.fit()
     assert [r["train_loss"] for r in first + rest] == [r["train_loss"] for r in full]
     assert [r["val_loss"] for r in first + rest] == [r["val_loss"] for r in full]
-    lines = (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(x)["step"] for x in lines] == [10, 20, 30]
+    assert [r["step"] for r in read_metrics(tmp_path / "cut")] == [10, 20, 30]
+    headers = read_metrics(tmp_path / "cut", headers=True)  # one per start: the first run, the resume
+    assert [h["step"] for h in headers] == [0, 20] and headers[0]["runtime"]["device"] == "cpu"
 
 
 def test_schedule_and_groups():
@@ -153,7 +154,7 @@ def test_pretrain_writes_run_folder(small_text, tmp_path):
     result = pretrain(settings)
     run = tmp_path / "run"
     assert {p.name for p in run.iterdir()} >= {"config.json", "tokenizer.json", "model.safetensors", "metrics.jsonl"}
-    record = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    record = read_metrics(run)[-1]
     for key in ("step", "tokens_seen", "loss_positions_seen", "wall_s", "train_loss", "val_loss", "lr",
                 "val_masked_acc"):
         assert key in record

@@ -18,8 +18,13 @@ HELP = {
     "budget": "stop at tokens=N, seconds=S or flops=F (the LR schedule follows it)",
     "no_shift": "CLM without the shift: predict the current token (the shift-bug ablation)",
     "out": "run folder (default runs/<family>-<objective>)",
-    "bf16": "bfloat16 autocast (much faster on CPUs with AMX; ~1.7x on a 2-core AVX-512 EPYC)",
-    "compile": "torch.compile the model (compiles for tens of seconds first; +3-7%% on bf16 CLM, 2-core CPU)",
+    "device": "auto, cpu, cuda, cuda:N or mps (auto: CUDA, else MPS, else CPU; cuda:LOCAL_RANK under torchrun)",
+    "precision": "auto, fp32, bf16 or fp16 (auto: bf16 where the device runs it natively and faster, "
+                 "fp16 + loss scaling on pre-Ampere GPUs, else fp32; README, Hardware)",
+    "bf16": "alias of --precision bf16",
+    "compile": "torch.compile the model (compiles for tens of seconds first; README, Performance)",
+    "resume": "continue from the newest intact checkpoint; only --device, --precision, --compile, --steps, "
+              "--budget, --eval-every, --keep-last, --max-nonfinite and progress may change",
 }
 
 
@@ -58,7 +63,7 @@ def run_pretrain(args) -> int:
     values = read_toml(args.config) if getattr(args, "config", None) else {}
     values.update({k: v for k, v in vars(args).items() if k not in ("config", "handler", "command")})
     settings = PretrainConfig.from_flat(values)
-    result = pretrain(settings)
+    result = pretrain(settings, given=set(values))
     records = result["records"]
     last = records[-1] if records else {}
     summary = {k: last[k] for k in ("step", "tokens_seen", "wall_s", "train_loss", "val_loss") if k in last}

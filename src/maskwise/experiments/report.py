@@ -108,8 +108,12 @@ def _markdown(results: dict, images: list[Path]) -> str:
     lines = [f"# {results['title']}", ""]
     if results.get("machine"):
         m = results["machine"]
-        lines.append(f"Machine: {m.get('cpu', '?')}, {m.get('threads', '?')} threads, torch {m.get('torch', '?')}. "
-                     f"Total time: {fmt(results.get('wall_s', float('nan')), 1)} s.")
+        gpus = f", {', '.join(m['gpus'])}" if m.get("gpus") else ""
+        runtime = m.get("runtime")
+        ran = (f" Ran on device {runtime['device']} in {runtime['precision']} ({runtime['reason']})."
+               if runtime else "")
+        lines.append(f"Machine: {m.get('cpu', '?')}{gpus}, {m.get('threads', '?')} threads, torch {m.get('torch', '?')}."
+                     f"{ran} Total time: {fmt(results.get('wall_s', float('nan')), 1)} s.")
         lines.append("")
     if results.get("prediction"):
         lines += ["## Prediction, rule, verdict", "",

@@ -8,7 +8,6 @@ already measured, and nothing measured is ever overwritten by a partial result.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
@@ -19,21 +18,17 @@ from typing import Any, Callable
 import torch
 
 from maskwise.errors import UserError
+from maskwise.runtime import Runtime, detect_hardware
 from maskwise.train import checkpoint as ckpt
 from maskwise.train.pretrain import PretrainConfig, pretrain
 
 
-def machine_info() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version()}
+def machine_info(runtime: Runtime) -> dict[str, Any]:
+    """The machine and runtime an experiment's numbers come from (its report's machine line)."""
+    hw = detect_hardware()
+    return {"cpu": hw.cpu_name, "cpu_capability": hw.cpu_capability, "cores": os.cpu_count(),
+            "gpus": list(hw.cuda_names), "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": platform.python_version(), "runtime": runtime.to_dict()}
 
 
 class Experiment:
@@ -76,8 +71,7 @@ class Experiment:
             values = {"progress": progress, **settings, "out": str(self.run_dir(name)), "resume": True}
             pretrain(PretrainConfig.from_flat(values))
             config = ckpt.read_json(self.run_dir(name) / ckpt.CONFIG_FILE)
-            lines = (self.run_dir(name) / ckpt.METRICS_FILE).read_text().splitlines()
-            curve = [json.loads(line) for line in lines]  # the whole run, across resumes
+            curve = ckpt.read_metrics(self.run_dir(name))  # the whole run, across resumes
             return {"name": name, "run_dir": str(self.run_dir(name)), "curve": curve,
                     "parameters": config["parameters"], "settings": config["settings"]}
 

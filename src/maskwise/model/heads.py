@@ -3,8 +3,8 @@
 The LM head is sparse when training: vocabulary logits are computed only at positions whose label is
 not -100. MLM takes a loss on ~15% of positions, so projecting every position onto the vocabulary
 (B x T x V, the largest matmul of a small model) would be mostly waste. A caller that needs only the
-loss (a CLM training step) asks for no logits at all and gets it from ``linear_cross_entropy``, which
-never holds more than a chunk of them.
+loss (a CLM training step) asks for no logits at all and gets it from ``kernels.linear_cross_entropy``
+(on a CPU fused and chunked, never holding more than a chunk of them).
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from maskwise import kernels
 from maskwise.config import ModelConfig
-from maskwise.model.layout import project
+from maskwise.model.layers import ACTIVATIONS, make_norm
 
 IGNORE_INDEX = -100
 
@@ -36,120 +37,6 @@ class LMOutput:
     hidden_states: torch.Tensor | None = None
 
 
-# Logit elements per chunk of ``linear_cross_entropy`` (512 rows at V = 8192): 16 MiB in fp32. 256
-# rows ran as fast; 128 was slower (thinner matmuls). Larger chunks hold more memory for no gain.
-LOSS_CHUNK_ELEMENTS = 2**22
-FP32_TINY = torch.finfo(torch.float32).tiny
-
-
-class _LinearCrossEntropy(torch.autograd.Function):
-    """Summed cross-entropy of ``h @ W^T + b``, with its gradients computed in the forward pass.
-
-    Why: the plain path keeps (N, V) logits, their (N, V) log-softmax and, in the backward pass, an
-    (N, V) zero-filled NLL gradient and an (N, V) log-softmax gradient; at a small model's sizes
-    those element-wise passes cost more than anything but the matmuls. The gradient of the summed
-    loss w.r.t. the logits is just ``softmax - onehot(target)``, known as soon as the softmax is,
-    so each chunk of rows turns it straight into its part of grad_h, grad_W and grad_b. The
-    backward pass only scales the saved gradients by the incoming scalar.
-
-    Every chunk reuses the same few (rows, V) buffers (``out=`` and ``copy_``): glibc hands a
-    freed multi-MiB block back to the kernel, so a fresh one per chunk is page-faulted in again,
-    and that cost more than the softmax over it (one 512 x 8192 chunk, bf16 logits, 2-core EPYC:
-    fp32 cast + softmax + bf16 cast 7.6 ms fresh, 3.0 ms into reused buffers).
-
-    Precision: the matmuls run in ``compute_dtype`` (the autocast dtype under autocast, else the
-    inputs' own), the softmax and loss in fp32, as ``F.cross_entropy(logits.float())`` does;
-    grad_W and grad_b are accumulated over chunks in fp32. The loss is log(p) at the target; where
-    p underflows fp32 (a target more than ~87 nats below the best), that row's log-softmax is
-    computed directly instead.
-    """
-
-    @staticmethod
-    def forward(ctx, h, weight, bias, targets, chunk_rows, compute_dtype, with_grads):
-        w = weight.to(compute_dtype)
-        b = bias.to(compute_dtype) if bias is not None else None
-        x = h.to(compute_dtype)
-        fp32_matmuls = compute_dtype == torch.float32
-        buffer_rows = min(chunk_rows, x.shape[0])
-        vocab = weight.shape[0]
-        logits_buffer = x.new_empty(buffer_rows, vocab)  # (rows, V), compute dtype
-        fp32_logits_buffer = torch.empty(buffer_rows, vocab, device=x.device) if not fp32_matmuls else None
-        probs_buffer = torch.empty(buffer_rows, vocab, device=x.device)  # (rows, V) fp32
-        grad_buffer = x.new_empty(buffer_rows, vocab) if not fp32_matmuls and with_grads else None
-        grad_w_chunk = w.new_empty(w.shape) if not fp32_matmuls and with_grads else None  # (V, d)
-        fp32_grad_w_chunk = torch.empty_like(grad_w_chunk, dtype=torch.float32) if grad_w_chunk is not None else None
-        loss_sum = torch.zeros((), dtype=torch.float32, device=h.device)
-        if with_grads:
-            grad_h = torch.empty_like(h)
-            grad_w = torch.zeros_like(weight, dtype=torch.float32)
-            grad_b = torch.zeros_like(bias, dtype=torch.float32) if bias is not None else None
-        for start in range(0, x.shape[0], chunk_rows):
-            rows = slice(start, start + chunk_rows)
-            x_chunk, chunk_targets = x[rows], targets[rows][:, None]  # (n, d), (n, 1)
-            n = x_chunk.shape[0]
-            ignored = chunk_targets == IGNORE_INDEX  # (n, 1)
-            chunk_targets = chunk_targets.masked_fill(ignored, 0)  # any valid id where ignored
-            logits = logits_buffer[:n]  # (n, V)
-            if b is None:
-                torch.mm(x_chunk, w.T, out=logits)
-            else:
-                torch.addmm(b, x_chunk, w.T, out=logits)
-            if not fp32_matmuls:
-                logits = fp32_logits_buffer[:n].copy_(logits)
-            probs = torch.softmax(logits, -1, out=probs_buffer[:n])  # (n, V) fp32
-            target_p = probs.gather(1, chunk_targets)  # (n, 1)
-            target_logp = target_p.log()
-            underflow = (target_p < FP32_TINY).squeeze(1)  # (n,): log(p) is -inf or imprecise there
-            if underflow.any():
-                target_logp[underflow] = torch.log_softmax(logits[underflow], -1).gather(1, chunk_targets[underflow])
-            loss_sum -= target_logp.masked_fill(ignored, 0.0).sum()
-            if not with_grads:
-                continue
-            # d loss_sum / d logits = softmax - onehot, formed in fp32 (p - 1 at the targets) and
-            # rounded once to the matmul dtype, as autograd's path rounds it.
-            grad = probs.scatter_(1, chunk_targets, target_p.sub(1.0))  # (n, V)
-            grad.index_fill_(0, ignored.squeeze(1).nonzero().squeeze(1), 0.0)  # only the ignored rows
-            if grad_b is not None:
-                grad_b += grad.sum(0)  # (V,)
-            if not fp32_matmuls:
-                grad = grad_buffer[:n].copy_(grad)
-                grad_h[rows] = grad @ w  # (n, d)
-                torch.mm(grad.T, x_chunk, out=grad_w_chunk)  # (V, d)
-                grad_w += fp32_grad_w_chunk.copy_(grad_w_chunk)
-            else:
-                torch.mm(grad, w, out=grad_h[rows])  # (n, d)
-                grad_w.addmm_(grad.T, x_chunk)  # (V, d)
-        if with_grads:
-            ctx.save_for_backward(grad_h, grad_w.to(weight.dtype),
-                                  grad_b.to(bias.dtype) if grad_b is not None else None)
-        return loss_sum
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_loss):
-        grad_h, grad_w, grad_b = ctx.saved_tensors
-        return (grad_h * grad_loss, grad_w * grad_loss, grad_b * grad_loss if grad_b is not None else None,
-                None, None, None, None)
-
-
-def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                         targets: torch.Tensor, chunk_rows: int | None = None) -> torch.Tensor:
-    """``F.cross_entropy(F.linear(h, weight, bias).float(), targets, reduction="sum")`` without ever
-    holding more than ``chunk_rows`` rows of logits (see ``_LinearCrossEntropy``; default:
-    ``LOSS_CHUNK_ELEMENTS`` logits per chunk).
-
-    h: (N, d); weight: (V, d); bias: (V,) or None; targets: (N,), -100 = no loss. Returns the fp32
-    summed loss. Gradients are computed only when autograd will ask for them, so evaluation under
-    ``torch.no_grad`` pays for the loss alone."""
-    chunk_rows = chunk_rows or max(1, LOSS_CHUNK_ELEMENTS // weight.shape[0])
-    device = h.device.type
-    compute_dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else h.dtype
-    with_grads = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (h, weight, bias))
-    # Autocast is off inside: the function casts its inputs itself, once, to compute_dtype.
-    with torch.autocast(device, enabled=False):
-        return _LinearCrossEntropy.apply(h, weight, bias, targets, chunk_rows, compute_dtype, with_grads)
-
-
 class LMHead(nn.Module):
     """Hidden states -> vocabulary logits, optionally through BERT's dense+act+norm transform.
 
@@ -161,8 +48,6 @@ class LMHead(nn.Module):
 
     def __init__(self, cfg: ModelConfig, tied_to: nn.Embedding | None):
         super().__init__()
-        from maskwise.model.transformer import ACTIVATIONS, make_norm
-
         self.transform = None
         if cfg.lm_head_transform:
             self.transform = nn.Sequential(
@@ -195,7 +80,7 @@ class LMHead(nn.Module):
         return self.vocab_weight
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        return project(self.features(h), self.vocab_weight, self.bias, self.split_weight)
+        return kernels.project(self.features(h), self.vocab_weight, self.bias, self.split_weight)
 
     def forward(self, h: torch.Tensor, labels: torch.Tensor | None = None, sparse: bool = True,
                 return_logits: bool = True) -> LMOutput:
@@ -203,7 +88,7 @@ class LMHead(nn.Module):
 
         ``sparse=False`` computes every position's logits first (the reference path the sparse one
         is tested against). ``return_logits=False`` (with labels) returns the loss without logits,
-        computed by ``linear_cross_entropy`` in chunks: for training steps that use only the loss."""
+        computed by ``kernels.linear_cross_entropy``: for training steps that use only the loss."""
         if labels is None:
             if not return_logits:
                 raise ValueError("return_logits=False needs labels: without them there is no loss to return")
@@ -219,7 +104,7 @@ class LMHead(nn.Module):
             logits = F.linear(features, self.vocab_weight, self.bias)  # (N, V)
             loss_sum = F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum")
         else:
-            loss_sum = linear_cross_entropy(features, self.vocab_weight, self.bias, targets)
+            loss_sum = kernels.linear_cross_entropy(features, self.vocab_weight, self.bias, targets, IGNORE_INDEX)
         n = int((targets != IGNORE_INDEX).sum())
         return LMOutput(logits=logits, loss=loss_sum / max(n, 1), loss_sum=loss_sum, n_loss_positions=n)
 
@@ -277,8 +162,6 @@ class RTDHead(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        from maskwise.model.transformer import ACTIVATIONS
-
         self.dense = nn.Linear(cfg.d_model, cfg.d_model)
         self.act = _Activation(ACTIVATIONS[cfg.activation])
         self.out = nn.Linear(cfg.d_model, 1)

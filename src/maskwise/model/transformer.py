@@ -18,70 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from maskwise import kernels
 from maskwise.config import ModelConfig
 from maskwise.masks import Mask, build_mask
 from maskwise.model.heads import IGNORE_INDEX, LMHead, LMOutput, RTDHead, RTDOutput
+from maskwise.model.layers import ACTIVATIONS, make_norm
 from maskwise.model.layout import Linear
-
-ACTIVATIONS = {
-    "gelu": F.gelu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
-    "silu": F.silu,
-}
-
-
-def make_norm(cfg: ModelConfig) -> nn.Module:
-    if cfg.norm == "rmsnorm":
-        return RMSNorm(cfg.d_model, eps=cfg.norm_eps)
-    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
-
-
-class _RMSNormFunction(torch.autograd.Function):
-    """y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps) over the last dimension, with the
-    gradients written out so that they take a few whole-tensor passes:
-
-        grad_w = sum over rows of g * x_hat                      (x_hat = x * rstd)
-        grad_x = rstd * (g * w - x_hat * (sum_j g_j w_j x_hat_j) / d)
-
-    ``g * x_hat`` serves both: summed over rows it is grad_w, multiplied by w (one matrix-vector
-    product) it is the per-row dot. Computed in fp32 at least (bf16 inputs too), as torch's kernel does.
-    """
-
-    @staticmethod
-    def forward(ctx, x, weight, eps):
-        d, compute_dtype = x.shape[-1], torch.promote_types(x.dtype, torch.float32)
-        rstd = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=compute_dtype)  # (..., 1)
-        rstd = rstd.square_().div_(d).add_(eps).rsqrt_()
-        normed = x.to(compute_dtype) * rstd  # (..., d)
-        ctx.save_for_backward(normed, weight, rstd)
-        return (normed * weight).to(x.dtype)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
-        normed, weight, rstd = ctx.saved_tensors
-        d = normed.shape[-1]
-        g, w = grad.to(normed.dtype), weight.to(normed.dtype)
-        g_normed = g * normed  # (..., d)
-        grad_w = g_normed.reshape(-1, d).sum(0)  # (d,)
-        row_dot = (g_normed @ w).unsqueeze(-1)  # (..., 1): sum_j g_j w_j x_hat_j
-        grad_x = (g * w).mul_(rstd).addcmul_(normed, rstd * row_dot / d, value=-1)
-        return grad_x.to(grad.dtype), grad_w.to(weight.dtype), None
-
-
-class RMSNorm(nn.RMSNorm):
-    """``nn.RMSNorm`` (same parameters, same state dict) whose CPU backward is ``_RMSNormFunction``.
-
-    Why: on a CPU, torch (2.13) runs RMSNorm's backward as autograd's decomposition, a dozen
-    element-wise passes; written out it takes five. (16, 128, 256), forward + backward, 2-core EPYC:
-    0.9-1.3 ms instead of 3.0-3.6 (LayerNorm's fused kernels: 0.3). Elsewhere torch's own kernels.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.device.type != "cpu":
-            return super().forward(x)
-        return _RMSNormFunction.apply(x, self.weight, self.eps)
 
 
 def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
@@ -133,65 +75,18 @@ class KVCache:
                       for kv in self.cross]
 
 
-def masked_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask, bias: torch.Tensor | None,
-                dropout_p: float, scale: float | None) -> torch.Tensor:
-    """``scaled_dot_product_attention`` with maskwise's ``Mask`` (its causal fast path kept), or with
-    T5's bias, which arrives with the mask already folded in (-inf where not allowed; see Stack)."""
-    attn_mask = mask.allowed if bias is None else bias.to(q.dtype)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
-                                          is_causal=mask.is_causal and attn_mask is None,
-                                          dropout_p=dropout_p, scale=scale)
-
-
-# ``explicit_attention`` over more keys than this hands over to SDPA in fp32 (flash attention where no
-# bias needs a gradient), because the explicit (B, H, T, S) scores grow quadratically.
-EXPLICIT_ATTENTION_MAX_KEYS = 512
-
-
-def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask,
-                       bias: torch.Tensor | None, dropout_p: float, scale: float | None) -> torch.Tensor:
-    """Attention as two matmuls around an fp32 softmax: q (B, H, T, hd), k and v (B, H, S, hd) ->
-    (B, H, T, hd). ``Attention`` takes it on a CPU under autocast, and for T5's learned bias.
-
-    Why not SDPA as elsewhere. Under CPU bf16 autocast: this CPU backend's bf16 flash kernels are
-    slower than its fp32 ones (one layer's forward + backward, one thread: 31 ms bf16, 17 ms fp32),
-    and its fp32 flash is slower still than two bf16 matmuls around an fp32 softmax. Whole bf16 CLM
-    training steps (4 layers, d256, alternating A/B, 2-core EPYC), fp32 flash -> explicit: sequence
-    128 265 -> 252 ms, 256 289 -> 277 ms, 512 375 -> 331 ms. At 1024 keys the explicit scores cost
-    more than they save (one layer 40 vs 95 ms), so longer attention stays fp32 flash. With T5's
-    bias (which needs a gradient) SDPA takes its math path, the same matmuls plus a guard for fully
-    masked rows and two multiplications by sqrt(scale): one fp32 T5 encoder layer's attention,
-    forward + backward (16 x 4 x 128 x 128), 11-13 ms there, 10-10.6 ms here.
-
-    The scores are products rounded once to the matmul dtype, then scaled, masked (an additive mask,
-    or T5's bias with its mask folded in) and normalised in fp32."""
-    if k.shape[2] > EXPLICIT_ATTENTION_MAX_KEYS:
-        with torch.autocast("cpu", enabled=False):
-            return masked_sdpa(q.float(), k.float(), v.float(), mask, bias, dropout_p, scale)
-    additive = bias if bias is not None else mask.additive(q.shape[2], k.shape[2], q.device)
-    scale = scale if scale is not None else q.shape[-1] ** -0.5
-    scores = torch.matmul(q, k.transpose(-1, -2)).float()  # (B, H, T, S) fp32
-    scores = scores.mul_(scale) if additive is None else torch.add(additive, scores, alpha=scale)
-    probs = torch.softmax(scores, -1)
-    if dropout_p:
-        probs = F.dropout(probs, dropout_p)
-    return torch.matmul(probs, v)  # bf16 under autocast
-
-
 class Attention(nn.Module):
     """Multi-head attention for self-attention (``context=None``) and cross-attention.
 
     Self-attention projects q, k, v with one fused matrix; cross-attention projects q from ``x`` and
-    k, v (fused) from ``context``. Scores go through ``scaled_dot_product_attention`` (on a CPU under
-    autocast or with T5's bias, ``explicit_attention``) with the mask from ``maskwise.masks`` or, for T5, an
-    additive relative position bias into which the stack has already folded that mask (``bias``
-    replaces ``mask`` when given).
+    k, v (fused) from ``context``. Scores go through ``kernels.attention`` with the mask from
+    ``maskwise.masks`` or, for T5, an additive relative position bias into which the stack has
+    already folded that mask (``bias`` replaces ``mask`` when given).
 
     Rotary positions (RoPE) rotate self-attention's queries and keys; with ``cross_rope`` they also
     rotate cross-attention's (queries at decoder positions, keys at source positions 0..S-1), so
-    cross-attention can align by offset and not by content alone. Why: a d128 character-level
-    encoder-decoder trained to reproduce its source was still at language-model loss after 1200
-    steps without it and copied (loss 0.016) by step 600 with it (README, tasks).
+    cross-attention can align by offset and not by content alone. Why: without it a small
+    encoder-decoder learned to copy its source far more slowly (README, tasks).
     """
 
     def __init__(self, cfg: ModelConfig, cross: bool = False):
@@ -248,10 +143,7 @@ class Attention(nn.Module):
                 k, v = cache.append(layer, k, v)  # (B, H, cached + T, hd)
 
         dropout_p = self.dropout if self.training else 0.0
-        if x.device.type == "cpu" and (bias is not None or torch.is_autocast_enabled("cpu")):
-            y = explicit_attention(q, k, v, mask, bias, dropout_p, self.scale)  # (B, H, T, hd)
-        else:
-            y = masked_sdpa(q, k, v, mask, bias, dropout_p, self.scale)  # (B, H, T, hd)
+        y = kernels.attention(q, k, v, mask, bias, dropout_p, self.scale)  # (B, H, T, hd)
         y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*hd)
         return self.out(y)
 

@@ -26,7 +26,8 @@ from torch import nn
 from maskwise.config import ModelConfig
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX, LMHead, LMOutput
-from maskwise.model.transformer import ACTIVATIONS, Discriminator, Encoder, Stack, make_norm
+from maskwise.model.layers import ACTIVATIONS, make_norm
+from maskwise.model.transformer import Discriminator, Encoder, Stack
 from maskwise.objectives import LossParts, correct_predictions
 from maskwise.objectives.mlm import MLM
 

@@ -4,7 +4,9 @@ A run folder holds::
 
     config.json          model config + training settings (data, never code)
     tokenizer.json       the tokenizer, loadable by HF PreTrainedTokenizerFast
-    metrics.jsonl        one JSON object per evaluation
+    metrics.jsonl        a header line each time training starts or resumes ({"header": "runtime",
+                         "step", "runtime"}: where and in which precision it ran), then one JSON
+                         object per evaluation (``read_metrics`` returns those)
     model.safetensors    the final weights (written at the end of training)
     checkpoints/step-00000100/{model,optimizer}.safetensors, state.json, manifest.json
 
@@ -253,6 +255,15 @@ def load_checkpoint(path: Path, model: torch.nn.Module,
     restore_optimizer(optimizer, {k: v for k, v in tensors.items() if not k.startswith("extra.")},
                       state.pop("optimizer_groups"))
     return state, extra
+
+
+def read_metrics(run_dir: str | Path, headers: bool = False) -> list[dict]:
+    """The evaluation records of ``metrics.jsonl`` in order (or, with ``headers``, the header lines)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [line for line in lines if ("header" in line) == headers]
 
 
 def truncate_metrics(run_dir: str | Path, last_step: int) -> None:

@@ -10,14 +10,17 @@ What it guarantees:
   stop the run, instead of silently corrupting the weights;
 - evaluation every ``eval_every`` steps on fixed validation windows, one line of ``metrics.jsonl``
   per evaluation, and an atomic checkpoint at each, so ``resume`` continues bit-exactly (fp32, CPU);
-- data parallelism through ``torch.distributed`` (DDP): metrics and checkpoints from rank 0 only.
+- data parallelism through ``torch.distributed`` (DDP; NCCL on GPUs, gloo on CPUs): metrics and
+  checkpoints from rank 0 only;
+- one device and precision (``maskwise.runtime``): model, batches and loss sums on the device, one
+  host synchronisation per optimizer step (the non-finite guard), none per micro-batch.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,6 +32,7 @@ from tqdm import tqdm
 
 from maskwise.errors import UserError
 from maskwise.objectives import LossParts, Objective
+from maskwise.runtime import Runtime, announce, precision_setting, resolve
 from maskwise.train import checkpoint as ckpt
 from maskwise.train.budget import Budget, flops_per_token
 from maskwise.train.memory import retain_freed_memory
@@ -50,7 +54,9 @@ class TrainConfig:
     eval_every: int = 200
     eval_batches: int = 20
     seed: int = 1337
-    bf16: bool = False  # autocast matmuls to bfloat16 (fast on CPUs with AMX)
+    device: str = "auto"  # auto, cpu, cuda, cuda:N or mps (maskwise.runtime decides "auto")
+    precision: str = "auto"  # auto, fp32, bf16 or fp16 ("auto": the fastest the device runs natively)
+    bf16: bool = False  # alias of precision = "bf16"
     compile: bool = False  # torch.compile the model
     budget: str = ""  # "tokens=N", "seconds=S" or "flops=F": stop there (schedule follows it)
     keep_last: int = 3  # checkpoints kept
@@ -69,7 +75,11 @@ class TrainConfig:
         if not 0 <= self.min_lr_ratio <= 1:
             raise UserError(f"min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")
         Budget.parse(self.budget)
+        precision_setting(self.precision, self.bf16)
         return self
+
+    def runtime(self) -> Runtime:
+        return resolve(self.device, precision_setting(self.precision, self.bf16))
 
 
 @dataclass
@@ -86,14 +96,15 @@ class Counters:
     nonfinite_in_a_row: int = 0
 
 
-def distributed_context() -> tuple[int, int]:
-    """(rank, world size); initialises the process group when launched by torchrun."""
-    import os
-
+def distributed_context(runtime: Runtime | None = None) -> tuple[int, int]:
+    """(rank, world size); under torchrun, initialises the process group: NCCL with this process's
+    GPU (``runtime.device``, cuda:LOCAL_RANK) as the current device, gloo on CPUs."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
+        on_gpu = runtime is not None and runtime.device_type == "cuda"
+        if on_gpu:
+            torch.cuda.set_device(runtime.torch_device)
+        dist.init_process_group("nccl" if on_gpu else "gloo")
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
@@ -102,29 +113,35 @@ def distributed_context() -> tuple[int, int]:
 class Trainer:
     def __init__(self, model: nn.Module, objective: Objective, train_stream, val_stream,
                  cfg: TrainConfig, run_dir: str | Path | None = None,
-                 head_prefixes: tuple[str, ...] = ()):
+                 head_prefixes: tuple[str, ...] = (), runtime: Runtime | None = None):
         self.cfg = cfg.validate()
-        self.model, self.objective = model, objective
+        self.runtime = runtime or cfg.runtime()
+        retain_freed_memory(self.runtime.device_type)
+        self.model, self.objective = model.to(self.runtime.torch_device), objective
         self.train_stream, self.val_stream = train_stream, val_stream
         self.run_dir = Path(run_dir) if run_dir is not None else None
         if self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.rank, self.world = distributed_context()
-        self.device_type = next(model.parameters()).device.type
-        retain_freed_memory(self.device_type)
+        self.rank, self.world = distributed_context(self.runtime)
+        if self.rank == 0:
+            announce(self.runtime)
         self.raw_length = objective.raw_length(cfg.block_size)
         train_stream.check_length(self.raw_length)
         val_stream.check_length(self.raw_length)
         self.budget = Budget.parse(cfg.budget)
-        self.optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2),
+        self.optimizer = build_optimizer(self.model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2),
                                          head_prefixes=head_prefixes)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         torch.manual_seed(cfg.seed + self.rank)
         self.counters = Counters()
         self.flops_per = flops_per_token(model, cfg.block_size)
-        self.step_model = model
+        self.scaler = self.runtime.grad_scaler()
+        self.sum_dtype = torch.float32 if self.runtime.device_type == "mps" else torch.float64  # MPS has no fp64
+        self.step_model = self.model
         if self.world > 1:
-            self.step_model = nn.parallel.DistributedDataParallel(model)
+            on_gpu = self.runtime.device_type == "cuda"
+            self.step_model = nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[self.runtime.torch_device] if on_gpu else None)
         if cfg.compile:
             self.step_model = torch.compile(self.step_model)
 
@@ -142,74 +159,95 @@ class Trainer:
         self.generator.set_state(extra["data_rng"])
         torch.set_rng_state(extra[f"torch_rng_{self.rank}"] if f"torch_rng_{self.rank}" in extra
                             else extra["torch_rng_0"])
+        # A run resumed on another device keeps its data order and CPU RNG; the CUDA generator
+        # (dropout on the GPU) is restored only where the checkpoint was written on CUDA too.
+        if self.runtime.device_type == "cuda" and f"cuda_rng_{self.rank}" in extra:
+            torch.cuda.set_rng_state(extra[f"cuda_rng_{self.rank}"])
+        if self.scaler.is_enabled() and "grad_scaler" in state:
+            self.scaler.load_state_dict(state["grad_scaler"])
         return True
 
     def _save(self) -> None:
         if self.run_dir is None:
             return
-        rng_states = [torch.get_rng_state()]
-        if self.world > 1:
-            gathered = [torch.empty_like(rng_states[0]) for _ in range(self.world)]
-            dist.all_gather(gathered, rng_states[0])
-            rng_states = gathered
+        states = {"torch_rng": torch.get_rng_state()}
+        if self.runtime.device_type == "cuda":
+            states["cuda_rng"] = torch.cuda.get_rng_state()
+        extra = {"data_rng": self.generator.get_state()}
+        for name, local in states.items():
+            for r, gathered in enumerate(self._all_gather(local)):
+                extra[f"{name}_{r}"] = gathered
         if self.rank == 0:
-            extra = {"data_rng": self.generator.get_state(),
-                     **{f"torch_rng_{r}": s for r, s in enumerate(rng_states)}}
+            state = {"counters": asdict(self.counters), "train": asdict(self.cfg),
+                     "runtime": self.runtime.to_dict()}
+            if self.scaler.is_enabled():
+                state["grad_scaler"] = self.scaler.state_dict()
             ckpt.save_checkpoint(self.run_dir, self.counters.step, self.model, self.optimizer,
-                                 {"counters": asdict(self.counters), "train": asdict(self.cfg)},
-                                 extra, self.cfg.keep_last)
+                                 state, extra, self.cfg.keep_last)
+
+    def _all_gather(self, local: torch.Tensor) -> list[torch.Tensor]:
+        """Every process's copy of a CPU tensor (through the device, where NCCL needs it)."""
+        if self.world == 1:
+            return [local]
+        on_device = local.to(self.runtime.torch_device)
+        gathered = [torch.empty_like(on_device) for _ in range(self.world)]
+        dist.all_gather(gathered, on_device)
+        return [g.cpu() for g in gathered]
 
     # ---- one step ---------------------------------------------------------------------------
 
-    def _autocast(self):
-        if not self.cfg.bf16:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device_type, dtype=torch.bfloat16)
+    def _all_sum(self, sums: torch.Tensor) -> torch.Tensor:
+        """Sums over every process, on the device (NCCL reduces device tensors only)."""
+        if self.world > 1:
+            dist.all_reduce(sums)
+        return sums
 
-    def _all_sum(self, value: float) -> float:
-        if self.world == 1:
-            return value
-        t = torch.tensor([value], dtype=torch.float64)
-        dist.all_reduce(t)
-        return float(t)
-
-    def train_step(self) -> tuple[float, int, bool]:
+    def train_step(self) -> tuple[torch.Tensor, int, bool]:
         """One optimizer step over ``grad_accum`` micro-batches. Returns (summed loss over the
-        global batch, global loss positions, whether the step was applied)."""
-        cfg, c = self.cfg, self.counters
+        global batch, a device scalar; global loss positions; whether the step was applied)."""
+        cfg, c, runtime = self.cfg, self.counters, self.runtime
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss_sum, positions, enc, dec = 0.0, 0, 0, 0
+        loss_sum = torch.zeros((), dtype=self.sum_dtype, device=runtime.torch_device)
+        positions, enc, dec = 0, 0, 0
         for micro in range(cfg.grad_accum):
             windows = self.train_stream.windows(cfg.batch_size, self.raw_length, self.generator,
                                                 self.rank, self.world)
-            batch = self.objective.prepare(windows, self.generator)
+            batch = runtime.move(self.objective.prepare(windows, self.generator))
             sync = micro == cfg.grad_accum - 1 or self.world == 1
             no_sync = self.step_model.no_sync if not sync and hasattr(self.step_model, "no_sync") else contextlib.nullcontext
-            with no_sync(), self._autocast():
+            with no_sync(), runtime.autocast():
                 parts: LossParts = self.objective.loss(self.step_model, batch)
             with no_sync():
-                parts.loss_sum.backward()
-            loss_sum += float(parts.loss_sum.detach())
+                self.scaler.scale(parts.loss_sum).backward()
+            loss_sum += parts.loss_sum.detach()
             positions += parts.n_positions
             enc += parts.encoder_tokens
             dec += parts.decoder_tokens
-        loss_sum, positions = self._all_sum(loss_sum), int(self._all_sum(positions))
-        enc, dec = int(self._all_sum(enc)), int(self._all_sum(dec))
+        if self.world > 1:
+            counts = torch.tensor([positions, enc, dec], dtype=self.sum_dtype, device=runtime.torch_device)
+            totals = self._all_sum(torch.cat([loss_sum[None], counts]))  # (4,)
+            loss_sum = totals[0]
+            positions, enc, dec = (int(n) for n in totals[1:].tolist())
+        self.scaler.unscale_(self.optimizer)  # fp16: back to true gradients before scaling and clipping
         # DDP averaged gradients over processes; rescale to "sum over the global batch / positions".
-        # One foreach call rather than a Python loop of ~60 small kernels (each pays a dispatch and,
-        # on a CPU, a parallel-region start); the clipping multiply is skipped when its factor is
-        # exactly 1 (the norm is under the limit): the same numbers as clip_grad_norm_, fewer passes.
+        # One foreach call rather than a Python loop of small kernels; the clipping multiply is
+        # skipped when its factor is exactly 1 (the norm is under the limit): the same numbers as
+        # clip_grad_norm_, fewer passes.
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         if grads:  # foreach refuses an empty list
             torch._foreach_mul_(grads, self.world / max(positions, 1))
-        total_norm = nn.utils.get_total_norm(grads)
-        if float(cfg.grad_clip / (total_norm + 1e-6)) < 1.0:
+        total_norm = nn.utils.get_total_norm(grads).to(loss_sum.device)
+        clip_factor = cfg.grad_clip / (total_norm + 1e-6)
+        finite = torch.isfinite(loss_sum)
+        if not self.scaler.is_enabled():  # with a scaler, overflowing gradients are its to skip
+            finite &= torch.isfinite(total_norm)
+        finite, clip_factor = torch.stack([finite.to(clip_factor.dtype), clip_factor]).tolist()  # the one sync
+        if clip_factor < 1.0:
             nn.utils.clip_grads_with_norm_(self.model.parameters(), cfg.grad_clip, total_norm)
-        grad_norm = float(total_norm)
-        finite = math.isfinite(loss_sum) and math.isfinite(grad_norm)
         if finite:
-            self.optimizer.step()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
             c.nonfinite_in_a_row = 0
         else:
             self.optimizer.zero_grad(set_to_none=True)
@@ -220,7 +258,7 @@ class Trainer:
         c.loss_positions += positions
         enc_f, dec_f, head_f = self.flops_per
         c.flops += enc_f * enc + dec_f * dec + head_f * positions
-        return loss_sum, positions, finite
+        return loss_sum, positions, bool(finite)
 
     # ---- evaluation -------------------------------------------------------------------------
 
@@ -235,8 +273,8 @@ class Trainer:
         totals: dict[str, float] = {"loss_sum": 0.0, "n_positions": 0}
         for _ in range(self.cfg.eval_batches):
             windows = self.val_stream.windows(self.cfg.batch_size * self.world, self.raw_length, generator)
-            batch = self.objective.prepare(windows, generator)
-            with self._autocast():
+            batch = self.runtime.move(self.objective.prepare(windows, generator))
+            with self.runtime.autocast():
                 parts = self.objective.loss(self.model, batch)
             totals["loss_sum"] += float(parts.loss_sum)
             totals["n_positions"] += parts.n_positions
@@ -253,7 +291,7 @@ class Trainer:
         if self.budget is None:
             return lr_factor(c.step, cfg.warmup, cfg.steps, cfg.min_lr_ratio)
         # Follow the budget: progress is the larger of step progress and budget progress.
-        used = self.budget.used_fraction(c.encoder_tokens + c.decoder_tokens, c.wall_s, c.flops)
+        used = self.budget.used_fraction(*self._spent())
         virtual_step = max(c.step, int(used * cfg.steps))
         return lr_factor(virtual_step, cfg.warmup, cfg.steps, cfg.min_lr_ratio)
 
@@ -263,15 +301,48 @@ class Trainer:
             return True
         if self.budget is None:
             return False
-        return self.budget.used_fraction(c.encoder_tokens + c.decoder_tokens, c.wall_s, c.flops) >= 1.0
+        return self.budget.used_fraction(*self._spent()) >= 1.0
+
+    def _write_metrics(self, line: dict) -> None:
+        if self.rank == 0 and self.run_dir is not None:
+            with open(self.run_dir / ckpt.METRICS_FILE, "a") as handle:
+                handle.write(json.dumps(line) + "\n")
+
+    def _spent(self) -> tuple[int, float, float]:
+        """(tokens, training seconds, FLOPs) so far: what a budget counts."""
+        c = self.counters
+        return c.encoder_tokens + c.decoder_tokens, c.wall_s, c.flops
+
+    def _progress_bar(self) -> tqdm:
+        """Counts what stops the run: steps, or the budget's own unit (so its ETA is honest)."""
+        disable = not self.cfg.progress or self.rank != 0
+        desc = self.objective.name
+        if self.budget is None:
+            return tqdm(total=self.cfg.steps, initial=self.counters.step, disable=disable, desc=desc,
+                        unit="step", dynamic_ncols=True, leave=False)
+        unit = {"tokens": "tok", "seconds": "s", "flops": "FLOP"}[self.budget.kind]
+        bar = tqdm(total=self.budget.amount, disable=disable, desc=desc, unit=unit, dynamic_ncols=True,
+                   leave=False, unit_scale=self.budget.kind != "seconds",
+                   bar_format=None if self.budget.kind != "seconds" else
+                   "{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}{postfix}]")
+        self._advance(bar)
+        return bar
+
+    def _advance(self, bar: tqdm) -> None:
+        if self.budget is None:
+            bar.update(1)
+            return
+        done = dict(zip(("tokens", "seconds", "flops"), self._spent()))[self.budget.kind]
+        bar.update(min(done, self.budget.amount) - bar.n)
 
     def fit(self, on_eval=None) -> list[dict]:
         """Train until the step limit or the budget; returns the metrics records of this call."""
         cfg, c = self.cfg, self.counters
         records: list[dict] = []
         window_loss, window_positions, lr = 0.0, 0, 0.0
-        bar = tqdm(total=cfg.steps, initial=c.step, disable=not cfg.progress or self.rank != 0,
-                   desc=f"{self.objective.name}", unit="step", dynamic_ncols=True, leave=False)
+        bar = self._progress_bar()
+        self._write_metrics({"header": "runtime", "step": c.step, "runtime": self.runtime.to_dict(),
+                             "processes": self.world})
         started = time.perf_counter()
         while not self._budget_spent():
             lr = cfg.lr * self._lr_factor()
@@ -280,14 +351,14 @@ class Trainer:
             loss_sum, positions, finite = self.train_step()
             c.wall_s += time.perf_counter() - t0
             c.step += 1
-            bar.update(1)
+            self._advance(bar)
             if finite:
                 window_loss += loss_sum
                 window_positions += positions
             elif c.nonfinite_in_a_row >= cfg.max_nonfinite:
                 bar.close()
                 raise UserError(f"training stopped at step {c.step}: {c.nonfinite_in_a_row} non-finite "
-                                "losses or gradient norms in a row (lower --lr or disable --bf16)")
+                                "losses or gradient norms in a row (lower --lr, or train with --precision fp32)")
             if c.step % cfg.eval_every == 0 or self._budget_spent():
                 record = {
                     "step": c.step,
@@ -298,7 +369,7 @@ class Trainer:
                     "flops": c.flops,
                     "wall_s": round(c.wall_s, 4),
                     "elapsed_s": round(time.perf_counter() - started, 4),
-                    "train_loss": window_loss / window_positions if window_positions else None,
+                    "train_loss": float(window_loss) / window_positions if window_positions else None,
                     "lr": lr,
                     "nonfinite_steps": c.nonfinite_steps,
                     **self.evaluate(),
@@ -306,9 +377,7 @@ class Trainer:
                 window_loss, window_positions = 0.0, 0
                 bar.set_postfix(val=f"{record['val_loss']:.3f}")
                 records.append(record)
-                if self.rank == 0 and self.run_dir is not None:
-                    with open(self.run_dir / ckpt.METRICS_FILE, "a") as handle:
-                        handle.write(json.dumps(record) + "\n")
+                self._write_metrics(record)
                 self._save()
                 if on_eval is not None:
                     on_eval(record)

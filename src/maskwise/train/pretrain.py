@@ -23,6 +23,9 @@ from maskwise.train import checkpoint as ckpt
 from maskwise.train.loop import Trainer, TrainConfig, distributed_context
 
 DEFAULT_PRESET = {"encoder": "bert", "decoder": "gpt2", "encoder-decoder": "t5"}
+# What --resume applies from the new command line; any other difference from the run is refused.
+RESUMABLE = ("device", "precision", "bf16", "compile", "steps", "budget", "eval_every", "progress",
+             "keep_last", "max_nonfinite")
 
 
 @dataclass
@@ -149,8 +152,28 @@ def prepare_run_dir(settings: PretrainConfig) -> Path:
     return out
 
 
-def pretrain(settings: PretrainConfig, on_eval=None) -> dict[str, Any]:
-    """Run (or resume) one pretraining run; returns ``{"run_dir", "records", "model", "tokenizer"}``."""
+def resume_settings(settings: PretrainConfig, saved: dict[str, Any], given: set[str] | None) -> PretrainConfig:
+    """The saved run's settings with the ``RESUMABLE`` ones taken from ``settings``.
+
+    ``given``: the keys the user set (flags, TOML keys); None = every key of ``settings``. A given
+    key outside ``RESUMABLE`` whose value differs from the run's is refused: resuming a d16 run
+    "with --d-model 32" would otherwise quietly keep training at d16."""
+    new = settings.flat()
+    old = {**PretrainConfig().resolved().flat(), **saved}
+    for key in sorted(set(new) if given is None else set(given) & set(new)):
+        if key in RESUMABLE or key in ("out", "resume", "overwrite") or new[key] == old[key]:
+            continue
+        raise UserError(f"--resume cannot change --{key.replace('_', '-')}: the run has {old[key]!r}, "
+                        f"this command {new[key]!r} (may change on resume: "
+                        f"{', '.join('--' + k.replace('_', '-') for k in RESUMABLE)})")
+    kept = {**saved, **{key: new[key] for key in RESUMABLE}, "out": settings.out, "resume": True}
+    return PretrainConfig.from_flat(kept).resolved()
+
+
+def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = None) -> dict[str, Any]:
+    """Run (or resume) one pretraining run; returns ``{"run_dir", "records", "model", "tokenizer"}``.
+
+    ``given``: which settings the user chose (the others are defaults), for ``resume_settings``."""
     from maskwise.data.corpus import load_corpus
     from maskwise.data.stream import TokenStream
     from maskwise.data.tokenizers import Tokenizer, build_tokenizer
@@ -160,12 +183,9 @@ def pretrain(settings: PretrainConfig, on_eval=None) -> dict[str, Any]:
     run_dir = Path(settings.out)
     resuming = settings.resume and (run_dir / ckpt.CONFIG_FILE).is_file()
     if resuming:
-        saved = ckpt.read_json(run_dir / ckpt.CONFIG_FILE)["settings"]
-        for key in ("steps", "budget", "progress", "eval_every"):
-            saved[key] = getattr(settings.train, key)
-        settings = PretrainConfig.from_flat(saved).resolved()
-        settings = dataclasses.replace(settings, resume=True)
-    rank, world = distributed_context()
+        settings = resume_settings(settings, ckpt.read_json(run_dir / ckpt.CONFIG_FILE)["settings"], given)
+    runtime = settings.train.runtime()
+    rank, world = distributed_context(runtime)
     if rank == 0:
         run_dir = prepare_run_dir(settings)
     if world > 1:
@@ -185,13 +205,14 @@ def pretrain(settings: PretrainConfig, on_eval=None) -> dict[str, Any]:
                                           cache_key=f"{corpus.fingerprint}/train")
     val_stream = TokenStream.from_texts(corpus.val, tokenizer, "validation data", cache_key=f"{corpus.fingerprint}/val")
 
-    trainer = Trainer(model, objective, train_stream, val_stream, settings.train, run_dir)
+    trainer = Trainer(model, objective, train_stream, val_stream, settings.train, run_dir, runtime=runtime)
     if trainer.rank == 0 and not resuming:
         tokenizer.save(run_dir / ckpt.TOKENIZER_FILE)
         ckpt.write_json(run_dir / ckpt.CONFIG_FILE, {
             "model": cfg.to_dict(), "settings": settings.flat(), "objective": settings.objective,
             "family": settings.family, "corpus": {"name": corpus.name, "fingerprint": corpus.fingerprint},
             "parameters": sum(p.numel() for p in model.parameters()), "processes": trainer.world,
+            "runtime": runtime.to_dict(),
         })
     if resuming:
         trainer.resume()

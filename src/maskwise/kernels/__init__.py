@@ -1,0 +1,71 @@
+"""The one place that picks, by device, how the model's hot operations are computed.
+
+On a CPU, where they measured faster (README, Performance), the implementations in
+``maskwise.kernels.cpu``; on every other device torch's own kernels (``F.rms_norm``, SDPA's flash
+and memory-efficient attention, ``F.cross_entropy``). Same results either way, to rounding.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from maskwise.kernels import cpu
+from maskwise.masks import Mask
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dimension, as ``F.rms_norm``."""
+    if x.device.type == "cpu":
+        return cpu.rms_norm(x, weight, eps)
+    return F.rms_norm(x, weight.shape, weight, eps)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask, bias: torch.Tensor | None,
+              dropout_p: float, scale: float | None) -> torch.Tensor:
+    """q (B, H, T, hd), k and v (B, H, S, hd) -> (B, H, T, hd), masked by maskwise's ``Mask`` or by
+    T5's bias, which arrives with the mask already folded in (-inf where not allowed) and replaces it.
+
+    On a CPU under autocast or with T5's bias: ``cpu.explicit_attention`` up to
+    ``cpu.EXPLICIT_ATTENTION_MAX_KEYS`` keys, fp32 SDPA beyond (this CPU's fp32 flash kernels beat
+    its bf16 ones). Everywhere else SDPA, which picks its flash / memory-efficient kernel itself."""
+    if q.device.type == "cpu" and (bias is not None or torch.is_autocast_enabled("cpu")):
+        if k.shape[2] <= cpu.EXPLICIT_ATTENTION_MAX_KEYS:
+            return cpu.explicit_attention(q, k, v, mask, bias, dropout_p, scale)
+        with torch.autocast("cpu", enabled=False):
+            return _sdpa(q.float(), k.float(), v.float(), mask, bias, dropout_p, scale)
+    return _sdpa(q, k, v, mask, bias, dropout_p, scale)
+
+
+def _sdpa(q, k, v, mask: Mask, bias: torch.Tensor | None, dropout_p: float, scale: float | None) -> torch.Tensor:
+    """``scaled_dot_product_attention`` with a ``Mask`` (its causal fast path kept) or T5's bias."""
+    attn_mask = mask.allowed if bias is None else bias.to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                          is_causal=mask.is_causal and attn_mask is None,
+                                          dropout_p=dropout_p, scale=scale)
+
+
+def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                         targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    """``F.cross_entropy(F.linear(h, weight, bias).float(), targets, reduction="sum")``, the fp32
+    summed loss; h: (N, d), weight: (V, d), targets: (N,). On a CPU fused and chunked, never holding
+    the (N, V) logits (``cpu.linear_cross_entropy``)."""
+    if h.device.type == "cpu":
+        return cpu.linear_cross_entropy(h, weight, bias, targets, ignore_index)
+    return F.cross_entropy(F.linear(h, weight, bias).float(), targets, ignore_index=ignore_index, reduction="sum")
+
+
+def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+            split_weight: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``, through ``split_weight`` when ``decoding_split`` made one."""
+    if split_weight is None:
+        return F.linear(x, weight, bias)
+    return cpu.split_project(x, split_weight, bias)
+
+
+def decoding_split(weight: torch.Tensor) -> torch.Tensor | None:
+    """The (out, in) weight laid out for one-row decoding products: on a CPU split over its threads
+    (``cpu.split_for_decoding``); elsewhere None, as a GPU spreads a one-row product over its cores."""
+    if weight.device.type != "cpu":
+        return None
+    return cpu.split_for_decoding(weight, torch.get_num_threads())
