@@ -99,10 +99,11 @@ class Decode(common.Side):
     def weight_floor_ms(self, repeats: int = 200) -> float:
         """Milliseconds per token for the matrix products alone: every weight matrix of the model
         (the LM head included) times one vector, back to back, split over the threads as
-        ``generate`` multiplies them (``maskwise.model.layout``). Each step streams every weight
+        ``generate`` multiplies them on a CPU (``maskwise.kernels.cpu``). Each step streams every weight
         once, so this bounds a batch-1 decoding loop built on these products from below. Asked of
         the maskwise side, whose projections are ``nn.Linear`` layers (HF's GPT-2 uses ``Conv1D``)."""
-        from maskwise.model.layout import project, split_for_decoding
+        from maskwise.kernels import project
+        from maskwise.kernels.cpu import split_for_decoding
 
         weights = [m.weight for m in self.model.modules() if isinstance(m, torch.nn.Linear)]
         weights.append(self.model.lm_head.vocab_weight)  # tied to the embedding: no Linear of its own

@@ -15,7 +15,7 @@ Sides: ``hf`` (the reference, fp32), ``maskwise`` (fp32), ``maskwise-bf16`` (``T
 (precision="bf16")``: bf16 autocast), and with ``--compile`` ``maskwise-compile`` and
 ``maskwise-bf16-compile`` (``TrainConfig.compile``; warm-up steps include the compilation, so give
 ``--warmup`` >= 2); with ``--hf-bf16`` also ``hf-bf16``, HF's model under the same bf16 autocast.
-maskwise's ``Trainer`` sets glibc's allocator to keep freed memory (``maskwise.train.memory``), which
+maskwise's ``Trainer`` sets glibc's allocator to keep freed memory (``maskwise.kernels.memory``), which
 HF does not; ``hf-retain`` is HF in a process with the same setting, so the table shows how much of
 the ratio that setting is, and the targets are judged against plain ``hf`` (on a GPU, where the
 setting does not apply, ``hf-retain`` is left out).
@@ -113,7 +113,7 @@ class HFTrain(common.Side):
         import transformers
 
         if retain_memory:
-            from maskwise.train.memory import retain_freed_memory
+            from maskwise.kernels.memory import retain_freed_memory
 
             retain_freed_memory()
 
@@ -231,16 +231,16 @@ def main() -> None:
     runtime = common.device_runtime(args.device)
     args.device = runtime.device  # the workers get the device itself ("cuda:0"), not "auto"
     on_cpu = runtime.device_type == "cpu"
-    sides = ["hf"] + (["hf-retain"] if on_cpu else []) + ["maskwise"] + (["maskwise-compile"] if args.compile else [])
-    bf16_sides = ["maskwise-bf16"] + (["maskwise-bf16-compile"] if args.compile else []) + \
-        (["hf-bf16"] if args.hf_bf16 else [])
-    skipped = [] if on_cpu else [f"skipped hf-retain: device {runtime.device}: glibc's allocator setting "
-                                 "concerns CPU memory only"]
-    if args.no_bf16 or not common.bf16_fast(runtime):
-        what = f"{', '.join(bf16_sides)} and the bf16 peak"
+    bf16 = not args.no_bf16 and common.bf16_fast(runtime)
+    candidates = ["hf", "hf-retain", "maskwise", "maskwise-bf16"] + \
+        (["maskwise-compile", "maskwise-bf16-compile"] if args.compile else []) + (["hf-bf16"] if args.hf_bf16 else [])
+    sides = [s for s in candidates if (on_cpu or s != "hf-retain") and (bf16 or "bf16" not in s)]
+    skipped = []
+    if not on_cpu:
+        skipped.append(f"skipped hf-retain: device {runtime.device}: glibc's allocator setting concerns CPU memory only")
+    if not bf16:
+        what = f"{', '.join(s for s in candidates if 'bf16' in s)} and the bf16 peak"
         skipped.append(f"skipped {what}: --no-bf16" if args.no_bf16 else common.skipped_line(what, runtime))
-    else:
-        sides += bf16_sides
     for line in skipped:
         print(line, file=sys.stderr, flush=True)
     common.shakespeare(args.vocab)  # build the tokenizer and id cache once, before the workers need them

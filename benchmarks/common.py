@@ -51,9 +51,13 @@ def device_runtime(device: str = "auto"):
     """The runtime ``maskwise`` picks on ``device`` with precision auto: its ``precision`` is "bf16"
     exactly where bf16 is fast there (a CPU with native bf16 whose probe finds bf16 matmuls faster
     than fp32; a CUDA GPU of compute capability 8.0 or newer)."""
+    from maskwise.errors import UserError
     from maskwise.runtime import resolve
 
-    return resolve(device, "auto")
+    try:
+        return resolve(device, "auto")
+    except UserError as error:  # e.g. --device cuda without a GPU: one line, not a traceback
+        raise SystemExit(f"error: {error}") from None
 
 
 def bf16_fast(runtime) -> bool:

@@ -1,4 +1,6 @@
-"""Shared fixtures: a private tokenizer cache and a small plain-text corpus for fast runs."""
+"""Shared fixtures: a private tokenizer cache, a small plain-text corpus for fast runs, and the
+devices to run on (``device``: the CPU, and CUDA where a GPU is present; CUDA cases carry the
+``gpu`` marker and are skipped elsewhere)."""
 
 import os
 
@@ -9,6 +11,16 @@ import torch
 torch.set_num_threads(1)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from maskwise.runtime import detect_hardware  # noqa: E402  (after the environment is set)
+
+HAS_CUDA = bool(detect_hardware().cuda_capabilities)
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")])]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> torch.device:
+    return torch.device(request.param)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -12,7 +12,7 @@ import pytest
 # it is still resident (MiB), with or without retain_freed_memory() first.
 CHILD = """
 import ctypes, os, sys
-from maskwise.train.memory import retain_freed_memory
+from maskwise.kernels.memory import retain_freed_memory
 applied = retain_freed_memory() if sys.argv[1] == "retain" else None
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
@@ -44,8 +44,8 @@ def test_freed_blocks_stay_resident_only_with_retain_freed_memory():
     assert kept_by_default < 2  # glibc's default: a 16 MiB block is mmapped and unmapped on free
 
 
-def test_retain_freed_memory_answers_the_same_every_time():
-    from maskwise.train.memory import retain_freed_memory
+def test_retain_freed_memory_leaves_other_devices_alone():
+    from maskwise.kernels.memory import retain_freed_memory
 
-    assert retain_freed_memory() == retain_freed_memory()
-    assert retain_freed_memory("cuda") is False  # not glibc's memory: left alone
+    for device_type in ("cuda", "mps"):
+        assert retain_freed_memory(device_type) is False  # not glibc's memory: left alone

@@ -7,6 +7,7 @@ Tier 3: decoding with the KV cache equals the full forward pass.
 Config: presets, from_dict and validate reject what cannot be a model.
 """
 
+import copy
 import functools
 
 import pytest
@@ -46,18 +47,18 @@ def ids(*shape: int, seed: int = 0) -> torch.Tensor:
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("name", sorted(PRESETS))
-def test_shapes_and_backward(name, family):
+def test_shapes_and_backward(name, family, device):
     torch.manual_seed(0)
-    model = build_model(preset(name, **dict(TINY, family=family)))
+    model = build_model(preset(name, **dict(TINY, family=family))).to(device)
     B, S, T, d = 2, 7, 5, TINY["d_model"]
-    x = ids(B, S)
-    mask = torch.ones(B, S, dtype=torch.long)
+    x = ids(B, S).to(device)
+    mask = torch.ones(B, S, dtype=torch.long, device=device)
     mask[1, 5:] = 0
-    labels = ids(B, T, seed=1)
+    labels = ids(B, T, seed=1).to(device)
     labels[0, :2] = IGNORE_INDEX
     labels[1, 4] = IGNORE_INDEX
     if family == "encoder-decoder":
-        inputs = dict(attention_mask=mask, decoder_input_ids=ids(B, T, seed=2))
+        inputs = dict(attention_mask=mask, decoder_input_ids=ids(B, T, seed=2).to(device))
     else:
         inputs = dict(attention_mask=mask[:, :T])
         x = x[:, :T]
@@ -475,16 +476,17 @@ def decode_with_cache(model, tokens, chunks, src=None, src_mask=None, mask=None,
 
 @pytest.mark.parametrize("schedule", sorted(SCHEDULES))
 @pytest.mark.parametrize("name", ["gpt2", "modern", "t5", "bart"])
-def test_kv_cache_matches_full_forward(name, schedule):
-    model = tiny_model(name)
-    tokens = ids(2, 8)
+def test_kv_cache_matches_full_forward(name, schedule, device):
+    model = copy.deepcopy(tiny_model(name)).to(device)
+    tokens = ids(2, 8).to(device)
     with torch.no_grad():
         if model.family == "encoder-decoder":
-            src, src_mask = ids(2, 6, seed=1), torch.tensor([[1, 1, 1, 1, 0, 0], [1] * 6])
+            src = ids(2, 6, seed=1).to(device)
+            src_mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1] * 6], device=device)
             full = model(src, src_mask, decoder_input_ids=tokens).logits
             cached = decode_with_cache(model, tokens, SCHEDULES[schedule], src=src, src_mask=src_mask)
         else:
-            mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1], [1] * 8])  # left padding in row 0
+            mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1], [1] * 8], device=device)  # left padding in row 0
             full = model(tokens, mask).logits
             cached = decode_with_cache(model, tokens, SCHEDULES[schedule], mask=mask)
             # a padding query sees no real key, so its row is opened over whatever keys exist at

@@ -10,6 +10,7 @@ import torch
 from maskwise.config import preset
 from maskwise.errors import UserError
 from maskwise.model.transformer import build_model
+from maskwise.tasks import seeded_generator
 from maskwise.tasks.generate import (GenerationConfig, beam_search, continuation_logprobs, filter_top_k_top_p,
                                      generate, penalise_repetition)
 
@@ -25,7 +26,7 @@ def tiny(name: str):
 
 
 def run(model, prompts=PROMPTS, seed=None, **options):
-    generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    generator = seeded_generator(model, seed) if seed is not None else None
     return generate(model, prompts, GenerationConfig(**options), None, PAD, START, generator, output_logits=True)
 
 
@@ -35,8 +36,8 @@ SAMPLING = dict(temperature=0.9, top_k=20, top_p=0.95, repetition_penalty=1.2)
 
 @pytest.mark.parametrize("name", GENERATIVE)
 @pytest.mark.parametrize("options", [{}, SAMPLING], ids=["greedy", "sampling"])
-def test_cache_equals_no_cache(name, options):
-    model = tiny(name)
+def test_cache_equals_no_cache(name, options, device):
+    model = tiny(name).to(device)
     cached = run(model, seed=3, max_new_tokens=12, **options)
     uncached = run(model, seed=3, max_new_tokens=12, use_cache=False, **options)
     assert cached.tokens == uncached.tokens
@@ -89,8 +90,8 @@ def test_unpadded_batch_decodes_without_a_mask_until_a_row_finishes(name, monkey
         assert alone.tokens[0] == ended[True].tokens[row]
 
 @pytest.mark.parametrize("name", GENERATIVE)
-def test_beam_one_is_greedy_and_beams_agree_with_and_without_cache(name):
-    model = tiny(name)
+def test_beam_one_is_greedy_and_beams_agree_with_and_without_cache(name, device):
+    model = tiny(name).to(device)
     greedy = run(model, max_new_tokens=15)
     eos = greedy.tokens[0][3]  # a token greedy emits: rows end early, exercising the stopping rule
     greedy = generate(model, PROMPTS, GenerationConfig(max_new_tokens=15), eos, PAD, START)

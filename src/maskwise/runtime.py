@@ -35,6 +35,7 @@ from maskwise.errors import UserError
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")  # x86 (AVX-512 BF16, AMX) and Arm (FEAT_BF16)
+CPU_FP16_FLAGS = ("avx512_fp16", "amx_fp16", "fphp")
 
 
 @dataclass(frozen=True)
@@ -209,8 +210,9 @@ def _cpu_precision(requested: str, hw: Hardware, probe: Callable[[], float]) -> 
         if speedup > 1.0:
             return "bf16", f"this CPU has native bf16 ({isa}) and a bf16 matmul ran {speedup:.1f}x faster than fp32", ""
         return "fp32", f"this CPU has native bf16 ({isa}) but a bf16 matmul ran at {speedup:.2f}x of fp32", ""
-    if requested in ("bf16", "fp16") and not hw.cpu_bf16_native:
-        return requested, "asked for", (f"precision {requested} on a CPU without native bf16 ({isa}): "
+    native = {"bf16": hw.cpu_bf16_native, "fp16": any(f in hw.cpu_flags for f in CPU_FP16_FLAGS)}
+    if requested in native and not native[requested]:
+        return requested, "asked for", (f"precision {requested} on a CPU without native {requested} ({isa}): "
                                         "its matmuls are emulated and may be far slower than fp32")
     return requested, "asked for", ""
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from maskwise.cli.runtime import runtime_flags, runtime_of
+
 
 def register(subparsers) -> None:
     demo = subparsers.add_parser("demo", help="train a small decoder and encoder and show what each can do")
     demo.add_argument("--seconds", type=float, default=120.0, help="training seconds per model (default 120)")
     demo.add_argument("--out", default="runs/demo")
     demo.add_argument("--no-progress", dest="progress", action="store_false")
+    runtime_flags(demo)
     demo.set_defaults(handler=run_demo)
 
     compare = subparsers.add_parser(
@@ -21,6 +24,7 @@ def register(subparsers) -> None:
     compare.add_argument("--out", default="runs/compare")
     compare.add_argument("--overwrite", action="store_true", help="start over instead of continuing")
     compare.add_argument("--no-progress", dest="progress", action="store_false")
+    runtime_flags(compare)
     compare.set_defaults(handler=run_compare)
 
     ablate = subparsers.add_parser(
@@ -32,6 +36,7 @@ def register(subparsers) -> None:
     ablate.add_argument("--overwrite", action="store_true", help="start over instead of continuing")
     ablate.add_argument("--ratios", default=None, help="mask-ratio only: comma-separated ratios (default 0.15,0.3)")
     ablate.add_argument("--no-progress", dest="progress", action="store_false")
+    runtime_flags(ablate)
     ablate.set_defaults(handler=run_ablate)
 
     report = subparsers.add_parser("report", help="re-render report.md/.html from an experiment's results.json")
@@ -45,7 +50,7 @@ def run_demo(args) -> int:
 
     if not args.seconds > 0:
         raise UserError(f"--seconds must be positive, got {args.seconds}")
-    result = run_demo(args.out, args.seconds, args.progress)
+    result = run_demo(args.out, args.seconds, args.progress, runtime_of(args))
     for family, record in result["final"].items():
         extra = f", masked accuracy {record['val_masked_acc']:.3f}" if "val_masked_acc" in record else ""
         print(f"{family}: {record['step']} steps, {record['tokens_seen']:,} tokens in {record['wall_s']:.0f} s, "
@@ -76,7 +81,8 @@ def run_compare(args) -> int:
         if not args.seconds > 0:
             raise UserError(f"--seconds must be positive, got {args.seconds}")
         settings = dataclasses.replace(settings, seconds=args.seconds)
-    out = run_compare(args.out, args.quick, args.seed, args.data, args.overwrite, args.progress, settings)
+    out = run_compare(args.out, args.quick, args.seed, args.data, args.overwrite, args.progress, settings,
+                      runtime_of(args))
     print((out / "report.md").read_text())
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     return 0
@@ -94,7 +100,8 @@ def run_ablate(args) -> int:
             options["ratios"] = tuple(float(r) for r in args.ratios.split(","))
         except ValueError:
             raise UserError(f"--ratios must be comma-separated numbers, got {args.ratios!r}") from None
-    out = run_ablation(args.name, args.out, args.quick, args.seeds, args.overwrite, args.progress, **options)
+    out = run_ablation(args.name, args.out, args.quick, args.seeds, args.overwrite, args.progress,
+                       runtime_of(args), **options)
     results = read_json(out / RESULTS)
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     print(f"verdict: {results['verdict']} — {results['verdict_detail']}")

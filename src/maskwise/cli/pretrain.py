@@ -8,6 +8,8 @@ import dataclasses
 import json
 import sys
 
+from maskwise.cli.runtime import DEVICE_HELP, PRECISION_HELP
+
 HELP = {
     "family": "encoder, decoder or encoder-decoder",
     "objective": "mlm, clm, span, denoise, electra, prefix-lm (default: the family's classic one)",
@@ -18,9 +20,8 @@ HELP = {
     "budget": "stop at tokens=N, seconds=S or flops=F (the LR schedule follows it)",
     "no_shift": "CLM without the shift: predict the current token (the shift-bug ablation)",
     "out": "run folder (default runs/<family>-<objective>)",
-    "device": "auto, cpu, cuda, cuda:N or mps (auto: CUDA, else MPS, else CPU; cuda:LOCAL_RANK under torchrun)",
-    "precision": "auto, fp32, bf16 or fp16 (auto: bf16 where the device runs it natively and faster, "
-                 "fp16 + loss scaling on pre-Ampere GPUs, else fp32; README, Hardware)",
+    "device": DEVICE_HELP + "; cuda:LOCAL_RANK under torchrun",
+    "precision": PRECISION_HELP,
     "bf16": "alias of --precision bf16",
     "compile": "torch.compile the model (compiles for tens of seconds first; README, Performance)",
     "resume": "continue from the newest intact checkpoint; only --device, --precision, --compile, --steps, "

@@ -14,6 +14,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from maskwise.cli.runtime import runtime_flags, runtime_of
+
 TASKS = ("classify", "embed", "rerank", "seq2seq")
 EVAL_TASKS = ("classify", "retrieve", "rerank", "seq2seq")
 RESULTS_FILE, SUMMARY_FILE, HEAD_FILE = "results.json", "summary.txt", "head.safetensors"
@@ -45,7 +47,7 @@ def probability(text: str) -> float:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    runtime_flags(parser)
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
 
 
@@ -61,7 +63,7 @@ def register(subparsers) -> None:
         parser.add_argument("--batch-size", type=int, default=None)
         parser.add_argument("--lr", type=float, default=None, help="body learning rate (default: the task's)")
         parser.add_argument("--head-lr", type=float, default=None, help="fresh head learning rate (default 1e-3)")
-        parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast while fine-tuning")
+        parser.add_argument("--bf16", action="store_true", help="alias of --precision bf16")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--data", default=None, help="your own .jsonl/.csv training rows instead of the plays")
         parser.add_argument("--eval-data", default=None,
@@ -80,7 +82,7 @@ def register(subparsers) -> None:
     for task in EVAL_TASKS:
         _task_flags(evaluate, task, evaluating=True)
     _common(evaluate)
-    evaluate.set_defaults(handler=run_evaluate)
+    evaluate.set_defaults(handler=in_runtime(run_evaluate))
 
     search = subparsers.add_parser("search", help="nearest passages to a query (exact search)")
     search.add_argument("model", help="run folder (an embed fine-tune, or any body) or HF model folder")
@@ -91,7 +93,7 @@ def register(subparsers) -> None:
     search.add_argument("--split", choices=("train", "val", "test"), default="test")
     search.add_argument("--pooling", choices=("cls", "mean", "last"), default=None)
     _common(search)
-    search.set_defaults(handler=run_search)
+    search.set_defaults(handler=in_runtime(run_search))
 
     generate = subparsers.add_parser("generate", help="continue a prompt (decoder) or map a source (encoder-decoder)")
     generate.add_argument("model", help="run folder or HF model folder")
@@ -102,14 +104,14 @@ def register(subparsers) -> None:
     generate.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     generate.add_argument("--no-cache", dest="use_cache", action="store_false", help="decode without the KV cache")
     _common(generate)
-    generate.set_defaults(handler=run_generate)
+    generate.set_defaults(handler=in_runtime(run_generate))
 
     fill = subparsers.add_parser("fill-mask", help="top tokens for each [MASK] (encoder)")
     fill.add_argument("model", help="run folder or HF model folder")
     fill.add_argument("text", help='text with one or more "[MASK]"')
     fill.add_argument("--top-k", type=int, default=5)
     _common(fill)
-    fill.set_defaults(handler=run_fill_mask)
+    fill.set_defaults(handler=in_runtime(run_fill_mask))
 
     brk = subparsers.add_parser("break", help="make an MLM encoder generate, beside a decoder, with both losses")
     brk.add_argument("encoder", help="encoder run folder")
@@ -120,7 +122,7 @@ def register(subparsers) -> None:
     _sampling_flags(brk)
     brk.add_argument("--results", default=None, help="write the JSON results here")
     _common(brk)
-    brk.set_defaults(handler=run_break)
+    brk.set_defaults(handler=in_runtime(run_break))
 
 
 def _sampling_flags(parser) -> None:
@@ -176,22 +178,25 @@ def _task_flags(parser, task: str, evaluating: bool = False) -> None:
 # ---- loading and saving ----------------------------------------------------------------------
 
 
-def _open(path: str, device: str):
-    """(model, tokenizer, config dict) of a run folder or an HF model folder."""
-    import torch
+def in_runtime(handler):
+    """Run an inference command's handler under its precision's autocast."""
+    def run(args) -> int:
+        with runtime_of(args).autocast():
+            return handler(args)
+    return run
 
+
+def _open(path: str, args):
+    """(model, tokenizer, config dict) of a run folder or an HF model folder, on ``args``' device."""
     from maskwise.errors import UserError
     from maskwise.interop.hf import load
     from maskwise.train.checkpoint import CONFIG_FILE, read_json
 
+    runtime = runtime_of(args)
     model, tokenizer = load(path)
     if tokenizer is None:
         raise UserError(f"{path}: no tokenizer.json, and tasks need a tokenizer")
-    try:
-        model = model.to(torch.device(device))
-    except (RuntimeError, AssertionError) as error:
-        raise UserError(f"device {device!r} is not usable here ({str(error).splitlines()[0]})") from None
-    return model, tokenizer, read_json(Path(path).expanduser() / CONFIG_FILE)
+    return model.to(runtime.torch_device), tokenizer, read_json(Path(path).expanduser() / CONFIG_FILE)
 
 
 def _prepare_out(out: str, overwrite: bool) -> Path:
@@ -285,7 +290,7 @@ def _finetune_settings(args, cls):
     """The task's config with the flags that were given; the task's own defaults otherwise."""
     import dataclasses
 
-    values = {"seed": args.seed, "progress": args.progress, "bf16": args.bf16}
+    values = {"seed": args.seed, "progress": args.progress, "precision": args.precision, "bf16": args.bf16}
     for flag in ("steps", "batch_size", "lr", "head_lr"):
         if getattr(args, flag) is not None:
             values[flag] = getattr(args, flag)
@@ -311,7 +316,7 @@ def run_finetune(args) -> int:
 
     if args.eval_data is not None and args.data is None:
         raise UserError("--eval-data needs --data (the plays come with their own evaluation split)")
-    model, tokenizer, _ = _open(args.model, args.device)
+    model, tokenizer, _ = _open(args.model, args)
     out = _prepare_out(args.out, args.overwrite)
     handler = {"classify": _finetune_classify, "embed": _finetune_embed, "rerank": _finetune_rerank,
                "seq2seq": _finetune_seq2seq}[args.task]
@@ -397,11 +402,11 @@ def _finetune_embed(args, model, tokenizer):
     return task, results, bi_encoder.body, None
 
 
-def _embedder_of(path: str, device: str, progress: bool, pooling: str | None = None):
+def _embedder_of(path: str, args, progress: bool, pooling: str | None = None):
     """An ``Embedder`` for a run: an embed fine-tune's own pooling, else ``pooling``/the default."""
     from maskwise.tasks.embed import BiEncoder, Embedder
 
-    model, tokenizer, config = _open(path, device)
+    model, tokenizer, config = _open(path, args)
     task = config.get("task", {})
     if task.get("kind") == "embed" and pooling is None:
         return Embedder(BiEncoder(model, task["pooling"], task["normalize"]), tokenizer,
@@ -418,7 +423,7 @@ def _finetune_rerank(args, model, tokenizer):
     cfg = _finetune_settings(args, RerankConfig)
     kind = args.reranker or ("cross" if model.cfg.family == "encoder" else "generative")
     first_stage_path = args.first_stage or args.model
-    embedder, first_stage = _embedder_of(first_stage_path, args.device, args.progress)
+    embedder, first_stage = _embedder_of(first_stage_path, args, args.progress)
     if args.data is not None:
         train, test = _user_retrieval(args)
     else:
@@ -486,7 +491,7 @@ def _finetune_seq2seq(args, model, tokenizer):
 def run_evaluate(args) -> int:
     from maskwise.errors import UserError
 
-    model, tokenizer, config = _open(args.model, args.device)
+    model, tokenizer, config = _open(args.model, args)
     saved = config.get("task", {})
     task = args.task or {"classify": "classify", "embed": "retrieve", "rerank": "rerank",
                          "seq2seq": "seq2seq"}.get(saved.get("kind"))
@@ -497,7 +502,7 @@ def run_evaluate(args) -> int:
     elif task == "retrieve":
         from maskwise.tasks.retrieve import evaluate_retrieval
 
-        embedder, name = _embedder_of(args.model, args.device, args.progress, args.pooling)
+        embedder, name = _embedder_of(args.model, args, args.progress, args.pooling)
         results = evaluate_retrieval(embedder, _retrieval_data(args.split, args, args.max_queries), name=name)
     elif task == "rerank":
         results = _evaluate_rerank(args, model, tokenizer, saved)
@@ -553,7 +558,7 @@ def _evaluate_rerank(args, model, tokenizer, saved: dict) -> dict:
         score = generative_scorer(model, tokenizer, saved.get("max_len"))
         kind = kind or "generative (zero-shot)"
     first_stage = args.first_stage or saved.get("first_stage") or args.model
-    embedder, name = _embedder_of(first_stage, args.device, args.progress)
+    embedder, name = _embedder_of(first_stage, args, args.progress)
     test = _retrieval_data(args.split, args, args.rerank_queries)
     candidates, _ = rank(embedder, test, k=args.candidates)
     results = evaluate_reranker(score, test, candidates, f"{kind} reranker", args.progress)
@@ -571,7 +576,7 @@ def run_search(args) -> int:
 
     if not args.query.strip():
         raise UserError("--query is empty")
-    embedder, name = _embedder_of(args.model, args.device, args.progress, args.pooling)
+    embedder, name = _embedder_of(args.model, args, args.progress, args.pooling)
     docs = collection_from_file(args.collection) if args.collection else ict_retrieval(args.split).docs
     scores, indices = search(embedder([args.query]), embedder(list(docs)), args.k)
     print(f"{len(docs)} passages, embedder {name}")
@@ -591,12 +596,13 @@ def _generation_config(args, max_new_tokens: int, **extra):
 def run_generate(args) -> int:
     import torch
 
+    from maskwise.tasks import device_of
     from maskwise.tasks.generate import check_generative, generate_text
 
-    model, tokenizer, _ = _open(args.model, args.device)
+    model, tokenizer, _ = _open(args.model, args)
     check_generative(model)
     cfg = _generation_config(args, args.max_new_tokens, num_beams=args.num_beams, use_cache=args.use_cache)
-    generator = torch.Generator(device=args.device).manual_seed(args.seed)
+    generator = torch.Generator(device=device_of(model)).manual_seed(args.seed)
     texts = generate_text(model, tokenizer, args.prompt, cfg, generator, args.stop)
     for prompt, text in zip(args.prompt, texts):
         if model.cfg.family == "decoder":
@@ -611,7 +617,7 @@ def run_generate(args) -> int:
 def run_fill_mask(args) -> int:
     from maskwise.tasks.fill_mask import fill_mask
 
-    model, tokenizer, _ = _open(args.model, args.device)
+    model, tokenizer, _ = _open(args.model, args)
     for i, candidates in enumerate(fill_mask(model, tokenizer, args.text, args.top_k), start=1):
         shown = ", ".join(f"{token!r} {prob:.3f}" for token, prob in candidates)
         print(f"[MASK] {i}: {shown}")
@@ -625,8 +631,8 @@ def run_break(args) -> int:
 
     if args.held_out_chars < 10:
         raise UserError(f"--held-out-chars must be at least 10, got {args.held_out_chars}")
-    encoder, enc_tok, _ = _open(args.encoder, args.device)
-    decoder, dec_tok, _ = _open(args.decoder, args.device)
+    encoder, enc_tok, _ = _open(args.encoder, args)
+    decoder, dec_tok, _ = _open(args.decoder, args)
     if encoder.cfg.family != "encoder":
         raise UserError(f"{args.encoder} is a {encoder.cfg.family}, not an encoder")
     if decoder.cfg.family != "decoder":

@@ -44,6 +44,7 @@ from pathlib import Path
 from maskwise.errors import UserError
 from maskwise.experiments.report import fmt_stat, mean_and_spread, render, write_results
 from maskwise.experiments.runner import Experiment, machine_info
+from maskwise.runtime import Runtime
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, Comparison, compare
 
 TOKENS, WALL = "equal tokens", "equal wall-clock"
@@ -77,7 +78,7 @@ SCALES = {
 # The block every arm shares unless the ablation changes it (compare.py's choice: GPT-2's
 # pre-norm block for every family, so that only the mask and the loss differ between families).
 MODEL = dict(preset="gpt2", tokenizer="bpe", vocab_size=2048, d_model=64, heads=2, layers=2,
-             block_size=128, batch_size=16, lr=2e-3, bf16=True)
+             block_size=128, batch_size=16, lr=2e-3)
 
 
 @dataclass(frozen=True)
@@ -293,7 +294,7 @@ def classify(setup: Setup, name: str, seed: int, pooling: str | None = None) -> 
     train = genre_examples("train", per_genre=setup.scale.train_examples // len(GENRES))
     test = genre_examples("test", per_genre=setup.scale.eval_examples // len(GENRES))
     cfg = ClassifyConfig(steps=setup.scale.finetune_steps, pooling=pooling, seed=seed, progress=setup.progress,
-                         **FINETUNE["classify"])
+                         precision=setup.exp.runtime.precision, **FINETUNE["classify"])
     started = time.perf_counter()
     model = train_classifier(run.model, run.tokenizer, train, cfg)
     seconds = time.perf_counter() - started
@@ -311,7 +312,7 @@ def retrieve(setup: Setup, name: str, seed: int, pooling: str | None = None) -> 
     pairs = ict_retrieval("train", max_queries=setup.scale.train_examples).pairs()
     test = ict_retrieval("test", max_queries=setup.scale.eval_examples)
     cfg = EmbedConfig(steps=setup.scale.finetune_steps, pooling=pooling, seed=seed, progress=setup.progress,
-                      **FINETUNE["embed"])
+                      precision=setup.exp.runtime.precision, **FINETUNE["embed"])
     started = time.perf_counter()
     encoder = train_bi_encoder(run.model, run.tokenizer, pairs, cfg)
     seconds = time.perf_counter() - started
@@ -463,7 +464,7 @@ def mlm_loss_at(setup: Setup, name: str, ratio: float = 0.15) -> float:
     cfg = TrainConfig(block_size=MODEL["block_size"], batch_size=MODEL["batch_size"],
                       eval_batches=4 * setup.scale.eval_batches, seed=0, progress=False)
     objective = MLM(run.tokenizer, run.model.cfg.vocab_size, mask_ratio=ratio)
-    return Trainer(run.model, objective, val, val, cfg).evaluate()["val_loss"]
+    return Trainer(run.model, objective, val, val, cfg, runtime=setup.exp.runtime).evaluate()["val_loss"]
 
 
 def parse_ratios(ratios: Sequence[float]) -> tuple[float, ...]:
@@ -563,9 +564,8 @@ def judge_shift_bug(metrics: dict) -> tuple[str, str]:
 def shift_measures(setup: Setup, name: str, seed: int) -> dict:
     """Held-out next-token loss with the correct shift, and sampled continuations of held-out
     prompts: their copy rate and the first one as text."""
-    import torch
-
     from maskwise.experiments.compare import held_out_text
+    from maskwise.tasks import seeded_generator
     from maskwise.tasks.fill_mask import decoder_nats_per_char
     from maskwise.tasks.generate import GenerationConfig, generate
 
@@ -576,7 +576,7 @@ def shift_measures(setup: Setup, name: str, seed: int) -> dict:
     prompts = [ids[i * room // SAMPLE_PROMPTS:][:PROMPT_TOKENS] for i in range(SAMPLE_PROMPTS)]
     sampling = GenerationConfig(max_new_tokens=SAMPLE_TOKENS, temperature=0.8, top_k=40)
     new = generate(run.model, prompts, sampling, tok.eos_id, tok.pad_id, None,
-                   torch.Generator().manual_seed(seed)).tokens
+                   seeded_generator(run.model, seed)).tokens
     copied, total = map(sum, zip(*(copy_rate(p, n) for p, n in zip(prompts, new))))
     return {"nats_per_char": decoder_nats_per_char(run.model, tok, text), "copy_rate": copied / max(total, 1),
             "sample": f"PROMPT: {tok.decode(prompts[0])}\nCONTINUATION: {tok.decode(new[0])}"}
@@ -726,7 +726,8 @@ def seq2seq_measures(setup: Setup, name: str, seed: int) -> dict:
     run = setup.exp.load(name)
     train = speaker_examples("train", limit=setup.scale.train_examples)
     test = speaker_examples("test", limit=setup.scale.eval_examples)
-    cfg = Seq2SeqConfig(steps=setup.scale.finetune_steps, seed=seed, progress=setup.progress, **FINETUNE["seq2seq"])
+    cfg = Seq2SeqConfig(steps=setup.scale.finetune_steps, seed=seed, progress=setup.progress,
+                        precision=setup.exp.runtime.precision, **FINETUNE["seq2seq"])
     started = time.perf_counter()
     train_seq2seq(run.model, run.tokenizer, train, cfg)
     seconds = time.perf_counter() - started
@@ -974,7 +975,8 @@ def select_scale(quick: bool) -> Scale:
 
 
 def run_ablation(name: str, out: str | Path | None = None, quick: bool = False, seeds: int = 3,
-                 overwrite: bool = False, progress: bool = False, **options) -> Path:
+                 overwrite: bool = False, progress: bool = False, runtime: Runtime | None = None,
+                 **options) -> Path:
     """Run (or continue) ablation ``name`` in ``out`` (default ``runs/ablate-<name>``), write its
     results.json and render the report; returns the folder. ``options``: the ablation's own
     (``ratios`` for mask-ratio)."""
@@ -988,7 +990,7 @@ def run_ablation(name: str, out: str | Path | None = None, quick: bool = False, 
     if seeds < 2:
         raise UserError(f"seeds must be at least 2 (a spread needs two values), got {seeds}")
     scale = select_scale(quick)
-    exp = Experiment(out or f"runs/ablate-{name}", overwrite)
+    exp = Experiment(out or f"runs/ablate-{name}", overwrite, runtime)
     # Cached steps are only valid for the recipe that made them: the folder keeps it and refuses another.
     recipe = json.loads(json.dumps({"ablation": name, "scale": dataclasses.asdict(scale), "model": MODEL,
                                     "finetune": FINETUNE}))
@@ -1005,7 +1007,7 @@ def run_ablation(name: str, out: str | Path | None = None, quick: bool = False, 
     if not created:
         results["notes"].append("This call continued an earlier one in the same folder, reusing its finished steps: "
                                 "the total time above is this call's only.")
-    results.update(kind="ablation", machine=machine_info(), wall_s=exp.elapsed(),
+    results.update(kind="ablation", machine=machine_info(exp.runtime), wall_s=exp.elapsed(),
                    settings={**recipe, "seeds": list(range(seeds)), **options})
     write_results(exp.out, results)
     render(exp.out)

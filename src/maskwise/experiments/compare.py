@@ -28,6 +28,7 @@ from maskwise.data.corpus import load_plays, render_play, split_plays
 from maskwise.experiments.report import render, write_results
 from maskwise.experiments.runner import Experiment, machine_info
 from maskwise.model.accounting import parameter_breakdown
+from maskwise.runtime import Runtime
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder")
 OBJECTIVE = {"encoder": "mlm", "decoder": "clm", "encoder-decoder": "span"}
@@ -67,7 +68,7 @@ def pretrain_settings(family: str, s: CompareSettings, seed: int, data: str) -> 
     values = dict(family=family, objective=OBJECTIVE[family], preset="gpt2", data=data, tokenizer=s.tokenizer,
                   vocab_size=s.vocab_size, d_model=s.d_model, heads=s.heads, layers=4, block_size=s.block_size,
                   batch_size=s.batch_size, lr=s.lr, steps=100_000, warmup=30, budget=f"seconds={s.seconds}",
-                  eval_every=50, eval_batches=8, bf16=True, seed=seed)
+                  eval_every=50, eval_batches=8, seed=seed)
     if family == "encoder-decoder":
         values.update(layers=2, decoder_layers=2, d_ff=3 * s.d_model)
     return values
@@ -87,9 +88,9 @@ def blank_filling_accuracy(model, tokenizer, text: str, n_positions: int, seed: 
     replaced by sentinel 0 and the decoder asked for the span after ``<extra_id_0>``.
     """
     from maskwise.objectives.span import decoder_start_id
-    from maskwise.tasks import pad
+    from maskwise.tasks import device_of, pad
 
-    family, context = model.cfg.family, model.cfg.max_seq_len - 2
+    family, context, device = model.cfg.family, model.cfg.max_seq_len - 2, device_of(model)
     ids = tokenizer.encode(text)
     rng = random.Random(seed)
     ordinary = [p for p in range(1, len(ids)) if ids[p] not in tokenizer.special_ids]
@@ -100,22 +101,22 @@ def blank_filling_accuracy(model, tokenizer, text: str, n_positions: int, seed: 
         batch = windows[chunk:chunk + 64]
         if family == "decoder":
             seqs = [ids[max(0, p - context):p] for _, p in batch]  # left side only, ends just before p
-            x, mask = pad(seqs, tokenizer.pad_id, "right")
+            x, mask = pad(seqs, tokenizer.pad_id, "right", device)
             logits = model(x, mask).logits  # (B, T, V)
             last = mask.sum(1) - 1
-            predicted = logits[torch.arange(len(batch)), last].argmax(-1)
+            predicted = logits[torch.arange(len(batch), device=device), last].argmax(-1).cpu()
         elif family == "encoder":
             seqs = [[tokenizer.cls_id, *ids[s:p], tokenizer.mask_id, *ids[p + 1:s + context]] for s, p in batch]
-            x, mask = pad(seqs, tokenizer.pad_id, "right")
+            x, mask = pad(seqs, tokenizer.pad_id, "right", device)
             logits = model(x, mask).logits
-            predicted = logits[torch.arange(len(batch)), torch.tensor([p - s + 1 for s, p in batch])].argmax(-1)
+            predicted = logits[torch.arange(len(batch)), torch.tensor([p - s + 1 for s, p in batch])].argmax(-1).cpu()
         else:
             sentinel = tokenizer.sentinel_ids[0]
             seqs = [[*ids[s:p], sentinel, *ids[p + 1:s + context]] for s, p in batch]
-            x, mask = pad(seqs, tokenizer.pad_id, "right")
-            start = torch.tensor([[decoder_start_id(tokenizer), sentinel]] * len(batch))
+            x, mask = pad(seqs, tokenizer.pad_id, "right", device)
+            start = torch.tensor([[decoder_start_id(tokenizer), sentinel]] * len(batch), device=device)
             logits = model(x, mask, decoder_input_ids=start).logits  # (B, 2, V)
-            predicted = logits[:, 1].argmax(-1)
+            predicted = logits[:, 1].argmax(-1).cpu()
         targets = torch.tensor([ids[p] for _, p in batch])
         correct += int((predicted == targets).sum())
     return {"accuracy": correct / max(len(positions), 1), "n": len(positions)}
@@ -127,13 +128,14 @@ def _fresh(exp: Experiment, family: str):
 
 
 def language_modelling(exp: Experiment, family: str, s: CompareSettings, seed: int) -> dict:
+    from maskwise.tasks import seeded_generator
     from maskwise.tasks.fill_mask import decoder_nats_per_char, encoder_nats_per_char, mlm_continue
     from maskwise.tasks.generate import GenerationConfig, generate_text
 
     model, tok = _fresh(exp, family)
     text = held_out_text(s.held_out_chars)
     sampling = GenerationConfig(max_new_tokens=48, temperature=0.8, top_k=40)
-    g = torch.Generator().manual_seed(seed)
+    g = seeded_generator(model, seed)
     prompt = "HAMLET\nTo be, or not to be,"
     result = {"blank_filling": blank_filling_accuracy(model, tok, text, s.fill_positions, seed)}
     if family == "decoder":
@@ -159,7 +161,7 @@ def classification(exp: Experiment, family: str, s: CompareSettings, seed: int) 
     test = genre_examples("test", per_genre=max(20, s.genre_per_class // 3), seed=seed)
     pooling = "last" if family == "decoder" else "mean"
     cfg = ClassifyConfig(steps=s.finetune_steps, batch_size=32, lr=3e-4, head_lr=1e-3, pooling=pooling,
-                         seed=seed, progress=False)
+                         seed=seed, progress=False, precision=exp.runtime.precision)
     classifier = train_classifier(model, tok, train, cfg)
     return evaluate_classifier(classifier, tok, test, [e.label for e in train])
 
@@ -173,7 +175,8 @@ def retrieval(exp: Experiment, family: str, s: CompareSettings, seed: int) -> di
     pairs = ict_retrieval("train", seed=seed).pairs()
     pairs = random.Random(seed).sample(pairs, min(s.retrieval_pairs, len(pairs)))
     test = ict_retrieval("test", max_queries=s.retrieval_queries, seed=seed)
-    cfg = EmbedConfig(steps=s.finetune_steps, batch_size=32, lr=3e-4, seed=seed, progress=False)
+    cfg = EmbedConfig(steps=s.finetune_steps, batch_size=32, lr=3e-4, seed=seed, progress=False,
+                      precision=exp.runtime.precision)
     encoder = train_bi_encoder(model, tok, pairs, cfg)
     result = evaluate_retrieval(Embedder(encoder, tok), test, name=f"{family} ({encoder.pooling} pooling)")
     result["pooling"] = encoder.pooling
@@ -189,7 +192,7 @@ def extraction(exp: Experiment, family: str, s: CompareSettings, seed: int) -> d
     train = speaker_examples("train", max_chars=s.extraction_chars, limit=s.extraction_train, seed=seed)
     test = speaker_examples("test", max_chars=s.extraction_chars, limit=s.extraction_test, seed=seed)
     cfg = Seq2SeqConfig(steps=s.finetune_steps, batch_size=32, lr=1e-3, max_target_len=s.extraction_target,
-                        seed=seed, progress=False)
+                        seed=seed, progress=False, precision=exp.runtime.precision)
     train_seq2seq(model, tok, train, cfg)
     return evaluate_seq2seq(model, tok, test, GenerationConfig(max_new_tokens=s.extraction_target + 1),
                             max_target_len=s.extraction_target, progress=False)
@@ -208,9 +211,10 @@ def _cell(value: float, baseline: float | None = None, digits: int = 3) -> str:
 
 
 def run_compare(out: str | Path = "runs/compare", quick: bool = False, seed: int = 0, data: str = "shakespeare",
-                overwrite: bool = False, progress: bool = True, settings: CompareSettings | None = None) -> Path:
+                overwrite: bool = False, progress: bool = True, settings: CompareSettings | None = None,
+                runtime: Runtime | None = None) -> Path:
     s = settings or (QUICK if quick else CompareSettings())
-    exp = Experiment(out, overwrite)
+    exp = Experiment(out, overwrite, runtime)
     pre = {f: exp.pretrain(f, progress=progress, **pretrain_settings(f, s, seed, data)) for f in FAMILIES}
     params = {}
     for family in FAMILIES:
@@ -226,13 +230,13 @@ def run_compare(out: str | Path = "runs/compare", quick: bool = False, seed: int
         if family != "encoder":
             measured[family]["extract"] = exp.step(f"extract-{family}", lambda f=family: extraction(exp, f, s, seed))
 
-    results = _results(s, seed, data, pre, params, measured, exp.elapsed(), quick)
+    results = _results(s, seed, data, pre, params, measured, exp.elapsed(), quick, exp.runtime)
     write_results(exp.out, results)
     render(exp.out)
     return exp.out
 
 
-def _results(s, seed, data, pre, params, measured, wall_s, quick) -> dict:
+def _results(s, seed, data, pre, params, measured, wall_s, quick, runtime) -> dict:
     rows = []
     last = {f: pre[f]["curve"][-1] for f in FAMILIES}
     rows.append(["pretraining objective"] + [OBJECTIVE[f] for f in FAMILIES])
@@ -291,7 +295,7 @@ def _results(s, seed, data, pre, params, measured, wall_s, quick) -> dict:
     return {
         "title": "maskwise compare: encoder vs decoder vs encoder-decoder at one budget",
         "kind": "compare",
-        "machine": machine_info(),
+        "machine": machine_info(runtime),
         "wall_s": wall_s,
         "settings": {**dataclasses.asdict(s), "seed": seed, "data": data, "quick": quick},
         "runs": [{"label": f"{f} ({OBJECTIVE[f]})", "group": f, "seed": seed, "curve": pre[f]["curve"]}

@@ -9,30 +9,32 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
+from maskwise.runtime import Runtime, resolve
 from maskwise.train.pretrain import PretrainConfig, pretrain
 
 PROMPT = "ROMEO\n"
 BLANK = "To be, or not to be: that is the q[MASK]estion"
 
 
-def run_demo(out: str | Path = "runs/demo", seconds: float = 120.0, progress: bool = True) -> dict:
+def run_demo(out: str | Path = "runs/demo", seconds: float = 120.0, progress: bool = True,
+             runtime: Runtime | None = None) -> dict:
+    from maskwise.tasks import seeded_generator
     from maskwise.tasks.fill_mask import fill_mask
     from maskwise.tasks.generate import GenerationConfig, generate_text
 
-    out = Path(out)
+    out, runtime = Path(out), runtime or resolve()
     runs = {}
     for family in ("decoder", "encoder"):
         settings = PretrainConfig.from_flat(dict(
             family=family, tokenizer="char", layers=4, heads=4, d_model=128, block_size=64,
             batch_size=32, lr=2e-3, steps=100_000, warmup=50, budget=f"seconds={seconds}", eval_every=100,
-            eval_batches=10, bf16=True, progress=progress, out=str(out / family), overwrite=True))
+            eval_batches=10, device=runtime.device, precision=runtime.precision, progress=progress,
+            out=str(out / family), overwrite=True))
         runs[family] = pretrain(settings)
     decoder, encoder = runs["decoder"], runs["encoder"]
     sample = generate_text(decoder["model"].eval(), decoder["tokenizer"], [PROMPT],
                            GenerationConfig(max_new_tokens=240, temperature=0.8, top_k=40),
-                           torch.Generator().manual_seed(0))[0]
+                           seeded_generator(decoder["model"], 0))[0]
     filled = fill_mask(encoder["model"].eval(), encoder["tokenizer"], BLANK, top_k=5)[0]
     plot = _plot({f: r["records"] for f, r in runs.items()}, out / "loss.png")
     return {"sample": PROMPT + sample, "fill_mask": filled, "plot": plot,

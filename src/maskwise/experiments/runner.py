@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 
 from maskwise.errors import UserError
-from maskwise.runtime import Runtime, detect_hardware
+from maskwise.runtime import Runtime, detect_hardware, resolve
 from maskwise.train import checkpoint as ckpt
 from maskwise.train.pretrain import PretrainConfig, pretrain
 
@@ -32,8 +32,11 @@ def machine_info(runtime: Runtime) -> dict[str, Any]:
 
 
 class Experiment:
-    def __init__(self, out: str | Path, overwrite: bool = False):
+    """An experiment folder; its pretraining runs and the models it loads use one ``runtime``."""
+
+    def __init__(self, out: str | Path, overwrite: bool = False, runtime: Runtime | None = None):
         self.out = Path(out)
+        self.runtime = runtime or resolve()
         marker = self.out / "experiment.json"
         if self.out.is_dir() and any(self.out.iterdir()) and not marker.is_file():
             raise UserError(f"{self.out} exists and is not a maskwise experiment folder; choose another --out")
@@ -68,7 +71,8 @@ class Experiment:
         """A cached pretraining run: returns its curve and run folder (the model stays on disk)."""
 
         def run() -> dict:
-            values = {"progress": progress, **settings, "out": str(self.run_dir(name)), "resume": True}
+            values = {"progress": progress, **settings, "device": self.runtime.device,
+                      "precision": self.runtime.precision, "out": str(self.run_dir(name)), "resume": True}
             pretrain(PretrainConfig.from_flat(values))
             config = ckpt.read_json(self.run_dir(name) / ckpt.CONFIG_FILE)
             curve = ckpt.read_metrics(self.run_dir(name))  # the whole run, across resumes
@@ -78,7 +82,10 @@ class Experiment:
         return self.step(f"pretrain-{name}", run)
 
     def load(self, name: str) -> ckpt.Run:
-        return ckpt.load_run(self.run_dir(name))
+        """A finished run, its model on this experiment's device."""
+        run = ckpt.load_run(self.run_dir(name))
+        run.model.to(self.runtime.torch_device)
+        return run
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started

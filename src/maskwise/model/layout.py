@@ -16,8 +16,6 @@ import torch
 from torch import nn
 
 from maskwise import kernels
-from maskwise.kernels import project  # kept importable here: benchmarks/bench_decode.py
-from maskwise.kernels.cpu import split_for_decoding  # kept importable here: benchmarks/bench_decode.py
 
 
 class Linear(nn.Linear):

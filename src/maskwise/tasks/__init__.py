@@ -22,7 +22,8 @@ from torch import nn
 from tqdm import tqdm
 
 from maskwise.errors import UserError
-from maskwise.train.memory import retain_freed_memory
+from maskwise.runtime import Runtime, announce, precision_setting, resolve
+from maskwise.kernels.memory import retain_freed_memory
 from maskwise.train.optim import build_optimizer, lr_factor, set_lr
 
 PAD_SIDES = ("left", "right")
@@ -94,6 +95,11 @@ def device_of(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def seeded_generator(model: nn.Module, seed: int) -> torch.Generator:
+    """A generator on the model's device: sampling draws where the logits are."""
+    return torch.Generator(device=device_of(model)).manual_seed(seed)
+
+
 def batches(n: int, size: int) -> list[range]:
     """Consecutive index ranges covering ``0..n-1`` in chunks of ``size``."""
     return [range(start, min(start + size, n)) for start in range(0, n, size)]
@@ -113,7 +119,8 @@ class FinetuneConfig:
     grad_clip: float = 1.0
     seed: int = 0
     progress: bool = True
-    bf16: bool = False  # bfloat16 autocast for the forward pass (weights and optimizer stay fp32)
+    precision: str = "auto"  # autocast of the forward pass (weights and optimizer stay fp32); maskwise.runtime
+    bf16: bool = False  # alias of precision = "bf16"
 
     def validate(self) -> "FinetuneConfig":
         for name in ("steps", "batch_size"):
@@ -124,7 +131,12 @@ class FinetuneConfig:
                 raise UserError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if not 0.0 <= self.warmup < 1.0:
             raise UserError(f"warmup must be a fraction of steps in [0, 1), got {self.warmup}")
+        precision_setting(self.precision, self.bf16)
         return self
+
+    def runtime(self, model: nn.Module) -> Runtime:
+        """This precision on the device the model is on."""
+        return resolve(str(device_of(model)), precision_setting(self.precision, self.bf16))
 
 
 def finetune_optimizer(model: nn.Module, cfg: FinetuneConfig, head_prefixes: tuple[str, ...] = ()):
@@ -143,7 +155,10 @@ def fine_tune(model: nn.Module, step_loss: Callable[[random.Random], torch.Tenso
     seeded ``random.Random`` it is given and returns a mean loss), with ``finetune_optimizer``.
     Returns the losses."""
     cfg.validate()
-    retain_freed_memory(device_of(model).type)
+    runtime = cfg.runtime(model)
+    announce(runtime)
+    retain_freed_memory(runtime.device_type)
+    scaler = runtime.grad_scaler()
     optimizer = finetune_optimizer(model, cfg, head_prefixes)
     params = [p for p in model.parameters() if p.requires_grad]
     rng = random.Random(cfg.seed)
@@ -156,14 +171,16 @@ def fine_tune(model: nn.Module, step_loss: Callable[[random.Random], torch.Tenso
     for step in bar:
         set_lr(optimizer, lr_factor(step, warmup, cfg.steps, min_ratio=0.0))
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device_of(model).type, dtype=torch.bfloat16, enabled=cfg.bf16):
+        with runtime.autocast():
             loss = step_loss(rng)
         if not torch.isfinite(loss):
             bar.close()
             raise UserError(f"fine-tuning diverged at step {step}: loss {float(loss)} (lower --lr/--head-lr)")
-        loss.backward()
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
         nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        optimizer.step()
+        scaler.step(optimizer)
+        scaler.update()
         losses.append(float(loss.detach()))
         if step % 10 == 0:
             bar.set_postfix(loss=f"{losses[-1]:.3f}")

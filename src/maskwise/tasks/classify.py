@@ -169,6 +169,6 @@ def zero_shot_classify(model: nn.Module, tokenizer, texts: Sequence[str], labels
     start = decoder_start_id(tokenizer) if model.cfg.family == "encoder-decoder" else None
     scores = continuation_logprobs(model, pairs_prompt, pairs_label, tokenizer.pad_id, batch_size, start)
     if per_token:
-        scores = scores / torch.tensor([len(ids) for ids in pairs_label], dtype=scores.dtype)
+        scores = scores / torch.tensor([len(ids) for ids in pairs_label], dtype=scores.dtype, device=scores.device)
     best = scores.view(len(texts), len(labels)).argmax(dim=-1)
     return [labels[i] for i in best.tolist()]

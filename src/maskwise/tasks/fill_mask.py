@@ -23,7 +23,7 @@ import torch
 
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
-from maskwise.tasks import batches, device_of, frame, frame_extra, pad
+from maskwise.tasks import batches, device_of, frame, frame_extra, pad, seeded_generator
 from maskwise.tasks.generate import GenerationConfig, choose_next, generate
 
 MASK_TEXT = "[MASK]"
@@ -169,10 +169,10 @@ def break_exercise(encoder, encoder_tokenizer, decoder, decoder_tokenizer, promp
     seed, and both are scored on ``held_out`` in nats and bits per character."""
     cfg = (cfg or GenerationConfig(max_new_tokens=max_new_tokens)).validate()
     encoder_sample = mlm_continue(encoder, encoder_tokenizer, prompt, max_new_tokens, cfg,
-                                  torch.Generator().manual_seed(seed))
+                                  seeded_generator(encoder, seed))
     output = generate(decoder, [decoder_tokenizer.encode(prompt)],
                       replace(cfg, max_new_tokens=max_new_tokens),
-                      None, decoder_tokenizer.pad_id, generator=torch.Generator().manual_seed(seed))
+                      None, decoder_tokenizer.pad_id, generator=seeded_generator(decoder, seed))
     both = encoder_nats_per_char(encoder, encoder_tokenizer, held_out, both_sides=True)
     left = encoder_nats_per_char(encoder, encoder_tokenizer, held_out, both_sides=False)
     causal = decoder_nats_per_char(decoder, decoder_tokenizer, held_out)

@@ -35,7 +35,7 @@ from maskwise.objectives import LossParts, Objective
 from maskwise.runtime import Runtime, announce, precision_setting, resolve
 from maskwise.train import checkpoint as ckpt
 from maskwise.train.budget import Budget, flops_per_token
-from maskwise.train.memory import retain_freed_memory
+from maskwise.kernels.memory import retain_freed_memory
 from maskwise.train.optim import build_optimizer, lr_factor, set_lr
 
 

@@ -3,11 +3,9 @@
 Why: a training step allocates the same activation and gradient buffers every step, many of them
 megabytes (an FFN activation of batch 16 x 128 x 1024 is 8 MiB in fp32). glibc's malloc gives such
 blocks back to the kernel when they are freed (large ones are mmapped; the heap top is trimmed past
-a small threshold), so the next step page-faults the same memory in again, zero-filled. On the
-2-core EPYC development machine that was 10-20% of a small model's step: a bf16 CLM step of the
-issue-7 shapes took 265-315 ms with glibc's defaults and 250-259 ms with the settings below (HF's
-GPT2LMHeadModel step gains the same, 500-560 -> 465-500 ms; README, Performance). PyTorch's CPU
-allocator has no cache of its own, and Intel's PyTorch launcher swaps in jemalloc/tcmalloc for the
+a small threshold), so the next step page-faults the same memory in again, zero-filled: a
+measurable part of a small model's step (README, Performance). PyTorch's CPU allocator has no cache
+of its own, and Intel's PyTorch launcher swaps in jemalloc/tcmalloc for the
 same reason; the glibc knobs get the same effect without another library.
 
 The cost: memory freed during training stays mapped (up to ``TRIM_THRESHOLD`` at the heap top), so

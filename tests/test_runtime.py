@@ -1,0 +1,237 @@
+"""The runtime: which device and precision `auto` picks on each kind of hardware (faked), what an
+explicit choice does, and that training, resume and the CLI follow it."""
+
+import hashlib
+import json
+
+import pytest
+import torch
+
+from maskwise.cli import main
+from maskwise.errors import UserError
+from maskwise.objectives.clm import CLM
+from maskwise.objectives.mlm import MLM
+from maskwise import runtime as runtime_module
+from maskwise.runtime import Hardware, Runtime, detect_hardware, precision_setting, resolve
+from maskwise.train import checkpoint as ckpt
+from maskwise.train.loop import TrainConfig
+from tests.conftest import HAS_CUDA
+from tests.test_train import V, _Tok, _trainer
+
+AVX2 = Hardware(cpu_capability="AVX2", cpu_flags=frozenset({"avx2", "fma"}))
+AVX512_BF16 = Hardware(cpu_capability="AVX512", cpu_flags=frozenset({"avx512f", "avx512_bf16"}))
+AMX = Hardware(cpu_capability="AVX512", cpu_flags=frozenset({"avx512f", "amx_bf16", "amx_tile"}))
+SM80 = Hardware(cuda_capabilities=((8, 0),), cuda_names=("A100",), cpu_capability="AVX2")
+SM70 = Hardware(cuda_capabilities=((7, 0),), cuda_names=("V100",), cpu_capability="AVX2")
+TWO_GPUS = Hardware(cuda_capabilities=((9, 0), (9, 0)), cuda_names=("H100", "H100"))
+MPS = Hardware(mps=True, cpu_capability="DEFAULT")
+
+
+class Probe:
+    """A fake bf16 probe that says how much faster bf16 ran, and counts its calls."""
+
+    def __init__(self, speedup: float):
+        self.speedup, self.calls = speedup, 0
+
+    def __call__(self) -> float:
+        self.calls += 1
+        return self.speedup
+
+
+# hardware, --device, --precision, probe speedup -> device, precision, reason contains, warns, probe asked
+DECISIONS = [
+    (AVX2, "auto", "auto", 2.0, "cpu", "fp32", "no native bf16 (AVX2)", False, False),
+    (AVX512_BF16, "auto", "auto", 2.2, "cpu", "bf16", "2.2x faster", False, True),
+    (AVX512_BF16, "auto", "auto", 0.8, "cpu", "fp32", "0.80x of fp32", False, True),
+    (AMX, "auto", "auto", 6.0, "cpu", "bf16", "native bf16", False, True),
+    (AVX2, "cpu", "bf16", 2.0, "cpu", "bf16", "asked for", True, False),
+    (AVX2, "cpu", "fp32", 2.0, "cpu", "fp32", "asked for", False, False),
+    (AMX, "cpu", "fp16", 2.0, "cpu", "fp16", "asked for", True, False),
+    (SM80, "auto", "auto", 2.0, "cuda:0", "bf16", "A100 (sm80) runs bf16 natively", False, False),
+    (SM70, "auto", "auto", 2.0, "cuda:0", "fp16", "no native bf16", False, False),
+    (SM70, "cuda", "bf16", 2.0, "cuda:0", "bf16", "emulates bf16", True, False),
+    (SM80, "cuda:0", "fp32", 2.0, "cuda:0", "fp32", "asked for", False, False),
+    (SM80, "cpu", "auto", 2.0, "cpu", "fp32", "no native bf16 (AVX2)", False, False),
+    (TWO_GPUS, "cuda:1", "auto", 2.0, "cuda:1", "bf16", "sm90", False, False),
+    (MPS, "auto", "auto", 2.0, "mps", "fp32", "MPS", False, False),
+]
+
+
+@pytest.mark.parametrize("hw, device, precision, speedup, want_device, want_precision, reason, warns, probed",
+                         DECISIONS)
+def test_decision_table(hw, device, precision, speedup, want_device, want_precision, reason, warns, probed,
+                        monkeypatch):
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    probe = Probe(speedup)
+    runtime = resolve(device, precision, hardware=hw, bf16_probe=probe)
+    assert (runtime.device, runtime.precision) == (want_device, want_precision)
+    assert reason in runtime.reason
+    assert bool(runtime.warning) == warns
+    assert (probe.calls > 0) == probed  # never time an emulated bf16 matmul: on AVX2 it is ~90x slower
+    assert runtime.needs_scaler == (want_precision == "fp16")
+    assert runtime.describe().startswith(f"device {want_device}, precision {want_precision}: ")
+
+
+def test_torchrun_takes_the_local_rank_gpu(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert resolve("auto", hardware=TWO_GPUS).device == "cuda:1"
+    assert resolve("cuda", hardware=TWO_GPUS).device == "cuda:1"
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    with pytest.raises(UserError, match="2 CUDA GPU"):
+        resolve("auto", hardware=TWO_GPUS)
+
+
+@pytest.mark.parametrize("hw, device, precision, message", [
+    (AVX2, "cuda", "auto", "CUDA is not available"),
+    (AVX2, "cuda:0", "auto", "CUDA is not available"),
+    (SM80, "cuda:1", "auto", "1 CUDA GPU"),
+    (SM80, "cuda:x", "auto", "1 CUDA GPU"),
+    (AVX2, "mps", "auto", "no Apple GPU"),
+    (AVX2, "tpu", "auto", "--device must be"),
+    (AVX2, "cpu", "fp8", "--precision must be"),
+])
+def test_unavailable_or_unknown_choices_are_user_errors(hw, device, precision, message, monkeypatch):
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    with pytest.raises(UserError, match=message):
+        resolve(device, precision, hardware=hw, bf16_probe=Probe(2.0))
+
+
+def test_bf16_flag_is_an_alias_that_cannot_contradict_precision():
+    assert precision_setting("auto", True) == "bf16"
+    assert precision_setting("bf16", True) == "bf16"
+    assert precision_setting("fp32", False) == "fp32"
+    with pytest.raises(UserError, match="contradicts --precision fp32"):
+        precision_setting("fp32", True)
+    with pytest.raises(UserError, match="contradicts"):
+        TrainConfig(bf16=True, precision="fp16").validate()
+
+
+def test_this_machine_is_described_from_torch_and_the_cpu():
+    hw = detect_hardware()
+    assert hw.cpu_capability == torch.backends.cpu.get_cpu_capability()
+    assert len(hw.cuda_capabilities) == torch.cuda.device_count()
+    runtime = resolve()  # the real decision on this machine: fp32 unless bf16 is native and faster
+    if not hw.cpu_bf16_native and not hw.cuda_capabilities:
+        assert runtime.precision == "fp32"
+
+
+def test_autocast_follows_the_precision():
+    a, b = torch.randn(4, 8), torch.randn(8, 4)
+    for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        with Runtime("cpu", precision, "test").autocast():
+            assert (a @ b).dtype == dtype
+    batch = {"input_ids": torch.ones(2, 3, dtype=torch.long), "n": 3}
+    assert Runtime("cpu", "fp32", "test").move(batch) is batch  # nothing to copy on the CPU
+
+
+# ---- training on the runtime --------------------------------------------------------------------
+
+
+def _losses(device, objective, family) -> list[float]:
+    trainer = _trainer(objective, family, steps=4, eval_every=2, device=str(device), precision="fp32")
+    assert {p.device.type for p in trainer.model.parameters()} == {torch.device(device).type}
+    records = trainer.fit()
+    return [r["train_loss"] for r in records] + [r["val_loss"] for r in records]
+
+
+@pytest.mark.parametrize("name", ["mlm", "clm"])
+def test_training_on_a_device_gives_the_cpu_losses(name, device):
+    objective, family = (MLM(_Tok(), V), "encoder") if name == "mlm" else (CLM(), "decoder")
+    on_device, on_cpu = _losses(device, objective, family), _losses("cpu", objective, family)
+    assert on_device == pytest.approx(on_cpu, rel=1e-4)
+
+
+def test_fp16_trains_with_a_loss_scaler_that_resumes(tmp_path):
+    trainer = _trainer(MLM(_Tok(), V), "encoder", tmp_path / "run", steps=4, eval_every=2, precision="fp16")
+    assert trainer.scaler.is_enabled()
+    records = trainer.fit()
+    assert all(r["val_loss"] < 10 for r in records)  # finite and not diverged
+    scale = trainer.scaler.get_scale()
+    resumed = _trainer(MLM(_Tok(), V), "encoder", tmp_path / "run", steps=6, eval_every=2, precision="fp16")
+    assert resumed.resume()
+    assert resumed.scaler.get_scale() == scale
+
+
+@pytest.mark.parametrize("budget, total, unit", [("", 20, "step"), ("seconds=30", 30, "s"),
+                                                 ("tokens=5000", 5000, "tok")])
+def test_progress_counts_what_ends_the_run(budget, total, unit):
+    trainer = _trainer(CLM(), "decoder", budget=budget, progress=True)
+    bar = trainer._progress_bar()
+    assert (bar.total, bar.unit) == (total, unit)
+    bar.close()
+
+
+def test_run_records_its_runtime(tmp_path, small_text, capsys, monkeypatch):
+    monkeypatch.setattr(runtime_module, "_announced", set())  # said once per process: say it again here
+    code = main(["pretrain", "--data", str(small_text), "--steps", "2", "--eval-every", "2", "--out",
+                 str(tmp_path / "run"), "--device", "cpu", *TINY])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert err.startswith(resolve("cpu").describe())
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    header = ckpt.read_metrics(tmp_path / "run", headers=True)[0]
+    assert config["runtime"] == header["runtime"] and header["runtime"]["device"] == "cpu"
+
+
+# ---- the CLI ------------------------------------------------------------------------------------
+
+TINY = ["--d-model", "16", "--layers", "1", "--heads", "2", "--batch-size", "2", "--block-size", "16",
+        "--eval-batches", "1", "--no-progress"]
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="this machine has CUDA")
+@pytest.mark.parametrize("command", [
+    ["pretrain", "--steps", "2"], ["compare", "--quick"], ["ablate", "shift-bug", "--quick"], ["demo"],
+    ["generate", "no-such-run", "--prompt", "x"], ["finetune", "classify", "no-such-run", "--out", "o"],
+    ["evaluate", "no-such-run"], ["fill-mask", "no-such-run", "a [MASK]"],
+])
+def test_device_cuda_without_cuda_is_one_line_and_exit_2(command, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = main([*command, "--device", "cuda"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "CUDA is not available" in err
+    assert list(tmp_path.iterdir()) == []  # refused before anything was written
+
+
+def _tree(folder):
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("flag, value", [("--d-model", "32"), ("--objective", "prefix-lm"),
+                                         ("--tokenizer", "bpe"), ("--lr", "0.5")])
+def test_resume_refuses_a_changed_setting_and_leaves_the_run_as_it_was(flag, value, small_text, tmp_path, capsys):
+    run = ["pretrain", "--data", str(small_text), "--steps", "2", "--eval-every", "2", "--out", str(tmp_path / "run")]
+    assert main([*run, *TINY]) == 0
+    before = _tree(tmp_path / "run")
+    capsys.readouterr()
+    code = main([*run, "--resume", "--steps", "4", *TINY, flag, value])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert f"cannot change {flag}" in err and value in err  # names the flag and both values
+    assert _tree(tmp_path / "run") == before
+
+
+def test_a_run_written_under_another_device_resumes_on_the_cpu(small_text, tmp_path, capsys):
+    """The run folder says it was trained on cuda:0 (config and metrics); --device cpu continues it
+    exactly as an uninterrupted CPU run."""
+    common = ["pretrain", "--data", str(small_text), "--eval-every", "2", "--seed", "5", *TINY]
+    assert main([*common, "--steps", "6", "--out", str(tmp_path / "full")]) == 0
+    assert main([*common, "--steps", "4", "--out", str(tmp_path / "cut")]) == 0
+    config_path = tmp_path / "cut" / "config.json"
+    config = json.loads(config_path.read_text())
+    config["settings"]["device"] = "cuda:0"
+    config["runtime"] = {**config["runtime"], "device": "cuda:0", "precision": "bf16"}
+    config_path.write_text(json.dumps(config))
+    capsys.readouterr()
+    code = main([*common, "--steps", "6", "--out", str(tmp_path / "cut"), "--resume", "--device", "cpu",
+                 "--precision", "fp32"])
+    assert code == 0, capsys.readouterr().err
+
+    def curve(run):
+        return [(r["step"], r["train_loss"], r["val_loss"]) for r in ckpt.read_metrics(run)]
+
+    assert curve(tmp_path / "cut") == curve(tmp_path / "full")
+    assert [h["runtime"]["device"] for h in ckpt.read_metrics(tmp_path / "cut", headers=True)] == ["cpu", "cpu"]
+
