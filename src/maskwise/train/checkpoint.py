@@ -165,12 +165,13 @@ def _sha256(path: Path) -> str:
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict]]:
-    """Flatten an optimizer's state into named tensors plus JSON-able group settings."""
+    """Flatten an optimizer's state into named CPU tensors plus JSON-able group settings (a run saved
+    on a GPU resumes on a CPU: ``load_state_dict`` moves the state to each parameter's device)."""
     state = optimizer.state_dict()
     tensors = {}
     for index, slots in state["state"].items():
         for key, value in slots.items():
-            tensors[f"{index}.{key}"] = torch.as_tensor(value).detach().clone().contiguous()
+            tensors[f"{index}.{key}"] = torch.as_tensor(value).detach().to("cpu", copy=True).contiguous()
     return tensors, state["param_groups"]
 
 
