@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from maskwise.cli.runtime import runtime_flags, runtime_of
+
 EXPORT_FORMATS = ("hf",)
 
 
@@ -20,6 +22,7 @@ def register(subparsers) -> None:
     embed.add_argument("--output", required=True, help=".npy file to write: (lines, d) float32")
     embed.add_argument("--batch-size", type=int, default=32)
     embed.add_argument("--no-normalize", action="store_true", help="keep raw pooled vectors (no L2 norm)")
+    runtime_flags(embed)
     embed.set_defaults(handler=run_embed)
 
 
@@ -50,7 +53,10 @@ def run_embed(args) -> int:
         raise UserError(f"{path}: not a UTF-8 text file ({error.__class__.__name__})") from None
     if not texts:
         raise UserError(f"{path}: no lines to embed")
-    vectors = embed_texts(args.model, texts, batch_size=args.batch_size, normalize=not args.no_normalize)
+    runtime = runtime_of(args)
+    with runtime.autocast():
+        vectors = embed_texts(args.model, texts, batch_size=args.batch_size, normalize=not args.no_normalize,
+                              device=runtime.device)
     buffer = io.BytesIO()
     np.save(buffer, vectors)
     atomic_write(args.output, buffer.getvalue())

@@ -80,8 +80,8 @@ def _embedding_model(folder: Path, version: int):
 
 
 def embed_texts(model_name_or_path: str | Path, texts: Sequence[str], batch_size: int = 32,
-                normalize: bool = True) -> np.ndarray:
-    """``(len(texts), d)`` float32 sentence vectors.
+                normalize: bool = True, device: str | None = None) -> np.ndarray:
+    """``(len(texts), d)`` float32 sentence vectors, computed on ``device`` (default the CPU).
 
     Framing: the tokenizer's own (MiniLM's ``[CLS] x [SEP]``), else ``[CLS] x`` for maskwise
     encoders (``interop.hf.encoder_framing``). Truncation: the folder's ``max_seq_length`` (256 for
@@ -101,13 +101,14 @@ def embed_texts(model_name_or_path: str | Path, texts: Sequence[str], batch_size
     folder = resolve_model(model_name_or_path).resolve()
     version = max(path.stat().st_mtime_ns for path in (folder, *folder.iterdir()))
     model, backend, pad_id, pooling = _embedding_model(folder, version)
-    bi_encoder = BiEncoder(model, pooling, normalize).eval()
+    device = torch.device(device or "cpu")
+    bi_encoder = BiEncoder(model.to(device), pooling, normalize).eval()
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
     vectors = np.zeros((len(texts), model.cfg.d_model), dtype=np.float32)
     with torch.inference_mode():
         for chunk in batches(len(order), batch_size):
             rows = [order[i] for i in chunk]
             ids = [encoding.ids for encoding in backend.encode_batch([texts[r] for r in rows])]
-            input_ids, attention_mask = pad(ids, pad_id)  # (B, T) each
-            vectors[rows] = bi_encoder(input_ids, attention_mask).float().numpy()
+            input_ids, attention_mask = pad(ids, pad_id, device=device)  # (B, T) each
+            vectors[rows] = bi_encoder(input_ids, attention_mask).float().cpu().numpy()
     return vectors
