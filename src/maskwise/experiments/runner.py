@@ -73,7 +73,7 @@ class Experiment:
         def run() -> dict:
             values = {"progress": progress, **settings, "device": self.runtime.device,
                       "precision": self.runtime.precision, "out": str(self.run_dir(name)), "resume": True}
-            pretrain(PretrainConfig.from_flat(values))
+            pretrain(PretrainConfig.from_flat(values), runtime=self.runtime)
             config = ckpt.read_json(self.run_dir(name) / ckpt.CONFIG_FILE)
             curve = ckpt.read_metrics(self.run_dir(name))  # the whole run, across resumes
             return {"name": name, "run_dir": str(self.run_dir(name)), "curve": curve,

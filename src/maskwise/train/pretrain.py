@@ -20,6 +20,7 @@ from maskwise.config import FAMILIES, ModelConfig, from_dict, preset
 from maskwise.errors import UserError
 from maskwise.objectives.registry import DEFAULT_OBJECTIVE, OBJECTIVE_OPTIONS, build_objective, check_pair
 from maskwise.train import checkpoint as ckpt
+from maskwise.runtime import Runtime
 from maskwise.train.loop import Trainer, TrainConfig, distributed_context
 
 DEFAULT_PRESET = {"encoder": "bert", "decoder": "gpt2", "encoder-decoder": "t5"}
@@ -170,10 +171,12 @@ def resume_settings(settings: PretrainConfig, saved: dict[str, Any], given: set[
     return PretrainConfig.from_flat(kept).resolved()
 
 
-def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = None) -> dict[str, Any]:
+def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = None,
+             runtime: Runtime | None = None) -> dict[str, Any]:
     """Run (or resume) one pretraining run; returns ``{"run_dir", "records", "model", "tokenizer"}``.
 
-    ``given``: which settings the user chose (the others are defaults), for ``resume_settings``."""
+    ``given``: which settings the user chose (the others are defaults), for ``resume_settings``;
+    ``runtime``: one already decided (an experiment's), else the settings' ``device``/``precision``."""
     from maskwise.data.corpus import load_corpus
     from maskwise.data.stream import TokenStream
     from maskwise.data.tokenizers import Tokenizer, build_tokenizer
@@ -184,7 +187,7 @@ def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = No
     resuming = settings.resume and (run_dir / ckpt.CONFIG_FILE).is_file()
     if resuming:
         settings = resume_settings(settings, ckpt.read_json(run_dir / ckpt.CONFIG_FILE)["settings"], given)
-    runtime = settings.train.runtime()
+    runtime = runtime or settings.train.runtime()
     rank, world = distributed_context(runtime)
     if rank == 0:
         run_dir = prepare_run_dir(settings)
