@@ -63,7 +63,7 @@ class Decode(common.Side):
             self.model.generation_config.eos_token_id = None
             self.model.generation_config.pad_token_id = 0
         else:
-            from maskwise.interop.hf import import_hf
+            from maskwise.interop.hf_import import import_hf
 
             self.model = import_hf(args.weights)
         self.info = {"parameters": sum(p.numel() for p in self.model.parameters())}

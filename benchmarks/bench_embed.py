@@ -31,7 +31,7 @@ import common  # noqa: E402
 
 
 def texts(n: int) -> list[str]:
-    from maskwise.data.corpus import render_play, split_plays
+    from maskwise.data.plays import render_play, split_plays
 
     lines = [line.strip() for play in split_plays()["val"] for line in render_play(play).splitlines()]
     lines = [line for line in lines if line]
@@ -62,7 +62,7 @@ class Embed(common.Side):
 
             self.model = SentenceTransformer(str(folder()), device="cpu")
         else:
-            from maskwise.interop.hf import load
+            from maskwise.interop.folders import load
 
             start = time.perf_counter()
             load(folder())

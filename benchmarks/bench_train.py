@@ -124,7 +124,8 @@ class HFTrain(common.Side):
         torch.manual_seed(0)
         a = args
         if a.objective == "mlm":
-            from transformers import BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling, PreTrainedTokenizerFast
+            from transformers import (BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling,
+                                      PreTrainedTokenizerFast)
 
             cfg = BertConfig(vocab_size=a.vocab, hidden_size=a.d_model, num_hidden_layers=a.layers,
                              num_attention_heads=a.heads, intermediate_size=a.d_ff, max_position_embeddings=a.seq,

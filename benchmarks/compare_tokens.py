@@ -25,9 +25,10 @@ FAMILIES = ("encoder", "decoder", "encoder-decoder")
 
 
 def compare_settings(family: str, seconds: float) -> dict:
-    from maskwise.experiments.compare import CompareSettings, pretrain_settings
+    from maskwise.recipes import CompareSettings, pretrain_settings
 
-    return pretrain_settings(family, CompareSettings(seconds=seconds), seed=0, data="shakespeare")
+    scale = CompareSettings(seconds=seconds)
+    return pretrain_settings(scale, scale.family_arm(family, "shakespeare"), seed=0)
 
 
 def run_compare_side(family: str, seconds: float, out: str) -> dict:
@@ -49,7 +50,7 @@ def run_cli_side(family: str, seconds: float, out: str, precision: str) -> dict:
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed: {done.stderr.strip().splitlines()[-1]}")
-    from maskwise.train.checkpoint import read_metrics
+    from maskwise.runs import read_metrics
 
     return {"runtime": done.stderr.strip().splitlines()[0], **read_metrics(out)[-1]}
 

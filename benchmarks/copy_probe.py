@@ -22,8 +22,8 @@ import random
 import torch
 import torch.nn.functional as F
 
-from maskwise.data.corpus import render_play, split_plays
-from maskwise.interop.hf import load
+from maskwise.data.plays import render_play, split_plays
+from maskwise.interop.folders import load
 from maskwise.objectives.span import decoder_start_id
 
 

@@ -17,9 +17,8 @@ import tempfile
 
 import torch
 
-from maskwise.data.tasks import genre_examples
+from maskwise.recipes import TaskSettings, run_task
 from maskwise.runtime import resolve
-from maskwise.tasks.classify import ClassifyConfig, evaluate_classifier, train_classifier
 from maskwise.tasks.fill_mask import fill_mask
 from maskwise.tasks.generate import GenerationConfig, generate_text
 from maskwise.train.pretrain import PretrainConfig, pretrain
@@ -28,14 +27,11 @@ RUNS = [("encoder-decoder", "span"), ("encoder-decoder", "denoise"), ("encoder",
         ("encoder", "mlm"), ("decoder", "prefix-lm"), ("decoder", "clm")]
 
 
-def use(family: str, objective: str, model, tokenizer) -> dict:
+def use(family: str, objective: str, model, tokenizer, runtime) -> dict:
     model.eval()
     if objective == "electra":
-        train = genre_examples("train", per_genre=150)
-        test = genre_examples("test", per_genre=50)
-        cfg = ClassifyConfig(steps=150, batch_size=32, lr=3e-4, pooling="mean", progress=False)
-        result = evaluate_classifier(train_classifier(model, tokenizer, train, cfg), tokenizer, test,
-                                     [e.label for e in train])
+        settings = TaskSettings(steps=150, train_examples=150, test_examples=50, lr=3e-4, pooling="mean")
+        result = run_task("classify", model, tokenizer, settings, runtime).record
         return {"genre_accuracy": round(result["accuracy"], 3),
                 "majority_baseline": round(result["baseline"]["accuracy"], 3)}
     if family == "encoder":
@@ -60,8 +56,9 @@ def main() -> None:
     parser.add_argument("--precision", default="auto", help="auto (default: bf16 where it is fast), fp32, bf16, fp16")
     args = parser.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="maskwise-objectives-")
+    runtime = resolve(args.device, args.precision)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.seconds:.0f} s each; "
-          f"{resolve(args.device, args.precision).describe()}")
+          f"{runtime.describe()}")
     for family, objective in RUNS:
         if args.only and objective != args.only:
             continue
@@ -78,7 +75,7 @@ def main() -> None:
             "tokens_seen": records[-1]["tokens_seen"], "wall_s": round(records[-1]["wall_s"], 1),
             "val_loss_first": round(records[0]["val_loss"], 3), "val_loss_last": round(records[-1]["val_loss"], 3),
             "fell": records[-1]["val_loss"] < records[0]["val_loss"],
-            "use": use(family, objective, result["model"], result["tokenizer"]),
+            "use": use(family, objective, result["model"], result["tokenizer"], runtime),
         }), flush=True)
 
 

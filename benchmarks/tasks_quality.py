@@ -30,17 +30,31 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
 
-from maskwise.data.corpus import render_play, split_plays  # noqa: E402
-from maskwise.data.tasks import genre_examples, ict_retrieval, rename_speakers, speaker_examples  # noqa: E402
-from maskwise.interop.hf import load  # noqa: E402
-from maskwise.tasks.classify import (ClassifyConfig, classification_results, evaluate_classifier,  # noqa: E402
-                                     train_classifier, zero_shot_classify)
-from maskwise.tasks.embed import BiEncoder, EmbedConfig, Embedder, train_bi_encoder  # noqa: E402
+from maskwise.data.plays import render_play, split_plays  # noqa: E402
+from maskwise.data.tasks import (  # noqa: E402
+    genre_examples,
+    ict_retrieval,
+    rename_speakers,
+    speaker_examples,
+)
+from maskwise.interop.folders import load  # noqa: E402
+from maskwise.recipes import TaskSettings, run_task  # noqa: E402
+from maskwise.runtime import resolve  # noqa: E402
+from maskwise.tasks.classify import classification_results, zero_shot_classify  # noqa: E402
+from maskwise.tasks.embed import BiEncoder, Embedder  # noqa: E402
 from maskwise.tasks.fill_mask import break_exercise  # noqa: E402
 from maskwise.tasks.generate import GenerationConfig  # noqa: E402
-from maskwise.tasks.rerank import (NEGATIVE_SOURCES, RerankConfig, cross_encoder_scorer,  # noqa: E402
-                                   evaluate_reranker, gain_summary, generative_scorer, train_cross_encoder,
-                                   train_generative_reranker, training_negatives)
+from maskwise.tasks.rerank import (  # noqa: E402
+    NEGATIVE_SOURCES,
+    RerankConfig,
+    cross_encoder_scorer,
+    evaluate_reranker,
+    gain_summary,
+    generative_scorer,
+    train_cross_encoder,
+    train_generative_reranker,
+    training_negatives,
+)
 from maskwise.tasks.retrieve import evaluate_retrieval, rank  # noqa: E402
 from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq, train_seq2seq  # noqa: E402
 from maskwise.train.pretrain import PretrainConfig, pretrain  # noqa: E402
@@ -85,15 +99,14 @@ def open_run(path: str, device: str):
 
 
 def task_classify(args, runs, results):
-    train = genre_examples("train", per_genre=args.per_genre)
+    train_labels = [e.label for e in genre_examples("train", per_genre=args.per_genre)]
     test = genre_examples("test", per_genre=args.eval_per_genre)
-    train_labels = [e.label for e in train]
     for family, freeze, pooling in (("encoder", False, None), ("encoder", True, "mean"), ("decoder", False, None)):
         model, tok = open_run(runs[family], args.device)
-        cfg = ClassifyConfig(steps=args.finetune_steps, batch_size=16, lr=args.body_lr, freeze=freeze, bf16=args.bf16,
-                             pooling=pooling, progress=args.progress)
-        classifier = train_classifier(model, tok, train, cfg)
-        r = evaluate_classifier(classifier, tok, test, train_labels)
+        settings = TaskSettings(steps=args.finetune_steps, train_examples=args.per_genre,
+                                test_examples=args.eval_per_genre, batch_size=16, lr=args.body_lr, freeze=freeze,
+                                pooling=pooling, progress=args.progress)
+        r = run_task("classify", model, tok, settings, runtime_of(args)).record
         results[f"classify/{family}/{r['mode']}"] = r
         report(f"classify {family} {r['mode']} ({r['pooling']})", "accuracy", r["accuracy"], "majority",
                r["baseline"]["accuracy"])
@@ -106,6 +119,11 @@ def task_classify(args, runs, results):
     r = classification_results(predicted, [e.label for e in subset], train_labels, mode="zero-shot")
     results["classify/decoder/zero-shot"] = r
     report("classify decoder zero-shot prompting", "accuracy", r["accuracy"], "majority", r["baseline"]["accuracy"])
+
+
+def runtime_of(args):
+    """The device and precision every fine-tuning here runs in."""
+    return resolve(args.device, "bf16" if args.bf16 else "auto")
 
 
 def minilm_embedder():
@@ -122,17 +140,17 @@ def minilm_embedder():
 
 def task_retrieve(args, runs, results, shared):
     test = ict_retrieval("test", max_queries=args.max_queries)
-    train = ict_retrieval("train", max_queries=args.train_queries)
     model, tok = open_run(runs["encoder"], args.device)
     zero = evaluate_retrieval(Embedder(BiEncoder(model, "mean"), tok, max_len=args.block_size), test,
                               name="encoder zero-shot mean")
     results["retrieve/encoder/zero-shot"] = zero
     report("retrieve encoder zero-shot (mean)", "nDCG@10", zero["ndcg@10"], "random", zero["baseline"]["ndcg@10"])
-    cfg = EmbedConfig(steps=args.finetune_steps, lr=args.body_lr, max_len=args.block_size, progress=args.progress,
-                      bf16=args.bf16)
-    bi = train_bi_encoder(model, tok, train.pairs(), cfg)
-    embedder = Embedder(bi, tok, max_len=args.block_size)
-    tuned = evaluate_retrieval(embedder, test, name="encoder fine-tuned bi-encoder")
+    settings = TaskSettings(steps=args.finetune_steps, train_examples=args.train_queries,
+                            test_examples=args.max_queries, lr=args.body_lr, max_len=args.block_size,
+                            progress=args.progress)
+    result = run_task("retrieve", model, tok, settings, runtime_of(args), label="encoder fine-tuned bi-encoder")
+    embedder = Embedder(result.model, tok, max_len=args.block_size)
+    tuned = result.record
     results["retrieve/encoder/fine-tuned"] = tuned
     for metric in ("ndcg@10", "mrr", "recall@100"):
         report("retrieve encoder fine-tuned bi-encoder", metric, tuned[metric], "random", tuned["baseline"][metric])

@@ -31,7 +31,7 @@ def _private_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def small_text(tmp_path_factory):
     """About 60 kB of real play text (first speeches of several plays), as one plain-text file."""
-    from maskwise.data.corpus import load_plays, render_speech
+    from maskwise.data.plays import load_plays, render_speech
 
     lines = []
     for play in load_plays()[:6]:

@@ -9,9 +9,11 @@ import json
 import pytest
 
 from maskwise.cli import main
-from maskwise.experiments import ablations as ab
-from maskwise.experiments.ablations import AXES, SHARED, TOKENS, WALL, key
+from maskwise.experiments.ablations import electra, embedder, mask_ratio, pooling, seq2seq, shift_bug
+from maskwise.experiments.ablations.framework import AXES, GENRE_ACC, SHARED, TOKENS, WALL, key
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE
+
+pytestmark = pytest.mark.e2e
 
 
 def seeds(mean: float, sd: float = 0.005) -> list[float]:
@@ -29,7 +31,7 @@ def on_axes(build, axes=AXES) -> dict:
 
 # ---- the rules ------------------------------------------------------------------------------------
 
-ENC, DEC = ab.EMB_ENCODER.label, ab.EMB_DECODER.label
+ENC, DEC = embedder.ENCODER.label, embedder.DECODER.label
 BUCKETS = ("0-199", "200-399", "400-799")
 
 
@@ -37,7 +39,7 @@ def embedder_metrics(enc: tuple, dec: tuple, axes=AXES) -> dict:
     def build(axis):
         metrics = {key("recall@10", axis): {ENC: seeds(sum(enc) / 3), DEC: seeds(sum(dec) / 3)}}
         for bucket, e, d in zip(BUCKETS, enc, dec):
-            metrics[key(f"{ab.EMB_BUCKET}{bucket} chars", axis)] = {ENC: seeds(e), DEC: seeds(d)}
+            metrics[key(f"{embedder.BUCKET}{bucket} chars", axis)] = {ENC: seeds(e), DEC: seeds(d)}
         return metrics
 
     return on_axes(build, axes)
@@ -45,94 +47,95 @@ def embedder_metrics(enc: tuple, dec: tuple, axes=AXES) -> dict:
 
 def test_embedder_rule():
     narrowing = embedder_metrics((0.30, 0.40, 0.50), (0.28, 0.30, 0.32))
-    assert ab.judge_embedder(narrowing)[0] == HELD
+    assert embedder.judge(narrowing)[0] == HELD
     matching = embedder_metrics((0.30, 0.30, 0.30), (0.30, 0.30, 0.30))
-    assert ab.judge_embedder(matching)[0] == FALSIFIED
+    assert embedder.judge(matching)[0] == FALSIFIED
     widening = embedder_metrics((0.50, 0.40, 0.30), (0.30, 0.30, 0.28))  # encoder ahead, gap grows for short
-    verdict, detail = ab.judge_embedder(widening)
+    verdict, detail = embedder.judge(widening)
     assert verdict == INCONCLUSIVE and "does not narrow" in detail
     ahead_only_pooled = embedder_metrics((0.32, 0.32, 0.32), (0.30, 0.30, 0.30))  # no bucket separates
     ahead_only_pooled[key("recall@10", TOKENS)] = {ENC: seeds(0.32, 0.001), DEC: seeds(0.30, 0.001)}
     ahead_only_pooled[key("recall@10", WALL)] = ahead_only_pooled[key("recall@10", TOKENS)]
-    assert ab.judge_embedder(ahead_only_pooled)[0] == INCONCLUSIVE
+    assert embedder.judge(ahead_only_pooled)[0] == INCONCLUSIVE
     disagree = {**embedder_metrics((0.30, 0.40, 0.50), (0.28, 0.30, 0.32), (TOKENS,)),
                 **embedder_metrics((0.30, 0.30, 0.30), (0.30, 0.30, 0.30), (WALL,))}
-    verdict, detail = ab.judge_embedder(disagree)
+    verdict, detail = embedder.judge(disagree)
     assert verdict == INCONCLUSIVE and detail.startswith("The axes disagree")
 
 
 def test_mask_ratio_rule():
-    low, high = ab.ratio_arm(0.15).label, ab.ratio_arm(0.3).label
+    arms = mask_ratio.arms((0.3, 0.15))  # sorted: the lowest ratio first
+    low, high = arms[0].label, arms[-1].label
 
     def metrics(loss_low, loss_high, acc_low, acc_high):
-        return on_axes(lambda axis: {key(ab.MASK_LOSS, axis): {low: seeds(loss_low), high: seeds(loss_high)},
-                                     key(ab.GENRE_ACC, axis): {low: seeds(acc_low), high: seeds(acc_high)}})
+        return on_axes(lambda axis: {key(mask_ratio.MASK_LOSS, axis): {low: seeds(loss_low), high: seeds(loss_high)},
+                                     key(GENRE_ACC, axis): {low: seeds(acc_low), high: seeds(acc_high)}})
 
-    assert ab.judge_mask_ratio(metrics(5.0, 4.5, 0.50, 0.40), low, high)[0] == HELD
-    assert ab.judge_mask_ratio(metrics(5.0, 4.5, 0.40, 0.60), low, high)[0] == FALSIFIED
-    assert ab.judge_mask_ratio(metrics(4.5, 5.0, 0.60, 0.40), low, high)[0] == INCONCLUSIVE  # loss half fails
-    assert ab.judge_mask_ratio(metrics(5.0, 4.5, 0.50, 0.50), low, high)[0] == INCONCLUSIVE
+    assert mask_ratio.judge(metrics(5.0, 4.5, 0.50, 0.40), arms)[0] == HELD
+    assert mask_ratio.judge(metrics(5.0, 4.5, 0.40, 0.60), arms)[0] == FALSIFIED
+    assert mask_ratio.judge(metrics(4.5, 5.0, 0.60, 0.40), arms)[0] == INCONCLUSIVE  # loss half fails
+    assert mask_ratio.judge(metrics(5.0, 4.5, 0.50, 0.50), arms)[0] == INCONCLUSIVE
 
 
 def test_shift_bug_rule():
-    bug, ok = ab.SHIFT_BUG.label, ab.SHIFT_OK.label
+    bug, ok = shift_bug.SHIFT_BUG.label, shift_bug.SHIFT_OK.label
 
     def metrics(reported_bug, reported_ok, copies_bug, copies_ok):
-        return on_axes(lambda axis: {key(ab.REPORTED, axis): {bug: seeds(reported_bug), ok: seeds(reported_ok)},
-                                     key(ab.COPY_RATE, axis): {bug: seeds(copies_bug), ok: seeds(copies_ok)}})
+        return on_axes(lambda axis: {key(shift_bug.REPORTED, axis): {bug: seeds(reported_bug), ok: seeds(reported_ok)},
+                                     key(shift_bug.COPY_RATE, axis): {bug: seeds(copies_bug), ok: seeds(copies_ok)}})
 
-    assert ab.judge_shift_bug(metrics(0.1, 5.0, 0.9, 0.05))[0] == HELD
-    assert ab.judge_shift_bug(metrics(4.0, 5.0, 0.9, 0.05))[0] == FALSIFIED  # lower, but not by half
-    assert ab.judge_shift_bug(metrics(0.1, 5.0, 0.02, 0.05))[0] == FALSIFIED  # fewer copies
-    assert ab.judge_shift_bug(metrics(0.1, 5.0, 0.05, 0.05))[0] == INCONCLUSIVE
+    assert shift_bug.judge(metrics(0.1, 5.0, 0.9, 0.05))[0] == HELD
+    assert shift_bug.judge(metrics(4.0, 5.0, 0.9, 0.05))[0] == FALSIFIED  # lower, but not by half
+    assert shift_bug.judge(metrics(0.1, 5.0, 0.02, 0.05))[0] == FALSIFIED  # fewer copies
+    assert shift_bug.judge(metrics(0.1, 5.0, 0.05, 0.05))[0] == INCONCLUSIVE
 
 
 def test_seq2seq_rule():
-    ed, do = ab.S2S_ENCDEC, ab.S2S_DECODER.label
+    ed, do = seq2seq.ENCDEC, seq2seq.DECODER.label
 
     def metrics(short, long, ttft):
         return on_axes(lambda axis: {
-            key(f"{ab.F1_BUCKET}0-149 chars", axis): {ed: seeds(short[0]), do: seeds(short[1])},
-            key(f"{ab.F1_BUCKET}450-599 chars", axis): {ed: seeds(long[0]), do: seeds(long[1])},
-            key(f"{ab.TTFT_BUCKET}450-599 chars", axis): {ed: seeds(ttft[0], 0.5), do: seeds(ttft[1], 0.5)}})
+            key(f"{seq2seq.F1_BUCKET}0-149 chars", axis): {ed: seeds(short[0]), do: seeds(short[1])},
+            key(f"{seq2seq.F1_BUCKET}450-599 chars", axis): {ed: seeds(long[0]), do: seeds(long[1])},
+            key(f"{seq2seq.TTFT_BUCKET}450-599 chars", axis): {ed: seeds(ttft[0], 0.5), do: seeds(ttft[1], 0.5)}})
 
-    assert ab.judge_seq2seq(metrics((0.5, 0.5), (0.6, 0.4), (10.0, 20.0)))[0] == HELD
-    assert ab.judge_seq2seq(metrics((0.5, 0.5), (0.5, 0.5), (20.0, 20.0)))[0] == FALSIFIED
-    assert ab.judge_seq2seq(metrics((0.6, 0.4), (0.6, 0.4), (10.0, 20.0)))[0] == INCONCLUSIVE  # short not tied
-    assert ab.judge_seq2seq({})[0] == INCONCLUSIVE  # no bucket had enough passages
+    assert seq2seq.judge(metrics((0.5, 0.5), (0.6, 0.4), (10.0, 20.0)))[0] == HELD
+    assert seq2seq.judge(metrics((0.5, 0.5), (0.5, 0.5), (20.0, 20.0)))[0] == FALSIFIED
+    assert seq2seq.judge(metrics((0.6, 0.4), (0.6, 0.4), (10.0, 20.0)))[0] == INCONCLUSIVE  # short not tied
+    assert seq2seq.judge({})[0] == INCONCLUSIVE  # no bucket had enough passages
 
 
 def test_electra_rule():
-    def metrics(electra, mlm):
-        return on_axes(lambda axis: {key(ab.GENRE_ACC, axis): {ab.EL_ELECTRA.label: seeds(electra),
-                                                               ab.EL_MLM.label: seeds(mlm)}})
+    def metrics(electra_acc, mlm_acc):
+        return on_axes(lambda axis: {key(GENRE_ACC, axis): {electra.ELECTRA.label: seeds(electra_acc),
+                                                            electra.MLM.label: seeds(mlm_acc)}})
 
-    assert ab.judge_electra(metrics(0.5, 0.4))[0] == HELD
-    assert ab.judge_electra(metrics(0.4, 0.5))[0] == FALSIFIED
-    assert ab.judge_electra(metrics(0.45, 0.45))[0] == INCONCLUSIVE
+    assert electra.judge(metrics(0.5, 0.4))[0] == HELD
+    assert electra.judge(metrics(0.4, 0.5))[0] == FALSIFIED
+    assert electra.judge(metrics(0.45, 0.45))[0] == INCONCLUSIVE
 
 
 def test_pooling_rule():
     def metrics(acc_mean, acc_cls, recall_mean, recall_cls):
-        return {key(ab.GENRE_ACC, SHARED): {"mean": seeds(acc_mean), "cls": seeds(acc_cls)},
-                key(ab.RECALL, SHARED): {"mean": seeds(recall_mean), "cls": seeds(recall_cls)}}
+        return {key(GENRE_ACC, SHARED): {"mean": seeds(acc_mean), "cls": seeds(acc_cls)},
+                key(pooling.RECALL, SHARED): {"mean": seeds(recall_mean), "cls": seeds(recall_cls)}}
 
-    assert ab.judge_pooling(metrics(0.50, 0.50, 0.40, 0.20))[0] == HELD
-    assert ab.judge_pooling(metrics(0.50, 0.515, 0.40, 0.20))[0] == HELD  # separated but within CLOSE
-    assert ab.judge_pooling(metrics(0.50, 0.50, 0.20, 0.40))[0] == FALSIFIED
-    assert ab.judge_pooling(metrics(0.60, 0.40, 0.40, 0.20))[0] == FALSIFIED  # not close on classification
-    assert ab.judge_pooling(metrics(0.50, 0.50, 0.30, 0.30))[0] == INCONCLUSIVE
+    assert pooling.judge(metrics(0.50, 0.50, 0.40, 0.20))[0] == HELD
+    assert pooling.judge(metrics(0.50, 0.515, 0.40, 0.20))[0] == HELD  # separated but within CLOSE
+    assert pooling.judge(metrics(0.50, 0.50, 0.20, 0.40))[0] == FALSIFIED
+    assert pooling.judge(metrics(0.60, 0.40, 0.40, 0.20))[0] == FALSIFIED  # not close on classification
+    assert pooling.judge(metrics(0.50, 0.50, 0.30, 0.30))[0] == INCONCLUSIVE
 
 
 def test_copy_rate_counts_tokens_equal_to_the_one_before():
-    assert ab.copy_rate([5, 7], [7, 7, 2, 2]) == (3, 4)  # the first compares with the prompt's last
-    assert ab.copy_rate([5], []) == (0, 0)
+    assert shift_bug.copy_rate([5, 7], [7, 7, 2, 2]) == (3, 4)  # the first compares with the prompt's last
+    assert shift_bug.copy_rate([5], []) == (0, 0)
 
 
 def test_seq2seq_arms_match_parameters_within_ten_percent():
-    arm, encdec, decoder = ab.matched_encoder_decoder()
+    arm, encdec, decoder = seq2seq.matched_encoder_decoder()
     assert abs(encdec - decoder) <= 0.1 * decoder
-    assert arm.settings["layers"] + arm.settings["decoder_layers"] == ab.S2S_DECODER.settings["layers"]
+    assert arm.settings["layers"] + arm.settings["decoder_layers"] == seq2seq.DECODER.settings["layers"]
 
 
 # ---- end to end, at the smoke scale ---------------------------------------------------------------
@@ -140,13 +143,11 @@ def test_seq2seq_arms_match_parameters_within_ten_percent():
 
 @pytest.fixture(scope="module")
 def shift_bug_run(tmp_path_factory):
-    """``maskwise ablate shift-bug --quick`` at the smoke scale, two seeds: (folder, exit code, stdout)."""
+    """``maskwise ablate shift-bug --scale smoke``, two seeds: (folder, exit code, stdout)."""
     out = tmp_path_factory.mktemp("ablate") / "shift-bug"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(ab.SCALE_ENV, "smoke")
-        stdout = io.StringIO()
-        with contextlib.redirect_stdout(stdout):
-            code = main(["ablate", "shift-bug", "--quick", "--seeds", "2", "--out", str(out), "--no-progress"])
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        code = main(["ablate", "shift-bug", "--scale", "smoke", "--seeds", "2", "--out", str(out), "--no-progress"])
     return out, code, stdout.getvalue()
 
 
@@ -157,12 +158,21 @@ def test_shift_bug_report_structure(shift_bug_run):
     for field in ("title", "kind", "machine", "settings", "wall_s", "runs", "metrics", "table", "parameters",
                   "prediction", "rule", "verdict", "verdict_detail", "summary", "samples", "notes"):
         assert field in results, field
-    assert results["kind"] == "ablation" and results["verdict"] in (HELD, FALSIFIED, INCONCLUSIVE)
+    assert results["kind"] == "ablation"
+    # The verdict is the coded rule's on the recorded metrics, and on hand-made numbers in the same
+    # keys (the pipeline's own labels and axes) that rule must answer held, then falsified.
+    assert (results["verdict"], results["verdict_detail"]) == shift_bug.judge(results["metrics"])
+    bug, ok = shift_bug.SHIFT_BUG.label, shift_bug.SHIFT_OK.label
+    made = {name: {bug: seeds(0.9 if shift_bug.COPY_RATE in name else 0.1), ok: seeds(0.05 if
+                   shift_bug.COPY_RATE in name else 5.0)} for name in results["metrics"]}
+    assert shift_bug.judge(made)[0] == HELD
+    made = {name: {bug: groups[ok], ok: groups[bug]} for name, groups in made.items()}
+    assert shift_bug.judge(made)[0] == FALSIFIED
     assert "[smoke scale]" in results["title"] and results["settings"]["scale"]["name"] == "smoke"
     assert f"verdict: {results['verdict']}" in stdout and str(out / "report.md") in stdout
     assert {row[1] for row in results["table"]["rows"]} == set(AXES)  # both axes, always
-    for metric, groups in results["metrics"].items():
-        assert set(groups) == {ab.SHIFT_OK.label, ab.SHIFT_BUG.label} and all(len(v) == 2 for v in groups.values())
+    for groups in results["metrics"].values():
+        assert set(groups) == {shift_bug.SHIFT_OK.label, bug} and all(len(v) == 2 for v in groups.values())
     assert {run["seed"] for run in results["runs"]} == {0, 1} and len(results["runs"]) >= 4
     assert results["summary"].startswith("We replaced")
     report = (out / "report.md").read_text()
@@ -184,8 +194,7 @@ def test_second_call_reuses_every_finished_step(shift_bug_run, monkeypatch, caps
         raise AssertionError("a finished pretraining run was trained again")
 
     monkeypatch.setattr("maskwise.experiments.runner.pretrain", no_training)
-    monkeypatch.setenv(ab.SCALE_ENV, "smoke")
-    assert main(["ablate", "shift-bug", "--seeds", "2", "--out", str(out), "--no-progress"]) == 0
+    assert main(["ablate", "shift-bug", "--scale", "smoke", "--seeds", "2", "--out", str(out), "--no-progress"]) == 0
     second = json.loads((out / "results.json").read_text())
     assert second["metrics"] == first["metrics"]  # the one re-measured step gives the same numbers
     assert (out / "steps" / "shift-shift-seed1.json").is_file()
@@ -195,7 +204,7 @@ def test_second_call_reuses_every_finished_step(shift_bug_run, monkeypatch, caps
 
 def test_a_folder_keeps_its_ablation_and_scale(shift_bug_run, capsys):
     out, _, _ = shift_bug_run
-    assert main(["ablate", "shift-bug", "--quick", "--out", str(out)]) == 2  # quick, not smoke
+    assert main(["ablate", "shift-bug", "--scale", "quick", "--out", str(out)]) == 2  # quick, not smoke
     assert "holds ablation shift-bug at scale smoke with other settings" in capsys.readouterr().err
 
 
@@ -205,9 +214,10 @@ def test_a_folder_keeps_its_ablation_and_scale(shift_bug_run, capsys):
     (["ablate", "mask-ratio", "--ratios", "0.2,x"], "--ratios must be comma-separated numbers"),
     (["ablate", "mask-ratio", "--ratios", "0.2"], "at least two distinct mask ratios"),
     (["ablate", "shift-bug", "--seeds", "1"], "seeds must be at least 2"),
+    (["ablate", "shift-bug", "--scale", "huge"], "unknown scale 'huge'; known: default, quick, smoke"),
 ])
-def test_bad_inputs_exit_2_with_one_line(argv, message, tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv(ab.SCALE_ENV, "smoke")
-    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+def test_bad_inputs_exit_2_with_one_line(argv, message, tmp_path, capsys):
+    scale = [] if "--scale" in argv else ["--scale", "smoke"]
+    assert main([*argv, *scale, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from maskwise.cli import main
-from maskwise.train.checkpoint import read_metrics
+from maskwise.runs import read_metrics
 
 TINY = ["--d-model", "32", "--layers", "1", "--heads", "2", "--batch-size", "4", "--block-size", "32",
         "--eval-batches", "2", "--no-progress"]
@@ -22,6 +22,7 @@ def run_cli(args, capsys):
     return code, captured.out, captured.err
 
 
+@pytest.mark.e2e
 def test_pretrain_decoder_then_config_override(small_text, tmp_path, capsys):
     config = tmp_path / "c.toml"
     config.write_text('family = "decoder"\nsteps = 4\neval_every = 2\nlr = 0.002\n')
@@ -33,10 +34,13 @@ def test_pretrain_decoder_then_config_override(small_text, tmp_path, capsys):
     assert saved["lr"] == 0.002 and saved["steps"] == 6
 
 
+@pytest.mark.e2e
 def test_masks_and_params(capsys):
     code, out, _ = run_cli(["masks", "--n", 4], capsys)
     assert code == 0 and "causal" in out and "prefix" in out and "cross" in out
-    assert out.count("#") > 0
+    grids = [grid.splitlines()[2:] for grid in out.strip().split("\n\n")]  # rows of each pattern's grid
+    assert grids[1] == ["  0 # . . .", "  1 # # . .", "  2 # # # .", "  3 # # # #"]  # causal: j <= i
+    assert grids[2][:2] == ["  0 # # . .", "  1 # # . ."]  # prefix 2: the prefix sees itself whole
     code, out, _ = run_cli(["params", "--family", "decoder", "--d-model", 64], capsys)
     assert code == 0 and "attention" in out and "ffn" in out
 
@@ -87,6 +91,7 @@ def _bad_inputs(tmp_path, small_text):
     ]
 
 
+@pytest.mark.e2e
 def test_bad_inputs_exit_2_with_one_line(small_text, tmp_path, capsys):
     for args, needle in _bad_inputs(tmp_path, small_text):
         code, out, err = run_cli(["pretrain", *TINY, *args], capsys)
@@ -96,6 +101,8 @@ def test_bad_inputs_exit_2_with_one_line(small_text, tmp_path, capsys):
     assert (tmp_path / "existing" / "keep.txt").read_text() == "precious"
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_kill_9_then_resume_gives_identical_losses(small_text, tmp_path):
     """SIGKILL a real process mid-run, resume it, and compare with an uninterrupted run."""
     base = [sys.executable, "-m", "maskwise", "pretrain", "--data", str(small_text), "--steps", "40",
@@ -124,6 +131,7 @@ def test_kill_9_then_resume_gives_identical_losses(small_text, tmp_path):
     assert losses(cut) == losses(tmp_path / "full")
 
 
+@pytest.mark.e2e
 def test_corrupt_newest_checkpoint_is_skipped(small_text, tmp_path, capsys):
     out = tmp_path / "run"
     code, _, err = run_cli(["pretrain", "--data", small_text, "--steps", 4, "--eval-every", 2,
@@ -140,6 +148,8 @@ def test_corrupt_newest_checkpoint_is_skipped(small_text, tmp_path, capsys):
     assert steps == [2, 4, 6]
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_two_process_ddp_matches_one_process(small_text, tmp_path):
     """torchrun with 2 gloo processes x batch 2 == 1 process x batch 4 (same global batch)."""
     common = ["pretrain", "--data", str(small_text), "--steps", "6", "--eval-every", "2", "--seed", "3",

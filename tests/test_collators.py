@@ -37,6 +37,7 @@ def _examples(n: int, seed: int, frame=None) -> list[dict]:
     return rows
 
 
+@pytest.mark.unit
 def test_special_ids_from_an_hf_tokenizer():
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
@@ -59,6 +60,7 @@ def test_special_ids_from_an_hf_tokenizer():
     assert batch["input_ids"][0, -1] == 1 and 6 in batch["labels"][0].tolist()
 
 
+@pytest.mark.unit
 def test_span_batch_layout():
     raw = [example["input_ids"] for example in _examples(5, 0)]
     examples = [{"input_ids": raw[0]}, raw[1], torch.tensor(raw[2] + [T5_IDS.eos_id]), *raw[3:]]  # any form;
@@ -74,6 +76,7 @@ def test_span_batch_layout():
                        T5_IDS.eos_id) == ids
 
 
+@pytest.mark.unit
 def test_denoising_batch_layout():
     examples = _examples(4, 1, frame=(0, 2))
     batch = DenoisingCollator(BART_IDS, decoder_start_token_id=2, sentence_end_ids=[FULL_STOP], seed=0)(examples)
@@ -101,6 +104,7 @@ def _train(model, collator, examples, steps=30, lr=3e-3):
     return losses
 
 
+@pytest.mark.integration
 def test_hf_t5_learns_from_span_collator():
     torch.manual_seed(0)
     config = transformers.T5Config(vocab_size=V, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2,
@@ -110,6 +114,7 @@ def test_hf_t5_learns_from_span_collator():
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
 
 
+@pytest.mark.integration
 def test_hf_bart_learns_from_denoising_collator():
     torch.manual_seed(0)
     config = transformers.BartConfig(vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2,
@@ -122,6 +127,7 @@ def test_hf_bart_learns_from_denoising_collator():
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
 
 
+@pytest.mark.integration
 def test_hf_bert_runs_on_mlm_and_electra_collators():
     torch.manual_seed(0)
     ids = SpecialIds(vocab_size=V, pad_id=0, cls_id=2, sep_id=3, mask_id=4)
@@ -143,6 +149,7 @@ def test_hf_bert_runs_on_mlm_and_electra_collators():
                        electra["labels"][chosen & (electra["input_ids"] != 4)])  # the rest unchanged
 
 
+@pytest.mark.integration
 def test_prefix_collator_with_hf_gpt2():
     torch.manual_seed(0)
     examples = _examples(6, 6)

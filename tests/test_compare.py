@@ -2,8 +2,12 @@
 
 import json
 
+import pytest
+
 from maskwise.cli import main
 from maskwise.experiments.compare import FAMILIES
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TINY = """
 seconds = 3.0

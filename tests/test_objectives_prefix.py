@@ -14,6 +14,7 @@ from maskwise.objectives.prefix_lm import PrefixLM, sample_prefix_lengths
 CFG = preset("gpt2", vocab_size=V, d_model=32, n_heads=4, n_layers=2, max_seq_len=64)
 
 
+@pytest.mark.unit
 @settings(max_examples=40, deadline=None)
 @given(block=st.integers(2, 40), seed=st.integers(0, 2**31 - 1))
 def test_no_loss_on_the_prefix(block, seed):
@@ -30,6 +31,7 @@ def test_no_loss_on_the_prefix(block, seed):
     assert torch.equal(batch["input_ids"], windows[:, :-1])
 
 
+@pytest.mark.unit
 def test_prefix_lengths_cover_the_range():
     drawn = sample_prefix_lengths(torch.full((5000,), 6), torch.Generator().manual_seed(0))
     assert torch.bincount(drawn, minlength=6)[1:].min() > 900  # 1..5 each about 1000 times
@@ -38,6 +40,7 @@ def test_prefix_lengths_cover_the_range():
         sample_prefix_lengths(torch.tensor([5, 1]), None)
 
 
+@pytest.mark.unit
 def test_mask_pattern_seen_through_the_model():
     torch.manual_seed(0)
     model = build_model(CFG).eval()
@@ -62,6 +65,7 @@ def test_mask_pattern_seen_through_the_model():
     assert not causal[:3].any()
 
 
+@pytest.mark.unit
 def test_loss_positions():
     torch.manual_seed(0)
     model = build_model(CFG)
@@ -77,6 +81,7 @@ def test_loss_positions():
 PINNED = [4.176393, 4.026262, 3.913975, 3.819783, 3.731802, 3.637819]
 
 
+@pytest.mark.integration
 def test_pinned_losses_fall():
     torch.manual_seed(0)
     losses = train_losses(PrefixLM(), build_model(CFG))

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from maskwise.config import preset
 from maskwise.errors import UserError
 from maskwise.model.transformer import build_model
-from maskwise.objectives import correct_predictions
+from maskwise.objectives.base import correct_predictions
 from maskwise.objectives.collators import SpecialIds
 from maskwise.objectives.mlm import MLM
 from maskwise.objectives.registry import build_objective, check_pair
@@ -68,6 +68,7 @@ def restore(inputs: list[int], targets: list[int], sentinel_ids, eos_id: int) ->
     return out
 
 
+@pytest.mark.unit
 def test_lengths_match_t5_helper():
     assert compute_input_and_target_lengths(512) == (568, 114)
     assert compute_input_and_target_lengths(128) == (141, 29)
@@ -75,6 +76,7 @@ def test_lengths_match_t5_helper():
     assert (n.noise, n.spans, n.inputs, n.targets) == (85, 28, 512, 114)
 
 
+@pytest.mark.unit
 @settings(max_examples=60, deadline=None)
 @given(input_length=st.integers(3, 1024), density=st.floats(0.05, 0.5), mean=st.floats(1.0, 8.0))
 def test_computed_lengths_are_exact_and_maximal(input_length, density, mean):
@@ -88,6 +90,7 @@ def test_computed_lengths_are_exact_and_maximal(input_length, density, mean):
     assert span_lengths(raw + 1, density, mean).inputs > input_length
 
 
+@pytest.mark.unit
 @settings(max_examples=80, deadline=None)
 @given(length=st.integers(2, 300), density=st.floats(0.05, 0.45), mean=st.floats(1.0, 6.0),
        seed=st.integers(0, 2**31 - 1))
@@ -114,6 +117,7 @@ def test_mask_counts_and_round_trip(length, density, mean, seed):
     assert targets[0] == sentinel_ids[0]
 
 
+@pytest.mark.unit
 def test_paper_example_with_final_sentinel():
     """T5 paper, Figure 2: a mask that ends with kept text gives the target a final sentinel."""
     words = "Thank you for inviting me to your party last week .".split()
@@ -126,6 +130,7 @@ def test_paper_example_with_final_sentinel():
     assert " ".join(word[t] for t in targets.tolist()) == "<X> for inviting <Y> last <Z> </s>"
 
 
+@pytest.mark.unit
 def test_inconsistent_lengths_raise_with_arithmetic():
     with pytest.raises(ValueError, match=r"round\(9 / 1.0\) = 9 spans.*10 - 9 = 1"):
         span_lengths(10, 0.9, 1.0)
@@ -142,6 +147,7 @@ def test_inconsistent_lengths_raise_with_arithmetic():
         corrupt_spans(ids, torch.tensor([0, 1, 0, 1, 0, 0, 1, 1]).bool(), TOK.sentinel_ids[:2], TOK.eos_id)
 
 
+@pytest.mark.unit
 def test_objective_batch_layout():
     objective = SpanCorruption(TOK)
     raw, target = compute_input_and_target_lengths(32)
@@ -159,12 +165,14 @@ def test_objective_batch_layout():
                        TOK.eos_id) == windows[row].tolist()
 
 
+@pytest.mark.unit
 def test_same_generator_same_corruption():
     a = corrupt_random_spans(torch.arange(50) + 10, 0.15, 3.0, TOK.sentinel_ids, 5, torch.Generator().manual_seed(7))
     b = corrupt_random_spans(torch.arange(50) + 10, 0.15, 3.0, TOK.sentinel_ids, 5, torch.Generator().manual_seed(7))
     assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
+@pytest.mark.unit
 def test_registry_knows_the_new_objectives():
     for name, family in [("span", "encoder-decoder"), ("denoise", "encoder-decoder"), ("electra", "encoder"),
                          ("prefix-lm", "decoder")]:
@@ -180,6 +188,7 @@ def test_registry_knows_the_new_objectives():
 PINNED = [4.160662, 4.130713, 4.116492, 4.105942, 4.085917, 4.072515]
 
 
+@pytest.mark.integration
 def test_pinned_losses_fall():
     torch.manual_seed(0)
     model = build_model(preset("t5", vocab_size=V, d_model=32, n_heads=2, n_layers=2, max_seq_len=64))
@@ -193,6 +202,7 @@ def test_pinned_losses_fall():
     assert 0.0 <= objective.eval_metrics({"n_positions": parts.n_positions, **parts.metrics})["token_acc"] <= 1.0
 
 
+@pytest.mark.unit
 def test_correct_predictions_counts_argmax_hits_at_labelled_positions():
     logits = torch.zeros(3, V)
     logits[0, 5] = logits[1, 8] = logits[2, 1] = 1.0  # argmax 5, 8, 1 at the three labelled positions
@@ -200,6 +210,7 @@ def test_correct_predictions_counts_argmax_hits_at_labelled_positions():
     assert correct_predictions(logits, labels) == 2.0
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("family", ["mlm", "span"])
 def test_training_steps_skip_logits_and_accuracy(family):
     """A training step asks for the loss alone (no vocabulary logits, no argmax: the loop reports

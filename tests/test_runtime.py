@@ -7,13 +7,13 @@ import json
 import pytest
 import torch
 
+from maskwise import runtime as runtime_module
 from maskwise.cli import main
 from maskwise.errors import UserError
 from maskwise.objectives.clm import CLM
 from maskwise.objectives.mlm import MLM
-from maskwise import runtime as runtime_module
+from maskwise.runs import read_metrics
 from maskwise.runtime import Hardware, Runtime, detect_hardware, precision_setting, resolve
-from maskwise.train import checkpoint as ckpt
 from maskwise.train.loop import TrainConfig
 from tests.conftest import HAS_CUDA
 from tests.test_train import V, _Tok, _trainer
@@ -57,6 +57,7 @@ DECISIONS = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("hw, device, precision, speedup, want_device, want_precision, reason, warns, probed",
                          DECISIONS)
 def test_decision_table(hw, device, precision, speedup, want_device, want_precision, reason, warns, probed,
@@ -72,6 +73,7 @@ def test_decision_table(hw, device, precision, speedup, want_device, want_precis
     assert runtime.describe().startswith(f"device {want_device}, precision {want_precision}: ")
 
 
+@pytest.mark.unit
 def test_torchrun_takes_the_local_rank_gpu(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert resolve("auto", hardware=TWO_GPUS).device == "cuda:1"
@@ -81,6 +83,7 @@ def test_torchrun_takes_the_local_rank_gpu(monkeypatch):
         resolve("auto", hardware=TWO_GPUS)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("hw, device, precision, message", [
     (AVX2, "cuda", "auto", "CUDA is not available"),
     (AVX2, "cuda:0", "auto", "CUDA is not available"),
@@ -96,6 +99,7 @@ def test_unavailable_or_unknown_choices_are_user_errors(hw, device, precision, m
         resolve(device, precision, hardware=hw, bf16_probe=Probe(2.0))
 
 
+@pytest.mark.unit
 def test_bf16_flag_is_an_alias_that_cannot_contradict_precision():
     assert precision_setting("auto", True) == "bf16"
     assert precision_setting("bf16", True) == "bf16"
@@ -106,6 +110,7 @@ def test_bf16_flag_is_an_alias_that_cannot_contradict_precision():
         TrainConfig(bf16=True, precision="fp16").validate()
 
 
+@pytest.mark.unit
 def test_this_machine_is_described_from_torch_and_the_cpu():
     hw = detect_hardware()
     assert hw.cpu_capability == torch.backends.cpu.get_cpu_capability()
@@ -115,6 +120,7 @@ def test_this_machine_is_described_from_torch_and_the_cpu():
         assert runtime.precision == "fp32"
 
 
+@pytest.mark.unit
 def test_autocast_follows_the_precision():
     a, b = torch.randn(4, 8), torch.randn(8, 4)
     for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
@@ -134,6 +140,7 @@ def _losses(device, objective, family) -> list[float]:
     return [r["train_loss"] for r in records] + [r["val_loss"] for r in records]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", ["mlm", "clm"])
 def test_training_on_a_device_gives_the_cpu_losses(name, device):
     objective, family = (MLM(_Tok(), V), "encoder") if name == "mlm" else (CLM(), "decoder")
@@ -141,17 +148,19 @@ def test_training_on_a_device_gives_the_cpu_losses(name, device):
     assert on_device == pytest.approx(on_cpu, rel=1e-4)
 
 
+@pytest.mark.integration
 def test_fp16_trains_with_a_loss_scaler_that_resumes(tmp_path):
     trainer = _trainer(MLM(_Tok(), V), "encoder", tmp_path / "run", steps=4, eval_every=2, precision="fp16")
-    assert trainer.scaler.is_enabled()
+    assert trainer.optimizer_step.scaler.is_enabled()
     records = trainer.fit()
     assert all(r["val_loss"] < 10 for r in records)  # finite and not diverged
-    scale = trainer.scaler.get_scale()
+    scale = trainer.optimizer_step.scaler.get_scale()
     resumed = _trainer(MLM(_Tok(), V), "encoder", tmp_path / "run", steps=6, eval_every=2, precision="fp16")
     assert resumed.resume()
-    assert resumed.scaler.get_scale() == scale
+    assert resumed.optimizer_step.scaler.get_scale() == scale
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("budget, total, unit", [("", 20, "step"), ("seconds=30", 30, "s"),
                                                  ("tokens=5000", 5000, "tok")])
 def test_progress_counts_what_ends_the_run(budget, total, unit):
@@ -161,6 +170,7 @@ def test_progress_counts_what_ends_the_run(budget, total, unit):
     bar.close()
 
 
+@pytest.mark.e2e
 def test_run_records_its_runtime(tmp_path, small_text, capsys, monkeypatch):
     monkeypatch.setattr(runtime_module, "_announced", set())  # said once per process: say it again here
     code = main(["pretrain", "--data", str(small_text), "--steps", "2", "--eval-every", "2", "--out",
@@ -169,7 +179,7 @@ def test_run_records_its_runtime(tmp_path, small_text, capsys, monkeypatch):
     assert code == 0, err
     assert err.startswith(resolve("cpu").describe())
     config = json.loads((tmp_path / "run" / "config.json").read_text())
-    header = ckpt.read_metrics(tmp_path / "run", headers=True)[0]
+    header = read_metrics(tmp_path / "run", headers=True)[0]
     assert config["runtime"] == header["runtime"] and header["runtime"]["device"] == "cpu"
 
 
@@ -179,9 +189,10 @@ TINY = ["--d-model", "16", "--layers", "1", "--heads", "2", "--batch-size", "2",
         "--eval-batches", "1", "--no-progress"]
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(HAS_CUDA, reason="this machine has CUDA")
 @pytest.mark.parametrize("command", [
-    ["pretrain", "--steps", "2"], ["compare", "--quick"], ["ablate", "shift-bug", "--quick"], ["demo"],
+    ["pretrain", "--steps", "2"], ["compare", "--quick"], ["ablate", "shift-bug", "--scale", "quick"], ["demo"],
     ["generate", "no-such-run", "--prompt", "x"], ["finetune", "classify", "no-such-run", "--out", "o"],
     ["evaluate", "no-such-run"], ["fill-mask", "no-such-run", "a [MASK]"],
 ])
@@ -199,6 +210,7 @@ def _tree(folder):
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("flag, value", [("--d-model", "32"), ("--objective", "prefix-lm"),
                                          ("--tokenizer", "bpe"), ("--lr", "0.5")])
 def test_resume_refuses_a_changed_setting_and_leaves_the_run_as_it_was(flag, value, small_text, tmp_path, capsys):
@@ -213,6 +225,7 @@ def test_resume_refuses_a_changed_setting_and_leaves_the_run_as_it_was(flag, val
     assert _tree(tmp_path / "run") == before
 
 
+@pytest.mark.e2e
 def test_a_run_written_under_another_device_resumes_on_the_cpu(small_text, tmp_path, capsys):
     """The run folder says it was trained on cuda:0 (config and metrics); --device cpu continues it
     exactly as an uninterrupted CPU run."""
@@ -230,8 +243,8 @@ def test_a_run_written_under_another_device_resumes_on_the_cpu(small_text, tmp_p
     assert code == 0, capsys.readouterr().err
 
     def curve(run):
-        return [(r["step"], r["train_loss"], r["val_loss"]) for r in ckpt.read_metrics(run)]
+        return [(r["step"], r["train_loss"], r["val_loss"]) for r in read_metrics(run)]
 
     assert curve(tmp_path / "cut") == curve(tmp_path / "full")
-    assert [h["runtime"]["device"] for h in ckpt.read_metrics(tmp_path / "cut", headers=True)] == ["cpu", "cpu"]
+    assert [h["runtime"]["device"] for h in read_metrics(tmp_path / "cut", headers=True)] == ["cpu", "cpu"]
 

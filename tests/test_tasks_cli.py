@@ -10,14 +10,16 @@ from maskwise.config import preset
 from maskwise.data.corpus import load_corpus
 from maskwise.data.tokenizers import build_tokenizer
 from maskwise.model.transformer import build_model
-from maskwise.train.checkpoint import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, save_weights, write_json
+from maskwise.runs import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, save_weights, write_json
+
+pytestmark = pytest.mark.e2e
 
 PRESETS = {"encoder": "bert", "decoder": "gpt2", "encoder-decoder": "t5"}
 
 
 @pytest.fixture(scope="module")
 def runs(small_text, tmp_path_factory):
-    """A run folder per family, laid out as checkpoint.load_run expects."""
+    """A run folder per family, laid out as runs.load_run expects."""
     tokenizer = build_tokenizer("char", load_corpus(str(small_text)))
     root = tmp_path_factory.mktemp("runs")
     folders = {}

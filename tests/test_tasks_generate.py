@@ -11,8 +11,11 @@ from maskwise.config import preset
 from maskwise.errors import UserError
 from maskwise.model.transformer import build_model
 from maskwise.tasks import seeded_generator
-from maskwise.tasks.generate import (GenerationConfig, beam_search, continuation_logprobs, filter_top_k_top_p,
-                                     generate, penalise_repetition)
+from maskwise.tasks.generate import GenerationConfig, beam_search, generate
+from maskwise.tasks.sampling import filter_top_k_top_p, penalise_repetition
+from maskwise.tasks.scoring import continuation_logprobs
+
+pytestmark = pytest.mark.unit
 
 PAD, EOS, START, VOCAB, CONTEXT = 0, 1, 2, 64, 32
 PROMPTS = [[5, 9, 11, 3, 7, 20, 8], [13], [40, 41, 42, 43]]  # uneven: rows are left-padded

@@ -14,7 +14,8 @@ from maskwise.data.tokenizers import build_tokenizer
 from maskwise.errors import UserError
 from maskwise.model.heads import pool
 from maskwise.model.transformer import build_model
-from maskwise.tasks import FinetuneConfig, body_states, fine_tune, finetune_optimizer, pad
+from maskwise.padding import pad
+from maskwise.tasks import FinetuneConfig, body_states, fine_tune, finetune_optimizer
 from maskwise.tasks.classify import (HEAD_PREFIX, ClassifyConfig, SequenceClassifier, evaluate_classifier,
                                      train_classifier, zero_shot_classify)
 from maskwise.tasks.embed import EmbedConfig, Embedder, info_nce, train_bi_encoder
@@ -51,6 +52,7 @@ def retrieval():
 # ---- pooling and the optimizer ------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_pool_reads_real_tokens_under_left_and_right_padding():
     h = torch.arange(2 * 4 * 1, dtype=torch.float32).view(2, 4, 1)  # row 0: 0..3, row 1: 4..7
     right = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
@@ -63,6 +65,7 @@ def test_pool_reads_real_tokens_under_left_and_right_padding():
     assert pool(h, left, "mean")[:, 0].tolist() == [2, 5.5]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("family, side, poolings", [
     ("decoder", "left", ("last", "mean")),
     ("decoder", "right", ("last", "mean")),
@@ -80,6 +83,7 @@ def test_pooled_body_states_do_not_depend_on_padding(tokenizer, family, side, po
         torch.testing.assert_close(pool(batched, mask, how)[0], pool(alone, alone_mask, how)[0], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.unit
 def test_body_and_head_learning_rates_differ_in_the_optimizer(tokenizer):
     classifier = SequenceClassifier(tiny("encoder", tokenizer), ["a", "b"])
     optimizer = finetune_optimizer(classifier, FinetuneConfig(lr=2e-5, head_lr=1e-3), (HEAD_PREFIX,))
@@ -94,6 +98,7 @@ def test_body_and_head_learning_rates_differ_in_the_optimizer(tokenizer):
     assert {g["name"] for g in groups} == {"head.decay", "head.no_decay"}  # a probe trains the head only
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("bf16", [False, True])
 def test_fine_tune_bf16_autocasts_the_forward_and_keeps_fp32_weights(tokenizer, bf16):
     model = tiny("decoder", tokenizer)
@@ -111,12 +116,14 @@ def test_fine_tune_bf16_autocasts_the_forward_and_keeps_fp32_weights(tokenizer, 
     assert {p.dtype for p in model.parameters()} == {torch.float32}
 
 
+@pytest.mark.unit
 def test_info_nce_prefers_matching_pairs():
     q = torch.nn.functional.normalize(torch.eye(4) + 0.01, dim=-1)
     assert info_nce(q, q) < info_nce(q, q.roll(1, dims=0))
     assert float(info_nce(q, q, temperature=0.01)) < 1e-3
 
 
+@pytest.mark.unit
 def test_seq2seq_batch_labels_the_target_only(tokenizer):
     from maskwise.data.tasks import Seq2SeqExample
 
@@ -136,6 +143,7 @@ def test_seq2seq_batch_labels_the_target_only(tokenizer):
 # ---- one tiny run per task ------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("family, freeze", [("encoder", False), ("decoder", True), ("encoder-decoder", False)])
 def test_classify_end_to_end(tokenizer, family, freeze):
     train, test = genre_examples("train", per_genre=4), genre_examples("test", per_genre=2)
@@ -145,12 +153,14 @@ def test_classify_end_to_end(tokenizer, family, freeze):
     assert 0 <= result["accuracy"] <= 1 and result["baseline"]["accuracy"] == pytest.approx(1 / 6)
 
 
+@pytest.mark.integration
 def test_zero_shot_classify_by_prompting(tokenizer):
     texts = [e.text for e in genre_examples("test", per_genre=1)]
     labels = zero_shot_classify(tiny("decoder", tokenizer), tokenizer, texts, ["comedy", "tragedy"])
     assert len(labels) == len(texts) and set(labels) <= {"comedy", "tragedy"}
 
 
+@pytest.mark.integration
 def test_embed_and_retrieve_end_to_end(tokenizer, retrieval):
     pairs = ict_retrieval("train", max_queries=20).pairs()
     bi = train_bi_encoder(tiny("encoder", tokenizer), tokenizer, pairs, EmbedConfig(max_len=48, **QUICK))
@@ -168,6 +178,7 @@ def test_embed_and_retrieve_end_to_end(tokenizer, retrieval):
     assert index.tolist() == [[1, 2], [0, 2], [0, 1]]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("family", ["encoder", "decoder"])
 def test_rerank_end_to_end(tokenizer, retrieval, family):
     model = tiny(family, tokenizer, context=128)
@@ -190,6 +201,7 @@ def test_rerank_end_to_end(tokenizer, retrieval, family):
         assert g["ci95_low"] <= g["difference"] <= g["ci95_high"] and 0 <= g["p_not_better"] <= 1
 
 
+@pytest.mark.unit
 def test_random_negatives_are_distinct_seeded_and_never_the_relevant_document(retrieval):
     drawn = random_negatives(retrieval, 3, seed=1)
     assert len(drawn) == len(retrieval.relevant)
@@ -199,6 +211,7 @@ def test_random_negatives_are_distinct_seeded_and_never_the_relevant_document(re
         random_negatives(retrieval, len(retrieval.docs), seed=0)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("family", ["encoder-decoder", "decoder"])
 def test_seq2seq_end_to_end(tokenizer, family):
     model = tiny(family, tokenizer, context=128)
@@ -226,6 +239,7 @@ def test_seq2seq_end_to_end(tokenizer, family):
     assert result["baseline"]["speakers_f1"] > 0.4  # the first line names one of the passage's speakers
 
 
+@pytest.mark.integration
 def test_fill_mask_and_break(tokenizer):
     encoder, decoder = tiny("encoder", tokenizer), tiny("decoder", tokenizer)
     predictions = fill_mask(encoder, tokenizer, "To be, or [MASK]ot to [MASK]", top_k=3)

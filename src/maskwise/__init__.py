@@ -7,7 +7,7 @@ resolved on first use, so ``import maskwise`` stays cheap (no torch until a mode
 
 def __getattr__(name: str):
     if name == "load":
-        from maskwise.interop.hf import load
+        from maskwise.interop.folders import load
 
         return load
     raise AttributeError(f"module 'maskwise' has no attribute {name!r}")

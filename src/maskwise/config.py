@@ -154,20 +154,19 @@ def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
 
 # Each preset is the layout of the model it is named after; sizes are small defaults that the CLI
 # flags override. "Exactly" matters: interop imports these models' weights into these layouts.
+# BERT: post-norm, LayerNorm(eps 1e-12) on the embeddings, GELU (erf), learned positions,
+# token types, MLM head with a dense+GELU+LayerNorm transform and a vocab bias.
+_BERT = dict(
+    family="encoder", pre_norm=False, final_norm=False, embedding_norm=True, norm_eps=1e-12,
+    activation="gelu", position="learned", type_vocab_size=2, lm_head_transform=True,
+    lm_head_bias=True,
+)
+
 PRESETS: dict[str, dict[str, Any]] = {
-    # BERT: post-norm, LayerNorm(eps 1e-12) on the embeddings, GELU (erf), learned positions,
-    # token types, MLM head with a dense+GELU+LayerNorm transform and a vocab bias.
-    "bert": dict(
-        family="encoder", pre_norm=False, final_norm=False, embedding_norm=True, norm_eps=1e-12,
-        activation="gelu", position="learned", type_vocab_size=2, lm_head_transform=True,
-        lm_head_bias=True,
-    ),
-    # ELECTRA discriminator: BERT's body; the generator is a narrower BERT (objectives/electra.py).
-    "electra": dict(
-        family="encoder", pre_norm=False, final_norm=False, embedding_norm=True, norm_eps=1e-12,
-        activation="gelu", position="learned", type_vocab_size=2, lm_head_transform=True,
-        lm_head_bias=True,
-    ),
+    "bert": _BERT,
+    # ELECTRA's discriminator is BERT's body exactly (its generator is a narrower BERT,
+    # objectives/electra.py): one layout under the name users and HF checkpoints know it by.
+    "electra": _BERT,
     # GPT-2: pre-norm LayerNorm, GELU (tanh approximation), learned positions, tied head, final norm.
     "gpt2": dict(
         family="decoder", pre_norm=True, final_norm=True, activation="gelu_tanh",

@@ -47,8 +47,8 @@ class Mask:
     def additive(self, q_len: int, k_len: int, device=None) -> torch.Tensor | None:
         """The mask as fp32 terms to add to attention scores (0 where allowed, -inf where not), or
         None when every key is allowed. Why: adding this small broadcast tensor to (B, H, T, S)
-        scores took 0.05 ms where ``masked_fill_`` with the boolean mask took 0.45 ms (16 x 4 x 128 x
-        128 scores, 2-core EPYC)."""
+        scores measured several times faster on a CPU than ``masked_fill_`` with the boolean mask
+        (README, Performance: attention on the explicit path)."""
         if self.allowed is None and not self.is_causal:
             return None
         allowed = self.dense(q_len, k_len, device)

@@ -13,7 +13,7 @@ import sys
 
 from maskwise.errors import UserError
 
-COMMAND_MODULES = ("pretrain", "inspect", "tasks", "interop", "experiments")
+COMMAND_MODULES = ("pretrain", "inspect", "finetune", "evaluate", "inference", "interop", "experiments")
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -30,7 +30,9 @@ def register(subparsers) -> None:
     ablate = subparsers.add_parser(
         "ablate", help="change one design choice, hold the rest, and judge a prediction by a coded rule")
     ablate.add_argument("name", help="the ablation to run (an unknown name lists the known ones)")
-    ablate.add_argument("--quick", action="store_true", help="a small version in about 2 minutes")
+    ablate.add_argument("--scale", default="default",
+                        help="default (about 15 minutes on 2 cores), quick (a few), or smoke (a few steps: "
+                             "checks the plumbing, its numbers mean nothing)")
     ablate.add_argument("--seeds", type=int, default=3, help="seeds per arm (default 3, at least 2)")
     ablate.add_argument("--out", default=None, help="output folder (default runs/ablate-NAME)")
     ablate.add_argument("--overwrite", action="store_true", help="start over instead of continuing")
@@ -67,7 +69,8 @@ def run_compare(args) -> int:
     import dataclasses
 
     from maskwise.errors import UserError
-    from maskwise.experiments.compare import QUICK, CompareSettings, run_compare
+    from maskwise.experiments.compare import run_compare
+    from maskwise.recipes import QUICK, CompareSettings
 
     settings = QUICK if args.quick else CompareSettings()
     if args.config:
@@ -92,7 +95,7 @@ def run_ablate(args) -> int:
     from maskwise.errors import UserError
     from maskwise.experiments.ablations import run_ablation
     from maskwise.experiments.report import RESULTS
-    from maskwise.train.checkpoint import read_json
+    from maskwise.runs import read_json
 
     options = {}
     if args.ratios is not None:
@@ -100,7 +103,7 @@ def run_ablate(args) -> int:
             options["ratios"] = tuple(float(r) for r in args.ratios.split(","))
         except ValueError:
             raise UserError(f"--ratios must be comma-separated numbers, got {args.ratios!r}") from None
-    out = run_ablation(args.name, args.out, args.quick, args.seeds, args.overwrite, args.progress,
+    out = run_ablation(args.name, args.out, args.scale, args.seeds, args.overwrite, args.progress,
                        runtime_of(args), **options)
     results = read_json(out / RESULTS)
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")

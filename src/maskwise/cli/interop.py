@@ -27,7 +27,7 @@ def register(subparsers) -> None:
 
 
 def run_export(args) -> int:
-    from maskwise.interop.hf import export_hf
+    from maskwise.interop.hf_export import export_hf
 
     out = export_hf(args.run_dir, args.out, overwrite=args.overwrite)
     print(f"exported {args.run_dir} -> {out} (Hugging Face format)")
@@ -42,7 +42,7 @@ def run_embed(args) -> int:
 
     from maskwise.errors import UserError
     from maskwise.interop.pretrained import embed_texts
-    from maskwise.train.checkpoint import atomic_write
+    from maskwise.runs import atomic_write
 
     path = Path(args.input)
     try:

@@ -41,7 +41,7 @@ class TokenStream:
                     pass  # a damaged cache file is rebuilt below
         stream = cls._tokenize(texts, tokenizer, name)
         if path is not None:
-            from maskwise.train.checkpoint import atomic_write
+            from maskwise.runs import atomic_write
 
             path.parent.mkdir(parents=True, exist_ok=True)
             buffer = io.BytesIO()

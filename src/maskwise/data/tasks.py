@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import ascii_uppercase
 
-from maskwise.data.corpus import GENRES, Play, Speech, render_speech, split_plays
+from maskwise.data.plays import GENRES, Play, Speech, render_speech, split_plays
 from maskwise.errors import UserError
 
 SPLITS = ("train", "val", "test")

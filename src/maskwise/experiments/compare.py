@@ -19,59 +19,18 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from maskwise.data.corpus import load_plays, render_play, split_plays
+from maskwise.data.plays import load_plays, render_play, split_plays
 from maskwise.experiments.report import render, write_results
 from maskwise.experiments.runner import Experiment, machine_info
 from maskwise.model.accounting import parameter_breakdown
+from maskwise.recipes import FAMILY_OBJECTIVE, QUICK, TASKS, CompareSettings, pretrain_settings, run_task
 from maskwise.runtime import Runtime
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder")
-OBJECTIVE = {"encoder": "mlm", "decoder": "clm", "encoder-decoder": "span"}
-
-
-@dataclass(frozen=True)
-class CompareSettings:
-    seconds: float = 90.0  # pretraining wall-clock per family
-    d_model: int = 128
-    heads: int = 4
-    block_size: int = 256
-    batch_size: int = 32
-    # Characters: at a budget of minutes a subword model spends its steps on a large embedding
-    # table and barely leaves the unigram plateau, while a character model is already writing words.
-    tokenizer: str = "char"
-    vocab_size: int = 4096  # for tokenizer = "bpe" or "wordpiece"
-    lr: float = 2e-3
-    finetune_steps: int = 100
-    genre_per_class: int = 250  # training windows per genre (test: a third of it)
-    retrieval_pairs: int = 3000
-    retrieval_queries: int = 300
-    extraction_train: int = 2000
-    extraction_test: int = 100
-    extraction_chars: int = 180  # passage characters: with the target, they fit a decoder's context whole
-    extraction_target: int = 64  # target tokens (characters): room for five or six names
-    held_out_chars: int = 1500
-    fill_positions: int = 300
-
-
-QUICK = CompareSettings(seconds=15.0, d_model=64, batch_size=32, finetune_steps=30, genre_per_class=60,
-                        retrieval_pairs=600, retrieval_queries=150, extraction_train=400, extraction_test=60,
-                        held_out_chars=400, fill_positions=100)
-
-
-def pretrain_settings(family: str, s: CompareSettings, seed: int, data: str) -> dict:
-    """The same layout for every family; the encoder-decoder gets 2 + 2 layers with a 3d FFN."""
-    values = dict(family=family, objective=OBJECTIVE[family], preset="gpt2", data=data, tokenizer=s.tokenizer,
-                  vocab_size=s.vocab_size, d_model=s.d_model, heads=s.heads, layers=4, block_size=s.block_size,
-                  batch_size=s.batch_size, lr=s.lr, steps=100_000, warmup=30, budget=f"seconds={s.seconds}",
-                  eval_every=50, eval_batches=8, seed=seed)
-    if family == "encoder-decoder":
-        values.update(layers=2, decoder_layers=2, d_ff=3 * s.d_model)
-    return values
 
 
 def held_out_text(chars: int) -> str:
@@ -88,7 +47,8 @@ def blank_filling_accuracy(model, tokenizer, text: str, n_positions: int, seed: 
     replaced by sentinel 0 and the decoder asked for the span after ``<extra_id_0>``.
     """
     from maskwise.objectives.span import decoder_start_id
-    from maskwise.tasks import device_of, pad
+    from maskwise.padding import pad
+    from maskwise.tasks import device_of
 
     family, context, device = model.cfg.family, model.cfg.max_seq_len - 2, device_of(model)
     ids = tokenizer.encode(text)
@@ -152,50 +112,10 @@ def language_modelling(exp: Experiment, family: str, s: CompareSettings, seed: i
     return result
 
 
-def classification(exp: Experiment, family: str, s: CompareSettings, seed: int) -> dict:
-    from maskwise.data.tasks import genre_examples
-    from maskwise.tasks.classify import ClassifyConfig, evaluate_classifier, train_classifier
-
+def fine_tuned(exp: Experiment, task: str, family: str, s: CompareSettings, seed: int) -> dict:
+    """The record of ``task`` fine-tuned on a fresh copy of ``family``'s pretrained model."""
     model, tok = _fresh(exp, family)
-    train = genre_examples("train", per_genre=s.genre_per_class, seed=seed)
-    test = genre_examples("test", per_genre=max(20, s.genre_per_class // 3), seed=seed)
-    pooling = "last" if family == "decoder" else "mean"
-    cfg = ClassifyConfig(steps=s.finetune_steps, batch_size=32, lr=3e-4, head_lr=1e-3, pooling=pooling,
-                         seed=seed, progress=False, precision=exp.runtime.precision)
-    classifier = train_classifier(model, tok, train, cfg)
-    return evaluate_classifier(classifier, tok, test, [e.label for e in train])
-
-
-def retrieval(exp: Experiment, family: str, s: CompareSettings, seed: int) -> dict:
-    from maskwise.data.tasks import ict_retrieval
-    from maskwise.tasks.embed import EmbedConfig, Embedder, train_bi_encoder
-    from maskwise.tasks.retrieve import evaluate_retrieval
-
-    model, tok = _fresh(exp, family)
-    pairs = ict_retrieval("train", seed=seed).pairs()
-    pairs = random.Random(seed).sample(pairs, min(s.retrieval_pairs, len(pairs)))
-    test = ict_retrieval("test", max_queries=s.retrieval_queries, seed=seed)
-    cfg = EmbedConfig(steps=s.finetune_steps, batch_size=32, lr=3e-4, seed=seed, progress=False,
-                      precision=exp.runtime.precision)
-    encoder = train_bi_encoder(model, tok, pairs, cfg)
-    result = evaluate_retrieval(Embedder(encoder, tok), test, name=f"{family} ({encoder.pooling} pooling)")
-    result["pooling"] = encoder.pooling
-    return result
-
-
-def extraction(exp: Experiment, family: str, s: CompareSettings, seed: int) -> dict:
-    from maskwise.data.tasks import speaker_examples
-    from maskwise.tasks.generate import GenerationConfig
-    from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq, train_seq2seq
-
-    model, tok = _fresh(exp, family)
-    train = speaker_examples("train", max_chars=s.extraction_chars, limit=s.extraction_train, seed=seed)
-    test = speaker_examples("test", max_chars=s.extraction_chars, limit=s.extraction_test, seed=seed)
-    cfg = Seq2SeqConfig(steps=s.finetune_steps, batch_size=32, lr=1e-3, max_target_len=s.extraction_target,
-                        seed=seed, progress=False, precision=exp.runtime.precision)
-    train_seq2seq(model, tok, train, cfg)
-    return evaluate_seq2seq(model, tok, test, GenerationConfig(max_new_tokens=s.extraction_target + 1),
-                            max_target_len=s.extraction_target, progress=False)
+    return run_task(task, model, tok, s.task(task, family, seed), exp.runtime, label=family).record
 
 
 CANNOT = {
@@ -215,7 +135,8 @@ def run_compare(out: str | Path = "runs/compare", quick: bool = False, seed: int
                 runtime: Runtime | None = None) -> Path:
     s = settings or (QUICK if quick else CompareSettings())
     exp = Experiment(out, overwrite, runtime)
-    pre = {f: exp.pretrain(f, progress=progress, **pretrain_settings(f, s, seed, data)) for f in FAMILIES}
+    pre = {f: exp.pretrain(f, progress=progress, **pretrain_settings(s, s.family_arm(f, data), seed))
+           for f in FAMILIES}
     params = {}
     for family in FAMILIES:
         model, _ = _fresh(exp, family)
@@ -224,11 +145,9 @@ def run_compare(out: str | Path = "runs/compare", quick: bool = False, seed: int
     for family in FAMILIES:
         measured[family] = {
             "lm": exp.step(f"lm-{family}", lambda f=family: language_modelling(exp, f, s, seed)),
-            "classify": exp.step(f"classify-{family}", lambda f=family: classification(exp, f, s, seed)),
-            "retrieve": exp.step(f"retrieve-{family}", lambda f=family: retrieval(exp, f, s, seed)),
+            **{task: exp.step(f"{task}-{family}", lambda t=task, f=family: fine_tuned(exp, t, f, s, seed))
+               for task in TASKS if (family, task) not in CANNOT},
         }
-        if family != "encoder":
-            measured[family]["extract"] = exp.step(f"extract-{family}", lambda f=family: extraction(exp, f, s, seed))
 
     results = _results(s, seed, data, pre, params, measured, exp.elapsed(), quick, exp.runtime)
     write_results(exp.out, results)
@@ -239,7 +158,7 @@ def run_compare(out: str | Path = "runs/compare", quick: bool = False, seed: int
 def _results(s, seed, data, pre, params, measured, wall_s, quick, runtime) -> dict:
     rows = []
     last = {f: pre[f]["curve"][-1] for f in FAMILIES}
-    rows.append(["pretraining objective"] + [OBJECTIVE[f] for f in FAMILIES])
+    rows.append(["pretraining objective"] + [FAMILY_OBJECTIVE[f] for f in FAMILIES])
     rows.append(["parameters"] + [f"{params[f]['total']:,}" for f in FAMILIES])
     rows.append(["tokens seen in pretraining"] + [f"{last[f]['tokens_seen']:,}" for f in FAMILIES])
     rows.append(["pretraining wall-clock (s)"] + [f"{last[f]['wall_s']:.0f}" for f in FAMILIES])
@@ -298,7 +217,7 @@ def _results(s, seed, data, pre, params, measured, wall_s, quick, runtime) -> di
         "machine": machine_info(runtime),
         "wall_s": wall_s,
         "settings": {**dataclasses.asdict(s), "seed": seed, "data": data, "quick": quick},
-        "runs": [{"label": f"{f} ({OBJECTIVE[f]})", "group": f, "seed": seed, "curve": pre[f]["curve"]}
+        "runs": [{"label": f"{f} ({FAMILY_OBJECTIVE[f]})", "group": f, "seed": seed, "curve": pre[f]["curve"]}
                  for f in FAMILIES],
         "metrics": metrics,
         "table": {"columns": ["task", *FAMILIES], "rows": rows},

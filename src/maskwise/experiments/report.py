@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from maskwise.errors import UserError
-from maskwise.train.checkpoint import atomic_write, read_json, write_json
+from maskwise.runs import atomic_write, read_json, write_json
 
 RESULTS, REPORT_MD, REPORT_HTML = "results.json", "report.md", "report.html"
 

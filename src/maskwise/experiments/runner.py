@@ -17,9 +17,8 @@ from typing import Any, Callable
 
 import torch
 
-from maskwise.errors import UserError
+from maskwise import runs
 from maskwise.runtime import Runtime, detect_hardware, resolve
-from maskwise.train import checkpoint as ckpt
 from maskwise.train.pretrain import PretrainConfig, pretrain
 
 
@@ -38,18 +37,11 @@ class Experiment:
         self.out = Path(out)
         self.runtime = runtime or resolve()
         marker = self.out / "experiment.json"
-        if self.out.is_dir() and any(self.out.iterdir()) and not marker.is_file():
-            raise UserError(f"{self.out} exists and is not a maskwise experiment folder; choose another --out")
-        if overwrite and marker.is_file():
-            import shutil
-
-            shutil.rmtree(self.out)
-        try:
-            (self.out / "steps").mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise UserError(f"cannot create {self.out}: {error.strerror or error}") from None
+        runs.prepare_folder(self.out, overwrite, resume=not overwrite, marker=marker.name,
+                            kind="maskwise experiment folder")
+        (self.out / "steps").mkdir(exist_ok=True)
         if not marker.is_file():
-            ckpt.write_json(marker, {"created": time.time()})
+            runs.write_json(marker, {"created": time.time()})
         self.started = time.perf_counter()
 
     def _step_path(self, name: str) -> Path:
@@ -59,9 +51,9 @@ class Experiment:
         """``compute()`` once; its result is cached under ``name`` for later runs."""
         path = self._step_path(name)
         if path.is_file():
-            return ckpt.read_json(path)
+            return runs.read_json(path)
         result = compute()
-        ckpt.write_json(path, result)
+        runs.write_json(path, result)
         return result
 
     def run_dir(self, name: str) -> Path:
@@ -74,16 +66,16 @@ class Experiment:
             values = {"progress": progress, **settings, "device": self.runtime.device,
                       "precision": self.runtime.precision, "out": str(self.run_dir(name)), "resume": True}
             pretrain(PretrainConfig.from_flat(values), runtime=self.runtime)
-            config = ckpt.read_json(self.run_dir(name) / ckpt.CONFIG_FILE)
-            curve = ckpt.read_metrics(self.run_dir(name))  # the whole run, across resumes
+            config = runs.read_json(self.run_dir(name) / runs.CONFIG_FILE)
+            curve = runs.read_metrics(self.run_dir(name))  # the whole run, across resumes
             return {"name": name, "run_dir": str(self.run_dir(name)), "curve": curve,
                     "parameters": config["parameters"], "settings": config["settings"]}
 
         return self.step(f"pretrain-{name}", run)
 
-    def load(self, name: str) -> ckpt.Run:
+    def load(self, name: str) -> runs.Run:
         """A finished run, its model on this experiment's device."""
-        run = ckpt.load_run(self.run_dir(name))
+        run = runs.load_run(self.run_dir(name))
         run.model.to(self.runtime.torch_device)
         return run
 

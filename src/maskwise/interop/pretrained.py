@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from maskwise.errors import UserError
-from maskwise.train.checkpoint import read_json
+from maskwise.runs import read_json
 
 MINILM = "all-MiniLM-L6-v2"
 MINILM_NAMES = (MINILM, f"sentence-transformers/{MINILM}")
@@ -67,7 +67,8 @@ def _embedding_model(folder: Path, version: int):
     """``(model, framed tokenizer backend, pad id, pooling)`` of ``folder``, built once per
     ``version`` (the newest modification time in the folder): repeated ``embed_texts`` calls, one
     per query say, skip reloading the weights, while a folder rewritten since is read afresh."""
-    from maskwise.interop.hf import encoder_framing, load
+    from maskwise.interop.folders import load
+    from maskwise.interop.hf_export import encoder_framing
 
     model, tokenizer = load(folder)
     if tokenizer is None:
@@ -84,7 +85,7 @@ def embed_texts(model_name_or_path: str | Path, texts: Sequence[str], batch_size
     """``(len(texts), d)`` float32 sentence vectors, computed on ``device`` (default the CPU).
 
     Framing: the tokenizer's own (MiniLM's ``[CLS] x [SEP]``), else ``[CLS] x`` for maskwise
-    encoders (``interop.hf.encoder_framing``). Truncation: the folder's ``max_seq_length`` (256 for
+    encoders (``interop.hf_export.encoder_framing``). Truncation: the folder's ``max_seq_length`` (256 for
     MiniLM), else the model's ``max_seq_len``. Pooling: what a sentence-transformers folder
     declares, else the family default of ``tasks.embed`` (mean; the last real token for decoders).
     Texts are embedded longest first, so each batch holds texts of similar length and little
@@ -93,7 +94,8 @@ def embed_texts(model_name_or_path: str | Path, texts: Sequence[str], batch_size
     """
     import torch
 
-    from maskwise.tasks import batches, pad
+    from maskwise.padding import pad
+    from maskwise.tasks import batches
     from maskwise.tasks.embed import BiEncoder
 
     if batch_size <= 0:

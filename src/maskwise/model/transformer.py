@@ -5,6 +5,8 @@ One ``Attention`` serves self- and cross-attention; one ``Block`` is every layer
 embeddings into hidden states. ``Encoder``, ``Decoder`` and ``EncoderDecoder`` are thin presets that
 differ only in the mask pattern their stack uses and in whether a second stack is read through
 cross-attention. The masks come from ``maskwise.masks`` and nowhere else.
+Position encodings (RoPE, T5's relative bias) are in ``model.positions``, the decoding KV cache in
+``model.cache``.
 
 Shapes: B batch, T sequence, S encoder (source) sequence, d model width, H heads, hd head width.
 """
@@ -21,58 +23,11 @@ from torch import nn
 from maskwise import kernels
 from maskwise.config import ModelConfig
 from maskwise.masks import Mask, build_mask
+from maskwise.model.cache import KVCache
 from maskwise.model.heads import IGNORE_INDEX, LMHead, LMOutput, RTDHead, RTDOutput
 from maskwise.model.layers import ACTIVATIONS, make_norm
 from maskwise.model.layout import Linear
-
-
-def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotary position embedding (RoPE), the half-split convention of GPT-NeoX / Llama.
-
-    x: (B, H, T, hd); positions: (B, T) or (T,) absolute positions.
-    """
-    half = x.shape[-1] // 2
-    inv_freq = 1.0 / theta ** (torch.arange(half, device=x.device, dtype=torch.float32) / half)
-    angles = positions.to(torch.float32)[..., None] * inv_freq  # (B?, T, hd/2)
-    if angles.dim() == 3:
-        angles = angles[:, None]  # (B, 1, T, hd/2)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-
-
-class KVCache:
-    """Static key/value buffers for decoding, allocated once for the whole generation.
-
-    Self-attention keys/values of every layer live in ``(L, B, H, max_len, hd)`` tensors written in
-    place, so a decoding step allocates nothing and costs O(current length), not O(length^2).
-    Cross-attention keys/values (encoder-decoder) are computed from the encoder output on the first
-    step and reused: the source is read once.
-    """
-
-    def __init__(self, cfg: ModelConfig, n_layers: int, batch: int, max_len: int, dtype, device):
-        shape = (n_layers, batch, cfg.n_heads, max_len, cfg.head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.cross: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layers
-        self.length = 0  # tokens already written
-        self.max_len = max_len
-
-    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write this step's (B, H, T, hd) keys/values; return all keys/values so far."""
-        end = self.length + k.shape[2]
-        if end > self.max_len:
-            raise ValueError(f"KV cache full: {end} tokens > max_len {self.max_len}")
-        self.k[layer, :, :, self.length:end] = k
-        self.v[layer, :, :, self.length:end] = v
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
-
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep batch rows ``index`` (beam search reorders hypotheses every step)."""
-        self.k = self.k.index_select(1, index)
-        self.v = self.v.index_select(1, index)
-        self.cross = [None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))
-                      for kv in self.cross]
+from maskwise.model.positions import RelativePositionBias, rotate
 
 
 class Attention(nn.Module):
@@ -203,46 +158,6 @@ class Block(nn.Module):
                                lambda h: self.cross_attn(h, context_mask, context=context, positions=positions,
                                                          cache=cache, layer=layer))
         return self._residual(x, self.ffn_norm, self.ffn)
-
-
-def relative_buckets(relative: torch.Tensor, bidirectional: bool, n_buckets: int, max_distance: int) -> torch.Tensor:
-    """T5's bucketing of key-minus-query offsets: exact for small offsets, logarithmic beyond.
-
-    Half the buckets are exact offsets 0..n/2-1; the rest cover n/2..max_distance logarithmically,
-    and everything farther shares the last bucket. Bidirectional attention splits the buckets
-    between keys before and after the query.
-    """
-    bucket = torch.zeros_like(relative)
-    if bidirectional:
-        n_buckets //= 2
-        bucket = bucket + (relative > 0).long() * n_buckets
-        distance = relative.abs()
-    else:
-        distance = (-relative).clamp(min=0)
-    exact = n_buckets // 2
-    log_ratio = torch.log(distance.float().clamp(min=1) / exact) / math.log(max_distance / exact)
-    far = exact + (log_ratio * (n_buckets - exact)).long()
-    far = far.clamp(max=n_buckets - 1)
-    return bucket + torch.where(distance < exact, distance, far)
-
-
-class RelativePositionBias(nn.Module):
-    """T5's learned per-head bias on attention scores, indexed by bucketed relative offset.
-
-    Computed once per stack and added in every layer's self-attention (as T5 shares layer 0's).
-    """
-
-    def __init__(self, cfg: ModelConfig, bidirectional: bool):
-        super().__init__()
-        self.bidirectional = bidirectional
-        self.n_buckets, self.max_distance = cfg.relative_buckets, cfg.relative_max_distance
-        self.embedding = nn.Embedding(cfg.relative_buckets, cfg.n_heads)
-
-    def forward(self, q_len: int, k_len: int, q_offset: int, device) -> torch.Tensor:
-        q_pos = torch.arange(q_offset, q_offset + q_len, device=device)[:, None]
-        k_pos = torch.arange(k_len, device=device)[None, :]
-        buckets = relative_buckets(k_pos - q_pos, self.bidirectional, self.n_buckets, self.max_distance)
-        return self.embedding(buckets).permute(2, 0, 1)[None]  # (1, H, Tq, Tk)
 
 
 class Stack(nn.Module):

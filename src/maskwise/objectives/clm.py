@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from maskwise.objectives import LossParts, Objective
+from maskwise.objectives.base import LossParts, Objective
 
 
 def clm_inputs_and_labels(ids: torch.Tensor, shift: bool = True) -> tuple[torch.Tensor, torch.Tensor]:

@@ -29,11 +29,12 @@ from dataclasses import dataclass
 import torch
 
 from maskwise.model.heads import IGNORE_INDEX
-from maskwise.objectives.denoise import Noiser, pad_rows
+from maskwise.objectives.denoise import Noiser
 from maskwise.objectives.electra import MASK_RATIO, P_MASK, P_RANDOM
 from maskwise.objectives.mlm import check_ratio, mask_tokens, special_lookup
 from maskwise.objectives.prefix_lm import hide_prefix, sample_prefix_lengths
 from maskwise.objectives.span import corrupt_random_spans, shift_right
+from maskwise.padding import pad
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,8 @@ class MLMCollator:
         self.generator = _generator(seed)
 
     def __call__(self, examples) -> dict[str, torch.Tensor]:
-        input_ids, attention_mask = pad_rows(example_rows(examples), self.ids.pad_id)  # (B, T)
+        rows = [row.tolist() for row in example_rows(examples)]
+        input_ids, attention_mask = pad(rows, self.ids.pad_id)  # (B, T)
         inputs, labels = mask_tokens(input_ids, self.is_special, self.ids.mask_id, self.generator, self.ratio,
                                      self.p_mask, self.p_random, attention_mask)
         return {"input_ids": inputs, "attention_mask": attention_mask, "labels": labels}
@@ -153,8 +155,8 @@ class SpanCorruptionCollator:
         pairs = [corrupt_random_spans(split_ends(row, ids.bos_id, ids.eos_id)[1], self.noise_density,
                                       self.mean_span_length, ids.sentinel_ids, ids.eos_id, self.generator)
                  for row in example_rows(examples)]
-        input_ids, attention_mask = pad_rows([inputs for inputs, _ in pairs], ids.pad_id)  # (B, S)
-        labels, _ = pad_rows([targets for _, targets in pairs], IGNORE_INDEX)  # (B, T)
+        input_ids, attention_mask = pad([inputs.tolist() for inputs, _ in pairs], ids.pad_id)  # (B, S)
+        labels, _ = pad([targets.tolist() for _, targets in pairs], IGNORE_INDEX)  # (B, T)
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels,
                 "decoder_input_ids": shift_right(labels, self.start_id, ids.pad_id)}
 
@@ -180,8 +182,8 @@ class DenoisingCollator:
         for row in rows:
             head, body, tail = split_ends(row, self.ids.bos_id, self.ids.eos_id)
             noised.append(torch.cat([head, self.noise(body, self.generator), tail]))
-        input_ids, attention_mask = pad_rows(noised, self.ids.pad_id)  # (B, S)
-        labels, _ = pad_rows(rows, IGNORE_INDEX)  # (B, T)
+        input_ids, attention_mask = pad([row.tolist() for row in noised], self.ids.pad_id)  # (B, S)
+        labels, _ = pad([row.tolist() for row in rows], IGNORE_INDEX)  # (B, T)
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels,
                 "decoder_input_ids": shift_right(labels, self.start_id, self.ids.pad_id)}
 
@@ -202,7 +204,8 @@ class PrefixLMCollator:
         self.generator = _generator(seed)
 
     def __call__(self, examples) -> dict[str, torch.Tensor]:
-        input_ids, attention_mask = pad_rows(example_rows(examples), self.ids.pad_id)  # (B, T)
+        rows = [row.tolist() for row in example_rows(examples)]
+        input_ids, attention_mask = pad(rows, self.ids.pad_id)  # (B, T)
         prefix_lengths = sample_prefix_lengths(attention_mask.sum(1), self.generator)  # (B,)
         labels = hide_prefix(input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX), prefix_lengths)
         batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}

@@ -33,12 +33,12 @@ import math
 from dataclasses import dataclass
 
 import torch
-from torch.nn.utils.rnn import pad_sequence
 
 from maskwise.config import from_dict
 from maskwise.errors import UserError
 from maskwise.objectives.mlm import special_lookup
 from maskwise.objectives.span import Seq2SeqObjective, decoder_start_id, shift_right
+from maskwise.padding import pad
 
 SENTENCE_ENDERS = (".", "!", "?")
 _CLOSERS = " \t\r\n\"')]}\u2019\u201d"  # may follow the punctuation inside a sentence-ending token
@@ -244,14 +244,6 @@ def sentence_end_lookup(tokenizer, vocab_size: int, enders: tuple[str, ...] = SE
     return lookup
 
 
-def pad_rows(rows: list[torch.Tensor], value: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """1-D rows of different lengths -> (B, L) padded with ``value`` and the (B, L) attention mask
-    (1 = real token), right padding."""
-    padded = pad_sequence(rows, batch_first=True, padding_value=value)
-    attention_mask = pad_sequence([torch.ones_like(r) for r in rows], batch_first=True)
-    return padded, attention_mask
-
-
 @dataclass
 class Noiser:
     """The noise of a ``DenoiseConfig`` applied to one (n,) document, with everything else bound:
@@ -323,6 +315,7 @@ class Denoising(Seq2SeqObjective):
         eos = windows.new_full((windows.shape[0], 1), self.eos_id)
         labels = torch.cat([windows, eos], dim=1)  # (B, T) the original, which the decoder rewrites
         noised = [torch.cat([self.noise(w, generator), eos[0]]) for w in windows]
-        input_ids, attention_mask = pad_rows(noised, self.pad_id)  # (B, S)
+        input_ids, attention_mask = pad([row.tolist() for row in noised], self.pad_id, "right",
+                                        windows.device)  # (B, S)
         return {"input_ids": input_ids, "attention_mask": attention_mask,
                 "decoder_input_ids": shift_right(labels, self.start_id, self.pad_id), "labels": labels}

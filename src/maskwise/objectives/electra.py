@@ -28,7 +28,7 @@ from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX, LMHead, LMOutput
 from maskwise.model.layers import ACTIVATIONS, make_norm
 from maskwise.model.transformer import Discriminator, Encoder, Stack
-from maskwise.objectives import LossParts, correct_predictions
+from maskwise.objectives.base import LossParts, correct_predictions
 from maskwise.objectives.mlm import MLM
 
 # ELECTRA's masking: 15% of the tokens are chosen; 85% of those are shown as [MASK] and the rest

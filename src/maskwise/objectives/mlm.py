@@ -10,7 +10,7 @@ import torch
 
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
-from maskwise.objectives import LossParts, Objective, correct_predictions
+from maskwise.objectives.base import LossParts, Objective, correct_predictions
 
 
 def check_ratio(name: str, value: float) -> float:

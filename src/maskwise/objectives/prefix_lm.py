@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from maskwise.model.heads import IGNORE_INDEX
-from maskwise.objectives import LossParts, Objective
+from maskwise.objectives.base import LossParts, Objective
 from maskwise.objectives.clm import clm_inputs_and_labels
 
 

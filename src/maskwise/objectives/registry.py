@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from maskwise.errors import UserError
-from maskwise.objectives import Objective
+from maskwise.objectives.base import Objective
 from maskwise.objectives.clm import CLM
 from maskwise.objectives.denoise import Denoising
 from maskwise.objectives.electra import Electra

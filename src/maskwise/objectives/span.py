@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
-from maskwise.objectives import LossParts, Objective, correct_predictions
+from maskwise.objectives.base import LossParts, Objective, correct_predictions
 
 
 class SpanLengths(NamedTuple):

@@ -1,10 +1,10 @@
 """Downstream tasks: what a pretrained body is used for once pretraining stops.
 
 What every task shares lives here, once: how each family frames a text as ids, padding, the
-hidden states of any family's body, and the small fine-tuning loop (AdamW with a separate
-learning rate for a fresh head, warmup + cosine, clipping, a progress bar). The pretraining
-``Trainer`` is built around token streams and objectives; fine-tuning draws task batches, so it
-gets this loop instead of a second copy of that one.
+hidden states of any family's body, and the fine-tuning loop (AdamW with a separate learning
+rate for a fresh head, warmup + cosine, a progress bar). Its optimizer step (autocast, the fp16
+scaler, clipping, the non-finite guard) is pretraining's own, ``train.step.OptimizerStep``; only
+the loss, drawn from task batches, and the parameter groups differ.
 
 Padding side: encoders and encoder-decoders are padded on the right. Decoders are padded on the
 right for reading (the "last" pooling finds the last real token either way) and on the left for
@@ -22,11 +22,11 @@ from torch import nn
 from tqdm import tqdm
 
 from maskwise.errors import UserError
-from maskwise.runtime import Runtime, announce, precision_setting, resolve
 from maskwise.kernels.memory import retain_freed_memory
+from maskwise.padding import pad
+from maskwise.runtime import Runtime, announce, precision_setting, resolve
 from maskwise.train.optim import build_optimizer, lr_factor, set_lr
-
-PAD_SIDES = ("left", "right")
+from maskwise.train.step import OptimizerStep
 
 
 def frame(tokenizer, ids: Sequence[int], family: str) -> list[int]:
@@ -39,25 +39,6 @@ def frame(tokenizer, ids: Sequence[int], family: str) -> list[int]:
 def frame_extra(family: str) -> int:
     """How many ids ``frame`` adds to a text."""
     return 1 if family == "encoder" else 0
-
-
-def pad(seqs: Sequence[Sequence[int]], pad_id: int, side: str = "right",
-        device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pad id lists into ``(B, T)`` ids and a ``(B, T)`` attention mask (1 = real token)."""
-    if side not in PAD_SIDES:
-        raise ValueError(f"unknown padding side {side!r}; known: {', '.join(PAD_SIDES)}")
-    if not seqs:
-        raise ValueError("nothing to pad")
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for row, seq in enumerate(seqs):
-        if not seq:
-            continue
-        start = width - len(seq) if side == "left" else 0
-        ids[row, start:start + len(seq)] = torch.tensor(list(seq), dtype=torch.long)
-        mask[row, start:start + len(seq)] = 1
-    return ids.to(device), mask.to(device)
 
 
 def encode_texts(tokenizer, texts: Sequence[str], family: str, max_len: int,
@@ -158,30 +139,21 @@ def fine_tune(model: nn.Module, step_loss: Callable[[random.Random], torch.Tenso
     runtime = cfg.runtime(model)
     announce(runtime)
     retain_freed_memory(runtime.device_type)
-    scaler = runtime.grad_scaler()
-    optimizer = finetune_optimizer(model, cfg, head_prefixes)
-    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer_step = OptimizerStep(model, finetune_optimizer(model, cfg, head_prefixes), runtime, cfg.grad_clip)
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
     warmup = int(cfg.warmup * cfg.steps)
     losses = []
-    model.train()
     bar = tqdm(range(cfg.steps), desc=desc, unit="step", disable=not cfg.progress, leave=False,
                dynamic_ncols=True)
     for step in bar:
-        set_lr(optimizer, lr_factor(step, warmup, cfg.steps, min_ratio=0.0))
-        optimizer.zero_grad(set_to_none=True)
-        with runtime.autocast():
-            loss = step_loss(rng)
-        if not torch.isfinite(loss):
+        set_lr(optimizer_step.optimizer, lr_factor(step, warmup, cfg.steps, min_ratio=0.0))
+        optimizer_step.begin()
+        loss = optimizer_step.backward(lambda: step_loss(rng), lambda loss: loss).detach()
+        if not optimizer_step.apply(loss):
             bar.close()
             raise UserError(f"fine-tuning diverged at step {step}: loss {float(loss)} (lower --lr/--head-lr)")
-        scaler.scale(loss).backward()
-        scaler.unscale_(optimizer)
-        nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        scaler.step(optimizer)
-        scaler.update()
-        losses.append(float(loss.detach()))
+        losses.append(float(loss))
         if step % 10 == 0:
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
     bar.close()

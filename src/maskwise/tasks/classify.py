@@ -27,10 +27,10 @@ from torch import nn
 from maskwise.data.tasks import LabelledText
 from maskwise.errors import UserError
 from maskwise.model.heads import POOLINGS, ClassifierHead, pool
-from maskwise.tasks import FinetuneConfig, batches, body_states, context_len, device_of, encode_texts, fine_tune
 from maskwise.objectives.span import decoder_start_id
-from maskwise.tasks.generate import continuation_logprobs
+from maskwise.tasks import FinetuneConfig, batches, body_states, context_len, device_of, encode_texts, fine_tune
 from maskwise.tasks.metrics import accuracy, macro_f1, majority_label
+from maskwise.tasks.scoring import continuation_logprobs
 
 DEFAULT_POOLING = {"encoder": "cls", "decoder": "last", "encoder-decoder": "mean"}
 HEAD_PREFIX = "head."

@@ -1,6 +1,9 @@
 """Generation: greedy, sampling (temperature, top-k, top-p), repetition penalty, stop sequences and
 beam search, for decoders and encoder-decoders, with a static KV cache or without one.
 
+Sampling filters live in ``tasks.sampling``, the beam search loop in ``tasks.beam``, scoring given
+continuations in ``tasks.scoring``.
+
 A decoder continues a prompt; an encoder-decoder reads the prompt as its source once and writes a
 target from its start token. Both are driven through one small "state" per family that answers two
 questions: the logits after the prompt (``first``), and the logits after one more token per row
@@ -33,10 +36,12 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from maskwise.errors import UserError
-from maskwise.model.heads import IGNORE_INDEX
 from maskwise.model.layout import decoding_layout
 from maskwise.objectives.span import decoder_start_id
-from maskwise.tasks import batches, device_of, pad, positions_from_mask
+from maskwise.padding import pad
+from maskwise.tasks import device_of, positions_from_mask
+from maskwise.tasks.beam import search_beams
+from maskwise.tasks.sampling import choose_next, seen_tokens_mask
 
 GENERATIVE_FAMILIES = ("decoder", "encoder-decoder")
 
@@ -235,55 +240,8 @@ def _start(model, prompts, cfg: GenerationConfig, pad_id: int, start_id: int | N
     return state, row_limit, steps, lengths, [seen[i] for i in rows]
 
 
-# ---- logits processing ---------------------------------------------------------------------------
-
-
-def penalise_repetition(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
-    """CTRL's repetition penalty on (B, V) logits: a seen token's positive logit is divided by
-    ``penalty`` and a negative one multiplied, so it always becomes less likely for penalty > 1."""
-    if penalty == 1.0:
-        return logits
-    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
-    return torch.where(seen, penalised, logits)
-
-
-def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Set logits outside the top ``top_k`` and outside the nucleus of mass ``top_p`` to -inf.
-    The nucleus always keeps the most likely token."""
-    if top_k > 0 and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        probs = sorted_logits.softmax(dim=-1)  # (B, V)
-        drop_sorted = probs.cumsum(dim=-1) - probs >= top_p  # the mass before it already reaches p
-        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
-    return logits
-
-
-def choose_next(logits: torch.Tensor, seen: torch.Tensor | None, cfg: GenerationConfig,
-                generator: torch.Generator | None) -> torch.Tensor:
-    """(B,) next tokens from (B, V) logits: repetition penalty on ``seen`` (B, V; None when the
-    penalty is off), then argmax (temperature 0) or temperature, top-k, top-p and a draw from
-    ``generator``."""
-    scores = logits.float() if seen is None else penalise_repetition(logits.float(), seen, cfg.repetition_penalty)
-    if cfg.temperature == 0:
-        return scores.argmax(dim=-1)
-    scores = filter_top_k_top_p(scores / cfg.temperature, cfg.top_k, cfg.top_p)
-    return torch.multinomial(scores.softmax(dim=-1), 1, generator=generator).squeeze(1)
-
-
 def _ends_with_stop(row: list[int], stop: tuple[tuple[int, ...], ...]) -> bool:
     return any(len(row) >= len(s) and tuple(row[-len(s):]) == s for s in stop)
-
-
-def _seen_mask(seen_ids: list[list[int]], vocab: int, device) -> torch.Tensor:
-    seen = torch.zeros(len(seen_ids), vocab, dtype=torch.bool, device=device)
-    for row, ids in enumerate(seen_ids):
-        if ids:
-            seen[row, torch.tensor(ids, device=device)] = True
-    return seen
 
 
 # ---- greedy and sampling -------------------------------------------------------------------------
@@ -316,7 +274,7 @@ def _sample(model, prompts, cfg: GenerationConfig, eos_id, pad_id, start_id, gen
     limits = row_limit.tolist()
     finished = [False] * B
     penalise = cfg.repetition_penalty != 1.0
-    seen = _seen_mask(seen_ids, model.cfg.vocab_size, device) if penalise else None  # (B, V)
+    seen = seen_tokens_mask(seen_ids, model.cfg.vocab_size, device) if penalise else None  # (B, V)
     out: list[list[int]] = [[] for _ in range(B)]
     all_logits = []
     logits = state.first()
@@ -344,85 +302,18 @@ def _sample(model, prompts, cfg: GenerationConfig, eos_id, pad_id, start_id, gen
     return GenerationOutput(out, lengths, stacked)
 
 
-# ---- beam search ---------------------------------------------------------------------------------
-
-
 @torch.no_grad()
 def beam_search(model, prompts: Sequence[Sequence[int]], cfg: GenerationConfig, eos_id: int | None,
                 pad_id: int, start_id: int | None = None) -> GenerationOutput:
-    """Keep the ``num_beams`` best partial sequences per prompt by summed log-probability.
-
-    A beam that emits [EOS] becomes a finished hypothesis scored log-prob / length ** length_penalty;
-    a prompt is done once it has ``num_beams`` finished hypotheses and its best running beam cannot
-    overtake the worst of them at the current length (HF's heuristic). With one beam this is greedy
-    decoding: the argmax is the only beam kept, and it stops at the same [EOS]."""
+    """Beam search (``tasks.beam.search_beams``) from prompts: the entry ``generate`` takes for
+    ``num_beams`` > 1, callable with one beam too (then it is greedy decoding)."""
     cfg.validate()
     model.eval()
-    K = cfg.num_beams
-    state, row_limit, steps, lengths, seen_ids = _start(model, prompts, cfg, pad_id, start_id, expand=K)
-    B, device = len(lengths), row_limit.device
-    beam_scores = torch.full((B, K), float("-inf"), device=device)
-    beam_scores[:, 0] = 0.0  # all beams start identical: expand only the first at the first step
-    sequences = torch.zeros(B * K, 0, dtype=torch.long, device=device)
-    hypotheses: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
-    done = [False] * B
-    seen = _seen_mask(seen_ids, model.cfg.vocab_size, device)  # (B*K, V)
-
-    def normalised(score: float, length: int) -> float:
-        return score / length ** cfg.length_penalty
-
-    logits = state.first()
-    for t in range(steps):
-        logp = penalise_repetition(logits.float(), seen, cfg.repetition_penalty).log_softmax(dim=-1)
-        V = logp.shape[-1]
-        candidates = (beam_scores.view(-1, 1) + logp).view(B, K * V)  # (B, K*V)
-        top_scores, top_index = candidates.topk(min(2 * K, K * V), dim=-1)  # (B, 2K)
-        next_beam = torch.zeros(B, K, dtype=torch.long, device=device)
-        next_token = torch.full((B, K), pad_id, dtype=torch.long, device=device)
-        next_scores = torch.full((B, K), float("-inf"), device=device)
-        last_step = t == steps - 1
-        for b in range(B):
-            if done[b]:
-                next_beam[b] = torch.arange(K, device=device)  # keep shape; these rows are ignored
-                continue
-            kept = 0
-            for score, index in zip(top_scores[b].tolist(), top_index[b].tolist()):
-                beam, token = divmod(index, V)
-                row = b * K + beam
-                if eos_id is not None and token == eos_id:
-                    if len(hypotheses[b]) < K or normalised(score, t + 1) > min(h[0] for h in hypotheses[b]):
-                        hypotheses[b].append((normalised(score, t + 1), sequences[row].tolist() + [token]))
-                        hypotheses[b] = sorted(hypotheses[b], key=lambda h: -h[0])[:K]
-                    continue
-                next_beam[b, kept], next_token[b, kept], next_scores[b, kept] = beam, token, score
-                kept += 1
-                if kept == K:
-                    break
-            best_running = next_scores[b].max().item()
-            length_reached = t + 1 >= int(row_limit[b * K])
-            if len(hypotheses[b]) >= K and normalised(best_running, t + 1) <= hypotheses[b][-1][0]:
-                done[b] = True
-            elif last_step or length_reached:
-                for k in range(K):
-                    if next_scores[b, k] > float("-inf"):
-                        row = b * K + int(next_beam[b, k])
-                        hypotheses[b].append((normalised(float(next_scores[b, k]), t + 1),
-                                              sequences[row].tolist() + [int(next_token[b, k])]))
-                hypotheses[b] = sorted(hypotheses[b], key=lambda h: -h[0])[:K]
-                done[b] = True
-        if all(done):
-            break
-        index = (torch.arange(B, device=device)[:, None] * K + next_beam).flatten()  # (B*K,)
-        tokens = next_token.flatten()
-        sequences = torch.cat([sequences[index], tokens[:, None]], dim=1)
-        beam_scores = next_scores
-        seen = seen[index]
-        seen[torch.arange(B * K, device=device), tokens] = True
-        state.reorder(index)
-        active = torch.tensor([not done[i // K] for i in range(B * K)], device=device)
-        logits = state.step(tokens, active)
-    best = [max(h, key=lambda x: x[0]) for h in hypotheses]
-    return GenerationOutput([tokens for _, tokens in best], lengths, None, [score for score, _ in best])
+    state, row_limit, steps, lengths, seen_ids = _start(model, prompts, cfg, pad_id, start_id,
+                                                        expand=cfg.num_beams)
+    seen = seen_tokens_mask(seen_ids, model.cfg.vocab_size, row_limit.device)  # (B*K, V)
+    tokens, scores = search_beams(state, row_limit, steps, seen, cfg, eos_id, pad_id)
+    return GenerationOutput(tokens, lengths, None, scores)
 
 
 # ---- text in, text out ---------------------------------------------------------------------------
@@ -448,54 +339,3 @@ def generate_text(model, tokenizer, prompts: Sequence[str], cfg: GenerationConfi
             text = text.split(stop, 1)[0]
         texts.append(text)
     return texts
-
-
-# ---- scoring continuations -----------------------------------------------------------------------
-
-
-def continuation_batch(model, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]],
-                       pad_id: int, start_id: int | None = None) -> dict[str, torch.Tensor]:
-    """Model inputs whose labels mark exactly the continuation tokens (everything else -100), so
-    ``model(**batch)`` gives the continuation's loss, and its logits rows are the continuation
-    tokens in order. A decoder reads prompt + continuation (the prompt cut from the left to fit the
-    context); an encoder-decoder reads the prompt as its source and the continuation as its target."""
-    check_generative(model)
-    if any(len(c) == 0 for c in continuations):
-        raise UserError("a continuation to score must have at least one token")
-    device, limit = device_of(model), model.cfg.max_seq_len
-    if model.cfg.family == "decoder":
-        seqs, labels = [], []
-        for prompt, continuation in zip(prompts, continuations):
-            n = len(continuation)
-            seq = list(prompt)[-max(1, limit - n):] + list(continuation)
-            seqs.append(seq)
-            # position t predicts token t + 1: only the continuation's tokens are labelled
-            labels.append([IGNORE_INDEX] * (len(seq) - n - 1) + list(continuation) + [IGNORE_INDEX])
-        ids, mask = pad(seqs, pad_id, "right", device)
-        label_ids, _ = pad(labels, IGNORE_INDEX, "right", device)
-        return {"input_ids": ids, "attention_mask": mask, "labels": label_ids}
-    if start_id is None:
-        raise UserError("an encoder-decoder needs a decoder start token id")
-    src, src_mask = pad([list(p)[-limit:] for p in prompts], pad_id, "right", device)
-    dec, dec_mask = pad([[start_id, *c[:-1]] for c in continuations], pad_id, "right", device)
-    label_ids, _ = pad([list(c) for c in continuations], IGNORE_INDEX, "right", device)
-    return {"input_ids": src, "attention_mask": src_mask, "decoder_input_ids": dec,
-            "decoder_attention_mask": dec_mask, "labels": label_ids}
-
-
-@torch.no_grad()
-def continuation_logprobs(model, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]],
-                          pad_id: int, batch_size: int = 32, start_id: int | None = None) -> torch.Tensor:
-    """(N,) summed log p(continuation | prompt), one forward per pair, batched; vocabulary logits
-    only at the continuation's positions (the LM head is sparse given labels). Used for zero-shot
-    classification by prompting and by the generative reranker."""
-    model.eval()
-    scores = []
-    for chunk in batches(len(prompts), batch_size):
-        batch = continuation_batch(model, [prompts[i] for i in chunk], [continuations[i] for i in chunk],
-                                   pad_id, start_id)
-        out = model(**batch)
-        targets = batch["labels"][batch["labels"] != IGNORE_INDEX]  # (N,) row-major, as the logits
-        logp = out.logits.float().log_softmax(dim=-1).gather(1, targets[:, None]).squeeze(1)  # (N,)
-        scores.extend(part.sum() for part in logp.split([len(continuations[i]) for i in chunk]))
-    return torch.stack(scores)

@@ -33,12 +33,13 @@ from tqdm import tqdm
 from maskwise.data.tasks import RetrievalSet
 from maskwise.errors import UserError
 from maskwise.model.heads import ClassifierHead, pool
-from maskwise.tasks import FinetuneConfig, batches, context_len, device_of, fine_tune, pad
 from maskwise.objectives.span import decoder_start_id
-from maskwise.tasks.generate import continuation_batch, continuation_logprobs
-from maskwise.tasks.metrics import latency_ms, paired_bootstrap
+from maskwise.padding import pad
+from maskwise.tasks import FinetuneConfig, batches, context_len, device_of, fine_tune
 from maskwise.tasks.embed import EmbedFn
+from maskwise.tasks.metrics import latency_ms, paired_bootstrap
 from maskwise.tasks.retrieve import per_query_metrics, random_ranking, rank, ranking_metrics
+from maskwise.tasks.scoring import continuation_batch, continuation_logprobs
 
 ScoreFn = Callable[[str, Sequence[str]], torch.Tensor]  # (query, candidates) -> (n,) scores
 HEAD_PREFIX = "head."

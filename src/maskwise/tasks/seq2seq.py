@@ -25,8 +25,9 @@ from tqdm import tqdm
 from maskwise.data.tasks import Seq2SeqExample, first_speaker_baseline
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
-from maskwise.tasks import FinetuneConfig, batches, device_of, fine_tune, pad
 from maskwise.objectives.span import decoder_start_id
+from maskwise.padding import pad
+from maskwise.tasks import FinetuneConfig, batches, device_of, fine_tune
 from maskwise.tasks.generate import GenerationConfig, check_generative, generate
 from maskwise.tasks.metrics import bucketed, exact_match, set_f1, token_f1
 

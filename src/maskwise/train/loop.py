@@ -31,12 +31,14 @@ from torch import nn
 from tqdm import tqdm
 
 from maskwise.errors import UserError
-from maskwise.objectives import LossParts, Objective
+from maskwise.kernels.memory import retain_freed_memory
+from maskwise.objectives.base import LossParts, Objective
+from maskwise.runs import METRICS_FILE, latest_checkpoint
 from maskwise.runtime import Runtime, announce, precision_setting, resolve
 from maskwise.train import checkpoint as ckpt
 from maskwise.train.budget import Budget, flops_per_token
-from maskwise.kernels.memory import retain_freed_memory
 from maskwise.train.optim import build_optimizer, lr_factor, set_lr
+from maskwise.train.step import OptimizerStep
 
 
 @dataclass
@@ -135,7 +137,7 @@ class Trainer:
         torch.manual_seed(cfg.seed + self.rank)
         self.counters = Counters()
         self.flops_per = flops_per_token(model, cfg.block_size)
-        self.scaler = self.runtime.grad_scaler()
+        self.optimizer_step = OptimizerStep(self.model, self.optimizer, self.runtime, cfg.grad_clip)
         self.sum_dtype = torch.float32 if self.runtime.device_type == "mps" else torch.float64  # MPS has no fp64
         self.step_model = self.model
         if self.world > 1:
@@ -149,7 +151,7 @@ class Trainer:
 
     def resume(self) -> bool:
         """Restore from the newest intact checkpoint of ``run_dir``; False if there is none."""
-        path = ckpt.latest_checkpoint(self.run_dir)
+        path = latest_checkpoint(self.run_dir)
         if path is None:
             return False
         state, extra = ckpt.load_checkpoint(path, self.model, self.optimizer)
@@ -163,8 +165,8 @@ class Trainer:
         # (dropout on the GPU) is restored only where the checkpoint was written on CUDA too.
         if self.runtime.device_type == "cuda" and f"cuda_rng_{self.rank}" in extra:
             torch.cuda.set_rng_state(extra[f"cuda_rng_{self.rank}"])
-        if self.scaler.is_enabled() and "grad_scaler" in state:
-            self.scaler.load_state_dict(state["grad_scaler"])
+        if self.optimizer_step.scaler.is_enabled() and "grad_scaler" in state:
+            self.optimizer_step.scaler.load_state_dict(state["grad_scaler"])
         return True
 
     def _save(self) -> None:
@@ -180,8 +182,8 @@ class Trainer:
         if self.rank == 0:
             state = {"counters": asdict(self.counters), "train": asdict(self.cfg),
                      "runtime": self.runtime.to_dict()}
-            if self.scaler.is_enabled():
-                state["grad_scaler"] = self.scaler.state_dict()
+            if self.optimizer_step.scaler.is_enabled():
+                state["grad_scaler"] = self.optimizer_step.scaler.state_dict()
             ckpt.save_checkpoint(self.run_dir, self.counters.step, self.model, self.optimizer,
                                  state, extra, self.cfg.keep_last)
 
@@ -206,8 +208,7 @@ class Trainer:
         """One optimizer step over ``grad_accum`` micro-batches. Returns (summed loss over the
         global batch, a device scalar; global loss positions; whether the step was applied)."""
         cfg, c, runtime = self.cfg, self.counters, self.runtime
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer_step.begin()
         loss_sum = torch.zeros((), dtype=self.sum_dtype, device=runtime.torch_device)
         positions, enc, dec = 0, 0, 0
         for micro in range(cfg.grad_accum):
@@ -216,10 +217,9 @@ class Trainer:
             batch = runtime.move(self.objective.prepare(windows, self.generator))
             sync = micro == cfg.grad_accum - 1 or self.world == 1
             no_sync = self.step_model.no_sync if not sync and hasattr(self.step_model, "no_sync") else contextlib.nullcontext
-            with no_sync(), runtime.autocast():
-                parts: LossParts = self.objective.loss(self.step_model, batch)
             with no_sync():
-                self.scaler.scale(parts.loss_sum).backward()
+                parts: LossParts = self.optimizer_step.backward(
+                    lambda: self.objective.loss(self.step_model, batch), lambda parts: parts.loss_sum)
             loss_sum += parts.loss_sum.detach()
             positions += parts.n_positions
             enc += parts.encoder_tokens
@@ -229,28 +229,11 @@ class Trainer:
             totals = self._all_sum(torch.cat([loss_sum[None], counts]))  # (4,)
             loss_sum = totals[0]
             positions, enc, dec = (int(n) for n in totals[1:].tolist())
-        self.scaler.unscale_(self.optimizer)  # fp16: back to true gradients before scaling and clipping
         # DDP averaged gradients over processes; rescale to "sum over the global batch / positions".
-        # One foreach call rather than a Python loop of small kernels; the clipping multiply is
-        # skipped when its factor is exactly 1 (the norm is under the limit): the same numbers as
-        # clip_grad_norm_, fewer passes.
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        if grads:  # foreach refuses an empty list
-            torch._foreach_mul_(grads, self.world / max(positions, 1))
-        total_norm = nn.utils.get_total_norm(grads).to(loss_sum.device)
-        clip_factor = cfg.grad_clip / (total_norm + 1e-6)
-        finite = torch.isfinite(loss_sum)
-        if not self.scaler.is_enabled():  # with a scaler, overflowing gradients are its to skip
-            finite &= torch.isfinite(total_norm)
-        finite, clip_factor = torch.stack([finite.to(clip_factor.dtype), clip_factor]).tolist()  # the one sync
-        if clip_factor < 1.0:
-            nn.utils.clip_grads_with_norm_(self.model.parameters(), cfg.grad_clip, total_norm)
+        finite = self.optimizer_step.apply(loss_sum, self.world / max(positions, 1))
         if finite:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
             c.nonfinite_in_a_row = 0
         else:
-            self.optimizer.zero_grad(set_to_none=True)
             c.nonfinite_steps += 1
             c.nonfinite_in_a_row += 1
         c.encoder_tokens += enc
@@ -258,7 +241,7 @@ class Trainer:
         c.loss_positions += positions
         enc_f, dec_f, head_f = self.flops_per
         c.flops += enc_f * enc + dec_f * dec + head_f * positions
-        return loss_sum, positions, bool(finite)
+        return loss_sum, positions, finite
 
     # ---- evaluation -------------------------------------------------------------------------
 
@@ -305,7 +288,7 @@ class Trainer:
 
     def _write_metrics(self, line: dict) -> None:
         if self.rank == 0 and self.run_dir is not None:
-            with open(self.run_dir / ckpt.METRICS_FILE, "a") as handle:
+            with open(self.run_dir / METRICS_FILE, "a") as handle:
                 handle.write(json.dumps(line) + "\n")
 
     def _spent(self) -> tuple[int, float, float]:

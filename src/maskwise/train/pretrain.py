@@ -7,7 +7,6 @@ Settings are one flat set of keys, the same in a TOML ``--config`` file and as C
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -16,12 +15,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from maskwise import runs
 from maskwise.config import FAMILIES, ModelConfig, from_dict, preset
 from maskwise.errors import UserError
 from maskwise.objectives.registry import DEFAULT_OBJECTIVE, OBJECTIVE_OPTIONS, build_objective, check_pair
-from maskwise.train import checkpoint as ckpt
 from maskwise.runtime import Runtime
-from maskwise.train.loop import Trainer, TrainConfig, distributed_context
+from maskwise.train.loop import TrainConfig, Trainer, distributed_context
 
 DEFAULT_PRESET = {"encoder": "bert", "decoder": "gpt2", "encoder-decoder": "t5"}
 # What --resume applies from the new command line; any other difference from the run is refused.
@@ -134,23 +133,8 @@ def model_config(settings: PretrainConfig, vocab_size: int) -> ModelConfig:
 
 
 def prepare_run_dir(settings: PretrainConfig) -> Path:
-    out = Path(settings.out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not settings.resume:
-        if not settings.overwrite:
-            raise UserError(f"run folder {out} already exists; use --resume to continue it or --overwrite to replace it")
-        if not (out / ckpt.CONFIG_FILE).is_file():
-            raise UserError(f"refusing to --overwrite {out}: it is not a maskwise run folder")
-        shutil.rmtree(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as error:
-        raise UserError(f"output folder {out} is not writable ({error.strerror or error})") from None
-    return out
+    """The run folder, made or kept by the one guard: --resume continues it, --overwrite replaces it."""
+    return runs.prepare_folder(settings.out, settings.overwrite, resume=settings.resume, resume_flag="--resume")
 
 
 def resume_settings(settings: PretrainConfig, saved: dict[str, Any], given: set[str] | None) -> PretrainConfig:
@@ -184,9 +168,9 @@ def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = No
 
     settings = settings.resolved()
     run_dir = Path(settings.out)
-    resuming = settings.resume and (run_dir / ckpt.CONFIG_FILE).is_file()
+    resuming = settings.resume and (run_dir / runs.CONFIG_FILE).is_file()
     if resuming:
-        settings = resume_settings(settings, ckpt.read_json(run_dir / ckpt.CONFIG_FILE)["settings"], given)
+        settings = resume_settings(settings, runs.read_json(run_dir / runs.CONFIG_FILE)["settings"], given)
     runtime = runtime or settings.train.runtime()
     rank, world = distributed_context(runtime)
     if rank == 0:
@@ -196,7 +180,7 @@ def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = No
 
     corpus = load_corpus(settings.data, settings.val_data or None, text_field=settings.text_field)
     if resuming:
-        tokenizer = Tokenizer.load(run_dir / ckpt.TOKENIZER_FILE)
+        tokenizer = Tokenizer.load(run_dir / runs.TOKENIZER_FILE)
     else:
         tokenizer = build_tokenizer(settings.tokenizer, corpus, settings.vocab_size)
     cfg = model_config(settings, tokenizer.vocab_size)
@@ -210,8 +194,8 @@ def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = No
 
     trainer = Trainer(model, objective, train_stream, val_stream, settings.train, run_dir, runtime=runtime)
     if trainer.rank == 0 and not resuming:
-        tokenizer.save(run_dir / ckpt.TOKENIZER_FILE)
-        ckpt.write_json(run_dir / ckpt.CONFIG_FILE, {
+        tokenizer.save(run_dir / runs.TOKENIZER_FILE)
+        runs.write_json(run_dir / runs.CONFIG_FILE, {
             "model": cfg.to_dict(), "settings": settings.flat(), "objective": settings.objective,
             "family": settings.family, "corpus": {"name": corpus.name, "fingerprint": corpus.fingerprint},
             "parameters": sum(p.numel() for p in model.parameters()), "processes": trainer.world,
@@ -222,6 +206,6 @@ def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = No
     records = trainer.fit(on_eval)
     final = objective.final_model(model)
     if trainer.rank == 0:
-        ckpt.save_weights(final, run_dir / ckpt.MODEL_FILE)
+        runs.save_weights(final, run_dir / runs.MODEL_FILE)
     return {"run_dir": run_dir, "records": records, "model": final, "tokenizer": tokenizer,
             "settings": settings}

@@ -1,0 +1,112 @@
+"""``maskwise evaluate``: score a (fine-tuned) run or HF model on a task, results to JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from maskwise.cli.task_flags import add_common_flags, add_task_flags, in_runtime
+from maskwise.cli.task_inputs import HEAD_FILE, classify_data, embedder_of, open_model, retrieval_data, speaker_data
+
+EVAL_TASKS = ("classify", "retrieve", "rerank", "seq2seq")
+
+
+def register(subparsers) -> None:
+    evaluate = subparsers.add_parser("evaluate", help="evaluate a (fine-tuned) run on a task")
+    evaluate.add_argument("model", help="run folder or HF model folder")
+    evaluate.add_argument("--task", choices=EVAL_TASKS, default=None,
+                          help="default: the task the run was fine-tuned for")
+    evaluate.add_argument("--split", choices=("val", "test"), default="test")
+    evaluate.add_argument("--data", default=None, help="your own .jsonl/.csv evaluation rows instead of the plays")
+    evaluate.add_argument("--results", default=None, help="write the JSON results here")
+    for task in EVAL_TASKS:
+        add_task_flags(evaluate, task, evaluating=True)
+    add_common_flags(evaluate)
+    evaluate.set_defaults(handler=in_runtime(run_evaluate))
+
+
+def run_evaluate(args) -> int:
+    from maskwise.cli.summary import summarize
+    from maskwise.errors import UserError
+    from maskwise.runs import write_json
+
+    model, tokenizer, config = open_model(args.model, args)
+    saved = config.get("task", {})
+    task = args.task or {"classify": "classify", "embed": "retrieve", "rerank": "rerank",
+                         "seq2seq": "seq2seq"}.get(saved.get("kind"))
+    if task is None:
+        raise UserError(f"{args.model} was not fine-tuned for a task: say which with --task")
+    if task == "classify":
+        results = _evaluate_classify(args, model, tokenizer, saved)
+    elif task == "retrieve":
+        from maskwise.tasks.retrieve import evaluate_retrieval
+
+        embedder, name = embedder_of(args.model, args, args.progress, args.pooling)
+        results = evaluate_retrieval(embedder, retrieval_data(args.split, args, args.max_queries), name=name)
+    elif task == "rerank":
+        results = _evaluate_rerank(args, model, tokenizer, saved)
+    else:
+        from maskwise.tasks.generate import GenerationConfig
+        from maskwise.tasks.seq2seq import evaluate_seq2seq
+
+        max_target_len = saved.get("max_target_len", 64)
+        _, test = speaker_data(args, args.split, model, training=False)
+        results = evaluate_seq2seq(model, tokenizer, test, GenerationConfig(max_new_tokens=max_target_len + 1,
+                                                                           num_beams=args.num_beams),
+                                   max_target_len, args.progress, hide_speakers=args.hide_speakers)
+    results = {"model": str(args.model), "split": args.split if args.data is None else args.data, **results}
+    path = Path(args.results) if args.results else Path(args.model).expanduser() / f"results-{task}-{args.split}.json"
+    write_json(path, results)
+    print(summarize(results))
+    print(f"results: {path}")
+    return 0
+
+
+def _evaluate_classify(args, model, tokenizer, saved: dict) -> dict:
+    from maskwise.errors import UserError
+    from maskwise.tasks.classify import (SequenceClassifier, classification_results, evaluate_classifier,
+                                         zero_shot_classify)
+
+    _, test = classify_data(args, args.split, training=False)
+    if saved.get("kind") == "classify":
+        classifier = SequenceClassifier(model, saved["labels"], saved["pooling"], saved["freeze"])
+        _load_head(args.model, classifier.head, "classifier")
+        return evaluate_classifier(classifier, tokenizer, test, saved["train_labels"])
+    if model.cfg.family == "encoder":
+        raise UserError("an encoder classifies through a trained head: run `maskwise finetune classify` first "
+                        "(zero-shot prompting needs a decoder or encoder-decoder)")
+    gold = [e.label for e in test]
+    predicted = zero_shot_classify(model, tokenizer, [e.text for e in test], sorted(set(gold)))
+    # No training set: the baseline predicts the evaluation set's own majority label (a stricter bar).
+    return classification_results(predicted, gold, gold, mode="zero-shot", family=model.cfg.family)
+
+
+def _evaluate_rerank(args, model, tokenizer, saved: dict) -> dict:
+    from maskwise.errors import UserError
+    from maskwise.tasks.rerank import CrossEncoder, cross_encoder_scorer, evaluate_reranker, generative_scorer
+    from maskwise.tasks.retrieve import rank
+
+    kind = saved.get("reranker") if saved.get("kind") == "rerank" else None
+    if kind is None and model.cfg.family == "encoder":
+        raise UserError("an encoder reranks through a trained head: run `maskwise finetune rerank` first")
+    if kind == "cross":
+        reranker = CrossEncoder(model)
+        _load_head(args.model, reranker.head, "cross-encoder")
+        score = cross_encoder_scorer(reranker, tokenizer, saved.get("max_len"))
+    else:
+        score = generative_scorer(model, tokenizer, saved.get("max_len"))
+        kind = kind or "generative (zero-shot)"
+    first_stage = args.first_stage or saved.get("first_stage") or args.model
+    embedder, name = embedder_of(first_stage, args, args.progress)
+    test = retrieval_data(args.split, args, args.rerank_queries)
+    candidates, _ = rank(embedder, test, k=args.candidates)
+    results = evaluate_reranker(score, test, candidates, f"{kind} reranker", args.progress)
+    results["first_stage"] = name
+    return results
+
+
+def _load_head(run: str, head, what: str) -> None:
+    """Load the head a fine-tune saved beside its body into ``head``."""
+    from maskwise.runs import load_weights_into, read_safetensors
+
+    path = Path(run).expanduser() / HEAD_FILE
+    load_weights_into(head, read_safetensors(path), f"{what} head {path}")

@@ -1,0 +1,187 @@
+"""``maskwise finetune <task>``: fine-tune a run or HF model on a downstream task, write a run folder.
+
+A fine-tuned model is written as a run folder (``config.json`` with the model config and a ``task``
+record, ``tokenizer.json``, ``model.safetensors`` with the body or whole model, ``head.safetensors``
+when the task added a head) plus ``results.json`` and ``summary.txt``, so every other command (and
+``maskwise.load``) opens it like any run. Results go to JSON files; stdout gets a short summary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from maskwise.cli.task_flags import add_common_flags, add_task_flags
+from maskwise.cli.task_inputs import HEAD_FILE, classify_data, embedder_of, open_model, speaker_data
+
+TASKS = ("classify", "embed", "rerank", "seq2seq")
+RESULTS_FILE, SUMMARY_FILE = "results.json", "summary.txt"
+
+
+def register(subparsers) -> None:
+    finetune = subparsers.add_parser("finetune", help="fine-tune a run or HF model on a downstream task")
+    tasks = finetune.add_subparsers(dest="task", required=True, parser_class=type(finetune))
+    for task in TASKS:
+        parser = tasks.add_parser(task, help=f"fine-tune for {task}")
+        parser.add_argument("model", help="run folder or HF model folder")
+        parser.add_argument("--out", required=True, help="folder for the fine-tuned run")
+        parser.add_argument("--overwrite", action="store_true", help="replace an existing --out run folder")
+        parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the task's)")
+        parser.add_argument("--batch-size", type=int, default=None)
+        parser.add_argument("--lr", type=float, default=None, help="body learning rate (default: the task's)")
+        parser.add_argument("--head-lr", type=float, default=None, help="fresh head learning rate (default 1e-3)")
+        parser.add_argument("--bf16", action="store_true", help="alias of --precision bf16")
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--data", default=None, help="your own .jsonl/.csv training rows instead of the plays")
+        parser.add_argument("--eval-data", default=None,
+                            help="your own evaluation rows (default: the last 10%% of --data)")
+        add_task_flags(parser, task)
+        add_common_flags(parser)
+        parser.set_defaults(handler=run_finetune)
+
+
+def run_finetune(args) -> int:
+    from maskwise.cli.summary import summarize
+    from maskwise.errors import UserError
+    from maskwise.runs import prepare_folder, write_json
+
+    if args.eval_data is not None and args.data is None:
+        raise UserError("--eval-data needs --data (the plays come with their own evaluation split)")
+    model, tokenizer, _ = open_model(args.model, args)
+    out = prepare_folder(Path(args.out).expanduser(), args.overwrite)
+    handler = {"classify": _finetune_classify, "embed": _finetune_embed, "rerank": _finetune_rerank,
+               "seq2seq": _finetune_seq2seq}[args.task]
+    task, results, trained, head = handler(args, model, tokenizer)
+    task = {"kind": args.task, "base": str(args.model), **task}
+    results = {"base": str(args.model), **results}
+    _save_run(out, trained, tokenizer, task, head)
+    write_json(out / RESULTS_FILE, results)
+    summary = summarize(results)
+    (out / SUMMARY_FILE).write_text(summary + "\n", encoding="utf-8")
+    print(summary)
+    print(f"run folder: {out} (results: {out / RESULTS_FILE})")
+    return 0
+
+
+def _finetune_settings(args, cls):
+    """The task's config with the flags that were given; the task's own defaults otherwise."""
+    import dataclasses
+
+    values = {"seed": args.seed, "progress": args.progress, "precision": args.precision, "bf16": args.bf16}
+    for flag in ("steps", "batch_size", "lr", "head_lr"):
+        if getattr(args, flag) is not None:
+            values[flag] = getattr(args, flag)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for flag in ("pooling", "freeze", "temperature", "n_negatives", "max_target_len"):
+        if flag in names and hasattr(args, flag):
+            values[flag] = getattr(args, flag)
+    return cls(**values).validate()
+
+
+def _save_run(out: Path, model, tokenizer, task: dict, head=None) -> None:
+    """Lay the fine-tune out as a run folder, so every command opens it like any run."""
+    from maskwise.runs import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, save_weights, write_json
+
+    save_weights(model, out / MODEL_FILE)
+    if head is not None:
+        save_weights(head, out / HEAD_FILE)
+    tokenizer.save(out / TOKENIZER_FILE)
+    write_json(out / CONFIG_FILE, {"model": model.cfg.to_dict(), "task": task})
+
+
+def _finetune_classify(args, model, tokenizer):
+    from maskwise.tasks.classify import ClassifyConfig, evaluate_classifier, settings_of, train_classifier
+
+    cfg = _finetune_settings(args, ClassifyConfig)
+    train, test = classify_data(args, "test", training=True)
+    classifier = train_classifier(model, tokenizer, train, cfg)
+    train_labels = [e.label for e in train]
+    results = evaluate_classifier(classifier, tokenizer, test, train_labels, **settings_of(cfg))
+    task = {"labels": classifier.labels, "pooling": classifier.pooling, "freeze": cfg.freeze,
+            "train_labels": train_labels}
+    return task, results, classifier.body, classifier.head
+
+
+def _user_retrieval(args):
+    """(train, eval) retrieval sets from --data / --eval-data; held-out queries search the whole
+    collection (their passages must be in it)."""
+    from maskwise.data.tasks import RetrievalSet, hold_out, retrieval_from_file
+
+    data = retrieval_from_file(args.data)
+    if args.eval_data is not None:
+        return data, retrieval_from_file(args.eval_data)
+    train_rows, eval_rows = hold_out(range(len(data.queries)))
+
+    def subset(rows):
+        return RetrievalSet(tuple(data.queries[i] for i in rows), data.docs, tuple(data.relevant[i] for i in rows))
+
+    return subset(train_rows), subset(eval_rows)
+
+
+def _finetune_embed(args, model, tokenizer):
+    from maskwise.data.tasks import ict_retrieval
+    from maskwise.tasks.embed import EmbedConfig, Embedder, train_bi_encoder
+    from maskwise.tasks.retrieve import evaluate_retrieval
+
+    cfg = _finetune_settings(args, EmbedConfig)
+    if args.data is not None:
+        train, test = _user_retrieval(args)
+    else:
+        train = ict_retrieval("train", max_queries=args.train_queries, seed=args.seed)
+        test = ict_retrieval("test", max_queries=args.max_queries)
+    pairs = train.pairs()
+    bi_encoder = train_bi_encoder(model, tokenizer, pairs, cfg)
+    embedder = Embedder(bi_encoder, tokenizer, max_len=cfg.max_len, progress=args.progress)
+    results = evaluate_retrieval(embedder, test, name=f"fine-tuned bi-encoder ({bi_encoder.pooling} pooling)")
+    results["train_pairs"] = len(pairs)
+    task = {"pooling": bi_encoder.pooling, "normalize": True, "max_len": cfg.max_len,
+            "temperature": cfg.temperature}
+    return task, results, bi_encoder.body, None
+
+
+def _finetune_rerank(args, model, tokenizer):
+    from maskwise.tasks.rerank import (RerankConfig, cross_encoder_scorer, evaluate_reranker, generative_scorer,
+                                       train_cross_encoder, train_generative_reranker, training_negatives)
+    from maskwise.tasks.retrieve import rank
+
+    cfg = _finetune_settings(args, RerankConfig)
+    kind = args.reranker or ("cross" if model.cfg.family == "encoder" else "generative")
+    first_stage_path = args.first_stage or args.model
+    embedder, first_stage = embedder_of(first_stage_path, args, args.progress)
+    if args.data is not None:
+        train, test = _user_retrieval(args)
+    else:
+        from maskwise.data.tasks import ict_retrieval
+
+        train = ict_retrieval("train", max_queries=args.train_queries, seed=args.seed)
+        test = ict_retrieval("test", max_queries=args.rerank_queries)
+    negatives = training_negatives(train, cfg.n_negatives, args.negatives, embedder, args.seed)
+    if kind == "cross":
+        reranker = train_cross_encoder(model, tokenizer, train, negatives, cfg)
+        score, trained, head = cross_encoder_scorer(reranker, tokenizer, cfg.max_len), reranker.body, reranker.head
+    else:
+        trained = train_generative_reranker(model, tokenizer, train, negatives, cfg)
+        score, head = generative_scorer(trained, tokenizer, cfg.max_len), None
+    candidates, _ = rank(embedder, test, k=args.candidates)
+    results = evaluate_reranker(score, test, candidates, f"{kind} reranker", args.progress)
+    results["first_stage"] = first_stage
+    task = {"reranker": kind, "first_stage": str(first_stage_path), "negatives": args.negatives, "max_len": cfg.max_len}
+    return task, results, trained, head
+
+
+def _finetune_seq2seq(args, model, tokenizer):
+    from maskwise.data.tasks import rename_speakers
+    from maskwise.errors import UserError
+    from maskwise.tasks.generate import GenerationConfig
+    from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq, train_seq2seq
+
+    cfg = _finetune_settings(args, Seq2SeqConfig)
+    if args.rename_speakers and args.data is not None:
+        raise UserError("--rename-speakers renames the plays' speakers: it needs the embedded passages, not --data")
+    train, test = speaker_data(args, "test", model, training=True)
+    trained = train_seq2seq(model, tokenizer, train, cfg, augment=rename_speakers, augment_prob=args.rename_speakers)
+    gen = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=args.num_beams)
+    results = evaluate_seq2seq(trained, tokenizer, test, gen, cfg.max_target_len, args.progress,
+                               hide_speakers=args.hide_speakers, train_examples=len(train))
+    task = {"max_target_len": cfg.max_target_len, "hide_speakers": args.hide_speakers,
+            "rename_speakers": args.rename_speakers}
+    return task, results, trained, None

@@ -1,0 +1,86 @@
+"""The flags and argparse types that ``finetune``, ``evaluate`` and the inference commands share."""
+
+from __future__ import annotations
+
+import argparse
+
+from maskwise.cli.runtime import runtime_flags, runtime_of
+
+
+def positive(text: str) -> int:
+    """argparse type for counts: a positive integer (argparse turns the error into one line)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def probability(text: str) -> float:
+    """argparse type for a probability in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value}")
+    return value
+
+
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    """--device / --precision and --no-progress, on every task command."""
+    runtime_flags(parser)
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+
+
+def add_task_flags(parser, task: str, evaluating: bool = False) -> None:
+    """The flags of ``task``: its data sizes and settings (``evaluating``: only what evaluation reads)."""
+    if task == "classify":
+        parser.add_argument("--pooling", choices=("cls", "mean", "last"), default=None,
+                            help="retrieval embedding pooling (a fine-tuned classifier keeps its own)"
+                            if evaluating else "default: cls (encoder), last (decoder), mean (encoder-decoder)")
+        if not evaluating:
+            parser.add_argument("--freeze", action="store_true", help="linear probe: train the head only")
+            parser.add_argument("--per-genre", type=positive, default=300, help="training windows per genre")
+        parser.add_argument("--eval-per-genre", type=positive, default=100, help="evaluation windows per genre")
+    elif task in ("embed", "retrieve"):
+        if not evaluating:
+            parser.add_argument("--pooling", choices=("cls", "mean", "last"), default=None,
+                                help="default: mean (last for a decoder)")
+            parser.add_argument("--temperature", type=float, default=0.05, help="InfoNCE temperature")
+            parser.add_argument("--train-queries", type=positive, default=None, help="limit training pairs")
+        parser.add_argument("--max-queries", type=positive, default=300, help="evaluation queries (all passages stay)")
+    elif task == "rerank":
+        if not evaluating:
+            parser.add_argument("--reranker", choices=("cross", "generative"), default=None,
+                                help="default: cross for an encoder, generative otherwise")
+            parser.add_argument("--n-negatives", type=positive, default=7)
+            parser.add_argument("--negatives", choices=("first-stage", "random"), default="first-stage",
+                                help="training negatives: the first stage's top-ranked wrong documents, or random "
+                                     "ones (cheaper, and better for the small body measured in the README)")
+            parser.add_argument("--train-queries", type=positive, default=None, help="limit training queries")
+        parser.add_argument("--first-stage", default=None,
+                            help="bi-encoder run for the candidates (default: the model itself, mean-pooled)")
+        parser.add_argument("--candidates", type=positive, default=100)
+        parser.add_argument("--rerank-queries", type=positive, default=100, help="evaluation queries")
+    elif task == "seq2seq":
+        parser.add_argument("--hide-speakers", action="store_true", help="remove speaker lines from the source")
+        parser.add_argument("--max-chars", type=positive, default=None,
+                            help="longest source in characters (default: what fits the model's context)")
+        parser.add_argument("--num-beams", type=positive, default=1)
+        parser.add_argument("--eval-limit", type=positive, default=300, help="evaluation passages")
+        if not evaluating:
+            parser.add_argument("--max-target-len", type=positive, default=64, help="target tokens")
+            parser.add_argument("--rename-speakers", type=probability, default=0.0,
+                                help="fraction of training draws whose speakers get random names, so that "
+                                     "copying them from the source is the only way to answer (embedded data)")
+
+
+def in_runtime(handler):
+    """Run an inference command's handler under its precision's autocast."""
+    def run(args) -> int:
+        with runtime_of(args).autocast():
+            return handler(args)
+    return run

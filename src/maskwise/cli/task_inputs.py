@@ -1,0 +1,93 @@
+"""What the task commands read: a model folder, its embedder, and a task's data (the plays or --data)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from maskwise.cli.runtime import runtime_of
+
+HEAD_FILE = "head.safetensors"  # the head a fine-tune added, beside the body's model.safetensors
+
+
+# ---- models ----------------------------------------------------------------------------------
+
+
+def open_model(path: str, args):
+    """(model, tokenizer, config dict) of a run folder or an HF model folder, on ``args``' device."""
+    from maskwise.errors import UserError
+    from maskwise.interop.folders import load
+    from maskwise.runs import CONFIG_FILE, read_json
+
+    runtime = runtime_of(args)
+    model, tokenizer = load(path)
+    if tokenizer is None:
+        raise UserError(f"{path}: no tokenizer.json, and tasks need a tokenizer")
+    return model.to(runtime.torch_device), tokenizer, read_json(Path(path).expanduser() / CONFIG_FILE)
+
+
+def embedder_of(path: str, args, progress: bool, pooling: str | None = None):
+    """An ``Embedder`` for a run: an embed fine-tune's own pooling, else ``pooling``/the default."""
+    from maskwise.tasks.embed import BiEncoder, Embedder
+
+    model, tokenizer, config = open_model(path, args)
+    task = config.get("task", {})
+    if task.get("kind") == "embed" and pooling is None:
+        return Embedder(BiEncoder(model, task["pooling"], task["normalize"]), tokenizer,
+                        max_len=task.get("max_len"), progress=progress), f"{path} ({task['pooling']} pooling)"
+    bi = BiEncoder(model, pooling)
+    return Embedder(bi, tokenizer, progress=progress), f"{path} ({bi.pooling} pooling, zero-shot)"
+
+
+# ---- data ------------------------------------------------------------------------------------
+
+
+def _user_rows(args, reader):
+    """(train rows, eval rows) from --data / --eval-data."""
+    from maskwise.data.tasks import hold_out
+
+    rows = reader(args.data)
+    if args.eval_data is not None:
+        return rows, reader(args.eval_data)
+    return hold_out(rows)
+
+
+def classify_data(args, split: str, training: bool):
+    """(training examples, or None when only evaluating; evaluation examples)."""
+    from maskwise.data.tasks import genre_examples, labelled_texts_from_file
+
+    if args.data is not None:
+        if training:
+            return _user_rows(args, labelled_texts_from_file)
+        return None, labelled_texts_from_file(args.data)
+    train = genre_examples("train", per_genre=args.per_genre, seed=args.seed) if training else None
+    return train, genre_examples(split, per_genre=args.eval_per_genre)
+
+
+def retrieval_data(split: str, args, max_queries: int | None):
+    """The retrieval set to evaluate on: --data, else the ICT split of the plays."""
+    from maskwise.data.tasks import ict_retrieval, retrieval_from_file
+
+    if args.data is not None:
+        return retrieval_from_file(args.data)
+    return ict_retrieval(split, max_queries=max_queries)
+
+
+def speaker_data(args, split: str, model, training: bool):
+    """(training examples, or None when only evaluating; evaluation examples)."""
+    from maskwise.data.tasks import seq2seq_from_file, speaker_examples
+
+    if args.data is not None:
+        if training:
+            return _user_rows(args, seq2seq_from_file)
+        return None, seq2seq_from_file(args.data)
+    max_chars = args.max_chars or _default_max_chars(model)
+    options = dict(max_chars=max_chars, hide_speakers=args.hide_speakers)
+    train = speaker_examples("train", seed=args.seed, **options) if training else None
+    return train, speaker_examples(split, limit=args.eval_limit, **options)
+
+
+def _default_max_chars(model) -> int:
+    """Sources that fit the context whatever the tokenizer: a character per token at worst, less the
+    target's room for a decoder, which reads source and target in one sequence."""
+    room = model.cfg.max_seq_len if model.cfg.family == "encoder-decoder" else model.cfg.max_seq_len - 66
+    return max(32, room)

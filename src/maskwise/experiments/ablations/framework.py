@@ -1,0 +1,282 @@
+"""What every ablation shares: arms, both axes, seeds, measuring, tables and the verdict plumbing.
+
+An ablation module only declares an ``Ablation`` (its arms, what one run is measured on, the
+metrics and rows it reads from those measures, its rule, its summary sentence and notes);
+``conduct`` runs the pipeline they all share: pretrain every arm on both axes for every seed,
+measure each run once (cached), tabulate, judge, and assemble the results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from maskwise.experiments.report import fmt_stat, mean_and_spread
+from maskwise.experiments.runner import Experiment
+from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, Comparison, compare
+from maskwise.recipes import Scale, pretrain_settings, run_task
+
+TOKENS, WALL = "equal tokens", "equal wall-clock"
+AXES = (TOKENS, WALL)
+SHARED = "equal tokens and wall-clock"  # the axis name when every arm reads the same pretrained model
+MIN_BUCKET = 10  # a length bucket needs this many test items before a rule reads it
+GENRE_ACC = "genre accuracy"
+
+
+@dataclass(frozen=True)
+class Arm:
+    key: str  # names its runs and cached steps
+    label: str  # names it in tables, plots and metrics
+    settings: dict  # pretraining settings beyond the scale's MODEL block
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every measurement receives: the experiment folder, the scale, the seeds."""
+
+    exp: Experiment
+    scale: Scale
+    seeds: tuple[int, ...]
+    progress: bool
+
+
+Runs = dict[str, dict[str, list[dict]]]  # {axis: {arm key: [one entry per seed]}}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """An ablation's pretraining runs and each run's measures, handed to its declaration."""
+
+    setup: Setup
+    arms: tuple[Arm, ...]
+    runs: Runs
+    measured: Runs
+    parameters: dict  # arm label -> parameter breakdown
+
+    def per_arm(self, axis: str, get: Callable[[dict], float]) -> dict[str, list[float]]:
+        """``get`` of every run's measures on ``axis``, by arm label."""
+        return {arm.label: [get(m) for m in self.measured[axis][arm.key]] for arm in self.arms}
+
+    def final(self, axis: str, get: Callable[[dict], float]) -> dict[str, list[float]]:
+        """``get`` of every run's last curve point on ``axis``, by arm label."""
+        return {arm.label: [get(r["curve"][-1]) for r in self.runs[axis][arm.key]] for arm in self.arms}
+
+    def first(self, arm: Arm) -> dict:
+        """The first seed's measures of ``arm`` at equal tokens (for baselines and samples)."""
+        return self.measured[TOKENS][arm.key][0]
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """One ablation, declared; ``conduct`` runs it."""
+
+    about: str  # one line for the CLI's list
+    title: str
+    prediction: str
+    rule: str
+    step: str  # prefix of the cached measurement steps
+    arms: Callable[..., tuple[Arm, ...]]  # (**options) -> the arms
+    measure: Callable[[Setup, Arm, str, int], dict]  # (setup, arm, run name, seed) -> that run's measures
+    tabulate: Callable[[Measured], tuple[dict, list]]  # -> (metrics the rule reads, table rows)
+    judge: Callable[[dict, Sequence[Arm]], tuple[str, str]]  # (metrics, arms) -> (verdict, detail)
+    summary: Callable[[Measured, dict], str]  # (measured, metrics) -> the summary sentence
+    notes: Callable[[Measured], list[str]]
+    options: tuple[str, ...] = ()  # keyword options ``arms`` accepts
+    shared: bool = False  # every comparison reads one pretrained model per seed: measured at equal tokens only
+    columns: Callable[[Sequence[Arm]], list[str]] = lambda arms: [a.label for a in arms]
+    samples: Callable[[Measured], dict] | None = None
+    extra_rows: bool = True  # append the pretraining throughput rows
+
+
+# ---- pretraining on both axes ---------------------------------------------------------------------
+
+
+def train_seconds(run: dict) -> float:
+    return run["curve"][-1]["wall_s"]
+
+
+def tokens_per_second(run: dict) -> float:
+    last = run["curve"][-1]
+    return last["tokens_seen"] / max(last["wall_s"], 1e-9)
+
+
+def run_name(run: dict) -> str:
+    return Path(run["run_dir"]).name
+
+
+def pretrain_arms(setup: Setup, arms: Sequence[Arm]) -> Runs:
+    """``{axis: {arm key: [pretraining run per seed]}}`` (see the package docstring for the axes).
+
+    Seeds run one after another, all arms of a seed together, so the arms of one seed share the
+    machine's conditions as far as possible and an interrupted ablation keeps whole seeds."""
+    runs: Runs = {axis: {arm.key: [] for arm in arms} for axis in AXES}
+    for seed in setup.seeds:
+        by_tokens = {arm.key: setup.exp.pretrain(f"{arm.key}-seed{seed}", progress=setup.progress,
+                                                 **pretrain_settings(setup.scale, arm.settings, seed))
+                     for arm in arms}
+        seconds = min(train_seconds(run) for run in by_tokens.values())
+        for arm in arms:
+            run = by_tokens[arm.key]
+            if train_seconds(run) > seconds:
+                run = setup.exp.pretrain(f"{arm.key}-seed{seed}-wall", progress=setup.progress,
+                                         **pretrain_settings(setup.scale, arm.settings, seed, f"seconds={seconds}"))
+            runs[TOKENS][arm.key].append(by_tokens[arm.key])
+            runs[WALL][arm.key].append(run)
+    return runs
+
+
+def measure(setup: Setup, runs: Runs, arms: Sequence[Arm], task: str, fn: Callable[[Arm, str, int], dict]) -> Runs:
+    """``fn(arm, run name, seed)`` for every run, cached as step ``task-<run>`` (a run that serves
+    both axes is measured once)."""
+    return {axis: {arm.key: [setup.exp.step(f"{task}-{run_name(run)}",
+                                            lambda arm=arm, run=run: fn(arm, run_name(run), run["settings"]["seed"]))
+                             for run in by_arm[arm.key]]
+                   for arm in arms}
+            for axis, by_arm in runs.items()}
+
+
+def curve_entries(runs: Runs, arms: Sequence[Arm]) -> list[dict]:
+    """Every distinct pretraining run, for the two loss plots."""
+    entries, seen = [], set()
+    for axis in AXES:
+        for arm in arms:
+            for run in runs[axis][arm.key]:
+                if run_name(run) in seen:
+                    continue
+                seen.add(run_name(run))
+                seed = run["settings"]["seed"]
+                budget = run["settings"]["budget"]
+                suffix = f", {float(budget.split('=')[1]):.0f} s budget" if budget.startswith("seconds") else ""
+                entries.append({"label": f"{arm.label}, seed {seed}{suffix}", "group": arm.label, "seed": seed,
+                                "curve": run["curve"]})
+    return entries
+
+
+def parameters(setup: Setup, runs: Runs, arms: Sequence[Arm]) -> dict:
+    from maskwise.model.accounting import parameter_breakdown
+
+    return {arm.label: parameter_breakdown(setup.exp.load(run_name(runs[TOKENS][arm.key][0])).model)
+            for arm in arms}
+
+
+# ---- measuring ------------------------------------------------------------------------------------
+
+
+def fine_tuned(setup: Setup, task: str, name: str, seed: int, pooling: str | None = None) -> dict:
+    """The record of ``task`` (``recipes.run_task``) fine-tuned on run ``name`` at the setup's scale."""
+    run = setup.exp.load(name)
+    settings = setup.scale.task(task, seed, pooling, setup.progress)
+    return run_task(task, run.model, run.tokenizer, settings, setup.exp.runtime, label=name).record
+
+
+# ---- tables, verdicts and sentences -----------------------------------------------------------------
+
+
+def key(name: str, axis: str) -> str:
+    """The metrics key of measure ``name`` on ``axis``."""
+    return f"{name} at {axis}"
+
+
+def winner_text(c: Comparison, first: str, last: str) -> str:
+    return {"a": f"{first} ahead", "b": f"{last} ahead", "tie": "within noise"}[c.winner]
+
+
+def table_row(name: str, axis: str, groups: dict[str, list[float]], higher: bool | None,
+              digits: int = 3) -> list[str]:
+    """``[measure, axis, mean ± sd per group..., first vs last group]``; ``higher`` None = no
+    better direction (a cost that is reported, not judged)."""
+    labels = list(groups)
+    cells = [fmt_stat(groups[label], digits) for label in labels]
+    if higher is None or len(labels) < 2:
+        return [name, axis, *cells, ""]
+    c = compare(groups[labels[0]], groups[labels[-1]], higher)
+    return [name, axis, *cells, winner_text(c, labels[0], labels[-1])]
+
+
+def table(labels: Sequence[str], rows: list[list[str]]) -> dict:
+    first_vs_last = f"{labels[0]} vs {labels[-1]}" if len(labels) > 1 else ""
+    return {"columns": ["measure", "axis", *labels, first_vs_last], "rows": rows}
+
+
+def throughput_rows(runs: Runs, arms: Sequence[Arm]) -> list[list[str]]:
+    rows = []
+    for axis in AXES:
+        groups = {arm.label: [tokens_per_second(r) for r in runs[axis][arm.key]] for arm in arms}
+        rows.append(table_row("pretraining tokens/s", axis, groups, None, 0))
+        groups = {arm.label: [r["curve"][-1]["tokens_seen"] / 1000 for r in runs[axis][arm.key]] for arm in arms}
+        rows.append(table_row("pretraining tokens seen (thousands)", axis, groups, None, 1))
+        groups = {arm.label: [train_seconds(r) for r in runs[axis][arm.key]] for arm in arms}
+        rows.append(table_row("pretraining seconds", axis, groups, None, 1))
+    return rows
+
+
+def on_both_axes(judge_axis: Callable[[str], tuple[str, str]], axes: Sequence[str] = AXES) -> tuple[str, str]:
+    """Apply a one-axis rule on every axis: their common verdict, or inconclusive if they differ."""
+    outcomes = {axis: judge_axis(axis) for axis in axes}
+    found = {verdict for verdict, _ in outcomes.values()}
+    detail = " ".join(f"At {axis}: {verdict}, {why}." for axis, (verdict, why) in outcomes.items())
+    if len(found) == 1:
+        return found.pop(), detail
+    return INCONCLUSIVE, "The axes disagree. " + detail
+
+
+def claims_verdict(claims: Sequence[tuple[str, bool | None]]) -> tuple[str, str]:
+    """Claims that are supported (True), contradicted (False) or within noise (None): falsified if
+    any is contradicted, held if all are supported, inconclusive otherwise."""
+    outcome = {True: "supported", False: "contradicted", None: "within noise"}
+    detail = "; ".join(f"{text}: {outcome[ok]}" for text, ok in claims)
+    if any(ok is False for _, ok in claims):
+        return FALSIFIED, detail
+    if all(ok is True for _, ok in claims):
+        return HELD, detail
+    return INCONCLUSIVE, detail
+
+
+def ahead(c: Comparison) -> bool | None:
+    """The claim "a is ahead of b" under comparison ``c``."""
+    return {"a": True, "b": False, "tie": None}[c.winner]
+
+
+def moved(before: list[float], after: list[float], digits: int = 3) -> str:
+    """"rose from 0.412 to 0.455" / "fell from ..." / "stayed at ...", by the means."""
+    a, b = mean_and_spread(before)[0], mean_and_spread(after)[0]
+    if round(a, digits) == round(b, digits):
+        return f"stayed at {a:.{digits}f}"
+    return f"{'rose' if b > a else 'fell'} from {a:.{digits}f} to {b:.{digits}f}"
+
+
+def buckets_of(metrics: dict, prefix: str, axis: str) -> list[str]:
+    """Keys of ``metrics`` that start with ``prefix`` on ``axis``, in their (length) order."""
+    return [k for k in metrics if k.startswith(prefix) and k.endswith(f" at {axis}")]
+
+
+def common_buckets(m: Measured, field_name: str) -> list[str]:
+    """Length buckets that every run has with at least ``MIN_BUCKET`` items, in length order."""
+    results = [r for by_arm in m.measured.values() for arm in m.arms for r in by_arm[arm.key]]
+    first = list(results[0][field_name])
+    return [b for b in first if all(b in r[field_name] and r[field_name][b]["n"] >= MIN_BUCKET for r in results)]
+
+
+# ---- the pipeline -----------------------------------------------------------------------------------
+
+
+def conduct(ablation: Ablation, setup: Setup, **options) -> dict:
+    """Pretrain, measure, tabulate, judge: the results of ``ablation`` without the shared keys."""
+    arms = ablation.arms(**options)
+    runs = pretrain_arms(setup, arms)
+    measured_runs = {TOKENS: runs[TOKENS]} if ablation.shared else runs
+    measured = measure(setup, measured_runs, arms, ablation.step,
+                       lambda arm, name, seed: ablation.measure(setup, arm, name, seed))
+    m = Measured(setup, arms, runs, measured, parameters(setup, runs, arms))
+    metrics, rows = ablation.tabulate(m)
+    verdict, detail = ablation.judge(metrics, arms)
+    results = {
+        "title": ablation.title, "prediction": ablation.prediction, "rule": ablation.rule, "verdict": verdict,
+        "verdict_detail": detail, "summary": ablation.summary(m, metrics), "metrics": metrics,
+        "table": table(ablation.columns(arms), rows + (throughput_rows(runs, arms) if ablation.extra_rows else [])),
+        "runs": curve_entries(runs, arms), "parameters": m.parameters, "notes": ablation.notes(m),
+    }
+    if ablation.samples is not None:
+        results["samples"] = ablation.samples(m)
+    return results

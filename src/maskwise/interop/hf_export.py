@@ -1,0 +1,199 @@
+"""Export a maskwise model as an HF folder that ``transformers`` loads and that gives the same logits."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save as save_safetensors_bytes
+from torch import nn
+
+from maskwise.config import ModelConfig
+from maskwise.errors import UserError
+from maskwise.interop.hf_keys import (ACTIVATION_KEY, ARCHITECTURES, CONFIG_KEYS, DROPOUT_KEYS, EXPORT_CLASS, FIXED,
+                                      HEAD_FIXED, MODEL_TYPE, TO_HF_ACTIVATION, Architecture, key_map, source_of)
+from maskwise.model.transformer import Discriminator
+from maskwise.runs import (CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, Run, atomic_write, json_bytes, load_run,
+                           prepare_folder)
+
+
+def _candidates(model: nn.Module, preferred: str | None) -> list[tuple[str, str]]:
+    """(column, head) pairs that could describe ``model``, most likely first."""
+    if isinstance(model, Discriminator):
+        return [("electra", "rtd")]
+    family = model.cfg.family
+    if family == "encoder":
+        return [("electra", "mlm"), ("bert", "mlm")] if preferred == "electra" else [("bert", "mlm"),
+                                                                                    ("electra", "mlm")]
+    if family == "decoder":
+        return [("gpt2", "lm")]
+    return [("t5", "lm"), ("bart", "lm")]
+
+
+def _hf_config_or_problems(cfg: ModelConfig, column: str, head: str) -> tuple[dict[str, Any], list[str]]:
+    """The HF config for ``cfg`` as ``column``, and every setting that stops it being exact."""
+    problems = []
+    fixed = {**FIXED[column], **(HEAD_FIXED[head] if column in ("bert", "electra") else {})}
+    for field, needed in fixed.items():
+        if getattr(cfg, field) != needed:
+            problems.append(f"{field}={getattr(cfg, field)!r} (needs {needed!r})")
+    if column != "t5" and cfg.head_dim * cfg.n_heads != cfg.d_model:
+        problems.append(f"d_head={cfg.d_head} (needs d_model / n_heads)")
+    hf: dict[str, Any] = {"model_type": MODEL_TYPE[column], "architectures": [EXPORT_CLASS[column, head]]}
+    for field, (key, _) in CONFIG_KEYS[column].items():
+        hf[key] = getattr(cfg, field)
+    for key in DROPOUT_KEYS[column]:
+        hf[key] = cfg.dropout
+    activation = TO_HF_ACTIVATION[cfg.activation]
+    if column in ACTIVATION_KEY:
+        hf[ACTIVATION_KEY[column]] = activation
+    hf["tie_word_embeddings"] = cfg.tie_embeddings
+    if column in ("bert", "electra"):
+        if cfg.type_vocab_size < 1:
+            problems.append("type_vocab_size=0 (BERT and ELECTRA always have token-type embeddings)")
+        if column == "electra":
+            hf["embedding_size"] = cfg.d_model
+            if head == "mlm" and cfg.activation != "gelu":
+                problems.append(f"activation={cfg.activation!r} (ELECTRA's generator head is always gelu)")
+    elif column == "t5":
+        hf.update(d_kv=cfg.head_dim, num_decoder_layers=cfg.decoder_layers, is_encoder_decoder=True)
+        if cfg.gated_ffn and cfg.activation == "gelu":
+            problems.append("gated_ffn with activation='gelu' (T5 reads 'gated-gelu' as the tanh approximation)")
+        hf["feed_forward_proj"] = ("gated-" if cfg.gated_ffn else "") + (
+            "gelu" if cfg.gated_ffn and cfg.activation == "gelu_tanh" else activation)
+        scaled = cfg.lm_head_input_scale != 1.0
+        if scaled and not math.isclose(cfg.lm_head_input_scale, cfg.d_model ** -0.5):
+            problems.append(f"lm_head_input_scale={cfg.lm_head_input_scale} (T5 has 1 or d_model ** -0.5)")
+        hf["scale_decoder_outputs"] = scaled
+    elif column == "bart":
+        hf.update(decoder_layers=cfg.decoder_layers, decoder_attention_heads=cfg.n_heads,
+                  decoder_ffn_dim=cfg.d_ff, is_encoder_decoder=True)
+        scale = cfg.embedding_scale
+        if scale != 1.0 and not math.isclose(scale, math.sqrt(cfg.d_model)):
+            problems.append(f"embedding_scale={scale} (BART has 1 or sqrt(d_model))")
+        hf["scale_embedding"] = scale != 1.0
+    return hf, problems
+
+
+def hf_config(model: nn.Module, preferred: str | None = None) -> tuple[dict[str, Any], Architecture]:
+    """The HF config (and architecture) that reproduces ``model`` exactly, or a ``UserError`` naming
+    every setting of the closest architecture that has no HF equivalent."""
+    candidates = _candidates(model, preferred)
+    if preferred is not None and preferred not in {column for column, _ in candidates}:
+        raise UserError(f"a {model.cfg.family} cannot be exported as {preferred}; "
+                        f"choose from {', '.join(sorted({column for column, _ in candidates}))}")
+    attempts = []
+    for column, head in candidates:
+        hf, problems = _hf_config_or_problems(model.cfg, column, head)
+        if not problems:
+            return hf, ARCHITECTURES[EXPORT_CLASS[column, head]]
+        attempts.append((len(problems), EXPORT_CLASS[column, head], problems))
+    _, class_name, problems = min(attempts)
+    raise UserError(f"this {model.cfg.family} config has no HF equivalent; closest is {class_name}, "
+                    f"but: {'; '.join(problems)}")
+
+
+def hf_state_dict(model: nn.Module, arch: Architecture) -> dict[str, torch.Tensor]:
+    """``model``'s tensors under the HF names of ``arch`` (the inverse of import)."""
+    mapping = key_map(model, arch)
+    tensors = {}
+    for key, value in model.state_dict().items():
+        source, suffix = source_of(key, mapping)
+        parts = value.detach().cpu().chunk(len(source.names), dim=0)
+        for name, part in zip(source.names, parts):
+            if source.conv1d and part.dim() == 2:
+                part = part.t()
+            if source.leading_one:
+                part = part[None]  # (V,) -> (1, V)
+            tensors[name + suffix] = part.contiguous().clone()  # own storage: safetensors refuses shared
+    return tensors
+
+
+def export_hf(run_or_model: Any, out_dir: str | Path, overwrite: bool = False, tokenizer: Any = None,
+              architecture: str | None = None) -> Path:
+    """Write an HF folder that ``AutoModelForMaskedLM`` / ``ForCausalLM`` / ``ForSeq2SeqLM`` (or, for an
+    ELECTRA discriminator, ``AutoModelForPreTraining``) loads and that computes the same logits.
+
+    ``run_or_model``: a run folder, a loaded ``Run``, or a model. Encoders export as BERT unless
+    ``architecture="electra"`` or the run's preset is "electra". The folder (config.json,
+    model.safetensors, and with a tokenizer tokenizer.json + tokenizer_config.json) is assembled
+    under a temporary name and renamed into place; an existing non-empty ``out_dir`` is replaced
+    only with ``overwrite``, and only when it is a model folder (it holds a config.json).
+    """
+    model, settings = run_or_model, {}
+    if isinstance(run_or_model, (str, Path)):
+        run_or_model = load_run(run_or_model)
+    if isinstance(run_or_model, Run):
+        model, tokenizer = run_or_model.model, tokenizer or run_or_model.tokenizer
+        settings = run_or_model.config.get("settings", {})
+    out = prepare_folder(Path(out_dir).expanduser(), overwrite, kind="model folder", what="", create=False)
+    hf, arch = hf_config(model, architecture or ("electra" if settings.get("preset") == "electra" else None))
+    files = {MODEL_FILE: save_safetensors_bytes(hf_state_dict(model, arch), metadata={"format": "pt"})}
+    if tokenizer is not None:
+        hf.update(_special_ids(tokenizer))
+        files[TOKENIZER_FILE] = encoder_framing(tokenizer, model.cfg.family).to_str().encode()
+        files["tokenizer_config.json"] = json_bytes(_tokenizer_config(tokenizer, model.cfg))
+    files[CONFIG_FILE] = json_bytes(hf)
+    _write_folder(out, files)
+    return out
+
+
+def encoder_framing(tokenizer: Any, family: str):
+    """The tokenizer's backend (a copy), framing text as the model reads it.
+
+    maskwise tokenizers add no special tokens (objectives frame their own inputs, and MLM puts
+    ``[CLS]`` first: ``tasks.frame``), so for an encoder a tokenizer.json without a post-processor
+    gets ``[CLS] $A``: ``tokenizer(text)`` in HF then reads text the way the model was trained. A
+    tokenizer that frames text itself (an HF BERT's ``[CLS] $A [SEP]``) keeps its own framing.
+    """
+    from tokenizers import Tokenizer as Backend
+    from tokenizers.processors import TemplateProcessing
+
+    backend = Backend.from_str(tokenizer.backend.to_str())
+    if family == "encoder" and backend.post_processor is None and tokenizer.cls_id is not None:
+        cls = tokenizer.id_to_token(tokenizer.cls_id)
+        backend.post_processor = TemplateProcessing(single=f"{cls} $A", special_tokens=[(cls, tokenizer.cls_id)])
+    return backend
+
+
+_ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
+
+
+def _special_ids(tokenizer: Any) -> dict[str, int]:
+    return {f"{role}_token_id": getattr(tokenizer, f"{role}_id") for role in ("pad", "bos", "eos")
+            if getattr(tokenizer, f"{role}_id") is not None}
+
+
+def _tokenizer_config(tokenizer: Any, cfg: ModelConfig) -> dict[str, Any]:
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.max_seq_len}
+    for role in _ROLES:
+        token_id = getattr(tokenizer, f"{role}_id")
+        if token_id is not None:
+            config[f"{role}_token"] = tokenizer.id_to_token(token_id)
+    return config
+
+
+def _write_folder(out: Path, files: dict[str, bytes]) -> None:
+    """Assemble ``files`` in a temporary sibling folder, then rename it to ``out`` (replacing an old
+    ``out`` only after the new one is complete), so ``out`` is never half-written."""
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+        for name, data in files.items():
+            atomic_write(tmp / name, data)
+        if out.exists():
+            os.replace(out, old)
+        os.replace(tmp, out)
+    except OSError as error:
+        if old.exists() and not out.exists():
+            os.replace(old, out)
+        raise UserError(f"cannot write {out}: {error.strerror or error}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)

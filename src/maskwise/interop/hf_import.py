@@ -1,0 +1,222 @@
+"""Import an HF model (a ``transformers`` object or a local folder) into maskwise, logits unchanged.
+
+Nothing here needs ``transformers``: an HF folder is a ``config.json`` plus weights, read with
+safetensors (or, for a foreign ``pytorch_model.bin``, ``torch.load(weights_only=True)``, which refuses
+any pickle that is not plain tensors). Nothing downloads.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from maskwise.config import ModelConfig
+from maskwise.errors import UserError
+from maskwise.interop.hf_keys import (ARCHITECTURES, CONFIG_KEYS, COPIES, DROPOUT_KEYS, FIXED, FROM_HF_ACTIVATION,
+                                      HEAD_FIXED, KEY_MAP, UNUSED, Architecture, key_map, source_of)
+from maskwise.model.transformer import Discriminator, Transformer, build_model
+from maskwise.runs import CONFIG_FILE, load_weights_into, read_json, read_safetensors
+
+# ---- reading HF folders ------------------------------------------------------------------------
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
+def read_hf_folder(folder: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """``config.json`` and all weights of an HF model folder (safetensors first, sharded or not)."""
+    folder = Path(folder).expanduser()
+    config = read_json(folder / CONFIG_FILE)
+    for name in WEIGHT_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        if name.endswith(".index.json"):
+            weight_map = read_json(path).get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise UserError(f"{path}: no weight_map")
+            tensors = {}
+            for shard in sorted(set(weight_map.values())):
+                tensors.update(_read_weights(folder / shard))
+            return config, tensors
+        return config, _read_weights(path)
+    raise UserError(f"{folder}: no weights (looked for {', '.join(WEIGHT_FILES)})")
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    if path.suffix == ".safetensors":
+        return read_safetensors(path)
+    return read_pytorch_bin(path)
+
+
+def read_pytorch_bin(path: str | Path) -> dict[str, torch.Tensor]:
+    """A foreign ``pytorch_model.bin``: loaded with ``weights_only=True``, so a pickle that would
+    construct anything but tensors and plain containers (i.e. run code) is refused, not executed."""
+    try:
+        tensors = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UserError(f"{path}: refused or unreadable pickle (loaded with weights_only=True): {reason}") from None
+    if not isinstance(tensors, dict) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
+        raise UserError(f"{path}: not a state dict of tensors")
+    return tensors
+
+
+# ---- import ---------------------------------------------------------------------------------------
+
+
+def _architecture(name: str | None, model_type: str | None) -> Architecture:
+    if name in ARCHITECTURES:
+        return ARCHITECTURES[name]
+    known = ", ".join(ARCHITECTURES)
+    if name is None:
+        raise UserError(f"HF config names no architecture (model_type {model_type!r}); "
+                        f"add \"architectures\": [one of {known}]")
+    raise UserError(f"unsupported HF architecture {name}; supported: {known}")
+
+
+def _get(hf: dict[str, Any], key: str, default: Any) -> Any:
+    value = hf.get(key)
+    return default if value is None else value
+
+
+def _activation(column: str, name: str) -> str:
+    if name not in FROM_HF_ACTIVATION:
+        raise UserError(f"{column}: activation {name!r} has no maskwise equivalent "
+                        f"(supported: {', '.join(FROM_HF_ACTIVATION)})")
+    return FROM_HF_ACTIVATION[name]
+
+
+def _reject(column: str, hf: dict[str, Any], key: str, default: Any, supported: Any) -> None:
+    value = _get(hf, key, default)
+    if value != supported:
+        raise UserError(f"{column}: {key}={value!r} is not supported (only {supported!r})")
+
+
+def config_from_hf(hf: dict[str, Any], arch: Architecture, tensors: dict[str, torch.Tensor]) -> ModelConfig:
+    """Translate an HF config (dict) into the maskwise ``ModelConfig`` that computes the same function.
+
+    Whether the output projection is tied is read from the weights: tied when the checkpoint has no
+    separate head matrix or its head matrix equals the embedding (T5 configs of transformers 5 say
+    ``tie_word_embeddings: true`` even for v1.1, whose head is separate).
+    """
+    column = arch.column
+    values: dict[str, Any] = dict(FIXED[column])
+    for field, (key, default) in CONFIG_KEYS[column].items():
+        values[field] = _get(hf, key, default)
+    values["dropout"] = float(_get(hf, DROPOUT_KEYS[column][0], 0.1))  # 0.1: every HF default
+    if column in ("bert", "electra"):
+        values.update(HEAD_FIXED[arch.head])
+        _reject(column, hf, "position_embedding_type", "absolute", "absolute")
+        _reject(column, hf, "is_decoder", False, False)
+        _reject(column, hf, "add_cross_attention", False, False)
+        values["activation"] = _activation(column, _get(hf, "hidden_act", "gelu"))
+        if column == "electra":
+            if _get(hf, "embedding_size", 128) != values["d_model"]:
+                raise UserError(f"electra: embedding_size {_get(hf, 'embedding_size', 128)} != hidden_size "
+                                f"{values['d_model']} (factorised embeddings) is not supported")
+            if arch.head == "mlm" and values["activation"] != "gelu":
+                raise UserError(f"electra: the generator head always uses gelu, so hidden_act="
+                                f"{hf.get('hidden_act')!r} has no maskwise equivalent")
+    elif column == "gpt2":
+        _reject(column, hf, "scale_attn_by_inverse_layer_idx", False, False)
+        _reject(column, hf, "add_cross_attention", False, False)
+        values["activation"] = _activation(column, _get(hf, "activation_function", "gelu_new"))
+        values["d_ff"] = values["d_ff"] or 4 * values["d_model"]
+    elif column == "t5":
+        proj = _get(hf, "feed_forward_proj", "relu")
+        gated, _, act = proj.rpartition("-")
+        if gated not in ("", "gated"):
+            raise UserError(f"t5: feed_forward_proj {proj!r} is not supported")
+        values["gated_ffn"] = gated == "gated"
+        values["activation"] = _activation(column, "gelu_new" if proj == "gated-gelu" else act)
+        scale = _get(hf, "scale_decoder_outputs", _get(hf, "tie_word_embeddings", True))
+        values["lm_head_input_scale"] = values["d_model"] ** -0.5 if scale else 1.0
+    elif column == "bart":
+        for field, decoder_key in (("n_heads", "decoder_attention_heads"), ("d_ff", "decoder_ffn_dim")):
+            encoder_key, default = CONFIG_KEYS["bart"][field]
+            if _get(hf, decoder_key, default) != values[field]:
+                raise UserError(f"bart: {decoder_key} {_get(hf, decoder_key, default)} != {encoder_key} "
+                                f"{values[field]} is not supported (maskwise stacks share one shape)")
+        values["activation"] = _activation(column, _get(hf, "activation_function", "gelu"))
+        values["embedding_scale"] = math.sqrt(values["d_model"]) if _get(hf, "scale_embedding", False) else 1.0
+    if arch.head != "rtd":
+        values["tie_embeddings"] = _is_tied(arch, tensors)
+    if values.get("n_decoder_layers") == values["n_layers"]:
+        values["n_decoder_layers"] = None
+    if values.get("d_head") is not None and values["d_head"] * values["n_heads"] == values["d_model"]:
+        values["d_head"] = None
+    return ModelConfig.from_dict(values)
+
+
+def _is_tied(arch: Architecture, tensors: dict[str, torch.Tensor]) -> bool:
+    head = KEY_MAP["lm_head.weight"].get(arch.column)
+    embedding = COPIES[arch.column].get(head) if head else None
+    if head not in tensors or embedding is None:
+        return True
+    return embedding in tensors and torch.equal(tensors[head], tensors[embedding])
+
+
+def import_hf(source: Any) -> Transformer:
+    """A maskwise model computing what an HF model computes, in eval mode.
+
+    ``source``: a ``transformers`` model object, or a local HF folder (``config.json`` + weights).
+    ``ElectraForPreTraining`` becomes a ``Discriminator`` (its logits are (B, T) RTD scores); every
+    other supported class becomes an ``Encoder``, ``Decoder`` or ``EncoderDecoder`` whose ``.logits``
+    are the HF model's logits (for a base model, e.g. ``BertModel``, the tied projection onto the
+    vocabulary; use ``hidden_states``).
+    """
+    if hasattr(source, "state_dict") and hasattr(source, "config"):
+        hf, tensors, class_name = source.config.to_dict(), source.state_dict(), type(source).__name__
+        where = class_name  # names the model in error messages
+    else:
+        hf, tensors = read_hf_folder(source)
+        class_name = (hf.get("architectures") or [None])[0]
+        where = str(source)
+    arch = _architecture(class_name, hf.get("model_type"))
+    if arch.base_prefix:
+        tensors = {(k if k.startswith(arch.base_prefix) else arch.base_prefix + k): v for k, v in tensors.items()}
+    cfg = config_from_hf(hf, arch, tensors)
+    model = Discriminator(cfg) if arch.head == "rtd" else build_model(cfg)
+    load_weights_into(model, _to_maskwise(model, arch, tensors, where), where)
+    return model.eval()
+
+
+def _to_maskwise(model: nn.Module, arch: Architecture, tensors: dict[str, torch.Tensor],
+                 where: str) -> dict[str, torch.Tensor]:
+    mapping = key_map(model, arch)
+    ours, used = {}, set()
+    for key, target in model.state_dict().items():
+        source, suffix = source_of(key, mapping)
+        names = [name + suffix for name in source.names]
+        missing = [name for name in names if name not in tensors]
+        if missing:
+            raise UserError(f"{where}: missing key {missing[0]} (for maskwise {key})")
+        parts = [tensors[name].t() if source.conv1d and tensors[name].dim() == 2 else tensors[name]
+                 for name in names]
+        value = torch.cat(parts, dim=0) if len(parts) > 1 else parts[0]
+        if source.leading_one:
+            value = value.reshape(-1)  # (1, V) -> (V,)
+        if value.shape != target.shape:
+            raise UserError(f"{where}: {' + '.join(names)} has shape {tuple(value.shape)}, "
+                            f"maskwise {key} needs {tuple(target.shape)}")
+        ours[key] = value.to(target.dtype)
+        used.update(names)
+    leftover = []
+    for name in sorted(set(tensors) - used):
+        original = COPIES[arch.column].get(name)
+        unused = arch.column in UNUSED and re.search(UNUSED[arch.column], name)
+        if unused or (original in tensors and torch.equal(tensors[name], tensors[original])):
+            continue
+        leftover.append(name)
+    if leftover:
+        raise UserError(f"{where}: {len(leftover)} unexpected key(s) maskwise cannot place, e.g. {leftover[0]}")
+    return ours

@@ -1,0 +1,290 @@
+"""Hugging Face interop tables: BERT, ELECTRA, GPT-2, T5 and BART as settings of the one block.
+
+The five architectures are the one maskwise block with different settings, so converting is two
+tables and no model code (``hf_import`` reads them one way, ``hf_export`` the other):
+
+* ``FIXED`` + ``CONFIG_KEYS``: which ``ModelConfig`` settings an architecture fixes (BERT is always
+  post-norm, T5 always RMSNorm without biases, ...) and where its HF config keeps the ones it varies.
+  Import fills a ``ModelConfig`` from them; export checks a ``ModelConfig`` against them and names every
+  setting that has no HF equivalent.
+* ``KEY_MAP``: where each maskwise tensor lives in each architecture's state dict, side by side.
+  The only layout work is fusing q/k/v (and T5's gate/up) into one matrix, transposing GPT-2's
+  Conv1D weights, and BART's (1, V) ``final_logits_bias``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from maskwise.config import ModelConfig
+from maskwise.errors import UserError
+
+# ---- the architectures ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One HF model class: its column in the tables, its head, and the prefix its base-model
+    variant leaves off (``BertModel`` saves ``embeddings.*`` where ``BertForMaskedLM`` saves
+    ``bert.embeddings.*``)."""
+
+    column: str  # "bert", "electra", "gpt2", "t5" or "bart"
+    head: str  # "mlm": BERT's dense+act+norm transform and a vocab bias; "rtd"; "lm": a plain projection
+    base_prefix: str = ""
+
+
+ARCHITECTURES = {
+    "BertForMaskedLM": Architecture("bert", "mlm"),
+    "BertModel": Architecture("bert", "lm", base_prefix="bert."),
+    "ElectraForMaskedLM": Architecture("electra", "mlm"),
+    "ElectraForPreTraining": Architecture("electra", "rtd"),
+    "ElectraModel": Architecture("electra", "lm", base_prefix="electra."),
+    "GPT2LMHeadModel": Architecture("gpt2", "lm"),
+    "GPT2Model": Architecture("gpt2", "lm", base_prefix="transformer."),
+    "T5ForConditionalGeneration": Architecture("t5", "lm"),
+    "BartForConditionalGeneration": Architecture("bart", "lm"),
+}
+
+# Export writes the task class (the one AutoModelForMaskedLM / CausalLM / Seq2SeqLM loads).
+EXPORT_CLASS = {
+    ("bert", "mlm"): "BertForMaskedLM",
+    ("electra", "mlm"): "ElectraForMaskedLM",
+    ("electra", "rtd"): "ElectraForPreTraining",
+    ("gpt2", "lm"): "GPT2LMHeadModel",
+    ("t5", "lm"): "T5ForConditionalGeneration",
+    ("bart", "lm"): "BartForConditionalGeneration",
+}
+
+MODEL_TYPE = {"bert": "bert", "electra": "electra", "gpt2": "gpt2", "t5": "t5", "bart": "bart"}
+
+# ---- config: what each architecture fixes, and where its config keeps the rest --------------
+
+_BERT_BODY = dict(
+    family="encoder", pre_norm=False, final_norm=False, embedding_norm=True, norm="layernorm",
+    gated_ffn=False, bias=True, position="learned", position_offset=0, attention_scale=True,
+    embedding_scale=1.0, lm_head_input_scale=1.0,
+)
+FIXED: dict[str, dict[str, Any]] = {
+    "bert": _BERT_BODY,
+    "electra": _BERT_BODY,  # ELECTRA's body is BERT's; only the embedding factorisation and heads differ
+    "gpt2": dict(
+        family="decoder", pre_norm=True, final_norm=True, embedding_norm=False, norm="layernorm",
+        gated_ffn=False, bias=True, position="learned", position_offset=0, embedding_scale=1.0,
+        type_vocab_size=0, lm_head_transform=False, lm_head_bias=False, lm_head_input_scale=1.0,
+    ),
+    "t5": dict(
+        family="encoder-decoder", pre_norm=True, final_norm=True, embedding_norm=False, norm="rmsnorm",
+        bias=False, position="relative", attention_scale=False, embedding_scale=1.0, type_vocab_size=0,
+        lm_head_transform=False, lm_head_bias=False,
+    ),
+    "bart": dict(
+        family="encoder-decoder", pre_norm=False, final_norm=False, embedding_norm=True, norm="layernorm",
+        norm_eps=1e-5, gated_ffn=False, bias=True, position="learned", position_offset=2,
+        attention_scale=True, type_vocab_size=0, lm_head_transform=False, lm_head_bias=True,
+        lm_head_input_scale=1.0,
+    ),
+}
+# BERT and ELECTRA heads: the MLM head has the transform and a vocab bias; the others have neither.
+HEAD_FIXED = {
+    "mlm": dict(lm_head_transform=True, lm_head_bias=True),
+    "rtd": dict(lm_head_transform=False, lm_head_bias=False, tie_embeddings=True),
+    "lm": dict(lm_head_transform=False, lm_head_bias=False),
+}
+
+# ModelConfig field -> (HF config key, HF's default when the key is absent, as older configs omit them).
+_BERT_KEYS = {
+    "vocab_size": ("vocab_size", 30522), "d_model": ("hidden_size", 768),
+    "n_layers": ("num_hidden_layers", 12), "n_heads": ("num_attention_heads", 12),
+    "d_ff": ("intermediate_size", 3072), "max_seq_len": ("max_position_embeddings", 512),
+    "norm_eps": ("layer_norm_eps", 1e-12), "type_vocab_size": ("type_vocab_size", 2),
+    "init_std": ("initializer_range", 0.02),
+}
+CONFIG_KEYS: dict[str, dict[str, tuple[str, Any]]] = {
+    "bert": _BERT_KEYS,
+    "electra": {**_BERT_KEYS, "d_model": ("hidden_size", 256), "n_heads": ("num_attention_heads", 4),
+                "d_ff": ("intermediate_size", 1024)},
+    "gpt2": {
+        "vocab_size": ("vocab_size", 50257), "d_model": ("n_embd", 768), "n_layers": ("n_layer", 12),
+        "n_heads": ("n_head", 12), "d_ff": ("n_inner", None), "max_seq_len": ("n_positions", 1024),
+        "norm_eps": ("layer_norm_epsilon", 1e-5), "init_std": ("initializer_range", 0.02),
+        "attention_scale": ("scale_attn_weights", True),
+    },
+    "t5": {
+        "vocab_size": ("vocab_size", 32128), "d_model": ("d_model", 512), "n_layers": ("num_layers", 6),
+        "n_decoder_layers": ("num_decoder_layers", None), "n_heads": ("num_heads", 8),
+        "d_head": ("d_kv", 64), "d_ff": ("d_ff", 2048), "norm_eps": ("layer_norm_epsilon", 1e-6),
+        "relative_buckets": ("relative_attention_num_buckets", 32),
+        "relative_max_distance": ("relative_attention_max_distance", 128),
+        "max_seq_len": ("n_positions", 512),  # T5 has no position table; older configs record a limit
+    },
+    "bart": {
+        "vocab_size": ("vocab_size", 50265), "d_model": ("d_model", 1024), "n_layers": ("encoder_layers", 12),
+        "n_decoder_layers": ("decoder_layers", 12), "n_heads": ("encoder_attention_heads", 16),
+        "d_ff": ("encoder_ffn_dim", 4096), "max_seq_len": ("max_position_embeddings", 1024),
+        "init_std": ("init_std", 0.02),
+    },
+}
+# maskwise has one dropout rate; HF configs spell it out per site. Import reads the first.
+DROPOUT_KEYS = {
+    "bert": ("hidden_dropout_prob", "attention_probs_dropout_prob"),
+    "electra": ("hidden_dropout_prob", "attention_probs_dropout_prob"),
+    "gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
+    "t5": ("dropout_rate",),
+    "bart": ("dropout", "attention_dropout", "activation_dropout"),
+}
+ACTIVATION_KEY = {"bert": "hidden_act", "electra": "hidden_act", "gpt2": "activation_function",
+                  "bart": "activation_function"}  # T5 spells it in feed_forward_proj
+
+# HF activation names -> maskwise, and back. "gelu_new" is the tanh approximation.
+FROM_HF_ACTIVATION = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+                      "relu": "relu", "silu": "silu", "swish": "silu"}
+TO_HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+
+# ---- weights: where each maskwise tensor lives, side by side -----------------------------------
+
+
+@dataclass(frozen=True)
+class Source:
+    """The HF tensor(s) behind one maskwise tensor. Several names are fused: concatenated along
+    the output dimension, in order (maskwise keeps q;k;v and gate;up in one matrix)."""
+
+    names: tuple[str, ...]
+    conv1d: bool = False  # GPT-2's Conv1D stores weights as (in, out), nn.Linear as (out, in)
+    leading_one: bool = False  # BART stores final_logits_bias as (1, V)
+
+
+def fused(*names: str) -> Source:
+    return Source(names)
+
+
+def conv1d(name: str) -> Source:
+    return Source((name,), conv1d=True)
+
+
+# Rows: maskwise module (or bare parameter). Placeholders: {stack} the maskwise stack ("stack", or
+# "encoder"/"decoder"); {side} the HF stack of an encoder-decoder; {body} the base model's prefix in
+# the task model (BODY_PREFIX); {i} the layer; {ffn} T5's FFN sub-layer (1 in the encoder, 2 after
+# the decoder's cross-attention). ELECTRA's body rows are BERT's (under {body} = "electra"), so body
+# rows list BERT only; the head rows list ELECTRA apart.
+KEY_MAP: dict[str, dict[str, str | Source]] = {
+    # embeddings
+    "embed": dict(bert="{body}.embeddings.word_embeddings", gpt2="{body}.wte", t5="shared",
+                  bart="{body}.shared"),
+    "{stack}.positions": dict(bert="{body}.embeddings.position_embeddings", gpt2="{body}.wpe",
+                              bart="{body}.{side}.embed_positions"),
+    "{stack}.token_types": dict(bert="{body}.embeddings.token_type_embeddings"),
+    "{stack}.embedding_norm": dict(bert="{body}.embeddings.LayerNorm", bart="{body}.{side}.layernorm_embedding"),
+    "{stack}.relative_bias.embedding": dict(t5="{side}.block.0.layer.0.SelfAttention.relative_attention_bias"),
+    # self-attention
+    "{stack}.blocks.{i}.attn.qkv": dict(
+        bert=fused("{body}.encoder.layer.{i}.attention.self.query", "{body}.encoder.layer.{i}.attention.self.key",
+                   "{body}.encoder.layer.{i}.attention.self.value"),
+        gpt2=conv1d("{body}.h.{i}.attn.c_attn"),
+        t5=fused("{side}.block.{i}.layer.0.SelfAttention.q", "{side}.block.{i}.layer.0.SelfAttention.k",
+                 "{side}.block.{i}.layer.0.SelfAttention.v"),
+        bart=fused("{body}.{side}.layers.{i}.self_attn.q_proj", "{body}.{side}.layers.{i}.self_attn.k_proj",
+                   "{body}.{side}.layers.{i}.self_attn.v_proj"),
+    ),
+    "{stack}.blocks.{i}.attn.out": dict(
+        bert="{body}.encoder.layer.{i}.attention.output.dense", gpt2=conv1d("{body}.h.{i}.attn.c_proj"),
+        t5="{side}.block.{i}.layer.0.SelfAttention.o", bart="{body}.{side}.layers.{i}.self_attn.out_proj"),
+    "{stack}.blocks.{i}.attn_norm": dict(
+        bert="{body}.encoder.layer.{i}.attention.output.LayerNorm", gpt2="{body}.h.{i}.ln_1",
+        t5="{side}.block.{i}.layer.0.layer_norm", bart="{body}.{side}.layers.{i}.self_attn_layer_norm"),
+    # cross-attention (decoder of an encoder-decoder)
+    "{stack}.blocks.{i}.cross_attn.q": dict(
+        t5="{side}.block.{i}.layer.1.EncDecAttention.q", bart="{body}.{side}.layers.{i}.encoder_attn.q_proj"),
+    "{stack}.blocks.{i}.cross_attn.kv": dict(
+        t5=fused("{side}.block.{i}.layer.1.EncDecAttention.k", "{side}.block.{i}.layer.1.EncDecAttention.v"),
+        bart=fused("{body}.{side}.layers.{i}.encoder_attn.k_proj", "{body}.{side}.layers.{i}.encoder_attn.v_proj")),
+    "{stack}.blocks.{i}.cross_attn.out": dict(
+        t5="{side}.block.{i}.layer.1.EncDecAttention.o", bart="{body}.{side}.layers.{i}.encoder_attn.out_proj"),
+    "{stack}.blocks.{i}.cross_norm": dict(
+        t5="{side}.block.{i}.layer.1.layer_norm", bart="{body}.{side}.layers.{i}.encoder_attn_layer_norm"),
+    # feed-forward (T5 v1.0: wi; a gated T5 v1.1 has T5_GATED_UP instead)
+    "{stack}.blocks.{i}.ffn.up": dict(
+        bert="{body}.encoder.layer.{i}.intermediate.dense", gpt2=conv1d("{body}.h.{i}.mlp.c_fc"),
+        t5="{side}.block.{i}.layer.{ffn}.DenseReluDense.wi", bart="{body}.{side}.layers.{i}.fc1"),
+    "{stack}.blocks.{i}.ffn.down": dict(
+        bert="{body}.encoder.layer.{i}.output.dense", gpt2=conv1d("{body}.h.{i}.mlp.c_proj"),
+        t5="{side}.block.{i}.layer.{ffn}.DenseReluDense.wo", bart="{body}.{side}.layers.{i}.fc2"),
+    "{stack}.blocks.{i}.ffn_norm": dict(
+        bert="{body}.encoder.layer.{i}.output.LayerNorm", gpt2="{body}.h.{i}.ln_2",
+        t5="{side}.block.{i}.layer.{ffn}.layer_norm", bart="{body}.{side}.layers.{i}.final_layer_norm"),
+    "{stack}.final_norm": dict(gpt2="{body}.ln_f", t5="{side}.final_layer_norm"),
+    # heads (bare parameters map to bare tensors)
+    "lm_head.transform.0": dict(bert="cls.predictions.transform.dense", electra="generator_predictions.dense"),
+    "lm_head.transform.2": dict(bert="cls.predictions.transform.LayerNorm",
+                                electra="generator_predictions.LayerNorm"),
+    "lm_head.bias": dict(bert="cls.predictions.bias", electra="generator_lm_head.bias",
+                         bart=Source(("final_logits_bias",), leading_one=True)),
+    "lm_head.weight": dict(bert="cls.predictions.decoder.weight", electra="generator_lm_head.weight",
+                           gpt2="lm_head.weight", t5="lm_head.weight", bart="lm_head.weight"),
+    "rtd_head.dense": dict(electra="discriminator_predictions.dense"),
+    "rtd_head.out": dict(electra="discriminator_predictions.dense_prediction"),
+}
+# T5 v1.1's gated FFN: wi_0 is the gate, wi_1 the up projection; maskwise fuses them gate first.
+T5_GATED_UP = fused("{side}.block.{i}.layer.{ffn}.DenseReluDense.wi_0",
+                    "{side}.block.{i}.layer.{ffn}.DenseReluDense.wi_1")
+BODY_PREFIX = {"bert": "bert", "electra": "electra", "gpt2": "transformer", "t5": "", "bart": "model"}
+
+# HF tensors that are copies of another (tied weights saved twice, an alias): skipped on import when
+# equal to the original, an error when not.
+COPIES = {
+    "bert": {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+             "cls.predictions.decoder.bias": "cls.predictions.bias"},
+    "electra": {"generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"},
+    "gpt2": {"lm_head.weight": "transformer.wte.weight"},
+    "t5": {"encoder.embed_tokens.weight": "shared.weight", "decoder.embed_tokens.weight": "shared.weight",
+           "lm_head.weight": "shared.weight"},
+    "bart": {"model.encoder.embed_tokens.weight": "model.shared.weight",
+             "model.decoder.embed_tokens.weight": "model.shared.weight", "lm_head.weight": "model.shared.weight"},
+}
+# HF tensors maskwise does not use: BERT's pooler and NSP head, buffers old versions saved.
+UNUSED = {
+    "bert": r"\.pooler\.|embeddings\.position_ids$|^cls\.seq_relationship\.",
+    "electra": r"embeddings\.position_ids$",
+    "gpt2": r"\.attn\.(masked_)?bias$",
+}
+
+
+def _column(arch: Architecture, row: dict[str, str | Source]) -> str | Source | None:
+    if arch.column == "electra" and "electra" not in row:
+        return row.get("bert")  # a body row
+    return row.get(arch.column)
+
+
+def key_map(model: nn.Module, arch: Architecture) -> dict[str, Source]:
+    """maskwise module or parameter name -> its HF source, for every tensor of ``model``."""
+    cfg: ModelConfig = model.cfg
+    if cfg.family == "encoder-decoder":
+        stacks = {"encoder": ("encoder", cfg.n_layers, 1), "decoder": ("decoder", cfg.decoder_layers, 2)}
+    else:
+        stacks = {"stack": ("", cfg.n_layers, 1)}
+    mapping = {}
+    for ours, row in KEY_MAP.items():
+        source = _column(arch, row)
+        if source is None:
+            continue
+        if ours == "{stack}.blocks.{i}.ffn.up" and arch.column == "t5" and cfg.gated_ffn:
+            source = T5_GATED_UP
+        source = source if isinstance(source, Source) else Source((source,))
+        for stack, (side, n_layers, ffn) in stacks.items():
+            for i in range(n_layers if "{i}" in ours else 1):
+                values = dict(stack=stack, side=side, body=BODY_PREFIX[arch.column], i=i, ffn=ffn)
+                names = tuple(name.format(**values) for name in source.names)
+                mapping[ours.format(**values)] = Source(names, source.conv1d, source.leading_one)
+    return mapping
+
+
+def source_of(key: str, mapping: dict[str, Source]) -> tuple[Source, str]:
+    """The source of state-dict ``key`` and the suffix to append (".weight"), or "" for bare tensors."""
+    if key in mapping:
+        return mapping[key], ""
+    module, _, suffix = key.rpartition(".")
+    if module in mapping:
+        return mapping[module], "." + suffix
+    raise UserError(f"maskwise tensor {key} has no counterpart in this HF architecture")

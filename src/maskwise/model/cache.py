@@ -1,0 +1,42 @@
+"""The static key/value cache decoding writes into, so a generation step reuses every earlier
+token's keys and values instead of recomputing them."""
+
+from __future__ import annotations
+
+import torch
+
+from maskwise.config import ModelConfig
+
+
+class KVCache:
+    """Static key/value buffers for decoding, allocated once for the whole generation.
+
+    Self-attention keys/values of every layer live in ``(L, B, H, max_len, hd)`` tensors written in
+    place, so a decoding step allocates nothing and costs O(current length), not O(length^2).
+    Cross-attention keys/values (encoder-decoder) are computed from the encoder output on the first
+    step and reused: the source is read once.
+    """
+
+    def __init__(self, cfg: ModelConfig, n_layers: int, batch: int, max_len: int, dtype, device):
+        shape = (n_layers, batch, cfg.n_heads, max_len, cfg.head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.cross: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layers
+        self.length = 0  # tokens already written
+        self.max_len = max_len
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write this step's (B, H, T, hd) keys/values; return all keys/values so far."""
+        end = self.length + k.shape[2]
+        if end > self.max_len:
+            raise ValueError(f"KV cache full: {end} tokens > max_len {self.max_len}")
+        self.k[layer, :, :, self.length:end] = k
+        self.v[layer, :, :, self.length:end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index`` (beam search reorders hypotheses every step)."""
+        self.k = self.k.index_select(1, index)
+        self.v = self.v.index_select(1, index)
+        self.cross = [None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))
+                      for kv in self.cross]

@@ -1,0 +1,66 @@
+"""Where a token is, as attention sees it: rotary embeddings (RoPE) on queries and keys, and T5's
+learned relative-position bias on the scores; learned absolute embeddings live in ``Stack.embed``."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from maskwise.config import ModelConfig
+
+
+def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary position embedding (RoPE), the half-split convention of GPT-NeoX / Llama.
+
+    x: (B, H, T, hd); positions: (B, T) or (T,) absolute positions.
+    """
+    half = x.shape[-1] // 2
+    inv_freq = 1.0 / theta ** (torch.arange(half, device=x.device, dtype=torch.float32) / half)
+    angles = positions.to(torch.float32)[..., None] * inv_freq  # (B?, T, hd/2)
+    if angles.dim() == 3:
+        angles = angles[:, None]  # (B, 1, T, hd/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def relative_buckets(relative: torch.Tensor, bidirectional: bool, n_buckets: int, max_distance: int) -> torch.Tensor:
+    """T5's bucketing of key-minus-query offsets: exact for small offsets, logarithmic beyond.
+
+    Half the buckets are exact offsets 0..n/2-1; the rest cover n/2..max_distance logarithmically,
+    and everything farther shares the last bucket. Bidirectional attention splits the buckets
+    between keys before and after the query.
+    """
+    bucket = torch.zeros_like(relative)
+    if bidirectional:
+        n_buckets //= 2
+        bucket = bucket + (relative > 0).long() * n_buckets
+        distance = relative.abs()
+    else:
+        distance = (-relative).clamp(min=0)
+    exact = n_buckets // 2
+    log_ratio = torch.log(distance.float().clamp(min=1) / exact) / math.log(max_distance / exact)
+    far = exact + (log_ratio * (n_buckets - exact)).long()
+    far = far.clamp(max=n_buckets - 1)
+    return bucket + torch.where(distance < exact, distance, far)
+
+
+class RelativePositionBias(nn.Module):
+    """T5's learned per-head bias on attention scores, indexed by bucketed relative offset.
+
+    Computed once per stack and added in every layer's self-attention (as T5 shares layer 0's).
+    """
+
+    def __init__(self, cfg: ModelConfig, bidirectional: bool):
+        super().__init__()
+        self.bidirectional = bidirectional
+        self.n_buckets, self.max_distance = cfg.relative_buckets, cfg.relative_max_distance
+        self.embedding = nn.Embedding(cfg.relative_buckets, cfg.n_heads)
+
+    def forward(self, q_len: int, k_len: int, q_offset: int, device) -> torch.Tensor:
+        q_pos = torch.arange(q_offset, q_offset + q_len, device=device)[:, None]
+        k_pos = torch.arange(k_len, device=device)[None, :]
+        buckets = relative_buckets(k_pos - q_pos, self.bidirectional, self.n_buckets, self.max_distance)
+        return self.embedding(buckets).permute(2, 0, 1)[None]  # (1, H, Tq, Tk)
