@@ -10,7 +10,7 @@ import torch
 from maskwise.config import preset
 from maskwise.errors import UserError
 from maskwise.model.transformer import build_model
-from maskwise.tasks import seeded_generator
+from maskwise.tasks.reading import seeded_generator
 from maskwise.tasks.generate import GenerationConfig, beam_search, generate
 from maskwise.tasks.sampling import filter_top_k_top_p, penalise_repetition
 from maskwise.tasks.scoring import continuation_logprobs

@@ -15,7 +15,8 @@ from maskwise.errors import UserError
 from maskwise.model.heads import pool
 from maskwise.model.transformer import build_model
 from maskwise.padding import pad
-from maskwise.tasks import FinetuneConfig, body_states, fine_tune, finetune_optimizer
+from maskwise.tasks.finetune import FinetuneConfig, fine_tune, finetune_optimizer
+from maskwise.tasks.reading import body_states
 from maskwise.tasks.classify import (HEAD_PREFIX, ClassifyConfig, SequenceClassifier, evaluate_classifier,
                                      train_classifier, zero_shot_classify)
 from maskwise.tasks.embed import EmbedConfig, Embedder, info_nce, train_bi_encoder

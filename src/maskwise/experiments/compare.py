@@ -48,7 +48,7 @@ def blank_filling_accuracy(model, tokenizer, text: str, n_positions: int, seed: 
     """
     from maskwise.objectives.span import decoder_start_id
     from maskwise.padding import pad
-    from maskwise.tasks import device_of
+    from maskwise.tasks.reading import device_of
 
     family, context, device = model.cfg.family, model.cfg.max_seq_len - 2, device_of(model)
     ids = tokenizer.encode(text)
@@ -88,7 +88,7 @@ def _fresh(exp: Experiment, family: str):
 
 
 def language_modelling(exp: Experiment, family: str, s: CompareSettings, seed: int) -> dict:
-    from maskwise.tasks import seeded_generator
+    from maskwise.tasks.reading import seeded_generator
     from maskwise.tasks.fill_mask import decoder_nats_per_char, encoder_nats_per_char, mlm_continue
     from maskwise.tasks.generate import GenerationConfig, generate_text
 

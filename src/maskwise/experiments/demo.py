@@ -18,7 +18,7 @@ BLANK = "To be, or not to be: that is the q[MASK]estion"
 
 def run_demo(out: str | Path = "runs/demo", seconds: float = 120.0, progress: bool = True,
              runtime: Runtime | None = None) -> dict:
-    from maskwise.tasks import seeded_generator
+    from maskwise.tasks.reading import seeded_generator
     from maskwise.tasks.fill_mask import fill_mask
     from maskwise.tasks.generate import GenerationConfig, generate_text
 

@@ -95,7 +95,7 @@ def embed_texts(model_name_or_path: str | Path, texts: Sequence[str], batch_size
     import torch
 
     from maskwise.padding import pad
-    from maskwise.tasks import batches
+    from maskwise.tasks.reading import batches
     from maskwise.tasks.embed import BiEncoder
 
     if batch_size <= 0:

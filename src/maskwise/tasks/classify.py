@@ -28,7 +28,8 @@ from maskwise.data.tasks import LabelledText
 from maskwise.errors import UserError
 from maskwise.model.heads import POOLINGS, ClassifierHead, pool
 from maskwise.objectives.span import decoder_start_id
-from maskwise.tasks import FinetuneConfig, batches, body_states, context_len, device_of, encode_texts, fine_tune
+from maskwise.tasks.finetune import FinetuneConfig, fine_tune
+from maskwise.tasks.reading import batches, body_states, context_len, device_of, encode_texts
 from maskwise.tasks.metrics import accuracy, macro_f1, majority_label
 from maskwise.tasks.scoring import continuation_logprobs
 

@@ -25,7 +25,8 @@ from tqdm import tqdm
 
 from maskwise.errors import UserError
 from maskwise.model.heads import pool
-from maskwise.tasks import FinetuneConfig, batches, body_states, context_len, device_of, encode_texts, fine_tune
+from maskwise.tasks.finetune import FinetuneConfig, fine_tune
+from maskwise.tasks.reading import batches, body_states, context_len, device_of, encode_texts
 from maskwise.tasks.classify import check_pooling
 
 EmbedFn = Callable[[Sequence[str]], torch.Tensor]

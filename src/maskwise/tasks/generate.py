@@ -39,7 +39,7 @@ from maskwise.errors import UserError
 from maskwise.model.layout import decoding_layout
 from maskwise.objectives.span import decoder_start_id
 from maskwise.padding import pad
-from maskwise.tasks import device_of, positions_from_mask
+from maskwise.tasks.reading import device_of, positions_from_mask
 from maskwise.tasks.beam import search_beams
 from maskwise.tasks.sampling import choose_next, seen_tokens_mask
 

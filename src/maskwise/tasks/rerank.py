@@ -35,7 +35,8 @@ from maskwise.errors import UserError
 from maskwise.model.heads import ClassifierHead, pool
 from maskwise.objectives.span import decoder_start_id
 from maskwise.padding import pad
-from maskwise.tasks import FinetuneConfig, batches, context_len, device_of, fine_tune
+from maskwise.tasks.finetune import FinetuneConfig, fine_tune
+from maskwise.tasks.reading import batches, context_len, device_of
 from maskwise.tasks.embed import EmbedFn
 from maskwise.tasks.metrics import latency_ms, paired_bootstrap
 from maskwise.tasks.retrieve import per_query_metrics, random_ranking, rank, ranking_metrics

@@ -10,7 +10,7 @@ import torch
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
 from maskwise.padding import pad
-from maskwise.tasks import batches, device_of
+from maskwise.tasks.reading import batches, device_of
 from maskwise.tasks.generate import check_generative
 
 

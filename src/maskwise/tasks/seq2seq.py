@@ -27,7 +27,8 @@ from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
 from maskwise.objectives.span import decoder_start_id
 from maskwise.padding import pad
-from maskwise.tasks import FinetuneConfig, batches, device_of, fine_tune
+from maskwise.tasks.finetune import FinetuneConfig, fine_tune
+from maskwise.tasks.reading import batches, device_of
 from maskwise.tasks.generate import GenerationConfig, check_generative, generate
 from maskwise.tasks.metrics import bucketed, exact_match, set_f1, token_f1
 

@@ -1,4 +1,4 @@
-"""One optimizer step, shared by pretraining (``train.loop.Trainer``) and fine-tuning (``tasks.fine_tune``).
+"""One optimizer step, shared by pretraining (``train.loop.Trainer``) and fine-tuning (``tasks.finetune.fine_tune``).
 
 The caller supplies the loss (an objective's, or a task's) and the optimizer's parameter groups;
 everything else happens here, once: autocast of the forward pass, the fp16 gradient scaler,

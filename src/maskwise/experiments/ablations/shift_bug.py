@@ -52,7 +52,7 @@ def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
     """Held-out next-token loss with the correct shift, and sampled continuations of held-out
     prompts: their copy rate and the first one as text."""
     from maskwise.experiments.compare import held_out_text
-    from maskwise.tasks import seeded_generator
+    from maskwise.tasks.reading import seeded_generator
     from maskwise.tasks.fill_mask import decoder_nats_per_char
     from maskwise.tasks.generate import GenerationConfig, generate
 

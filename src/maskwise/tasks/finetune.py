@@ -1,0 +1,96 @@
+"""The fine-tuning loop: AdamW with a separate learning rate for a fresh head, warmup + cosine, a
+progress bar. Its optimizer step (autocast, the fp16 scaler, clipping, the non-finite guard) is
+pretraining's own, ``train.step.OptimizerStep``; only the loss, drawn from task batches, and the
+parameter groups differ."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from maskwise.errors import UserError
+from maskwise.kernels.memory import retain_freed_memory
+from maskwise.runtime import Runtime, announce, precision_setting, resolve
+from maskwise.tasks.reading import device_of
+from maskwise.train.optim import build_optimizer, lr_factor, set_lr
+from maskwise.train.step import OptimizerStep
+
+
+@dataclass
+class FinetuneConfig:
+    """Settings of the fine-tuning loop. ``lr`` moves the pretrained body; ``head_lr`` a freshly
+    initialised head, which starts from nothing and can take steps 50x larger (BERT's recipe)."""
+
+    steps: int = 300
+    batch_size: int = 16
+    lr: float = 2e-5
+    head_lr: float = 1e-3
+    warmup: float = 0.1  # fraction of steps
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    seed: int = 0
+    progress: bool = True
+    precision: str = "auto"  # autocast of the forward pass (weights and optimizer stay fp32); maskwise.runtime
+    bf16: bool = False  # alias of precision = "bf16"
+
+    def validate(self) -> "FinetuneConfig":
+        for name in ("steps", "batch_size"):
+            if getattr(self, name) <= 0:
+                raise UserError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        for name in ("lr", "head_lr"):
+            if not getattr(self, name) > 0:
+                raise UserError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if not 0.0 <= self.warmup < 1.0:
+            raise UserError(f"warmup must be a fraction of steps in [0, 1), got {self.warmup}")
+        precision_setting(self.precision, self.bf16)
+        return self
+
+    def runtime(self, model: nn.Module) -> Runtime:
+        """This precision on the device the model is on."""
+        return resolve(str(device_of(model)), precision_setting(self.precision, self.bf16))
+
+
+def finetune_optimizer(model: nn.Module, cfg: FinetuneConfig, head_prefixes: tuple[str, ...] = ()):
+    """AdamW over the trainable parameters: the body's groups at ``cfg.lr``, the groups of
+    parameters named with one of ``head_prefixes`` at ``cfg.head_lr``. Frozen parameters
+    (``requires_grad=False``) are left out, so a linear probe's optimizer holds the head only."""
+    if not any(p.requires_grad for p in model.parameters()):
+        raise UserError("nothing to train: every parameter is frozen")
+    return build_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, 0.999),
+                           head_prefixes=head_prefixes, head_lr=cfg.head_lr)
+
+
+def fine_tune(model: nn.Module, step_loss: Callable[[random.Random], torch.Tensor], cfg: FinetuneConfig,
+              head_prefixes: tuple[str, ...] = (), desc: str = "finetune") -> list[float]:
+    """Run ``cfg.steps`` optimizer steps of ``step_loss`` (which draws its own batch from the
+    seeded ``random.Random`` it is given and returns a mean loss), with ``finetune_optimizer``.
+    Returns the losses."""
+    cfg.validate()
+    runtime = cfg.runtime(model)
+    announce(runtime)
+    retain_freed_memory(runtime.device_type)
+    optimizer_step = OptimizerStep(model, finetune_optimizer(model, cfg, head_prefixes), runtime, cfg.grad_clip)
+    rng = random.Random(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    warmup = int(cfg.warmup * cfg.steps)
+    losses = []
+    bar = tqdm(range(cfg.steps), desc=desc, unit="step", disable=not cfg.progress, leave=False,
+               dynamic_ncols=True)
+    for step in bar:
+        set_lr(optimizer_step.optimizer, lr_factor(step, warmup, cfg.steps, min_ratio=0.0))
+        optimizer_step.begin()
+        loss = optimizer_step.backward(lambda: step_loss(rng), lambda loss: loss).detach()
+        if not optimizer_step.apply(loss):
+            bar.close()
+            raise UserError(f"fine-tuning diverged at step {step}: loss {float(loss)} (lower --lr/--head-lr)")
+        losses.append(float(loss))
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    bar.close()
+    model.eval()
+    return losses

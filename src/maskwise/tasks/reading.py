@@ -1,0 +1,72 @@
+"""How every task reads text: each family's framing of a text as ids, its body's hidden states.
+
+Padding side: encoders and encoder-decoders are padded on the right. Decoders are padded on the
+right for reading (the "last" pooling finds the last real token either way) and on the left for
+generation (``tasks.generate``), where every row's next token must sit in the same column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from maskwise.padding import pad
+
+
+def frame(tokenizer, ids: Sequence[int], family: str) -> list[int]:
+    """One text as the family was pretrained to read it: ``[CLS] x`` for an encoder (MLM frames
+    its windows so, and ``interop.hf.encoder_framing`` too; [CLS] is also the summary position
+    for "cls" pooling); the bare ids for a decoder or an encoder-decoder's encoder."""
+    return [tokenizer.cls_id, *ids] if family == "encoder" else list(ids)
+
+
+def frame_extra(family: str) -> int:
+    """How many ids ``frame`` adds to a text."""
+    return 1 if family == "encoder" else 0
+
+
+def encode_texts(tokenizer, texts: Sequence[str], family: str, max_len: int,
+                 device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokenize, keep the first ``max_len`` ids of each framed text (the start of a passage says
+    most about it), and pad on the right: ``(B, T)`` ids and mask."""
+    room = max_len - frame_extra(family)
+    seqs = [frame(tokenizer, ids[:room], family) for ids in tokenizer.encode_batch(list(texts))]
+    return pad(seqs, tokenizer.pad_id, "right", device)
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """``(B, T)`` positions that count real tokens only, so a left-padded row's first real token
+    sits at position 0 as it did in pretraining. Padding gets position 0 (its output is unused)."""
+    return (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)
+
+
+def body_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """``(B, T, d)`` hidden states of any family: the encoder's stack, the decoder's stack (with
+    positions from the mask, so left and right padding agree), or an encoder-decoder's encoder."""
+    family = model.cfg.family
+    if family == "encoder":
+        return model.hidden_states(input_ids, attention_mask)
+    if family == "decoder":
+        return model.hidden_states(input_ids, attention_mask, positions=positions_from_mask(attention_mask))
+    return model.encode(input_ids, attention_mask)
+
+
+def context_len(model: nn.Module, max_len: int | None = None) -> int:
+    """The length to read texts at: ``max_len`` if given, never beyond the model's context."""
+    return model.cfg.max_seq_len if max_len is None else min(max_len, model.cfg.max_seq_len)
+
+
+def device_of(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def seeded_generator(model: nn.Module, seed: int) -> torch.Generator:
+    """A generator on the model's device: sampling draws where the logits are."""
+    return torch.Generator(device=device_of(model)).manual_seed(seed)
+
+
+def batches(n: int, size: int) -> list[range]:
+    """Consecutive index ranges covering ``0..n-1`` in chunks of ``size``."""
+    return [range(start, min(start + size, n)) for start in range(0, n, size)]
