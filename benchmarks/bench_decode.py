@@ -4,7 +4,7 @@
 
 The weights are one randomly initialised GPT2LMHeadModel (4 layers, d_model 256, 4 heads, FFN 1024,
 vocab 8192, 256 positions), saved once; HF loads it with ``from_pretrained`` and maskwise imports
-it with ``maskwise.interop.hf.import_hf``, so both decode the very same function. Prompts are
+it with ``maskwise.interop.hf_import.import_hf``, so both decode the very same function. Prompts are
 windows of the embedded plays; nothing stops early (no EOS), so every call writes exactly
 ``--new-tokens`` tokens per row, and the two sides' tokens are compared.
 

@@ -247,14 +247,14 @@ def precision_setting(precision: str, bf16: bool) -> str:
     return "bf16"
 
 
-_announced: set[Runtime] = set()
+_announced: set[tuple[str, str]] = set()
 
 
 def announce(runtime: Runtime) -> None:
-    """Print the choice (and any warning) to stderr, once per process and runtime."""
-    if runtime in _announced:
+    """Print the choice (and any warning) to stderr, once per process and device + precision."""
+    if (runtime.device, runtime.precision) in _announced:
         return
-    _announced.add(runtime)
+    _announced.add((runtime.device, runtime.precision))
     print(runtime.describe(), file=sys.stderr)
     if runtime.warning:
         print(f"warning: {runtime.warning}", file=sys.stderr)

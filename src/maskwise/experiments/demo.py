@@ -30,7 +30,7 @@ def run_demo(out: str | Path = "runs/demo", seconds: float = 120.0, progress: bo
             batch_size=32, lr=2e-3, steps=100_000, warmup=50, budget=f"seconds={seconds}", eval_every=100,
             eval_batches=10, device=runtime.device, precision=runtime.precision, progress=progress,
             out=str(out / family), overwrite=True))
-        runs[family] = pretrain(settings)
+        runs[family] = pretrain(settings, runtime=runtime)
     decoder, encoder = runs["decoder"], runs["encoder"]
     sample = generate_text(decoder["model"].eval(), decoder["tokenizer"], [PROMPT],
                            GenerationConfig(max_new_tokens=240, temperature=0.8, top_k=40),

@@ -17,7 +17,7 @@ from maskwise.padding import pad
 
 def frame(tokenizer, ids: Sequence[int], family: str) -> list[int]:
     """One text as the family was pretrained to read it: ``[CLS] x`` for an encoder (MLM frames
-    its windows so, and ``interop.hf.encoder_framing`` too; [CLS] is also the summary position
+    its windows so, and ``interop.hf_export.encoder_framing`` too; [CLS] is also the summary position
     for "cls" pooling); the bare ids for a decoder or an encoder-decoder's encoder."""
     return [tokenizer.cls_id, *ids] if family == "encoder" else list(ids)
 

@@ -137,6 +137,10 @@ def prepare_run_dir(settings: PretrainConfig) -> Path:
     return runs.prepare_folder(settings.out, settings.overwrite, resume=settings.resume, resume_flag="--resume")
 
 
+def _flag(key: str) -> str:
+    return "--no-progress" if key == "progress" else "--" + key.replace("_", "-")
+
+
 def resume_settings(settings: PretrainConfig, saved: dict[str, Any], given: set[str] | None) -> PretrainConfig:
     """The saved run's settings with the ``RESUMABLE`` ones taken from ``settings``.
 
@@ -148,9 +152,9 @@ def resume_settings(settings: PretrainConfig, saved: dict[str, Any], given: set[
     for key in sorted(set(new) if given is None else set(given) & set(new)):
         if key in RESUMABLE or key in ("out", "resume", "overwrite") or new[key] == old[key]:
             continue
-        raise UserError(f"--resume cannot change --{key.replace('_', '-')}: the run has {old[key]!r}, "
+        raise UserError(f"--resume cannot change {_flag(key)}: the run has {old[key]!r}, "
                         f"this command {new[key]!r} (may change on resume: "
-                        f"{', '.join('--' + k.replace('_', '-') for k in RESUMABLE)})")
+                        f"{', '.join(_flag(k) for k in RESUMABLE)})")
     kept = {**saved, **{key: new[key] for key in RESUMABLE}, "out": settings.out, "resume": True}
     return PretrainConfig.from_flat(kept).resolved()
 
