@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+import common
 
 
 def make_weights(folder: str, args) -> None:
@@ -168,8 +168,8 @@ def main() -> None:
               f"command: python benchmarks/bench_decode.py {' '.join(sys.argv[1:])}",
               f"prompt {args.prompt} tokens, {args.new_tokens} new tokens per row, greedy, {args.rounds} rounds; "
               + "; ".join(same),
-              f"weight-streaming floor at batch 1: {floor:.2f} ms/token = {1e3 / floor:,.0f} new tokens/s (every "
-              f"weight matrix times one vector, split over the threads as generate does, nothing else)"]
+              (f"weight-streaming floor at batch 1: {floor:.2f} ms/token = {1e3 / floor:,.0f} new tokens/s (every "
+               f"weight matrix times one vector, split over the threads as generate does, nothing else)")]
     common.emit(rows, header, args.json, [curve] if curve else [])
 
 

@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+import common
 
 REFERENCE = {"mlm": "BertForMaskedLM", "clm": "GPT2LMHeadModel", "span": "T5ForConditionalGeneration"}
 PRESET = {"mlm": "bert", "clm": "gpt2", "span": "t5"}
@@ -50,8 +50,8 @@ TARGETS = {"mlm": ("1.5x", "2.5x"), "clm": ("1.2x", "2.5x"), "span": ("1.2x", ""
 
 
 def shapes(args) -> dict:
-    return dict(vocab_size=args.vocab, d_model=args.d_model, n_layers=args.layers, n_heads=args.heads,
-                d_ff=args.d_ff, max_seq_len=args.seq)
+    return {"vocab_size": args.vocab, "d_model": args.d_model, "n_layers": args.layers, "n_heads": args.heads,
+                "d_ff": args.d_ff, "max_seq_len": args.seq}
 
 
 def maskwise_objective(name: str, tokenizer, vocab: int):
@@ -124,8 +124,12 @@ class HFTrain(common.Side):
         torch.manual_seed(0)
         a = args
         if a.objective == "mlm":
-            from transformers import (BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling,
-                                      PreTrainedTokenizerFast)
+            from transformers import (
+                BertConfig,
+                BertForMaskedLM,
+                DataCollatorForLanguageModeling,
+                PreTrainedTokenizerFast,
+            )
 
             cfg = BertConfig(vocab_size=a.vocab, hidden_size=a.d_model, num_hidden_layers=a.layers,
                              num_attention_heads=a.heads, intermediate_size=a.d_ff, max_position_embeddings=a.seq,
@@ -261,8 +265,8 @@ def main() -> None:
                "hf-bf16": "the same under bf16 autocast"})
     header = [f"machine: {common.machine(runtime)}",
               f"command: python benchmarks/bench_train.py {' '.join(sys.argv[1:])}",
-              f"{common.peaks_line(comparison)}; {args.rounds} rounds x {args.steps} steps per side, batch "
-              f"{args.batch} x {args.seq}, {args.layers} layers, d_model {args.d_model}, vocab {args.vocab}"]
+              (f"{common.peaks_line(comparison)}; {args.rounds} rounds x {args.steps} steps per side, batch "
+               f"{args.batch} x {args.seq}, {args.layers} layers, d_model {args.d_model}, vocab {args.vocab}")]
     common.emit(rows, header, args.json, skipped=skipped)
 
 

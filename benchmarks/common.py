@@ -25,14 +25,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 # The shapes of issue 7: every training benchmark uses these unless told otherwise.
-SHAPES = dict(n_layers=4, d_model=256, n_heads=4, d_ff=1024, vocab_size=8192, seq_len=128, batch=16)
+SHAPES = {"n_layers": 4, "d_model": 256, "n_heads": 4, "d_ff": 1024, "vocab_size": 8192, "seq_len": 128, "batch": 16}
 
 
 # ---- machine -----------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ def run_cli_side(family: str, seconds: float, out: str, precision: str) -> dict:
         flags += [f"--{key.replace('_', '-')}", str(value)]
     command = [sys.executable, "-m", "maskwise", "pretrain", *flags, "--precision", precision, "--out", out,
                "--overwrite", "--no-progress"]
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, check=False)  # a failure is reported below
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed: {done.stderr.strip().splitlines()[-1]}")
     from maskwise.runs import read_metrics
@@ -80,7 +80,7 @@ def main() -> None:
         seen = {}
         for side in ("compare", "fp32", "bf16"):
             done = subprocess.run([sys.executable, __file__, "--worker", side, "--family", family,
-                                   "--seconds", str(args.seconds)], capture_output=True, text=True)
+                                   "--seconds", str(args.seconds)], capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 raise SystemExit(f"{family} {side}: {done.stderr.strip().splitlines()[-1]}")
             result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -62,12 +62,12 @@ def main() -> None:
     for family, objective in RUNS:
         if args.only and objective != args.only:
             continue
-        settings = PretrainConfig.from_flat(dict(
-            family=family, objective=objective, tokenizer=args.tokenizer, vocab_size=4096, d_model=128, layers=4,
-            heads=4, block_size=128, batch_size=32, lr=2e-3, warmup=30, steps=100_000,
-            budget=f"seconds={args.seconds}", eval_every=50, eval_batches=8, device=args.device,
-            precision=args.precision, progress=False,
-            out=f"{out}/{objective}", overwrite=True))
+        settings = PretrainConfig.from_flat({
+            "family": family, "objective": objective, "tokenizer": args.tokenizer, "vocab_size": 4096,
+            "d_model": 128, "layers": 4, "heads": 4, "block_size": 128, "batch_size": 32, "lr": 2e-3, "warmup": 30, "steps": 100_000,
+            "budget": f"seconds={args.seconds}", "eval_every": 50, "eval_batches": 8, "device": args.device,
+            "precision": args.precision, "progress": False,
+            "out": f"{out}/{objective}", "overwrite": True})
         result = pretrain(settings)
         records = result["records"]
         print(json.dumps({

@@ -25,7 +25,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import common  # noqa: E402
+import common
 
 # name -> (script arguments, quick arguments)
 BENCHES = {

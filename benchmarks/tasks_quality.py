@@ -28,23 +28,23 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from common import machine
 
-from maskwise.data.plays import render_play, split_plays  # noqa: E402
-from maskwise.data.tasks import (  # noqa: E402
+from maskwise.data.plays import render_play, split_plays
+from maskwise.data.tasks import (
     genre_examples,
     ict_retrieval,
     rename_speakers,
     speaker_examples,
 )
-from maskwise.interop.folders import load  # noqa: E402
-from maskwise.recipes import TaskSettings, run_task  # noqa: E402
-from maskwise.runtime import resolve  # noqa: E402
-from maskwise.tasks.classify import classification_results, zero_shot_classify  # noqa: E402
-from maskwise.tasks.embed import BiEncoder, Embedder  # noqa: E402
-from maskwise.tasks.fill_mask import break_exercise  # noqa: E402
-from maskwise.tasks.generate import GenerationConfig  # noqa: E402
-from maskwise.tasks.rerank import (  # noqa: E402
+from maskwise.interop.folders import load
+from maskwise.recipes import TaskSettings, run_task
+from maskwise.runtime import resolve
+from maskwise.tasks.classify import classification_results, zero_shot_classify
+from maskwise.tasks.embed import BiEncoder, Embedder
+from maskwise.tasks.fill_mask import break_exercise
+from maskwise.tasks.generate import GenerationConfig
+from maskwise.tasks.rerank import (
     NEGATIVE_SOURCES,
     RerankConfig,
     cross_encoder_scorer,
@@ -55,9 +55,9 @@ from maskwise.tasks.rerank import (  # noqa: E402
     train_generative_reranker,
     training_negatives,
 )
-from maskwise.tasks.retrieve import evaluate_retrieval, rank  # noqa: E402
-from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq, train_seq2seq  # noqa: E402
-from maskwise.train.pretrain import PretrainConfig, pretrain  # noqa: E402
+from maskwise.tasks.retrieve import evaluate_retrieval, rank
+from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq, train_seq2seq
+from maskwise.train.pretrain import PretrainConfig, pretrain
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder")
 TASKS = ("classify", "retrieve", "rerank", "seq2seq", "break")
@@ -79,13 +79,14 @@ def pretrained(args, family: str) -> str:
     presets = dict(item.split("=", 1) for item in args.preset)
     objectives = dict(item.split("=", 1) for item in args.objective)
     print(f"pretraining {family} -> {out}", flush=True)
-    settings = PretrainConfig.from_flat(dict(
-        family=family, preset=presets.get(family, ""), objective=objectives.get(family, ""), d_model=args.d_model,
-        tokenizer=args.tokenizer, vocab_size=args.vocab_size,
-        layers=args.layers, heads=args.heads, steps=args.pretrain_steps, block_size=args.block_size,
-        batch_size=args.batch_size, lr=args.lr, warmup=min(100, args.pretrain_steps // 10),
-        eval_every=args.pretrain_steps, eval_batches=5, out=str(out), overwrite=True, progress=args.progress,
-        cross_rope=args.cross_rope and family == "encoder-decoder", bf16=args.bf16))
+    settings = PretrainConfig.from_flat({
+        "family": family, "preset": presets.get(family, ""), "objective": objectives.get(family, ""),
+        "d_model": args.d_model, "tokenizer": args.tokenizer, "vocab_size": args.vocab_size,
+        "layers": args.layers, "heads": args.heads, "steps": args.pretrain_steps, "block_size": args.block_size,
+        "batch_size": args.batch_size, "lr": args.lr, "warmup": min(100, args.pretrain_steps // 10),
+        "eval_every": args.pretrain_steps, "eval_batches": 5, "out": str(out), "overwrite": True,
+        "progress": args.progress,
+        "cross_rope": args.cross_rope and family == "encoder-decoder", "bf16": args.bf16})
     started = time.perf_counter()
     result = pretrain(settings)
     print(f"  {family}: val_loss {result['records'][-1]['val_loss']:.3f} after {args.pretrain_steps} steps, "

@@ -12,7 +12,7 @@ torch.set_num_threads(1)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from maskwise.runtime import detect_hardware  # noqa: E402  (after the environment is set)
+from maskwise.runtime import detect_hardware
 
 HAS_CUDA = bool(detect_hardware().cuda_capabilities)
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")])]

@@ -9,8 +9,22 @@ import json
 import pytest
 
 from maskwise.cli import main
-from maskwise.experiments.ablations import electra, embedder, mask_ratio, pooling, seq2seq, shift_bug
-from maskwise.experiments.ablations.framework import AXES, GENRE_ACC, SHARED, TOKENS, WALL, key
+from maskwise.experiments.ablations import (
+    electra,
+    embedder,
+    mask_ratio,
+    pooling,
+    seq2seq,
+    shift_bug,
+)
+from maskwise.experiments.ablations.framework import (
+    AXES,
+    GENRE_ACC,
+    SHARED,
+    TOKENS,
+    WALL,
+    key,
+)
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE
 
 pytestmark = pytest.mark.e2e

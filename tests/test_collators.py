@@ -7,8 +7,14 @@ from test_objectives_span import restore
 from torch.utils.data import DataLoader
 
 from maskwise.model.heads import IGNORE_INDEX
-from maskwise.objectives.collators import (DenoisingCollator, ElectraCollator, MLMCollator, PrefixLMCollator,
-                                           SpanCorruptionCollator, SpecialIds)
+from maskwise.objectives.collators import (
+    DenoisingCollator,
+    ElectraCollator,
+    MLMCollator,
+    PrefixLMCollator,
+    SpanCorruptionCollator,
+    SpecialIds,
+)
 
 transformers = pytest.importorskip("transformers")
 

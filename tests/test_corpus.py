@@ -8,8 +8,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from maskwise.data.corpus import load_corpus
-from maskwise.data.plays import (GENRES, UNKNOWN_SPEAKER, Speech, load_plays, parse_play, render_play, render_speech,
-                                 split_plays)
+from maskwise.data.plays import (
+    GENRES,
+    UNKNOWN_SPEAKER,
+    Speech,
+    load_plays,
+    parse_play,
+    render_play,
+    render_speech,
+    split_plays,
+)
 from maskwise.errors import UserError
 
 pytestmark = pytest.mark.unit
@@ -242,7 +250,7 @@ def write(tmp_path, name, content):
     [
         ("empty.txt", "", "is empty"),
         ("blank.txt", " \n\t\n", "is empty"),
-        ("latin1.txt", "caf".encode() + b"\xe9 au lait", "offset 3"),
+        ("latin1.txt", b"caf" + b"\xe9 au lait", "offset 3"),
         ("binary.bin", b"abc\x00def", "NUL byte at offset 3"),
         ("nul-first.txt", b"a\x00b\xff", "NUL byte at offset 1"),
         ("bad-first.txt", b"a\xffb\x00", "invalid byte at offset 1"),

@@ -17,11 +17,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from maskwise import runs
-from maskwise.interop import folders
 from maskwise.cli import main
 from maskwise.config import preset
 from maskwise.data.tokenizers import SPECIAL_TOKENS, Tokenizer
 from maskwise.errors import UserError
+from maskwise.interop import folders
 from maskwise.interop.folders import load
 from maskwise.interop.hf_export import export_hf
 from maskwise.interop.hf_import import import_hf
@@ -49,7 +49,7 @@ def randomized(model, seed=0):
 
 
 def logits(model, seq2seq, hf=False):
-    decoder = dict(decoder_input_ids=DEC_IDS, decoder_attention_mask=DEC_MASK) if seq2seq else {}
+    decoder = {"decoder_input_ids": DEC_IDS, "decoder_attention_mask": DEC_MASK} if seq2seq else {}
     with torch.no_grad():
         if hf:
             return model(input_ids=IDS, attention_mask=MASK, **decoder).logits
@@ -64,10 +64,10 @@ def untied_t5(**options):
     return model
 
 
-BERT_SIZES = dict(vocab_size=V, hidden_size=D, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                  max_position_embeddings=16)
-T5_SIZES = dict(vocab_size=V, d_model=D, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
-                relative_attention_num_buckets=8, relative_attention_max_distance=16)
+BERT_SIZES = {"vocab_size": V, "hidden_size": D, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "intermediate_size": 64, "max_position_embeddings": 16}
+T5_SIZES = {"vocab_size": V, "d_model": D, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4,
+                "relative_attention_num_buckets": 8, "relative_attention_max_distance": 16}
 HF_MODELS = {  # name: (builder, seq2seq)
     "bert": (lambda: tf.BertForMaskedLM(tf.BertConfig(**BERT_SIZES)), False),
     "electra-discriminator": (lambda: tf.ElectraForPreTraining(tf.ElectraConfig(embedding_size=D, **BERT_SIZES)),
@@ -120,7 +120,7 @@ def test_import_from_folder_and_maskwise_load(tmp_path, tiny_tokenizer):
         encoder(IDS, MASK, decoder_input_ids=DEC_IDS)
 
 
-SMALL = dict(vocab_size=V, d_model=D, n_heads=4, n_layers=2, max_seq_len=16)
+SMALL = {"vocab_size": V, "d_model": D, "n_heads": 4, "n_layers": 2, "max_seq_len": 16}
 EXPORTS = {  # name: (maskwise model, Auto class, HF class)
     "bert": (lambda: build_model(preset("bert", **SMALL)), "AutoModelForMaskedLM", "BertForMaskedLM"),
     "electra": (lambda: build_model(preset("electra", **SMALL)), "AutoModelForMaskedLM", "ElectraForMaskedLM"),

@@ -16,9 +16,9 @@ from maskwise.model.transformer import build_model
 pytestmark = pytest.mark.unit
 
 IGNORE = -100
-TINY = dict(d_model=32, n_layers=2, n_heads=4, vocab_size=50, max_seq_len=16)
-BF16 = dict(rtol=2e-2, atol=2e-2)
-FP32 = dict(rtol=1e-5, atol=1e-5)
+TINY = {"d_model": 32, "n_layers": 2, "n_heads": 4, "vocab_size": 50, "max_seq_len": 16}
+BF16 = {"rtol": 2e-2, "atol": 2e-2}
+FP32 = {"rtol": 1e-5, "atol": 1e-5}
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def _grads(out, inputs, grad_out):
 @pytest.mark.parametrize("autocast", [False, True])
 def test_off_cpu_every_operation_is_torchs(calls, autocast):
     """Even under CPU autocast and with T5's bias, the conditions that pick the CPU paths."""
-    meta = dict(device="meta")
+    meta = {"device": "meta"}
     q = torch.empty(2, 2, 5, 4, **meta)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         kernels.rms_norm(torch.empty(2, 5, 8, **meta), torch.empty(8, **meta), 1e-6)

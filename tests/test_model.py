@@ -31,10 +31,10 @@ FAMILIES = ("encoder", "decoder", "encoder-decoder")
 LAYOUTS = sorted(PRESETS.keys() - {"electra"})  # "electra" names the bert layout
 V = 50
 # init_std 0.2 (not 0.02) so that every token and position visibly moves the outputs
-TINY = dict(d_model=32, n_layers=2, n_heads=4, vocab_size=V, max_seq_len=16, init_std=0.2)
+TINY = {"d_model": 32, "n_layers": 2, "n_heads": 4, "vocab_size": V, "max_seq_len": 16, "init_std": 0.2}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tiny_model(name: str, family: str | None = None):
     """One eval-mode model per (preset, family), shared by tests that only read it."""
     torch.manual_seed(0)
@@ -61,9 +61,9 @@ def test_shapes_and_backward(name, family, device):
     labels[0, :2] = IGNORE_INDEX
     labels[1, 4] = IGNORE_INDEX
     if family == "encoder-decoder":
-        inputs = dict(attention_mask=mask, decoder_input_ids=ids(B, T, seed=2).to(device))
+        inputs = {"attention_mask": mask, "decoder_input_ids": ids(B, T, seed=2).to(device)}
     else:
-        inputs = dict(attention_mask=mask[:, :T])
+        inputs = {"attention_mask": mask[:, :T]}
         x = x[:, :T]
 
     with torch.no_grad():
@@ -222,7 +222,7 @@ def test_rmsnorm_equals_torch_rmsnorm(dtype):
         y = norm(xi)
         y.backward(grad)
         results.append((y, xi.grad, norm.weight.grad))
-    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
     for a, b in zip(*results):
         assert a.dtype == b.dtype
         torch.testing.assert_close(a, b, **tol)
@@ -593,14 +593,14 @@ def test_validate_rejects_non_positive_d_head():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (dict(d_model=30, n_heads=4), "not divisible by n_heads"),
-    (dict(position="rope", d_model=36, n_heads=4), "even head dim"),
-    (dict(dropout=1.0), "dropout"),
-    (dict(dropout=-0.1), "dropout"),
-    (dict(family="seq2seq"), "family"),
-    (dict(norm="batchnorm"), "norm"),
-    (dict(activation="tanh"), "activation"),
-    (dict(position="alibi"), "position"),
+    ({"d_model": 30, "n_heads": 4}, "not divisible by n_heads"),
+    ({"position": "rope", "d_model": 36, "n_heads": 4}, "even head dim"),
+    ({"dropout": 1.0}, "dropout"),
+    ({"dropout": -0.1}, "dropout"),
+    ({"family": "seq2seq"}, "family"),
+    ({"norm": "batchnorm"}, "norm"),
+    ({"activation": "tanh"}, "activation"),
+    ({"position": "alibi"}, "position"),
 ])
 def test_validate_rejections(overrides, message):
     with pytest.raises(UserError, match=message):

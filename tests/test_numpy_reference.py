@@ -28,7 +28,7 @@ pytestmark = pytest.mark.unit
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder")
 LAYOUTS = sorted(PRESETS.keys() - {"electra"})  # "electra" names the bert layout
-TINY = dict(d_model=32, n_layers=2, n_heads=4, vocab_size=50, max_seq_len=16)
+TINY = {"d_model": 32, "n_layers": 2, "n_heads": 4, "vocab_size": 50, "max_seq_len": 16}
 B, S, T = 3, 10, 8  # batch, source (or only) length, decoder length
 
 
@@ -70,14 +70,14 @@ def inputs(seed: int) -> dict[str, torch.Tensor]:
     mask[2, :3] = 0
     decoder_mask = torch.ones(B, T, dtype=torch.long)
     decoder_mask[0, 5:] = 0
-    return dict(
-        input_ids=torch.randint(0, TINY["vocab_size"], (B, S), generator=g),
-        attention_mask=mask,
-        token_type_ids=(torch.arange(S) >= 4).long().expand(B, S),
-        prefix_lengths=torch.tensor([4, 0, 6]),
-        decoder_input_ids=torch.randint(0, TINY["vocab_size"], (B, T), generator=g),
-        decoder_attention_mask=decoder_mask,
-    )
+    return {
+        "input_ids": torch.randint(0, TINY["vocab_size"], (B, S), generator=g),
+        "attention_mask": mask,
+        "token_type_ids": (torch.arange(S) >= 4).long().expand(B, S),
+        "prefix_lengths": torch.tensor([4, 0, 6]),
+        "decoder_input_ids": torch.randint(0, TINY["vocab_size"], (B, T), generator=g),
+        "decoder_attention_mask": decoder_mask,
+    }
 
 
 def both(name: str, family: str, with_prefix: bool = False, seed: int = 0, **overrides):
@@ -87,14 +87,14 @@ def both(name: str, family: str, with_prefix: bool = False, seed: int = 0, **ove
     weights = {k: v.numpy() for k, v in model.state_dict().items()}
     x = inputs(seed)
     if family == "encoder":
-        kwargs = dict(attention_mask=x["attention_mask"], token_type_ids=x["token_type_ids"])
+        kwargs = {"attention_mask": x["attention_mask"], "token_type_ids": x["token_type_ids"]}
     elif family == "decoder":
-        kwargs = dict(attention_mask=x["attention_mask"])
+        kwargs = {"attention_mask": x["attention_mask"]}
         if with_prefix:
             kwargs["prefix_lengths"] = x["prefix_lengths"]
     else:
-        kwargs = dict(attention_mask=x["attention_mask"], decoder_input_ids=x["decoder_input_ids"],
-                      decoder_attention_mask=x["decoder_attention_mask"])
+        kwargs = {"attention_mask": x["attention_mask"], "decoder_input_ids": x["decoder_input_ids"],
+                      "decoder_attention_mask": x["decoder_attention_mask"]}
     with torch.no_grad():
         got = model(x["input_ids"], **kwargs).logits.double().numpy()
     expected = numpy_ref.forward(weights, cfg, x["input_ids"].numpy(),
@@ -129,13 +129,13 @@ def test_torch_matches_reference_prefix_lm(name):
     [
         # T5's log-spaced buckets: with 8 buckets and distance 20, offsets >= 2 (encoder) and
         # >= 4 (decoder) fall into the log range, which T <= 12 never reaches with 32 / 128.
-        ("t5", "encoder-decoder", dict(relative_buckets=8, relative_max_distance=20)),
+        ("t5", "encoder-decoder", {"relative_buckets": 8, "relative_max_distance": 20}),
         # T5's explicit d_kv: inner width H * hd = 64 != d_model; unequal stack depths
-        ("t5", "encoder-decoder", dict(d_head=16, n_decoder_layers=3)),
-        ("modern", "decoder", dict(d_head=16, rope_theta=500.0)),
+        ("t5", "encoder-decoder", {"d_head": 16, "n_decoder_layers": 3}),
+        ("modern", "decoder", {"d_head": 16, "rope_theta": 500.0}),
         # BART with scale_embedding
-        ("bart", "encoder-decoder", dict(embedding_scale=math.sqrt(32))),
-        ("bert", "encoder", dict(activation="silu", lm_head_input_scale=0.5)),
+        ("bart", "encoder-decoder", {"embedding_scale": math.sqrt(32)}),
+        ("bert", "encoder", {"activation": "silu", "lm_head_input_scale": 0.5}),
     ],
 )
 def test_torch_matches_reference_variants(name, family, overrides):

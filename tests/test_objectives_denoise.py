@@ -12,9 +12,19 @@ from test_objectives_span import ORDINARY, TOK, V, learnable_windows, train_loss
 from maskwise.config import preset
 from maskwise.errors import UserError
 from maskwise.model.transformer import build_model
-from maskwise.objectives.denoise import (DenoiseConfig, Denoising, Noiser, insert_tokens, permute_sentences,
-                                         poisson_span_lengths, rotate_document, sentence_end_lookup, text_infilling,
-                                         token_deletion, token_masking)
+from maskwise.objectives.denoise import (
+    DenoiseConfig,
+    Denoising,
+    Noiser,
+    insert_tokens,
+    permute_sentences,
+    poisson_span_lengths,
+    rotate_document,
+    sentence_end_lookup,
+    text_infilling,
+    token_deletion,
+    token_masking,
+)
 
 MASK = TOK.mask_id
 RANDOM_IDS = torch.arange(ORDINARY, V)

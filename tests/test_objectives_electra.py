@@ -11,7 +11,12 @@ from maskwise.config import preset
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
 from maskwise.model.transformer import Encoder, build_model
-from maskwise.objectives.electra import Electra, ElectraModel, generator_config, sample_tokens
+from maskwise.objectives.electra import (
+    Electra,
+    ElectraModel,
+    generator_config,
+    sample_tokens,
+)
 from maskwise.train.loop import TrainConfig, Trainer
 
 CFG = preset("electra", vocab_size=V, d_model=32, n_heads=4, n_layers=2, max_seq_len=64)

@@ -16,8 +16,14 @@ from maskwise.objectives.base import correct_predictions
 from maskwise.objectives.collators import SpecialIds
 from maskwise.objectives.mlm import MLM
 from maskwise.objectives.registry import build_objective, check_pair
-from maskwise.objectives.span import (SpanCorruption, compute_input_and_target_lengths, corrupt_random_spans,
-                                      corrupt_spans, random_span_mask, span_lengths)
+from maskwise.objectives.span import (
+    SpanCorruption,
+    compute_input_and_target_lengths,
+    corrupt_random_spans,
+    corrupt_spans,
+    random_span_mask,
+    span_lengths,
+)
 
 V = 64
 TOK = SpecialIds(vocab_size=V, pad_id=0, cls_id=1, sep_id=2, mask_id=3, bos_id=4, eos_id=5,
@@ -120,7 +126,7 @@ def test_mask_counts_and_round_trip(length, density, mean, seed):
 @pytest.mark.unit
 def test_paper_example_with_final_sentinel():
     """T5 paper, Figure 2: a mask that ends with kept text gives the target a final sentinel."""
-    words = "Thank you for inviting me to your party last week .".split()
+    words = ["Thank", "you", "for", "inviting", "me", "to", "your", "party", "last", "week", "."]
     ids = torch.arange(len(words)) + ORDINARY
     mask = torch.tensor([w in ("for", "inviting", "last") for w in words])
     X, Y, Z = TOK.sentinel_ids[:3]

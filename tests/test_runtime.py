@@ -13,7 +13,13 @@ from maskwise.errors import UserError
 from maskwise.objectives.clm import CLM
 from maskwise.objectives.mlm import MLM
 from maskwise.runs import read_metrics
-from maskwise.runtime import Hardware, Runtime, detect_hardware, precision_setting, resolve
+from maskwise.runtime import (
+    Hardware,
+    Runtime,
+    detect_hardware,
+    precision_setting,
+    resolve,
+)
 from maskwise.train.loop import TrainConfig
 from tests.conftest import HAS_CUDA
 from tests.test_train import V, _Tok, _trainer

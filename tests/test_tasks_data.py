@@ -5,9 +5,21 @@ import random
 import pytest
 
 from maskwise.data.plays import GENRES, Speech, split_plays
-from maskwise.data.tasks import (Seq2SeqExample, first_speaker_baseline, genre_examples, hold_out, ict_retrieval,
-                                 labelled_texts_from_file, read_task_file, rename_speakers, render_passage,
-                                 retrieval_from_file, seq2seq_from_file, speaker_examples, speakers_target)
+from maskwise.data.tasks import (
+    Seq2SeqExample,
+    first_speaker_baseline,
+    genre_examples,
+    hold_out,
+    ict_retrieval,
+    labelled_texts_from_file,
+    read_task_file,
+    rename_speakers,
+    render_passage,
+    retrieval_from_file,
+    seq2seq_from_file,
+    speaker_examples,
+    speakers_target,
+)
 from maskwise.errors import UserError
 
 pytestmark = pytest.mark.unit

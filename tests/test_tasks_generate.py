@@ -10,8 +10,8 @@ import torch
 from maskwise.config import preset
 from maskwise.errors import UserError
 from maskwise.model.transformer import build_model
-from maskwise.tasks.reading import seeded_generator
 from maskwise.tasks.generate import GenerationConfig, beam_search, generate
+from maskwise.tasks.reading import seeded_generator
 from maskwise.tasks.sampling import filter_top_k_top_p, penalise_repetition
 from maskwise.tasks.scoring import continuation_logprobs
 
@@ -34,7 +34,7 @@ def run(model, prompts=PROMPTS, seed=None, **options):
 
 
 GENERATIVE = ["gpt2", "modern", "t5", "bart"]
-SAMPLING = dict(temperature=0.9, top_k=20, top_p=0.95, repetition_penalty=1.2)
+SAMPLING = {"temperature": 0.9, "top_k": 20, "top_p": 0.95, "repetition_penalty": 1.2}
 
 
 @pytest.mark.parametrize("name", GENERATIVE)
@@ -152,12 +152,12 @@ def test_continuation_logprobs_match_a_manual_sum():
 
 
 @pytest.mark.parametrize("options, needle", [
-    (dict(top_k=5), "temperature"),
-    (dict(num_beams=2, temperature=1.0), "beam"),
-    (dict(max_new_tokens=0), "max-new-tokens"),
-    (dict(top_p=0.0, temperature=1.0), "top-p"),
-    (dict(repetition_penalty=0.0), "repetition"),
-    (dict(num_beams=2, stop=((3,),)), "stop"),
+    ({"top_k": 5}, "temperature"),
+    ({"num_beams": 2, "temperature": 1.0}, "beam"),
+    ({"max_new_tokens": 0}, "max-new-tokens"),
+    ({"top_p": 0.0, "temperature": 1.0}, "top-p"),
+    ({"repetition_penalty": 0.0}, "repetition"),
+    ({"num_beams": 2, "stop": ((3,),)}, "stop"),
 ])
 def test_bad_settings_are_user_errors(options, needle):
     with pytest.raises(UserError, match=needle):

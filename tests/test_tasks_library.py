@@ -9,26 +9,50 @@ import torch
 
 from maskwise.config import preset
 from maskwise.data.corpus import load_corpus
-from maskwise.data.tasks import RetrievalSet, genre_examples, ict_retrieval, speaker_examples
+from maskwise.data.tasks import (
+    RetrievalSet,
+    genre_examples,
+    ict_retrieval,
+    speaker_examples,
+)
 from maskwise.data.tokenizers import build_tokenizer
 from maskwise.errors import UserError
 from maskwise.model.heads import pool
 from maskwise.model.transformer import build_model
 from maskwise.padding import pad
-from maskwise.tasks.finetune import FinetuneConfig, fine_tune, finetune_optimizer
-from maskwise.tasks.reading import body_states
-from maskwise.tasks.classify import (HEAD_PREFIX, ClassifyConfig, SequenceClassifier, evaluate_classifier,
-                                     train_classifier, zero_shot_classify)
+from maskwise.tasks.classify import (
+    HEAD_PREFIX,
+    ClassifyConfig,
+    SequenceClassifier,
+    evaluate_classifier,
+    train_classifier,
+    zero_shot_classify,
+)
 from maskwise.tasks.embed import EmbedConfig, Embedder, info_nce, train_bi_encoder
 from maskwise.tasks.fill_mask import break_exercise, fill_mask
+from maskwise.tasks.finetune import FinetuneConfig, fine_tune, finetune_optimizer
 from maskwise.tasks.generate import GenerationConfig
-from maskwise.tasks.rerank import (RerankConfig, cross_encoder_scorer, evaluate_reranker, generative_scorer,
-                                   hard_negatives, random_negatives, train_cross_encoder, train_generative_reranker)
+from maskwise.tasks.reading import body_states
+from maskwise.tasks.rerank import (
+    RerankConfig,
+    cross_encoder_scorer,
+    evaluate_reranker,
+    generative_scorer,
+    hard_negatives,
+    random_negatives,
+    train_cross_encoder,
+    train_generative_reranker,
+)
 from maskwise.tasks.retrieve import evaluate_retrieval, rank, search
-from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq, seq2seq_batch, train_seq2seq
+from maskwise.tasks.seq2seq import (
+    Seq2SeqConfig,
+    evaluate_seq2seq,
+    seq2seq_batch,
+    train_seq2seq,
+)
 
 PRESETS = {"encoder": "bert", "decoder": "gpt2", "encoder-decoder": "t5"}
-QUICK = dict(steps=2, batch_size=4, progress=False)
+QUICK = {"steps": 2, "batch_size": 4, "progress": False}
 
 
 @pytest.fixture(scope="module")

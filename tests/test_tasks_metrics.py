@@ -6,9 +6,23 @@ import math
 import pytest
 import torch
 
-from maskwise.tasks.metrics import (accuracy, bucket_label, bucketed, exact_match, latency_ms, macro_f1,
-                                    majority_label, mrr, ndcg_at_k, paired_bootstrap, percentile, recall_at_k, set_f1,
-                                    split_list, token_f1)
+from maskwise.tasks.metrics import (
+    accuracy,
+    bucket_label,
+    bucketed,
+    exact_match,
+    latency_ms,
+    macro_f1,
+    majority_label,
+    mrr,
+    ndcg_at_k,
+    paired_bootstrap,
+    percentile,
+    recall_at_k,
+    set_f1,
+    split_list,
+    token_f1,
+)
 from maskwise.tasks.rerank import random_order_per_query
 from maskwise.tasks.retrieve import per_query_metrics
 

@@ -7,7 +7,13 @@ from hypothesis import strategies as st
 from maskwise.data import tokenizers as tokenizers_module
 from maskwise.data.corpus import make_corpus
 from maskwise.data.plays import render_play, split_plays
-from maskwise.data.tokenizers import N_SENTINELS, SPECIAL_TOKENS, Tokenizer, build_tokenizer, sentinel_token
+from maskwise.data.tokenizers import (
+    N_SENTINELS,
+    SPECIAL_TOKENS,
+    Tokenizer,
+    build_tokenizer,
+    sentinel_token,
+)
 from maskwise.errors import UserError
 
 pytestmark = pytest.mark.unit

@@ -156,9 +156,9 @@ def test_schedule_and_groups():
 
 @pytest.mark.integration
 def test_pretrain_writes_run_folder(small_text, tmp_path):
-    settings = PretrainConfig.from_flat(dict(
-        family="encoder", data=str(small_text), d_model=32, layers=1, heads=2, out=str(tmp_path / "run"),
-        steps=6, batch_size=4, block_size=32, eval_every=3, eval_batches=2, progress=False))
+    settings = PretrainConfig.from_flat({
+        "family": "encoder", "data": str(small_text), "d_model": 32, "layers": 1, "heads": 2,
+        "out": str(tmp_path / "run"), "steps": 6, "batch_size": 4, "block_size": 32, "eval_every": 3, "eval_batches": 2, "progress": False})
     result = pretrain(settings)
     run = tmp_path / "run"
     assert {p.name for p in run.iterdir()} >= {"config.json", "tokenizer.json", "model.safetensors", "metrics.jsonl"}

@@ -65,7 +65,7 @@ class ModelConfig:
     def decoder_layers(self) -> int:
         return self.n_decoder_layers if self.n_decoder_layers is not None else self.n_layers
 
-    def validate(self) -> "ModelConfig":
+    def validate(self) -> ModelConfig:
         """Reject values that cannot describe a model; returns self so calls can chain."""
         _choice("family", self.family, FAMILIES)
         _choice("norm", self.norm, NORMS)
@@ -100,7 +100,7 @@ class ModelConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         return from_dict(cls, data, "model config").validate()
 
 
@@ -156,11 +156,11 @@ def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
 # flags override. "Exactly" matters: interop imports these models' weights into these layouts.
 # BERT: post-norm, LayerNorm(eps 1e-12) on the embeddings, GELU (erf), learned positions,
 # token types, MLM head with a dense+GELU+LayerNorm transform and a vocab bias.
-_BERT = dict(
-    family="encoder", pre_norm=False, final_norm=False, embedding_norm=True, norm_eps=1e-12,
-    activation="gelu", position="learned", type_vocab_size=2, lm_head_transform=True,
-    lm_head_bias=True,
-)
+_BERT = {
+    "family": "encoder", "pre_norm": False, "final_norm": False, "embedding_norm": True, "norm_eps": 1e-12,
+    "activation": "gelu", "position": "learned", "type_vocab_size": 2, "lm_head_transform": True,
+    "lm_head_bias": True,
+}
 
 PRESETS: dict[str, dict[str, Any]] = {
     "bert": _BERT,
@@ -168,34 +168,34 @@ PRESETS: dict[str, dict[str, Any]] = {
     # objectives/electra.py): one layout under the name users and HF checkpoints know it by.
     "electra": _BERT,
     # GPT-2: pre-norm LayerNorm, GELU (tanh approximation), learned positions, tied head, final norm.
-    "gpt2": dict(
-        family="decoder", pre_norm=True, final_norm=True, activation="gelu_tanh",
-        position="learned", tie_embeddings=True,
-    ),
+    "gpt2": {
+        "family": "decoder", "pre_norm": True, "final_norm": True, "activation": "gelu_tanh",
+        "position": "learned", "tie_embeddings": True,
+    },
     # T5 v1.0: pre-norm RMSNorm (eps 1e-6), ReLU, no biases, relative position bias, unscaled
     # attention, tied embeddings with the d_model ** -0.5 rescale before the head.
-    "t5": dict(
-        family="encoder-decoder", pre_norm=True, final_norm=True, norm="rmsnorm", norm_eps=1e-6,
-        activation="relu", bias=False, position="relative", attention_scale=False,
-        tie_embeddings=True, lm_head_input_scale=-1.0, dropout=0.0,
-    ),
+    "t5": {
+        "family": "encoder-decoder", "pre_norm": True, "final_norm": True, "norm": "rmsnorm", "norm_eps": 1e-6,
+        "activation": "relu", "bias": False, "position": "relative", "attention_scale": False,
+        "tie_embeddings": True, "lm_head_input_scale": -1.0, "dropout": 0.0,
+    },
     # T5 v1.1: gated GELU (tanh), untied head, otherwise T5.
-    "t5.1.1": dict(
-        family="encoder-decoder", pre_norm=True, final_norm=True, norm="rmsnorm", norm_eps=1e-6,
-        activation="gelu_tanh", gated_ffn=True, bias=False, position="relative",
-        attention_scale=False, tie_embeddings=False,
-    ),
+    "t5.1.1": {
+        "family": "encoder-decoder", "pre_norm": True, "final_norm": True, "norm": "rmsnorm", "norm_eps": 1e-6,
+        "activation": "gelu_tanh", "gated_ffn": True, "bias": False, "position": "relative",
+        "attention_scale": False, "tie_embeddings": False,
+    },
     # BART: post-norm, LayerNorm on embeddings, GELU, learned positions offset by 2, final logits bias.
-    "bart": dict(
-        family="encoder-decoder", pre_norm=False, final_norm=False, embedding_norm=True,
-        activation="gelu", position="learned", position_offset=2, tie_embeddings=True,
-        lm_head_bias=True,
-    ),
+    "bart": {
+        "family": "encoder-decoder", "pre_norm": False, "final_norm": False, "embedding_norm": True,
+        "activation": "gelu", "position": "learned", "position_offset": 2, "tie_embeddings": True,
+        "lm_head_bias": True,
+    },
     # modern (Llama-style): pre-norm RMSNorm, RoPE, SwiGLU at 8d/3, no biases, untied head.
-    "modern": dict(
-        family="decoder", pre_norm=True, final_norm=True, norm="rmsnorm", norm_eps=1e-6,
-        activation="silu", gated_ffn=True, bias=False, position="rope", tie_embeddings=False,
-    ),
+    "modern": {
+        "family": "decoder", "pre_norm": True, "final_norm": True, "norm": "rmsnorm", "norm_eps": 1e-6,
+        "activation": "silu", "gated_ffn": True, "bias": False, "position": "rope", "tie_embeddings": False,
+    },
 }
 
 

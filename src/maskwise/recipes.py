@@ -76,22 +76,23 @@ class CompareSettings:
     fill_positions: int = 300
 
     def model(self) -> dict:
-        return dict(preset="gpt2", tokenizer=self.tokenizer, vocab_size=self.vocab_size, d_model=self.d_model,
-                    heads=self.heads, layers=4, block_size=self.block_size, batch_size=self.batch_size, lr=self.lr)
+        return {"preset": "gpt2", "tokenizer": self.tokenizer, "vocab_size": self.vocab_size, "d_model": self.d_model,
+                "heads": self.heads, "layers": 4, "block_size": self.block_size, "batch_size": self.batch_size,
+                "lr": self.lr}
 
     def schedule(self, values: dict, budget: str) -> dict:
-        return dict(steps=100_000, warmup=30, budget=budget or f"seconds={self.seconds}", eval_every=50,
-                    eval_batches=8)
+        return {"steps": 100_000, "warmup": 30, "budget": budget or f"seconds={self.seconds}", "eval_every": 50,
+                    "eval_batches": 8}
 
     def family_arm(self, family: str, data: str) -> dict:
         """The same layout for every family; the encoder-decoder gets 2 + 2 layers with a 3d FFN."""
-        arm = dict(family=family, objective=FAMILY_OBJECTIVE[family], data=data)
+        arm = {"family": family, "objective": FAMILY_OBJECTIVE[family], "data": data}
         if family == "encoder-decoder":
             arm.update(layers=2, decoder_layers=2, d_ff=3 * self.d_model)
         return arm
 
     def task(self, name: str, family: str, seed: int) -> TaskSettings:
-        common = dict(steps=self.finetune_steps, batch_size=32, seed=seed, data_seed=seed)
+        common = {"steps": self.finetune_steps, "batch_size": 32, "seed": seed, "data_seed": seed}
         if name == "classify":
             return TaskSettings(train_examples=self.genre_per_class, test_examples=max(20, self.genre_per_class // 3),
                                 lr=3e-4, head_lr=1e-3, pooling="last" if family == "decoder" else "mean", **common)
@@ -108,15 +109,15 @@ QUICK = CompareSettings(seconds=15.0, d_model=64, batch_size=32, finetune_steps=
 
 # The block every ablation arm shares unless the ablation changes it (compare's choice: GPT-2's
 # pre-norm block for every family, so that only the mask and the loss differ between families).
-MODEL = dict(preset="gpt2", tokenizer="bpe", vocab_size=2048, d_model=64, heads=2, layers=2,
-             block_size=128, batch_size=16, lr=2e-3)
+MODEL = {"preset": "gpt2", "tokenizer": "bpe", "vocab_size": 2048, "d_model": 64, "heads": 2, "layers": 2,
+             "block_size": 128, "batch_size": 16, "lr": 2e-3}
 
 # The ablations' fine-tuning. Learning rates chosen on a quick-scale encoder: these tiny bodies need
 # 1e-3 (at 3e-4, or with [CLS] pooling, 150 classification steps stayed near chance; mean pooling at
 # 1e-3 reached 0.29).
-FINETUNE = dict(classify=dict(batch_size=32, lr=1e-3, head_lr=3e-3),
-                retrieve=dict(batch_size=32, lr=1e-3),
-                extract=dict(batch_size=16, lr=1e-3, max_target_len=32))
+FINETUNE = {"classify": {"batch_size": 32, "lr": 1e-3, "head_lr": 3e-3},
+                "retrieve": {"batch_size": 32, "lr": 1e-3},
+                "extract": {"batch_size": 16, "lr": 1e-3, "max_target_len": 32}}
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,8 @@ class Scale:
         token budget allows so that it never binds first (an encoder-decoder reads more than batch x
         block tokens a step), with warmup 10% of it (5% of the run)."""
         steps = 2 * -(-self.tokens // (values["batch_size"] * values["block_size"]))
-        return dict(steps=steps, warmup=steps // 10, eval_every=max(1, steps // (2 * self.evals)),
-                    eval_batches=self.eval_batches, budget=budget or f"tokens={self.tokens}")
+        return {"steps": steps, "warmup": steps // 10, "eval_every": max(1, steps // (2 * self.evals)),
+                    "eval_batches": self.eval_batches, "budget": budget or f"tokens={self.tokens}"}
 
     def task(self, name: str, seed: int, pooling: str | None = None, progress: bool = False) -> TaskSettings:
         from maskwise.data.plays import GENRES
@@ -181,7 +182,11 @@ class TaskResult:
 
 def _classify(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: str):
     from maskwise.data.tasks import genre_examples
-    from maskwise.tasks.classify import ClassifyConfig, evaluate_classifier, train_classifier
+    from maskwise.tasks.classify import (
+        ClassifyConfig,
+        evaluate_classifier,
+        train_classifier,
+    )
 
     train, test = data or (genre_examples("train", per_genre=s.train_examples, seed=s.data_seed),
                            genre_examples("test", per_genre=s.test_examples, seed=s.data_seed))

@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from maskwise.cli.task_flags import add_common_flags, add_task_flags, in_runtime
-from maskwise.cli.task_inputs import HEAD_FILE, classify_data, embedder_of, open_model, retrieval_data, speaker_data
+from maskwise.cli.task_inputs import (
+    HEAD_FILE,
+    classify_data,
+    embedder_of,
+    open_model,
+    retrieval_data,
+    speaker_data,
+)
 
 EVAL_TASKS = ("classify", "retrieve", "rerank", "seq2seq")
 
@@ -63,8 +70,12 @@ def run_evaluate(args) -> int:
 
 def _evaluate_classify(args, model, tokenizer, saved: dict) -> dict:
     from maskwise.errors import UserError
-    from maskwise.tasks.classify import (SequenceClassifier, classification_results, evaluate_classifier,
-                                         zero_shot_classify)
+    from maskwise.tasks.classify import (
+        SequenceClassifier,
+        classification_results,
+        evaluate_classifier,
+        zero_shot_classify,
+    )
 
     _, test = classify_data(args, args.split, training=False)
     if saved.get("kind") == "classify":
@@ -82,7 +93,12 @@ def _evaluate_classify(args, model, tokenizer, saved: dict) -> dict:
 
 def _evaluate_rerank(args, model, tokenizer, saved: dict) -> dict:
     from maskwise.errors import UserError
-    from maskwise.tasks.rerank import CrossEncoder, cross_encoder_scorer, evaluate_reranker, generative_scorer
+    from maskwise.tasks.rerank import (
+        CrossEncoder,
+        cross_encoder_scorer,
+        evaluate_reranker,
+        generative_scorer,
+    )
     from maskwise.tasks.retrieve import rank
 
     kind = saved.get("reranker") if saved.get("kind") == "rerank" else None

@@ -11,7 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from maskwise.cli.task_flags import add_common_flags, add_task_flags
-from maskwise.cli.task_inputs import HEAD_FILE, classify_data, embedder_of, open_model, speaker_data
+from maskwise.cli.task_inputs import (
+    HEAD_FILE,
+    classify_data,
+    embedder_of,
+    open_model,
+    speaker_data,
+)
 
 TASKS = ("classify", "embed", "rerank", "seq2seq")
 RESULTS_FILE, SUMMARY_FILE = "results.json", "summary.txt"
@@ -79,7 +85,13 @@ def _finetune_settings(args, cls):
 
 def _save_run(out: Path, model, tokenizer, task: dict, head=None) -> None:
     """Lay the fine-tune out as a run folder, so every command opens it like any run."""
-    from maskwise.runs import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, save_weights, write_json
+    from maskwise.runs import (
+        CONFIG_FILE,
+        MODEL_FILE,
+        TOKENIZER_FILE,
+        save_weights,
+        write_json,
+    )
 
     save_weights(model, out / MODEL_FILE)
     if head is not None:
@@ -89,7 +101,12 @@ def _save_run(out: Path, model, tokenizer, task: dict, head=None) -> None:
 
 
 def _finetune_classify(args, model, tokenizer):
-    from maskwise.tasks.classify import ClassifyConfig, evaluate_classifier, settings_of, train_classifier
+    from maskwise.tasks.classify import (
+        ClassifyConfig,
+        evaluate_classifier,
+        settings_of,
+        train_classifier,
+    )
 
     cfg = _finetune_settings(args, ClassifyConfig)
     train, test = classify_data(args, "test", training=True)
@@ -139,8 +156,15 @@ def _finetune_embed(args, model, tokenizer):
 
 
 def _finetune_rerank(args, model, tokenizer):
-    from maskwise.tasks.rerank import (RerankConfig, cross_encoder_scorer, evaluate_reranker, generative_scorer,
-                                       train_cross_encoder, train_generative_reranker, training_negatives)
+    from maskwise.tasks.rerank import (
+        RerankConfig,
+        cross_encoder_scorer,
+        evaluate_reranker,
+        generative_scorer,
+        train_cross_encoder,
+        train_generative_reranker,
+        training_negatives,
+    )
     from maskwise.tasks.retrieve import rank
 
     cfg = _finetune_settings(args, RerankConfig)

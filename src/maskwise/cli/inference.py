@@ -89,8 +89,8 @@ def _generation_config(args, max_new_tokens: int, **extra):
 def run_generate(args) -> int:
     import torch
 
-    from maskwise.tasks.reading import device_of
     from maskwise.tasks.generate import check_generative, generate_text
+    from maskwise.tasks.reading import device_of
 
     model, tokenizer, _ = open_model(args.model, args)
     check_generative(model)

@@ -81,7 +81,7 @@ def speaker_data(args, split: str, model, training: bool):
             return _user_rows(args, seq2seq_from_file)
         return None, seq2seq_from_file(args.data)
     max_chars = args.max_chars or _default_max_chars(model)
-    options = dict(max_chars=max_chars, hide_speakers=args.hide_speakers)
+    options = {"max_chars": max_chars, "hide_speakers": args.hide_speakers}
     train = speaker_examples("train", seed=args.seed, **options) if training else None
     return train, speaker_examples(split, limit=args.eval_limit, **options)
 

@@ -24,7 +24,7 @@ class TokenStream:
         self.name = name
 
     @classmethod
-    def from_texts(cls, texts, tokenizer, name: str = "data", cache_key: str | None = None) -> "TokenStream":
+    def from_texts(cls, texts, tokenizer, name: str = "data", cache_key: str | None = None) -> TokenStream:
         """Tokenize ``texts`` into one stream. With ``cache_key`` (a fingerprint of the texts), the
         ids are cached on disk beside the tokenizers, keyed by it and by the tokenizer itself, so
         experiments that pretrain many models on one corpus tokenize it once."""
@@ -50,7 +50,7 @@ class TokenStream:
         return stream
 
     @classmethod
-    def _tokenize(cls, texts, tokenizer, name: str) -> "TokenStream":
+    def _tokenize(cls, texts, tokenizer, name: str) -> TokenStream:
         eos = tokenizer.eos_id
         pieces = []
         for encoded in tokenizer.encode_batch(list(texts)):

@@ -27,7 +27,14 @@ from maskwise.data.plays import load_plays, render_play, split_plays
 from maskwise.experiments.report import render, write_results
 from maskwise.experiments.runner import Experiment, machine_info
 from maskwise.model.accounting import parameter_breakdown
-from maskwise.recipes import FAMILY_OBJECTIVE, QUICK, TASKS, CompareSettings, pretrain_settings, run_task
+from maskwise.recipes import (
+    FAMILY_OBJECTIVE,
+    QUICK,
+    TASKS,
+    CompareSettings,
+    pretrain_settings,
+    run_task,
+)
 from maskwise.runtime import Runtime
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder")
@@ -88,9 +95,13 @@ def _fresh(exp: Experiment, family: str):
 
 
 def language_modelling(exp: Experiment, family: str, s: CompareSettings, seed: int) -> dict:
-    from maskwise.tasks.reading import seeded_generator
-    from maskwise.tasks.fill_mask import decoder_nats_per_char, encoder_nats_per_char, mlm_continue
+    from maskwise.tasks.fill_mask import (
+        decoder_nats_per_char,
+        encoder_nats_per_char,
+        mlm_continue,
+    )
     from maskwise.tasks.generate import GenerationConfig, generate_text
+    from maskwise.tasks.reading import seeded_generator
 
     model, tok = _fresh(exp, family)
     text = held_out_text(s.held_out_chars)
@@ -225,9 +236,9 @@ def _results(s, seed, data, pre, params, measured, wall_s, quick, runtime) -> di
         "summary": summary,
         "samples": {f"{f} sample": measured[f]["lm"]["sample"] for f in FAMILIES},
         "notes": [
-            "Validation losses of different objectives are not comparable to each other (MLM: per masked "
-            "token; CLM: per token; span: per target token); the held-out nats/char row is.",
-            "Every family uses the same block (pre-norm LayerNorm, GELU, learned positions); only the "
-            "attention mask and the loss differ. Fine-tuning: the same steps, batch and learning rate.",
+            ("Validation losses of different objectives are not comparable to each other (MLM: per masked "
+             "token; CLM: per token; span: per target token); the held-out nats/char row is."),
+            ("Every family uses the same block (pre-norm LayerNorm, GELU, learned positions); only the "
+             "attention mask and the loss differ. Fine-tuning: the same steps, batch and learning rate."),
         ],
     }

@@ -18,18 +18,18 @@ BLANK = "To be, or not to be: that is the q[MASK]estion"
 
 def run_demo(out: str | Path = "runs/demo", seconds: float = 120.0, progress: bool = True,
              runtime: Runtime | None = None) -> dict:
-    from maskwise.tasks.reading import seeded_generator
     from maskwise.tasks.fill_mask import fill_mask
     from maskwise.tasks.generate import GenerationConfig, generate_text
+    from maskwise.tasks.reading import seeded_generator
 
     out, runtime = Path(out), runtime or resolve()
     runs = {}
     for family in ("decoder", "encoder"):
-        settings = PretrainConfig.from_flat(dict(
-            family=family, tokenizer="char", layers=4, heads=4, d_model=128, block_size=64,
-            batch_size=32, lr=2e-3, steps=100_000, warmup=50, budget=f"seconds={seconds}", eval_every=100,
-            eval_batches=10, device=runtime.device, precision=runtime.precision, progress=progress,
-            out=str(out / family), overwrite=True))
+        settings = PretrainConfig.from_flat({
+            "family": family, "tokenizer": "char", "layers": 4, "heads": 4, "d_model": 128, "block_size": 64,
+            "batch_size": 32, "lr": 2e-3, "steps": 100_000, "warmup": 50, "budget": f"seconds={seconds}",
+            "eval_every": 100, "eval_batches": 10, "device": runtime.device, "precision": runtime.precision, "progress": progress,
+            "out": str(out / family), "overwrite": True})
         runs[family] = pretrain(settings, runtime=runtime)
     decoder, encoder = runs["decoder"], runs["encoder"]
     sample = generate_text(decoder["model"].eval(), decoder["tokenizer"], [PROMPT],

@@ -14,11 +14,31 @@ from torch import nn
 
 from maskwise.config import ModelConfig
 from maskwise.errors import UserError
-from maskwise.interop.hf_keys import (ACTIVATION_KEY, ARCHITECTURES, CONFIG_KEYS, DROPOUT_KEYS, EXPORT_CLASS, FIXED,
-                                      HEAD_FIXED, MODEL_TYPE, TO_HF_ACTIVATION, Architecture, key_map, source_of)
+from maskwise.interop.hf_keys import (
+    ACTIVATION_KEY,
+    ARCHITECTURES,
+    CONFIG_KEYS,
+    DROPOUT_KEYS,
+    EXPORT_CLASS,
+    FIXED,
+    HEAD_FIXED,
+    MODEL_TYPE,
+    TO_HF_ACTIVATION,
+    Architecture,
+    key_map,
+    source_of,
+)
 from maskwise.model.transformer import Discriminator
-from maskwise.runs import (CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, Run, atomic_write, json_bytes, load_run,
-                           prepare_folder)
+from maskwise.runs import (
+    CONFIG_FILE,
+    MODEL_FILE,
+    TOKENIZER_FILE,
+    Run,
+    atomic_write,
+    json_bytes,
+    load_run,
+    prepare_folder,
+)
 
 
 def _candidates(model: nn.Module, preferred: str | None) -> list[tuple[str, str]]:

@@ -18,8 +18,20 @@ from torch import nn
 
 from maskwise.config import ModelConfig
 from maskwise.errors import UserError
-from maskwise.interop.hf_keys import (ARCHITECTURES, CONFIG_KEYS, COPIES, DROPOUT_KEYS, FIXED, FROM_HF_ACTIVATION,
-                                      HEAD_FIXED, KEY_MAP, UNUSED, Architecture, key_map, source_of)
+from maskwise.interop.hf_keys import (
+    ARCHITECTURES,
+    CONFIG_KEYS,
+    COPIES,
+    DROPOUT_KEYS,
+    FIXED,
+    FROM_HF_ACTIVATION,
+    HEAD_FIXED,
+    KEY_MAP,
+    UNUSED,
+    Architecture,
+    key_map,
+    source_of,
+)
 from maskwise.model.transformer import Discriminator, Transformer, build_model
 from maskwise.runs import CONFIG_FILE, load_weights_into, read_json, read_safetensors
 

@@ -62,36 +62,36 @@ MODEL_TYPE = {"bert": "bert", "electra": "electra", "gpt2": "gpt2", "t5": "t5", 
 
 # ---- config: what each architecture fixes, and where its config keeps the rest --------------
 
-_BERT_BODY = dict(
-    family="encoder", pre_norm=False, final_norm=False, embedding_norm=True, norm="layernorm",
-    gated_ffn=False, bias=True, position="learned", position_offset=0, attention_scale=True,
-    embedding_scale=1.0, lm_head_input_scale=1.0,
-)
+_BERT_BODY = {
+    "family": "encoder", "pre_norm": False, "final_norm": False, "embedding_norm": True, "norm": "layernorm",
+    "gated_ffn": False, "bias": True, "position": "learned", "position_offset": 0, "attention_scale": True,
+    "embedding_scale": 1.0, "lm_head_input_scale": 1.0,
+}
 FIXED: dict[str, dict[str, Any]] = {
     "bert": _BERT_BODY,
     "electra": _BERT_BODY,  # ELECTRA's body is BERT's; only the embedding factorisation and heads differ
-    "gpt2": dict(
-        family="decoder", pre_norm=True, final_norm=True, embedding_norm=False, norm="layernorm",
-        gated_ffn=False, bias=True, position="learned", position_offset=0, embedding_scale=1.0,
-        type_vocab_size=0, lm_head_transform=False, lm_head_bias=False, lm_head_input_scale=1.0,
-    ),
-    "t5": dict(
-        family="encoder-decoder", pre_norm=True, final_norm=True, embedding_norm=False, norm="rmsnorm",
-        bias=False, position="relative", attention_scale=False, embedding_scale=1.0, type_vocab_size=0,
-        lm_head_transform=False, lm_head_bias=False,
-    ),
-    "bart": dict(
-        family="encoder-decoder", pre_norm=False, final_norm=False, embedding_norm=True, norm="layernorm",
-        norm_eps=1e-5, gated_ffn=False, bias=True, position="learned", position_offset=2,
-        attention_scale=True, type_vocab_size=0, lm_head_transform=False, lm_head_bias=True,
-        lm_head_input_scale=1.0,
-    ),
+    "gpt2": {
+        "family": "decoder", "pre_norm": True, "final_norm": True, "embedding_norm": False, "norm": "layernorm",
+        "gated_ffn": False, "bias": True, "position": "learned", "position_offset": 0, "embedding_scale": 1.0,
+        "type_vocab_size": 0, "lm_head_transform": False, "lm_head_bias": False, "lm_head_input_scale": 1.0,
+    },
+    "t5": {
+        "family": "encoder-decoder", "pre_norm": True, "final_norm": True, "embedding_norm": False, "norm": "rmsnorm",
+        "bias": False, "position": "relative", "attention_scale": False, "embedding_scale": 1.0, "type_vocab_size": 0,
+        "lm_head_transform": False, "lm_head_bias": False,
+    },
+    "bart": {
+        "family": "encoder-decoder", "pre_norm": False, "final_norm": False, "embedding_norm": True,
+        "norm": "layernorm", "norm_eps": 1e-5, "gated_ffn": False, "bias": True, "position": "learned", "position_offset": 2,
+        "attention_scale": True, "type_vocab_size": 0, "lm_head_transform": False, "lm_head_bias": True,
+        "lm_head_input_scale": 1.0,
+    },
 }
 # BERT and ELECTRA heads: the MLM head has the transform and a vocab bias; the others have neither.
 HEAD_FIXED = {
-    "mlm": dict(lm_head_transform=True, lm_head_bias=True),
-    "rtd": dict(lm_head_transform=False, lm_head_bias=False, tie_embeddings=True),
-    "lm": dict(lm_head_transform=False, lm_head_bias=False),
+    "mlm": {"lm_head_transform": True, "lm_head_bias": True},
+    "rtd": {"lm_head_transform": False, "lm_head_bias": False, "tie_embeddings": True},
+    "lm": {"lm_head_transform": False, "lm_head_bias": False},
 }
 
 # ModelConfig field -> (HF config key, HF's default when the key is absent, as older configs omit them).
@@ -171,60 +171,60 @@ def conv1d(name: str) -> Source:
 # rows list BERT only; the head rows list ELECTRA apart.
 KEY_MAP: dict[str, dict[str, str | Source]] = {
     # embeddings
-    "embed": dict(bert="{body}.embeddings.word_embeddings", gpt2="{body}.wte", t5="shared",
-                  bart="{body}.shared"),
-    "{stack}.positions": dict(bert="{body}.embeddings.position_embeddings", gpt2="{body}.wpe",
-                              bart="{body}.{side}.embed_positions"),
-    "{stack}.token_types": dict(bert="{body}.embeddings.token_type_embeddings"),
-    "{stack}.embedding_norm": dict(bert="{body}.embeddings.LayerNorm", bart="{body}.{side}.layernorm_embedding"),
-    "{stack}.relative_bias.embedding": dict(t5="{side}.block.0.layer.0.SelfAttention.relative_attention_bias"),
+    "embed": {"bert": "{body}.embeddings.word_embeddings", "gpt2": "{body}.wte", "t5": "shared",
+                  "bart": "{body}.shared"},
+    "{stack}.positions": {"bert": "{body}.embeddings.position_embeddings", "gpt2": "{body}.wpe",
+                              "bart": "{body}.{side}.embed_positions"},
+    "{stack}.token_types": {"bert": "{body}.embeddings.token_type_embeddings"},
+    "{stack}.embedding_norm": {"bert": "{body}.embeddings.LayerNorm", "bart": "{body}.{side}.layernorm_embedding"},
+    "{stack}.relative_bias.embedding": {"t5": "{side}.block.0.layer.0.SelfAttention.relative_attention_bias"},
     # self-attention
-    "{stack}.blocks.{i}.attn.qkv": dict(
-        bert=fused("{body}.encoder.layer.{i}.attention.self.query", "{body}.encoder.layer.{i}.attention.self.key",
+    "{stack}.blocks.{i}.attn.qkv": {
+        "bert": fused("{body}.encoder.layer.{i}.attention.self.query", "{body}.encoder.layer.{i}.attention.self.key",
                    "{body}.encoder.layer.{i}.attention.self.value"),
-        gpt2=conv1d("{body}.h.{i}.attn.c_attn"),
-        t5=fused("{side}.block.{i}.layer.0.SelfAttention.q", "{side}.block.{i}.layer.0.SelfAttention.k",
+        "gpt2": conv1d("{body}.h.{i}.attn.c_attn"),
+        "t5": fused("{side}.block.{i}.layer.0.SelfAttention.q", "{side}.block.{i}.layer.0.SelfAttention.k",
                  "{side}.block.{i}.layer.0.SelfAttention.v"),
-        bart=fused("{body}.{side}.layers.{i}.self_attn.q_proj", "{body}.{side}.layers.{i}.self_attn.k_proj",
+        "bart": fused("{body}.{side}.layers.{i}.self_attn.q_proj", "{body}.{side}.layers.{i}.self_attn.k_proj",
                    "{body}.{side}.layers.{i}.self_attn.v_proj"),
-    ),
-    "{stack}.blocks.{i}.attn.out": dict(
-        bert="{body}.encoder.layer.{i}.attention.output.dense", gpt2=conv1d("{body}.h.{i}.attn.c_proj"),
-        t5="{side}.block.{i}.layer.0.SelfAttention.o", bart="{body}.{side}.layers.{i}.self_attn.out_proj"),
-    "{stack}.blocks.{i}.attn_norm": dict(
-        bert="{body}.encoder.layer.{i}.attention.output.LayerNorm", gpt2="{body}.h.{i}.ln_1",
-        t5="{side}.block.{i}.layer.0.layer_norm", bart="{body}.{side}.layers.{i}.self_attn_layer_norm"),
+    },
+    "{stack}.blocks.{i}.attn.out": {
+        "bert": "{body}.encoder.layer.{i}.attention.output.dense", "gpt2": conv1d("{body}.h.{i}.attn.c_proj"),
+        "t5": "{side}.block.{i}.layer.0.SelfAttention.o", "bart": "{body}.{side}.layers.{i}.self_attn.out_proj"},
+    "{stack}.blocks.{i}.attn_norm": {
+        "bert": "{body}.encoder.layer.{i}.attention.output.LayerNorm", "gpt2": "{body}.h.{i}.ln_1",
+        "t5": "{side}.block.{i}.layer.0.layer_norm", "bart": "{body}.{side}.layers.{i}.self_attn_layer_norm"},
     # cross-attention (decoder of an encoder-decoder)
-    "{stack}.blocks.{i}.cross_attn.q": dict(
-        t5="{side}.block.{i}.layer.1.EncDecAttention.q", bart="{body}.{side}.layers.{i}.encoder_attn.q_proj"),
-    "{stack}.blocks.{i}.cross_attn.kv": dict(
-        t5=fused("{side}.block.{i}.layer.1.EncDecAttention.k", "{side}.block.{i}.layer.1.EncDecAttention.v"),
-        bart=fused("{body}.{side}.layers.{i}.encoder_attn.k_proj", "{body}.{side}.layers.{i}.encoder_attn.v_proj")),
-    "{stack}.blocks.{i}.cross_attn.out": dict(
-        t5="{side}.block.{i}.layer.1.EncDecAttention.o", bart="{body}.{side}.layers.{i}.encoder_attn.out_proj"),
-    "{stack}.blocks.{i}.cross_norm": dict(
-        t5="{side}.block.{i}.layer.1.layer_norm", bart="{body}.{side}.layers.{i}.encoder_attn_layer_norm"),
+    "{stack}.blocks.{i}.cross_attn.q": {
+        "t5": "{side}.block.{i}.layer.1.EncDecAttention.q", "bart": "{body}.{side}.layers.{i}.encoder_attn.q_proj"},
+    "{stack}.blocks.{i}.cross_attn.kv": {
+        "t5": fused("{side}.block.{i}.layer.1.EncDecAttention.k", "{side}.block.{i}.layer.1.EncDecAttention.v"),
+        "bart": fused("{body}.{side}.layers.{i}.encoder_attn.k_proj", "{body}.{side}.layers.{i}.encoder_attn.v_proj")},
+    "{stack}.blocks.{i}.cross_attn.out": {
+        "t5": "{side}.block.{i}.layer.1.EncDecAttention.o", "bart": "{body}.{side}.layers.{i}.encoder_attn.out_proj"},
+    "{stack}.blocks.{i}.cross_norm": {
+        "t5": "{side}.block.{i}.layer.1.layer_norm", "bart": "{body}.{side}.layers.{i}.encoder_attn_layer_norm"},
     # feed-forward (T5 v1.0: wi; a gated T5 v1.1 has T5_GATED_UP instead)
-    "{stack}.blocks.{i}.ffn.up": dict(
-        bert="{body}.encoder.layer.{i}.intermediate.dense", gpt2=conv1d("{body}.h.{i}.mlp.c_fc"),
-        t5="{side}.block.{i}.layer.{ffn}.DenseReluDense.wi", bart="{body}.{side}.layers.{i}.fc1"),
-    "{stack}.blocks.{i}.ffn.down": dict(
-        bert="{body}.encoder.layer.{i}.output.dense", gpt2=conv1d("{body}.h.{i}.mlp.c_proj"),
-        t5="{side}.block.{i}.layer.{ffn}.DenseReluDense.wo", bart="{body}.{side}.layers.{i}.fc2"),
-    "{stack}.blocks.{i}.ffn_norm": dict(
-        bert="{body}.encoder.layer.{i}.output.LayerNorm", gpt2="{body}.h.{i}.ln_2",
-        t5="{side}.block.{i}.layer.{ffn}.layer_norm", bart="{body}.{side}.layers.{i}.final_layer_norm"),
-    "{stack}.final_norm": dict(gpt2="{body}.ln_f", t5="{side}.final_layer_norm"),
+    "{stack}.blocks.{i}.ffn.up": {
+        "bert": "{body}.encoder.layer.{i}.intermediate.dense", "gpt2": conv1d("{body}.h.{i}.mlp.c_fc"),
+        "t5": "{side}.block.{i}.layer.{ffn}.DenseReluDense.wi", "bart": "{body}.{side}.layers.{i}.fc1"},
+    "{stack}.blocks.{i}.ffn.down": {
+        "bert": "{body}.encoder.layer.{i}.output.dense", "gpt2": conv1d("{body}.h.{i}.mlp.c_proj"),
+        "t5": "{side}.block.{i}.layer.{ffn}.DenseReluDense.wo", "bart": "{body}.{side}.layers.{i}.fc2"},
+    "{stack}.blocks.{i}.ffn_norm": {
+        "bert": "{body}.encoder.layer.{i}.output.LayerNorm", "gpt2": "{body}.h.{i}.ln_2",
+        "t5": "{side}.block.{i}.layer.{ffn}.layer_norm", "bart": "{body}.{side}.layers.{i}.final_layer_norm"},
+    "{stack}.final_norm": {"gpt2": "{body}.ln_f", "t5": "{side}.final_layer_norm"},
     # heads (bare parameters map to bare tensors)
-    "lm_head.transform.0": dict(bert="cls.predictions.transform.dense", electra="generator_predictions.dense"),
-    "lm_head.transform.2": dict(bert="cls.predictions.transform.LayerNorm",
-                                electra="generator_predictions.LayerNorm"),
-    "lm_head.bias": dict(bert="cls.predictions.bias", electra="generator_lm_head.bias",
-                         bart=Source(("final_logits_bias",), leading_one=True)),
-    "lm_head.weight": dict(bert="cls.predictions.decoder.weight", electra="generator_lm_head.weight",
-                           gpt2="lm_head.weight", t5="lm_head.weight", bart="lm_head.weight"),
-    "rtd_head.dense": dict(electra="discriminator_predictions.dense"),
-    "rtd_head.out": dict(electra="discriminator_predictions.dense_prediction"),
+    "lm_head.transform.0": {"bert": "cls.predictions.transform.dense", "electra": "generator_predictions.dense"},
+    "lm_head.transform.2": {"bert": "cls.predictions.transform.LayerNorm",
+                                "electra": "generator_predictions.LayerNorm"},
+    "lm_head.bias": {"bert": "cls.predictions.bias", "electra": "generator_lm_head.bias",
+                         "bart": Source(("final_logits_bias",), leading_one=True)},
+    "lm_head.weight": {"bert": "cls.predictions.decoder.weight", "electra": "generator_lm_head.weight",
+                           "gpt2": "lm_head.weight", "t5": "lm_head.weight", "bart": "lm_head.weight"},
+    "rtd_head.dense": {"electra": "discriminator_predictions.dense"},
+    "rtd_head.out": {"electra": "discriminator_predictions.dense_prediction"},
 }
 # T5 v1.1's gated FFN: wi_0 is the gate, wi_1 the up projection; maskwise fuses them gate first.
 T5_GATED_UP = fused("{side}.block.{i}.layer.{ffn}.DenseReluDense.wi_0",
@@ -274,7 +274,7 @@ def key_map(model: nn.Module, arch: Architecture) -> dict[str, Source]:
         source = source if isinstance(source, Source) else Source((source,))
         for stack, (side, n_layers, ffn) in stacks.items():
             for i in range(n_layers if "{i}" in ours else 1):
-                values = dict(stack=stack, side=side, body=BODY_PREFIX[arch.column], i=i, ffn=ffn)
+                values = {"stack": stack, "side": side, "body": BODY_PREFIX[arch.column], "i": i, "ffn": ffn}
                 names = tuple(name.format(**values) for name in source.names)
                 mapping[ours.format(**values)] = Source(names, source.conv1d, source.leading_one)
     return mapping

@@ -95,8 +95,8 @@ def embed_texts(model_name_or_path: str | Path, texts: Sequence[str], batch_size
     import torch
 
     from maskwise.padding import pad
-    from maskwise.tasks.reading import batches
     from maskwise.tasks.embed import BiEncoder
+    from maskwise.tasks.reading import batches
 
     if batch_size <= 0:
         raise UserError(f"batch size must be positive, got {batch_size}")

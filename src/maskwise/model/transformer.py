@@ -264,7 +264,7 @@ class Transformer(nn.Module):
         x = self.embed(ids)
         return x * self.cfg.embedding_scale if self.cfg.embedding_scale != 1.0 else x
 
-    def init_weights(self) -> "Transformer":
+    def init_weights(self) -> Transformer:
         """GPT-2/BERT initialisation: N(0, 0.02) weights, zero biases, unit norms; residual output
         projections scaled by 1/sqrt(2 * layers) so the residual stream does not grow with depth."""
         n_layers = self.cfg.n_layers + (self.cfg.decoder_layers if self.family == "encoder-decoder" else 0)

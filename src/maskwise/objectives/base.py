@@ -51,13 +51,13 @@ class Objective:
     def loss(self, model, batch: dict[str, torch.Tensor]) -> LossParts:
         raise NotImplementedError
 
-    def build_model(self, cfg) -> "torch.nn.Module | None":
+    def build_model(self, cfg) -> torch.nn.Module | None:
         """The model this objective trains for ``cfg`` (a ``ModelConfig``), or None for the family's
         usual model (``maskwise.model.transformer.build_model(cfg)``). ELECTRA returns its
         generator + discriminator pair, which no family preset describes."""
         return None
 
-    def final_model(self, model: "torch.nn.Module") -> "torch.nn.Module":
+    def final_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """What a finished run saves as its model: the trained model itself, unless the objective
         trains more than it keeps (ELECTRA keeps only its discriminator)."""
         return model

@@ -63,7 +63,7 @@ class SpecialIds:
         object.__setattr__(self, "special_ids", frozenset(self.special_ids) | named | set(self.sentinel_ids))
 
     @classmethod
-    def of(cls, tokenizer, **overrides) -> "SpecialIds":
+    def of(cls, tokenizer, **overrides) -> SpecialIds:
         """Read the ids from an HF tokenizer, a maskwise ``Tokenizer`` or a ``SpecialIds``;
         ``overrides`` replace any of them (e.g. ``pad_id=`` for a tokenizer without one)."""
         if isinstance(tokenizer, SpecialIds):
@@ -82,7 +82,7 @@ class SpecialIds:
                         tokenizer.special_ids, tokenizer.decode)
         return dataclasses.replace(found, **overrides) if overrides else found
 
-    def need(self, *names: str) -> "SpecialIds":
+    def need(self, *names: str) -> SpecialIds:
         """Raise a ValueError naming the first of ``names`` this tokenizer lacks; returns self."""
         for name in names:
             if getattr(self, name) in (None, ()):

@@ -213,7 +213,7 @@ class DenoiseConfig:
     rotate: float = 0.0  # probability of rotating the document
     insert: float = 0.0  # extra <mask> tokens inserted, as a fraction of the document
 
-    def validate(self) -> "DenoiseConfig":
+    def validate(self) -> DenoiseConfig:
         for name in ("mask", "mask_random", "permute_sentences", "rotate", "insert"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise UserError(f"denoising: {name} must be in [0, 1], got {getattr(self, name)}")
@@ -256,7 +256,7 @@ class Noiser:
     random_ids: torch.Tensor  # (V_ordinary,) the non-special ids
 
     @classmethod
-    def build(cls, tokenizer, vocab_size: int, sentence_end_ids=None, **options) -> "Noiser":
+    def build(cls, tokenizer, vocab_size: int, sentence_end_ids=None, **options) -> Noiser:
         """``tokenizer``: a maskwise ``Tokenizer`` or a ``collators.SpecialIds`` (``mask_id``,
         ``special_ids``, and ``decode`` unless ``sentence_end_ids`` are given); ``options``:
         ``DenoiseConfig`` fields, unknown names rejected."""

@@ -6,7 +6,8 @@ The CLI and experiments build objectives only through ``build_objective`` so tha
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from maskwise.errors import UserError
 from maskwise.objectives.base import Objective

@@ -29,8 +29,14 @@ from maskwise.errors import UserError
 from maskwise.model.heads import POOLINGS, ClassifierHead, pool
 from maskwise.objectives.span import decoder_start_id
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
-from maskwise.tasks.reading import batches, body_states, context_len, device_of, encode_texts
 from maskwise.tasks.metrics import accuracy, macro_f1, majority_label
+from maskwise.tasks.reading import (
+    batches,
+    body_states,
+    context_len,
+    device_of,
+    encode_texts,
+)
 from maskwise.tasks.scoring import continuation_logprobs
 
 DEFAULT_POOLING = {"encoder": "cls", "decoder": "last", "encoder-decoder": "mean"}
@@ -63,7 +69,7 @@ class SequenceClassifier(nn.Module):
         self.head = ClassifierHead(body.cfg.d_model, len(self.labels), dropout).to(device_of(body))
         body.requires_grad_(not freeze)
 
-    def train(self, mode: bool = True) -> "SequenceClassifier":
+    def train(self, mode: bool = True) -> SequenceClassifier:
         super().train(mode)
         if self.freeze:
             self.body.eval()  # a probe reads the representation as pretraining left it: no dropout

@@ -25,9 +25,15 @@ from tqdm import tqdm
 
 from maskwise.errors import UserError
 from maskwise.model.heads import pool
-from maskwise.tasks.finetune import FinetuneConfig, fine_tune
-from maskwise.tasks.reading import batches, body_states, context_len, device_of, encode_texts
 from maskwise.tasks.classify import check_pooling
+from maskwise.tasks.finetune import FinetuneConfig, fine_tune
+from maskwise.tasks.reading import (
+    batches,
+    body_states,
+    context_len,
+    device_of,
+    encode_texts,
+)
 
 EmbedFn = Callable[[Sequence[str]], torch.Tensor]
 

@@ -24,8 +24,14 @@ import torch
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
 from maskwise.padding import pad
-from maskwise.tasks.reading import batches, device_of, frame, frame_extra, seeded_generator
 from maskwise.tasks.generate import GenerationConfig, generate
+from maskwise.tasks.reading import (
+    batches,
+    device_of,
+    frame,
+    frame_extra,
+    seeded_generator,
+)
 from maskwise.tasks.sampling import choose_next
 
 MASK_TEXT = "[MASK]"

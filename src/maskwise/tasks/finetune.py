@@ -38,7 +38,7 @@ class FinetuneConfig:
     precision: str = "auto"  # autocast of the forward pass (weights and optimizer stay fp32); maskwise.runtime
     bf16: bool = False  # alias of precision = "bf16"
 
-    def validate(self) -> "FinetuneConfig":
+    def validate(self) -> FinetuneConfig:
         for name in ("steps", "batch_size"):
             if getattr(self, name) <= 0:
                 raise UserError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")

@@ -39,8 +39,8 @@ from maskwise.errors import UserError
 from maskwise.model.layout import decoding_layout
 from maskwise.objectives.span import decoder_start_id
 from maskwise.padding import pad
-from maskwise.tasks.reading import device_of, positions_from_mask
 from maskwise.tasks.beam import search_beams
+from maskwise.tasks.reading import device_of, positions_from_mask
 from maskwise.tasks.sampling import choose_next, seen_tokens_mask
 
 GENERATIVE_FAMILIES = ("decoder", "encoder-decoder")
@@ -58,7 +58,7 @@ class GenerationConfig:
     stop: tuple[tuple[int, ...], ...] = ()  # token sequences that end a row ([EOS] always does)
     use_cache: bool = True
 
-    def validate(self) -> "GenerationConfig":
+    def validate(self) -> GenerationConfig:
         if self.max_new_tokens <= 0:
             raise UserError(f"max-new-tokens must be positive, got {self.max_new_tokens}")
         if self.temperature < 0 or not math.isfinite(self.temperature):

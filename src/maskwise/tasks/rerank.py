@@ -35,11 +35,16 @@ from maskwise.errors import UserError
 from maskwise.model.heads import ClassifierHead, pool
 from maskwise.objectives.span import decoder_start_id
 from maskwise.padding import pad
-from maskwise.tasks.finetune import FinetuneConfig, fine_tune
-from maskwise.tasks.reading import batches, context_len, device_of
 from maskwise.tasks.embed import EmbedFn
+from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.metrics import latency_ms, paired_bootstrap
-from maskwise.tasks.retrieve import per_query_metrics, random_ranking, rank, ranking_metrics
+from maskwise.tasks.reading import batches, context_len, device_of
+from maskwise.tasks.retrieve import (
+    per_query_metrics,
+    random_ranking,
+    rank,
+    ranking_metrics,
+)
 from maskwise.tasks.scoring import continuation_batch, continuation_logprobs
 
 ScoreFn = Callable[[str, Sequence[str]], torch.Tensor]  # (query, candidates) -> (n,) scores

@@ -10,8 +10,8 @@ import torch
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
 from maskwise.padding import pad
-from maskwise.tasks.reading import batches, device_of
 from maskwise.tasks.generate import check_generative
+from maskwise.tasks.reading import batches, device_of
 
 
 def continuation_batch(model, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]],

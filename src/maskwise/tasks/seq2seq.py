@@ -28,9 +28,9 @@ from maskwise.model.heads import IGNORE_INDEX
 from maskwise.objectives.span import decoder_start_id
 from maskwise.padding import pad
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
-from maskwise.tasks.reading import batches, device_of
 from maskwise.tasks.generate import GenerationConfig, check_generative, generate
 from maskwise.tasks.metrics import bucketed, exact_match, set_f1, token_f1
+from maskwise.tasks.reading import batches, device_of
 
 # Source length buckets in characters (the speakers passages run up to ~600 by default).
 SOURCE_EDGES = (0, 150, 300, 450, 600)

@@ -16,8 +16,20 @@ from pathlib import Path
 import torch
 from safetensors.torch import save as save_safetensors_bytes
 
-from maskwise.runs import (CHECKPOINTS, MANIFEST_FILE, METRICS_FILE, MODEL_FILE, atomic_write, fsync_dir,
-                           load_weights_into, read_json, read_safetensors, sha256_of, weights_bytes, write_json)
+from maskwise.runs import (
+    CHECKPOINTS,
+    MANIFEST_FILE,
+    METRICS_FILE,
+    MODEL_FILE,
+    atomic_write,
+    fsync_dir,
+    load_weights_into,
+    read_json,
+    read_safetensors,
+    sha256_of,
+    weights_bytes,
+    write_json,
+)
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict]]:

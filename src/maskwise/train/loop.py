@@ -65,7 +65,7 @@ class TrainConfig:
     max_nonfinite: int = 5  # stop after this many non-finite steps in a row
     progress: bool = True
 
-    def validate(self) -> "TrainConfig":
+    def validate(self) -> TrainConfig:
         for name in ("steps", "batch_size", "block_size", "grad_accum", "eval_every", "eval_batches",
                      "keep_last", "max_nonfinite"):
             if getattr(self, name) <= 0:
@@ -219,7 +219,7 @@ class Trainer:
             no_sync = self.step_model.no_sync if not sync and hasattr(self.step_model, "no_sync") else contextlib.nullcontext
             with no_sync():
                 parts: LossParts = self.optimizer_step.backward(
-                    lambda: self.objective.loss(self.step_model, batch), lambda parts: parts.loss_sum)
+                    lambda batch=batch: self.objective.loss(self.step_model, batch), lambda parts: parts.loss_sum)
             loss_sum += parts.loss_sum.detach()
             positions += parts.n_positions
             enc += parts.encoder_tokens

@@ -18,7 +18,12 @@ import torch.distributed as dist
 from maskwise import runs
 from maskwise.config import FAMILIES, ModelConfig, from_dict, preset
 from maskwise.errors import UserError
-from maskwise.objectives.registry import DEFAULT_OBJECTIVE, OBJECTIVE_OPTIONS, build_objective, check_pair
+from maskwise.objectives.registry import (
+    DEFAULT_OBJECTIVE,
+    OBJECTIVE_OPTIONS,
+    build_objective,
+    check_pair,
+)
 from maskwise.runtime import Runtime
 from maskwise.train.loop import TrainConfig, Trainer, distributed_context
 
@@ -68,7 +73,7 @@ class PretrainConfig:
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
 
     @classmethod
-    def from_flat(cls, values: dict[str, Any], what: str = "pretrain config") -> "PretrainConfig":
+    def from_flat(cls, values: dict[str, Any], what: str = "pretrain config") -> PretrainConfig:
         """Route flat keys to the top level or to ``train``; anything else is an error."""
         own = {f.name for f in fields(cls)} - {"train"}
         train_keys = {f.name for f in fields(TrainConfig)}
@@ -84,7 +89,7 @@ class PretrainConfig:
         values.update(values.pop("train"))
         return values
 
-    def resolved(self) -> "PretrainConfig":
+    def resolved(self) -> PretrainConfig:
         """Fill the family-dependent defaults and check the family/objective pair."""
         if self.family not in FAMILIES:
             raise UserError(f"family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
@@ -115,11 +120,11 @@ def read_toml(path: str) -> dict[str, Any]:
 
 
 def model_config(settings: PretrainConfig, vocab_size: int) -> ModelConfig:
-    overrides: dict[str, Any] = dict(
-        family=settings.family, vocab_size=-(-vocab_size // 64) * 64, d_model=settings.d_model,
-        n_layers=settings.layers, n_heads=settings.heads, max_seq_len=settings.train.block_size,
-        dropout=settings.dropout,
-    )
+    overrides: dict[str, Any] = {
+        "family": settings.family, "vocab_size": -(-vocab_size // 64) * 64, "d_model": settings.d_model,
+        "n_layers": settings.layers, "n_heads": settings.heads, "max_seq_len": settings.train.block_size,
+        "dropout": settings.dropout,
+    }
     if settings.d_ff:
         overrides["d_ff"] = settings.d_ff
     if settings.decoder_layers:

@@ -40,7 +40,14 @@ import json
 from pathlib import Path
 
 from maskwise.errors import UserError
-from maskwise.experiments.ablations import electra, embedder, mask_ratio, pooling, seq2seq, shift_bug
+from maskwise.experiments.ablations import (
+    electra,
+    embedder,
+    mask_ratio,
+    pooling,
+    seq2seq,
+    shift_bug,
+)
 from maskwise.experiments.ablations.framework import Ablation, Setup, conduct
 from maskwise.experiments.report import render, write_results
 from maskwise.experiments.runner import Experiment, machine_info

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
-from maskwise.experiments.ablations.framework import (AXES, GENRE_ACC, TOKENS, WALL, Ablation, Arm, Measured, Setup,
-                                                      fine_tuned, key, moved, on_both_axes, table_row,
-                                                      tokens_per_second)
+from maskwise.experiments.ablations.framework import (
+    AXES,
+    GENRE_ACC,
+    TOKENS,
+    WALL,
+    Ablation,
+    Arm,
+    Measured,
+    Setup,
+    fine_tuned,
+    key,
+    moved,
+    on_both_axes,
+    table_row,
+    tokens_per_second,
+)
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 
-ELECTRA = Arm("electra", "ELECTRA", dict(family="encoder", objective="electra"))
-MLM = Arm("mlm", "MLM", dict(family="encoder", objective="mlm"))
+ELECTRA = Arm("electra", "ELECTRA", {"family": "encoder", "objective": "electra"})
+MLM = Arm("mlm", "MLM", {"family": "encoder", "objective": "mlm"})
 
 RULE = ("Compare genre accuracy after identical fine-tuning of the ELECTRA discriminator (a) and the MLM "
         "encoder (b), both of the same size: held if ELECTRA is ahead, falsified if MLM is ahead, "
@@ -53,14 +66,14 @@ def summary(m: Measured, metrics: dict) -> str:
 
 def notes(m: Measured) -> list[str]:
     return [
-        "Equal compute is stated two ways: equal tokens (the same text; ELECTRA also runs a generator a quarter "
-        "the width, so it spends more per token, see the FLOPs row) and equal wall-clock (the fair one for "
-        "cost). The FLOPs estimate counts ELECTRA as 6 x all its parameters per token.",
-        "What fine-tunes is the discriminator (the run's model.safetensors), a plain encoder of the same size "
-        "as the MLM one; mean pooling, the same steps, batch and learning rates.",
+        ("Equal compute is stated two ways: equal tokens (the same text; ELECTRA also runs a generator a quarter "
+         "the width, so it spends more per token, see the FLOPs row) and equal wall-clock (the fair one for "
+         "cost). The FLOPs estimate counts ELECTRA as 6 x all its parameters per token."),
+        ("What fine-tunes is the discriminator (the run's model.safetensors), a plain encoder of the same size "
+         "as the MLM one; mean pooling, the same steps, batch and learning rates."),
         "One model size only: the 'most clearly for small models' part of the prediction is not tested here.",
-        "ELECTRA's validation loss (generator MLM + 50 x discriminator BCE) is on another scale than MLM's: "
-        "compare the curves' shapes, not their levels.",
+        ("ELECTRA's validation loss (generator MLM + 50 x discriminator BCE) is on another scale than MLM's: "
+         "compare the curves' shapes, not their levels."),
     ]
 
 

@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
-from maskwise.experiments.ablations.framework import (AXES, MIN_BUCKET, TOKENS, WALL, Ablation, Arm, Measured, Setup,
-                                                      buckets_of, common_buckets, fine_tuned, key, moved, on_both_axes,
-                                                      table_row)
+from maskwise.experiments.ablations.framework import (
+    AXES,
+    MIN_BUCKET,
+    TOKENS,
+    WALL,
+    Ablation,
+    Arm,
+    Measured,
+    Setup,
+    buckets_of,
+    common_buckets,
+    fine_tuned,
+    key,
+    moved,
+    on_both_axes,
+    table_row,
+)
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 from maskwise.recipes import MODEL
 
-ENCODER = Arm("mlm", "encoder (MLM, mean)", dict(family="encoder", objective="mlm"))
-DECODER = Arm("clm", "decoder (CLM, last)", dict(family="decoder", objective="clm"))
+ENCODER = Arm("mlm", "encoder (MLM, mean)", {"family": "encoder", "objective": "mlm"})
+DECODER = Arm("clm", "decoder (CLM, last)", {"family": "decoder", "objective": "clm"})
 BUCKET = "recall@10, passages of "
 POOLING = {ENCODER.key: "mean", DECODER.key: "last"}  # each family's summary position (see the notes)
 
@@ -79,14 +93,14 @@ def summary(m: Measured, metrics: dict) -> str:
 
 def notes(m: Measured) -> list[str]:
     return [
-        "Both bodies pretrain on the same text with the same block; only the attention mask and the loss "
-        "differ. Contrastive training (InfoNCE, in-batch negatives) has the same steps, batch and learning rate.",
-        "Pooling: mean over real tokens for the encoder, the last real token for the decoder (the only position "
-        "that has seen the whole text through a causal mask).",
-        f"Inputs are cut to {MODEL['block_size']} tokens (about 350 characters with this BPE): in the longest "
-        "buckets both models read only the start of the passage.",
-        "The validation losses on the plots are per masked token (MLM) and per token (CLM): compare shapes, "
-        "not levels.",
+        ("Both bodies pretrain on the same text with the same block; only the attention mask and the loss "
+         "differ. Contrastive training (InfoNCE, in-batch negatives) has the same steps, batch and learning rate."),
+        ("Pooling: mean over real tokens for the encoder, the last real token for the decoder (the only position "
+         "that has seen the whole text through a causal mask)."),
+        (f"Inputs are cut to {MODEL['block_size']} tokens (about 350 characters with this BPE): in the longest "
+         "buckets both models read only the start of the passage."),
+        ("The validation losses on the plots are per masked token (MLM) and per token (CLM): compare shapes, "
+         "not levels."),
     ]
 
 

@@ -14,7 +14,13 @@ from pathlib import Path
 
 from maskwise.experiments.report import fmt_stat, mean_and_spread
 from maskwise.experiments.runner import Experiment
-from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, Comparison, compare
+from maskwise.experiments.verdict import (
+    FALSIFIED,
+    HELD,
+    INCONCLUSIVE,
+    Comparison,
+    compare,
+)
 from maskwise.recipes import Scale, pretrain_settings, run_task
 
 TOKENS, WALL = "equal tokens", "equal wall-clock"

@@ -5,8 +5,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from maskwise.errors import UserError
-from maskwise.experiments.ablations.framework import (AXES, GENRE_ACC, TOKENS, WALL, Ablation, Arm, Measured, Setup,
-                                                      fine_tuned, key, moved, on_both_axes, table_row)
+from maskwise.experiments.ablations.framework import (
+    AXES,
+    GENRE_ACC,
+    TOKENS,
+    WALL,
+    Ablation,
+    Arm,
+    Measured,
+    Setup,
+    fine_tuned,
+    key,
+    moved,
+    on_both_axes,
+    table_row,
+)
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 from maskwise.recipes import MODEL
 
@@ -22,7 +35,7 @@ RULE = ("Compare the lowest ratio (a) and the highest (b). The loss is MLM loss 
 
 
 def ratio_arm(ratio: float) -> Arm:
-    return Arm(f"ratio{ratio:g}", f"mask {ratio:g}", dict(family="encoder", objective="mlm", mask_ratio=ratio))
+    return Arm(f"ratio{ratio:g}", f"mask {ratio:g}", {"family": "encoder", "objective": "mlm", "mask_ratio": ratio})
 
 
 def arms(ratios: Sequence[float] = DEFAULT_RATIOS) -> tuple[Arm, ...]:
@@ -95,13 +108,13 @@ def summary(m: Measured, metrics: dict) -> str:
 
 def notes(m: Measured) -> list[str]:
     return [
-        "What is compared: MLM loss per masked token, on the same held-out windows with the same 15% masks "
-        "for every model. A model trained at 30% is scored on the loss at its own ratio during training (the "
-        "curves and the 'own ratio' row), where each prediction has less context: those numbers measure "
-        "different tasks and are not compared.",
-        "Wettig et al. (2023, 'Should You Mask 15% in Masked Language Modeling?') found 40% masking beating "
-        "15% downstream for BERT-large-sized models with an efficient recipe; the tiny models here are far "
-        "from that regime, and the verdict is reported either way.",
+        ("What is compared: MLM loss per masked token, on the same held-out windows with the same 15% masks "
+         "for every model. A model trained at 30% is scored on the loss at its own ratio during training (the "
+         "curves and the 'own ratio' row), where each prediction has less context: those numbers measure "
+         "different tasks and are not compared."),
+        ("Wettig et al. (2023, 'Should You Mask 15% in Masked Language Modeling?') found 40% masking beating "
+         "15% downstream for BERT-large-sized models with an efficient recipe; the tiny models here are far "
+         "from that regime, and the verdict is reported either way."),
         "Classification: mean pooling, the same fine-tuning steps, batch and learning rates for every ratio.",
     ]
 

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
-from maskwise.experiments.ablations.framework import (GENRE_ACC, SHARED, TOKENS, Ablation, Arm, Measured, Setup, ahead,
-                                                      claims_verdict, fine_tuned, key, moved, table_row)
+from maskwise.experiments.ablations.framework import (
+    GENRE_ACC,
+    SHARED,
+    TOKENS,
+    Ablation,
+    Arm,
+    Measured,
+    Setup,
+    ahead,
+    claims_verdict,
+    fine_tuned,
+    key,
+    moved,
+    table_row,
+)
 from maskwise.experiments.verdict import compare
 
-ENCODER = Arm("mlm", "encoder (MLM)", dict(family="encoder", objective="mlm"))
+ENCODER = Arm("mlm", "encoder (MLM)", {"family": "encoder", "objective": "mlm"})
 POOLINGS = ("cls", "mean")
 RECALL = "recall@10"
 CLOSE = 0.02  # accuracy difference that still counts as "close" when the intervals separate
@@ -54,10 +67,10 @@ def summary(m: Measured, metrics: dict) -> str:
 
 def notes(m: Measured) -> list[str]:
     return [
-        "Both poolings fine-tune copies of the same pretrained encoder for the same steps, so equal tokens and "
-        "equal wall-clock are the same comparison; the fine-tuning seconds rows show the costs match.",
-        "Classification: a fresh head on the pooled state, body and head fine-tuned. Retrieval: contrastive ICT "
-        "training of the pooled, normalised vectors.",
+        ("Both poolings fine-tune copies of the same pretrained encoder for the same steps, so equal tokens and "
+         "equal wall-clock are the same comparison; the fine-tuning seconds rows show the costs match."),
+        ("Classification: a fresh head on the pooled state, body and head fine-tuned. Retrieval: contrastive ICT "
+         "training of the pooled, normalised vectors."),
     ]
 
 

@@ -8,12 +8,25 @@ import time
 from collections.abc import Callable
 
 from maskwise.errors import UserError
-from maskwise.experiments.ablations.framework import (AXES, MIN_BUCKET, TOKENS, Ablation, Arm, Measured, Setup,
-                                                      buckets_of, common_buckets, key, moved, on_both_axes, table_row)
+from maskwise.experiments.ablations.framework import (
+    AXES,
+    MIN_BUCKET,
+    TOKENS,
+    Ablation,
+    Arm,
+    Measured,
+    Setup,
+    buckets_of,
+    common_buckets,
+    key,
+    moved,
+    on_both_axes,
+    table_row,
+)
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 from maskwise.recipes import MODEL, run_task
 
-S2S_BLOCK = dict(block_size=256, batch_size=8)  # passages run to 600 characters (~220 tokens)
+S2S_BLOCK = {"block_size": 256, "batch_size": 8}  # passages run to 600 characters (~220 tokens)
 DECODER = Arm("decoder", "decoder-only", dict(family="decoder", objective="clm", layers=4, **S2S_BLOCK))
 ENCDEC = "encoder-decoder"  # its arm's label; the FFN width is matched at run time
 F1 = "speakers F1"
@@ -174,18 +187,18 @@ def summary(m: Measured, metrics: dict) -> str:
 def notes(m: Measured) -> list[str]:
     encdec, encdec_params, decoder_params = matched_encoder_decoder()
     return [
-        f"Equal size: 4 causal layers vs 2 + 2 layers whose FFN width ({encdec.settings['d_ff']}) was chosen so "
-        f"the parameter sums match ({decoder_params:,} vs {encdec_params:,}); both pretrain on blocks of "
-        f"{S2S_BLOCK['block_size']} tokens, the decoder by CLM, the encoder-decoder by T5 span corruption.",
-        "Tokens seen count what a model reads: for the encoder-decoder, its corrupted inputs plus its span "
-        "targets (sentinels included), about 10% more than the raw text they were cut from.",
-        "Fine-tuning: the same steps, batch and learning rate; the decoder-only model reads 'source [SEP] target' "
-        "with the loss on the target only. Greedy decoding for quality.",
-        f"Cost at a fixed batch of {COST_BATCH} passages from one length bucket, KV cache on, medians of "
-        f"{COST_REPEATS}: time to first token = prefill + one step; decode tokens/s over {COST_TOKENS - 1} more "
-        "forced tokens. Measured on a shared machine: compare within a row, not across reports.",
-        "The validation losses on the plots are per token of different objectives (CLM, span corruption): "
-        "compare shapes, not levels.",
+        (f"Equal size: 4 causal layers vs 2 + 2 layers whose FFN width ({encdec.settings['d_ff']}) was chosen so "
+         f"the parameter sums match ({decoder_params:,} vs {encdec_params:,}); both pretrain on blocks of "
+         f"{S2S_BLOCK['block_size']} tokens, the decoder by CLM, the encoder-decoder by T5 span corruption."),
+        ("Tokens seen count what a model reads: for the encoder-decoder, its corrupted inputs plus its span "
+         "targets (sentinels included), about 10% more than the raw text they were cut from."),
+        ("Fine-tuning: the same steps, batch and learning rate; the decoder-only model reads 'source [SEP] target' "
+         "with the loss on the target only. Greedy decoding for quality."),
+        (f"Cost at a fixed batch of {COST_BATCH} passages from one length bucket, KV cache on, medians of "
+         f"{COST_REPEATS}: time to first token = prefill + one step; decode tokens/s over {COST_TOKENS - 1} more "
+         "forced tokens. Measured on a shared machine: compare within a row, not across reports."),
+        ("The validation losses on the plots are per token of different objectives (CLM, span corruption): "
+         "compare shapes, not levels."),
     ]
 
 

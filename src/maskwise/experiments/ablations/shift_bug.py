@@ -4,12 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from maskwise.experiments.ablations.framework import (AXES, TOKENS, Ablation, Arm, Measured, Setup, ahead,
-                                                      claims_verdict, key, moved, on_both_axes, table_row)
+from maskwise.experiments.ablations.framework import (
+    AXES,
+    TOKENS,
+    Ablation,
+    Arm,
+    Measured,
+    Setup,
+    ahead,
+    claims_verdict,
+    key,
+    moved,
+    on_both_axes,
+    table_row,
+)
 from maskwise.experiments.verdict import compare
 
-SHIFT_OK = Arm("shift", "correct shift", dict(family="decoder", objective="clm"))
-SHIFT_BUG = Arm("noshift", "no shift (bug)", dict(family="decoder", objective="clm", no_shift=True))
+SHIFT_OK = Arm("shift", "correct shift", {"family": "decoder", "objective": "clm"})
+SHIFT_BUG = Arm("noshift", "no shift (bug)", {"family": "decoder", "objective": "clm", "no_shift": True})
 REPORTED = "reported validation loss"
 COPY_RATE = "sample copy rate"
 TRUE_LOSS = "next-token loss on held-out text, nats/char"
@@ -52,9 +64,9 @@ def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
     """Held-out next-token loss with the correct shift, and sampled continuations of held-out
     prompts: their copy rate and the first one as text."""
     from maskwise.experiments.compare import held_out_text
-    from maskwise.tasks.reading import seeded_generator
     from maskwise.tasks.fill_mask import decoder_nats_per_char
     from maskwise.tasks.generate import GenerationConfig, generate
+    from maskwise.tasks.reading import seeded_generator
 
     run = setup.exp.load(name)
     tok, text = run.tokenizer, held_out_text(setup.scale.held_out_chars)
@@ -99,13 +111,13 @@ def samples(m: Measured) -> dict:
 
 def notes(m: Measured) -> list[str]:
     return [
-        "The reported loss is each run's own validation loss: for the broken run, the loss of predicting the "
-        "token at the same position, which the causal mask lets it see; so it falls towards zero.",
-        "The held-out next-token loss scores both models with the correct shift on the opening of a test play "
-        "(nats per character, so the tokenizer does not matter): what the broken run actually knows about "
-        "what comes next.",
-        f"Copy rate: over {SAMPLE_PROMPTS} held-out prompts of {PROMPT_TOKENS} tokens, each continued for "
-        f"{SAMPLE_TOKENS} tokens, the share of generated tokens equal to the token just before them.",
+        ("The reported loss is each run's own validation loss: for the broken run, the loss of predicting the "
+         "token at the same position, which the causal mask lets it see; so it falls towards zero."),
+        ("The held-out next-token loss scores both models with the correct shift on the opening of a test play "
+         "(nats per character, so the tokenizer does not matter): what the broken run actually knows about "
+         "what comes next."),
+        (f"Copy rate: over {SAMPLE_PROMPTS} held-out prompts of {PROMPT_TOKENS} tokens, each continued for "
+         f"{SAMPLE_TOKENS} tokens, the share of generated tokens equal to the token just before them."),
     ]
 
 
