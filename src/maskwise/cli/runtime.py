@@ -16,9 +16,11 @@ def runtime_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def runtime_of(args):
-    """The command's ``Runtime`` (``--bf16``, where a command has it, is ``--precision bf16``), announced once."""
+    """The command's ``Runtime`` (``--bf16``, where a command has it, is ``--precision bf16``), decided
+    and announced on the first call and kept on ``args`` for the command's later calls."""
     from maskwise.runtime import announce, precision_setting, resolve
 
-    runtime = resolve(args.device, precision_setting(args.precision, getattr(args, "bf16", False)))
-    announce(runtime)
-    return runtime
+    if getattr(args, "runtime", None) is None:
+        args.runtime = resolve(args.device, precision_setting(args.precision, getattr(args, "bf16", False)))
+        announce(args.runtime)
+    return args.runtime

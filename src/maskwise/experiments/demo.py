@@ -28,7 +28,7 @@ def run_demo(out: str | Path = "runs/demo", seconds: float = 120.0, progress: bo
         settings = PretrainConfig.from_flat({
             "family": family, "tokenizer": "char", "layers": 4, "heads": 4, "d_model": 128, "block_size": 64,
             "batch_size": 32, "lr": 2e-3, "steps": 100_000, "warmup": 50, "budget": f"seconds={seconds}",
-            "eval_every": 100, "eval_batches": 10, "device": runtime.device, "precision": runtime.precision, "progress": progress,
+            "eval_every": 100, "eval_batches": 10, "progress": progress,
             "out": str(out / family), "overwrite": True})
         runs[family] = pretrain(settings, runtime=runtime)
     decoder, encoder = runs["decoder"], runs["encoder"]

@@ -64,8 +64,7 @@ class Experiment:
         """A cached pretraining run: returns its curve and run folder (the model stays on disk)."""
 
         def run() -> dict:
-            values = {"progress": progress, **settings, "device": self.runtime.device,
-                      "precision": self.runtime.precision, "out": str(self.run_dir(name)), "resume": True}
+            values = {"progress": progress, **settings, "out": str(self.run_dir(name)), "resume": True}
             pretrain(PretrainConfig.from_flat(values), runtime=self.runtime)
             config = runs.read_json(self.run_dir(name) / runs.CONFIG_FILE)
             curve = runs.read_metrics(self.run_dir(name))  # the whole run, across resumes

@@ -328,8 +328,9 @@ class Trainer:
                              "processes": self.world})
         started = time.perf_counter()
         while not self._budget_spent():
-            lr = cfg.lr * self._lr_factor()
-            set_lr(self.optimizer, self._lr_factor())
+            factor = self._lr_factor()
+            lr = cfg.lr * factor
+            set_lr(self.optimizer, factor)
             t0 = time.perf_counter()
             loss_sum, positions, finite = self.train_step()
             c.wall_s += time.perf_counter() - t0
