@@ -218,7 +218,7 @@ def prepare_folder(path: str | Path, overwrite: bool = False, resume: bool = Fal
     return path
 
 
-# ---- opening a run, or any model folder ---------------------------------------------------------
+# ---- opening a run folder ----------------------------------------------------------------------
 
 
 @dataclass
