@@ -182,7 +182,7 @@ def cost_curve(workers, lengths: list[int], repeats: int) -> str:
              + " |", "|---|" + "---|" * (2 * len(workers))]
     for n in lengths:
         cells = []
-        for side, worker in workers.items():
+        for worker in workers.values():
             for use_cache in (True, False):
                 seconds = worker.ask(cmd="call", name="seconds",
                                      kwargs={"n": n, "use_cache": use_cache, "repeats": repeats})["result"]

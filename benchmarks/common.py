@@ -141,13 +141,13 @@ class Side:
 
     ``step()`` does one unit of work (a training step, a generate call, a batch of embeddings) and
     returns how many tokens (or lines) it processed; ``flops(n)`` the FLOPs it executed for ``n``
-    such units counted by ``step``; ``info`` is free-form and reported once. Extra requests
-    (``{"cmd": "call", "name": ...}``) call a method of the same name with keyword arguments.
+    such units counted by ``step``; ``info`` (optional, a dict) is free-form and reported once.
+    Extra requests (``{"cmd": "call", "name": ...}``) call a method of the same name with keyword
+    arguments.
     ``device`` is where the side computes: on a GPU the timers are read only after
     ``torch.cuda.synchronize()``, and the peak GPU memory is reported with the RSS.
     """
 
-    info: dict[str, Any] = {}
     device: str = "cpu"
 
     def step(self) -> int:
@@ -165,7 +165,7 @@ def serve(build: Callable[[str, argparse.Namespace], Side], side: str, args: arg
         torch.set_num_threads(args.threads)
     baseline = rss_mb()
     obj = build(side, args)
-    out.write(json.dumps({"ready": True, "info": obj.info, "bare_rss_mb": baseline}) + "\n")
+    out.write(json.dumps({"ready": True, "info": getattr(obj, "info", {}), "bare_rss_mb": baseline}) + "\n")
     out.flush()
     for line in sys.stdin:
         request = json.loads(line)
@@ -202,7 +202,7 @@ class Worker:
 
     def __init__(self, script: str, side: str, extra: list[str], wait: bool = True):
         self.side = side
-        self.log = tempfile.TemporaryFile(mode="w+")
+        self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (the worker's stderr for its whole life)
         env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
         self.proc = subprocess.Popen([sys.executable, script, "--worker", side, *extra], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)

@@ -63,7 +63,7 @@ def main() -> None:
                         *(["--device", runtime.device] if name in ("train", "bf16") else []),
                         "--json", str(out)]
                 print(f"running {' '.join(argv[1:-2])}", file=sys.stderr, flush=True)
-                result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                result = subprocess.run(argv, capture_output=True, text=True, check=False)  # failure: no JSON, below
                 if not out.is_file():
                     failed.append(command[0])
                     print(f"{' '.join(command)} failed (exit {result.returncode}):\n{result.stderr[-3000:]}",

@@ -87,8 +87,8 @@ def test_finetune_then_evaluate_and_search(runs, tmp_path, capsys):
 def test_finetune_on_own_data(runs, tmp_path, capsys):
     data = tmp_path / "own.jsonl"
     data.write_text("".join(json.dumps({"source": f"A{i}\nline", "target": f"A{i}"}) + "\n" for i in range(10)))
-    code, stdout, err = cli(capsys, "finetune", "seq2seq", runs["encoder-decoder"], "--out", tmp_path / "s2s",
-                            "--data", data, "--steps", 2, "--batch-size", 2, "--no-progress")
+    code, _, err = cli(capsys, "finetune", "seq2seq", runs["encoder-decoder"], "--out", tmp_path / "s2s",
+                       "--data", data, "--steps", 2, "--batch-size", 2, "--no-progress")
     assert code == 0, err
     assert json.loads((tmp_path / "s2s" / "results.json").read_text())["n_test"] == 1
 
@@ -141,7 +141,7 @@ def _bad(runs, tmp_path):
 
 def test_bad_inputs_exit_2_with_one_line(runs, tmp_path, capsys):
     for args, needle in _bad(runs, tmp_path):
-        code, out, err = cli(capsys, *args)
+        code, _, err = cli(capsys, *args)
         assert code == 2, (args, err)
         assert len(err.strip().splitlines()) == 1, (args, err)
         assert "Traceback" not in err and needle.lower() in err.lower(), (args, err)

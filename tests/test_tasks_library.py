@@ -199,7 +199,7 @@ def test_embed_and_retrieve_end_to_end(tokenizer, retrieval):
                             for t in texts])
 
     assert evaluate_retrieval(external, retrieval, k=10)["n_docs"] == 40
-    scores, index = search(torch.eye(3), torch.tensor([[0.0, 1, 0], [1, 0, 0], [0.5, 0.5, 0]]), k=2)
+    _, index = search(torch.eye(3), torch.tensor([[0.0, 1, 0], [1, 0, 0], [0.5, 0.5, 0]]), k=2)
     assert index.tolist() == [[1, 2], [0, 2], [0, 1]]
 
 

@@ -113,8 +113,8 @@ def test_nonfinite_steps_are_skipped_then_stop():
         trainer.fit()
     assert trainer.counters.nonfinite_steps == 3
     after = trainer.model.state_dict()
-    for key in before:
-        torch.testing.assert_close(before[key], after[key], equal_nan=True)
+    for key, value in before.items():
+        torch.testing.assert_close(value, after[key], equal_nan=True)
 
 
 @pytest.mark.integration

@@ -212,7 +212,7 @@ class Stack(nn.Module):
     ) -> torch.Tensor:
         """x: (B, T, d) token embeddings; attention_mask: (B, T_keys) 1 = real token (with a cache,
         it covers the cached keys too); context: (B, S, d) encoder states; context_mask: (B, S)."""
-        B, T, _ = x.shape
+        T = x.shape[1]
         offset = cache.length if cache is not None else 0
         if positions is None:
             positions = torch.arange(offset, offset + T, device=x.device)  # (T,)
