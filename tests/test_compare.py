@@ -15,7 +15,12 @@ d_model = 32
 block_size = 128
 extraction_target = 24
 batch_size = 8
-finetune_steps = 3
+classify_steps = 3
+retrieve_steps = 3
+extract_steps = 3
+held_out_blocks = 4
+min_steps = 100000
+ttft_repeats = 2
 genre_per_class = 12
 retrieval_pairs = 40
 retrieval_queries = 20
@@ -34,15 +39,22 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     results = json.loads((out / "results.json").read_text())
     assert results["kind"] == "compare"
     assert [r["group"] for r in results["runs"]] == list(FAMILIES)
+    assert [v["rule"] for v in results["verdicts"]] == [
+        "embed, score or classify => encoder", "generate => decoder", "read-then-write => encoder-decoder"]
+    assert all(v["verdict"] in ("held", "falsified", "inconclusive") and v["details"] for v in results["verdicts"])
+    assert results["warning"].startswith("**Warning: too few pretraining steps")  # min_steps above what 3 s allows
     assert all(r["curve"] and "tokens_seen" in r["curve"][0] and "wall_s" in r["curve"][0] for r in results["runs"])
     params = [results["parameters"][f]["total"] for f in FAMILIES]
     assert max(params) / min(params) < 1.10  # equal size within 10%
+    assert results["table"]["columns"] == ["task", *FAMILIES, "best"]
     rows = {row[0]: row[1:] for row in results["table"]["rows"]}
-    assert rows["passage -> speakers: exact match / speakers F1"][0].startswith("cannot")
-    assert rows["held-out next-token loss (nats/char)"][2].startswith("conditional only")
-    assert "poorly" in rows["held-out next-token loss (nats/char)"][0]
+    assert rows["passage -> speakers F1 [95% interval]"][0].startswith("cannot")
+    assert rows["held-out next-token loss (nats/char) [95% interval]"][2].startswith("conditional only")
+    assert "through [MASK]" in rows["held-out next-token loss (nats/char) [95% interval]"][0]
     report = (out / "report.md").read_text()
-    for section in ("## Results", "## Where the parameters go", "## Plots", "## Summary"):
+    assert report.split("\n")[2].startswith("**Warning")
+    for section in ("## Results", "## Where the parameters go", "## Plots", "## Summary",
+                    "## The rule of thumb, judged (single-seed verdicts)"):
         assert section in report
     assert (out / "loss_vs_tokens_seen.png").is_file() and (out / "loss_vs_wall_s.png").is_file()
     html = (out / "report.html").read_text()
@@ -62,3 +74,15 @@ def test_compare_rejects_unknown_setting(tmp_path, capsys):
     config.write_text("secondz = 3\n")
     assert main(["compare", "--config", str(config), "--out", str(tmp_path / "x")]) == 2
     assert "secondz" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--scale", "huge"], "unknown scale"),
+    (["--quick", "--scale", "gpu"], "--quick"),
+    (["--seeds", "0"], "--seeds"),
+    (["--seconds", "-1"], "--seconds"),
+])
+def test_compare_bad_options_exit_2_with_one_line(tmp_path, capsys, args, needle):
+    assert main(["compare", *args, "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err and not (tmp_path / "x").exists()

@@ -29,7 +29,12 @@ from maskwise.tasks.classify import (
     zero_shot_classify,
 )
 from maskwise.tasks.embed import EmbedConfig, Embedder, info_nce, train_bi_encoder
-from maskwise.tasks.fill_mask import break_exercise, fill_mask
+from maskwise.tasks.fill_mask import (
+    break_exercise,
+    decoder_token_nats,
+    fill_mask,
+    nats_per_char_blocks,
+)
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune, finetune_optimizer
 from maskwise.tasks.generate import GenerationConfig
 from maskwise.tasks.reading import body_states
@@ -262,6 +267,26 @@ def test_seq2seq_end_to_end(tokenizer, family):
                                   cfg.max_target_len, progress=False)
         assert result["n_test"] == 4 and 0 <= result["speakers_f1"] <= 1
     assert result["baseline"]["speakers_f1"] > 0.4  # the first line names one of the passage's speakers
+
+
+@pytest.mark.unit
+def test_decoder_token_nats_match_the_models_own_loss_across_windows(tokenizer):
+    """Per-token nats in half-overlapping windows: in the first window they are the model's own
+    shifted loss; every token but the first is scored exactly once; blocks weigh by characters."""
+    decoder = tiny("decoder", tokenizer, context=16)
+    text = "To be, or not to be: that is the question."
+    ids = tokenizer.encode(text)
+    nats = decoder_token_nats(decoder, tokenizer, ids)
+    assert len(nats) == len(ids) - 1
+    head = torch.tensor([ids[:16]])
+    labels = torch.cat([head[:, 1:], torch.full((1, 1), -100)], dim=1)
+    with torch.no_grad():
+        own = float(decoder(head, labels=labels).loss_sum)
+    assert sum(nats[:15]) == pytest.approx(own, rel=1e-5)
+    blocks = nats_per_char_blocks(decoder, tokenizer, text, blocks=4)
+    assert len(blocks) == 4
+    size = -(-len(nats) // 4)
+    assert blocks[0] == pytest.approx(sum(nats[:size]) / size, rel=1e-5)  # characters: one per token
 
 
 @pytest.mark.integration

@@ -46,66 +46,110 @@ class TaskSettings:
     max_target_len: int = 32  # extract: target tokens
     data_seed: int = 0  # which windows, pairs and passages
     sample_pairs: bool = False  # retrieve: draw the pairs among every train speech, not among capped queries
+    test_docs: int | None = None  # retrieve: collection size (None: every eligible speech of the test plays)
+    rename_speakers: float = 0.0  # extract: fraction of training passages drawn with the cast renamed
     seed: int = 0
     progress: bool = False
 
 
 @dataclass(frozen=True)
 class CompareSettings:
-    """``compare``'s scale: three families at one wall-clock budget."""
+    """``compare``'s scale: three families at one wall-clock budget, then every task each can do."""
 
-    seconds: float = 90.0  # pretraining wall-clock per family
+    name: str = "default"
+    seconds: float = 150.0  # pretraining wall-clock per family
+    # Llama's block for every family (pre-norm RMSNorm, RoPE, SwiGLU): with learned positions a
+    # character MLM encoder spends minutes on its unigram plateau, with rotary ones it leaves it
+    # in a hundred steps (README, the main job).
+    preset: str = "modern"
     d_model: int = 128
     heads: int = 4
+    layers: int = 4  # the encoder-decoder splits them, layers // 2 + layers // 2
     block_size: int = 256
-    batch_size: int = 32
-    # Characters: at a budget of minutes a subword model spends its steps on a large embedding
-    # table and barely leaves the unigram plateau, while a character model is already writing words.
+    batch_size: int = 16
     tokenizer: str = "char"
     vocab_size: int = 4096  # for tokenizer = "bpe" or "wordpiece"
     lr: float = 2e-3
-    finetune_steps: int = 100
+    warmup: int = 30
+    min_steps: int = 300  # fewer optimizer steps than this in any family: the report opens with a warning
+    classify_steps: int = 100
+    retrieve_steps: int = 100
+    extract_steps: int = 100
     genre_per_class: int = 250  # training windows per genre (test: a third of it)
     retrieval_pairs: int = 3000
     retrieval_queries: int = 300
+    retrieval_docs: int | None = None  # collection size (None: every speech of the test plays)
     extraction_train: int = 2000
-    extraction_test: int = 100
+    extraction_test: int = 200
     extraction_chars: int = 180  # passage characters: with the target, they fit a decoder's context whole
     extraction_target: int = 64  # target tokens (characters): room for five or six names
-    held_out_chars: int = 1500
+    rename_speakers: float = 0.5  # fraction of fine-tuning passages with the cast renamed (copy, not recall)
+    held_out_chars: int = 3000
+    held_out_blocks: int = 30  # pieces of the held-out text an interval resamples
     fill_positions: int = 300
+    ttft_repeats: int = 30  # time to first token: timed prompts per family
 
     def model(self) -> dict:
-        return {"preset": "gpt2", "tokenizer": self.tokenizer, "vocab_size": self.vocab_size, "d_model": self.d_model,
-                "heads": self.heads, "layers": 4, "block_size": self.block_size, "batch_size": self.batch_size,
-                "lr": self.lr}
+        return {"preset": self.preset, "tokenizer": self.tokenizer, "vocab_size": self.vocab_size,
+                "d_model": self.d_model, "heads": self.heads, "layers": self.layers, "block_size": self.block_size,
+                "batch_size": self.batch_size, "lr": self.lr}
 
     def schedule(self, values: dict, budget: str) -> dict:
-        return {"steps": 100_000, "warmup": 30, "budget": budget or f"seconds={self.seconds}", "eval_every": 50,
-                    "eval_batches": 8}
+        return {"steps": 100_000, "warmup": self.warmup, "budget": budget or f"seconds={self.seconds}",
+                "eval_every": 50, "eval_batches": 8}
 
     def family_arm(self, family: str, data: str) -> dict:
-        """The same layout for every family; the encoder-decoder gets 2 + 2 layers with a 3d FFN."""
+        """The same block for every family; the encoder-decoder splits the layers between its two
+        stacks and narrows its FFN to pay for cross-attention, so the three have equal parameters."""
         arm = {"family": family, "objective": FAMILY_OBJECTIVE[family], "data": data}
         if family == "encoder-decoder":
-            arm.update(layers=2, decoder_layers=2, d_ff=3 * self.d_model)
+            half = max(1, self.layers // 2)
+            arm.update(layers=half, decoder_layers=half, d_ff=matched_ffn_width(self.preset, self.d_model, self.layers),
+                       cross_rope=True)
         return arm
 
     def task(self, name: str, family: str, seed: int) -> TaskSettings:
-        common = {"steps": self.finetune_steps, "batch_size": 32, "seed": seed, "data_seed": seed}
+        common = {"batch_size": 32, "seed": seed, "data_seed": seed}
         if name == "classify":
-            return TaskSettings(train_examples=self.genre_per_class, test_examples=max(20, self.genre_per_class // 3),
-                                lr=3e-4, head_lr=1e-3, pooling="last" if family == "decoder" else "mean", **common)
+            return TaskSettings(steps=self.classify_steps, train_examples=self.genre_per_class,
+                                test_examples=max(20, self.genre_per_class // 3), lr=3e-4, head_lr=1e-3,
+                                pooling="last" if family == "decoder" else "mean", **common)
         if name == "retrieve":
-            return TaskSettings(train_examples=self.retrieval_pairs, test_examples=self.retrieval_queries, lr=3e-4,
+            return TaskSettings(steps=self.retrieve_steps, train_examples=self.retrieval_pairs,
+                                test_examples=self.retrieval_queries, test_docs=self.retrieval_docs, lr=3e-4,
                                 sample_pairs=True, **common)
-        return TaskSettings(train_examples=self.extraction_train, test_examples=self.extraction_test, lr=1e-3,
-                            max_chars=self.extraction_chars, max_target_len=self.extraction_target, **common)
+        return TaskSettings(steps=self.extract_steps, train_examples=self.extraction_train,
+                            test_examples=self.extraction_test, lr=1e-3, max_chars=self.extraction_chars,
+                            max_target_len=self.extraction_target, rename_speakers=self.rename_speakers, **common)
 
 
-QUICK = CompareSettings(seconds=15.0, d_model=64, batch_size=32, finetune_steps=30, genre_per_class=60,
-                        retrieval_pairs=600, retrieval_queries=150, extraction_train=400, extraction_test=60,
-                        held_out_chars=400, fill_positions=100)
+def matched_ffn_width(preset_name: str, d_model: int, layers: int) -> int:
+    """The encoder-decoder's FFN width that gives ``layers // 2 + layers // 2`` layers (the decoder's
+    with cross-attention, 4d^2 more each) the weights of ``layers`` decoder-only layers at the
+    preset's own width: per layer attention 4d^2 and an FFN of k * d * width (k = 3 gated, 2 plain)."""
+    from maskwise.config import preset
+
+    own = preset(preset_name, d_model=d_model)
+    k = 3 if own.gated_ffn else 2
+    half = max(1, layers // 2)
+    # layers * (4d^2 + k d f0) = half * (4d^2 + k d f) + half * (8d^2 + k d f)
+    width = (layers * (4 * d_model + k * own.d_ff) - half * 12 * d_model) / (2 * half * k)
+    return max(1, round(width))
+
+
+QUICK = CompareSettings(name="quick", seconds=15.0, d_model=64, block_size=256, min_steps=40, classify_steps=30,
+                        retrieve_steps=30, extract_steps=30, genre_per_class=60, retrieval_pairs=600,
+                        retrieval_queries=150, extraction_train=400, extraction_test=60, held_out_chars=600,
+                        held_out_blocks=10, fill_positions=100, ttft_repeats=10)
+
+# One modern GPU for about 15 minutes (sized, not yet run on one: README, Hardware).
+GPU = CompareSettings(name="gpu", seconds=180.0, d_model=384, heads=6, layers=6, block_size=512, batch_size=64,
+                      tokenizer="wordpiece", vocab_size=4096, lr=1e-3, warmup=100, min_steps=1500,
+                      classify_steps=400, retrieve_steps=400, extract_steps=600, genre_per_class=600,
+                      retrieval_pairs=8000, extraction_train=6000, extraction_chars=400, extraction_target=48,
+                      held_out_chars=8000)
+
+COMPARE_SCALES = {"default": CompareSettings(), "quick": QUICK, "gpu": GPU}
 
 # The block every ablation arm shares unless the ablation changes it (compare's choice: GPT-2's
 # pre-norm block for every family, so that only the mask and the loss differ between families).
@@ -210,7 +254,7 @@ def _retrieve(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: 
     else:
         pairs = ict_retrieval("train", max_queries=s.train_examples, seed=s.data_seed).pairs()
     if data is None:
-        test = ict_retrieval("test", max_queries=s.test_examples, seed=s.data_seed)
+        test = ict_retrieval("test", max_queries=s.test_examples, max_docs=s.test_docs, seed=s.data_seed)
     length = {} if s.max_len is None else {"max_len": s.max_len}  # None: EmbedConfig's own
     cfg = EmbedConfig(steps=s.steps, batch_size=s.batch_size, lr=s.lr, pooling=s.pooling, seed=s.seed,
                       progress=s.progress, precision=runtime.precision, **length)
@@ -222,7 +266,7 @@ def _retrieve(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: 
 
 
 def _extract(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: str):
-    from maskwise.data.tasks import speaker_examples
+    from maskwise.data.tasks import rename_speakers, speaker_examples
     from maskwise.tasks.generate import GenerationConfig
     from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq, train_seq2seq
 
@@ -231,7 +275,7 @@ def _extract(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: s
         speaker_examples("test", max_chars=s.max_chars, limit=s.test_examples, seed=s.data_seed))
     cfg = Seq2SeqConfig(steps=s.steps, batch_size=s.batch_size, lr=s.lr, max_target_len=s.max_target_len,
                         seed=s.seed, progress=s.progress, precision=runtime.precision)
-    train_seq2seq(model, tokenizer, train, cfg)
+    train_seq2seq(model, tokenizer, train, cfg, augment=rename_speakers, augment_prob=s.rename_speakers)
     generation = GenerationConfig(max_new_tokens=s.max_target_len + 1)  # the target, then [EOS]
     return model, lambda: evaluate_seq2seq(model, tokenizer, test, generation, max_target_len=s.max_target_len,
                                            progress=False), test

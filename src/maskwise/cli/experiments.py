@@ -15,12 +15,17 @@ def register(subparsers) -> None:
 
     compare = subparsers.add_parser(
         "compare", help="the main job: pretrain encoder, decoder and encoder-decoder at one budget, evaluate all")
-    compare.add_argument("--quick", action="store_true", help="the same report in about 2 minutes")
+    compare.add_argument("--scale", default=None,
+                         help="default (about 15 minutes on 2 CPU cores), quick (about 2), or gpu (one modern GPU, "
+                              "about 15)")
+    compare.add_argument("--quick", action="store_true", help="the same report in about 2 minutes (= --scale quick)")
+    compare.add_argument("--seeds", type=int, default=1,
+                         help="seeds per family (default 1; 3 gives intervals over seeds; the time grows with it)")
     compare.add_argument("--seconds", type=float, default=None, help="pretraining seconds per family")
     compare.add_argument("--config", default=None,
                          help="TOML file overriding the experiment's settings (sizes, steps, budgets)")
     compare.add_argument("--data", default="shakespeare", help="pretraining data (tasks use the plays)")
-    compare.add_argument("--seed", type=int, default=0)
+    compare.add_argument("--seed", type=int, default=0, help="the first seed")
     compare.add_argument("--out", default="runs/compare")
     compare.add_argument("--overwrite", action="store_true", help="start over instead of continuing")
     compare.add_argument("--no-progress", dest="progress", action="store_false")
@@ -70,9 +75,16 @@ def run_compare(args) -> int:
 
     from maskwise.errors import UserError
     from maskwise.experiments.compare import run_compare
-    from maskwise.recipes import QUICK, CompareSettings
+    from maskwise.recipes import COMPARE_SCALES, CompareSettings
 
-    settings = QUICK if args.quick else CompareSettings()
+    if args.quick and args.scale not in (None, "quick"):
+        raise UserError(f"--quick is --scale quick; it cannot be combined with --scale {args.scale}")
+    scale = "quick" if args.quick else args.scale or "default"
+    if scale not in COMPARE_SCALES:
+        raise UserError(f"unknown scale {scale!r}; known: {', '.join(COMPARE_SCALES)}")
+    if args.seeds < 1:
+        raise UserError(f"--seeds must be at least 1, got {args.seeds}")
+    settings = COMPARE_SCALES[scale]
     if args.config:
         from maskwise.config import from_dict
         from maskwise.train.pretrain import read_toml
@@ -84,7 +96,7 @@ def run_compare(args) -> int:
         if not args.seconds > 0:
             raise UserError(f"--seconds must be positive, got {args.seconds}")
         settings = dataclasses.replace(settings, seconds=args.seconds)
-    out = run_compare(args.out, args.quick, args.seed, args.data, args.overwrite, args.progress, settings,
+    out = run_compare(args.out, settings, args.seeds, args.seed, args.data, args.overwrite, args.progress,
                       runtime_of(args))
     print((out / "report.md").read_text())
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")

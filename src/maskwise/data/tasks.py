@@ -115,14 +115,15 @@ def genre_examples(split: str, per_genre: int = 300, window: tuple[int, int] = (
 
 
 def ict_retrieval(split: str, min_lines: int = 4, min_query_words: int = 4, max_queries: int | None = None,
-                  seed: int = 0, plays: Sequence[Play] | None = None) -> RetrievalSet:
+                  max_docs: int | None = None, seed: int = 0, plays: Sequence[Play] | None = None) -> RetrievalSet:
     """The inverse cloze task over one split.
 
     Every speech with at least ``min_lines`` lines and a line of at least ``min_query_words`` words
     yields one (query line, speech without it) pair; the line is drawn among those long enough to
     say something ("O!" matches anything). All such speeches form the collection; ``max_queries``
     keeps a random subset of the queries (the collection stays whole, so the task does not get
-    easier)."""
+    easier). ``max_docs`` cuts the collection itself to a random subset of the speeches (and the
+    queries to theirs): a smaller haystack, for models too small to search the whole split."""
     if min_lines < 2:
         raise UserError(f"ICT needs speeches of at least 2 lines, got min_lines={min_lines}")
     rng = _rng(seed, split, "ict")
@@ -138,6 +139,9 @@ def ict_retrieval(split: str, min_lines: int = 4, min_query_words: int = 4, max_
             taken = rng.choice(eligible)
             queries.append(lines[taken])
             docs.append("\n".join(lines[:taken] + lines[taken + 1:]))
+    if max_docs is not None and max_docs < len(docs):
+        keep = sorted(rng.sample(range(len(docs)), max_docs))
+        queries, docs = [queries[i] for i in keep], [docs[i] for i in keep]
     relevant = list(range(len(docs)))
     if max_queries is not None and max_queries < len(queries):
         keep = sorted(rng.sample(range(len(queries)), max_queries))

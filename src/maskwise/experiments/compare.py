@@ -1,43 +1,44 @@
 """``maskwise compare``: the main job. Three families, one budget, every task each can do.
 
 An encoder (MLM), a decoder (CLM) and an encoder-decoder (T5 span corruption) are pretrained for the
-same wall-clock on the same data with the same block (pre-norm LayerNorm, GELU, learned positions:
-only the mask and the loss differ) at about the same parameter count: 4 bidirectional layers, 4
-causal layers, or 2 + 2 layers whose FFN is narrowed to 3d to pay for the decoder's cross-attention
-(2 x (4d^2 + 6d^2) + 2 x (8d^2 + 6d^2) = 48 d^2 = 4 x 12 d^2). Then each is measured on every task:
+same wall-clock on the same data with the same block (the scale's preset: only the mask and the loss
+differ) at equal parameters: ``layers`` bidirectional layers, ``layers`` causal ones, or half and
+half with the FFN narrowed to pay for the decoder's cross-attention (``recipes.matched_ffn_width``).
+Then each is measured, per seed, on every task it can do:
 
-- next-token loss on held-out text (nats per character) and a generated sample;
+- next-token loss on held-out text (nats per character, in blocks an interval resamples), a sample;
 - filling a blank (one hidden token, both sides visible to whoever can see them);
-- genre classification (fine-tuned, same steps), retrieval recall@10 (contrastive, same steps);
-- passage -> speakers extraction (fine-tuned, same steps), by generation.
+- genre classification and retrieval (fine-tuned, the same steps for every family);
+- passage -> speakers extraction (fine-tuned, by generation) and the time to the first token of the
+  answer on a source that fills the decoder's context.
 
-Where a family cannot do a task the cell says why; where it can, only badly (the encoder "generating"
-by repeated [MASK], the decoder filling a blank from the left side only), the cell has the number.
+``compare_report`` turns the measurements into the table, the intervals, the three verdicts of the
+rule of thumb and the summary.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
+import os
 import random
+import time
+from collections import Counter
 from pathlib import Path
 
 import torch
 
 from maskwise.data.plays import load_plays, render_play, split_plays
+from maskwise.errors import UserError
+from maskwise.experiments.compare_report import FAMILIES, build_results, run_name
 from maskwise.experiments.report import render, write_results
-from maskwise.experiments.runner import Experiment, machine_info
+from maskwise.experiments.runner import Experiment
 from maskwise.model.accounting import parameter_breakdown
-from maskwise.recipes import (
-    FAMILY_OBJECTIVE,
-    QUICK,
-    TASKS,
-    CompareSettings,
-    pretrain_settings,
-    run_task,
-)
+from maskwise.recipes import TASKS, CompareSettings, pretrain_settings, run_task
 from maskwise.runtime import Runtime
 
-FAMILIES = ("encoder", "decoder", "encoder-decoder")
+CANNOT_TASKS = {("encoder", "extract")}
 
 
 def held_out_text(chars: int) -> str:
@@ -45,9 +46,28 @@ def held_out_text(chars: int) -> str:
     return render_play(split_plays(load_plays())["test"][0])[:chars]
 
 
+def train_token_counts(tokenizer) -> Counter[int]:
+    """How often each token occurs in the train plays: the trivial baselines' only knowledge."""
+    counts: Counter[int] = Counter()
+    for play in split_plays(load_plays())["train"]:
+        counts.update(tokenizer.encode(render_play(play)))
+    return counts
+
+
+def unigram_nats_per_char(tokenizer, counts: Counter[int], text: str, blocks: int) -> list[float]:
+    """The unigram model's (``counts``, add-one) nats per character of ``text`` in ``blocks``
+    pieces, cut as ``fill_mask.nats_per_char_blocks`` cuts them."""
+    total, vocab = sum(counts.values()), tokenizer.vocab_size
+    ids = tokenizer.encode(text)
+    nats = [-math.log((counts[t] + 1) / (total + vocab)) for t in ids[1:]]
+    size = -(-len(nats) // blocks)  # tokens per block
+    return [sum(nats[s:s + size]) / max(1, len(tokenizer.decode(ids[s + 1:s + 1 + size])))
+            for s in range(0, len(nats), size)]
+
+
 @torch.no_grad()
-def blank_filling_accuracy(model, tokenizer, text: str, n_positions: int, seed: int) -> dict:
-    """Hide one token at a time and predict it.
+def blank_filling(model, tokenizer, text: str, n_positions: int, seed: int, baseline_token: int) -> dict:
+    """Hide one token at a time and predict it; each position's 0/1 and the most-frequent-token guess's.
 
     encoder: ``[MASK]`` in its place, both sides visible; decoder: only what is left of it (its
     next-token prediction from the previous position); encoder-decoder: T5's format, the token
@@ -58,12 +78,13 @@ def blank_filling_accuracy(model, tokenizer, text: str, n_positions: int, seed: 
     from maskwise.tasks.reading import device_of
 
     family, context, device = model.cfg.family, model.cfg.max_seq_len - 2, device_of(model)
+    model.eval()
     ids = tokenizer.encode(text)
     rng = random.Random(seed)
     ordinary = [p for p in range(1, len(ids)) if ids[p] not in tokenizer.special_ids]
     positions = sorted(rng.sample(ordinary, min(n_positions, len(ordinary))))
     windows = [(max(0, p - context // 2), p) for p in positions]
-    correct = 0
+    correct: list[int] = []
     for chunk in range(0, len(windows), 64):
         batch = windows[chunk:chunk + 64]
         if family == "decoder":
@@ -76,7 +97,8 @@ def blank_filling_accuracy(model, tokenizer, text: str, n_positions: int, seed: 
             seqs = [[tokenizer.cls_id, *ids[s:p], tokenizer.mask_id, *ids[p + 1:s + context]] for s, p in batch]
             x, mask = pad(seqs, tokenizer.pad_id, "right", device)
             logits = model(x, mask).logits
-            predicted = logits[torch.arange(len(batch)), torch.tensor([p - s + 1 for s, p in batch])].argmax(-1).cpu()
+            where = torch.tensor([p - s + 1 for s, p in batch], device=device)
+            predicted = logits[torch.arange(len(batch), device=device), where].argmax(-1).cpu()
         else:
             sentinel = tokenizer.sentinel_ids[0]
             seqs = [[*ids[s:p], sentinel, *ids[p + 1:s + context]] for s, p in batch]
@@ -85,36 +107,33 @@ def blank_filling_accuracy(model, tokenizer, text: str, n_positions: int, seed: 
             logits = model(x, mask, decoder_input_ids=start).logits  # (B, 2, V)
             predicted = logits[:, 1].argmax(-1).cpu()
         targets = torch.tensor([ids[p] for _, p in batch])
-        correct += int((predicted == targets).sum())
-    return {"accuracy": correct / max(len(positions), 1), "n": len(positions)}
+        correct.extend((predicted == targets).int().tolist())
+    return {"accuracy": sum(correct) / max(len(correct), 1), "n": len(correct), "correct": correct,
+            "baseline": {"name": "the most frequent token", "token": tokenizer.id_to_token(baseline_token),
+                         "correct": [int(ids[p] == baseline_token) for p in positions]}}
 
 
-def _fresh(exp: Experiment, family: str):
-    run = exp.load(family)
-    return run.model, run.tokenizer
-
-
-def language_modelling(exp: Experiment, family: str, s: CompareSettings, seed: int) -> dict:
-    from maskwise.tasks.fill_mask import (
-        decoder_nats_per_char,
-        encoder_nats_per_char,
-        mlm_continue,
-    )
+def language_modelling(exp: Experiment, run: str, s: CompareSettings, seed: int) -> dict:
+    from maskwise.tasks.fill_mask import mlm_continue, nats_per_char_blocks
     from maskwise.tasks.generate import GenerationConfig, generate_text
     from maskwise.tasks.reading import seeded_generator
 
-    model, tok = _fresh(exp, family)
+    loaded = exp.load(run)
+    model, tok, family = loaded.model, loaded.tokenizer, loaded.model.cfg.family
     text = held_out_text(s.held_out_chars)
     sampling = GenerationConfig(max_new_tokens=48, temperature=0.8, top_k=40)
     g = seeded_generator(model, seed)
     prompt = "HAMLET\nTo be, or not to be,"
-    result = {"blank_filling": blank_filling_accuracy(model, tok, text, s.fill_positions, seed)}
+    counts = train_token_counts(tok)
+    most_frequent = next(t for t, _ in counts.most_common() if t not in tok.special_ids)
+    result = {"blank_filling": blank_filling(model, tok, text, s.fill_positions, seed, most_frequent),
+              "unigram_blocks": unigram_nats_per_char(tok, counts, text, s.held_out_blocks)}
     if family == "decoder":
-        result["nats_per_char"] = decoder_nats_per_char(model, tok, text)
+        result["nats_blocks"] = nats_per_char_blocks(model, tok, text, s.held_out_blocks)
         result["sample"] = prompt + generate_text(model, tok, [prompt], sampling, g)[0]
     elif family == "encoder":
-        result["nats_per_char"] = encoder_nats_per_char(model, tok, text, both_sides=False)
-        result["nats_per_char_both_sides"] = encoder_nats_per_char(model, tok, text, both_sides=True)
+        result["nats_blocks"] = nats_per_char_blocks(model, tok, text, s.held_out_blocks, both_sides=False)
+        result["both_sides_blocks"] = nats_per_char_blocks(model, tok, text, s.held_out_blocks, both_sides=True)
         result["sample"] = prompt + mlm_continue(model, tok, prompt, 48, sampling, g)
     else:
         sentinel = tok.id_to_token(tok.sentinel_ids[0])
@@ -123,122 +142,77 @@ def language_modelling(exp: Experiment, family: str, s: CompareSettings, seed: i
     return result
 
 
-def fine_tuned(exp: Experiment, task: str, family: str, s: CompareSettings, seed: int) -> dict:
-    """The record of ``task`` fine-tuned on a fresh copy of ``family``'s pretrained model."""
-    model, tok = _fresh(exp, family)
-    return run_task(task, model, tok, s.task(task, family, seed), exp.runtime, label=family).record
+@torch.no_grad()
+def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSettings) -> dict:
+    """Seconds from a source to the first token of its answer, batch 1, for the two families that
+    write: the same source (a passage that fills the decoder's room before its answer), timed in
+    turns so that a change in the machine's load falls on both."""
+    from maskwise.data.tasks import speaker_examples
+    from maskwise.objectives.span import decoder_start_id
+    from maskwise.tasks.generate import GenerationConfig, generate
+    from maskwise.tasks.seq2seq import source_ids
+
+    loaded = {family: exp.load(run) for family, run in runs.items()}
+    for run in loaded.values():
+        run.model.eval()
+    tok = next(iter(loaded.values())).tokenizer
+    longest = max(speaker_examples("test", max_chars=4 * s.block_size, limit=50, seed=0),
+                  key=lambda e: len(e.source))
+    prompts = {f: source_ids(r.model, tok, longest.source, s.extraction_target) for f, r in loaded.items()}
+    length = min(len(p) for p in prompts.values())
+    prompts = {f: p[:length - 1] + p[-1:] if f == "decoder" else p[:length] for f, p in prompts.items()}
+    one = GenerationConfig(max_new_tokens=1)
+    seconds: dict[str, list[float]] = {f: [] for f in loaded}
+    for repeat in range(s.ttft_repeats + 2):  # two warm-up turns, not kept
+        for family, run in loaded.items():
+            started = time.perf_counter()
+            generate(run.model, [prompts[family]], one, tok.eos_id, tok.pad_id, decoder_start_id(tok))
+            if repeat >= 2:
+                seconds[family].append(time.perf_counter() - started)
+    return {"source_tokens": length, "seconds": seconds}
 
 
-CANNOT = {
-    ("encoder", "extract"): "cannot: no decoder to write the answer (an encoder labels positions it is given)",
-    ("encoder-decoder", "next_token"): "conditional only: its decoder models targets given a source, not the "
-                                       "text itself (span loss in the curves)",
-}
+def fine_tuned(exp: Experiment, task: str, run: str, family: str, s: CompareSettings, seed: int) -> dict:
+    """The record of ``task`` fine-tuned on a fresh copy of ``run``'s pretrained model."""
+    loaded = exp.load(run)
+    return run_task(task, loaded.model, loaded.tokenizer, s.task(task, family, seed), exp.runtime,
+                    label=family).record
 
 
-def _cell(value: float, baseline: float | None = None, digits: int = 3) -> str:
-    text = f"{value:.{digits}f}"
-    return text + (f" (baseline {baseline:.{digits}f})" if baseline is not None else "")
-
-
-def run_compare(out: str | Path = "runs/compare", quick: bool = False, seed: int = 0, data: str = "shakespeare",
-                overwrite: bool = False, progress: bool = True, settings: CompareSettings | None = None,
+def run_compare(out: str | Path = "runs/compare", settings: CompareSettings | None = None, seeds: int = 1,
+                first_seed: int = 0, data: str = "shakespeare", overwrite: bool = False, progress: bool = True,
                 runtime: Runtime | None = None) -> Path:
-    s = settings or (QUICK if quick else CompareSettings())
+    s = settings or CompareSettings()
+    load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     exp = Experiment(out, overwrite, runtime)
-    pre = {f: exp.pretrain(f, progress=progress, **pretrain_settings(s, s.family_arm(f, data), seed))
-           for f in FAMILIES}
-    params = {}
-    for family in FAMILIES:
-        model, _ = _fresh(exp, family)
-        params[family] = parameter_breakdown(model)
-    measured = {}
-    for family in FAMILIES:
-        measured[family] = {
-            "lm": exp.step(f"lm-{family}", lambda f=family: language_modelling(exp, f, s, seed)),
-            **{task: exp.step(f"{task}-{family}", lambda t=task, f=family: fine_tuned(exp, t, f, s, seed))
-               for task in TASKS if (family, task) not in CANNOT},
-        }
-
-    results = _results(s, seed, data, pre, params, measured, exp.elapsed(), quick, exp.runtime)
+    recipe = json.loads(json.dumps({"settings": dataclasses.asdict(s), "data": data}))  # as the folder keeps it
+    stored = exp.step("compare", lambda: dict(recipe))
+    if {k: v for k, v in stored.items() if k != "step_s"} != recipe:
+        raise UserError(f"{exp.out} holds a compare at scale {stored['settings']['name']} with other settings than "
+                        f"now ({s.name}); use --overwrite or another --out")
+    seed_list = list(range(first_seed, first_seed + seeds))
+    pre, measured, ttft = {}, {}, {}
+    for seed in seed_list:
+        for family in FAMILIES:
+            name = run_name(family, seed)
+            pre[name] = exp.pretrain(name, progress=progress,
+                                     **pretrain_settings(s, s.family_arm(family, data), seed))
+    params = {family: parameter_breakdown(exp.load(run_name(family, first_seed)).model) for family in FAMILIES}
+    for seed in seed_list:
+        measured[seed] = {}
+        for family in FAMILIES:
+            name = run_name(family, seed)
+            measured[seed][family] = {
+                "lm": exp.step(f"lm-{name}", lambda n=name, sd=seed: language_modelling(exp, n, s, sd)),
+                **{task: exp.step(f"{task}-{name}",
+                                  lambda t=task, n=name, f=family, sd=seed: fine_tuned(exp, t, n, f, s, sd))
+                   for task in TASKS if (family, task) not in CANNOT_TASKS},
+            }
+        ttft[seed] = exp.step(f"ttft-seed{seed}", lambda sd=seed: time_to_first_token(
+            exp, {f: run_name(f, sd) for f in ("decoder", "encoder-decoder")}, s))
+    results = build_results(s, seed_list, data, pre, params, measured, ttft, exp.elapsed(), exp.runtime,
+                            load_at_start)
+    results["settings"] = {**dataclasses.asdict(s), "seeds": seed_list, "data": data}
     write_results(exp.out, results)
     render(exp.out)
     return exp.out
-
-
-def _results(s, seed, data, pre, params, measured, wall_s, quick, runtime) -> dict:
-    rows = []
-    last = {f: pre[f]["curve"][-1] for f in FAMILIES}
-    rows.append(["pretraining objective"] + [FAMILY_OBJECTIVE[f] for f in FAMILIES])
-    rows.append(["parameters"] + [f"{params[f]['total']:,}" for f in FAMILIES])
-    rows.append(["tokens seen in pretraining"] + [f"{last[f]['tokens_seen']:,}" for f in FAMILIES])
-    rows.append(["pretraining wall-clock (s)"] + [f"{last[f]['wall_s']:.0f}" for f in FAMILIES])
-    rows.append(["final validation loss (own objective)"] + [f"{last[f]['val_loss']:.3f}" for f in FAMILIES])
-    row = ["held-out next-token loss (nats/char)"]
-    for f in FAMILIES:
-        lm = measured[f]["lm"]
-        if f == "encoder":
-            row.append(f"{lm['nats_per_char']:.3f} (poorly: left context only through [MASK]; "
-                       f"{lm['nats_per_char_both_sides']:.3f} with both sides)")
-        elif f == "decoder":
-            row.append(f"{lm['nats_per_char']:.3f}")
-        else:
-            row.append(CANNOT[(f, "next_token")])
-    rows.append(row)
-    row = ["fill a blank (token accuracy)"]
-    for f in FAMILIES:
-        acc = measured[f]["lm"]["blank_filling"]["accuracy"]
-        row.append(f"{acc:.3f}" + (" (left side only)" if f == "decoder" else
-                                   " (via sentinel span)" if f == "encoder-decoder" else ""))
-    rows.append(row)
-    rows.append(["genre classification accuracy / macro-F1"] + [
-        f"{measured[f]['classify']['accuracy']:.3f} / {measured[f]['classify']['macro_f1']:.3f} "
-        f"(majority {measured[f]['classify']['baseline']['accuracy']:.3f})" for f in FAMILIES])
-    rows.append(["retrieval recall@10 (ICT)"] + [
-        f"{measured[f]['retrieve']['recall@10']:.3f} (random {measured[f]['retrieve']['baseline']['recall@10']:.3f})"
-        for f in FAMILIES])
-    row = ["passage -> speakers: exact match / speakers F1"]
-    for f in FAMILIES:
-        if "extract" not in measured[f]:
-            row.append(CANNOT[(f, "extract")])
-            continue
-        e = measured[f]["extract"]
-        row.append(f"{e['exact_match']:.3f} / {e['speakers_f1']:.3f} (first-line baseline "
-                   f"{e['baseline']['exact_match']:.3f} / {e['baseline']['speakers_f1']:.3f})")
-    rows.append(row)
-
-    metrics = {
-        "genre accuracy": {f: [measured[f]["classify"]["accuracy"]] for f in FAMILIES},
-        "retrieval recall@10": {f: [measured[f]["retrieve"]["recall@10"]] for f in FAMILIES},
-        "blank filling accuracy": {f: [measured[f]["lm"]["blank_filling"]["accuracy"]] for f in FAMILIES},
-        "speakers exact match": {f: [measured[f]["extract"]["exact_match"]] for f in FAMILIES
-                                 if "extract" in measured[f]},
-    }
-    best = {name: max(groups, key=lambda g: groups[g][0]) for name, groups in metrics.items()}
-    summary = (
-        f"At {s.seconds:.0f} s of pretraining each on the same machine, the decoder is the only family that "
-        f"models text left to right ({measured['decoder']['lm']['nats_per_char']:.3f} nats/char vs the encoder's "
-        f"{measured['encoder']['lm']['nats_per_char']:.3f} through repeated [MASK]); best at filling a blank: "
-        f"{best['blank filling accuracy']}; best genre classifier: {best['genre accuracy']}; best retriever: "
-        f"{best['retrieval recall@10']}; best at passage -> speakers: {best['speakers exact match']}. "
-        "Single seed: use `maskwise ablate` for spreads and verdicts.")
-    return {
-        "title": "maskwise compare: encoder vs decoder vs encoder-decoder at one budget",
-        "kind": "compare",
-        "machine": machine_info(runtime),
-        "wall_s": wall_s,
-        "settings": {**dataclasses.asdict(s), "seed": seed, "data": data, "quick": quick},
-        "runs": [{"label": f"{f} ({FAMILY_OBJECTIVE[f]})", "group": f, "seed": seed, "curve": pre[f]["curve"]}
-                 for f in FAMILIES],
-        "metrics": metrics,
-        "table": {"columns": ["task", *FAMILIES], "rows": rows},
-        "parameters": params,
-        "summary": summary,
-        "samples": {f"{f} sample": measured[f]["lm"]["sample"] for f in FAMILIES},
-        "notes": [
-            ("Validation losses of different objectives are not comparable to each other (MLM: per masked "
-             "token; CLM: per token; span: per target token); the held-out nats/char row is."),
-            ("Every family uses the same block (pre-norm LayerNorm, GELU, learned positions); only the "
-             "attention mask and the loss differ. Fine-tuning: the same steps, batch and learning rate."),
-        ],
-    }

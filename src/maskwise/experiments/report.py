@@ -6,12 +6,13 @@ is one self-contained file.
 
 The results layout (all keys optional except ``title``)::
 
-    title, kind ("compare" | "ablation"), machine, settings, wall_s
+    title, kind ("compare" | "ablation"), warning (opens the report), machine, settings, wall_s
     runs:    [{label, group, seed, curve: [metrics.jsonl records]}]   -> loss vs tokens / wall-clock
     metrics: {metric: {group: [value per seed]}}                       -> bars with error bars
     table:   {"columns": [...], "rows": [[cell, ...], ...]}            -> the main table
     parameters: {group: {category: count}}                             -> where the parameters go
     prediction, rule, verdict, verdict_detail, summary, samples: {name: text}, notes: [text]
+    verdicts: [{rule, prediction, verdict, details: [text]}]          -> several judged predictions
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ def _plot_metrics(results: dict, out: Path) -> list[Path]:
 
 def _markdown(results: dict, images: list[Path]) -> str:
     lines = [f"# {results['title']}", ""]
+    if results.get("warning"):
+        lines += [results["warning"], ""]
     if results.get("machine"):
         m = results["machine"]
         gpus = f", {', '.join(m['gpus'])}" if m.get("gpus") else ""
@@ -122,6 +125,14 @@ def _markdown(results: dict, images: list[Path]) -> str:
                   f"- **Verdict:** `{results.get('verdict', 'n/a')}` — {results.get('verdict_detail', '')}", ""]
     if results.get("summary"):
         lines += ["## Summary", "", results["summary"], ""]
+    if results.get("verdicts"):
+        seeds = len(results.get("settings", {}).get("seeds", [])) or 1
+        scope = "single-seed verdicts" if seeds == 1 else f"verdicts over {seeds} seeds"
+        lines += [f"## The rule of thumb, judged ({scope})", ""]
+        for v in results["verdicts"]:
+            lines.append(f"- **{v['rule']}** — `{v['verdict']}`. Prediction: {v['prediction']}.")
+            lines += [f"  - {detail}" for detail in v["details"]]
+        lines.append("")
     table = results.get("table")
     if table:
         lines += ["## Results", "", "| " + " | ".join(table["columns"]) + " |",
@@ -179,8 +190,8 @@ def _html(markdown_text: str, images: list[Path]) -> str:
         elif line.startswith("#"):
             level = len(line) - len(line.lstrip("#"))
             body.append(f"<h{level}>{html.escape(line[level:].strip())}</h{level}>")
-        elif line.startswith("- "):
-            body.append(f"<li>{html.escape(line[2:]).replace('**', '')}</li>")
+        elif line.lstrip().startswith("- "):
+            body.append(f"<li>{html.escape(line.lstrip()[2:]).replace('**', '')}</li>")
         elif line.strip():
             body.append(f"<p>{html.escape(line)}</p>")
     if in_table:

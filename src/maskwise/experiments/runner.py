@@ -44,16 +44,22 @@ class Experiment:
         if not marker.is_file():
             runs.write_json(marker, {"created": time.time()})
         self.started = time.perf_counter()
+        self.reused_s = 0.0  # what the steps this invocation found finished had taken
 
     def _step_path(self, name: str) -> Path:
         return self.out / "steps" / (re.sub(r"[^A-Za-z0-9_.=-]", "_", name) + ".json")
 
     def step(self, name: str, compute: Callable[[], dict]) -> dict:
-        """``compute()`` once; its result is cached under ``name`` for later runs."""
+        """``compute()`` once; its result (with ``step_s``, its seconds) is cached under ``name``
+        for later runs."""
         path = self._step_path(name)
         if path.is_file():
-            return runs.read_json(path)
+            result = runs.read_json(path)
+            self.reused_s += result.get("step_s", 0.0)
+            return result
+        started = time.perf_counter()
         result = compute()
+        result["step_s"] = time.perf_counter() - started
         runs.write_json(path, result)
         return result
 
@@ -80,4 +86,6 @@ class Experiment:
         return run
 
     def elapsed(self) -> float:
-        return time.perf_counter() - self.started
+        """This invocation's seconds plus those of the finished steps it reused: the experiment's
+        time as if it had run once without interruption (less what an interrupted step had done)."""
+        return time.perf_counter() - self.started + self.reused_s

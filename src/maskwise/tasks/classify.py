@@ -125,7 +125,8 @@ def predict(model: SequenceClassifier, tokenizer, texts: Sequence[str], batch_si
 def classification_results(predicted: Sequence[str], gold: Sequence[str], train_labels: Sequence[str],
                            **settings) -> dict:
     """Accuracy and macro-F1 beside the majority-class baseline (the train set's most frequent label
-    predicted for every test example), plus whatever ``settings`` say about how they were made."""
+    predicted for every test example), plus whatever ``settings`` say about how they were made.
+    ``correct`` holds each test example's 0/1, so that intervals and paired comparisons can be drawn."""
     labels = sorted(set(gold) | set(train_labels))
     majority = majority_label(train_labels)
     baseline = [majority] * len(gold)
@@ -135,8 +136,10 @@ def classification_results(predicted: Sequence[str], gold: Sequence[str], train_
         "n_test": len(gold),
         "accuracy": accuracy(predicted, gold),
         "macro_f1": macro_f1(predicted, gold, labels),
+        "correct": [int(p == g) for p, g in zip(predicted, gold)],
         "baseline": {"name": "majority class", "label": majority,
-                     "accuracy": accuracy(baseline, gold), "macro_f1": macro_f1(baseline, gold, labels)},
+                     "accuracy": accuracy(baseline, gold), "macro_f1": macro_f1(baseline, gold, labels),
+                     "correct": [int(majority == g) for g in gold]},
     }
 
 

@@ -22,7 +22,6 @@ from dataclasses import replace
 import torch
 
 from maskwise.errors import UserError
-from maskwise.model.heads import IGNORE_INDEX
 from maskwise.padding import pad
 from maskwise.tasks.generate import GenerationConfig, generate
 from maskwise.tasks.reading import (
@@ -115,17 +114,14 @@ def _scored_chars(tokenizer, ids: Sequence[int]) -> int:
 
 
 @torch.no_grad()
-def encoder_nats_per_char(model, tokenizer, text: str, both_sides: bool, batch_size: int = 64) -> float:
-    """Mean negative log-likelihood per character of ``text`` (every token but the first, so that
-    every scored token has context, as for the decoder), each token masked in turn.
+def encoder_token_nats(model, tokenizer, ids: Sequence[int], both_sides: bool, batch_size: int = 64) -> list[float]:
+    """The negative log-likelihood of every token of ``ids`` but the first (so that every scored
+    token has context, as for the decoder), each token masked in turn.
 
     ``both_sides``: the context is split around the token (the pseudo-log-likelihood, what MLM
     trains); otherwise only the left side, as when generating by appending ``[MASK]``."""
     check_encoder(model, "MLM scoring")
     model.eval()
-    ids = tokenizer.encode(text)
-    if len(ids) < 2:
-        raise UserError("held-out text needs at least two tokens")
     room = model.cfg.max_seq_len - frame_extra("encoder") - 1
     seqs, positions = [], []
     for t in range(1, len(ids)):
@@ -136,39 +132,72 @@ def encoder_nats_per_char(model, tokenizer, text: str, both_sides: bool, batch_s
             left, right = ids[max(0, t - room):t], []
         seqs.append(frame(tokenizer, [*left, tokenizer.mask_id, *right], "encoder"))
         positions.append(len(left) + frame_extra("encoder"))
-    total = 0.0
+    nats: list[float] = []
     for chunk in batches(len(seqs), batch_size):
         logits = _mask_logits(model, tokenizer, [seqs[i] for i in chunk], [[positions[i]] for i in chunk])
         targets = torch.tensor([ids[i + 1] for i in chunk], device=logits.device)
-        total += float(-logits.log_softmax(dim=-1).gather(1, targets[:, None]).sum())
-    return total / _scored_chars(tokenizer, ids)
+        nats.extend((-logits.log_softmax(dim=-1).gather(1, targets[:, None])).squeeze(1).tolist())
+    return nats
 
 
 @torch.no_grad()
-def decoder_nats_per_char(model, tokenizer, text: str) -> float:
-    """A decoder's mean negative log-likelihood per character of ``text`` (every token but the
-    first), in windows of the context length overlapping by half so every token but the first
-    window's has at least half a context behind it."""
+def decoder_token_nats(model, tokenizer, ids: Sequence[int]) -> list[float]:
+    """A decoder's negative log-likelihood of every token of ``ids`` but the first, in windows of
+    the context length overlapping by half so every token but the first window's has at least half
+    a context behind it."""
     if model.cfg.family != "decoder":
         raise UserError(f"left-to-right scoring needs a decoder, got a {model.cfg.family}")
     model.eval()
+    window, device = model.cfg.max_seq_len, device_of(model)
+    stride = max(1, window // 2)
+    nats: list[float] = []
+    scored_until, start = 1, 0  # tokens before ``scored_until`` are done
+    while scored_until < len(ids):
+        chunk = ids[start:start + window]
+        first = max(scored_until, start + 1)  # the first token of this window still to score
+        logits = model(torch.tensor([chunk], device=device)).logits[0]  # (T, V)
+        targets = torch.tensor(chunk[first - start:], device=device)  # tokens first .. end of chunk
+        log_probs = logits[first - start - 1:len(chunk) - 1].float().log_softmax(dim=-1)  # position t-1 predicts t
+        nats.extend((-log_probs.gather(1, targets[:, None])).squeeze(1).tolist())
+        scored_until = start + len(chunk)
+        start += stride
+    return nats
+
+
+def _held_out_ids(tokenizer, text: str) -> list[int]:
     ids = tokenizer.encode(text)
     if len(ids) < 2:
         raise UserError("held-out text needs at least two tokens")
-    window, device = model.cfg.max_seq_len, device_of(model)
-    stride = max(1, window // 2)
-    total, scored_until, start = 0.0, 1, 0  # tokens before ``scored_until`` are done
-    while scored_until < len(ids):
-        chunk = ids[start:start + window]
-        labels = [IGNORE_INDEX] * len(chunk)
-        for t in range(max(scored_until, start + 1), start + len(chunk)):
-            labels[t - start - 1] = ids[t]  # position t-1 predicts token t
-        x = torch.tensor([chunk], device=device)
-        out = model(x, labels=torch.tensor([labels], device=device))
-        total += float(out.loss_sum)
-        scored_until = start + len(chunk)
-        start += stride
-    return total / _scored_chars(tokenizer, ids)
+    return ids
+
+
+def encoder_nats_per_char(model, tokenizer, text: str, both_sides: bool, batch_size: int = 64) -> float:
+    """``encoder_token_nats`` of ``text``, summed over its characters."""
+    ids = _held_out_ids(tokenizer, text)
+    return sum(encoder_token_nats(model, tokenizer, ids, both_sides, batch_size)) / _scored_chars(tokenizer, ids)
+
+
+def decoder_nats_per_char(model, tokenizer, text: str) -> float:
+    """``decoder_token_nats`` of ``text``, summed over its characters."""
+    ids = _held_out_ids(tokenizer, text)
+    return sum(decoder_token_nats(model, tokenizer, ids)) / _scored_chars(tokenizer, ids)
+
+
+def nats_per_char_blocks(model, tokenizer, text: str, blocks: int, both_sides: bool = False) -> list[float]:
+    """Nats per character of ``text`` in ``blocks`` contiguous pieces of its tokens (each scored
+    with its whole context): the items an interval over held-out text resamples. Decoders score
+    left to right; encoders by ``[MASK]``, ``both_sides`` or from the left only."""
+    ids = _held_out_ids(tokenizer, text)
+    if model.cfg.family == "decoder":
+        nats = decoder_token_nats(model, tokenizer, ids)
+    else:
+        nats = encoder_token_nats(model, tokenizer, ids, both_sides)
+    size = -(-len(nats) // blocks)  # tokens per block
+    per_block = []
+    for start in range(0, len(nats), size):
+        chars = max(1, len(tokenizer.decode(ids[start + 1:start + 1 + size])))  # nats[i] scores ids[i + 1]
+        per_block.append(sum(nats[start:start + size]) / chars)
+    return per_block
 
 
 def break_exercise(encoder, encoder_tokenizer, decoder, decoder_tokenizer, prompt: str, held_out: str,

@@ -9,6 +9,7 @@ and a random ranking as the floor any embedder has to clear.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Sequence
@@ -57,6 +58,13 @@ def per_query_metrics(ranked: Sequence[Sequence[int]], relevant: Sequence[set[in
     }
 
 
+def expected_random(n_docs: int) -> dict[str, float]:
+    """recall@10 and nDCG@10 of a uniformly random ranking in expectation, one relevant document
+    among ``n_docs``: the chance level an interval must clear (one random draw is itself noisy)."""
+    k = min(10, n_docs)
+    return {"recall@10": k / n_docs, "ndcg@10": sum(1 / math.log2(r + 2) for r in range(k)) / n_docs}
+
+
 def random_ranking(n_queries: int, n_docs: int, k: int, seed: int = 0) -> list[list[int]]:
     rng = random.Random(seed)
     return [rng.sample(range(n_docs), min(k, n_docs)) for _ in range(n_queries)]
@@ -87,7 +95,9 @@ def evaluate_retrieval(embedder: EmbedFn, data: RetrievalSet, k: int = 100, name
         "n_queries": len(data.queries),
         "n_docs": len(data.docs),
         **ranking_metrics(ranked, relevant),
+        "per_query": per_query_metrics(ranked, relevant),
         "by_passage_chars": bucketed(lengths, per_query_metrics(ranked, relevant), LENGTH_EDGES),
-        "baseline": {"name": "random ranking", **ranking_metrics(baseline, relevant)},
+        "baseline": {"name": "random ranking", **ranking_metrics(baseline, relevant),
+                     "expected": expected_random(len(data.docs))},
         **timing,
     }

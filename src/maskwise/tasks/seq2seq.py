@@ -118,7 +118,7 @@ def predict_seq2seq(model: nn.Module, tokenizer, sources: Sequence[str], gen: Ge
 
 
 def generation_scores(predicted: Sequence[str], examples: Sequence[Seq2SeqExample]) -> dict:
-    """Exact match, speakers (set) F1 and token F1: overall and by source length."""
+    """Exact match, speakers (set) F1 and token F1: overall, per example and by source length."""
     per_example = {
         "exact_match": [exact_match(p, e.target) for p, e in zip(predicted, examples)],
         "speakers_f1": [set_f1(p, e.target) for p, e in zip(predicted, examples)],
@@ -127,6 +127,7 @@ def generation_scores(predicted: Sequence[str], examples: Sequence[Seq2SeqExampl
     n = max(len(examples), 1)
     return {
         **{name: sum(values) / n for name, values in per_example.items()},
+        "per_example": per_example,
         "by_source_chars": bucketed([len(e.source) for e in examples], per_example, SOURCE_EDGES),
     }
 

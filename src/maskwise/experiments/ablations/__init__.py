@@ -87,8 +87,8 @@ def run_ablation(name: str, out: str | Path | None = None, scale: str = "default
     recipe = json.loads(json.dumps({"ablation": name, "scale": dataclasses.asdict(chosen), "model": MODEL,
                                     "finetune": FINETUNE}))
     created = []  # filled only if this call is the folder's first: otherwise it continues an earlier one
-    stored = exp.step("ablation", lambda: created.append(True) or recipe)
-    if stored != recipe:
+    stored = exp.step("ablation", lambda: created.append(True) or dict(recipe))
+    if {k: v for k, v in stored.items() if k != "step_s"} != recipe:
         raise UserError(f"{exp.out} holds ablation {stored['ablation']} at scale {stored['scale']['name']} with "
                         f"other settings than {name} at scale {chosen.name} now; use --overwrite or another --out")
     results = conduct(ablation, Setup(exp, chosen, tuple(range(seeds)), progress), **options)
@@ -98,7 +98,7 @@ def run_ablation(name: str, out: str | Path | None = None, scale: str = "default
                                    "and the verdict mean nothing.")
     if not created:
         results["notes"].append("This call continued an earlier one in the same folder, reusing its finished steps: "
-                                "the total time above is this call's only.")
+                                "the total time above adds their recorded time to this call's.")
     results.update(kind="ablation", machine=machine_info(exp.runtime), wall_s=exp.elapsed(),
                    settings={**recipe, "seeds": list(range(seeds)), **options})
     write_results(exp.out, results)

@@ -1,0 +1,261 @@
+"""``compare``'s measurements -> its report: cells with 95% intervals, the three verdicts of the
+rule of thumb, a summary that names a "best" only where the intervals separate it, and a warning
+when a pretraining run got too few steps to be evidence.
+
+The rule of thumb (design notes, section 2.6 and Ablation 4), each part judged by a coded rule:
+
+1. embed / score / classify => encoder: the encoder beats the decoder at genre classification and
+   at retrieval (paired over the same test items);
+2. generate => decoder: the decoder's held-out next-token loss is below the encoder's "generation"
+   by repeated ``[MASK]`` (paired over the same blocks of text);
+3. read-then-write => encoder-decoder: the encoder-decoder beats the decoder-only model at
+   passage -> speakers, and its time to the first token on a long source is lower.
+
+A part is ``held`` when every comparison it names separates in the predicted direction,
+``falsified`` when any separates the other way, and ``inconclusive`` otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from maskwise.experiments.intervals import (
+    AT_CHANCE,
+    WITHIN_NOISE,
+    PerSeed,
+    beats,
+    best_of,
+    interval,
+    paired_difference,
+)
+from maskwise.experiments.report import mean_and_spread
+from maskwise.experiments.runner import machine_info
+from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE
+from maskwise.recipes import FAMILY_OBJECTIVE
+
+FAMILIES = ("encoder", "decoder", "encoder-decoder")
+
+CANNOT = {
+    ("encoder", "extract"): "cannot: no decoder to write the answer (an encoder labels positions it is given)",
+    ("encoder", "ttft"): "cannot: writes no answer",
+    ("encoder-decoder", "next_token"): "conditional only: its decoder models targets given a source, not the "
+                                       "text itself (span loss in the curves)",
+}
+
+
+def run_name(family: str, seed: int) -> str:
+    """The name of ``family``'s pretraining run for ``seed`` in the experiment folder."""
+    return f"{family}-seed{seed}"
+
+
+# ---- the per-item measurements, gathered over seeds -----------------------------------------------
+
+# row key -> (label, higher is better, how to read a family's per-item scores, its trivial baseline)
+ROWS = {
+    "next_token": ("held-out next-token loss (nats/char)", False,
+                   lambda m: m["lm"].get("nats_blocks"), lambda m: m["lm"]["unigram_blocks"], "unigram"),
+    "fill": ("fill a blank (token accuracy)", True,
+             lambda m: m["lm"]["blank_filling"]["correct"],
+             lambda m: m["lm"]["blank_filling"]["baseline"]["correct"], "most frequent token"),
+    "classify": ("genre classification accuracy", True,
+                 lambda m: m["classify"]["correct"], lambda m: m["classify"]["baseline"]["correct"], "majority"),
+    "retrieve": ("retrieval recall@10 (ICT)", True,
+                 lambda m: m["retrieve"]["per_query"]["recall@10"],
+                 lambda m: m["retrieve"]["baseline"]["expected"]["recall@10"], "random"),
+    "extract": ("passage -> speakers F1", True,
+                lambda m: m["extract"]["per_example"]["speakers_f1"],
+                lambda m: m["extract"]["baseline"]["per_example"]["speakers_f1"], "copy the first line"),
+}
+
+
+def gather(measured: Mapping[int, Mapping[str, dict]], row: str) -> tuple[dict[str, PerSeed], dict]:
+    """Per family, the row's per-item scores of every seed, and its baseline (per item, or a constant)."""
+    _, _, scores_of, baseline_of, _ = ROWS[row]
+    scores, baselines = {}, {}
+    for family in FAMILIES:
+        try:
+            per_seed = [scores_of(measured[seed][family]) for seed in measured]
+        except KeyError:
+            continue
+        if any(values is None for values in per_seed):
+            continue
+        scores[family] = per_seed
+        base = [baseline_of(measured[seed][family]) for seed in measured]
+        baselines[family] = sum(base) / len(base) if isinstance(base[0], (int, float)) else base
+    return scores, baselines
+
+
+# ---- the three verdicts ----------------------------------------------------------------------------
+
+
+def judge(parts: Sequence[tuple[str, PerSeed, PerSeed, bool]]) -> tuple[str, list[str]]:
+    """Each part: (what, predicted winner's scores, the other's, higher is better). ``held`` if every
+    part separates the predicted way, ``falsified`` if any separates the other way."""
+    outcomes, details = [], []
+    for what, predicted, other, higher in parts:
+        gap = paired_difference(predicted, other) if _paired(predicted, other) else None
+        if beats(predicted, other, higher):
+            outcomes.append(HELD)
+        elif beats(other, predicted, higher):
+            outcomes.append(FALSIFIED)
+        else:
+            outcomes.append(INCONCLUSIVE)
+        stated = f"{what}: {interval(predicted).text()} vs {interval(other).text()}"
+        if gap is not None:
+            stated += f", paired difference {gap.text()}"
+        details.append(f"{stated} ({outcomes[-1]})")
+    if FALSIFIED in outcomes:
+        return FALSIFIED, details
+    return (HELD if all(o == HELD for o in outcomes) else INCONCLUSIVE), details
+
+
+def _paired(a: PerSeed, b: PerSeed) -> bool:
+    return [len(x) for x in a] == [len(x) for x in b]
+
+
+def verdicts(measured: Mapping[int, Mapping[str, dict]], ttft: Mapping[int, dict]) -> list[dict]:
+    rows = {row: gather(measured, row)[0] for row in ROWS}
+    ttft_ms = {f: [[1000 * t for t in ttft[seed]["seconds"][f]] for seed in ttft] for f in ("decoder", "encoder-decoder")}
+    specs = [
+        ("embed, score or classify => encoder", "the encoder beats the decoder at genre classification and retrieval",
+         [("genre accuracy, encoder vs decoder", rows["classify"]["encoder"], rows["classify"]["decoder"], True),
+          ("retrieval recall@10, encoder vs decoder", rows["retrieve"]["encoder"], rows["retrieve"]["decoder"], True)]),
+        ("generate => decoder", "the decoder's held-out next-token loss is below the encoder's by repeated [MASK]",
+         [("nats/char, decoder vs encoder (left context through [MASK])", rows["next_token"]["decoder"],
+           rows["next_token"]["encoder"], False)]),
+        ("read-then-write => encoder-decoder",
+         ("the encoder-decoder beats the decoder-only model at passage -> speakers and reaches its first token "
+          "sooner on a long source"),
+         [("speakers F1, encoder-decoder vs decoder", rows["extract"]["encoder-decoder"], rows["extract"]["decoder"],
+           True),
+          ("time to first token (ms), encoder-decoder vs decoder", ttft_ms["encoder-decoder"], ttft_ms["decoder"],
+           False)]),
+    ]
+    out = []
+    for name, prediction, parts in specs:
+        verdict, details = judge(parts)
+        out.append({"rule": name, "prediction": prediction, "verdict": verdict, "details": details})
+    return out
+
+
+# ---- cells, the best column, warnings ---------------------------------------------------------------
+
+
+def _baseline_text(baseline: PerSeed | float) -> str:
+    if isinstance(baseline, (int, float)):
+        return f"{baseline:.3f}"
+    return interval(baseline).text()
+
+
+def best_cell(scores: Mapping[str, PerSeed], baselines: Mapping[str, PerSeed | float], higher: bool) -> str:
+    winner = best_of(scores, baselines, higher)
+    return winner if winner in (AT_CHANCE, WITHIN_NOISE) else f"**{winner}**"
+
+
+def too_few_steps(pre: Mapping[str, dict], min_steps: int) -> list[str]:
+    """The runs whose final step is below ``min_steps``, as "name: N steps"."""
+    short = []
+    for name, run in pre.items():
+        steps = run["curve"][-1]["step"] if run["curve"] else 0
+        if steps < min_steps:
+            short.append(f"{name}: {steps} steps")
+    return short
+
+
+def warning_text(short: Sequence[str], min_steps: int, runtime, load_at_start: float | None, cores: int | None) -> str:
+    causes = []
+    if runtime is not None and runtime.warning:
+        causes.append(f"the precision: {runtime.warning}")
+    if load_at_start is not None and cores and load_at_start > 0.5 * cores:
+        causes.append(f"a busy machine: load average {load_at_start:.1f} on {cores} cores when the run started")
+    causes.append("or a slower machine than the recipe was sized on (README, the main job)")
+    return (f"**Warning: too few pretraining steps to draw conclusions.** This recipe needs at least {min_steps} "
+            f"optimizer steps per family in its budget; {', '.join(short)}. Likely cause: {'; '.join(causes)}. "
+            "The numbers below are measured, but the verdicts are not evidence about the families.")
+
+
+def build_results(s, seeds: Sequence[int], data: str, pre: Mapping[str, dict], params: Mapping[str, dict],
+                  measured: Mapping[int, Mapping[str, dict]], ttft: Mapping[int, dict], wall_s: float, runtime,
+                  load_at_start: float | None) -> dict:
+    first = seeds[0]
+    last = {f: [pre[run_name(f, seed)]["curve"][-1] for seed in seeds] for f in FAMILIES}
+
+    def mean_of(family: str, key: str) -> float:
+        return sum(r[key] for r in last[family]) / len(last[family])
+
+    seeds_note = f"mean of {len(seeds)} seeds" if len(seeds) > 1 else "one seed"
+    rows = [
+        ["pretraining objective", *[FAMILY_OBJECTIVE[f] for f in FAMILIES], ""],
+        ["parameters", *[f"{params[f]['total']:,}" for f in FAMILIES], ""],
+        [f"optimizer steps in pretraining ({seeds_note})", *[f"{mean_of(f, 'step'):,.0f}" for f in FAMILIES], ""],
+        [f"tokens seen in pretraining ({seeds_note})", *[f"{mean_of(f, 'tokens_seen'):,.0f}" for f in FAMILIES], ""],
+        ["pretraining wall-clock (s)", *[f"{mean_of(f, 'wall_s'):.0f}" for f in FAMILIES], ""],
+        ["final validation loss (own objective)", *[f"{mean_of(f, 'val_loss'):.3f}" for f in FAMILIES], ""],
+    ]
+    metrics, best = {}, {}
+    for row, (label, higher, _, _, baseline_name) in ROWS.items():
+        scores, baselines = gather(measured, row)
+        cells = []
+        for family in FAMILIES:
+            if family not in scores:
+                task = "next_token" if row == "next_token" else row
+                cells.append(CANNOT.get((family, task), "n/a"))
+                continue
+            cell = f"{interval(scores[family]).text()} ({baseline_name} {_baseline_text(baselines[family])})"
+            if len(seeds) > 1:
+                _, spread = mean_and_spread([sum(v) / len(v) for v in scores[family]])
+                cell += f" (sd over seeds {spread:.3f})"
+            if row == "next_token" and family == "encoder":
+                both = interval([measured[seed]["encoder"]["lm"]["both_sides_blocks"] for seed in measured])
+                cell += f"; left context only, through [MASK] ({both.text()} with both sides)"
+            elif row == "fill" and family == "decoder":
+                cell += "; left side only"
+            elif row == "fill" and family == "encoder-decoder":
+                cell += "; via sentinel span"
+            cells.append(cell)
+        best[row] = best_cell(scores, baselines, higher)
+        rows.append([label + " [95% interval]", *cells, best[row]])
+        metrics[label] = {f: [sum(v) / len(v) for v in scores[f]] for f in scores}
+    ttft_ms = {f: [[1000 * t for t in ttft[seed]["seconds"][f]] for seed in seeds] for f in ("decoder", "encoder-decoder")}
+    source_tokens = ttft[first]["source_tokens"]
+    rows.append([f"time to first token, {source_tokens}-token source, batch 1 (ms, mean [95% interval])",
+                 CANNOT[("encoder", "ttft")], interval(ttft_ms["decoder"]).text(2),
+                 interval(ttft_ms["encoder-decoder"]).text(2),
+                 best_cell(ttft_ms, {}, higher=False)])
+
+    judged = verdicts(measured, ttft)
+    short = too_few_steps(pre, s.min_steps)
+    machine = machine_info(runtime)
+    warning = warning_text(short, s.min_steps, runtime, load_at_start, machine.get("cores")) if short else ""
+    scope = (f"{len(seeds)} seeds (intervals over seeds and test items)" if len(seeds) > 1 else
+             "a single seed (intervals over test items only; `--seeds 3` adds the spread between seeds)")
+    summary = (
+        f"{'Not evidence (too few pretraining steps, see the warning). ' if warning else ''}"
+        f"At {s.seconds:.0f} s of pretraining per family on this machine, {scope}: "
+        + "; ".join(f"{v['rule']} {v['verdict']}" for v in judged) + ". "
+        + "Best (95% intervals separate it from the other families and from the trivial baseline): "
+        + "; ".join(f"{ROWS[r][0]}: {best[r].strip('*')}" for r in ROWS) + ".")
+    return {
+        "title": "maskwise compare: encoder vs decoder vs encoder-decoder at one budget",
+        "kind": "compare",
+        "warning": warning,
+        "machine": {**machine, "load_at_start": load_at_start},
+        "wall_s": wall_s,
+        "runs": [{"label": f"{f} ({FAMILY_OBJECTIVE[f]}), seed {seed}", "group": f, "seed": seed,
+                  "curve": pre[run_name(f, seed)]["curve"]} for seed in seeds for f in FAMILIES],
+        "metrics": metrics,
+        "verdicts": judged,
+        "table": {"columns": ["task", *FAMILIES, "best"], "rows": rows},
+        "parameters": params,
+        "summary": summary,
+        "samples": {f"{f} sample (seed {first})": measured[first][f]["lm"]["sample"] for f in FAMILIES},
+        "notes": [
+            ("Validation losses of different objectives are not comparable to each other (MLM: per masked "
+             "token; CLM: per token; span: per target token); the held-out nats/char row is."),
+            ("Intervals: 95% percentile bootstrap over test items (and over seeds when there are several); "
+             "'best' needs paired intervals that separate one family from each other and from the baseline, "
+             "otherwise the cell says 'at chance' (no family clears the baseline) or 'within noise'."),
+            ("Every family uses the same block; only the attention mask and the loss differ. Fine-tuning: the "
+             "same steps, batch and learning rate per task for every family."),
+        ],
+    }

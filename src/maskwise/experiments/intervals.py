@@ -1,0 +1,109 @@
+"""95% intervals over test items and seeds, and the cells a report may write from them.
+
+A measurement here is a list per seed of per-item scores (one test window's 0/1 correctness, one
+query's recall@10, one passage's speakers F1, one block of held-out text's nats per character).
+The interval of the mean is a two-level bootstrap: draw seeds with replacement, then items within
+each drawn seed, and average. With one seed it is the ordinary bootstrap over items; with several
+it also carries the spread between seeds. A paired difference draws the same items (and seeds) for
+both sides, which is what makes "A beats B on the same test set" sharper than two overlapping
+intervals. Why not mean ± sd: with 300 test items one seed already says how much a different draw
+of items would move the number, and three seeds give no useful standard deviation on their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+PerSeed = Sequence[Sequence[float]]  # [seed][item]
+
+RESAMPLES = 4000
+
+
+@dataclass(frozen=True)
+class Interval:
+    mean: float
+    low: float
+    high: float
+
+    def above(self, value: float) -> bool:
+        return self.low > value
+
+    def below(self, value: float) -> bool:
+        return self.high < value
+
+    def text(self, digits: int = 3) -> str:
+        return f"{self.mean:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
+
+    def to_dict(self) -> dict:
+        return {"mean": self.mean, "ci95_low": self.low, "ci95_high": self.high}
+
+
+def _check(per_seed: PerSeed) -> list[torch.Tensor]:
+    seeds = [torch.tensor(list(items), dtype=torch.float64) for items in per_seed]
+    if not seeds or any(len(s) == 0 for s in seeds):
+        raise ValueError("an interval needs at least one seed with at least one item")
+    return seeds
+
+
+def bootstrap_means(per_seed: PerSeed, resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, torch.Tensor]:
+    """The observed mean of the per-seed means and ``resamples`` two-level bootstrap replicates of it."""
+    seeds = _check(per_seed)
+    generator = torch.Generator().manual_seed(seed)
+    chosen = torch.randint(len(seeds), (resamples, len(seeds)), generator=generator)  # (R, S)
+    replicate_means = torch.stack([
+        s[torch.randint(len(s), (resamples, len(s)), generator=generator)].mean(dim=1) for s in seeds])  # (S, R)
+    replicates = replicate_means.gather(0, chosen.T).mean(dim=0)  # (R,)
+    observed = float(torch.stack([s.mean() for s in seeds]).mean())
+    return observed, replicates
+
+
+def interval(per_seed: PerSeed, resamples: int = RESAMPLES, seed: int = 0) -> Interval:
+    """The 95% interval of the mean score (percentile bootstrap)."""
+    observed, replicates = bootstrap_means(per_seed, resamples, seed)
+    low, high = torch.quantile(replicates, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+    return Interval(observed, low, high)
+
+
+def paired_difference(a: PerSeed, b: PerSeed, resamples: int = RESAMPLES, seed: int = 0) -> Interval:
+    """The 95% interval of mean(a - b), items paired: ``a[s][i]`` and ``b[s][i]`` score one item."""
+    if [len(x) for x in a] != [len(x) for x in b]:
+        raise ValueError("a paired difference needs the same seeds and items on both sides")
+    return interval([[x - y for x, y in zip(xs, ys)] for xs, ys in zip(a, b)], resamples, seed)
+
+
+# ---- what a report may say ----------------------------------------------------------------------
+
+AT_CHANCE, WITHIN_NOISE = "at chance", "within noise"
+
+
+def beats(a: PerSeed, b: PerSeed | float, higher_is_better: bool = True) -> bool:
+    """Whether ``a``'s scores are better than ``b`` beyond noise: paired when ``b`` scores the same
+    items, interval against interval when it does not, interval against a constant ``b``."""
+    if isinstance(b, (int, float)):
+        spread = interval(a)
+        return spread.above(b) if higher_is_better else spread.below(b)
+    if [len(x) for x in a] == [len(x) for x in b]:
+        return (paired_difference(a, b) if higher_is_better else paired_difference(b, a)).above(0.0)
+    ia, ib = interval(a), interval(b)
+    return ia.low > ib.high if higher_is_better else ia.high < ib.low
+
+
+def best_of(scores: Mapping[str, PerSeed], baselines: Mapping[str, PerSeed | float],
+            higher_is_better: bool = True) -> str:
+    """The one group whose score beats every other group's and its trivial baseline, or why there
+    is none: "at chance" when no group's interval clears its baseline, "within noise" when some do
+    but none separates from every other.
+
+    ``baselines[g]``: the baseline's per-item scores on ``g``'s test items (a paired comparison),
+    or a constant (random ranking's expected recall, a loss to beat); a group without one is
+    judged against the others only."""
+    above_chance = [g for g in scores if g not in baselines or beats(scores[g], baselines[g], higher_is_better)]
+    if not above_chance:
+        return AT_CHANCE
+    for group in above_chance:
+        if all(beats(scores[group], scores[other], higher_is_better) for other in scores if other != group):
+            return group
+    return WITHIN_NOISE
