@@ -14,6 +14,7 @@ from maskwise.experiments.ablations import (
     embedder,
     mask_ratio,
     pooling,
+    reranker,
     seq2seq,
     shift_bug,
 )
@@ -235,3 +236,18 @@ def test_bad_inputs_exit_2_with_one_line(argv, message, tmp_path, capsys):
     assert main([*argv, *scale, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_reranker_ablation_end_to_end_at_smoke_scale(tmp_path, capsys):
+    out = tmp_path / "reranker"
+    assert main(["ablate", "reranker", "--scale", "smoke", "--seeds", "2", "--out", str(out), "--no-progress"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["verdict"] in (HELD, FALSIFIED, INCONCLUSIVE)
+    assert results["summary"].startswith("We replaced a generative reranker with a cross-encoder over the same "
+                                         "top-100 candidates: nDCG@10 went from")
+    assert results["table"]["columns"][2:-1] == list(reranker.SYSTEMS)
+    rows = {row[0]: row for row in results["table"]["rows"]}
+    assert set(rows) == {reranker.NDCG, "MRR", reranker.P50, reranker.P99}
+    latency = results["metrics"][key(reranker.P99, SHARED)]
+    assert all(len(latency[s]) == 2 and min(latency[s]) > 0 for s in (reranker.CROSS, reranker.SCORES, reranker.WRITES))

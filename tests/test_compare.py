@@ -22,6 +22,7 @@ held_out_blocks = 4
 min_steps = 100000
 ttft_repeats = 2
 genre_per_class = 12
+genre_test_per_class = 4
 retrieval_pairs = 40
 retrieval_queries = 20
 extraction_train = 24

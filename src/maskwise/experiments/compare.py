@@ -25,6 +25,7 @@ import os
 import random
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -66,12 +67,15 @@ def unigram_nats_per_char(tokenizer, counts: Counter[int], text: str, blocks: in
 
 
 @torch.no_grad()
-def blank_filling(model, tokenizer, text: str, n_positions: int, seed: int, baseline_token: int) -> dict:
+def blank_filling(model, tokenizer, text: str, n_positions: int, seed: int, baseline_token: int,
+                  objective: str) -> dict:
     """Hide one token at a time and predict it; each position's 0/1 and the most-frequent-token guess's.
 
     encoder: ``[MASK]`` in its place, both sides visible; decoder: only what is left of it (its
-    next-token prediction from the previous position); encoder-decoder: T5's format, the token
-    replaced by sentinel 0 and the decoder asked for the span after ``<extra_id_0>``.
+    next-token prediction from the previous position); encoder-decoder in the format it was
+    pretrained in: T5's (the token replaced by sentinel 0, the decoder asked for the span after
+    ``<extra_id_0>``) or BART's (``[MASK]`` in the source, the decoder rewriting the source up to
+    the blank and predicting the next token).
     """
     from maskwise.objectives.span import decoder_start_id
     from maskwise.padding import pad
@@ -99,6 +103,14 @@ def blank_filling(model, tokenizer, text: str, n_positions: int, seed: int, base
             logits = model(x, mask).logits
             where = torch.tensor([p - s + 1 for s, p in batch], device=device)
             predicted = logits[torch.arange(len(batch), device=device), where].argmax(-1).cpu()
+        elif objective == "denoise":
+            seqs = [[*ids[s:p], tokenizer.mask_id, *ids[p + 1:s + context]] for s, p in batch]
+            x, mask = pad(seqs, tokenizer.pad_id, "right", device)
+            rewritten, written = pad([[decoder_start_id(tokenizer), *ids[s:p]] for s, p in batch], tokenizer.pad_id,
+                                     "right", device)
+            logits = model(x, mask, decoder_input_ids=rewritten, decoder_attention_mask=written).logits  # (B, T, V)
+            last = written.sum(1) - 1
+            predicted = logits[torch.arange(len(batch), device=device), last].argmax(-1).cpu()
         else:
             sentinel = tokenizer.sentinel_ids[0]
             seqs = [[*ids[s:p], sentinel, *ids[p + 1:s + context]] for s, p in batch]
@@ -120,13 +132,15 @@ def language_modelling(exp: Experiment, run: str, s: CompareSettings, seed: int)
 
     loaded = exp.load(run)
     model, tok, family = loaded.model, loaded.tokenizer, loaded.model.cfg.family
+    objective = s.objective(family)
     text = held_out_text(s.held_out_chars)
     sampling = GenerationConfig(max_new_tokens=48, temperature=0.8, top_k=40)
     g = seeded_generator(model, seed)
     prompt = "HAMLET\nTo be, or not to be,"
     counts = train_token_counts(tok)
     most_frequent = next(t for t, _ in counts.most_common() if t not in tok.special_ids)
-    result = {"blank_filling": blank_filling(model, tok, text, s.fill_positions, seed, most_frequent),
+    result = {"blank_filling": blank_filling(model, tok, text, s.fill_positions, seed, most_frequent,
+                                                   objective),
               "unigram_blocks": unigram_nats_per_char(tok, counts, text, s.held_out_blocks)}
     if family == "decoder":
         result["nats_blocks"] = nats_per_char_blocks(model, tok, text, s.held_out_blocks)
@@ -136,9 +150,11 @@ def language_modelling(exp: Experiment, run: str, s: CompareSettings, seed: int)
         result["both_sides_blocks"] = nats_per_char_blocks(model, tok, text, s.held_out_blocks, both_sides=True)
         result["sample"] = prompt + mlm_continue(model, tok, prompt, 48, sampling, g)
     else:
-        sentinel = tok.id_to_token(tok.sentinel_ids[0])
-        source = f"HAMLET\nTo be, or not to be, {sentinel} is the question:"
-        result["sample"] = f"{source}\n  -> {sentinel}: " + generate_text(model, tok, [source], sampling, g)[0]
+        blank = tok.id_to_token(tok.mask_id if objective == "denoise" else tok.sentinel_ids[0])
+        source = f"HAMLET\nTo be, or not to be, {blank} is the question:"
+        room = len(tok.encode(source)) + 8 if objective == "denoise" else 48  # a rewrite of the source, or a span
+        written = generate_text(model, tok, [source], replace(sampling, max_new_tokens=room), g)[0]
+        result["sample"] = f"{source}\n  -> {written if objective == 'denoise' else f'{blank}: {written}'}"
     return result
 
 

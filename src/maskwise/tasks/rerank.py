@@ -10,7 +10,8 @@ it only sees the first stage's top 100:
   cross-entropy (the first stage's mistakes are exactly what the reranker must learn to fix).
 * generative reranker (decoder or encoder-decoder): the score is log p(" yes" | "Passage: ...
   Line: ... Relevant:"), the relevance token's log-probability after a prompt. Fine-tuned with the
-  language-model loss on " yes" for positives and " no" for hard negatives.
+  language-model loss on " yes" for positives and " no" for hard negatives. The same model can
+  also *write* its judgement (``judging_scorer``), as rerankers that answer in words do.
 
 Both are evaluated on the same candidates with nDCG@10, MRR and per-query latency (p50/p99), beside
 the first stage's own ordering of those candidates and a random order of them, with a paired
@@ -188,6 +189,31 @@ def generative_scorer(model: nn.Module, tokenizer, max_len: int | None = None, b
     return score
 
 
+def judging_scorer(model: nn.Module, tokenizer, max_len: int | None = None, batch_size: int = 50,
+                   max_new_tokens: int = 4) -> ScoreFn:
+    """The judgement *written*, as an LLM reranker that answers in words does: greedy decoding of up
+    to ``max_new_tokens`` after each candidate's prompt; 1 when the answer starts with "yes", else
+    0. Ties keep the first stage's order. The same fine-tuned model as ``generative_scorer``, so
+    the difference between the two is the cost of generating, not of being a decoder."""
+    from maskwise.tasks.generate import GenerationConfig, generate
+
+    max_len = context_len(model, max_len)
+    start = decoder_start_id(tokenizer) if model.cfg.family == "encoder-decoder" else None
+    greedy = GenerationConfig(max_new_tokens=max_new_tokens)
+
+    @torch.no_grad()
+    def score(query: str, docs: Sequence[str]) -> torch.Tensor:
+        model.eval()
+        prompts = [relevance_prompt(tokenizer, query, doc, max_len, max_new_tokens) for doc in docs]
+        answers = []
+        for chunk in batches(len(prompts), batch_size):
+            written = generate(model, [prompts[i] for i in chunk], greedy, tokenizer.eos_id, tokenizer.pad_id, start)
+            answers.extend(tokenizer.decode(tokens) for tokens in written.tokens)
+        return torch.tensor([float(a.strip().lower().startswith(YES.strip())) for a in answers])
+
+    return score
+
+
 def train_generative_reranker(model: nn.Module, tokenizer, data: RetrievalSet,
                               negatives: Sequence[Sequence[int]], cfg: RerankConfig) -> nn.Module:
     """Language-model loss on " yes" after positives' prompts and " no" after hard negatives'."""
@@ -242,6 +268,9 @@ def evaluate_reranker(score: ScoreFn, data: RetrievalSet, candidates: Sequence[S
         "n_queries": len(data.queries),
         "candidates_per_query": depth,
         **ranking_metrics(reranked, relevant, ks),
+        "per_query": {"ndcg@10": ndcg, "seconds": seconds,
+                      "first_stage_ndcg@10": per_query_metrics(candidates, relevant)["ndcg@10"],
+                      "random_order_ndcg@10": random_order["ndcg@10"]},
         "latency": latency_ms(seconds),
         "baseline": {"name": "first-stage order", **ranking_metrics(candidates, relevant, ks)},
         "random_order": {"name": "random order of the same candidates (expected value)",

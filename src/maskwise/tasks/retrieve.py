@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import time
+from collections import Counter
 from collections.abc import Sequence
 
 import torch
@@ -68,6 +70,33 @@ def expected_random(n_docs: int) -> dict[str, float]:
 def random_ranking(n_queries: int, n_docs: int, k: int, seed: int = 0) -> list[list[int]]:
     rng = random.Random(seed)
     return [rng.sample(range(n_docs), min(k, n_docs)) for _ in range(n_queries)]
+
+
+WORD = re.compile(r"[a-z']+")
+
+
+def bm25_ranking(data: RetrievalSet, k: int = 100, k1: float = 1.2, b: float = 0.75) -> list[list[int]]:
+    """Each query's top-``k`` documents by Okapi BM25 over lowercased words: the classic lexical
+    first stage, the same for every reranker, and free of any model being compared."""
+    docs = [Counter(WORD.findall(doc.lower())) for doc in data.docs]
+    lengths = [sum(d.values()) for d in docs]
+    average = sum(lengths) / max(len(docs), 1)
+    postings: dict[str, list[int]] = {}
+    for i, words in enumerate(docs):
+        for word in words:
+            postings.setdefault(word, []).append(i)
+    n = len(docs)
+    ranked = []
+    for query in data.queries:
+        scores = [0.0] * n
+        for word in set(WORD.findall(query.lower())):
+            holders = postings.get(word, ())
+            idf = math.log(1 + (n - len(holders) + 0.5) / (len(holders) + 0.5))
+            for i in holders:
+                tf = docs[i][word]
+                scores[i] += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths[i] / average))
+        ranked.append(sorted(range(n), key=lambda i: (-scores[i], i))[:k])
+    return ranked
 
 
 def rank(embedder: EmbedFn, data: RetrievalSet, k: int = 100) -> tuple[list[list[int]], dict[str, float]]:

@@ -14,8 +14,9 @@ report of ``report.py``. Each arm is measured on two axes, always both:
   whatever else ran at the time; the tokens/s rows show how large the speed gap was.
 
 A prediction is judged by a rule coded in each module's ``judge`` function that reads nothing but the per-seed
-numbers in ``results["metrics"]``. Comparisons use ``verdict.compare`` (mean ± one standard
-deviation; overlapping intervals are "within noise"). The rule runs on each axis; the verdict is
+numbers in ``results["metrics"]``. Comparisons use ``verdict.compare`` (paired by seed: the 95%
+t-interval of the per-seed differences; one that includes zero is "within noise", with the seeds it
+would take to resolve). The rule runs on each axis; the verdict is
 their common outcome, and ``inconclusive`` when the axes disagree (a claim that holds at equal
 tokens but not at equal time is not established). ``metrics`` holds exactly what the rules read
 (it is also what the bar charts show); the table holds those and everything else measured.
@@ -45,6 +46,7 @@ from maskwise.experiments.ablations import (
     embedder,
     mask_ratio,
     pooling,
+    reranker,
     seq2seq,
     shift_bug,
 )
@@ -61,6 +63,7 @@ ABLATIONS: dict[str, Ablation] = {
     "seq2seq": seq2seq.ABLATION,
     "electra": electra.ABLATION,
     "pooling": pooling.ABLATION,
+    "reranker": reranker.ABLATION,
 }
 
 

@@ -22,10 +22,10 @@ from maskwise.experiments.verdict import compare
 ENCODER = Arm("mlm", "encoder (MLM)", {"family": "encoder", "objective": "mlm"})
 POOLINGS = ("cls", "mean")
 RECALL = "recall@10"
-CLOSE = 0.02  # accuracy difference that still counts as "close" when the intervals separate
+CLOSE = 0.02  # accuracy difference that still counts as "close" when the paired interval excludes zero
 
 RULE = (f"Two claims, on the same pretrained encoders (so equal tokens and equal wall-clock coincide). "
-        f"(1) Genre accuracy with [CLS] and with mean pooling is close: intervals overlap or the means "
+        f"(1) Genre accuracy with [CLS] and with mean pooling is close: their paired interval includes zero or the means "
         f"differ by at most {CLOSE} (contradicted otherwise). (2) Mean pooling is ahead on ICT recall@10 "
         f"(contradicted if [CLS] is ahead). Falsified if a claim is contradicted, held if both are "
         f"supported, inconclusive otherwise.")

@@ -27,10 +27,10 @@ COPY_RATE = "sample copy rate"
 TRUE_LOSS = "next-token loss on held-out text, nats/char"
 SAMPLE_PROMPTS, PROMPT_TOKENS, SAMPLE_TOKENS = 8, 12, 48
 
-RULE = ("Two claims. (1) The broken model's reported validation loss is lower with separated intervals "
+RULE = ("Two claims. (1) The broken model's reported validation loss is lower (paired by seed, interval excluding zero) "
         "and below half the correct model's (contradicted if the correct one is lower, or the broken one "
         "lower but not by half). (2) Its samples repeat the previous token more often (copy rate, "
-        "separated intervals). Falsified if a claim is contradicted, held if both are supported, "
+        "paired likewise). Falsified if a claim is contradicted, held if both are supported, "
         "inconclusive otherwise. Applied at equal tokens and at equal wall-clock; the verdict is the "
         "common outcome, inconclusive if they differ.")
 

@@ -1,0 +1,46 @@
+"""The named compare scales: valid settings, and three families of equal size at every scale."""
+
+import pytest
+
+from maskwise.model.transformer import build_model
+from maskwise.recipes import (
+    COMPARE_SCALES,
+    FINETUNE,
+    matched_ffn_width,
+    pretrain_settings,
+)
+from maskwise.train.pretrain import PretrainConfig, model_config
+
+pytestmark = pytest.mark.unit
+
+FAMILIES = ("encoder", "decoder", "encoder-decoder")
+
+
+@pytest.mark.parametrize("scale", sorted(COMPARE_SCALES))
+def test_every_scale_gives_the_three_families_equal_parameters(scale):
+    s = COMPARE_SCALES[scale]
+    counts = {}
+    for family in FAMILIES:
+        cfg = PretrainConfig.from_flat(pretrain_settings(s, s.family_arm(family, "shakespeare"), seed=0))
+        assert cfg.objective == s.objective(family)
+        model = build_model(model_config(cfg, vocab_size=s.vocab_size if s.tokenizer != "char" else 100))
+        counts[family] = sum(p.numel() for p in model.parameters())
+    assert max(counts.values()) / min(counts.values()) < 1.01, counts
+
+
+def test_matched_ffn_width_pays_for_cross_attention_exactly():
+    # plain FFN: 4 layers of 4d^2 + 8d^2 = 48 d^2 = 2 x (4d^2 + 6d^2) + 2 x (8d^2 + 6d^2) at width 3d
+    assert matched_ffn_width("gpt2", 128, 4) == 3 * 128
+    # gated (3 matrices): 2 x 2 layers at width w match 4 layers at 8d/3 (rounded up to 384) when
+    # 12 d w = 12 d 384 - 8 d^2
+    assert matched_ffn_width("modern", 128, 4) == round(384 - 2 * 128 / 3)
+
+
+def test_compare_fine_tunes_with_the_shared_recipe():
+    s = COMPARE_SCALES["default"]
+    for task in ("classify", "retrieve"):
+        settings = s.task(task, "encoder", seed=1)
+        assert all(getattr(settings, key) == value for key, value in FINETUNE[task].items())
+        assert settings.seed == settings.data_seed == 1
+    extract = s.task("extract", "decoder", seed=0)
+    assert extract.max_target_len == s.extraction_target and extract.rename_speakers == s.rename_speakers
