@@ -19,7 +19,6 @@ rule of thumb and the summary.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import random
@@ -57,13 +56,12 @@ def train_token_counts(tokenizer) -> Counter[int]:
 
 def unigram_nats_per_char(tokenizer, counts: Counter[int], text: str, blocks: int) -> list[float]:
     """The unigram model's (``counts``, add-one) nats per character of ``text`` in ``blocks``
-    pieces, cut as ``fill_mask.nats_per_char_blocks`` cuts them."""
+    pieces, cut as every model's are (``fill_mask.per_char_blocks``)."""
+    from maskwise.tasks.fill_mask import per_char_blocks
+
     total, vocab = sum(counts.values()), tokenizer.vocab_size
     ids = tokenizer.encode(text)
-    nats = [-math.log((counts[t] + 1) / (total + vocab)) for t in ids[1:]]
-    size = -(-len(nats) // blocks)  # tokens per block
-    return [sum(nats[s:s + size]) / max(1, len(tokenizer.decode(ids[s + 1:s + 1 + size])))
-            for s in range(0, len(nats), size)]
+    return per_char_blocks(tokenizer, ids, [-math.log((counts[t] + 1) / (total + vocab)) for t in ids[1:]], blocks)
 
 
 @torch.no_grad()
@@ -201,10 +199,9 @@ def run_compare(out: str | Path = "runs/compare", settings: CompareSettings | No
     s = settings or CompareSettings()
     load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     exp = Experiment(out, overwrite, runtime)
-    recipe = json.loads(json.dumps({"settings": dataclasses.asdict(s), "data": data}))  # as the folder keeps it
-    stored = exp.step("compare", lambda: dict(recipe))
-    if {k: v for k, v in stored.items() if k != "step_s"} != recipe:
-        raise UserError(f"{exp.out} holds a compare at scale {stored['settings']['name']} with other settings than "
+    other, _ = exp.keep_recipe("compare", {"settings": dataclasses.asdict(s), "data": data})
+    if other is not None:
+        raise UserError(f"{exp.out} holds a compare at scale {other['settings']['name']} with other settings than "
                         f"now ({s.name}); use --overwrite or another --out")
     seed_list = list(range(first_seed, first_seed + seeds))
     pre, measured, ttft = {}, {}, {}

@@ -26,7 +26,7 @@ from maskwise.experiments.intervals import (
     beats,
     best_of,
     interval,
-    paired_difference,
+    separation,
 )
 from maskwise.experiments.report import mean_and_spread
 from maskwise.experiments.runner import machine_info
@@ -102,15 +102,16 @@ def judge(parts: Sequence[Part]) -> tuple[str, list[str]]:
         base_p, base_o = baselines if baselines is not None else (None, None)
         clears_p = base_p is None or beats(predicted, base_p, higher)
         clears_o = base_o is None or beats(other, base_o, higher)
-        if beats(predicted, other, higher) and clears_p:
+        order, gap = separation(predicted, other, higher)
+        if order > 0 and clears_p:
             outcomes.append(HELD)
-        elif beats(other, predicted, higher) and clears_o:
+        elif order < 0 and clears_o:
             outcomes.append(FALSIFIED)
         else:
             outcomes.append(INCONCLUSIVE)
         stated = f"{what}: {interval(predicted).text()} vs {interval(other).text()}"
-        if _paired(predicted, other):
-            stated += f", paired difference {paired_difference(predicted, other).text()}"
+        if gap is not None:
+            stated += f", paired difference {gap.text()}"
         if not (clears_p or clears_o):
             stated += "; neither clears its trivial baseline"
         elif not clears_p:
@@ -121,18 +122,18 @@ def judge(parts: Sequence[Part]) -> tuple[str, list[str]]:
     return (HELD if all(o == HELD for o in outcomes) else INCONCLUSIVE), details
 
 
-def _paired(a: PerSeed, b: PerSeed) -> bool:
-    return [len(x) for x in a] == [len(x) for x in b]
+def ttft_milliseconds(ttft: Mapping[int, dict]) -> dict[str, PerSeed]:
+    """Each writing family's timed first tokens, per seed, in milliseconds."""
+    return {f: [[1000 * t for t in ttft[seed]["seconds"][f]] for seed in ttft] for f in ("decoder", "encoder-decoder")}
 
 
-def verdicts(measured: Mapping[int, Mapping[str, dict]], ttft: Mapping[int, dict]) -> list[dict]:
-    gathered = {row: gather(measured, row) for row in ROWS}
+def verdicts(gathered: Mapping[str, tuple[dict, dict]], ttft_ms: Mapping[str, PerSeed]) -> list[dict]:
+    """The three parts of the rule of thumb, judged on ``gather``'s rows and the first-token times."""
     rows = {row: scores for row, (scores, _) in gathered.items()}
 
     def base(row: str, *families: str) -> tuple:
         return tuple(gathered[row][1][f] for f in families)
 
-    ttft_ms = {f: [[1000 * t for t in ttft[seed]["seconds"][f]] for seed in ttft] for f in ("decoder", "encoder-decoder")}
     specs = [
         ("embed, score or classify => encoder", "the encoder beats the decoder at genre classification and retrieval",
          [("genre accuracy, encoder vs decoder", rows["classify"]["encoder"], rows["classify"]["decoder"], True,
@@ -212,8 +213,9 @@ def build_results(s, seeds: Sequence[int], data: str, pre: Mapping[str, dict], p
         ["final validation loss (own objective)", *[f"{mean_of(f, 'val_loss'):.3f}" for f in FAMILIES], ""],
     ]
     metrics, best = {}, {}
+    gathered = {row: gather(measured, row) for row in ROWS}
     for row, (label, higher, _, _, baseline_name) in ROWS.items():
-        scores, baselines = gather(measured, row)
+        scores, baselines = gathered[row]
         cells = []
         for family in FAMILIES:
             if family not in scores:
@@ -236,14 +238,14 @@ def build_results(s, seeds: Sequence[int], data: str, pre: Mapping[str, dict], p
         best[row] = best_cell(scores, baselines, higher)
         rows.append([label + " [95% interval]", *cells, best[row]])
         metrics[label] = {f: [sum(v) / len(v) for v in scores[f]] for f in scores}
-    ttft_ms = {f: [[1000 * t for t in ttft[seed]["seconds"][f]] for seed in seeds] for f in ("decoder", "encoder-decoder")}
+    ttft_ms = ttft_milliseconds(ttft)
     source_tokens = ttft[first]["source_tokens"]
     rows.append([f"time to first token, {source_tokens}-token source, batch 1 (ms, mean [95% interval])",
                  CANNOT[("encoder", "ttft")], interval(ttft_ms["decoder"]).text(2),
                  interval(ttft_ms["encoder-decoder"]).text(2),
                  best_cell(ttft_ms, {}, higher=False)])
 
-    judged = verdicts(measured, ttft)
+    judged = verdicts(gathered, ttft_ms)
     short = too_few_steps(pre, s.min_steps)
     machine = machine_info(runtime)
     warning = warning_text(short, s.min_steps, runtime, load_at_start, machine.get("cores")) if short else ""

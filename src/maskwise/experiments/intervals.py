@@ -67,9 +67,14 @@ def interval(per_seed: PerSeed, resamples: int = RESAMPLES, seed: int = 0) -> In
     return Interval(observed, low, high)
 
 
+def same_items(a: PerSeed, b: PerSeed) -> bool:
+    """Whether ``a`` and ``b`` score the same seeds and items (as far as their shapes can say)."""
+    return [len(x) for x in a] == [len(x) for x in b]
+
+
 def paired_difference(a: PerSeed, b: PerSeed, resamples: int = RESAMPLES, seed: int = 0) -> Interval:
     """The 95% interval of mean(a - b), items paired: ``a[s][i]`` and ``b[s][i]`` score one item."""
-    if [len(x) for x in a] != [len(x) for x in b]:
+    if not same_items(a, b):
         raise ValueError("a paired difference needs the same seeds and items on both sides")
     return interval([[x - y for x, y in zip(xs, ys)] for xs, ys in zip(a, b)], resamples, seed)
 
@@ -79,16 +84,27 @@ def paired_difference(a: PerSeed, b: PerSeed, resamples: int = RESAMPLES, seed: 
 AT_CHANCE, WITHIN_NOISE = "at chance", "within noise"
 
 
+def separation(a: PerSeed, b: PerSeed, higher_is_better: bool = True) -> tuple[int, Interval | None]:
+    """+1 if ``a`` is better than ``b`` beyond noise, -1 if worse, 0 within noise; and the paired
+    difference ``a - b`` it was read from (None when ``b`` scores other items, and the two
+    intervals are compared instead)."""
+    if same_items(a, b):
+        gap = paired_difference(a, b)
+        ahead, behind = (gap.low > 0, gap.high < 0) if higher_is_better else (gap.high < 0, gap.low > 0)
+    else:
+        gap, ia, ib = None, interval(a), interval(b)
+        ahead, behind = (ia.low > ib.high, ia.high < ib.low) if higher_is_better else (ia.high < ib.low,
+                                                                                          ia.low > ib.high)
+    return (1 if ahead else -1 if behind else 0), gap
+
+
 def beats(a: PerSeed, b: PerSeed | float, higher_is_better: bool = True) -> bool:
     """Whether ``a``'s scores are better than ``b`` beyond noise: paired when ``b`` scores the same
     items, interval against interval when it does not, interval against a constant ``b``."""
     if isinstance(b, (int, float)):
         spread = interval(a)
         return spread.above(b) if higher_is_better else spread.below(b)
-    if [len(x) for x in a] == [len(x) for x in b]:
-        return (paired_difference(a, b) if higher_is_better else paired_difference(b, a)).above(0.0)
-    ia, ib = interval(a), interval(b)
-    return ia.low > ib.high if higher_is_better else ia.high < ib.low
+    return separation(a, b, higher_is_better)[0] > 0
 
 
 def best_of(scores: Mapping[str, PerSeed], baselines: Mapping[str, PerSeed | float],

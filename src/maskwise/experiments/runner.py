@@ -8,6 +8,7 @@ already measured, and nothing measured is ever overwritten by a partial result.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
@@ -62,6 +63,16 @@ class Experiment:
         result["step_s"] = time.perf_counter() - started
         runs.write_json(path, result)
         return result
+
+    def keep_recipe(self, name: str, recipe: dict) -> tuple[dict | None, bool]:
+        """Store ``recipe`` as step ``name`` when the folder is new. Returns the recipe the folder was
+        made with when it is another (None when it is this one) and whether the folder is new:
+        cached steps are only valid for the recipe that made them, so a caller refuses to continue
+        under another."""
+        new = not self._step_path(name).is_file()
+        kept = json.loads(json.dumps(recipe))  # as the folder keeps it (tuples as lists)
+        stored = {k: v for k, v in self.step(name, lambda: dict(kept)).items() if k != "step_s"}
+        return (None if stored == kept else stored), new
 
     def run_dir(self, name: str) -> Path:
         return self.out / "runs" / name

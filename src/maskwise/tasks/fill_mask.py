@@ -192,12 +192,15 @@ def nats_per_char_blocks(model, tokenizer, text: str, blocks: int, both_sides: b
         nats = decoder_token_nats(model, tokenizer, ids)
     else:
         nats = encoder_token_nats(model, tokenizer, ids, both_sides)
+    return per_char_blocks(tokenizer, ids, nats, blocks)
+
+
+def per_char_blocks(tokenizer, ids: Sequence[int], nats: Sequence[float], blocks: int) -> list[float]:
+    """``nats[i]`` (the cost of ``ids[i + 1]``) summed over ``blocks`` contiguous pieces, each per
+    character: one cut for every scorer of the same text, so that their blocks pair."""
     size = -(-len(nats) // blocks)  # tokens per block
-    per_block = []
-    for start in range(0, len(nats), size):
-        chars = max(1, len(tokenizer.decode(ids[start + 1:start + 1 + size])))  # nats[i] scores ids[i + 1]
-        per_block.append(sum(nats[start:start + size]) / chars)
-    return per_block
+    return [sum(nats[start:start + size]) / max(1, len(tokenizer.decode(ids[start + 1:start + 1 + size])))
+            for start in range(0, len(nats), size)]
 
 
 def break_exercise(encoder, encoder_tokenizer, decoder, decoder_tokenizer, prompt: str, held_out: str,

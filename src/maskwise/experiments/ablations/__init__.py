@@ -37,7 +37,6 @@ to mix in another.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 from maskwise.errors import UserError
@@ -86,13 +85,10 @@ def run_ablation(name: str, out: str | Path | None = None, scale: str = "default
         raise UserError(f"unknown scale {scale!r}; known: {', '.join(SCALES)}")
     chosen = SCALES[scale]
     exp = Experiment(out or f"runs/ablate-{name}", overwrite, runtime)
-    # Cached steps are only valid for the recipe that made them: the folder keeps it and refuses another.
-    recipe = json.loads(json.dumps({"ablation": name, "scale": dataclasses.asdict(chosen), "model": MODEL,
-                                    "finetune": FINETUNE}))
-    created = []  # filled only if this call is the folder's first: otherwise it continues an earlier one
-    stored = exp.step("ablation", lambda: created.append(True) or dict(recipe))
-    if {k: v for k, v in stored.items() if k != "step_s"} != recipe:
-        raise UserError(f"{exp.out} holds ablation {stored['ablation']} at scale {stored['scale']['name']} with "
+    recipe = {"ablation": name, "scale": dataclasses.asdict(chosen), "model": MODEL, "finetune": FINETUNE}
+    other, created = exp.keep_recipe("ablation", recipe)
+    if other is not None:
+        raise UserError(f"{exp.out} holds ablation {other['ablation']} at scale {other['scale']['name']} with "
                         f"other settings than {name} at scale {chosen.name} now; use --overwrite or another --out")
     results = conduct(ablation, Setup(exp, chosen, tuple(range(seeds)), progress), **options)
     results["title"] += f" [{chosen.name} scale]"

@@ -11,6 +11,8 @@ costs shows up apart from what a decoder costs.
 
 from __future__ import annotations
 
+from statistics import fmean as mean
+
 from maskwise.experiments.ablations.framework import (
     SHARED,
     TOKENS,
@@ -95,9 +97,6 @@ def tabulate(m: Measured) -> tuple[dict, list]:
                  WRITES: [r[WRITES] for r in runs[DECODER.key]]}
     first = by_system[CROSS]  # the baselines are the same candidates whoever reranks them
 
-    def mean(values: list[float]) -> float:
-        return sum(values) / len(values)
-
     def per_system(get, baselines: dict | None = None) -> dict[str, list[float]]:
         values = {system: [get(r) for r in records] for system, records in by_system.items()}
         return {system: values.get(system, (baselines or {}).get(system, [])) for system in SYSTEMS}
@@ -124,10 +123,6 @@ def _cost_row(name: str, groups: dict[str, list[float]]) -> list[str]:
 
 def summary(m: Measured, metrics: dict) -> str:
     ndcg, p99 = metrics[key(NDCG, SHARED)], metrics[key(P99, SHARED)]
-
-    def mean(values: list[float]) -> float:
-        return sum(values) / len(values)
-
     gen_p99, cross_p99 = mean(p99[WRITES]), mean(p99[CROSS])
     return (f"We replaced a generative reranker with a cross-encoder over the same top-{CANDIDATES} candidates: "
             f"nDCG@10 went from {mean(ndcg[WRITES]):.3f} to {mean(ndcg[CROSS]):.3f} while p99 latency "
