@@ -1,6 +1,9 @@
 """The training loop: pinned losses, exact accumulation averaging, budgets, resume, guards."""
 
 
+import shutil
+import sys
+
 import pytest
 import torch
 
@@ -10,8 +13,9 @@ from maskwise.errors import UserError
 from maskwise.model.transformer import build_model
 from maskwise.objectives.clm import CLM
 from maskwise.objectives.mlm import MLM
-from maskwise.runs import read_metrics
+from maskwise.runs import CHECKPOINTS, read_metrics
 from maskwise.train.budget import Budget
+from maskwise.train.events import EVENTS_FOLDER, EventLog, scalar_tag
 from maskwise.train.loop import TrainConfig, Trainer
 from maskwise.train.optim import build_optimizer, lr_factor, parameter_groups
 from maskwise.train.pretrain import PretrainConfig, pretrain
@@ -167,3 +171,41 @@ def test_pretrain_writes_run_folder(small_text, tmp_path):
                 "val_masked_acc"):
         assert key in record
     assert result["settings"].objective == "mlm"
+
+
+@pytest.mark.unit
+def test_scalar_tags():
+    assert [scalar_tag(k) for k in ("val_loss", "train_loss", "val_masked_acc", "tokens_seen")] == [
+        "val/loss", "train/loss", "val/masked_acc", "progress/tokens_seen"]
+
+
+@pytest.mark.integration
+def test_tensorboard_events_mirror_metrics_across_a_resume(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def crash_after_step_20(record):
+        if record["step"] == 20:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _trainer(CLM(), "decoder", tmp_path, steps=30, tensorboard=True).fit(crash_after_step_20)
+    # As if killed after logging step 20 but before its checkpoint: resume rewinds to step 10, and
+    # step 20 is logged again; TensorBoard must show it once.
+    shutil.rmtree(max((tmp_path / CHECKPOINTS).glob("step-*")))
+    resumed = _trainer(CLM(), "decoder", tmp_path, steps=30, tensorboard=True)
+    assert resumed.resume()
+    resumed.fit()
+    events = EventAccumulator(str(tmp_path / EVENTS_FOLDER))  # purges as the app does
+    events.Reload()
+    records = read_metrics(tmp_path)
+    for tag, key in (("val/loss", "val_loss"), ("train/loss", "train_loss"), ("progress/wall_s", "wall_s")):
+        logged = events.Scalars(tag)
+        assert [e.step for e in logged] == [10, 20, 30]
+        assert [e.value for e in logged] == pytest.approx([r[key] for r in records], rel=1e-6)
+
+
+@pytest.mark.unit
+def test_tensorboard_without_the_package_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails as if not installed
+    with pytest.raises(UserError, match=r"pip install 'maskwise\[tensorboard\]'"):
+        EventLog(tmp_path, resume_step=0)

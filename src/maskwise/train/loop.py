@@ -37,6 +37,7 @@ from maskwise.runs import METRICS_FILE, latest_checkpoint
 from maskwise.runtime import Runtime, announce, precision_setting, resolve
 from maskwise.train import checkpoint as ckpt
 from maskwise.train.budget import Budget, flops_per_token
+from maskwise.train.events import EventLog
 from maskwise.train.optim import build_optimizer, lr_factor, set_lr
 from maskwise.train.step import OptimizerStep
 
@@ -64,6 +65,7 @@ class TrainConfig:
     keep_last: int = 3  # checkpoints kept
     max_nonfinite: int = 5  # stop after this many non-finite steps in a row
     progress: bool = True
+    tensorboard: bool = False  # also write the eval records as TensorBoard events (train.events)
 
     def validate(self) -> TrainConfig:
         for name in ("steps", "batch_size", "block_size", "grad_accum", "eval_every", "eval_batches",
@@ -291,6 +293,11 @@ class Trainer:
             with open(self.run_dir / METRICS_FILE, "a") as handle:
                 handle.write(json.dumps(line) + "\n")
 
+    def _event_log(self) -> EventLog | None:
+        if not self.cfg.tensorboard or self.rank != 0 or self.run_dir is None:
+            return None
+        return EventLog(self.run_dir, resume_step=self.counters.step)
+
     def _spent(self) -> tuple[int, float, float]:
         """(tokens, training seconds, FLOPs) so far: what a budget counts."""
         c = self.counters
@@ -324,6 +331,7 @@ class Trainer:
         records: list[dict] = []
         window_loss, window_positions, lr = 0.0, 0, 0.0
         bar = self._progress_bar()
+        events = self._event_log()
         self._write_metrics({"header": "runtime", "step": c.step, "runtime": self.runtime.to_dict(),
                              "processes": self.world})
         started = time.perf_counter()
@@ -362,8 +370,12 @@ class Trainer:
                 bar.set_postfix(val=f"{record['val_loss']:.3f}")
                 records.append(record)
                 self._write_metrics(record)
+                if events is not None:
+                    events.write(record)
                 self._save()
                 if on_eval is not None:
                     on_eval(record)
         bar.close()
+        if events is not None:
+            events.close()
         return records

@@ -30,7 +30,7 @@ from maskwise.train.loop import TrainConfig, Trainer, distributed_context
 DEFAULT_PRESET = {"encoder": "bert", "decoder": "gpt2", "encoder-decoder": "t5"}
 # What --resume applies from the new command line; any other difference from the run is refused.
 RESUMABLE = ("device", "precision", "bf16", "compile", "steps", "budget", "eval_every", "progress",
-             "keep_last", "max_nonfinite")
+             "keep_last", "max_nonfinite", "tensorboard")
 
 
 @dataclass
