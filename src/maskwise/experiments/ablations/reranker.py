@@ -14,15 +14,7 @@ from __future__ import annotations
 from statistics import fmean as mean
 
 from maskwise.experiments.ablations.framework import (
-    SHARED,
-    TOKENS,
-    Ablation,
-    Arm,
-    Measured,
-    Setup,
-    claims_verdict,
-    key,
-    table_row,
+    SHARED, TOKENS, Ablation, Arm, Measured, Setup, claims_verdict, key, table_row,
 )
 from maskwise.experiments.verdict import compare
 from maskwise.recipes import FINETUNE

@@ -9,18 +9,7 @@ from collections.abc import Callable
 
 from maskwise.errors import UserError
 from maskwise.experiments.ablations.framework import (
-    AXES,
-    MIN_BUCKET,
-    TOKENS,
-    Ablation,
-    Arm,
-    Measured,
-    Setup,
-    buckets_of,
-    common_buckets,
-    key,
-    moved,
-    on_both_axes,
+    AXES, MIN_BUCKET, TOKENS, Ablation, Arm, Measured, Setup, buckets_of, common_buckets, key, moved, on_both_axes,
     table_row,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
