@@ -31,12 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine
 
 from maskwise.data.plays import render_play, split_plays
-from maskwise.data.tasks import (
-    genre_examples,
-    ict_retrieval,
-    rename_speakers,
-    speaker_examples,
-)
+from maskwise.data.tasks import genre_examples, ict_retrieval, speaker_examples
 from maskwise.interop.folders import load
 from maskwise.recipes import TaskSettings, run_task
 from maskwise.runtime import resolve
@@ -44,19 +39,8 @@ from maskwise.tasks.classify import classification_results, zero_shot_classify
 from maskwise.tasks.embed import BiEncoder, Embedder
 from maskwise.tasks.fill_mask import break_exercise
 from maskwise.tasks.generate import GenerationConfig
-from maskwise.tasks.rerank import (
-    NEGATIVE_SOURCES,
-    RerankConfig,
-    cross_encoder_scorer,
-    evaluate_reranker,
-    gain_summary,
-    generative_scorer,
-    train_cross_encoder,
-    train_generative_reranker,
-    training_negatives,
-)
+from maskwise.tasks.rerank import NEGATIVE_SOURCES, gain_summary, training_negatives
 from maskwise.tasks.retrieve import evaluate_retrieval, rank
-from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq, train_seq2seq
 from maskwise.train.pretrain import PretrainConfig, pretrain
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder")
@@ -172,26 +156,18 @@ def task_rerank(args, runs, results, shared):
     test = ict_retrieval("test", max_queries=args.rerank_queries)
     negatives = training_negatives(train, 7, args.negatives, embedder)
     candidates, _ = rank(embedder, test, k=100)
-    cfg = RerankConfig(steps=args.finetune_steps // 2, lr=args.body_lr, max_len=args.block_size, bf16=args.bf16,
-                       progress=args.progress)
-    model, tok = open_run(runs["encoder"], args.device)
-    cross = train_cross_encoder(model, tok, train, negatives, cfg)
-    r = evaluate_reranker(cross_encoder_scorer(cross, tok, args.block_size), test, candidates, "cross-encoder",
-                          args.progress)
-    results["rerank/cross"] = r
-    report("rerank cross-encoder (top 100)", "nDCG@10", r["ndcg@10"], "bi-encoder", r["baseline"]["ndcg@10"])
-    report("rerank cross-encoder (top 100)", "nDCG@10", r["ndcg@10"], "random order", r["random_order"]["ndcg@10"])
-    print(f"    latency p50 {r['latency']['p50_ms']:.0f} ms, p99 {r['latency']['p99_ms']:.0f} ms per query; "
-          f"{gain_summary(r)}")
-    model, tok = open_run(runs["decoder"], args.device)
-    generative = train_generative_reranker(model, tok, train, negatives, cfg)
-    r = evaluate_reranker(generative_scorer(generative, tok, args.block_size), test, candidates, "generative",
-                          args.progress)
-    results["rerank/generative"] = r
-    report("rerank generative decoder (top 100)", "nDCG@10", r["ndcg@10"], "bi-encoder", r["baseline"]["ndcg@10"])
-    report("rerank generative decoder (top 100)", "nDCG@10", r["ndcg@10"], "random order", r["random_order"]["ndcg@10"])
-    print(f"    latency p50 {r['latency']['p50_ms']:.0f} ms, p99 {r['latency']['p99_ms']:.0f} ms per query; "
-          f"{gain_summary(r)}")
+    for family, kind, what in (("encoder", "cross", "cross-encoder"), ("decoder", "generative", "generative decoder")):
+        model, tok = open_run(runs[family], args.device)
+        settings = TaskSettings(steps=args.finetune_steps // 2, train_examples=len(train.queries),
+                                test_examples=len(test.queries), batch_size=8, lr=args.body_lr,
+                                max_len=args.block_size, reranker=kind, progress=args.progress)
+        r = run_task("rerank", model, tok, settings, runtime_of(args), data=(train, negatives, test, candidates),
+                     label=what).record
+        results[f"rerank/{kind}"] = r
+        report(f"rerank {what} (top 100)", "nDCG@10", r["ndcg@10"], "bi-encoder", r["baseline"]["ndcg@10"])
+        report(f"rerank {what} (top 100)", "nDCG@10", r["ndcg@10"], "random order", r["random_order"]["ndcg@10"])
+        print(f"    latency p50 {r['latency']['p50_ms']:.0f} ms, p99 {r['latency']['p99_ms']:.0f} ms per query; "
+              f"{gain_summary(r)}")
 
 
 def task_seq2seq(args, runs, results):
@@ -202,12 +178,11 @@ def task_seq2seq(args, runs, results):
         test = speaker_examples("test", max_chars=max_chars, hide_speakers=hide, limit=args.eval_passages)
         for family in ("encoder-decoder", "decoder"):
             model, tok = open_run(runs[family], args.device)
-            cfg = Seq2SeqConfig(steps=args.seq2seq_steps, lr=args.seq2seq_lr, max_target_len=max_target,
-                                progress=args.progress, bf16=args.bf16)
-            train_seq2seq(model, tok, train, cfg, augment=rename_speakers,
-                          augment_prob=args.rename_speakers)
-            r = evaluate_seq2seq(model, tok, test, GenerationConfig(max_new_tokens=max_target + 1), max_target,
-                                 args.progress, hide_speakers=hide)
+            settings = TaskSettings(steps=args.seq2seq_steps, train_examples=len(train), test_examples=len(test),
+                                    batch_size=16, lr=args.seq2seq_lr, max_target_len=max_target,
+                                    rename_speakers=args.rename_speakers, progress=args.progress)
+            r = run_task("extract", model, tok, settings, runtime_of(args), data=(train, test)).record
+            r["hide_speakers"] = hide
             name = f"seq2seq {family}{' hidden speakers' if hide else ''}"
             results[name.replace(" ", "/")] = r
             report(name, "exact match", r["exact_match"], "copy 1st", r["baseline"]["exact_match"])

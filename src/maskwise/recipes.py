@@ -48,6 +48,9 @@ class TaskSettings:
     sample_pairs: bool = False  # retrieve: draw the pairs among every train speech, not among capped queries
     test_docs: int | None = None  # retrieve: collection size (None: every eligible speech of the test plays)
     rename_speakers: float = 0.0  # extract: fraction of training passages drawn with the cast renamed
+    reranker: str | None = None  # rerank: "cross" or "generative"; None = cross for an encoder, else generative
+    candidates: int = 100  # rerank: first-stage candidates per test query
+    negatives: int = 7  # rerank: training negatives per query
     seed: int = 0
     progress: bool = False
 
@@ -300,16 +303,51 @@ def _extract(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: s
                                            progress=False), test
 
 
-# name -> (model, tokenizer, settings, runtime, (train, test) or None, label) -> (trained, evaluate, test)
-TASKS: dict[str, Callable] = {"classify": _classify, "retrieve": _retrieve, "extract": _extract}
+def _rerank(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: str):
+    from maskwise.data.tasks import ict_retrieval
+    from maskwise.tasks.rerank import (
+        RerankConfig,
+        cross_encoder_scorer,
+        evaluate_reranker,
+        generative_scorer,
+        hard_negatives,
+        train_cross_encoder,
+        train_generative_reranker,
+    )
+    from maskwise.tasks.retrieve import bm25_ranking
+
+    if data is not None:
+        train, negatives, test, candidates = data
+    else:  # the plays' ICT queries with BM25 as the first stage, and its near misses as negatives
+        train = ict_retrieval("train", max_queries=s.train_examples, seed=s.data_seed)
+        test = ict_retrieval("test", max_queries=s.test_examples, seed=s.data_seed)
+        negatives = hard_negatives(bm25_ranking(train, s.negatives + 1), train.relevant, s.negatives)
+        candidates = bm25_ranking(test, s.candidates)
+    length = {} if s.max_len is None else {"max_len": s.max_len}  # None: RerankConfig's own
+    cfg = RerankConfig(steps=s.steps, batch_size=s.batch_size, lr=s.lr, head_lr=s.head_lr, n_negatives=s.negatives,
+                       seed=s.seed, progress=s.progress, precision=runtime.precision, **length)
+    kind = s.reranker or ("cross" if model.cfg.family == "encoder" else "generative")
+    if kind == "cross":
+        trained = train_cross_encoder(model, tokenizer, train, negatives, cfg)
+        score = cross_encoder_scorer(trained, tokenizer, cfg.max_len, cfg.score_batch)
+    else:
+        trained = train_generative_reranker(model, tokenizer, train, negatives, cfg)
+        score = generative_scorer(trained, tokenizer, cfg.max_len, cfg.score_batch)
+    return trained, lambda: {**evaluate_reranker(score, test, candidates, label, s.progress, s.seed),
+                             "kind": kind, "max_len": cfg.max_len}, (test, candidates)
+
+
+# name -> (model, tokenizer, settings, runtime, the caller's rows or None, label) -> (trained, evaluate, test)
+TASKS: dict[str, Callable] = {"classify": _classify, "retrieve": _retrieve, "extract": _extract, "rerank": _rerank}
 
 
 def run_task(task: str, model: nn.Module, tokenizer, settings: TaskSettings, runtime: Runtime,
              data: tuple[Sequence, Any] | None = None, label: str = "model") -> TaskResult:
     """Fine-tune ``model`` (moved to ``runtime``'s device) on ``task`` and evaluate it. ``data``:
-    the caller's ``(train, test)`` rows instead of the plays' (classify: ``LabelledText`` lists;
-    retrieve: query/passage pairs and a ``RetrievalSet``; extract: ``Seq2SeqExample`` lists);
-    ``label`` names the model in the record."""
+    the caller's rows instead of the plays' (classify: ``LabelledText`` lists ``(train, test)``;
+    retrieve: query/passage pairs and a ``RetrievalSet``; extract: ``Seq2SeqExample`` lists;
+    rerank: ``(train set, its negatives, test set, its first-stage candidates)``); ``label`` names
+    the model in the record."""
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; known: {', '.join(TASKS)}")
     model.to(runtime.torch_device)

@@ -11,13 +11,14 @@ costs shows up apart from what a decoder costs.
 
 from __future__ import annotations
 
+import dataclasses
 from statistics import fmean as mean
 
 from maskwise.experiments.ablations.framework import (
     SHARED, TOKENS, Ablation, Arm, Measured, Setup, claims_verdict, key, table_row,
 )
 from maskwise.experiments.verdict import compare
-from maskwise.recipes import FINETUNE
+from maskwise.recipes import run_task
 
 ENCODER = Arm("mlm", "encoder (MLM)", {"family": "encoder", "objective": "mlm"})
 DECODER = Arm("clm", "decoder (CLM)", {"family": "decoder", "objective": "clm"})
@@ -51,36 +52,21 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
 
 
 def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
-    """The arm's rerankers on the seed's queries: ``{system: evaluate_reranker record}``."""
-    from maskwise.data.tasks import ict_retrieval
-    from maskwise.tasks.rerank import (
-        RerankConfig,
-        cross_encoder_scorer,
-        evaluate_reranker,
-        generative_scorer,
-        hard_negatives,
-        judging_scorer,
-        train_cross_encoder,
-        train_generative_reranker,
-    )
-    from maskwise.tasks.retrieve import bm25_ranking
+    """The arm's rerankers on the seed's queries: ``{system: evaluate_reranker record}``; the
+    decoder, fine-tuned once, is read both ways."""
+    from maskwise.tasks.rerank import evaluate_reranker, judging_scorer
 
-    scale, run = setup.scale, setup.exp.load(name)
-    train = ict_retrieval("train", max_queries=scale.train_examples, seed=seed)
-    test = ict_retrieval("test", max_queries=min(QUERIES, scale.eval_examples), seed=seed)
-    negatives = hard_negatives(bm25_ranking(train, 8), train.relevant, 7)  # BM25's near misses
-    candidates = bm25_ranking(test, CANDIDATES)
-    cfg = RerankConfig(steps=scale.finetune_steps, seed=seed, progress=setup.progress,
-                       precision=setup.exp.runtime.precision, **FINETUNE["rerank"])
-    if arm is ENCODER:
-        cross = train_cross_encoder(run.model, run.tokenizer, train, negatives, cfg)
-        scorers = {CROSS: cross_encoder_scorer(cross, run.tokenizer, cfg.max_len)}
-    else:
-        decoder = train_generative_reranker(run.model, run.tokenizer, train, negatives, cfg)
-        scorers = {SCORES: generative_scorer(decoder, run.tokenizer, cfg.max_len),
-                   WRITES: judging_scorer(decoder, run.tokenizer, cfg.max_len)}
-    return {system: evaluate_reranker(score, test, candidates, system, progress=False, seed=seed)
-            for system, score in scorers.items()}
+    run = setup.exp.load(name)
+    settings = dataclasses.replace(setup.scale.task("rerank", seed, progress=setup.progress), data_seed=seed,
+                                   test_examples=min(QUERIES, setup.scale.eval_examples), candidates=CANDIDATES)
+    label = CROSS if arm is ENCODER else SCORES
+    result = run_task("rerank", run.model, run.tokenizer, settings, setup.exp.runtime, label=label)
+    measured = {label: result.record}
+    if arm is DECODER:
+        test, candidates = result.test
+        writes = judging_scorer(result.model, run.tokenizer, result.record["max_len"])
+        measured[WRITES] = evaluate_reranker(writes, test, candidates, WRITES, progress=False, seed=seed)
+    return measured
 
 
 def tabulate(m: Measured) -> tuple[dict, list]:
