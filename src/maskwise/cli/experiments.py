@@ -105,7 +105,7 @@ def run_compare(args) -> int:
 
 def run_ablate(args) -> int:
     from maskwise.errors import UserError
-    from maskwise.experiments.ablations import run_ablation
+    from maskwise.experiments.ablations.registry import run_ablation
     from maskwise.experiments.report import RESULTS
     from maskwise.runs import read_json
 
