@@ -50,6 +50,9 @@ class ModelConfig:
     attention_scale: bool = True  # divide scores by sqrt(d_head); T5 folds the scale into its init
     embedding_scale: float = 1.0  # BART with scale_embedding multiplies token embeddings by sqrt(d)
     type_vocab_size: int = 0  # BERT token-type (segment) embeddings; 0 = none
+    # ELECTRA-small's factorised embeddings: token, position and segment tables (and their norm) this
+    # wide, projected to d_model before the first block; the LM head's transform maps back to it.
+    embedding_size: int | None = None  # None = d_model (no projection)
     tie_embeddings: bool = True
     lm_head_transform: bool = False  # BERT/ELECTRA-generator: dense + act + norm before the vocab
     lm_head_bias: bool = False
@@ -60,6 +63,15 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    @property
+    def embedding_width(self) -> int:
+        return self.embedding_size if self.embedding_size is not None else self.d_model
+
+    @property
+    def factorised_embeddings(self) -> bool:
+        """Whether the embeddings are narrower or wider than d_model and need a projection."""
+        return self.embedding_width != self.d_model
 
     @property
     def decoder_layers(self) -> int:
@@ -74,7 +86,7 @@ class ModelConfig:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
             if getattr(self, name) <= 0:
                 raise UserError(f"model config: {name} must be positive, got {getattr(self, name)}")
-        for name in ("n_decoder_layers", "d_head"):
+        for name in ("n_decoder_layers", "d_head", "embedding_size"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise UserError(f"model config: {name} must be positive, got {getattr(self, name)}")
         if not self.norm_eps > 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -50,7 +51,7 @@ def _candidates(model: nn.Module, preferred: str | None) -> list[tuple[str, str]
         return [("electra", "mlm"), ("bert", "mlm")] if preferred == "electra" else [("bert", "mlm"),
                                                                                     ("electra", "mlm")]
     if family == "decoder":
-        return [("gpt2", "lm")]
+        return [("gpt2", "lm"), ("llama", "lm")]
     return [("t5", "lm"), ("bart", "lm")]
 
 
@@ -61,8 +62,10 @@ def _hf_config_or_problems(cfg: ModelConfig, column: str, head: str) -> tuple[di
     for field, needed in fixed.items():
         if getattr(cfg, field) != needed:
             problems.append(f"{field}={getattr(cfg, field)!r} (needs {needed!r})")
-    if column != "t5" and cfg.head_dim * cfg.n_heads != cfg.d_model:
+    if column not in ("t5", "llama") and cfg.head_dim * cfg.n_heads != cfg.d_model:
         problems.append(f"d_head={cfg.d_head} (needs d_model / n_heads)")
+    if cfg.factorised_embeddings and column != "electra":
+        problems.append(f"embedding_size={cfg.embedding_size} (only ELECTRA has factorised embeddings)")
     hf: dict[str, Any] = {"model_type": MODEL_TYPE[column], "architectures": [EXPORT_CLASS[column, head]]}
     for field, (key, _) in CONFIG_KEYS[column].items():
         hf[key] = getattr(cfg, field)
@@ -76,9 +79,14 @@ def _hf_config_or_problems(cfg: ModelConfig, column: str, head: str) -> tuple[di
         if cfg.type_vocab_size < 1:
             problems.append("type_vocab_size=0 (BERT and ELECTRA always have token-type embeddings)")
         if column == "electra":
-            hf["embedding_size"] = cfg.d_model
+            hf["embedding_size"] = cfg.embedding_width
             if head == "mlm" and cfg.activation != "gelu":
                 problems.append(f"activation={cfg.activation!r} (ELECTRA's generator head is always gelu)")
+    elif column == "llama":
+        # bos/eos spelled out (None unless the tokenizer has them): LlamaConfig would otherwise assume 1 and 2.
+        hf.update(num_key_value_heads=cfg.n_heads, head_dim=cfg.head_dim, attention_bias=cfg.bias,
+                  mlp_bias=cfg.bias, rope_theta=cfg.rope_theta, bos_token_id=None, eos_token_id=None,
+                  rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta})
     elif column == "t5":
         hf.update(d_kv=cfg.head_dim, num_decoder_layers=cfg.decoder_layers, is_encoder_decoder=True)
         if cfg.gated_ffn and cfg.activation == "gelu":
@@ -113,6 +121,11 @@ def hf_config(model: nn.Module, preferred: str | None = None) -> tuple[dict[str,
             return hf, ARCHITECTURES[EXPORT_CLASS[column, head]]
         attempts.append((len(problems), EXPORT_CLASS[column, head], problems))
     _, class_name, problems = min(attempts)
+    family = model.cfg.family
+    if family != "decoder" and not _hf_config_or_problems(dataclasses.replace(model.cfg, family="decoder"),
+                                                          "llama", "lm")[1]:
+        raise UserError(f"this {family} has Llama's layout but no HF equivalent: LlamaForCausalLM is causal-only, "
+                        f"so it cannot compute bidirectional attention")
     raise UserError(f"this {model.cfg.family} config has no HF equivalent; closest is {class_name}, "
                     f"but: {'; '.join(problems)}")
 
@@ -139,10 +152,12 @@ def export_hf(run_or_model: Any, out_dir: str | Path, overwrite: bool = False, t
     ELECTRA discriminator, ``AutoModelForPreTraining``) loads and that computes the same logits.
 
     ``run_or_model``: a run folder, a loaded ``Run``, or a model. Encoders export as BERT unless
-    ``architecture="electra"`` or the run's preset is "electra". The folder (config.json,
-    model.safetensors, and with a tokenizer tokenizer.json + tokenizer_config.json) is assembled
-    under a temporary name and renamed into place; an existing non-empty ``out_dir`` is replaced
-    only with ``overwrite``, and only when it is a model folder (it holds a config.json).
+    ``architecture="electra"``, the run's preset is "electra" or the embeddings are factorised;
+    decoders as GPT-2 or, with the "modern" layout (RMSNorm, RoPE, SwiGLU), as ``LlamaForCausalLM``.
+    The folder (config.json, model.safetensors, and with a tokenizer tokenizer.json +
+    tokenizer_config.json) is assembled under a temporary name and renamed into place; an existing
+    non-empty ``out_dir`` is replaced only with ``overwrite``, and only when it is a model folder
+    (it holds a config.json).
     """
     model, settings = run_or_model, {}
     if isinstance(run_or_model, (str, Path)):

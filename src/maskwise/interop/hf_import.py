@@ -22,6 +22,7 @@ from maskwise.interop.hf_keys import (
     ARCHITECTURES,
     CONFIG_KEYS,
     COPIES,
+    DROPOUT_DEFAULT,
     DROPOUT_KEYS,
     FIXED,
     FROM_HF_ACTIVATION,
@@ -124,7 +125,7 @@ def config_from_hf(hf: dict[str, Any], arch: Architecture, tensors: dict[str, to
     values: dict[str, Any] = dict(FIXED[column])
     for field, (key, default) in CONFIG_KEYS[column].items():
         values[field] = _get(hf, key, default)
-    values["dropout"] = float(_get(hf, DROPOUT_KEYS[column][0], 0.1))  # 0.1: every HF default
+    values["dropout"] = float(_get(hf, DROPOUT_KEYS[column][0], DROPOUT_DEFAULT[column]))
     if column in ("bert", "electra"):
         values.update(HEAD_FIXED[arch.head])
         _reject(column, hf, "position_embedding_type", "absolute", "absolute")
@@ -132,9 +133,8 @@ def config_from_hf(hf: dict[str, Any], arch: Architecture, tensors: dict[str, to
         _reject(column, hf, "add_cross_attention", False, False)
         values["activation"] = _activation(column, _get(hf, "hidden_act", "gelu"))
         if column == "electra":
-            if _get(hf, "embedding_size", 128) != values["d_model"]:
-                raise UserError(f"electra: embedding_size {_get(hf, 'embedding_size', 128)} != hidden_size "
-                                f"{values['d_model']} (factorised embeddings) is not supported")
+            embedding_size = _get(hf, "embedding_size", 128)
+            values["embedding_size"] = None if embedding_size == values["d_model"] else embedding_size
             if arch.head == "mlm" and values["activation"] != "gelu":
                 raise UserError(f"electra: the generator head always uses gelu, so hidden_act="
                                 f"{hf.get('hidden_act')!r} has no maskwise equivalent")
@@ -143,6 +143,18 @@ def config_from_hf(hf: dict[str, Any], arch: Architecture, tensors: dict[str, to
         _reject(column, hf, "add_cross_attention", False, False)
         values["activation"] = _activation(column, _get(hf, "activation_function", "gelu_new"))
         values["d_ff"] = values["d_ff"] or 4 * values["d_model"]
+    elif column == "llama":
+        heads, kv_heads = values["n_heads"], _get(hf, "num_key_value_heads", values["n_heads"])
+        if kv_heads != heads:
+            raise UserError(f"llama: num_key_value_heads {kv_heads} != num_attention_heads {heads} "
+                            f"(grouped-query attention) is not supported")
+        biases = (_get(hf, "attention_bias", False), _get(hf, "mlp_bias", False))
+        if biases[0] != biases[1]:
+            raise UserError(f"llama: attention_bias={biases[0]} with mlp_bias={biases[1]} is not supported "
+                            f"(maskwise has one bias setting for all projections)")
+        values["bias"] = biases[0]
+        values["activation"] = _activation(column, _get(hf, "hidden_act", "silu"))
+        values["rope_theta"] = _llama_rope_theta(hf)
     elif column == "t5":
         proj = _get(hf, "feed_forward_proj", "relu")
         gated, _, act = proj.rpartition("-")
@@ -169,6 +181,19 @@ def config_from_hf(hf: dict[str, Any], arch: Architecture, tensors: dict[str, to
     return ModelConfig.from_dict(values)
 
 
+def _llama_rope_theta(hf: dict[str, Any]) -> float:
+    """RoPE's base from ``rope_parameters`` (transformers 5) or the older top-level ``rope_theta``
+    and ``rope_scaling``; any rescaled RoPE (linear, dynamic, llama3, yarn, ...) is refused."""
+    rope = {**(hf.get("rope_scaling") or {}), **(hf.get("rope_parameters") or {})}
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind != "default":
+        raise UserError(f"llama: rope_type {kind!r} is not supported (only 'default': plain RoPE)")
+    partial = rope.get("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0))
+    if partial != 1.0:
+        raise UserError(f"llama: partial_rotary_factor={partial} is not supported (only 1.0)")
+    return float(rope.get("rope_theta") or hf.get("rope_theta") or 10000.0)
+
+
 def _is_tied(arch: Architecture, tensors: dict[str, torch.Tensor]) -> bool:
     head = KEY_MAP["lm_head.weight"].get(arch.column)
     embedding = COPIES[arch.column].get(head) if head else None
@@ -183,8 +208,9 @@ def import_hf(source: Any) -> Transformer:
     ``source``: a ``transformers`` model object, or a local HF folder (``config.json`` + weights).
     ``ElectraForPreTraining`` becomes a ``Discriminator`` (its logits are (B, T) RTD scores); every
     other supported class becomes an ``Encoder``, ``Decoder`` or ``EncoderDecoder`` whose ``.logits``
-    are the HF model's logits (for a base model, e.g. ``BertModel``, the tied projection onto the
-    vocabulary; use ``hidden_states``).
+    are the HF model's logits (for a base model, e.g. ``BertModel`` or ``LlamaModel``, the tied
+    projection onto the vocabulary, which a base ``ElectraModel`` with factorised embeddings lacks;
+    use ``hidden_states``).
     """
     if hasattr(source, "state_dict") and hasattr(source, "config"):
         hf, tensors, class_name = source.config.to_dict(), source.state_dict(), type(source).__name__

@@ -1,6 +1,6 @@
-"""Hugging Face interop tables: BERT, ELECTRA, GPT-2, T5 and BART as settings of the one block.
+"""Hugging Face interop tables: BERT, ELECTRA, GPT-2, Llama, T5 and BART as settings of the one block.
 
-The five architectures are the one maskwise block with different settings, so converting is two
+The six architectures are the one maskwise block with different settings, so converting is two
 tables and no model code (``hf_import`` reads them one way, ``hf_export`` the other):
 
 * ``FIXED`` + ``CONFIG_KEYS``: which ``ModelConfig`` settings an architecture fixes (BERT is always
@@ -8,8 +8,10 @@ tables and no model code (``hf_import`` reads them one way, ``hf_export`` the ot
   Import fills a ``ModelConfig`` from them; export checks a ``ModelConfig`` against them and names every
   setting that has no HF equivalent.
 * ``KEY_MAP``: where each maskwise tensor lives in each architecture's state dict, side by side.
-  The only layout work is fusing q/k/v (and T5's gate/up) into one matrix, transposing GPT-2's
-  Conv1D weights, and BART's (1, V) ``final_logits_bias``.
+  The only layout work is fusing q/k/v (and T5's and Llama's gate/up) into one matrix, transposing
+  GPT-2's Conv1D weights, and BART's (1, V) ``final_logits_bias``. Llama's q/k rows need no
+  permutation: maskwise's RoPE rotates the halves (x[:hd/2], x[hd/2:]) of each head, HF Llama's
+  ``rotate_half`` convention, not interleaved pairs.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class Architecture:
     variant leaves off (``BertModel`` saves ``embeddings.*`` where ``BertForMaskedLM`` saves
     ``bert.embeddings.*``)."""
 
-    column: str  # "bert", "electra", "gpt2", "t5" or "bart"
+    column: str  # "bert", "electra", "gpt2", "llama", "t5" or "bart"
     head: str  # "mlm": BERT's dense+act+norm transform and a vocab bias; "rtd"; "lm": a plain projection
     base_prefix: str = ""
 
@@ -44,6 +46,8 @@ ARCHITECTURES = {
     "ElectraModel": Architecture("electra", "lm", base_prefix="electra."),
     "GPT2LMHeadModel": Architecture("gpt2", "lm"),
     "GPT2Model": Architecture("gpt2", "lm", base_prefix="transformer."),
+    "LlamaForCausalLM": Architecture("llama", "lm"),
+    "LlamaModel": Architecture("llama", "lm", base_prefix="model."),
     "T5ForConditionalGeneration": Architecture("t5", "lm"),
     "BartForConditionalGeneration": Architecture("bart", "lm"),
 }
@@ -54,11 +58,12 @@ EXPORT_CLASS = {
     ("electra", "mlm"): "ElectraForMaskedLM",
     ("electra", "rtd"): "ElectraForPreTraining",
     ("gpt2", "lm"): "GPT2LMHeadModel",
+    ("llama", "lm"): "LlamaForCausalLM",
     ("t5", "lm"): "T5ForConditionalGeneration",
     ("bart", "lm"): "BartForConditionalGeneration",
 }
 
-MODEL_TYPE = {"bert": "bert", "electra": "electra", "gpt2": "gpt2", "t5": "t5", "bart": "bart"}
+MODEL_TYPE = {"bert": "bert", "electra": "electra", "gpt2": "gpt2", "llama": "llama", "t5": "t5", "bart": "bart"}
 
 # ---- config: what each architecture fixes, and where its config keeps the rest --------------
 
@@ -70,6 +75,13 @@ _BERT_BODY = {
 FIXED: dict[str, dict[str, Any]] = {
     "bert": _BERT_BODY,
     "electra": _BERT_BODY,  # ELECTRA's body is BERT's; only the embedding factorisation and heads differ
+    # Llama = maskwise's "modern" preset: pre-norm RMSNorm, RoPE, gated FFN, untied head by default.
+    "llama": {
+        "family": "decoder", "pre_norm": True, "final_norm": True, "embedding_norm": False, "norm": "rmsnorm",
+        "gated_ffn": True, "position": "rope", "position_offset": 0, "cross_rope": False, "attention_scale": True,
+        "embedding_scale": 1.0, "type_vocab_size": 0, "lm_head_transform": False, "lm_head_bias": False,
+        "lm_head_input_scale": 1.0,
+    },
     "gpt2": {
         "family": "decoder", "pre_norm": True, "final_norm": True, "embedding_norm": False, "norm": "layernorm",
         "gated_ffn": False, "bias": True, "position": "learned", "position_offset": 0, "embedding_scale": 1.0,
@@ -82,7 +94,8 @@ FIXED: dict[str, dict[str, Any]] = {
     },
     "bart": {
         "family": "encoder-decoder", "pre_norm": False, "final_norm": False, "embedding_norm": True,
-        "norm": "layernorm", "norm_eps": 1e-5, "gated_ffn": False, "bias": True, "position": "learned", "position_offset": 2,
+        "norm": "layernorm", "norm_eps": 1e-5, "gated_ffn": False, "bias": True, "position": "learned",
+        "position_offset": 2,
         "attention_scale": True, "type_vocab_size": 0, "lm_head_transform": False, "lm_head_bias": True,
         "lm_head_input_scale": 1.0,
     },
@@ -112,6 +125,14 @@ CONFIG_KEYS: dict[str, dict[str, tuple[str, Any]]] = {
         "norm_eps": ("layer_norm_epsilon", 1e-5), "init_std": ("initializer_range", 0.02),
         "attention_scale": ("scale_attn_weights", True),
     },
+    # Llama's rope_theta (nested in rope_parameters since transformers 5) and its two bias flags are
+    # read and written by hand (hf_import / hf_export); num_key_value_heads is always n_heads.
+    "llama": {
+        "vocab_size": ("vocab_size", 32000), "d_model": ("hidden_size", 4096), "n_layers": ("num_hidden_layers", 32),
+        "n_heads": ("num_attention_heads", 32), "d_head": ("head_dim", None), "d_ff": ("intermediate_size", 11008),
+        "max_seq_len": ("max_position_embeddings", 2048), "norm_eps": ("rms_norm_eps", 1e-6),
+        "init_std": ("initializer_range", 0.02),
+    },
     "t5": {
         "vocab_size": ("vocab_size", 32128), "d_model": ("d_model", 512), "n_layers": ("num_layers", 6),
         "n_decoder_layers": ("num_decoder_layers", None), "n_heads": ("num_heads", 8),
@@ -132,11 +153,14 @@ DROPOUT_KEYS = {
     "bert": ("hidden_dropout_prob", "attention_probs_dropout_prob"),
     "electra": ("hidden_dropout_prob", "attention_probs_dropout_prob"),
     "gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
+    "llama": ("attention_dropout",),  # Llama has no other dropout
     "t5": ("dropout_rate",),
     "bart": ("dropout", "attention_dropout", "activation_dropout"),
 }
+# The rate an HF config means when it omits its first dropout key.
+DROPOUT_DEFAULT = {"bert": 0.1, "electra": 0.1, "gpt2": 0.1, "llama": 0.0, "t5": 0.1, "bart": 0.1}
 ACTIVATION_KEY = {"bert": "hidden_act", "electra": "hidden_act", "gpt2": "activation_function",
-                  "bart": "activation_function"}  # T5 spells it in feed_forward_proj
+                  "llama": "hidden_act", "bart": "activation_function"}  # T5 spells it in feed_forward_proj
 
 # HF activation names -> maskwise, and back. "gelu_new" is the tanh approximation.
 FROM_HF_ACTIVATION = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
@@ -168,21 +192,24 @@ def conv1d(name: str) -> Source:
 # "encoder"/"decoder"); {side} the HF stack of an encoder-decoder; {body} the base model's prefix in
 # the task model (BODY_PREFIX); {i} the layer; {ffn} T5's FFN sub-layer (1 in the encoder, 2 after
 # the decoder's cross-attention). ELECTRA's body rows are BERT's (under {body} = "electra"), so body
-# rows list BERT only; the head rows list ELECTRA apart.
+# rows list BERT only; the head rows and the embedding projection list ELECTRA apart.
 KEY_MAP: dict[str, dict[str, str | Source]] = {
     # embeddings
-    "embed": {"bert": "{body}.embeddings.word_embeddings", "gpt2": "{body}.wte", "t5": "shared",
-                  "bart": "{body}.shared"},
+    "embed": {"bert": "{body}.embeddings.word_embeddings", "gpt2": "{body}.wte", "llama": "{body}.embed_tokens",
+              "t5": "shared", "bart": "{body}.shared"},
     "{stack}.positions": {"bert": "{body}.embeddings.position_embeddings", "gpt2": "{body}.wpe",
                               "bart": "{body}.{side}.embed_positions"},
     "{stack}.token_types": {"bert": "{body}.embeddings.token_type_embeddings"},
     "{stack}.embedding_norm": {"bert": "{body}.embeddings.LayerNorm", "bart": "{body}.{side}.layernorm_embedding"},
+    "{stack}.embedding_project": {"electra": "{body}.embeddings_project"},  # factorised embeddings only
     "{stack}.relative_bias.embedding": {"t5": "{side}.block.0.layer.0.SelfAttention.relative_attention_bias"},
     # self-attention
     "{stack}.blocks.{i}.attn.qkv": {
         "bert": fused("{body}.encoder.layer.{i}.attention.self.query", "{body}.encoder.layer.{i}.attention.self.key",
                    "{body}.encoder.layer.{i}.attention.self.value"),
         "gpt2": conv1d("{body}.h.{i}.attn.c_attn"),
+        "llama": fused("{body}.layers.{i}.self_attn.q_proj", "{body}.layers.{i}.self_attn.k_proj",
+                       "{body}.layers.{i}.self_attn.v_proj"),
         "t5": fused("{side}.block.{i}.layer.0.SelfAttention.q", "{side}.block.{i}.layer.0.SelfAttention.k",
                  "{side}.block.{i}.layer.0.SelfAttention.v"),
         "bart": fused("{body}.{side}.layers.{i}.self_attn.q_proj", "{body}.{side}.layers.{i}.self_attn.k_proj",
@@ -190,10 +217,12 @@ KEY_MAP: dict[str, dict[str, str | Source]] = {
     },
     "{stack}.blocks.{i}.attn.out": {
         "bert": "{body}.encoder.layer.{i}.attention.output.dense", "gpt2": conv1d("{body}.h.{i}.attn.c_proj"),
-        "t5": "{side}.block.{i}.layer.0.SelfAttention.o", "bart": "{body}.{side}.layers.{i}.self_attn.out_proj"},
+        "llama": "{body}.layers.{i}.self_attn.o_proj", "t5": "{side}.block.{i}.layer.0.SelfAttention.o",
+        "bart": "{body}.{side}.layers.{i}.self_attn.out_proj"},
     "{stack}.blocks.{i}.attn_norm": {
         "bert": "{body}.encoder.layer.{i}.attention.output.LayerNorm", "gpt2": "{body}.h.{i}.ln_1",
-        "t5": "{side}.block.{i}.layer.0.layer_norm", "bart": "{body}.{side}.layers.{i}.self_attn_layer_norm"},
+        "llama": "{body}.layers.{i}.input_layernorm", "t5": "{side}.block.{i}.layer.0.layer_norm",
+        "bart": "{body}.{side}.layers.{i}.self_attn_layer_norm"},
     # cross-attention (decoder of an encoder-decoder)
     "{stack}.blocks.{i}.cross_attn.q": {
         "t5": "{side}.block.{i}.layer.1.EncDecAttention.q", "bart": "{body}.{side}.layers.{i}.encoder_attn.q_proj"},
@@ -204,17 +233,20 @@ KEY_MAP: dict[str, dict[str, str | Source]] = {
         "t5": "{side}.block.{i}.layer.1.EncDecAttention.o", "bart": "{body}.{side}.layers.{i}.encoder_attn.out_proj"},
     "{stack}.blocks.{i}.cross_norm": {
         "t5": "{side}.block.{i}.layer.1.layer_norm", "bart": "{body}.{side}.layers.{i}.encoder_attn_layer_norm"},
-    # feed-forward (T5 v1.0: wi; a gated T5 v1.1 has T5_GATED_UP instead)
+    # feed-forward (T5 v1.0: wi; a gated T5 v1.1 has T5_GATED_UP instead). Gated: gate first, then up.
     "{stack}.blocks.{i}.ffn.up": {
         "bert": "{body}.encoder.layer.{i}.intermediate.dense", "gpt2": conv1d("{body}.h.{i}.mlp.c_fc"),
+        "llama": fused("{body}.layers.{i}.mlp.gate_proj", "{body}.layers.{i}.mlp.up_proj"),
         "t5": "{side}.block.{i}.layer.{ffn}.DenseReluDense.wi", "bart": "{body}.{side}.layers.{i}.fc1"},
     "{stack}.blocks.{i}.ffn.down": {
         "bert": "{body}.encoder.layer.{i}.output.dense", "gpt2": conv1d("{body}.h.{i}.mlp.c_proj"),
-        "t5": "{side}.block.{i}.layer.{ffn}.DenseReluDense.wo", "bart": "{body}.{side}.layers.{i}.fc2"},
+        "llama": "{body}.layers.{i}.mlp.down_proj", "t5": "{side}.block.{i}.layer.{ffn}.DenseReluDense.wo",
+        "bart": "{body}.{side}.layers.{i}.fc2"},
     "{stack}.blocks.{i}.ffn_norm": {
         "bert": "{body}.encoder.layer.{i}.output.LayerNorm", "gpt2": "{body}.h.{i}.ln_2",
-        "t5": "{side}.block.{i}.layer.{ffn}.layer_norm", "bart": "{body}.{side}.layers.{i}.final_layer_norm"},
-    "{stack}.final_norm": {"gpt2": "{body}.ln_f", "t5": "{side}.final_layer_norm"},
+        "llama": "{body}.layers.{i}.post_attention_layernorm", "t5": "{side}.block.{i}.layer.{ffn}.layer_norm",
+        "bart": "{body}.{side}.layers.{i}.final_layer_norm"},
+    "{stack}.final_norm": {"gpt2": "{body}.ln_f", "llama": "{body}.norm", "t5": "{side}.final_layer_norm"},
     # heads (bare parameters map to bare tensors)
     "lm_head.transform.0": {"bert": "cls.predictions.transform.dense", "electra": "generator_predictions.dense"},
     "lm_head.transform.2": {"bert": "cls.predictions.transform.LayerNorm",
@@ -222,14 +254,16 @@ KEY_MAP: dict[str, dict[str, str | Source]] = {
     "lm_head.bias": {"bert": "cls.predictions.bias", "electra": "generator_lm_head.bias",
                          "bart": Source(("final_logits_bias",), leading_one=True)},
     "lm_head.weight": {"bert": "cls.predictions.decoder.weight", "electra": "generator_lm_head.weight",
-                           "gpt2": "lm_head.weight", "t5": "lm_head.weight", "bart": "lm_head.weight"},
+                           "gpt2": "lm_head.weight", "llama": "lm_head.weight", "t5": "lm_head.weight",
+                           "bart": "lm_head.weight"},
     "rtd_head.dense": {"electra": "discriminator_predictions.dense"},
     "rtd_head.out": {"electra": "discriminator_predictions.dense_prediction"},
 }
 # T5 v1.1's gated FFN: wi_0 is the gate, wi_1 the up projection; maskwise fuses them gate first.
 T5_GATED_UP = fused("{side}.block.{i}.layer.{ffn}.DenseReluDense.wi_0",
                     "{side}.block.{i}.layer.{ffn}.DenseReluDense.wi_1")
-BODY_PREFIX = {"bert": "bert", "electra": "electra", "gpt2": "transformer", "t5": "", "bart": "model"}
+BODY_PREFIX = {"bert": "bert", "electra": "electra", "gpt2": "transformer", "llama": "model", "t5": "",
+               "bart": "model"}
 
 # HF tensors that are copies of another (tied weights saved twice, an alias): skipped on import when
 # equal to the original, an error when not.
@@ -238,6 +272,7 @@ COPIES = {
              "cls.predictions.decoder.bias": "cls.predictions.bias"},
     "electra": {"generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"},
     "gpt2": {"lm_head.weight": "transformer.wte.weight"},
+    "llama": {"lm_head.weight": "model.embed_tokens.weight"},
     "t5": {"encoder.embed_tokens.weight": "shared.weight", "decoder.embed_tokens.weight": "shared.weight",
            "lm_head.weight": "shared.weight"},
     "bart": {"model.encoder.embed_tokens.weight": "model.shared.weight",
@@ -248,6 +283,7 @@ UNUSED = {
     "bert": r"\.pooler\.|embeddings\.position_ids$|^cls\.seq_relationship\.",
     "electra": r"embeddings\.position_ids$",
     "gpt2": r"\.attn\.(masked_)?bias$",
+    "llama": r"\.rotary_emb\.inv_freq$",
 }
 
 

@@ -22,13 +22,16 @@ def formula_breakdown(cfg: ModelConfig) -> dict[str, int]:
     ffn_per_layer = (3 if cfg.gated_ffn else 2) * d * cfg.d_ff
     layers = cfg.n_layers + (cfg.decoder_layers if cfg.family == "encoder-decoder" else 0)
     n_stacks = 2 if cfg.family == "encoder-decoder" else 1
-    positions = (cfg.max_seq_len + cfg.position_offset) * d * n_stacks if cfg.position == "learned" else 0
+    e = cfg.embedding_width  # factorised embeddings: tables e wide, then an e x d projection per stack
+    positions = (cfg.max_seq_len + cfg.position_offset) * e * n_stacks if cfg.position == "learned" else 0
+    projection = e * d * n_stacks if cfg.factorised_embeddings else 0
+    head_width = e if cfg.lm_head_transform else d
     return {
-        "embeddings": cfg.vocab_size * d + positions,
+        "embeddings": cfg.vocab_size * e + positions + projection,
         "attention": attention_per_layer * layers,
         "cross_attention": attention_per_layer * cfg.decoder_layers if cfg.family == "encoder-decoder" else 0,
         "ffn": ffn_per_layer * layers,
-        "lm_head": 0 if cfg.tie_embeddings else cfg.vocab_size * d,
+        "lm_head": 0 if cfg.tie_embeddings else cfg.vocab_size * head_width,
     }
 
 

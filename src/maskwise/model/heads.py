@@ -49,13 +49,18 @@ class LMHead(nn.Module):
     def __init__(self, cfg: ModelConfig, tied_to: nn.Embedding | None):
         super().__init__()
         self.transform = None
+        width = cfg.d_model  # what the vocabulary matrix reads: the transform maps d_model to embedding_width
         if cfg.lm_head_transform:
+            width = cfg.embedding_width
             self.transform = nn.Sequential(
-                nn.Linear(cfg.d_model, cfg.d_model), _Activation(ACTIVATIONS[cfg.activation]), make_norm(cfg)
+                nn.Linear(cfg.d_model, width), _Activation(ACTIVATIONS[cfg.activation]), make_norm(cfg, width)
             )
+        # Tied, no transform, factorised embeddings (an ELECTRA discriminator, a base ElectraModel):
+        # d_model-wide features cannot meet an embedding_size-wide token table: no vocabulary projection.
+        self.unreadable = tied_to is not None and width != cfg.embedding_width
         self.input_scale = cfg.lm_head_input_scale
         self._tied_to = [tied_to] if tied_to is not None else []
-        self.weight = None if tied_to is not None else nn.Parameter(torch.empty(cfg.vocab_size, cfg.d_model))
+        self.weight = None if tied_to is not None else nn.Parameter(torch.empty(cfg.vocab_size, width))
         if self.weight is not None:
             nn.init.normal_(self.weight, 0.0, cfg.init_std)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.lm_head_bias else None
@@ -70,6 +75,10 @@ class LMHead(nn.Module):
 
     def features(self, h: torch.Tensor) -> torch.Tensor:
         """What the vocabulary projection reads: h rescaled and transformed (when configured)."""
+        if self.unreadable:
+            raise ValueError("this model has no vocabulary projection: its hidden states are d_model wide and its "
+                             "tied embeddings embedding_size wide, with no lm_head_transform between; read "
+                             "hidden_states")
         if self.input_scale != 1.0:
             h = h * self.input_scale
         if self.transform is not None:

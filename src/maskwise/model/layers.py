@@ -24,7 +24,9 @@ class RMSNorm(nn.RMSNorm):
         return kernels.rms_norm(x, self.weight, self.eps)
 
 
-def make_norm(cfg: ModelConfig) -> nn.Module:
+def make_norm(cfg: ModelConfig, width: int | None = None) -> nn.Module:
+    """``cfg``'s norm over ``width`` features (default d_model; factorised embeddings are narrower)."""
+    width = width or cfg.d_model
     if cfg.norm == "rmsnorm":
-        return RMSNorm(cfg.d_model, eps=cfg.norm_eps)
-    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
+        return RMSNorm(width, eps=cfg.norm_eps)
+    return nn.LayerNorm(width, eps=cfg.norm_eps, bias=cfg.bias)

@@ -172,11 +172,13 @@ class Stack(nn.Module):
     def __init__(self, cfg: ModelConfig, n_layers: int, pattern: str, cross: bool = False):
         super().__init__()
         self.cfg, self.pattern = cfg, pattern
-        self.positions = (nn.Embedding(cfg.max_seq_len + cfg.position_offset, cfg.d_model)
+        width = cfg.embedding_width
+        self.positions = (nn.Embedding(cfg.max_seq_len + cfg.position_offset, width)
                           if cfg.position == "learned" else None)
-        self.token_types = (nn.Embedding(cfg.type_vocab_size, cfg.d_model)
+        self.token_types = (nn.Embedding(cfg.type_vocab_size, width)
                             if cfg.type_vocab_size and pattern == "bidirectional" else None)
-        self.embedding_norm = make_norm(cfg) if cfg.embedding_norm else None
+        self.embedding_norm = make_norm(cfg, width) if cfg.embedding_norm else None
+        self.embedding_project = Linear(width, cfg.d_model, bias=cfg.bias) if cfg.factorised_embeddings else None
         self.relative_bias = (RelativePositionBias(cfg, bidirectional=pattern == "bidirectional")
                               if cfg.position == "relative" else None)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -185,9 +187,10 @@ class Stack(nn.Module):
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor,
               token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, T, d) token embeddings -> the first block's input (before dropout): learned
-        positions and segment embeddings added, then the embedding norm. ``positions``: (T,) or
-        (B, T). Public so that ELECTRA's generator can read the discriminator's embeddings."""
+        """(B, T, e) token embeddings -> the first block's input (B, T, d) (before dropout): learned
+        positions and segment embeddings added, then the embedding norm, then (factorised
+        embeddings, e != d) the projection to d. ``positions``: (T,) or (B, T). Public so that
+        ELECTRA's generator can read the discriminator's embeddings."""
         if self.positions is not None:
             if positions.max() >= self.cfg.max_seq_len:
                 raise ValueError(f"position {int(positions.max())} beyond max_seq_len {self.cfg.max_seq_len}")
@@ -197,6 +200,8 @@ class Stack(nn.Module):
             x = x + self.token_types(types)
         if self.embedding_norm is not None:
             x = self.embedding_norm(x)
+        if self.embedding_project is not None:
+            x = self.embedding_project(x)  # (B, T, e) -> (B, T, d)
         return x
 
     def forward(
@@ -210,8 +215,9 @@ class Stack(nn.Module):
         prefix_lengths: torch.Tensor | None = None,
         cache: KVCache | None = None,
     ) -> torch.Tensor:
-        """x: (B, T, d) token embeddings; attention_mask: (B, T_keys) 1 = real token (with a cache,
-        it covers the cached keys too); context: (B, S, d) encoder states; context_mask: (B, S)."""
+        """x: (B, T, e) token embeddings (e = d unless factorised); attention_mask: (B, T_keys)
+        1 = real token (with a cache, it covers the cached keys too); context: (B, S, d) encoder
+        states; context_mask: (B, S)."""
         T = x.shape[1]
         offset = cache.length if cache is not None else 0
         if positions is None:
@@ -257,7 +263,7 @@ class Transformer(nn.Module):
         super().__init__()
         cfg.validate()
         self.cfg = cfg
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.embedding_width)
         self.lm_head = LMHead(cfg, self.embed if cfg.tie_embeddings else None)
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:

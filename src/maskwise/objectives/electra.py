@@ -103,6 +103,8 @@ class ElectraModel(nn.Module):
         super().__init__()
         if cfg.validate().family != "encoder":
             raise UserError(f"ELECTRA trains an encoder, not the {cfg.family} family")
+        if cfg.factorised_embeddings:  # the generator reads the d-wide shared embeddings
+            raise UserError("ELECTRA pretraining shares d_model-wide embeddings; embedding_size is not supported")
         self.config = cfg
         self.discriminator = Discriminator(dataclasses.replace(
             cfg, tie_embeddings=True, lm_head_transform=False, lm_head_bias=False))

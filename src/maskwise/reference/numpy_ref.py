@@ -231,8 +231,8 @@ def _stack(w: _Weights, p: str, cfg: ModelConfig, n_layers: int, ids: np.ndarray
            pattern: str, token_type_ids: np.ndarray | None = None, prefix_lengths: np.ndarray | None = None,
            context: np.ndarray | None = None, context_padding: np.ndarray | None = None) -> np.ndarray:
     """Token ids (B, T) -> hidden states (B, T, d) of the stack whose weights start with ``p``."""
-    B, T = ids.shape
-    x = w["embed.weight"][ids] * cfg.embedding_scale  # (B, T, d)
+    T = ids.shape[1]
+    x = w["embed.weight"][ids] * cfg.embedding_scale  # (B, T, e), e = d unless factorised
     if cfg.position == "learned":
         x = x + w[f"{p}positions.weight"][np.arange(T) + cfg.position_offset]
     if cfg.type_vocab_size and pattern == "bidirectional":  # segments exist in encoder stacks only
@@ -240,6 +240,9 @@ def _stack(w: _Weights, p: str, cfg: ModelConfig, n_layers: int, ids: np.ndarray
         x = x + w[f"{p}token_types.weight"][types]
     if cfg.embedding_norm:
         x = _norm(w, f"{p}embedding_norm", cfg, x)
+    embedding_width = cfg.d_model if cfg.embedding_size is None else cfg.embedding_size
+    if embedding_width != cfg.d_model:  # factorised embeddings (ELECTRA-small): (B, T, e) -> (B, T, d)
+        x = _linear(w, f"{p}embedding_project", x, cfg.bias)
 
     may_attend = allowed(pattern, T, T, key_real, prefix_lengths)  # (B, T, T)
     bias = None
@@ -259,11 +262,11 @@ def _stack(w: _Weights, p: str, cfg: ModelConfig, n_layers: int, ids: np.ndarray
 
     for layer in range(n_layers):
         b = f"{p}blocks.{layer}."
-        x = residual(x, b + "attn_norm", lambda h: _attention(w, b + "attn", cfg, h, may_attend, bias=bias))
+        x = residual(x, b + "attn_norm", lambda h, b=b: _attention(w, b + "attn", cfg, h, may_attend, bias=bias))
         if context is not None:
             x = residual(x, b + "cross_norm",
-                         lambda h: _attention(w, b + "cross_attn", cfg, h, cross_may_attend, context=context))
-        x = residual(x, b + "ffn_norm", lambda h: _ffn(w, b + "ffn", cfg, h))
+                         lambda h, b=b: _attention(w, b + "cross_attn", cfg, h, cross_may_attend, context=context))
+        x = residual(x, b + "ffn_norm", lambda h, b=b: _ffn(w, b + "ffn", cfg, h))
     if cfg.final_norm:
         x = _norm(w, f"{p}final_norm", cfg, x)
     return x
