@@ -1,14 +1,14 @@
-"""``maskwise export`` (a run folder -> an HF folder) and ``maskwise embed`` (lines -> vectors)."""
+"""``maskwise export`` (a run -> an HF or sentence-transformers folder) and ``maskwise embed`` (lines -> vectors)."""
 
 from __future__ import annotations
 
 from maskwise.cli.runtime import runtime_flags, runtime_of
 
-EXPORT_FORMATS = ("hf",)
+EXPORT_FORMATS = ("hf", "sentence-transformers")
 
 
 def register(subparsers) -> None:
-    export = subparsers.add_parser("export", help="write a run as a folder transformers loads")
+    export = subparsers.add_parser("export", help="write a run as a folder transformers or sentence-transformers loads")
     export.add_argument("run_dir", help="maskwise run folder")
     export.add_argument("--to", required=True, choices=EXPORT_FORMATS, help="target format")
     export.add_argument("out", help="folder to write (must not exist or be empty, unless --overwrite)")
@@ -17,20 +17,24 @@ def register(subparsers) -> None:
 
     embed = subparsers.add_parser("embed", help="sentence vectors for each line of a text file")
     embed.add_argument("--model", required=True,
-                       help="all-MiniLM-L6-v2, an HF model folder, or a maskwise run folder")
+                       help="all-MiniLM-L6-v2, an HF or sentence-transformers folder, or a maskwise run folder")
     embed.add_argument("--input", required=True, help="UTF-8 text file, one text per line")
     embed.add_argument("--output", required=True, help=".npy file to write: (lines, d) float32")
     embed.add_argument("--batch-size", type=int, default=32)
-    embed.add_argument("--no-normalize", action="store_true", help="keep raw pooled vectors (no L2 norm)")
+    embed.add_argument("--no-normalize", action="store_true",
+                       help="keep raw pooled vectors (default: L2-normalised, unless the folder's modules say not)")
     runtime_flags(embed)
     embed.set_defaults(handler=run_embed)
 
 
 def run_export(args) -> int:
     from maskwise.interop.hf_export import export_hf
+    from maskwise.interop.sentence_transformers import export_sentence_transformers
 
-    out = export_hf(args.run_dir, args.out, overwrite=args.overwrite)
-    print(f"exported {args.run_dir} -> {out} (Hugging Face format)")
+    exporter, label = {"hf": (export_hf, "Hugging Face format"),
+                       "sentence-transformers": (export_sentence_transformers, "sentence-transformers format")}[args.to]
+    out = exporter(args.run_dir, args.out, overwrite=args.overwrite)
+    print(f"exported {args.run_dir} -> {out} ({label})")
     return 0
 
 
@@ -55,7 +59,8 @@ def run_embed(args) -> int:
         raise UserError(f"{path}: no lines to embed")
     runtime = runtime_of(args)
     with runtime.autocast():
-        vectors = embed_texts(args.model, texts, batch_size=args.batch_size, normalize=not args.no_normalize,
+        normalize = False if args.no_normalize else None  # None: as the folder declares
+        vectors = embed_texts(args.model, texts, batch_size=args.batch_size, normalize=normalize,
                               device=runtime.device)
     buffer = io.BytesIO()
     np.save(buffer, vectors)

@@ -147,7 +147,7 @@ def hf_state_dict(model: nn.Module, arch: Architecture) -> dict[str, torch.Tenso
 
 
 def export_hf(run_or_model: Any, out_dir: str | Path, overwrite: bool = False, tokenizer: Any = None,
-              architecture: str | None = None) -> Path:
+              architecture: str | None = None, extra_files: dict[str, bytes] | None = None) -> Path:
     """Write an HF folder that ``AutoModelForMaskedLM`` / ``ForCausalLM`` / ``ForSeq2SeqLM`` (or, for an
     ELECTRA discriminator, ``AutoModelForPreTraining``) loads and that computes the same logits.
 
@@ -157,7 +157,8 @@ def export_hf(run_or_model: Any, out_dir: str | Path, overwrite: bool = False, t
     The folder (config.json, model.safetensors, and with a tokenizer tokenizer.json +
     tokenizer_config.json) is assembled under a temporary name and renamed into place; an existing
     non-empty ``out_dir`` is replaced only with ``overwrite``, and only when it is a model folder
-    (it holds a config.json).
+    (it holds a config.json). ``extra_files`` (relative path -> bytes) go in the same folder before
+    the rename, so a wrapper format (sentence-transformers) is never seen half-written either.
     """
     model, settings = run_or_model, {}
     if isinstance(run_or_model, (str, Path)):
@@ -173,7 +174,7 @@ def export_hf(run_or_model: Any, out_dir: str | Path, overwrite: bool = False, t
         files[TOKENIZER_FILE] = encoder_framing(tokenizer, model.cfg.family).to_str().encode()
         files["tokenizer_config.json"] = json_bytes(_tokenizer_config(tokenizer, model.cfg))
     files[CONFIG_FILE] = json_bytes(hf)
-    _write_folder(out, files)
+    _write_folder(out, {**files, **(extra_files or {})})
     return out
 
 
@@ -221,6 +222,7 @@ def _write_folder(out: Path, files: dict[str, bytes]) -> None:
     try:
         tmp.mkdir(parents=True)
         for name, data in files.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             atomic_write(tmp / name, data)
         if out.exists():
             os.replace(out, old)

