@@ -30,11 +30,13 @@ def register(subparsers) -> None:
 def run_export(args) -> int:
     from maskwise.interop.hf_export import export_hf
     from maskwise.interop.sentence_transformers import export_sentence_transformers
+    from maskwise.runs import CONFIG_FILE, read_json
 
     exporter, label = {"hf": (export_hf, "Hugging Face format"),
                        "sentence-transformers": (export_sentence_transformers, "sentence-transformers format")}[args.to]
     out = exporter(args.run_dir, args.out, overwrite=args.overwrite)
-    print(f"exported {args.run_dir} -> {out} ({label})")
+    architecture = read_json(out / CONFIG_FILE)["architectures"][0]
+    print(f"exported {args.run_dir} -> {out} ({label}, {architecture})")
     return 0
 
 
