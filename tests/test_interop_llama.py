@@ -179,7 +179,7 @@ def test_cli_exports_a_modern_decoder_run_as_llama_and_refuses_a_modern_encoder(
     run = make_run(tmp_path / "run", model, word_tokenizer, "modern")
     assert main(["export", str(run), "--to", "hf", str(tmp_path / "hf")]) == 0
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
-    capsys.readouterr()
+    assert "(Hugging Face format, LlamaForCausalLM)" in capsys.readouterr().out
 
     encoder = build_model(preset("modern", **SMALL, family="encoder"))
     run = make_run(tmp_path / "encoder-run", encoder, word_tokenizer, "modern")
