@@ -130,7 +130,7 @@ def test_user_files_jsonl_and_csv(tmp_path):
     ("bad.csv", "text,label\na,x\n,y\n", "line 3"),
     ("bad.csv", "text,other\na,x\n", "label"),
     ("bad.csv", "text,label\na,x,extra\n", "line 2"),
-    ("bad.txt", "text\n", ".jsonl or .csv"),
+    ("bad.txt", "text\n", ".jsonl, .csv or .tsv"),
 ])
 def test_bad_rows_name_their_line(tmp_path, name, content, needle):
     path = tmp_path / name

@@ -7,14 +7,17 @@ from pathlib import Path
 from maskwise.cli.task_flags import add_common_flags, add_task_flags, in_runtime
 from maskwise.cli.task_inputs import (
     HEAD_FILE,
+    beir_data,
     classify_data,
     embedder_of,
+    is_beir_folder,
     open_model,
     retrieval_data,
     speaker_data,
 )
 
 EVAL_TASKS = ("classify", "retrieve", "rerank", "seq2seq")
+PLAY_SPLITS = ("val", "test")  # the plays' held-out splits (train is what fine-tuning reads)
 
 
 def register(subparsers) -> None:
@@ -22,8 +25,11 @@ def register(subparsers) -> None:
     evaluate.add_argument("model", help="run folder or HF model folder")
     evaluate.add_argument("--task", choices=EVAL_TASKS, default=None,
                           help="default: the task the run was fine-tuned for")
-    evaluate.add_argument("--split", choices=("val", "test"), default="test")
-    evaluate.add_argument("--data", default=None, help="your own .jsonl/.csv evaluation rows instead of the plays")
+    evaluate.add_argument("--split", default="test",
+                          help="the plays' val or test split; with a BEIR folder, its qrels/<split>.tsv (dev, test...)")
+    evaluate.add_argument("--data", default=None,
+                          help="your own .jsonl/.csv/.tsv evaluation rows instead of the plays, or (--task retrieve) "
+                               "a BEIR/MTEB folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv")
     evaluate.add_argument("--results", default=None, help="write the JSON results here")
     for task in EVAL_TASKS:
         add_task_flags(evaluate, task, evaluating=True)
@@ -36,6 +42,12 @@ def run_evaluate(args) -> int:
     from maskwise.errors import UserError
     from maskwise.runs import write_json
 
+    beir = is_beir_folder(args.data)
+    if not beir and args.split not in PLAY_SPLITS:
+        raise UserError(f"--split {args.split}: the plays and task files have {' and '.join(PLAY_SPLITS)}; "
+                        f"other splits name a BEIR folder's qrels (--data FOLDER)")
+    if args.ignore_identical_ids and not beir:
+        raise UserError("--ignore-identical-ids compares a BEIR folder's query and document ids: it needs --data FOLDER")
     model, tokenizer, config = open_model(args.model, args)
     saved = config.get("task", {})
     task = args.task or {"classify": "classify", "embed": "retrieve", "rerank": "rerank",
@@ -44,6 +56,12 @@ def run_evaluate(args) -> int:
         raise UserError(f"{args.model} was not fine-tuned for a task: say which with --task")
     if task == "classify":
         results = _evaluate_classify(args, model, tokenizer, saved)
+    elif task == "retrieve" and beir:
+        from maskwise.tasks.retrieve import evaluate_graded_retrieval
+
+        test = beir_data(args, args.split)
+        embedder, name = embedder_of(args.model, args, args.progress, args.pooling)
+        results = evaluate_graded_retrieval(embedder, test, name=name, ignore_identical_ids=args.ignore_identical_ids)
     elif task == "retrieve":
         from maskwise.tasks.retrieve import evaluate_retrieval
 
@@ -60,8 +78,11 @@ def run_evaluate(args) -> int:
         results = evaluate_seq2seq(model, tokenizer, test, GenerationConfig(max_new_tokens=max_target_len + 1,
                                                                            num_beams=args.num_beams),
                                    max_target_len, args.progress, hide_speakers=args.hide_speakers)
-    results = {"model": str(args.model), "split": args.split if args.data is None else args.data, **results}
-    path = Path(args.results) if args.results else Path(args.model).expanduser() / f"results-{task}-{args.split}.json"
+    where = {"data": str(args.data), "split": args.split} if beir else {
+        "split": args.split if args.data is None else args.data}
+    results = {"model": str(args.model), **where, **results}
+    name = f"{task}-{Path(args.data).name}-{args.split}" if beir else f"{task}-{args.split}"  # one file per benchmark
+    path = Path(args.results) if args.results else Path(args.model).expanduser() / f"results-{name}.json"
     write_json(path, results)
     print(summarize(results))
     print(f"results: {path}")

@@ -13,9 +13,12 @@ from pathlib import Path
 from maskwise.cli.task_flags import add_common_flags, add_task_flags
 from maskwise.cli.task_inputs import (
     HEAD_FILE,
+    beir_finetune_data,
     classify_data,
     embedder_of,
+    is_beir_folder,
     open_model,
+    retrieval_data,
     speaker_data,
 )
 
@@ -37,8 +40,10 @@ def register(subparsers) -> None:
         parser.add_argument("--head-lr", type=float, default=None, help="fresh head learning rate (default 1e-3)")
         parser.add_argument("--bf16", action="store_true", help="alias of --precision bf16")
         parser.add_argument("--seed", type=int, default=0)
-        parser.add_argument("--data", default=None, help="your own .jsonl/.csv training rows instead of the plays")
-        parser.add_argument("--eval-data", default=None,
+        parser.add_argument("--data", default=None,
+                            help="your own .jsonl/.csv/.tsv training rows instead of the plays" + (
+                                ", or a BEIR folder with qrels/train.tsv" if task == "embed" else ""))
+        parser.add_argument("--eval-data", "--val-data", dest="eval_data", default=None,
                             help="your own evaluation rows (default: the last 10%% of --data)")
         add_task_flags(parser, task)
         add_common_flags(parser)
@@ -52,6 +57,8 @@ def run_finetune(args) -> int:
 
     if args.eval_data is not None and args.data is None:
         raise UserError("--eval-data needs --data (the plays come with their own evaluation split)")
+    if getattr(args, "ignore_identical_ids", False) and not is_beir_folder(args.data):
+        raise UserError("--ignore-identical-ids compares a BEIR folder's query and document ids: it needs --data FOLDER")
     model, tokenizer, _ = open_model(args.model, args)
     out = prepare_folder(Path(args.out).expanduser(), args.overwrite)
     handler = {"classify": _finetune_classify, "embed": _finetune_embed, "rerank": _finetune_rerank,
@@ -137,18 +144,26 @@ def _user_retrieval(args):
 def _finetune_embed(args, model, tokenizer):
     from maskwise.data.tasks import ict_retrieval
     from maskwise.tasks.embed import EmbedConfig, Embedder, train_bi_encoder
-    from maskwise.tasks.retrieve import evaluate_retrieval
+    from maskwise.tasks.retrieve import evaluate_graded_retrieval, evaluate_retrieval
 
     cfg = _finetune_settings(args, EmbedConfig)
-    if args.data is not None:
+    beir, split = is_beir_folder(args.data), None
+    if beir:
+        train, test, split = beir_finetune_data(args)
+    elif args.data is not None:
         train, test = _user_retrieval(args)
     else:
         train = ict_retrieval("train", max_queries=args.train_queries, seed=args.seed)
-        test = ict_retrieval("test", max_queries=args.max_queries)
+        test = retrieval_data("test", args, args.max_queries)
     pairs = train.pairs()
     bi_encoder = train_bi_encoder(model, tokenizer, pairs, cfg)
     embedder = Embedder(bi_encoder, tokenizer, max_len=cfg.max_len, progress=args.progress)
-    results = evaluate_retrieval(embedder, test, name=f"fine-tuned bi-encoder ({bi_encoder.pooling} pooling)")
+    name = f"fine-tuned bi-encoder ({bi_encoder.pooling} pooling)"
+    if beir:
+        results = {"data": str(args.data), "split": split,
+                   **evaluate_graded_retrieval(embedder, test, name=name, ignore_identical_ids=args.ignore_identical_ids)}
+    else:
+        results = evaluate_retrieval(embedder, test, name=name)
     results["train_pairs"] = len(pairs)
     task = {"pooling": bi_encoder.pooling, "normalize": True, "max_len": cfg.max_len,
             "temperature": cfg.temperature}

@@ -14,9 +14,10 @@ def summarize(r: dict) -> str:
         return (f"classify ({how}) on {r['n_test']} examples: accuracy {r['accuracy']:.3f} "
                 f"(majority class {base['accuracy']:.3f}), macro-F1 {r['macro_f1']:.3f} ({base['macro_f1']:.3f})")
     if task == "retrieve":
+        mrr = "mrr@10" if "mrr@10" in r else "mrr"  # a benchmark's (BEIR, MTEB) MRR is cut at 10
         return (f"retrieve ({r['embedder']}) {r['n_queries']} queries over {r['n_docs']} passages: "
-                f"nDCG@10 {r['ndcg@10']:.3f} (random {base['ndcg@10']:.3f}), MRR {r['mrr']:.3f} "
-                f"({base['mrr']:.3f}), recall@100 {r['recall@100']:.3f} ({base['recall@100']:.3f})")
+                f"nDCG@10 {r['ndcg@10']:.3f} (random {base['ndcg@10']:.3f}), {mrr.upper()} {r[mrr]:.3f} "
+                f"({base[mrr]:.3f}), recall@100 {r['recall@100']:.3f} ({base['recall@100']:.3f})")
     if task == "rerank":
         from maskwise.tasks.rerank import gain_summary
 

@@ -45,13 +45,23 @@ def add_task_flags(parser, task: str, evaluating: bool = False) -> None:
             parser.add_argument("--freeze", action="store_true", help="linear probe: train the head only")
             parser.add_argument("--per-genre", type=positive, default=300, help="training windows per genre")
         parser.add_argument("--eval-per-genre", type=positive, default=100, help="evaluation windows per genre")
+        parser.add_argument("--text-column", default="text",
+                            help="--data's column (CSV, TSV) or field (JSONL) holding the text")
+        parser.add_argument("--label-column", default="label",
+                            help="--data's column or field holding the label (any text; ids follow sorted order)")
     elif task in ("embed", "retrieve"):
         if not evaluating:
             parser.add_argument("--pooling", choices=("cls", "mean", "last"), default=None,
                                 help="default: mean (last for a decoder)")
             parser.add_argument("--temperature", type=float, default=0.05, help="InfoNCE temperature")
-            parser.add_argument("--train-queries", type=positive, default=None, help="limit training pairs")
-        parser.add_argument("--max-queries", type=positive, default=300, help="evaluation queries (all passages stay)")
+            parser.add_argument("--train-queries", type=positive, default=None,
+                                help="limit training queries (a random subset; a BEIR query brings all its positives)")
+        parser.add_argument("--max-queries", type=positive, default=None,
+                            help="evaluation queries, a seeded random subset (all passages stay); default: 300 "
+                                 "of the plays', every query of a BEIR folder")
+        parser.add_argument("--ignore-identical-ids", action="store_true",
+                            help="BEIR folder: never retrieve a document whose id is the query's own (BEIR's "
+                                 "default; MTEB's for ArguAna and Quora, whose queries are in the corpus)")
     elif task == "rerank":
         if not evaluating:
             parser.add_argument("--reranker", choices=("cross", "generative"), default=None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from maskwise.cli.runtime import runtime_of
+from maskwise.errors import UserError
 
 HEAD_FILE = "head.safetensors"  # the head a fine-tune added, beside the body's model.safetensors
 
@@ -14,7 +15,6 @@ HEAD_FILE = "head.safetensors"  # the head a fine-tune added, beside the body's 
 
 def open_model(path: str, args):
     """(model, tokenizer, config dict) of a run folder or an HF model folder, on ``args``' device."""
-    from maskwise.errors import UserError
     from maskwise.interop.folders import load
     from maskwise.runs import CONFIG_FILE, read_json
 
@@ -52,15 +52,32 @@ def _user_rows(args, reader):
 
 
 def classify_data(args, split: str, training: bool):
-    """(training examples, or None when only evaluating; evaluation examples)."""
+    """(training examples, or None when only evaluating; evaluation examples): the plays' genre
+    windows, or the rows of --data (--eval-data) read through --text-column / --label-column."""
     from maskwise.data.tasks import genre_examples, labelled_texts_from_file
 
     if args.data is not None:
-        if training:
-            return _user_rows(args, labelled_texts_from_file)
-        return None, labelled_texts_from_file(args.data)
+        def read(path):
+            return labelled_texts_from_file(path, (args.text_column, args.label_column))
+
+        if not training:
+            return None, read(args.data)
+        train, test = _user_rows(args, read)
+        classes = sorted({e.label for e in train})
+        if len(classes) < 2:
+            raise UserError(f"{args.data}: the training rows' {args.label_column!r} column holds one class "
+                            f"({classes[0]!r}); classification needs at least 2")
+        return train, test
     train = genre_examples("train", per_genre=args.per_genre, seed=args.seed) if training else None
     return train, genre_examples(split, per_genre=args.eval_per_genre)
+
+
+PLAYS_EVAL_QUERIES = 300  # --max-queries' default on the plays (a BEIR folder's default: all)
+
+
+def is_beir_folder(data: str | None) -> bool:
+    """--data names a folder: a BEIR/MTEB retrieval set (task data files are single files)."""
+    return data is not None and Path(data).expanduser().is_dir()
 
 
 def retrieval_data(split: str, args, max_queries: int | None):
@@ -69,7 +86,32 @@ def retrieval_data(split: str, args, max_queries: int | None):
 
     if args.data is not None:
         return retrieval_from_file(args.data)
-    return ict_retrieval(split, max_queries=max_queries)
+    return ict_retrieval(split, max_queries=PLAYS_EVAL_QUERIES if max_queries is None else max_queries)
+
+
+def beir_data(args, split: str):
+    """The queries and graded judgements of --data's ``qrels/<split>.tsv``, --max-queries of them."""
+    from maskwise.data.beir import open_beir
+
+    return open_beir(args.data, (split,)).split(split, args.max_queries)
+
+
+def beir_finetune_data(args):
+    """(train set, evaluation set, its split) of a BEIR folder: its train qrels, then its test qrels
+    (else dev) to score the fine-tune on, as the benchmark's own held-out judgements."""
+    from maskwise.data.beir import beir_splits, open_beir
+
+    if args.eval_data is not None:
+        raise UserError("--eval-data: a BEIR folder is evaluated on its own test (or dev) qrels")
+    splits = beir_splits(args.data)
+    if "train" not in splits:
+        raise UserError(f"BEIR folder {args.data} has no qrels/train.tsv to fine-tune on "
+                        f"(splits with qrels: {', '.join(splits)})")
+    held_out = next((s for s in ("test", "dev") if s in splits), None)
+    if held_out is None:
+        raise UserError(f"BEIR folder {args.data} has no qrels/test.tsv or qrels/dev.tsv to evaluate the fine-tune on")
+    folder = open_beir(args.data, ("train", held_out))
+    return folder.split("train", args.train_queries, args.seed), folder.split(held_out, args.max_queries), held_out
 
 
 def speaker_data(args, split: str, model, training: bool):

@@ -1,8 +1,9 @@
 """Task metrics as plain functions of plain Python values, each checked on hand-computed cases.
 
 Classification: accuracy, macro-F1 (every class counts the same, so a model that ignores a rare
-genre is not hidden by the frequent ones). Retrieval: recall@k, MRR, nDCG@10 with binary
-relevance. Generation: exact match, token F1 (SQuAD's bag-of-words overlap) and set F1 (for a list
+genre is not hidden by the frequent ones). Retrieval: recall@k, MRR (optionally cut at k), nDCG@k,
+with binary relevance (a set of relevant documents) or graded relevance (document -> grade, as in a
+BEIR/TREC qrels file), defined as trec_eval / pytrec_eval and so BEIR and MTEB define them. Generation: exact match, token F1 (SQuAD's bag-of-words overlap) and set F1 (for a list
 of speakers, where order and repetition do not matter). Plus bucketing by length and latency
 percentiles, which every task reports beside its headline number, and a paired bootstrap that says
 whether a difference between two systems on the same examples is larger than its sampling noise.
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from itertools import pairwise
 
 import torch
 
@@ -45,38 +48,52 @@ def majority_label(labels: Sequence[Hashable]) -> Hashable:
     """The most frequent label; ties go to the first in sorted order, so the baseline is stable."""
     counts = Counter(labels)
     best = max(counts.values())
-    return sorted((label for label, n in counts.items() if n == best), key=str)[0]
+    return min((label for label, n in counts.items() if n == best), key=str)
 
 
 # ---- retrieval ----------------------------------------------------------------------------------
 
+# A query's relevant documents: a set (each has gain 1) or a mapping document -> graded relevance,
+# where a grade of 0 or less means "judged, not relevant" (trec_eval's relevance level 1).
+Relevance = AbstractSet[int] | Mapping[int, float]
 
-def recall_at_k(ranked: Sequence[Sequence[int]], relevant: Sequence[set[int]], k: int) -> float:
-    """Mean over queries of |relevant in top k| / |relevant|."""
+
+def gains(relevant: Relevance) -> dict[int, float]:
+    """The relevant documents of one query with their gains (> 0 only)."""
+    if isinstance(relevant, Mapping):
+        return {doc: float(grade) for doc, grade in relevant.items() if grade > 0}
+    return dict.fromkeys(relevant, 1.0)
+
+
+def recall_at_k(ranked: Sequence[Sequence[int]], relevant: Sequence[Relevance], k: int) -> float:
+    """Mean over queries with a relevant document of |relevant in top k| / |relevant|."""
     _same_length(ranked, relevant)
-    values = [len(set(r[:k]) & rel) / len(rel) for r, rel in zip(ranked, relevant) if rel]
+    values = [len(set(r[:k]) & g.keys()) / len(g) for r, g in zip(ranked, map(gains, relevant)) if g]
     return sum(values) / len(values) if values else 0.0
 
 
-def mrr(ranked: Sequence[Sequence[int]], relevant: Sequence[set[int]]) -> float:
-    """Mean reciprocal rank of the first relevant document (0 when none was ranked)."""
+def mrr(ranked: Sequence[Sequence[int]], relevant: Sequence[Relevance], k: int | None = None) -> float:
+    """Mean reciprocal rank of the first relevant document within the top ``k`` (all ranks when
+    None); 0 for a query where none was ranked there."""
     _same_length(ranked, relevant)
     total = 0.0
-    for r, rel in zip(ranked, relevant):
-        total += next((1.0 / rank for rank, doc in enumerate(r, start=1) if doc in rel), 0.0)
+    for r, g in zip(ranked, map(gains, relevant)):
+        total += next((1.0 / rank for rank, doc in enumerate(r[:k], start=1) if doc in g), 0.0)
     return total / len(ranked) if ranked else 0.0
 
 
-def ndcg_at_k(ranked: Sequence[Sequence[int]], relevant: Sequence[set[int]], k: int = 10) -> float:
-    """Binary-relevance nDCG@k: sum of 1/log2(rank+1) over relevant hits in the top k, divided by
-    the same sum for an ideal ranking (all relevant documents first)."""
+def ndcg_at_k(ranked: Sequence[Sequence[int]], relevant: Sequence[Relevance], k: int = 10) -> float:
+    """nDCG@k with linear gains (trec_eval's ``ndcg_cut``): the sum of gain/log2(rank+1) over the top
+    k, divided by the same sum for the ideal ranking (the query's relevant documents by gain, best
+    first); averaged over the queries that have a relevant document. A set's members have gain 1."""
     _same_length(ranked, relevant)
     values = []
-    for r, rel in zip(ranked, relevant):
-        if not rel:
+    for r, g in zip(ranked, map(gains, relevant)):
+        if not g:
             continue
-        dcg = sum(1.0 / math.log2(rank + 1) for rank, doc in enumerate(r[:k], start=1) if doc in rel)
-        ideal = sum(1.0 / math.log2(rank + 1) for rank in range(1, min(len(rel), k) + 1))
+        dcg = sum(g.get(doc, 0.0) / math.log2(rank + 1) for rank, doc in enumerate(r[:k], start=1))
+        best = sorted(g.values(), reverse=True)[:k]
+        ideal = sum(gain / math.log2(rank + 1) for rank, gain in enumerate(best, start=1))
         values.append(dcg / ideal)
     return sum(values) / len(values) if values else 0.0
 
@@ -130,7 +147,7 @@ def bucket_label(edges: Sequence[int], value: float) -> str:
     """The label of the bucket ``[edges[i], edges[i+1])`` holding ``value``; the last is open."""
     if value < edges[0]:
         raise ValueError(f"value {value} below the first bucket edge {edges[0]}")
-    for low, high in zip(edges, edges[1:]):
+    for low, high in pairwise(edges):
         if low <= value < high:
             return f"{low}-{high - 1}"
     return f"{edges[-1]}+"

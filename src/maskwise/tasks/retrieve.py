@@ -4,7 +4,8 @@ Search is one matrix product of query and document vectors and a top-k, in chunk
 memory stays bounded: exact, and for collections of thousands of passages faster than building an
 index. Evaluation reports recall@k, MRR and nDCG@10, the same broken down by the length of the
 relevant passage (short passages give a query less to match, long ones more to be confused by),
-and a random ranking as the floor any embedder has to clear.
+and a random ranking as the floor any embedder has to clear. A benchmark with graded judgements
+(a BEIR folder) reports what BEIR and MTEB report: nDCG@10, recall@100 and MRR@10.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from collections.abc import Sequence
 
 import torch
 
+from maskwise.data.beir import GradedRetrievalSet
 from maskwise.data.tasks import RetrievalSet
 from maskwise.tasks.embed import EmbedFn
-from maskwise.tasks.metrics import bucketed, mrr, ndcg_at_k, recall_at_k
+from maskwise.tasks.metrics import Relevance, bucketed, mrr, ndcg_at_k, recall_at_k
 
 RECALL_KS = (1, 5, 10, 100)
 # Passage length buckets in characters; ICT passages are speeches of 4+ lines (~150 chars and up).
@@ -43,7 +45,7 @@ def search(queries: torch.Tensor, docs: torch.Tensor, k: int, chunk: int = 1024)
     return torch.cat(scores), torch.cat(indices)
 
 
-def ranking_metrics(ranked: Sequence[Sequence[int]], relevant: Sequence[set[int]],
+def ranking_metrics(ranked: Sequence[Sequence[int]], relevant: Sequence[Relevance],
                     ks: Sequence[int] = RECALL_KS) -> dict[str, float]:
     result = {f"recall@{k}": recall_at_k(ranked, relevant, k) for k in ks}
     result["mrr"] = mrr(ranked, relevant)
@@ -128,5 +130,40 @@ def evaluate_retrieval(embedder: EmbedFn, data: RetrievalSet, k: int = 100, name
         "by_passage_chars": bucketed(lengths, per_query_metrics(ranked, relevant), LENGTH_EDGES),
         "baseline": {"name": "random ranking", **ranking_metrics(baseline, relevant),
                      "expected": expected_random(len(data.docs))},
+        **timing,
+    }
+
+
+def benchmark_metrics(ranked: Sequence[Sequence[int]], qrels: Sequence[Relevance]) -> dict[str, float]:
+    """The numbers BEIR and MTEB report (nDCG@10 their headline), plus recall@10."""
+    return {"ndcg@10": ndcg_at_k(ranked, qrels, 10), "recall@100": recall_at_k(ranked, qrels, 100),
+            "mrr@10": mrr(ranked, qrels, k=10), "recall@10": recall_at_k(ranked, qrels, 10)}
+
+
+def evaluate_graded_retrieval(embedder: EmbedFn, data: GradedRetrievalSet, k: int = 100, name: str = "embedder",
+                              ignore_identical_ids: bool = False, seed: int = 0) -> dict:
+    """``evaluate_retrieval`` for graded, multi-document judgements (a BEIR folder's split): the
+    benchmark's metrics overall and per query (with its id), and for a random ranking.
+
+    ``ignore_identical_ids`` drops a document whose id is the query's own from its ranking, as BEIR's
+    evaluator does by default and MTEB does for ArguAna and Quora, whose queries are in the corpus;
+    off by default (MTEB's default), so a query's own id counts like any other document. Documents
+    tied in score keep ``topk``'s order, where trec_eval orders them by id (float scores rarely tie)."""
+    ranked, timing = rank(embedder, data, k + 1 if ignore_identical_ids else k)
+    if ignore_identical_ids:
+        ranked = [[d for d in r if data.doc_ids[d] != query][:k] for r, query in zip(ranked, data.query_ids)]
+    per_query = [benchmark_metrics([r], [grades]) for r, grades in zip(ranked, data.qrels)]
+    baseline = random_ranking(len(ranked), len(data.docs), k, seed)
+    return {
+        "task": "retrieve",
+        "embedder": name,
+        "n_queries": len(data.queries),
+        "n_docs": len(data.docs),
+        "queries_without_relevant": data.without_relevant,
+        "ignore_identical_ids": ignore_identical_ids,
+        **benchmark_metrics(ranked, data.qrels),
+        "per_query": {"query_id": list(data.query_ids),
+                      **{metric: [q[metric] for q in per_query] for metric in benchmark_metrics([], [])}},
+        "baseline": {"name": "random ranking", **benchmark_metrics(baseline, data.qrels)},
         **timing,
     }
