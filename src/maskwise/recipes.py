@@ -48,6 +48,9 @@ class TaskSettings:
     sample_pairs: bool = False  # retrieve: draw the pairs among every train speech, not among capped queries
     test_docs: int | None = None  # retrieve: collection size (None: every eligible speech of the test plays)
     rename_speakers: float = 0.0  # extract: fraction of training passages drawn with the cast renamed
+    temperature: float | None = None  # retrieve: InfoNCE temperature; None = EmbedConfig's own
+    ignore_identical_ids: bool = False  # retrieve on a BEIR set: never return the query's own id
+    num_beams: int = 1  # extract: beam width of the evaluation's decoding
     reranker: str | None = None  # rerank: "cross" or "generative"; None = cross for an encoder, else generative
     candidates: int = 100  # rerank: first-stage candidates per test query
     negatives: int = 7  # rerank: training negatives per query
@@ -248,11 +251,7 @@ class TaskResult:
 
 def _classify(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: str):
     from maskwise.data.tasks import genre_examples
-    from maskwise.tasks.classify import (
-        ClassifyConfig,
-        evaluate_classifier,
-        train_classifier,
-    )
+    from maskwise.tasks.classify import ClassifyConfig, evaluate_classifier, settings_of, train_classifier
 
     train, test = data or (genre_examples("train", per_genre=s.train_examples, seed=s.data_seed),
                            genre_examples("test", per_genre=s.test_examples, seed=s.data_seed))
@@ -260,13 +259,15 @@ def _classify(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: 
                          freeze=s.freeze, max_len=s.max_len, seed=s.seed, progress=s.progress,
                          precision=runtime.precision)
     classifier = train_classifier(model, tokenizer, train, cfg)
-    return classifier, lambda: evaluate_classifier(classifier, tokenizer, test, [e.label for e in train]), test
+    return classifier, lambda: evaluate_classifier(classifier, tokenizer, test, [e.label for e in train],
+                                                   **settings_of(cfg)), test
 
 
 def _retrieve(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: str):
+    from maskwise.data.beir import GradedRetrievalSet
     from maskwise.data.tasks import ict_retrieval
     from maskwise.tasks.embed import EmbedConfig, Embedder, train_bi_encoder
-    from maskwise.tasks.retrieve import evaluate_retrieval
+    from maskwise.tasks.retrieve import evaluate_graded_retrieval, evaluate_retrieval
 
     if data is not None:
         pairs, test = data
@@ -277,14 +278,23 @@ def _retrieve(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: 
         pairs = ict_retrieval("train", max_queries=s.train_examples, seed=s.data_seed).pairs()
     if data is None:
         test = ict_retrieval("test", max_queries=s.test_examples, max_docs=s.test_docs, seed=s.data_seed)
-    length = {} if s.max_len is None else {"max_len": s.max_len}  # None: EmbedConfig's own
+    own = {key: value for key, value in (("max_len", s.max_len), ("temperature", s.temperature))
+           if value is not None}  # None: EmbedConfig's own
     cfg = EmbedConfig(steps=s.steps, batch_size=s.batch_size, lr=s.lr, pooling=s.pooling, seed=s.seed,
-                      progress=s.progress, precision=runtime.precision, **length)
+                      progress=s.progress, precision=runtime.precision, **own)
     encoder = train_bi_encoder(model, tokenizer, pairs, cfg)
-    embedder = Embedder(encoder, tokenizer, max_len=s.max_len)
-    return encoder, lambda: {
-        **evaluate_retrieval(embedder, test, name=f"{label} ({encoder.pooling} pooling)"),
-        "pooling": encoder.pooling}, test
+    embedder = Embedder(encoder, tokenizer, max_len=s.max_len, progress=s.progress)  # None: the whole context
+
+    def evaluate() -> dict:
+        name = f"{label} ({encoder.pooling} pooling)"
+        if isinstance(test, GradedRetrievalSet):  # a BEIR folder's graded judgements
+            record = evaluate_graded_retrieval(embedder, test, name=name, ignore_identical_ids=s.ignore_identical_ids)
+        else:
+            record = evaluate_retrieval(embedder, test, name=name)
+        return {**record, "pooling": encoder.pooling, "train_pairs": len(pairs), "max_len": cfg.max_len,
+                "temperature": cfg.temperature}
+
+    return encoder, evaluate, test
 
 
 def _extract(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: str):
@@ -298,9 +308,9 @@ def _extract(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: s
     cfg = Seq2SeqConfig(steps=s.steps, batch_size=s.batch_size, lr=s.lr, max_target_len=s.max_target_len,
                         seed=s.seed, progress=s.progress, precision=runtime.precision)
     train_seq2seq(model, tokenizer, train, cfg, augment=rename_speakers, augment_prob=s.rename_speakers)
-    generation = GenerationConfig(max_new_tokens=s.max_target_len + 1)  # the target, then [EOS]
+    generation = GenerationConfig(max_new_tokens=s.max_target_len + 1, num_beams=s.num_beams)  # target, [EOS]
     return model, lambda: evaluate_seq2seq(model, tokenizer, test, generation, max_target_len=s.max_target_len,
-                                           progress=False), test
+                                           progress=s.progress, train_examples=len(train)), test
 
 
 def _rerank(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: str):
@@ -308,6 +318,7 @@ def _rerank(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: st
     from maskwise.tasks.rerank import (
         RerankConfig,
         cross_encoder_scorer,
+        default_reranker,
         evaluate_reranker,
         generative_scorer,
         hard_negatives,
@@ -326,7 +337,7 @@ def _rerank(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: st
     length = {} if s.max_len is None else {"max_len": s.max_len}  # None: RerankConfig's own
     cfg = RerankConfig(steps=s.steps, batch_size=s.batch_size, lr=s.lr, head_lr=s.head_lr, n_negatives=s.negatives,
                        seed=s.seed, progress=s.progress, precision=runtime.precision, **length)
-    kind = s.reranker or ("cross" if model.cfg.family == "encoder" else "generative")
+    kind = s.reranker or default_reranker(model.cfg.family)
     if kind == "cross":
         trained = train_cross_encoder(model, tokenizer, train, negatives, cfg)
         score = cross_encoder_scorer(trained, tokenizer, cfg.max_len, cfg.score_batch)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from maskwise.cli.runtime import runtime_of
 from maskwise.cli.task_flags import add_common_flags, add_task_flags
 from maskwise.cli.task_inputs import (
     HEAD_FILE,
@@ -75,19 +76,15 @@ def run_finetune(args) -> int:
     return 0
 
 
-def _finetune_settings(args, cls):
-    """The task's config with the flags that were given; the task's own defaults otherwise."""
-    import dataclasses
+def _task_settings(args, config_cls, train_examples: int, test_examples: int, **task):
+    """``recipes.TaskSettings`` from the flags given, the task config's own defaults for the rest."""
+    from maskwise.recipes import TaskSettings
 
-    values = {"seed": args.seed, "progress": args.progress, "precision": args.precision, "bf16": args.bf16}
-    for flag in ("steps", "batch_size", "lr", "head_lr"):
-        if getattr(args, flag) is not None:
-            values[flag] = getattr(args, flag)
-    names = {f.name for f in dataclasses.fields(cls)}
-    for flag in ("pooling", "freeze", "temperature", "n_negatives", "max_target_len"):
-        if flag in names and hasattr(args, flag):
-            values[flag] = getattr(args, flag)
-    return cls(**values).validate()
+    defaults = config_cls()
+    given = {flag: getattr(args, flag) for flag in ("steps", "batch_size", "lr", "head_lr")}
+    values = {flag: getattr(defaults, flag) if value is None else value for flag, value in given.items()}
+    return TaskSettings(train_examples=train_examples, test_examples=test_examples, seed=args.seed,
+                        data_seed=args.seed, progress=args.progress, **values, **task)
 
 
 def _save_run(out: Path, model, tokenizer, task: dict, head=None) -> None:
@@ -108,21 +105,22 @@ def _save_run(out: Path, model, tokenizer, task: dict, head=None) -> None:
 
 
 def _finetune_classify(args, model, tokenizer):
-    from maskwise.tasks.classify import (
-        ClassifyConfig,
-        evaluate_classifier,
-        settings_of,
-        train_classifier,
-    )
+    from maskwise.tasks.classify import ClassifyConfig
 
-    cfg = _finetune_settings(args, ClassifyConfig)
     train, test = classify_data(args, "test", training=True)
-    classifier = train_classifier(model, tokenizer, train, cfg)
-    train_labels = [e.label for e in train]
-    results = evaluate_classifier(classifier, tokenizer, test, train_labels, **settings_of(cfg))
-    task = {"labels": classifier.labels, "pooling": classifier.pooling, "freeze": cfg.freeze,
-            "train_labels": train_labels}
-    return task, results, classifier.body, classifier.head
+    settings = _task_settings(args, ClassifyConfig, len(train), len(test), pooling=args.pooling, freeze=args.freeze)
+    classifier, record = _run(args, "classify", model, tokenizer, settings, (train, test))
+    task = {"labels": classifier.labels, "pooling": classifier.pooling, "freeze": args.freeze,
+            "train_labels": [e.label for e in train]}
+    return task, record, classifier.body, classifier.head
+
+
+def _run(args, task: str, model, tokenizer, settings, data, label: str = "model"):
+    """(what fine-tuning produced, its evaluation record): ``recipes.run_task`` on the command's runtime."""
+    from maskwise.recipes import run_task
+
+    result = run_task(task, model, tokenizer, settings, runtime_of(args), data=data, label=label)
+    return result.model, result.record
 
 
 def _user_retrieval(args):
@@ -143,10 +141,8 @@ def _user_retrieval(args):
 
 def _finetune_embed(args, model, tokenizer):
     from maskwise.data.tasks import ict_retrieval
-    from maskwise.tasks.embed import EmbedConfig, Embedder, train_bi_encoder
-    from maskwise.tasks.retrieve import evaluate_graded_retrieval, evaluate_retrieval
+    from maskwise.tasks.embed import EmbedConfig
 
-    cfg = _finetune_settings(args, EmbedConfig)
     beir, split = is_beir_folder(args.data), None
     if beir:
         train, test, split = beir_finetune_data(args)
@@ -156,34 +152,21 @@ def _finetune_embed(args, model, tokenizer):
         train = ict_retrieval("train", max_queries=args.train_queries, seed=args.seed)
         test = retrieval_data("test", args, args.max_queries)
     pairs = train.pairs()
-    bi_encoder = train_bi_encoder(model, tokenizer, pairs, cfg)
-    embedder = Embedder(bi_encoder, tokenizer, max_len=cfg.max_len, progress=args.progress)
-    name = f"fine-tuned bi-encoder ({bi_encoder.pooling} pooling)"
-    if beir:
-        results = {"data": str(args.data), "split": split,
-                   **evaluate_graded_retrieval(embedder, test, name=name, ignore_identical_ids=args.ignore_identical_ids)}
-    else:
-        results = evaluate_retrieval(embedder, test, name=name)
-    results["train_pairs"] = len(pairs)
-    task = {"pooling": bi_encoder.pooling, "normalize": True, "max_len": cfg.max_len,
-            "temperature": cfg.temperature}
+    settings = _task_settings(args, EmbedConfig, len(pairs), len(test.queries), pooling=args.pooling,
+                              temperature=args.temperature, max_len=EmbedConfig().max_len,
+                              ignore_identical_ids=args.ignore_identical_ids)
+    bi_encoder, record = _run(args, "retrieve", model, tokenizer, settings, (pairs, test), "fine-tuned bi-encoder")
+    results = {"data": str(args.data), "split": split, **record} if beir else record
+    task = {"pooling": bi_encoder.pooling, "normalize": True, "max_len": record["max_len"],
+            "temperature": record["temperature"]}
     return task, results, bi_encoder.body, None
 
 
 def _finetune_rerank(args, model, tokenizer):
-    from maskwise.tasks.rerank import (
-        RerankConfig,
-        cross_encoder_scorer,
-        evaluate_reranker,
-        generative_scorer,
-        train_cross_encoder,
-        train_generative_reranker,
-        training_negatives,
-    )
+    from maskwise.tasks.rerank import RerankConfig, default_reranker, training_negatives
     from maskwise.tasks.retrieve import rank
 
-    cfg = _finetune_settings(args, RerankConfig)
-    kind = args.reranker or ("cross" if model.cfg.family == "encoder" else "generative")
+    kind = args.reranker or default_reranker(model.cfg.family)
     first_stage_path = args.first_stage or args.model
     embedder, first_stage = embedder_of(first_stage_path, args, args.progress)
     if args.data is not None:
@@ -193,34 +176,29 @@ def _finetune_rerank(args, model, tokenizer):
 
         train = ict_retrieval("train", max_queries=args.train_queries, seed=args.seed)
         test = ict_retrieval("test", max_queries=args.rerank_queries)
-    negatives = training_negatives(train, cfg.n_negatives, args.negatives, embedder, args.seed)
-    if kind == "cross":
-        reranker = train_cross_encoder(model, tokenizer, train, negatives, cfg)
-        score, trained, head = cross_encoder_scorer(reranker, tokenizer, cfg.max_len), reranker.body, reranker.head
-    else:
-        trained = train_generative_reranker(model, tokenizer, train, negatives, cfg)
-        score, head = generative_scorer(trained, tokenizer, cfg.max_len), None
+    settings = _task_settings(args, RerankConfig, len(train.queries), len(test.queries), reranker=kind,
+                              negatives=args.n_negatives, candidates=args.candidates, max_len=RerankConfig().max_len)
+    negatives = training_negatives(train, settings.negatives, args.negatives, embedder, args.seed)
     candidates, _ = rank(embedder, test, k=args.candidates)
-    results = evaluate_reranker(score, test, candidates, f"{kind} reranker", args.progress)
-    results["first_stage"] = first_stage
-    task = {"reranker": kind, "first_stage": str(first_stage_path), "negatives": args.negatives, "max_len": cfg.max_len}
+    reranker, record = _run(args, "rerank", model, tokenizer, settings, (train, negatives, test, candidates),
+                            f"{kind} reranker")
+    trained, head = (reranker.body, reranker.head) if kind == "cross" else (reranker, None)
+    results = {**record, "first_stage": first_stage}
+    task = {"reranker": kind, "first_stage": str(first_stage_path), "negatives": args.negatives,
+            "max_len": record["max_len"]}
     return task, results, trained, head
 
 
 def _finetune_seq2seq(args, model, tokenizer):
-    from maskwise.data.tasks import rename_speakers
     from maskwise.errors import UserError
-    from maskwise.tasks.generate import GenerationConfig
-    from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq, train_seq2seq
+    from maskwise.tasks.seq2seq import Seq2SeqConfig
 
-    cfg = _finetune_settings(args, Seq2SeqConfig)
     if args.rename_speakers and args.data is not None:
         raise UserError("--rename-speakers renames the plays' speakers: it needs the embedded passages, not --data")
     train, test = speaker_data(args, "test", model, training=True)
-    trained = train_seq2seq(model, tokenizer, train, cfg, augment=rename_speakers, augment_prob=args.rename_speakers)
-    gen = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=args.num_beams)
-    results = evaluate_seq2seq(trained, tokenizer, test, gen, cfg.max_target_len, args.progress,
-                               hide_speakers=args.hide_speakers, train_examples=len(train))
-    task = {"max_target_len": cfg.max_target_len, "hide_speakers": args.hide_speakers,
+    settings = _task_settings(args, Seq2SeqConfig, len(train), len(test), max_target_len=args.max_target_len,
+                              rename_speakers=args.rename_speakers, num_beams=args.num_beams)
+    trained, record = _run(args, "extract", model, tokenizer, settings, (train, test))
+    task = {"max_target_len": args.max_target_len, "hide_speakers": args.hide_speakers,
             "rename_speakers": args.rename_speakers}
-    return task, results, trained, None
+    return task, {**record, "hide_speakers": args.hide_speakers}, trained, None

@@ -62,6 +62,12 @@ class RerankConfig(FinetuneConfig):
     score_batch: int = 50  # pairs per forward pass when scoring candidates
 
 
+def default_reranker(family: str) -> str:
+    """An encoder reranks as a cross-encoder (one bidirectional pass over query and document);
+    other families score a relevance token."""
+    return "cross" if family == "encoder" else "generative"
+
+
 def hard_negatives(ranked: Sequence[Sequence[int]], relevant: Sequence[int], n: int) -> list[list[int]]:
     """The first ``n`` candidates of each query's ranking that are not its relevant document."""
     return [[d for d in r if d != rel][:n] for r, rel in zip(ranked, relevant)]
