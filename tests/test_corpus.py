@@ -258,6 +258,8 @@ def write(tmp_path, name, content):
         ("no-field.jsonl", '{"text": "fine"}\n\n{"body": "x"}\n', "line 3 has no field 'text'"),
         ("not-string.jsonl", '{"text": 7}\n', "line 1 has a non-string field 'text'"),
         ("array.jsonl", '["text"]\n', "line 1 is not a JSON object"),
+        ("latin1-line2.jsonl", b'{"text": "a"}\n{"text": "caf\xe9"}\n', "invalid byte at offset 27"),
+        ("nul-line2.jsonl", b'{"text": "a"}\n\x00\n', "NUL byte at offset 14"),
         ("tiny.txt", "a", "train part is empty"),
     ],
 )

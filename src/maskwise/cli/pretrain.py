@@ -13,7 +13,10 @@ from maskwise.cli.runtime import DEVICE_HELP, PRECISION_HELP
 HELP = {
     "family": "encoder, decoder or encoder-decoder",
     "objective": "mlm, clm, span, denoise, electra, prefix-lm (default: the family's classic one)",
-    "data": "shakespeare (embedded), a .txt file, a folder of .txt files, or a .jsonl file",
+    "data": "shakespeare (embedded); a .txt, .jsonl or .parquet file; a folder of .txt or .parquet files; "
+            "a quoted glob ('shards/*.parquet'); a datasets save_to_disk folder; or an HF dataset NAME[:CONFIG] "
+            "(offline: from the local cache)",
+    "text_field": "the text field of JSONL records, Parquet files and HF datasets",
     "val_data": "validation data (default: last 10%% of --data)",
     "tokenizer": "char, wordpiece, bpe, or a path to a tokenizer.json",
     "preset": "bert, electra, gpt2, t5, t5.1.1, bart, modern (default by family)",

@@ -1,18 +1,21 @@
-"""Text to train on: the Shakespeare plays (``data.plays``) or the user's own files, reduced by
-``load_corpus`` to a ``Corpus`` of plain-text train/val documents, the only thing pretraining and
+"""Text to train on: the Shakespeare plays (``data.plays``) or the user's own data (``data.sources``),
+reduced by ``load_corpus`` to a ``Corpus`` of train/val documents, the only thing pretraining and
 tokenizer training look at.
+
+A corpus never holds its documents: each part is a range of a re-readable source, so a corpus larger
+than memory is read (hashed once, sampled for the tokenizer, tokenized once) rather than held. The
+``train``/``val`` tuples remain for small corpora (the plays, tests).
 """
 
 from __future__ import annotations
 
-import codecs
 import hashlib
-import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from itertools import chain, islice
 
 from maskwise.data.plays import render_play, split_plays
+from maskwise.data.sources import DocumentSource, in_memory, open_data
 from maskwise.errors import UserError
 
 SHAKESPEARE = "shakespeare"
@@ -22,135 +25,150 @@ VAL_FRACTION = 0.1
 
 
 @dataclass(frozen=True)
-class Corpus:
-    """Plain-text documents to pretrain on (``train``) and to measure held-out loss on (``val``).
+class CorpusPart:
+    """Documents ``start`` to ``stop`` of ``source``: the train or the val part of a corpus.
 
-    ``fingerprint`` is a sha256 of the documents alone (not of where they came from), so that any
-    artefact derived from the text — a trained tokenizer, a tokenised cache — can be keyed by it.
+    ``source_digest`` and ``source_chars`` describe the whole source (one streaming pass gives them
+    before the split is known): the digest identifies the text, the size bounds the part's.
+    """
+
+    source: DocumentSource
+    start: int
+    stop: int
+    source_digest: str
+    source_chars: int
+
+    def __iter__(self) -> Iterator[str]:
+        return islice(iter(self.source), self.start, self.stop)
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Documents to pretrain on (``iter_train``) and to measure held-out loss on (``iter_val``).
+
+    ``fingerprint`` is a sha256 of the documents and the split alone (not of where they came from),
+    so that any artefact derived from the text — a trained tokenizer, a token file — can be keyed by it.
     """
 
     name: str
-    train: tuple[str, ...]
-    val: tuple[str, ...]
+    train_part: CorpusPart
+    val_part: CorpusPart
     fingerprint: str
 
+    def iter_train(self) -> Iterator[str]:
+        return iter(self.train_part)
+
+    def iter_val(self) -> Iterator[str]:
+        return iter(self.val_part)
+
+    @property
+    def train(self) -> tuple[str, ...]:
+        """Every train document in memory: for small corpora only."""
+        return tuple(self.train_part)
+
+    @property
+    def val(self) -> tuple[str, ...]:
+        return tuple(self.val_part)
+
     def train_text(self) -> str:
-        return "\n\n".join(self.train)
+        return "\n\n".join(self.train_part)
 
     def val_text(self) -> str:
-        return "\n\n".join(self.val)
+        return "\n\n".join(self.val_part)
+
+    def iter_all(self) -> Iterator[str]:
+        return chain(self.train_part, self.val_part)
+
+    def sample_train(self, max_chars: int) -> Iterator[str]:
+        """Train documents spread over the whole part, about ``max_chars`` of text at most: every
+        k-th document, k from the source's size, stopping at the budget; all of them for a corpus
+        within it. Tokenizer training reads this, so it costs a bounded memory on any corpus."""
+        stride = max(1, -(-self.train_part.source_chars // max_chars))
+        taken = 0
+        for document in islice(self.train_part, 0, None, stride):
+            if taken and taken + len(document) > max_chars:
+                return
+            taken += len(document)
+            yield document
 
 
 def make_corpus(name: str, train: Iterable[str], val: Iterable[str]) -> Corpus:
-    """Build a ``Corpus`` with its fingerprint; UserError if either part has no text."""
-    train, val = tuple(train), tuple(val)
-    for part, documents in (("train", train), ("val", val)):
+    """A ``Corpus`` over documents in memory; UserError if either part has no text."""
+    parts = []
+    for label, documents in (("train", tuple(train)), ("val", tuple(val))):
         if not any(document.strip() for document in documents):
-            raise UserError(f"corpus {name}: the {part} part is empty")
-    digest = hashlib.sha256()
-    for part, documents in (("train", train), ("val", val)):
-        digest.update(f"{part}:{len(documents)}\n".encode())
-        for document in documents:
-            encoded = document.encode("utf-8")
-            digest.update(f"{len(encoded)}\n".encode())  # length prefix: ("ab","c") != ("a","bc")
-            digest.update(encoded)
-    return Corpus(name=name, train=train, val=val, fingerprint=digest.hexdigest())
+            raise UserError(f"corpus {name}: the {label} part is empty")
+        parts.append(_whole(in_memory(f"{name} [{label}]", documents)))
+    return _corpus(name, *parts)
 
 
 def load_corpus(data: str = SHAKESPEARE, val_data: str | None = None, text_field: str = "text") -> Corpus:
-    """Load a corpus from "shakespeare", a text file, a folder of ``*.txt`` files or a ``.jsonl`` file.
+    """Load a corpus from "shakespeare" or anything ``sources.open_data`` reads.
 
     * "shakespeare": one document per play; train and val plays from ``split_plays`` (the test plays
       stay out of pretraining so that downstream tasks evaluate on unseen text).
-    * a text file: one document, split by position, the first 90% of characters for train.
-    * a folder: every ``*.txt`` below it, sorted by path; a ``.jsonl`` file: the ``text_field`` of
-      every line. The last 10% of documents (at least one) validate; a single document is split by
-      position like a file. Whitespace-only documents carry nothing to learn and are skipped.
-    * ``val_data``, if given, is loaded the same way and used whole as val; ``data`` then trains whole.
+    * an HF dataset (a ``save_to_disk`` folder or a name) with a "validation" (else "test") split:
+      its "train" split trains, that split validates.
+    * anything else: the last 10% of documents (at least one) validate; a single document (a text
+      file) is split by position, the first 90% of characters for train.
+    * ``val_data``, if given, is loaded the same way (its own validation split if it has one, else
+      all of it) and validates; ``data`` then trains whole.
     """
     if data == SHAKESPEARE:
-        splits = split_plays()
-        train = tuple(render_play(play) for play in splits["train"])
-        val = tuple(render_play(play) for play in splits["val"])
+        train, val = _plays("train"), _plays("val")
     else:
-        documents = _read_documents(data, text_field)
-        train, val = (documents, ()) if val_data is not None else _split_documents(documents)
+        source, own_val = open_data(data, text_field)
+        if val_data is None and own_val is None:
+            return _split(str(data), source)
+        train, val = _whole(source), (_whole(own_val) if own_val is not None else None)
     if val_data is None:
-        return make_corpus(str(data), train, val)
+        return _corpus(str(data), train, val)
     if val_data == SHAKESPEARE:
-        val = tuple(render_play(play) for play in split_plays()["val"])
+        val = _plays("val")
     else:
-        val = _read_documents(val_data, text_field)
-    return make_corpus(f"{data} (val: {val_data})", train, val)
+        source, own_val = open_data(val_data, text_field)
+        val = _whole(own_val if own_val is not None else source)
+    return _corpus(f"{data} (val: {val_data})", train, val)
 
 
-def _split_documents(documents: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    if len(documents) == 1:
-        text = documents[0]
+def _plays(split: str) -> CorpusPart:
+    return _whole(in_memory(f"shakespeare [{split}]", (render_play(play) for play in split_plays()[split])))
+
+
+def _scan(source: DocumentSource) -> tuple[int, str, int]:
+    """(documents, sha256, characters) of ``source`` in one streaming pass; reading it whole also
+    raises any problem inside the data now rather than halfway through tokenizing."""
+    digest = hashlib.sha256()
+    count = characters = 0
+    for document in source:
+        encoded = document.encode("utf-8")
+        digest.update(f"{len(encoded)}\n".encode())  # length prefix: ("ab","c") != ("a","bc")
+        digest.update(encoded)
+        count += 1
+        characters += len(document)
+    return count, digest.hexdigest(), characters
+
+
+def _whole(source: DocumentSource) -> CorpusPart:
+    count, digest, characters = _scan(source)
+    return CorpusPart(source, 0, count, digest, characters)
+
+
+def _split(name: str, source: DocumentSource) -> Corpus:
+    count, digest, characters = _scan(source)
+    if count == 1:
+        text = next(iter(source))
         cut = int(len(text) * (1 - VAL_FRACTION))
-        return (text[:cut],), (text[cut:],)
-    n_val = max(1, int(len(documents) * VAL_FRACTION))
-    return documents[:-n_val], documents[-n_val:]
+        return make_corpus(name, (text[:cut],), (text[cut:],))
+    n_val = max(1, int(count * VAL_FRACTION))
+    return _corpus(name, CorpusPart(source, 0, count - n_val, digest, characters),
+                   CorpusPart(source, count - n_val, count, digest, characters))
 
 
-def _read_documents(source: str, text_field: str) -> tuple[str, ...]:
-    path = Path(source).expanduser()
-    if not path.exists():
-        raise UserError(f"corpus: no such file or folder: {path}")
-    if path.is_dir():
-        files = sorted((file for file in path.rglob("*.txt") if file.is_file()), key=lambda f: f.as_posix())
-        if not files:
-            raise UserError(f"corpus: no .txt files in folder {path}")
-        documents = tuple(text for file in files if (text := _read_text(file)).strip())
-        if not documents:
-            raise UserError(f"corpus: every .txt file in {path} is empty")
-        return documents
-    if path.suffix.lower() == ".jsonl":
-        return _read_jsonl(path, text_field)
-    text = _read_text(path)
-    if not text.strip():
-        raise UserError(f"corpus: {path} is empty")
-    return (text,)
-
-
-def _read_text(path: Path) -> str:
-    """Read a UTF-8 text file; UserError naming the offset of the first byte that is not text."""
-    try:
-        raw = path.read_bytes()
-    except OSError as error:
-        raise UserError(f"corpus: cannot read {path}: {error.strerror}") from None
-    start = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
-    try:
-        text = raw[start:].decode("utf-8")
-    except UnicodeDecodeError as error:
-        invalid = start + error.start
-    else:
-        invalid = len(raw)
-    # NUL decodes as UTF-8 but no text file contains one; report whichever problem comes first.
-    nul = raw.find(b"\0", start, invalid)
-    if nul != -1:
-        raise UserError(f"corpus: {path} is binary, not text (NUL byte at offset {nul})")
-    if invalid < len(raw):
-        raise UserError(f"corpus: {path} is not UTF-8 text (invalid byte at offset {invalid})")
-    return text
-
-
-def _read_jsonl(path: Path, text_field: str) -> tuple[str, ...]:
-    documents = []
-    for number, line in enumerate(_read_text(path).split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
-            raise UserError(f"corpus: {path} line {number} is not valid JSON") from None
-        if not isinstance(record, dict):
-            raise UserError(f"corpus: {path} line {number} is not a JSON object (need field {text_field!r})")
-        if not isinstance(record.get(text_field), str):
-            problem = "has no" if text_field not in record else "has a non-string"
-            raise UserError(f"corpus: {path} line {number} {problem} field {text_field!r}")
-        if record[text_field].strip():
-            documents.append(record[text_field])
-    if not documents:
-        raise UserError(f"corpus: {path} has no documents in field {text_field!r}")
-    return tuple(documents)
+def _corpus(name: str, train: CorpusPart, val: CorpusPart) -> Corpus:
+    description = "".join(f"{label} {part.source_digest} [{part.start}:{part.stop}]\n"
+                          for label, part in (("train", train), ("val", val)))
+    return Corpus(name, train, val, hashlib.sha256(description.encode()).hexdigest())

@@ -31,6 +31,9 @@ TRAINED_KINDS = ("char", "wordpiece", "bpe")
 # Room a learned vocabulary needs beyond the reserved tokens: byte-level BPE cannot even hold its
 # 256-byte alphabet in less, and a WordPiece vocabulary that small is nearly all single characters.
 MIN_LEARNED_TOKENS = 256
+# Text WordPiece/BPE training reads at most (spread over the corpus): enough for stable merges on
+# any corpus, and a bounded memory for the trainer's word counts whatever the corpus's size.
+TRAINING_SAMPLE_CHARS = 32_000_000
 
 
 def sentinel_token(i: int) -> str:
@@ -161,7 +164,7 @@ def build_tokenizer(
         if vocab_size < minimum:
             raise UserError(f"tokenizer: vocab_size {vocab_size} is too small for {kind}; use at least {minimum}")
         size_label = str(vocab_size)
-    cache_file = _cache_root(cache_dir) / "tokenizers" / f"{kind}-{size_label}-{corpus.fingerprint[:16]}.json"
+    cache_file = cache_root(cache_dir) / "tokenizers" / f"{kind}-{size_label}-{corpus.fingerprint[:16]}.json"
     if cache_file.is_file():
         return Tokenizer.load(cache_file, kind)
     backend = _train_char(corpus) if kind == "char" else _train_subword(kind, corpus, vocab_size)
@@ -169,7 +172,9 @@ def build_tokenizer(
     return Tokenizer(backend, kind)
 
 
-def _cache_root(cache_dir: str | Path | None) -> Path:
+def cache_root(cache_dir: str | Path | None) -> Path:
+    """Where derived artefacts (tokenizers, token files) live: ``cache_dir``, else ``$MASKWISE_CACHE``
+    or ``~/.cache/maskwise``."""
     if cache_dir is not None:
         return Path(cache_dir).expanduser()
     return Path(os.environ.get("MASKWISE_CACHE") or Path.home() / ".cache" / "maskwise").expanduser()
@@ -177,14 +182,18 @@ def _cache_root(cache_dir: str | Path | None) -> Path:
 
 def _train_char(corpus: Corpus) -> tokenizers.Tokenizer:
     """One id per character of the train and val text (val too, so that validation never meets
-    [UNK]); unseen characters become [UNK].
+    [UNK]); unseen characters become [UNK]. Reads every document once, one at a time: a sample
+    would miss rare characters, and a set of characters is small whatever the corpus.
 
     The model is a WordLevel lookup fed by a pre-tokenizer that isolates every code point, newlines
     included; no normaliser touches the text and the Fuse decoder joins tokens without spaces, which
     is what makes decode(encode(text)) == text.
     """
     reserved = _reserved_tokens()
-    characters = sorted(set(corpus.train_text()) | set(corpus.val_text()))
+    seen: set[str] = set()
+    for document in corpus.iter_all():
+        seen.update(document)
+    characters = sorted(seen)
     vocabulary = {token: i for i, token in enumerate([*reserved, *characters])}
     backend = tokenizers.Tokenizer(models.WordLevel(vocabulary, unk_token="[UNK]"))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
@@ -194,7 +203,8 @@ def _train_char(corpus: Corpus) -> tokenizers.Tokenizer:
 
 
 def _train_subword(kind: str, corpus: Corpus, vocab_size: int) -> tokenizers.Tokenizer:
-    """WordPiece (BERT) or byte-level BPE (GPT-2), trained on the train documents only.
+    """WordPiece (BERT) or byte-level BPE (GPT-2), trained on the train documents only: all of them
+    up to ``TRAINING_SAMPLE_CHARS`` of text, an even sample of them beyond (``Corpus.sample_train``).
 
     WordPiece uses BERT's normaliser without lowercasing or accent stripping: case carries meaning
     here (speaker names are in capitals) and a cased vocabulary loses nothing else. Byte-level BPE
@@ -219,7 +229,7 @@ def _train_subword(kind: str, corpus: Corpus, vocab_size: int) -> tokenizers.Tok
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
         )
-    backend.train_from_iterator(corpus.train, trainer=trainer)
+    backend.train_from_iterator(corpus.sample_train(TRAINING_SAMPLE_CHARS), trainer=trainer)
     return backend
 
 

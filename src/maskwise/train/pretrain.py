@@ -197,9 +197,11 @@ def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = No
     objective = build_objective(settings.objective, settings.family, tokenizer, cfg.vocab_size, **options)
     torch.manual_seed(settings.train.seed)
     model = objective.build_model(cfg) or build_model(cfg)
-    train_stream = TokenStream.from_texts(corpus.train, tokenizer, f"training data {settings.data}",
-                                          cache_key=f"{corpus.fingerprint}/train")
-    val_stream = TokenStream.from_texts(corpus.val, tokenizer, "validation data", cache_key=f"{corpus.fingerprint}/val")
+    progress = settings.train.progress and rank == 0
+    train_stream = TokenStream.from_texts(corpus.train_part, tokenizer, f"training data {settings.data}",
+                                          cache_key=f"{corpus.fingerprint}/train", progress=progress)
+    val_stream = TokenStream.from_texts(corpus.val_part, tokenizer, "validation data",
+                                        cache_key=f"{corpus.fingerprint}/val", progress=progress)
 
     trainer = Trainer(model, objective, train_stream, val_stream, settings.train, run_dir, runtime=runtime)
     if trainer.rank == 0 and not resuming:
