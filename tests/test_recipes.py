@@ -1,14 +1,10 @@
-"""The named compare scales: valid settings, and three families of equal size at every scale."""
+"""The named scales (compare's and the ablations'): valid settings, and three families of equal size
+at every scale."""
 
 import pytest
 
 from maskwise.model.transformer import build_model
-from maskwise.recipes import (
-    COMPARE_SCALES,
-    FINETUNE,
-    matched_ffn_width,
-    pretrain_settings,
-)
+from maskwise.recipes import COMPARE_SCALES, FINETUNE, SCALES, matched_ffn_width, pretrain_settings
 from maskwise.train.pretrain import PretrainConfig, model_config
 
 pytestmark = pytest.mark.unit
@@ -16,14 +12,17 @@ pytestmark = pytest.mark.unit
 FAMILIES = ("encoder", "decoder", "encoder-decoder")
 
 
-@pytest.mark.parametrize("scale", sorted(COMPARE_SCALES))
+@pytest.mark.parametrize("scale", [f"compare {n}" for n in sorted(COMPARE_SCALES)] + [f"ablate {n}" for n in sorted(SCALES)])
 def test_every_scale_gives_the_three_families_equal_parameters(scale):
-    s = COMPARE_SCALES[scale]
+    kind, name = scale.split()
+    s = COMPARE_SCALES[name] if kind == "compare" else SCALES[name]
+    recipe = s if kind == "compare" else s.recipe
     counts = {}
     for family in FAMILIES:
-        cfg = PretrainConfig.from_flat(pretrain_settings(s, s.family_arm(family, "shakespeare"), seed=0))
-        assert cfg.objective == s.objective(family)
-        model = build_model(model_config(cfg, vocab_size=s.vocab_size if s.tokenizer != "char" else 100))
+        arm = recipe.family_arm(family, "shakespeare") if kind == "compare" else {"family": family}
+        cfg = PretrainConfig.from_flat(pretrain_settings(s, arm, seed=0))
+        assert cfg.objective == recipe.objective(family)  # an ablation arm without one takes the recipe's
+        model = build_model(model_config(cfg, vocab_size=recipe.vocab_size if recipe.tokenizer != "char" else 100))
         counts[family] = sum(p.numel() for p in model.parameters())
     assert max(counts.values()) / min(counts.values()) < 1.01, counts
 

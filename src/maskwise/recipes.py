@@ -1,9 +1,9 @@
 """Recipes: one way to do each experiment step, for ``compare``, every ablation, the benchmarks and the CLI.
 
-* the named scales: ``CompareSettings`` (``compare``'s default, and ``QUICK``) and ``Scale``
-  (the ablations' ``default``, ``quick`` and ``smoke``, on the shared ``MODEL`` block); each turns
-  into flat pretraining settings through ``pretrain_settings`` and into ``TaskSettings``
-  through its ``task`` method;
+* the named scales: ``CompareSettings`` (``compare``'s ``default``, ``QUICK``, ``GPU``, and the
+  tests' ``SMOKE``: the block, the task slices, the fine-tuning) and ``Scale`` (an ablation's: a
+  token budget per arm on one of those recipes); each turns into flat pretraining settings through
+  ``pretrain_settings`` and into ``TaskSettings`` through its ``task`` method;
 * ``run_task``: fine-tune a model on one task, evaluate it, and return a ``TaskResult`` (the
   record, the trained model or head to save, and the test rows). The task's data is the plays'
   slice the settings choose, or the caller's own rows.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from torch import nn
@@ -101,6 +101,9 @@ class CompareSettings:
     extraction_chars: int = 180  # passage characters: with the target, they fit a decoder's context whole
     extraction_target: int = 64  # target tokens (characters): room for five or six names
     rename_speakers: float = 0.5  # fraction of fine-tuning passages with the cast renamed (copy, not recall)
+    rerank_steps: int = 100  # the reranker ablation (compare has no reranking row)
+    rerank_train_queries: int = 1000
+    rerank_test_queries: int = 100  # each over its BM25 top 100
     held_out_chars: int = 1500
     held_out_blocks: int = 30  # pieces of the held-out text an interval resamples
     fill_positions: int = 300
@@ -120,17 +123,20 @@ class CompareSettings:
                 "encoder-decoder": self.encoder_decoder_objective}[family]
 
     def family_arm(self, family: str, data: str) -> dict:
+        """A family with this scale's objective for it, on ``data``."""
+        return {"family": family, "objective": self.objective(family), "data": data}
+
+    def shape(self, family: str) -> dict:
         """The same block for every family; the encoder-decoder splits the layers between its two
         stacks and narrows its FFN to pay for cross-attention, so the three have equal parameters."""
-        arm = {"family": family, "objective": self.objective(family), "data": data}
-        if family == "encoder-decoder":
-            half = max(1, self.layers // 2)
-            arm.update(layers=half, decoder_layers=half, d_ff=matched_ffn_width(self.preset, self.d_model, self.layers),
-                       cross_rope=True)
-        return arm
+        if family != "encoder-decoder":
+            return {}
+        half = max(1, self.layers // 2)
+        return {"layers": half, "decoder_layers": half, "cross_rope": True,
+                "d_ff": matched_ffn_width(self.preset, self.d_model, self.layers)}
 
     def task(self, name: str, family: str, seed: int) -> TaskSettings:
-        """The ablations' fine-tuning (``FINETUNE``) on this scale's slice of the plays."""
+        """Every experiment's fine-tuning (``FINETUNE``) on this scale's slice of the plays."""
         common = {**FINETUNE[name], "seed": seed, "data_seed": seed}
         if name == "classify":
             return TaskSettings(steps=self.classify_steps, train_examples=self.genre_per_class,
@@ -140,6 +146,9 @@ class CompareSettings:
             return TaskSettings(steps=self.retrieve_steps, train_examples=self.retrieval_pairs,
                                 test_examples=self.retrieval_queries, test_docs=self.retrieval_docs,
                                 sample_pairs=True, **common)
+        if name == "rerank":
+            return TaskSettings(steps=self.rerank_steps, train_examples=self.rerank_train_queries,
+                                test_examples=self.rerank_test_queries, **common)
         return TaskSettings(steps=self.extract_steps, train_examples=self.extraction_train,
                             test_examples=self.extraction_test, max_chars=self.extraction_chars,
                             rename_speakers=self.rename_speakers, **{**common, "max_target_len": self.extraction_target})
@@ -175,10 +184,13 @@ GPU = CompareSettings(name="gpu", seconds=180.0, d_model=384, heads=6, layers=6,
 
 COMPARE_SCALES = {"default": CompareSettings(), "quick": QUICK, "gpu": GPU}
 
-# The block every ablation arm shares unless the ablation changes it (compare's choice: GPT-2's
-# pre-norm block for every family, so that only the mask and the loss differ between families).
-MODEL = {"preset": "gpt2", "tokenizer": "bpe", "vocab_size": 2048, "d_model": 64, "heads": 2, "layers": 2,
-             "block_size": 128, "batch_size": 16, "lr": 2e-3}
+# A few steps of everything, for the tests' plumbing checks (the ablations' smoke scale).
+SMOKE = CompareSettings(name="smoke", seconds=2.0, d_model=32, heads=2, layers=2, block_size=64, batch_size=8,
+                        min_steps=1, classify_steps=2, retrieve_steps=2, extract_steps=2, rerank_steps=2,
+                        genre_per_class=4, genre_test_per_class=4, retrieval_pairs=24, retrieval_queries=24,
+                        retrieval_docs=48, extraction_train=24, extraction_test=24, extraction_chars=40,
+                        extraction_target=16, rerank_train_queries=24, rerank_test_queries=8, held_out_chars=200,
+                        held_out_blocks=2, fill_positions=10, ttft_repeats=2)
 
 # Every experiment's fine-tuning (compare's and the ablations'). Learning rates chosen on a
 # quick-scale encoder: these tiny bodies need 1e-3 (at 3e-4, or with [CLS] pooling, 150
@@ -191,19 +203,24 @@ FINETUNE = {"classify": {"batch_size": 32, "lr": 1e-3, "head_lr": 3e-3},
 
 @dataclass(frozen=True)
 class Scale:
-    """An ablation scale: a token budget per arm and the size of every fine-tuning."""
+    """An ablation scale: a token budget per arm on one of compare's recipes (its block, its task
+    slices and fine-tuning), so that an ablation and the main job measure the same things."""
 
     name: str
-    tokens: int  # pretraining budget per arm
-    finetune_steps: int
-    train_examples: int  # fine-tuning windows, pairs or passages
-    eval_examples: int  # test windows, queries or passages
+    tokens: int  # pretraining budget per arm (equal tokens; the wall-clock axis follows from it)
+    recipe: CompareSettings
     evals: int  # validation points on each pretraining curve
     eval_batches: int
     held_out_chars: int  # text scored for next-token loss (shift-bug)
 
     def model(self) -> dict:
-        return dict(MODEL)
+        return self.recipe.model()
+
+    def shape(self, family: str) -> dict:
+        return self.recipe.shape(family)
+
+    def objective(self, family: str) -> str:
+        return self.recipe.objective(family)
 
     def schedule(self, values: dict, budget: str) -> dict:
         """The budget ends every run; ``steps`` is only the schedule's length, set to twice what the
@@ -211,31 +228,32 @@ class Scale:
         block tokens a step), with warmup 10% of it (5% of the run)."""
         steps = 2 * -(-self.tokens // (values["batch_size"] * values["block_size"]))
         return {"steps": steps, "warmup": steps // 10, "eval_every": max(1, steps // (2 * self.evals)),
-                    "eval_batches": self.eval_batches, "budget": budget or f"tokens={self.tokens}"}
+                "eval_batches": self.eval_batches, "budget": budget or f"tokens={self.tokens}"}
 
-    def task(self, name: str, seed: int, pooling: str | None = None, progress: bool = False) -> TaskSettings:
-        from maskwise.data.plays import GENRES
-
-        per = len(GENRES) if name == "classify" else 1  # classify counts windows per genre
-        return TaskSettings(steps=self.finetune_steps, train_examples=self.train_examples // per,
-                            test_examples=self.eval_examples // per, pooling=pooling, seed=seed, progress=progress,
-                            **FINETUNE[name])
+    def task(self, name: str, family: str, seed: int, pooling: str | None = None,
+             progress: bool = False) -> TaskSettings:
+        """The recipe's fine-tuning of ``name``; ``pooling`` replaces the family's default."""
+        settings = self.recipe.task(name, family, seed)
+        return replace(settings, pooling=pooling or settings.pooling, progress=progress)
 
 
+# Default: the tokens compare's default reads in its 120 s per family on 2 CPU cores (fp32, AVX2:
+# 1.40-1.47 M for the encoder and the decoder). The gpu scale is sized for one modern GPU, not yet run.
 SCALES = {
-    "default": Scale("default", tokens=1_000_000, finetune_steps=150, train_examples=1800, eval_examples=600,
-                     evals=8, eval_batches=8, held_out_chars=3000),
-    "quick": Scale("quick", tokens=100_000, finetune_steps=30, train_examples=480, eval_examples=240,
-                   evals=4, eval_batches=4, held_out_chars=1000),
-    "smoke": Scale("smoke", tokens=4096, finetune_steps=2, train_examples=24, eval_examples=24,
-                   evals=1, eval_batches=1, held_out_chars=200),
+    "default": Scale("default", tokens=1_400_000, recipe=CompareSettings(), evals=8, eval_batches=8,
+                     held_out_chars=3000),
+    "quick": Scale("quick", tokens=200_000, recipe=QUICK, evals=4, eval_batches=4, held_out_chars=1000),
+    "smoke": Scale("smoke", tokens=4096, recipe=SMOKE, evals=1, eval_batches=1, held_out_chars=200),
+    "gpu": Scale("gpu", tokens=20_000_000, recipe=GPU, evals=8, eval_batches=16, held_out_chars=8000),
 }
 
 
 def pretrain_settings(scale: CompareSettings | Scale, arm: dict, seed: int, budget: str = "") -> dict:
-    """Flat pretraining settings (``PretrainConfig.from_flat``) of ``arm`` (family, objective and
-    whatever it changes) at ``scale``; ``budget`` replaces the scale's own."""
-    values = {**scale.model(), **arm}
+    """Flat pretraining settings (``PretrainConfig.from_flat``) of ``arm`` (its family and whatever it
+    changes) at ``scale``: the scale's block, its objective for the family unless the arm names one,
+    the encoder-decoder's equal-size shape; ``budget`` replaces the scale's own."""
+    family = arm["family"]
+    values = {**scale.model(), "objective": scale.objective(family), **scale.shape(family), **arm}
     return {**values, "seed": seed, **scale.schedule(values, budget)}
 
 

@@ -7,7 +7,6 @@ from maskwise.experiments.ablations.framework import (
     moved, on_both_axes, table_row,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
-from maskwise.recipes import MODEL
 
 ENCODER = Arm("mlm", "encoder (MLM, mean)", {"family": "encoder", "objective": "mlm"})
 DECODER = Arm("clm", "decoder (CLM, last)", {"family": "decoder", "objective": "clm"})
@@ -84,7 +83,7 @@ def notes(m: Measured) -> list[str]:
          "differ. Contrastive training (InfoNCE, in-batch negatives) has the same steps, batch and learning rate."),
         ("Pooling: mean over real tokens for the encoder, the last real token for the decoder (the only position "
          "that has seen the whole text through a causal mask)."),
-        (f"Inputs are cut to {MODEL['block_size']} tokens (about 350 characters with this BPE): in the longest "
+        (f"Inputs are cut to {m.setup.scale.model()['block_size']} tokens ({m.setup.scale.model()['tokenizer']}): in the longest "
          "buckets both models read only the start of the passage."),
         ("The validation losses on the plots are per masked token (MLM) and per token (CLM): compare shapes, "
          "not levels."),

@@ -34,7 +34,7 @@ GENRE_ACC = "genre accuracy"
 class Arm:
     key: str  # names its runs and cached steps
     label: str  # names it in tables, plots and metrics
-    settings: dict  # pretraining settings beyond the scale's MODEL block
+    settings: dict  # pretraining settings beyond the scale's block (family, and what the arm changes)
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ def parameters(setup: Setup, runs: Runs, arms: Sequence[Arm]) -> dict:
 def fine_tuned(setup: Setup, task: str, name: str, seed: int, pooling: str | None = None) -> dict:
     """The record of ``task`` (``recipes.run_task``) fine-tuned on run ``name`` at the setup's scale."""
     run = setup.exp.load(name)
-    settings = setup.scale.task(task, seed, pooling, setup.progress)
+    settings = setup.scale.task(task, run.model.cfg.family, seed, pooling, setup.progress)
     return run_task(task, run.model, run.tokenizer, settings, setup.exp.runtime, label=name).record
 
 

@@ -9,7 +9,6 @@ from maskwise.experiments.ablations.framework import (
     AXES, GENRE_ACC, TOKENS, WALL, Ablation, Arm, Measured, Setup, fine_tuned, key, moved, on_both_axes, table_row,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
-from maskwise.recipes import MODEL
 
 MASK_LOSS = "held-out MLM loss at 15% masking"
 DEFAULT_RATIOS = (0.15, 0.30)
@@ -60,7 +59,8 @@ def mlm_loss_at(setup: Setup, name: str, ratio: float = 0.15) -> float:
 
     run = setup.exp.load(name)
     val = TokenStream.from_texts(load_corpus("shakespeare").val, run.tokenizer, "validation data")
-    cfg = TrainConfig(block_size=MODEL["block_size"], batch_size=MODEL["batch_size"],
+    block = setup.scale.model()
+    cfg = TrainConfig(block_size=block["block_size"], batch_size=block["batch_size"],
                       eval_batches=4 * setup.scale.eval_batches, seed=0, progress=False)
     objective = MLM(run.tokenizer, run.model.cfg.vocab_size, mask_ratio=ratio)
     return Trainer(run.model, objective, val, val, cfg, runtime=setup.exp.runtime).evaluate()["val_loss"]

@@ -18,7 +18,7 @@ from maskwise.experiments.ablations import (
 from maskwise.experiments.ablations.framework import Ablation, Setup, conduct
 from maskwise.experiments.report import render, write_results
 from maskwise.experiments.runner import Experiment, machine_info
-from maskwise.recipes import FINETUNE, MODEL, SCALES
+from maskwise.recipes import FINETUNE, SCALES
 from maskwise.runtime import Runtime
 
 ABLATIONS: dict[str, Ablation] = {
@@ -51,7 +51,7 @@ def run_ablation(name: str, out: str | Path | None = None, scale: str = "default
         raise UserError(f"unknown scale {scale!r}; known: {', '.join(SCALES)}")
     chosen = SCALES[scale]
     exp = Experiment(out or f"runs/ablate-{name}", overwrite, runtime)
-    recipe = {"ablation": name, "scale": dataclasses.asdict(chosen), "model": MODEL, "finetune": FINETUNE}
+    recipe = {"ablation": name, "scale": dataclasses.asdict(chosen), "model": chosen.model(), "finetune": FINETUNE}
     other, created = exp.keep_recipe("ablation", recipe)
     if other is not None:
         raise UserError(f"{exp.out} holds ablation {other['ablation']} at scale {other['scale']['name']} with "

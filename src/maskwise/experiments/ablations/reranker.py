@@ -26,7 +26,6 @@ CROSS, SCORES, WRITES = "cross-encoder", "generative, scores ' yes'", "generativ
 FIRST, RANDOM = "BM25 order", "random order"
 SYSTEMS = (CROSS, FIRST, RANDOM, SCORES, WRITES)  # the table's columns: the last column compares the first and last
 CANDIDATES = 100  # per query, from the first stage
-QUERIES = 100  # test queries: each costs every reranker a pass over all its candidates
 NDCG, P50, P99 = "nDCG@10", "latency p50 (ms/query)", "latency p99 (ms/query)"
 
 RULE = ("Three claims, on the same queries and candidates, paired by seed. (1) The cross-encoder clears the "
@@ -57,8 +56,8 @@ def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
     from maskwise.tasks.rerank import evaluate_reranker, judging_scorer
 
     run = setup.exp.load(name)
-    settings = dataclasses.replace(setup.scale.task("rerank", seed, progress=setup.progress), data_seed=seed,
-                                   test_examples=min(QUERIES, setup.scale.eval_examples), candidates=CANDIDATES)
+    settings = dataclasses.replace(setup.scale.task("rerank", run.model.cfg.family, seed, progress=setup.progress),
+                                   candidates=CANDIDATES)
     label = CROSS if arm is ENCODER else SCORES
     result = run_task("rerank", run.model, run.tokenizer, settings, setup.exp.runtime, label=label)
     measured = {label: result.record}
@@ -113,7 +112,7 @@ def summary(m: Measured, metrics: dict) -> str:
 def notes(m: Measured) -> list[str]:
     return [
         (f"First stage: BM25 over lowercased words, top {CANDIDATES} of the test plays' speeches for "
-         f"{QUERIES} ICT queries per seed (fewer at small scales); the same candidates for every reranker. "
+         f"{m.setup.scale.recipe.rerank_test_queries} ICT queries per seed; the same candidates for every reranker. "
          "Training negatives: BM25's top wrong speeches for the train queries."),
         ("The writing reranker generates up to 4 tokens greedily after each candidate's prompt and counts 'yes' "
          "as relevant; ties keep BM25's order. Latency: wall-clock per query over all its candidates, batch 50, "

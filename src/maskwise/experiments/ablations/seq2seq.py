@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import functools
 import statistics
 import time
 from collections.abc import Callable
 
-from maskwise.errors import UserError
 from maskwise.experiments.ablations.framework import (
     AXES, MIN_BUCKET, TOKENS, Ablation, Arm, Measured, Setup, buckets_of, common_buckets, key, moved, on_both_axes,
     table_row,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
-from maskwise.recipes import MODEL, run_task
+from maskwise.recipes import run_task
 
-S2S_BLOCK = {"block_size": 256, "batch_size": 8}  # passages run to 600 characters (~220 tokens)
-DECODER = Arm("decoder", "decoder-only", dict(family="decoder", objective="clm", layers=4, **S2S_BLOCK))
-ENCDEC = "encoder-decoder"  # its arm's label; the FFN width is matched at run time
+# Both at the scale's block; the encoder-decoder splits its layers and narrows its FFN to the
+# decoder's parameter count (recipes.CompareSettings.shape), with the scale's objective for each.
+DECODER = Arm("decoder", "decoder-only", {"family": "decoder"})
+ENCODER_DECODER = Arm("encdec", "encoder-decoder", {"family": "encoder-decoder"})
 F1 = "speakers F1"
 F1_BUCKET = "speakers F1, sources of "
 TTFT_BUCKET = "time to first token (ms), sources of "
@@ -30,38 +29,6 @@ RULE = ("Compare the encoder-decoder (a) with the decoder-only model (b) in the 
         "sources, and at the longest the encoder-decoder is ahead on F1 and faster to the first token. "
         "Otherwise inconclusive. Applied at equal tokens and at equal wall-clock; the verdict is the "
         "common outcome, inconclusive if they differ.")
-
-
-def count_parameters(settings: dict, vocab_size: int) -> int:
-    from maskwise.model.transformer import build_model
-    from maskwise.train.pretrain import PretrainConfig, model_config
-
-    config = PretrainConfig.from_flat(settings).resolved()
-    return sum(p.numel() for p in build_model(model_config(config, vocab_size)).parameters())
-
-
-@functools.cache
-def matched_encoder_decoder() -> tuple[Arm, int, int]:
-    """The encoder-decoder arm (2 + 2 layers) whose FFN width brings its parameter count closest to
-    the 4-layer decoder's; with both counts. Cross-attention costs 4 d^2 per decoder layer, paid
-    for with a narrower FFN."""
-    from maskwise.data.corpus import load_corpus
-    from maskwise.data.tokenizers import build_tokenizer
-
-    vocab = build_tokenizer(MODEL["tokenizer"], load_corpus("shakespeare"), MODEL["vocab_size"]).vocab_size
-    target = count_parameters({**MODEL, **DECODER.settings}, vocab)
-
-    def arm(d_ff: int) -> Arm:
-        return Arm("encdec", ENCDEC, dict(family="encoder-decoder", objective="span", layers=2,
-                                          decoder_layers=2, d_ff=d_ff, **S2S_BLOCK))
-
-    counts = {d_ff: count_parameters({**MODEL, **arm(d_ff).settings}, vocab)
-              for d_ff in range(16, 8 * MODEL["d_model"] + 1, 16)}
-    best = min(counts, key=lambda d_ff: abs(counts[d_ff] - target))
-    if abs(counts[best] - target) > 0.1 * target:
-        raise UserError(f"seq2seq: no encoder-decoder FFN width brings it within 10% of the decoder's {target:,} "
-                        f"parameters (closest: {counts[best]:,})")
-    return arm(best), counts[best], target
 
 
 def _median_seconds(fn: Callable[[], object]) -> float:
@@ -106,13 +73,13 @@ def generation_cost(model, tokenizer, examples, max_target_len: int) -> dict[str
 
 def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
     run = setup.exp.load(name)
-    settings = setup.scale.task("extract", seed, progress=setup.progress)
+    settings = setup.scale.task("extract", run.model.cfg.family, seed, progress=setup.progress)
     result = run_task("extract", run.model, run.tokenizer, settings, setup.exp.runtime, label=name)
     return {**result.record, "cost": generation_cost(result.model, run.tokenizer, result.test, settings.max_target_len)}
 
 
 def judge(metrics: dict, arms=None) -> tuple[str, str]:
-    ed, do = ENCDEC, DECODER.label
+    ed, do = ENCODER_DECODER.label, DECODER.label
 
     def one_axis(axis: str) -> tuple[str, str]:
         f1_keys, ttft_keys = buckets_of(metrics, F1_BUCKET, axis), buckets_of(metrics, TTFT_BUCKET, axis)
@@ -157,7 +124,8 @@ def tabulate(m: Measured) -> tuple[dict, list]:
 
 
 def summary(m: Measured, metrics: dict) -> str:
-    encdec, encdec_params, decoder_params = matched_encoder_decoder()
+    encdec = ENCODER_DECODER
+    encdec_params, decoder_params = (m.parameters[arm.label]["total"] for arm in (encdec, DECODER))
     f1 = metrics[key(F1, TOKENS)]
     buckets = common_buckets(m, "by_source_chars")
     if buckets:
@@ -174,20 +142,21 @@ def summary(m: Measured, metrics: dict) -> str:
 
 
 def notes(m: Measured) -> list[str]:
-    encdec, encdec_params, decoder_params = matched_encoder_decoder()
+    recipe, shape = m.setup.scale.recipe, m.setup.scale.shape("encoder-decoder")
+    encdec_params, decoder_params = (m.parameters[arm.label]["total"] for arm in (ENCODER_DECODER, DECODER))
     return [
-        (f"Equal size: 4 causal layers vs 2 + 2 layers whose FFN width ({encdec.settings['d_ff']}) was chosen so "
-         f"the parameter sums match ({decoder_params:,} vs {encdec_params:,}); both pretrain on blocks of "
-         f"{S2S_BLOCK['block_size']} tokens, the decoder by CLM, the encoder-decoder by T5 span corruption."),
-        ("Tokens seen count what a model reads: for the encoder-decoder, its corrupted inputs plus its span "
-         "targets (sentinels included), about 10% more than the raw text they were cut from."),
+        (f"Equal size: {recipe.layers} causal layers vs {shape['layers']} + {shape['decoder_layers']} layers whose "
+         f"FFN width ({shape['d_ff']}) makes the parameter sums match ({decoder_params:,} vs {encdec_params:,}); "
+         f"both pretrain on blocks of {recipe.block_size} tokens, the decoder by {recipe.decoder_objective}, the "
+         f"encoder-decoder by {recipe.encoder_decoder_objective}."),
+        ("Tokens seen count what a model reads: for the encoder-decoder, its corrupted inputs plus its "
+         "targets, more than the raw text they were cut from."),
         ("Fine-tuning: the same steps, batch and learning rate; the decoder-only model reads 'source [SEP] target' "
          "with the loss on the target only. Greedy decoding for quality."),
         (f"Cost at a fixed batch of {COST_BATCH} passages from one length bucket, KV cache on, medians of "
          f"{COST_REPEATS}: time to first token = prefill + one step; decode tokens/s over {COST_TOKENS - 1} more "
          "forced tokens. Measured on a shared machine: compare within a row, not across reports."),
-        ("The validation losses on the plots are per token of different objectives (CLM, span corruption): "
-         "compare shapes, not levels."),
+        ("The validation losses on the plots are per token of different objectives: compare shapes, not levels."),
     ]
 
 
@@ -197,5 +166,5 @@ ABLATION = Ablation(
     prediction=("At the same parameter count, a decoder-only model with the source in its prompt and an "
                 "encoder-decoder extract the speakers of a passage equally well from short sources; the "
                 "encoder-decoder pulls ahead as sources grow, with a lower prefill cost."),
-    rule=RULE, step="seq2seq", arms=lambda: (matched_encoder_decoder()[0], DECODER), measure=measure,
+    rule=RULE, step="seq2seq", arms=lambda: (ENCODER_DECODER, DECODER), measure=measure,
     tabulate=tabulate, judge=judge, summary=summary, notes=notes)
