@@ -1,9 +1,9 @@
 """``maskwise ablate NAME``: change one design choice, hold the rest, and let a coded rule judge a prediction.
 
-Every ablation pretrains tiny models (the GPT-2 block for every family, as ``compare`` does, so only
-the attention mask, the loss or the one knob under study differs; d 64, 2 layers, a 2048-token BPE,
-block 128) for several seeds, fine-tunes them identically, and writes ``results.json`` plus the
-report of ``report.py``. Each arm is measured on two axes, always both:
+Every ablation pretrains small models on one of ``compare``'s recipes (the same block for every
+family, so only the attention mask, the loss or the one knob under study differs) for several seeds,
+fine-tunes them with that recipe's task settings, and writes ``results.json`` plus the report of
+``report.py``. Each arm is measured on two axes, always both:
 
 * **equal tokens**: every arm pretrains with the budget ``tokens=N`` (encoder plus decoder tokens
   read), so each has seen the same amount of text;
@@ -21,10 +21,10 @@ their common outcome, and ``inconclusive`` when the axes disagree (a claim that 
 tokens but not at equal time is not established). ``metrics`` holds exactly what the rules read
 (it is also what the bar charts show); the table holds those and everything else measured.
 
-Scales (``recipes.SCALES``, ``scale=`` here, ``--scale`` on the command line): ``default`` is sized
-for about 15 minutes on 2 CPU cores, ``quick`` for a few (much of it fixed cost: every pretraining
-run tokenizes the corpus, and there are up to nine), and ``smoke`` is a few steps that only check
-the plumbing (the tests use it); its reports say so in the title, and its numbers mean nothing.
+Scales (``recipes.SCALES``, ``scale=`` here, ``--scale`` on the command line): ``default`` is
+compare's default recipe at the tokens its wall-clock budget reads on 2 CPU cores, ``quick`` and
+``gpu`` compare's scales of those names, and ``smoke`` a few steps that only check the plumbing (the
+tests use it); its reports say so in the title, and its numbers mean nothing.
 
 Each ablation is one module that declares a ``framework.Ablation`` (arms, what it measures, its
 rule, its summary sentence) and one line of ``registry.ABLATIONS``; ``framework.conduct`` runs it.
