@@ -36,8 +36,8 @@ def register(subparsers) -> None:
         "ablate", help="change one design choice, hold the rest, and judge a prediction by a coded rule")
     ablate.add_argument("name", help="the ablation to run (an unknown name lists the known ones)")
     ablate.add_argument("--scale", default="default",
-                        help="default (about 15 minutes on 2 cores), quick (a few), or smoke (a few steps: "
-                             "checks the plumbing, its numbers mean nothing)")
+                        help="default (compare's default recipe at the tokens its 120 s read on 2 CPU cores), "
+                             "quick, or gpu (compare's gpu recipe, sized for one modern GPU)")
     ablate.add_argument("--seeds", type=int, default=3, help="seeds per arm (default 3, at least 2)")
     ablate.add_argument("--out", default=None, help="output folder (default runs/ablate-NAME)")
     ablate.add_argument("--overwrite", action="store_true", help="start over instead of continuing")
