@@ -72,6 +72,11 @@ def test_embedder_rule():
     ahead_only_pooled[key("recall@10", TOKENS)] = {ENC: seeds(0.32, 0.001), DEC: seeds(0.30, 0.001)}
     ahead_only_pooled[key("recall@10", WALL)] = ahead_only_pooled[key("recall@10", TOKENS)]
     assert embedder.judge(ahead_only_pooled)[0] == INCONCLUSIVE
+    noisy = embedder_metrics((0.30, 0.40, 0.50), (0.28, 0.30, 0.32))  # narrows on average, not every seed
+    for axis in AXES:
+        noisy[key(f"{embedder.BUCKET}{BUCKETS[-1]} chars", axis)][ENC] = [0.40, 0.33, 0.30]
+    verdict, detail = embedder.judge(noisy)
+    assert verdict == INCONCLUSIVE and "inconclusive at 3 seeds" in detail and "would need about" in detail
     disagree = {**embedder_metrics((0.30, 0.40, 0.50), (0.28, 0.30, 0.32), (TOKENS,)),
                 **embedder_metrics((0.30, 0.30, 0.30), (0.30, 0.30, 0.30), (WALL,))}
     verdict, detail = embedder.judge(disagree)

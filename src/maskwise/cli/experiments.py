@@ -105,7 +105,7 @@ def run_compare(args) -> int:
 
 def run_ablate(args) -> int:
     from maskwise.errors import UserError
-    from maskwise.experiments.ablations.registry import run_ablation
+    from maskwise.experiments.ablations.registry import checked, run_ablation
     from maskwise.experiments.report import RESULTS
     from maskwise.runs import read_json
 
@@ -115,6 +115,7 @@ def run_ablate(args) -> int:
             options["ratios"] = tuple(float(r) for r in args.ratios.split(","))
         except ValueError:
             raise UserError(f"--ratios must be comma-separated numbers, got {args.ratios!r}") from None
+    checked(args.name, args.scale, args.seeds, options)  # bad input: its one line before the device's
     out = run_ablation(args.name, args.out, args.scale, args.seeds, args.overwrite, args.progress,
                        runtime_of(args), **options)
     results = read_json(out / RESULTS)

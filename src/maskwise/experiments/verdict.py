@@ -63,9 +63,13 @@ class Comparison:
     def describe(self, name_a: str, name_b: str, digits: int = 3) -> str:
         verb = {"a": f"{name_a} ahead", "b": f"{name_b} ahead", "tie": "within noise"}[self.winner]
         if self.winner == "tie":
-            verb += (f"; inconclusive at {self.seeds} seeds, the observed gap of {abs(self.difference):.{digits}f} "
-                     f"would need about {self.seeds_needed} seeds" if self.seeds_needed is not None else
-                     f"; no gap at {self.seeds} seeds")
+            if self.seeds_needed is not None:
+                verb += (f"; inconclusive at {self.seeds} seeds, the observed gap of {abs(self.difference):.{digits}f} "
+                         f"would need about {self.seeds_needed} seeds")
+            elif self.difference:  # nan (too few pairs) is truthy too: no estimate either way
+                verb += f"; inconclusive at {self.seeds} seeds, and more than {MAX_SEEDS} would not resolve it"
+            else:
+                verb += f"; no gap at {self.seeds} seeds"
         return (f"{name_a} {self.mean_a:.{digits}f} ± {self.spread_a:.{digits}f} vs {name_b} "
                 f"{self.mean_b:.{digits}f} ± {self.spread_b:.{digits}f}, paired difference "
                 f"{self.difference:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}] ({verb})")

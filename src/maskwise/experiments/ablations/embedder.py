@@ -16,7 +16,7 @@ POOLING = {ENCODER.key: "mean", DECODER.key: "last"}  # each family's summary po
 RULE = ("Compare recall@10 of the encoder (a) and the decoder (b) overall and per passage-length bucket "
         "(characters; buckets with at least 10 queries). Falsified if the encoder is ahead neither "
         "overall nor in any bucket (the causal model matches or beats it at every length). Held if the "
-        "encoder is ahead overall and its mean gap is smaller in the shortest bucket than in the longest. "
+        "encoder is ahead overall and its gap is smaller in the shortest bucket than in the longest (paired by seed). "
         "Otherwise inconclusive. Applied at equal tokens and at equal wall-clock; the verdict is the "
         "common outcome, inconclusive if they differ.")
 
@@ -24,6 +24,9 @@ RULE = ("Compare recall@10 of the encoder (a) and the decoder (b) overall and pe
 def judge(metrics: dict, arms=None) -> tuple[str, str]:
     def pair(groups: dict[str, list[float]]) -> tuple[list[float], list[float]]:
         return groups[ENCODER.label], groups[DECODER.label]
+
+    def gaps(groups: dict[str, list[float]]) -> list[float]:
+        return [a - b for a, b in zip(*pair(groups))]
 
     def one_axis(axis: str) -> tuple[str, str]:
         overall = compare(*pair(metrics[key("recall@10", axis)]))
@@ -33,14 +36,14 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
         if overall.winner != "a" and not any(c.winner == "a" for _, c in buckets):
             where = overall.describe("encoder", "decoder")
             return FALSIFIED, f"the decoder matches or beats the encoder overall ({where}) and in every length bucket"
-        short, long = buckets[0][1], buckets[-1][1]
-        gap_short, gap_long = short.mean_a - short.mean_b, long.mean_a - long.mean_b
-        narrows = gap_short < gap_long
-        text = (f"overall {overall.describe('encoder', 'decoder')}; gap {gap_short:+.3f} on the shortest passages "
-                f"vs {gap_long:+.3f} on the longest")
-        if overall.winner == "a" and narrows:
+        # the encoder's gap per seed, on the longest passages against the shortest (paired by seed)
+        narrowing = compare(gaps(metrics[buckets[-1][0]]), gaps(metrics[buckets[0][0]]))
+        text = (f"overall {overall.describe('encoder', 'decoder')}; the encoder's gap on the longest vs the "
+                f"shortest passages: {narrowing.describe('longest', 'shortest')}")
+        if overall.winner == "a" and narrowing.winner == "a":
             return HELD, text
-        return INCONCLUSIVE, text + (" (the gap does not narrow)" if not narrows else " (not ahead overall)")
+        return INCONCLUSIVE, text + (" (not ahead overall)" if overall.winner != "a" else
+                                     " (the gap does not narrow on short passages)")
 
     return on_both_axes(one_axis)
 

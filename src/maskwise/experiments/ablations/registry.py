@@ -18,7 +18,7 @@ from maskwise.experiments.ablations import (
 from maskwise.experiments.ablations.framework import Ablation, Setup, conduct
 from maskwise.experiments.report import render, write_results
 from maskwise.experiments.runner import Experiment, machine_info
-from maskwise.recipes import FINETUNE, SCALES
+from maskwise.recipes import FINETUNE, SCALES, Scale
 from maskwise.runtime import Runtime
 
 ABLATIONS: dict[str, Ablation] = {
@@ -32,12 +32,8 @@ ABLATIONS: dict[str, Ablation] = {
 }
 
 
-def run_ablation(name: str, out: str | Path | None = None, scale: str = "default", seeds: int = 3,
-                 overwrite: bool = False, progress: bool = False, runtime: Runtime | None = None,
-                 **options) -> Path:
-    """Run (or continue) ablation ``name`` at ``scale`` (a name in ``recipes.SCALES``) in ``out``
-    (default ``runs/ablate-<name>``), write its results.json and render the report; returns the
-    folder. ``options``: the ablation's own (``ratios`` for mask-ratio)."""
+def checked(name: str, scale: str, seeds: int, options: dict) -> tuple[Ablation, Scale]:
+    """The ablation and scale named, or a UserError naming what is wrong (before anything runs)."""
     if name not in ABLATIONS:
         raise UserError(f"unknown ablation {name!r}; known: {', '.join(ABLATIONS)}")
     ablation = ABLATIONS[name]
@@ -49,7 +45,17 @@ def run_ablation(name: str, out: str | Path | None = None, scale: str = "default
         raise UserError(f"seeds must be at least 2 (a spread needs two values), got {seeds}")
     if scale not in SCALES:
         raise UserError(f"unknown scale {scale!r}; known: {', '.join(SCALES)}")
-    chosen = SCALES[scale]
+    ablation.arms(**options)  # its own options (mask ratios) are checked by building its arms
+    return ablation, SCALES[scale]
+
+
+def run_ablation(name: str, out: str | Path | None = None, scale: str = "default", seeds: int = 3,
+                 overwrite: bool = False, progress: bool = False, runtime: Runtime | None = None,
+                 **options) -> Path:
+    """Run (or continue) ablation ``name`` at ``scale`` (a name in ``recipes.SCALES``) in ``out``
+    (default ``runs/ablate-<name>``), write its results.json and render the report; returns the
+    folder. ``options``: the ablation's own (``ratios`` for mask-ratio)."""
+    ablation, chosen = checked(name, scale, seeds, options)
     exp = Experiment(out or f"runs/ablate-{name}", overwrite, runtime)
     recipe = {"ablation": name, "scale": dataclasses.asdict(chosen), "model": chosen.model(), "finetune": FINETUNE}
     other, created = exp.keep_recipe("ablation", recipe)
