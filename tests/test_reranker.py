@@ -5,7 +5,7 @@ import torch
 
 from maskwise.data.tasks import RetrievalSet
 from maskwise.experiments.ablations import reranker
-from maskwise.experiments.ablations.framework import SHARED, TOKENS, Measured, key
+from maskwise.experiments.ablations.framework import TOKENS, Measured, key
 from maskwise.tasks.retrieve import bm25_ranking
 
 pytestmark = pytest.mark.unit
@@ -47,6 +47,10 @@ def test_rule_held_falsified_inconclusive_on_synthetic_seeds():
                          [(0.02, 25, 50)] * 3, [(0.02, 200, 400), (0.021, 210, 420), (0.019, 190, 380)])
     verdict, detail = reranker.judge(reranker.tabulate(unlearned)[0])
     assert verdict == "inconclusive" and ("would need" in detail or "no gap" in detail)
+    below_random = measured([(0.004, 20, 40), (0.006, 21, 41), (0.005, 20, 42)],  # random order: 0.02
+                            [(0.02, 25, 50)] * 3, [(0.03, 200, 400), (0.031, 210, 420), (0.029, 190, 380)])
+    verdict, detail = reranker.judge(reranker.tabulate(below_random)[0])
+    assert verdict == "inconclusive" and "nothing learned to compare" in detail  # a failed precondition falsifies nothing
 
 
 def test_summary_is_the_templates_sentence_with_the_measured_numbers():
@@ -55,7 +59,7 @@ def test_summary_is_the_templates_sentence_with_the_measured_numbers():
     text = reranker.summary(m, metrics)
     assert text.startswith("We replaced a generative reranker with a cross-encoder over the same top-100 candidates: "
                            "nDCG@10 went from 0.260 to 0.300 while p99 latency fell from 400 ms to 40 ms")
-    assert metrics[key(reranker.P99, SHARED)][reranker.FIRST] == []  # nothing to time for a baseline order
+    assert metrics[key(reranker.P99, TOKENS)][reranker.FIRST] == []  # nothing to time for a baseline order
 
 
 def test_judging_scorer_writes_and_counts_yes(small_text):

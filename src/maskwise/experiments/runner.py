@@ -46,6 +46,7 @@ class Experiment:
             runs.write_json(marker, {"created": time.time()})
         self.started = time.perf_counter()
         self.reused_s = 0.0  # what the steps this invocation found finished had taken
+        self._timed: set[str] = set()  # steps whose seconds elapsed() already holds (read twice, counted once)
 
     def _step_path(self, name: str) -> Path:
         return self.out / "steps" / (re.sub(r"[^A-Za-z0-9_.=-]", "_", name) + ".json")
@@ -56,12 +57,15 @@ class Experiment:
         path = self._step_path(name)
         if path.is_file():
             result = runs.read_json(path)
-            self.reused_s += result.get("step_s", 0.0)
+            if name not in self._timed:
+                self.reused_s += result.get("step_s", 0.0)
+                self._timed.add(name)
             return result
         started = time.perf_counter()
         result = compute()
         result["step_s"] = time.perf_counter() - started
         runs.write_json(path, result)
+        self._timed.add(name)  # this invocation's clock holds it
         return result
 
     def keep_recipe(self, name: str, recipe: dict) -> tuple[dict | None, bool]:

@@ -89,7 +89,7 @@ class Ablation:
     summary: Callable[[Measured, dict], str]  # (measured, metrics) -> the summary sentence
     notes: Callable[[Measured], list[str]]
     options: tuple[str, ...] = ()  # keyword options ``arms`` accepts
-    shared: bool = False  # every comparison reads one pretrained model per seed: measured at equal tokens only
+    shared: bool = False  # pretrained and measured at equal tokens only (one model per seed, or a question about inference)
     columns: Callable[[Sequence[Arm]], list[str]] = lambda arms: [a.label for a in arms]
     samples: Callable[[Measured], dict] | None = None
     extra_rows: bool = True  # append the pretraining throughput rows
@@ -111,23 +111,26 @@ def run_name(run: dict) -> str:
     return Path(run["run_dir"]).name
 
 
-def pretrain_arms(setup: Setup, arms: Sequence[Arm]) -> Runs:
-    """``{axis: {arm key: [pretraining run per seed]}}`` (see the package docstring for the axes).
+def pretrain_arms(setup: Setup, arms: Sequence[Arm], axes: Sequence[str] = AXES) -> Runs:
+    """``{axis: {arm key: [pretraining run per seed]}}`` (see the package docstring for the axes);
+    ``axes`` without the wall-clock one skips its extra runs (an ablation that reads one model per seed).
 
     Seeds run one after another, all arms of a seed together, so the arms of one seed share the
     machine's conditions as far as possible and an interrupted ablation keeps whole seeds."""
-    runs: Runs = {axis: {arm.key: [] for arm in arms} for axis in AXES}
+    runs: Runs = {axis: {arm.key: [] for arm in arms} for axis in axes}
     for seed in setup.seeds:
         by_tokens = {arm.key: setup.exp.pretrain(f"{arm.key}-seed{seed}", progress=setup.progress,
                                                  **pretrain_settings(setup.scale, arm.settings, seed))
                      for arm in arms}
         seconds = min(train_seconds(run) for run in by_tokens.values())
         for arm in arms:
+            runs[TOKENS][arm.key].append(by_tokens[arm.key])
+            if WALL not in axes:
+                continue
             run = by_tokens[arm.key]
             if train_seconds(run) > seconds:
                 run = setup.exp.pretrain(f"{arm.key}-seed{seed}-wall", progress=setup.progress,
                                          **pretrain_settings(setup.scale, arm.settings, seed, f"seconds={seconds}"))
-            runs[TOKENS][arm.key].append(by_tokens[arm.key])
             runs[WALL][arm.key].append(run)
     return runs
 
@@ -145,7 +148,7 @@ def measure(setup: Setup, runs: Runs, arms: Sequence[Arm], task: str, fn: Callab
 def curve_entries(runs: Runs, arms: Sequence[Arm]) -> list[dict]:
     """Every distinct pretraining run, for the two loss plots."""
     entries, seen = [], set()
-    for axis in AXES:
+    for axis in runs:
         for arm in arms:
             for run in runs[axis][arm.key]:
                 if run_name(run) in seen:
@@ -207,7 +210,7 @@ def table(labels: Sequence[str], rows: list[list[str]]) -> dict:
 
 def throughput_rows(runs: Runs, arms: Sequence[Arm]) -> list[list[str]]:
     rows = []
-    for axis in AXES:
+    for axis in runs:
         groups = {arm.label: [tokens_per_second(r) for r in runs[axis][arm.key]] for arm in arms}
         rows.append(table_row("pretraining tokens/s", axis, groups, None, 0))
         groups = {arm.label: [r["curve"][-1]["tokens_seen"] / 1000 for r in runs[axis][arm.key]] for arm in arms}
@@ -270,9 +273,8 @@ def common_buckets(m: Measured, field_name: str) -> list[str]:
 def conduct(ablation: Ablation, setup: Setup, **options) -> dict:
     """Pretrain, measure, tabulate, judge: the results of ``ablation`` without the shared keys."""
     arms = ablation.arms(**options)
-    runs = pretrain_arms(setup, arms)
-    measured_runs = {TOKENS: runs[TOKENS]} if ablation.shared else runs
-    measured = measure(setup, measured_runs, arms, ablation.step,
+    runs = pretrain_arms(setup, arms, (TOKENS,) if ablation.shared else AXES)
+    measured = measure(setup, runs, arms, ablation.step,
                        lambda arm, name, seed: ablation.measure(setup, arm, name, seed))
     m = Measured(setup, arms, runs, measured, parameters(setup, runs, arms))
     metrics, rows = ablation.tabulate(m)
