@@ -27,6 +27,7 @@ from maskwise.interop.hf_export import export_hf
 from maskwise.interop.hf_import import import_hf
 from maskwise.interop.pretrained import embed_texts
 from maskwise.model.transformer import Discriminator, build_model
+from weights import randomized
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 tf = pytest.importorskip("transformers")
@@ -37,15 +38,6 @@ IDS = torch.randint(7, V, (3, 7), generator=torch.Generator().manual_seed(1))
 MASK = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
 DEC_IDS = torch.randint(7, V, (3, 5), generator=torch.Generator().manual_seed(2))
 DEC_MASK = torch.tensor([[1] * 4 + [0], [1] * 5, [1] * 2 + [0] * 3])
-
-
-def randomized(model, seed=0):
-    """Every parameter ~ N(0, 0.2^2), eval mode."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=generator) * 0.2)
-    return model.eval()
 
 
 def logits(model, seq2seq, hf=False):

@@ -18,6 +18,7 @@ from maskwise.interop.hf_import import import_hf
 from maskwise.model.transformer import Discriminator, build_model
 from maskwise.objectives.electra import ElectraModel
 from maskwise.reference import numpy_ref
+from weights import randomized, state_dicts_equal
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 tf = pytest.importorskip("transformers")
@@ -29,19 +30,6 @@ MASK = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
 SIZES = {"vocab_size": V, "hidden_size": D, "embedding_size": E, "num_hidden_layers": 2, "num_attention_heads": 4,
          "intermediate_size": 128, "max_position_embeddings": 16}
 SMALL = {"vocab_size": V, "d_model": D, "embedding_size": E, "n_heads": 4, "n_layers": 2, "max_seq_len": 16}
-
-
-def randomized(model, seed=0):
-    """Every parameter ~ N(0, 0.2^2), eval mode."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=generator) * 0.2)
-    return model.eval()
-
-
-def state_dicts_equal(a, b):
-    return a.keys() == b.keys() and all(torch.equal(value, b[key]) for key, value in a.items())
 
 
 HF_ELECTRAS = {  # name: (builder, maskwise class)

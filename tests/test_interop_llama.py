@@ -22,6 +22,7 @@ from maskwise.interop.hf_export import export_hf
 from maskwise.interop.hf_import import import_hf
 from maskwise.model.transformer import build_model
 from maskwise.tasks.generate import GenerationConfig, generate
+from weights import randomized, state_dicts_equal
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 tf = pytest.importorskip("transformers")
@@ -35,19 +36,6 @@ MASK = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
 SMALL = {"vocab_size": V, "d_model": D, "n_heads": 4, "n_layers": 2, "max_seq_len": 32}
 LLAMA_SIZES = {"vocab_size": V, "hidden_size": D, "num_hidden_layers": 2, "num_attention_heads": 4,
                "intermediate_size": 96, "max_position_embeddings": 32}
-
-
-def randomized(model, seed=0):
-    """Every parameter ~ N(0, 0.2^2), eval mode."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=generator) * 0.2)
-    return model.eval()
-
-
-def state_dicts_equal(a, b):
-    return a.keys() == b.keys() and all(torch.equal(value, b[key]) for key, value in a.items())
 
 
 @pytest.fixture(scope="module")
