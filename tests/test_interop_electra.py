@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from weights import randomized, state_dicts_equal
 
 from maskwise.config import ModelConfig, preset
 from maskwise.errors import UserError
@@ -18,7 +19,6 @@ from maskwise.interop.hf_import import import_hf
 from maskwise.model.transformer import Discriminator, build_model
 from maskwise.objectives.electra import ElectraModel
 from maskwise.reference import numpy_ref
-from weights import randomized, state_dicts_equal
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 tf = pytest.importorskip("transformers")

@@ -11,8 +11,8 @@ import os
 
 import pytest
 import torch
+from weights import make_run, randomized, state_dicts_equal
 
-from maskwise import runs
 from maskwise.cli import main
 from maskwise.config import preset
 from maskwise.data.tokenizers import SPECIAL_TOKENS, Tokenizer
@@ -22,7 +22,6 @@ from maskwise.interop.hf_export import export_hf
 from maskwise.interop.hf_import import import_hf
 from maskwise.model.transformer import build_model
 from maskwise.tasks.generate import GenerationConfig, generate
-from weights import randomized, state_dicts_equal
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 tf = pytest.importorskip("transformers")
@@ -150,15 +149,6 @@ def test_llama_import_rejects_what_maskwise_cannot_compute(options, problem):
     with pytest.raises(UserError, match=problem) as error:
         import_hf(tf.LlamaForCausalLM(tf.LlamaConfig(**LLAMA_SIZES, **options)))
     assert "\n" not in str(error.value)
-
-
-def make_run(folder, model, tokenizer, preset_name):
-    """A run folder as pretraining writes one (config, final weights, tokenizer)."""
-    folder.mkdir()
-    runs.write_json(folder / runs.CONFIG_FILE, {"model": model.cfg.to_dict(), "settings": {"preset": preset_name}})
-    runs.save_weights(model, folder / runs.MODEL_FILE)
-    tokenizer.save(folder / runs.TOKENIZER_FILE)
-    return folder
 
 
 @pytest.mark.e2e

@@ -1,7 +1,9 @@
-"""Weight helpers the interop tests share: random weights large enough that a wrong mapping shows in
-the logits, and exact state-dict equality for round trips."""
+"""What the interop tests share: random weights large enough that a wrong mapping shows in the
+logits, exact state-dict equality for round trips, and a run folder as pretraining writes one."""
 
 import torch
+
+from maskwise import runs
 
 
 def randomized(model, seed=0):
@@ -15,3 +17,12 @@ def randomized(model, seed=0):
 
 def state_dicts_equal(a, b):
     return a.keys() == b.keys() and all(torch.equal(value, b[key]) for key, value in a.items())
+
+
+def make_run(folder, model, tokenizer, preset_name):
+    """A run folder as pretraining writes one (config, final weights, tokenizer)."""
+    folder.mkdir()
+    runs.write_json(folder / runs.CONFIG_FILE, {"model": model.cfg.to_dict(), "settings": {"preset": preset_name}})
+    runs.save_weights(model, folder / runs.MODEL_FILE)
+    tokenizer.save(folder / runs.TOKENIZER_FILE)
+    return folder
