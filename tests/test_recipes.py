@@ -4,7 +4,13 @@ at every scale."""
 import pytest
 
 from maskwise.model.transformer import build_model
-from maskwise.recipes import COMPARE_SCALES, FINETUNE, SCALES, matched_ffn_width, pretrain_settings
+from maskwise.recipes import (
+    COMPARE_SCALES,
+    FINETUNE,
+    SCALES,
+    matched_ffn_width,
+    pretrain_settings,
+)
 from maskwise.train.pretrain import PretrainConfig, model_config
 
 pytestmark = pytest.mark.unit

@@ -10,7 +10,13 @@ from maskwise.config import preset
 from maskwise.data.corpus import make_corpus
 from maskwise.data.tokenizers import build_tokenizer
 from maskwise.model.transformer import build_model
-from maskwise.runs import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, save_weights, write_json
+from maskwise.runs import (
+    CONFIG_FILE,
+    MODEL_FILE,
+    TOKENIZER_FILE,
+    save_weights,
+    write_json,
+)
 
 
 def encoder_run(folder: Path) -> Path:

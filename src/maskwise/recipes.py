@@ -269,7 +269,12 @@ class TaskResult:
 
 def _classify(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: str):
     from maskwise.data.tasks import genre_examples
-    from maskwise.tasks.classify import ClassifyConfig, evaluate_classifier, settings_of, train_classifier
+    from maskwise.tasks.classify import (
+        ClassifyConfig,
+        evaluate_classifier,
+        settings_of,
+        train_classifier,
+    )
 
     train, test = data or (genre_examples("train", per_genre=s.train_examples, seed=s.data_seed),
                            genre_examples("test", per_genre=s.test_examples, seed=s.data_seed))

@@ -3,7 +3,19 @@
 from __future__ import annotations
 
 from maskwise.experiments.ablations.framework import (
-    AXES, GENRE_ACC, TOKENS, WALL, Ablation, Arm, Measured, Setup, fine_tuned, key, moved, on_both_axes, table_row,
+    AXES,
+    GENRE_ACC,
+    TOKENS,
+    WALL,
+    Ablation,
+    Arm,
+    Measured,
+    Setup,
+    fine_tuned,
+    key,
+    moved,
+    on_both_axes,
+    table_row,
     tokens_per_second,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare

@@ -3,8 +3,21 @@
 from __future__ import annotations
 
 from maskwise.experiments.ablations.framework import (
-    AXES, MIN_BUCKET, TOKENS, WALL, Ablation, Arm, Measured, Setup, buckets_of, common_buckets, fine_tuned, key,
-    moved, on_both_axes, table_row,
+    AXES,
+    MIN_BUCKET,
+    TOKENS,
+    WALL,
+    Ablation,
+    Arm,
+    Measured,
+    Setup,
+    buckets_of,
+    common_buckets,
+    fine_tuned,
+    key,
+    moved,
+    on_both_axes,
+    table_row,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 

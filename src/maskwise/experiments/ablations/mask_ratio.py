@@ -6,7 +6,19 @@ from collections.abc import Sequence
 
 from maskwise.errors import UserError
 from maskwise.experiments.ablations.framework import (
-    AXES, GENRE_ACC, TOKENS, WALL, Ablation, Arm, Measured, Setup, fine_tuned, key, moved, on_both_axes, table_row,
+    AXES,
+    GENRE_ACC,
+    TOKENS,
+    WALL,
+    Ablation,
+    Arm,
+    Measured,
+    Setup,
+    fine_tuned,
+    key,
+    moved,
+    on_both_axes,
+    table_row,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 

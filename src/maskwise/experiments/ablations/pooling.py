@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 from maskwise.experiments.ablations.framework import (
-    GENRE_ACC, SHARED, TOKENS, Ablation, Arm, Measured, Setup, ahead, claims_verdict, fine_tuned, key, moved,
+    GENRE_ACC,
+    SHARED,
+    TOKENS,
+    Ablation,
+    Arm,
+    Measured,
+    Setup,
+    ahead,
+    claims_verdict,
+    fine_tuned,
+    key,
+    moved,
     table_row,
 )
 from maskwise.experiments.verdict import compare

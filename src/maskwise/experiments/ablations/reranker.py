@@ -15,7 +15,14 @@ import dataclasses
 from statistics import fmean as mean
 
 from maskwise.experiments.ablations.framework import (
-    TOKENS, Ablation, Arm, Measured, Setup, claims_verdict, key, table_row,
+    TOKENS,
+    Ablation,
+    Arm,
+    Measured,
+    Setup,
+    claims_verdict,
+    key,
+    table_row,
 )
 from maskwise.experiments.verdict import INCONCLUSIVE, compare
 from maskwise.recipes import run_task

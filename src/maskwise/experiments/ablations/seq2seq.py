@@ -7,7 +7,18 @@ import time
 from collections.abc import Callable
 
 from maskwise.experiments.ablations.framework import (
-    AXES, MIN_BUCKET, TOKENS, Ablation, Arm, Measured, Setup, buckets_of, common_buckets, key, moved, on_both_axes,
+    AXES,
+    MIN_BUCKET,
+    TOKENS,
+    Ablation,
+    Arm,
+    Measured,
+    Setup,
+    buckets_of,
+    common_buckets,
+    key,
+    moved,
+    on_both_axes,
     table_row,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare

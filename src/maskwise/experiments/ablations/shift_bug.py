@@ -5,7 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from maskwise.experiments.ablations.framework import (
-    AXES, TOKENS, Ablation, Arm, Measured, Setup, ahead, claims_verdict, key, moved, on_both_axes, table_row,
+    AXES,
+    TOKENS,
+    Ablation,
+    Arm,
+    Measured,
+    Setup,
+    ahead,
+    claims_verdict,
+    key,
+    moved,
+    on_both_axes,
+    table_row,
 )
 from maskwise.experiments.verdict import compare
 
