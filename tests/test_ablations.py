@@ -25,7 +25,10 @@ from maskwise.experiments.ablations.framework import (
     SHARED,
     TOKENS,
     WALL,
+    Arm,
+    Setup,
     key,
+    pretrain_arms,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE
 
@@ -269,3 +272,28 @@ def test_a_step_read_twice_counts_its_time_once(tmp_path):
     for _ in range(3):
         again.step("slow", dict)
     assert 0.3 <= again.elapsed() < 0.55
+
+
+class TimedRuns:
+    """An ``Experiment`` stand-in whose pretraining runs take the seconds given per run name."""
+
+    def __init__(self, seconds: dict[str, float]):
+        self.seconds, self.started = seconds, []
+
+    def pretrain(self, name: str, progress: bool, **settings) -> dict:
+        self.started.append(name)
+        return {"run_dir": f"runs/{name}", "settings": settings, "curve": [{"wall_s": self.seconds.get(name, 1.0)}]}
+
+
+@pytest.mark.unit
+def test_equal_wall_clock_reruns_only_arms_slower_than_the_tolerance():
+    from maskwise.recipes import SCALES
+
+    arms = (Arm("a", "A", {"family": "decoder"}), Arm("b", "B", {"family": "decoder"}),
+            Arm("c", "C", {"family": "decoder"}))
+    exp = TimedRuns({"a-seed0": 100.0, "b-seed0": 104.0, "c-seed0": 120.0})
+    runs = pretrain_arms(Setup(exp, SCALES["smoke"], (0,), False), arms)
+    assert exp.started == ["a-seed0", "b-seed0", "c-seed0", "c-seed0-wall"]  # b is within 5% of a: kept
+    assert [r["run_dir"] for r in (runs[WALL]["a"][0], runs[WALL]["b"][0], runs[WALL]["c"][0])] == [
+        "runs/a-seed0", "runs/b-seed0", "runs/c-seed0-wall"]
+    assert runs[WALL]["c"][0]["settings"]["budget"] == "seconds=100.0"

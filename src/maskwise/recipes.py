@@ -54,6 +54,7 @@ class TaskSettings:
     reranker: str | None = None  # rerank: "cross" or "generative"; None = cross for an encoder, else generative
     candidates: int = 100  # rerank: first-stage candidates per test query
     negatives: int = 7  # rerank: training negatives per query
+    negative_source: str = "first-stage"  # rerank on the plays: BM25's near misses ("first-stage") or "random"
     seed: int = 0
     progress: bool = False
 
@@ -339,23 +340,28 @@ def _extract(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: s
 def _rerank(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: str):
     from maskwise.data.tasks import ict_retrieval
     from maskwise.tasks.rerank import (
+        NEGATIVE_SOURCES,
         RerankConfig,
         cross_encoder_scorer,
         default_reranker,
         evaluate_reranker,
         generative_scorer,
         hard_negatives,
+        random_negatives,
         train_cross_encoder,
         train_generative_reranker,
     )
     from maskwise.tasks.retrieve import bm25_ranking
 
+    if s.negative_source not in NEGATIVE_SOURCES:
+        raise ValueError(f"negative_source must be one of {NEGATIVE_SOURCES}, got {s.negative_source!r}")
     if data is not None:
         train, negatives, test, candidates = data
-    else:  # the plays' ICT queries with BM25 as the first stage, and its near misses as negatives
+    else:  # the plays' ICT queries, BM25 as the first stage, its near misses (or random speeches) as negatives
         train = ict_retrieval("train", max_queries=s.train_examples, seed=s.data_seed)
         test = ict_retrieval("test", max_queries=s.test_examples, seed=s.data_seed)
-        negatives = hard_negatives(bm25_ranking(train, s.negatives + 1), train.relevant, s.negatives)
+        negatives = (random_negatives(train, s.negatives, s.data_seed) if s.negative_source == "random"
+                     else hard_negatives(bm25_ranking(train, s.negatives + 1), train.relevant, s.negatives))
         candidates = bm25_ranking(test, s.candidates)
     length = {} if s.max_len is None else {"max_len": s.max_len}  # None: RerankConfig's own
     cfg = RerankConfig(steps=s.steps, batch_size=s.batch_size, lr=s.lr, head_lr=s.head_lr, n_negatives=s.negatives,
