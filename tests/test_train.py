@@ -209,3 +209,22 @@ def test_tensorboard_without_the_package_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails as if not installed
     with pytest.raises(UserError, match=r"pip install 'maskwise\[tensorboard\]'"):
         EventLog(tmp_path, resume_step=0)
+
+
+@pytest.mark.unit
+def test_electra_flops_count_both_stacks():
+    """The ELECTRA pair costs its discriminator (an encoder of the same config) plus its generator
+    and the projections between them; attention FLOPs are counted for both."""
+    from maskwise.objectives.electra import ElectraModel
+    from maskwise.train.budget import flops_per_token
+
+    cfg = preset("modern", family="encoder", vocab_size=50, d_model=32, n_heads=4, n_layers=2, max_seq_len=64)
+    encoder, _, head = flops_per_token(build_model(cfg), 64)
+    pair = ElectraModel(cfg)
+    electra, decoder, electra_head = flops_per_token(pair, 64)
+    generator = pair.generator
+    width = generator.cfg.n_heads * generator.cfg.head_dim
+    generator_flops = 6.0 * sum(p.numel() for p in generator.blocks.parameters()) + 12.0 * 2 * 64 * width
+    projections = 6.0 * sum(p.numel() for m in (pair.generator_in, pair.generator_dense) for p in m.parameters())
+    assert electra == pytest.approx(encoder + generator_flops + projections)
+    assert decoder == 0.0 and electra_head == 6.0 * 32 * 50 and head == electra_head  # no LM-head transform

@@ -96,7 +96,7 @@ class ElectraModel(nn.Module):
     The discriminator's own LM head is given no parameters (tied, no transform, no bias): it is
     never used. ``discriminator_encoder()`` exports a plain ``Encoder`` of ``cfg`` for fine-tuning.
     The config is kept as ``config``, not ``cfg``: this pair is not a plain family model, and the
-    training budget counts its FLOPs as 6 x all parameters per token.
+    training budget counts the FLOPs of both its stacks (``train.budget.flops_per_token``).
     """
 
     def __init__(self, cfg: ModelConfig, generator_fraction: float = 0.25, generator_layers: int | None = None):

@@ -68,7 +68,7 @@ def notes(m: Measured) -> list[str]:
     return [
         ("Equal compute is stated two ways: equal tokens (the same text; ELECTRA also runs a generator a quarter "
          "the width, so it spends more per token, see the FLOPs row) and equal wall-clock (the fair one for "
-         "cost). The FLOPs estimate counts ELECTRA as 6 x all its parameters per token."),
+         "cost). The FLOPs estimate counts both of ELECTRA's stacks (weights and attention) and the generator's head."),
         ("What fine-tunes is the discriminator (the run's model.safetensors), a plain encoder of the same size "
          "as the MLM one; mean pooling, the same steps, batch and learning rates."),
         "One model size only: the 'most clearly for small models' part of the prediction is not tested here.",
