@@ -124,7 +124,9 @@ def test_seq2seq_rule():
             key(f"{seq2seq.TTFT_BUCKET}450-599 chars", axis): {ed: seeds(ttft[0], 0.5), do: seeds(ttft[1], 0.5)}})
 
     assert seq2seq.judge(metrics((0.5, 0.5), (0.6, 0.4), (10.0, 20.0)))[0] == HELD
-    assert seq2seq.judge(metrics((0.5, 0.5), (0.5, 0.5), (20.0, 20.0)))[0] == FALSIFIED
+    assert seq2seq.judge(metrics((0.5, 0.5), (0.4, 0.6), (10.0, 20.0)))[0] == FALSIFIED  # decoder writes better
+    assert seq2seq.judge(metrics((0.5, 0.5), (0.6, 0.4), (20.0, 10.0)))[0] == FALSIFIED  # decoder answers sooner
+    assert seq2seq.judge(metrics((0.0, 0.0), (0.0, 0.0), (10.0, 20.0)))[0] == INCONCLUSIVE  # nobody writes: no evidence
     assert seq2seq.judge(metrics((0.6, 0.4), (0.6, 0.4), (10.0, 20.0)))[0] == INCONCLUSIVE  # short not tied
     assert seq2seq.judge({})[0] == INCONCLUSIVE  # no bucket had enough passages
 
