@@ -11,7 +11,8 @@ fine-tunes them with that recipe's task settings, and writes ``results.json`` pl
   and every other arm that needed more than T plus ``framework.WALL_TOLERANCE`` (5%, the machine's
   run-to-run noise) is pretrained again from scratch with the budget ``seconds=T`` (its own
   complete learning-rate schedule, not a truncated one); everything downstream is measured again
-  on those runs. Arms of equal cost per token therefore usually share their runs between the axes. Wall-clock is training time only, on a shared machine, so it carries the noise of
+  on those runs. Arms of equal cost per token therefore usually share their runs between the axes.
+  Wall-clock is training time only, on a shared machine, so it carries the noise of
   whatever else ran at the time; the tokens/s rows show how large the speed gap was.
 
 A prediction is judged by a rule coded in each module's ``judge`` function that reads nothing but the per-seed
