@@ -50,7 +50,8 @@ def test_rule_held_falsified_inconclusive_on_synthetic_seeds():
     below_random = measured([(0.004, 20, 40), (0.006, 21, 41), (0.005, 20, 42)],  # random order: 0.02
                             [(0.02, 25, 50)] * 3, [(0.03, 200, 400), (0.031, 210, 420), (0.029, 190, 380)])
     verdict, detail = reranker.judge(reranker.tabulate(below_random)[0])
-    assert verdict == "inconclusive" and "nothing learned to compare" in detail  # a failed precondition falsifies nothing
+    # a failed precondition falsifies nothing
+    assert verdict == "inconclusive" and "nothing learned to compare" in detail
 
 
 def test_summary_is_the_templates_sentence_with_the_measured_numbers():

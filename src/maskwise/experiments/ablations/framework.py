@@ -93,7 +93,8 @@ class Ablation:
     summary: Callable[[Measured, dict], str]  # (measured, metrics) -> the summary sentence
     notes: Callable[[Measured], list[str]]
     options: tuple[str, ...] = ()  # keyword options ``arms`` accepts
-    shared: bool = False  # pretrained and measured at equal tokens only (one model per seed, or a question about inference)
+    # Pretrained and measured at equal tokens only (one model per seed, or a question about inference).
+    shared: bool = False
     columns: Callable[[Sequence[Arm]], list[str]] = lambda arms: [a.label for a in arms]
     samples: Callable[[Measured], dict] | None = None
     extra_rows: bool = True  # append the pretraining throughput rows
