@@ -22,6 +22,7 @@ from maskwise.experiments.ablations import (
 from maskwise.experiments.ablations.framework import (
     AXES,
     GENRE_ACC,
+    RECALL,
     SHARED,
     TOKENS,
     WALL,
@@ -93,7 +94,7 @@ def test_mask_ratio_rule():
 
     def metrics(loss_low, loss_high, acc_low, acc_high):
         return on_axes(lambda axis: {key(mask_ratio.MASK_LOSS, axis): {low: seeds(loss_low), high: seeds(loss_high)},
-                                     key(GENRE_ACC, axis): {low: seeds(acc_low), high: seeds(acc_high)}})
+                                     key(RECALL, axis): {low: seeds(acc_low), high: seeds(acc_high)}})
 
     assert mask_ratio.judge(metrics(5.0, 4.5, 0.50, 0.40), arms)[0] == HELD
     assert mask_ratio.judge(metrics(5.0, 4.5, 0.40, 0.60), arms)[0] == FALSIFIED
@@ -133,7 +134,7 @@ def test_seq2seq_rule():
 
 def test_electra_rule():
     def metrics(electra_acc, mlm_acc):
-        return on_axes(lambda axis: {key(GENRE_ACC, axis): {electra.ELECTRA.label: seeds(electra_acc),
+        return on_axes(lambda axis: {key(RECALL, axis): {electra.ELECTRA.label: seeds(electra_acc),
                                                             electra.MLM.label: seeds(mlm_acc)}})
 
     assert electra.judge(metrics(0.5, 0.4))[0] == HELD
@@ -144,7 +145,7 @@ def test_electra_rule():
 def test_pooling_rule():
     def metrics(acc_mean, acc_cls, recall_mean, recall_cls):
         return {key(GENRE_ACC, SHARED): {"mean": seeds(acc_mean), "cls": seeds(acc_cls)},
-                key(pooling.RECALL, SHARED): {"mean": seeds(recall_mean), "cls": seeds(recall_cls)}}
+                key(RECALL, SHARED): {"mean": seeds(recall_mean), "cls": seeds(recall_cls)}}
 
     assert pooling.judge(metrics(0.50, 0.50, 0.40, 0.20))[0] == HELD
     assert pooling.judge(metrics(0.50, 0.515, 0.40, 0.20))[0] == HELD  # separated but within CLOSE
@@ -222,6 +223,29 @@ def test_second_call_reuses_every_finished_step(shift_bug_run, monkeypatch, caps
     assert not any("continued an earlier one" in note for note in first["notes"])
 
 
+def test_report_over_several_ablations_prints_one_table(shift_bug_run, tmp_path, capsys):
+    out, _, _ = shift_bug_run
+    results = json.loads((out / "results.json").read_text())
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "results.json").write_text(json.dumps({**results, "verdict": FALSIFIED, "wall_s": 125.5, "settings": {
+        **results["settings"], "ablation": "made-up"}}))
+    capsys.readouterr()
+    assert main(["report", str(out), str(other)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| ablation | verdict |") and len(lines) == 5
+    assert lines[2].startswith(f"| shift-bug | {results['verdict']} | {results['verdict_detail']} |")
+    assert lines[2].endswith("| `maskwise ablate shift-bug --scale smoke --seeds 2` |")
+    assert lines[3].startswith("| made-up | falsified |") and "| 2 min 5 s |" in lines[3]
+    assert lines[4].startswith("Machine: ") and ";" not in lines[4]  # one machine, named once
+    assert (other / "report.md").is_file()
+    compare_like = tmp_path / "compare"
+    compare_like.mkdir()
+    (compare_like / "results.json").write_text(json.dumps({"title": "x", "kind": "compare"}))
+    assert main(["report", str(out), str(compare_like)]) == 2
+    assert "not an ablation's results (kind 'compare')" in capsys.readouterr().err
+
+
 def test_a_folder_keeps_its_ablation_and_scale(shift_bug_run, capsys):
     out, _, _ = shift_bug_run
     assert main(["ablate", "shift-bug", "--scale", "quick", "--out", str(out)]) == 2  # quick, not smoke
@@ -256,6 +280,19 @@ def test_reranker_ablation_end_to_end_at_smoke_scale(tmp_path, capsys):
     assert set(rows) == {reranker.NDCG, "MRR", reranker.P50, reranker.P99}
     latency = results["metrics"][key(reranker.P99, TOKENS)]
     assert all(len(latency[s]) == 2 and min(latency[s]) > 0 for s in (reranker.CROSS, reranker.SCORES, reranker.WRITES))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, module", [("mask-ratio", mask_ratio), ("electra", electra)])
+def test_encoder_pretraining_ablations_judge_on_retrieval(name, module, tmp_path):
+    out = tmp_path / name
+    assert main(["ablate", name, "--scale", "smoke", "--seeds", "2", "--out", str(out), "--no-progress"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert (results["verdict"], results["verdict_detail"]) == module.judge(results["metrics"], module.ABLATION.arms())
+    assert {key(RECALL, axis) for axis in AXES} <= set(results["metrics"])
+    assert not any(GENRE_ACC in metric for metric in results["metrics"])
+    assert {"recall@10", "MRR"} <= {row[0] for row in results["table"]["rows"]}
+    assert "ICT recall@10" in results["summary"] and "random ranking" in results["summary"]
 
 
 @pytest.mark.unit

@@ -47,7 +47,7 @@ def register(subparsers) -> None:
     ablate.set_defaults(handler=run_ablate)
 
     report = subparsers.add_parser("report", help="re-render report.md/.html from an experiment's results.json")
-    report.add_argument("run_dir")
+    report.add_argument("run_dir", nargs="+", help="one folder; several ablation folders also print one table of them")
     report.set_defaults(handler=run_report)
 
 
@@ -125,7 +125,13 @@ def run_ablate(args) -> int:
 
 
 def run_report(args) -> int:
-    from maskwise.experiments.report import render
+    from maskwise.experiments.report import ablation_table, render
 
-    print(render(args.run_dir))
+    if len(args.run_dir) > 1:
+        table = ablation_table(args.run_dir)  # every folder checked before any is re-rendered
+        for folder in args.run_dir:
+            render(folder)
+        print(table)
+        return 0
+    print(render(args.run_dir[0]))
     return 0

@@ -207,14 +207,49 @@ def write_results(out: str | Path, results: dict) -> None:
     write_json(Path(out) / RESULTS, results)
 
 
-def render(out: str | Path) -> Path:
-    """(Re-)render report.md, report.html and the PNGs of ``out`` from its results.json."""
+def read_results(out: str | Path) -> dict:
+    """``out``'s results.json, checked to be a maskwise one."""
     out = Path(out)
     if not (out / RESULTS).is_file():
         raise UserError(f"{out}: no {RESULTS} to render a report from")
     results = read_json(out / RESULTS)
     if not isinstance(results, dict) or "title" not in results:
         raise UserError(f"{out / RESULTS}: not a maskwise results file")
+    return results
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+def ablation_table(folders: list[str | Path]) -> str:
+    """One Markdown table over finished ablation folders (verdict, its coded detail, time, the
+    command that reproduces it) and the machines they ran on: what a paper's table is made from."""
+    rows, machines = [], []
+    for folder in folders:
+        results = read_results(folder)
+        if results.get("kind") != "ablation":
+            raise UserError(f"{folder}: not an ablation's results (kind {results.get('kind')!r})")
+        settings = results["settings"]
+        name, scale = settings["ablation"], settings["scale"]["name"]
+        command = f"`maskwise ablate {name} --scale {scale} --seeds {len(settings['seeds'])}`"
+        rows.append(f"| {name} | {results['verdict']} | {results['verdict_detail']} | "
+                    f"{_minutes(results.get('wall_s', float('nan')))} | {command} |")
+        m = results.get("machine", {})
+        runtime = m.get("runtime", {})
+        machine = (f"{m.get('cpu', '?')} ({m.get('cpu_capability', '?')}), {m.get('threads', '?')} threads, "
+                   f"torch {m.get('torch', '?')}, {runtime.get('device', '?')} {runtime.get('precision', '?')}")
+        if machine not in machines:
+            machines.append(machine)
+    lines = ["| ablation | verdict | by its coded rule | time | reproduce |", "|---|---|---|---|---|", *rows, "",
+             "Machine: " + "; ".join(machines) + "."]
+    return "\n".join(lines)
+
+
+def render(out: str | Path) -> Path:
+    """(Re-)render report.md, report.html and the PNGs of ``out`` from its results.json."""
+    out = Path(out)
+    results = read_results(out)
     images = _plot_curves(results, out) + _plot_metrics(results, out)
     markdown_text = _markdown(results, images)
     atomic_write(out / REPORT_MD, markdown_text.encode())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from maskwise.experiments.ablations.framework import (
     GENRE_ACC,
+    RECALL,
     SHARED,
     TOKENS,
     Ablation,
@@ -21,7 +22,6 @@ from maskwise.experiments.verdict import compare
 
 ENCODER = Arm("mlm", "encoder (MLM)", {"family": "encoder", "objective": "mlm"})
 POOLINGS = ("cls", "mean")
-RECALL = "recall@10"
 CLOSE = 0.02  # accuracy difference that still counts as "close" when the paired interval excludes zero
 
 RULE = (f"Two claims, on the same pretrained encoders (so equal tokens and equal wall-clock coincide). "
