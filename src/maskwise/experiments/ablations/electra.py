@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from maskwise.experiments.ablations.framework import (
     AXES,
+    RECALL,
     TOKENS,
     WALL,
     Ablation,
     Arm,
     Measured,
-    RECALL,
     Setup,
     fine_tuned,
     key,

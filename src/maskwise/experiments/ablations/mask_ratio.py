@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from maskwise.errors import UserError
 from maskwise.experiments.ablations.framework import (
     AXES,
+    RECALL,
     TOKENS,
     WALL,
     Ablation,
     Arm,
     Measured,
-    RECALL,
     Setup,
     fine_tuned,
     key,
