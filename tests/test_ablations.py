@@ -314,14 +314,18 @@ def test_a_step_read_twice_counts_its_time_once(tmp_path):
 
 
 class TimedRuns:
-    """An ``Experiment`` stand-in whose pretraining runs take the seconds given per run name."""
+    """An ``Experiment`` stand-in whose pretraining runs take the seconds given per run name and
+    read the tokens their budget names (or those given, for a run on a seconds budget)."""
 
-    def __init__(self, seconds: dict[str, float]):
-        self.seconds, self.started = seconds, []
+    def __init__(self, seconds: dict[str, float], tokens: dict[str, int] | None = None):
+        self.seconds, self.tokens, self.started = seconds, tokens or {}, []
 
     def pretrain(self, name: str, progress: bool, **settings) -> dict:
         self.started.append(name)
-        return {"run_dir": f"runs/{name}", "settings": settings, "curve": [{"wall_s": self.seconds.get(name, 1.0)}]}
+        kind, amount = settings["budget"].split("=")
+        read = self.tokens.get(name, int(amount) if kind == "tokens" else 0)
+        return {"run_dir": f"runs/{name}", "settings": settings,
+                "curve": [{"wall_s": self.seconds.get(name, 1.0), "tokens_seen": read}]}
 
 
 @pytest.mark.unit
@@ -336,3 +340,26 @@ def test_equal_wall_clock_reruns_only_arms_slower_than_the_tolerance():
     assert [r["run_dir"] for r in (runs[WALL]["a"][0], runs[WALL]["b"][0], runs[WALL]["c"][0])] == [
         "runs/a-seed0", "runs/b-seed0", "runs/c-seed0-wall"]
     assert runs[WALL]["c"][0]["settings"]["budget"] == "seconds=100.0"
+
+
+@pytest.mark.unit
+def test_a_costlier_arm_runs_on_the_cheap_arms_clock_and_sets_the_equal_tokens_count():
+    from maskwise.recipes import SCALES
+
+    cheap, costly = Arm("cheap", "cheap", {"family": "encoder"}), Arm("dear", "dear", {"family": "encoder"}, True)
+    exp = TimedRuns({"cheap-seed0": 100.0, "dear-seed0-wall": 100.0}, {"dear-seed0-wall": 3000})
+    runs = pretrain_arms(Setup(exp, SCALES["smoke"], (0,), False), (costly, cheap))
+    # never the costly arm at the scale's tokens: the cheap arm first, the costly one on its clock,
+    # then the cheap arm again to what the costly one read
+    assert exp.started == ["cheap-seed0", "dear-seed0-wall", "cheap-seed0-tokens3000"]
+    assert runs[WALL]["dear"][0]["settings"]["budget"] == "seconds=100.0"
+    assert [runs[WALL][k][0]["run_dir"] for k in ("cheap", "dear")] == ["runs/cheap-seed0", "runs/dear-seed0-wall"]
+    assert [runs[TOKENS][k][0]["run_dir"] for k in ("cheap", "dear")] == [
+        "runs/cheap-seed0-tokens3000", "runs/dear-seed0-wall"]
+    assert runs[TOKENS]["cheap"][0]["settings"]["budget"] == "tokens=3000"
+    shared = TimedRuns({})  # one model per seed: nothing runs on a clock
+    assert set(pretrain_arms(Setup(shared, SCALES["smoke"], (0,), False), (costly, cheap), (TOKENS,))) == {TOKENS}
+    assert shared.started == ["dear-seed0", "cheap-seed0"]
+    wrong = TimedRuns({"cheap-seed0": 100.0}, {"dear-seed0-wall": 5000})  # declared costlier, read more
+    pretrain_arms(Setup(wrong, SCALES["smoke"], (0,), False), (costly, cheap))
+    assert wrong.started == ["cheap-seed0", "dear-seed0-wall", "dear-seed0-tokens4096"]  # a rerun, never a gap

@@ -6,7 +6,7 @@ fine-tunes them with that recipe's task settings, and writes ``results.json`` pl
 ``report.py``. Each arm is measured on two axes, always both:
 
 * **equal tokens**: every arm pretrains with the budget ``tokens=N`` (encoder plus decoder tokens
-  read), so each has seen the same amount of text;
+  read; the scale's, or fewer when an arm is costlier, below), so each has seen the same amount of text;
 * **equal wall-clock**: for each seed, the arm that needed the least training time T keeps its run,
   and every other arm that needed more than T plus ``framework.WALL_TOLERANCE`` (5%, the machine's
   run-to-run noise) is pretrained again from scratch with the budget ``seconds=T`` (its own
@@ -14,6 +14,10 @@ fine-tunes them with that recipe's task settings, and writes ``results.json`` pl
   on those runs. Arms of equal cost per token therefore usually share their runs between the axes.
   Wall-clock is training time only, on a shared machine, so it carries the noise of
   whatever else ran at the time; the tokens/s rows show how large the speed gap was.
+* an arm declared **costlier** (``Arm.costlier``: ELECTRA, whose generator runs beside the encoder)
+  pretrains only with ``seconds=T``, and the equal-tokens axis is at the tokens it read in T: the
+  other arms pretrain again with that budget. Its extra run is the cheap arm's shorter one, not the
+  costly arm's longer one; the tokens-seen rows show the count.
 
 A prediction is judged by a rule coded in each module's ``judge`` function that reads nothing but the per-seed
 numbers in ``results["metrics"]``. Comparisons use ``verdict.compare`` (paired by seed: the 95%

@@ -24,7 +24,7 @@ from maskwise.experiments.ablations.framework import (
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 
-ELECTRA = Arm("electra", "ELECTRA", {"family": "encoder", "objective": "electra"})
+ELECTRA = Arm("electra", "ELECTRA", {"family": "encoder", "objective": "electra"}, costlier=True)  # its generator
 MLM = Arm("mlm", "MLM", {"family": "encoder", "objective": "mlm"})
 
 RULE = ("Compare ICT retrieval recall@10 after identical bi-encoder fine-tuning (mean pooling) of the ELECTRA "
@@ -71,9 +71,11 @@ def summary(m: Measured, metrics: dict) -> str:
 
 def notes(m: Measured) -> list[str]:
     return [
-        ("Equal compute is stated two ways: equal tokens (the same text; ELECTRA also runs a generator a quarter "
-         "the width, so it spends more per token, see the FLOPs row) and equal wall-clock (the fair one for "
-         "cost). The FLOPs estimate counts both of ELECTRA's stacks (weights and attention) and the generator's head."),
+        ("Equal compute is stated two ways: equal wall-clock (the fair one for cost: ELECTRA pretrains for the "
+         "seconds MLM needed for the scale's tokens) and equal tokens (the same text: the tokens ELECTRA read in "
+         "that time, MLM pretraining again to that count; ELECTRA also runs a generator a quarter the width, so it "
+         "spends more per token, see the FLOPs row). The FLOPs estimate counts both of ELECTRA's stacks (weights "
+         "and attention) and the generator's head."),
         ("What fine-tunes is the discriminator (the run's model.safetensors), a plain encoder of the same size "
          "as the MLM one, into an ICT bi-encoder (InfoNCE, in-batch negatives); mean pooling, the same steps, "
          "batch and learning rate."),

@@ -40,6 +40,9 @@ class Arm:
     key: str  # names its runs and cached steps
     label: str  # names it in tables, plots and metrics
     settings: dict  # pretraining settings beyond the scale's block (family, and what the arm changes)
+    # Spends more per token than the other arms by design (ELECTRA's generator): it pretrains only on
+    # their clock, and the equal-tokens axis is at the tokens it read there (``pretrain_arms``).
+    costlier: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,27 +120,44 @@ def run_name(run: dict) -> str:
     return Path(run["run_dir"]).name
 
 
+def tokens_seen(run: dict) -> int:
+    return run["curve"][-1]["tokens_seen"]
+
+
 def pretrain_arms(setup: Setup, arms: Sequence[Arm], axes: Sequence[str] = AXES) -> Runs:
     """``{axis: {arm key: [pretraining run per seed]}}`` (see the package docstring for the axes);
     ``axes`` without the wall-clock one skips its extra runs (an ablation that reads one model per seed).
 
-    Seeds run one after another, all arms of a seed together, so the arms of one seed share the
-    machine's conditions as far as possible and an interrupted ablation keeps whole seeds."""
+    A costlier arm never pretrains at the scale's tokens: it runs on the other arms' clock, and the
+    equal-tokens axis is at what it read there (the other arms run again to that count). Two arms
+    still make three runs a seed, but the extra one is the cheap arm's shorter run rather than the
+    costly arm's longer one. Seeds run one after another, all arms of a seed together, so the arms
+    of one seed share the machine's conditions and an interrupted ablation keeps whole seeds."""
     runs: Runs = {axis: {arm.key: [] for arm in arms} for axis in axes}
+    by_key = {arm.key: arm for arm in arms}
+    costlier = [arm for arm in arms if arm.costlier] if WALL in axes and not all(a.costlier for a in arms) else []
     for seed in setup.seeds:
-        by_tokens = {arm.key: setup.exp.pretrain(f"{arm.key}-seed{seed}", progress=setup.progress,
-                                                 **pretrain_settings(setup.scale, arm.settings, seed))
-                     for arm in arms}
+        def pretrain(arm: Arm, suffix: str = "", budget: str = "") -> dict:
+            return setup.exp.pretrain(f"{arm.key}-seed{seed}{suffix}", progress=setup.progress,
+                                      **pretrain_settings(setup.scale, arm.settings, seed, budget))
+
+        by_tokens = {arm.key: pretrain(arm) for arm in arms if arm not in costlier}
         seconds = min(train_seconds(run) for run in by_tokens.values())
+        if WALL in axes:
+            on_clock = {arm.key: pretrain(arm, "-wall", f"seconds={seconds}") for arm in costlier}
+            for arm in arms:
+                run = on_clock.get(arm.key) or by_tokens[arm.key]
+                if arm not in costlier and train_seconds(run) > seconds * (1 + WALL_TOLERANCE):
+                    run = pretrain(arm, "-wall", f"seconds={seconds}")
+                runs[WALL][arm.key].append(run)
+            if costlier:
+                first = {**by_tokens, **on_clock}  # every arm's run before the equal-tokens reruns
+                tokens = min(tokens_seen(run) for run in first.values())
+                by_tokens = {key: run if tokens_seen(run) == tokens else
+                             pretrain(by_key[key], f"-tokens{tokens}", f"tokens={tokens}")
+                             for key, run in first.items()}
         for arm in arms:
             runs[TOKENS][arm.key].append(by_tokens[arm.key])
-            if WALL not in axes:
-                continue
-            run = by_tokens[arm.key]
-            if train_seconds(run) > seconds * (1 + WALL_TOLERANCE):
-                run = setup.exp.pretrain(f"{arm.key}-seed{seed}-wall", progress=setup.progress,
-                                         **pretrain_settings(setup.scale, arm.settings, seed, f"seconds={seconds}"))
-            runs[WALL][arm.key].append(run)
     return runs
 
 
