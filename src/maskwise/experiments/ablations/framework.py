@@ -136,25 +136,26 @@ def pretrain_arms(setup: Setup, arms: Sequence[Arm], axes: Sequence[str] = AXES)
     runs: Runs = {axis: {arm.key: [] for arm in arms} for axis in axes}
     by_key = {arm.key: arm for arm in arms}
     costlier = [arm for arm in arms if arm.costlier] if WALL in axes and not all(a.costlier for a in arms) else []
-    for seed in setup.seeds:
-        def pretrain(arm: Arm, suffix: str = "", budget: str = "") -> dict:
-            return setup.exp.pretrain(f"{arm.key}-seed{seed}{suffix}", progress=setup.progress,
-                                      **pretrain_settings(setup.scale, arm.settings, seed, budget))
 
-        by_tokens = {arm.key: pretrain(arm) for arm in arms if arm not in costlier}
+    def pretrain(arm: Arm, seed: int, suffix: str = "", budget: str = "") -> dict:
+        return setup.exp.pretrain(f"{arm.key}-seed{seed}{suffix}", progress=setup.progress,
+                                  **pretrain_settings(setup.scale, arm.settings, seed, budget))
+
+    for seed in setup.seeds:
+        by_tokens = {arm.key: pretrain(arm, seed) for arm in arms if arm not in costlier}
         seconds = min(train_seconds(run) for run in by_tokens.values())
         if WALL in axes:
-            on_clock = {arm.key: pretrain(arm, "-wall", f"seconds={seconds}") for arm in costlier}
+            on_clock = {arm.key: pretrain(arm, seed, "-wall", f"seconds={seconds}") for arm in costlier}
             for arm in arms:
                 run = on_clock.get(arm.key) or by_tokens[arm.key]
                 if arm not in costlier and train_seconds(run) > seconds * (1 + WALL_TOLERANCE):
-                    run = pretrain(arm, "-wall", f"seconds={seconds}")
+                    run = pretrain(arm, seed, "-wall", f"seconds={seconds}")
                 runs[WALL][arm.key].append(run)
             if costlier:
                 first = {**by_tokens, **on_clock}  # every arm's run before the equal-tokens reruns
                 tokens = min(tokens_seen(run) for run in first.values())
                 by_tokens = {key: run if tokens_seen(run) == tokens else
-                             pretrain(by_key[key], f"-tokens{tokens}", f"tokens={tokens}")
+                             pretrain(by_key[key], seed, f"-tokens{tokens}", f"tokens={tokens}")
                              for key, run in first.items()}
         for arm in arms:
             runs[TOKENS][arm.key].append(by_tokens[arm.key])
