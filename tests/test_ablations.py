@@ -233,11 +233,11 @@ def test_report_over_several_ablations_prints_one_table(shift_bug_run, tmp_path,
     capsys.readouterr()
     assert main(["report", str(out), str(other)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("| ablation | verdict |") and len(lines) == 5
+    assert lines[0].startswith("| ablation | verdict |") and len(lines) == 6 and lines[4] == ""
     assert lines[2].startswith(f"| shift-bug | {results['verdict']} | {results['verdict_detail']} |")
     assert lines[2].endswith("| `maskwise ablate shift-bug --scale smoke --seeds 2` |")
     assert lines[3].startswith("| made-up | falsified |") and "| 2 min 5 s |" in lines[3]
-    assert lines[4].startswith("Machine: ") and ";" not in lines[4]  # one machine, named once
+    assert lines[5].startswith("Machine: ") and ";" not in lines[5]  # one machine, named once
     assert (other / "report.md").is_file()
     compare_like = tmp_path / "compare"
     compare_like.mkdir()

@@ -237,7 +237,7 @@ def ablation_table(folders: list[str | Path]) -> str:
                     f"{_minutes(results.get('wall_s', float('nan')))} | {command} |")
         m = results.get("machine", {})
         runtime = m.get("runtime", {})
-        machine = (f"{m.get('cpu', '?')} ({m.get('cpu_capability', '?')}), {m.get('threads', '?')} threads, "
+        machine = (f"{m.get('cpu', '?')} ({m.get('cpu_capability', '?')}), threads {m.get('threads', '?')}, "
                    f"torch {m.get('torch', '?')}, {runtime.get('device', '?')} {runtime.get('precision', '?')}")
         if machine not in machines:
             machines.append(machine)
