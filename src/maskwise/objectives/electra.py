@@ -30,6 +30,7 @@ from maskwise.model.layers import ACTIVATIONS, make_norm
 from maskwise.model.transformer import Discriminator, Encoder, Stack
 from maskwise.objectives.base import LossParts, correct_predictions
 from maskwise.objectives.mlm import MLM
+from maskwise.train.budget import stack_flops
 
 # ELECTRA's masking: 15% of the tokens are chosen; 85% of those are shown as [MASK] and the rest
 # unchanged; none random, since the generator supplies the replacements.
@@ -95,8 +96,8 @@ class ElectraModel(nn.Module):
 
     The discriminator's own LM head is given no parameters (tied, no transform, no bias): it is
     never used. ``discriminator_encoder()`` exports a plain ``Encoder`` of ``cfg`` for fine-tuning.
-    The config is kept as ``config``, not ``cfg``: this pair is not a plain family model, and the
-    training budget counts the FLOPs of both its stacks (``train.budget.flops_per_token``).
+    The config is kept as ``config``, not ``cfg``: this pair is not a plain family model, and it
+    counts its own training FLOPs (``flops_per_token``) for the budget.
     """
 
     def __init__(self, cfg: ModelConfig, generator_fraction: float = 0.25, generator_layers: int | None = None):
@@ -149,6 +150,15 @@ class ElectraModel(nn.Module):
         n_scored = int((rtd_labels != IGNORE_INDEX).sum())
         return ElectraOutput(generator=generated, logits=judged.logits, corrupted=corrupted, replaced=replaced,
                              disc_loss_sum=judged.loss * n_scored, n_disc_positions=n_scored)
+
+    def flops_per_token(self, context: int) -> tuple[float, float, float]:
+        """``train.budget.flops_per_token``'s triple: both stacks (weights and attention) and the
+        projections between them per token, all encoder tokens; the generator's MLM head per masked
+        position."""
+        projections = sum(p.numel() for m in (self.generator_in, self.generator_dense) for p in m.parameters())
+        per_token = (stack_flops(self.discriminator.stack, context) + stack_flops(self.generator, context)
+                     + 6.0 * projections)
+        return per_token, 0.0, 6.0 * self.config.d_model * self.config.vocab_size
 
     def discriminator_encoder(self) -> Encoder:
         """The discriminator as a plain ``Encoder`` of the original config: what fine-tunes after

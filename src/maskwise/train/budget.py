@@ -47,7 +47,7 @@ def _block_parameters(stack: nn.Module) -> int:
     return sum(p.numel() for p in stack.blocks.parameters())
 
 
-def _stack_flops(stack: nn.Module, context: int, attended: int = 1) -> float:
+def stack_flops(stack: nn.Module, context: int, attended: int = 1) -> float:
     """Training FLOPs per token of one stack: 6 x its block weights, plus the attention scores and
     their weighted sum (12 x layers x context x width) over ``attended`` attentions per layer."""
     width = stack.cfg.n_heads * stack.cfg.head_dim
@@ -57,22 +57,19 @@ def _stack_flops(stack: nn.Module, context: int, attended: int = 1) -> float:
 def flops_per_token(model: nn.Module, context: int) -> tuple[float, float, float]:
     """(encoder FLOPs per token, decoder FLOPs per token, LM-head FLOPs per loss position).
 
-    ELECTRA's generator + discriminator pair counts both stacks and the projections between them
-    as encoder FLOPs and the generator's MLM head per masked position; another module that is not
-    a maskwise family falls back to 6 x all its parameters per token.
+    A composite model that is not one family (ELECTRA's generator + discriminator pair) counts its
+    own parts through its ``flops_per_token(context)``; any other module that is not a maskwise
+    family falls back to 6 x all its parameters per token.
     """
-    if hasattr(model, "generator") and hasattr(model, "discriminator"):  # objectives.electra.ElectraModel
-        cfg = model.config
-        projections = sum(p.numel() for m in (model.generator_in, model.generator_dense) for p in m.parameters())
-        per_token = (_stack_flops(model.discriminator.stack, context) + _stack_flops(model.generator, context)
-                     + 6.0 * projections)
-        return per_token, 0.0, 6.0 * cfg.d_model * cfg.vocab_size
+    own = getattr(model, "flops_per_token", None)
+    if callable(own):
+        return own(context)
     cfg = getattr(model, "cfg", None)
     family = getattr(model, "family", None)
     if cfg is None or family is None:
         return 6.0 * sum(p.numel() for p in model.parameters()), 0.0, 0.0
     head = 6.0 * cfg.d_model * cfg.vocab_size + (6.0 * cfg.d_model ** 2 if cfg.lm_head_transform else 0.0)
     if family == "encoder-decoder":
-        return _stack_flops(model.encoder, context), _stack_flops(model.decoder, context, attended=2), head
-    per_token = _stack_flops(model.stack, context)
+        return stack_flops(model.encoder, context), stack_flops(model.decoder, context, attended=2), head
+    per_token = stack_flops(model.stack, context)
     return (per_token, 0.0, head) if family == "encoder" else (0.0, per_token, head)
