@@ -218,8 +218,8 @@ def read_results(out: str | Path) -> dict:
     return results
 
 
-def _minutes(seconds: float) -> str:
-    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+def _minutes(seconds: float | None) -> str:
+    return "?" if seconds is None else f"{int(seconds // 60)} min {int(seconds % 60)} s"
 
 
 def ablation_table(folders: list[str | Path]) -> str:
@@ -234,7 +234,7 @@ def ablation_table(folders: list[str | Path]) -> str:
         name, scale = settings["ablation"], settings["scale"]["name"]
         command = f"`maskwise ablate {name} --scale {scale} --seeds {len(settings['seeds'])}`"
         rows.append(f"| {name} | {results['verdict']} | {results['verdict_detail']} | "
-                    f"{_minutes(results.get('wall_s', float('nan')))} | {command} |")
+                    f"{_minutes(results.get('wall_s'))} | {command} |")
         m = results.get("machine", {})
         runtime = m.get("runtime", {})
         machine = (f"{m.get('cpu', '?')} ({m.get('cpu_capability', '?')}), threads {m.get('threads', '?')}, "
