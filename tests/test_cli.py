@@ -150,6 +150,7 @@ def test_corrupt_newest_checkpoint_is_skipped(small_text, tmp_path, capsys):
 
 @pytest.mark.e2e
 @pytest.mark.slow
+@pytest.mark.precision("fp32")
 def test_two_process_ddp_matches_one_process(small_text, tmp_path):
     """torchrun with 2 gloo processes x batch 2 == 1 process x batch 4 (same global batch)."""
     common = ["pretrain", "--data", str(small_text), "--steps", "6", "--eval-every", "2", "--seed", "3",

@@ -14,6 +14,8 @@ from maskwise.objectives.clm import CLM
 from maskwise.objectives.mlm import MLM
 from maskwise.runs import read_metrics
 from maskwise.runtime import (
+    AUTO_PRECISION_ENV,
+    Bf16Probe,
     Hardware,
     Runtime,
     detect_hardware,
@@ -39,16 +41,16 @@ class Probe:
     def __init__(self, speedup: float):
         self.speedup, self.calls = speedup, 0
 
-    def __call__(self) -> float:
+    def __call__(self) -> Bf16Probe:
         self.calls += 1
-        return self.speedup
+        return Bf16Probe(fp32_ms=self.speedup, bf16_ms=1.0)
 
 
 # hardware, --device, --precision, probe speedup -> device, precision, reason contains, warns, probe asked
 DECISIONS = [
     (AVX2, "auto", "auto", 2.0, "cpu", "fp32", "no native bf16 (AVX2)", False, False),
-    (AVX512_BF16, "auto", "auto", 2.2, "cpu", "bf16", "2.2x faster", False, True),
-    (AVX512_BF16, "auto", "auto", 0.8, "cpu", "fp32", "0.80x of fp32", False, True),
+    (AVX512_BF16, "auto", "auto", 2.2, "cpu", "bf16", "1.0 ms in bf16 vs 2.2 ms in fp32 (2.2x)", False, True),
+    (AVX512_BF16, "auto", "auto", 0.8, "cpu", "fp32", "but a d-256 MLP", False, True),
     (AMX, "auto", "auto", 6.0, "cpu", "bf16", "native bf16", False, True),
     (AVX2, "cpu", "bf16", 2.0, "cpu", "bf16", "asked for", True, False),
     (AVX2, "cpu", "fp32", 2.0, "cpu", "fp32", "asked for", False, False),
@@ -69,6 +71,7 @@ DECISIONS = [
 def test_decision_table(hw, device, precision, speedup, want_device, want_precision, reason, warns, probed,
                         monkeypatch):
     monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.delenv(AUTO_PRECISION_ENV, raising=False)  # the machine's own answer, not a forced one
     probe = Probe(speedup)
     runtime = resolve(device, precision, hardware=hw, bf16_probe=probe)
     assert (runtime.device, runtime.precision) == (want_device, want_precision)
@@ -110,20 +113,66 @@ def test_bf16_flag_is_an_alias_that_cannot_contradict_precision():
     assert precision_setting("auto", True) == "bf16"
     assert precision_setting("bf16", True) == "bf16"
     assert precision_setting("fp32", False) == "fp32"
+    assert precision_setting("auto", False) == "fp32"  # an explicit bf16=False is obeyed, not read as unset
+    assert precision_setting("auto", None) == "auto" and precision_setting("fp16", None) == "fp16"
     with pytest.raises(UserError, match="contradicts --precision fp32"):
         precision_setting("fp32", True)
+    with pytest.raises(UserError, match="bf16=False means precision fp32, which contradicts --precision bf16"):
+        precision_setting("bf16", False)
     with pytest.raises(UserError, match="contradicts"):
         TrainConfig(bf16=True, precision="fp16").validate()
 
 
 @pytest.mark.unit
-def test_this_machine_is_described_from_torch_and_the_cpu():
+def test_this_machine_is_described_from_torch_and_the_cpu(monkeypatch):
+    monkeypatch.delenv(AUTO_PRECISION_ENV, raising=False)
     hw = detect_hardware()
     assert hw.cpu_capability == torch.backends.cpu.get_cpu_capability()
     assert len(hw.cuda_capabilities) == torch.cuda.device_count()
     runtime = resolve()  # the real decision on this machine: fp32 unless bf16 is native and faster
     if not hw.cpu_bf16_native and not hw.cuda_capabilities:
         assert runtime.precision == "fp32"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("hw, forced, want, warns", [
+    (AVX2, "bf16", "bf16", True),  # the AVX-512 kind's answer on AVX2: emulated, so a warning
+    (AVX512_BF16, "fp32", "fp32", False),  # the AVX2 kind's answer on AVX-512
+    (AVX512_BF16, "bf16", "bf16", False),
+])
+def test_the_environment_switch_forces_what_auto_means_on_a_cpu(hw, forced, want, warns, monkeypatch):
+    monkeypatch.setenv(AUTO_PRECISION_ENV, forced)
+    probe = Probe(2.0)
+    runtime = resolve("cpu", "auto", hardware=hw, bf16_probe=probe)
+    assert (runtime.precision, bool(runtime.warning), probe.calls) == (want, warns, 0)
+    assert AUTO_PRECISION_ENV in runtime.reason
+    assert resolve("cpu", "fp32", hardware=hw).precision == "fp32"  # an explicit choice is not forced
+    assert resolve("cuda", "auto", hardware=SM80).precision == "bf16"  # nor is a GPU's auto
+    monkeypatch.setenv(AUTO_PRECISION_ENV, "fp16")
+    with pytest.raises(UserError, match=f"{AUTO_PRECISION_ENV} must be fp32 or bf16"):
+        resolve("cpu", "auto", hardware=hw)
+
+
+@pytest.mark.unit
+def test_inference_runs_fp32_under_auto_and_an_explicit_precision_as_asked(monkeypatch):
+    monkeypatch.delenv(AUTO_PRECISION_ENV, raising=False)
+    trained = resolve("cpu", "auto", hardware=AVX512_BF16, bf16_probe=Probe(4.0))
+    assert trained.precision == "bf16" and trained.inference().precision == "fp32"
+    assert "inference under precision auto runs fp32" in trained.inference().reason
+    assert resolve("cpu", "bf16", hardware=AVX512_BF16).inference().precision == "bf16"
+    assert resolve("cuda", "fp16", hardware=SM70).inference().precision == "fp16"
+    fp32 = resolve("cpu", "auto", hardware=AVX2)
+    assert fp32.inference() is fp32
+
+
+@pytest.mark.unit
+def test_the_probe_times_the_work_in_both_precisions_and_says_what_it_measured(monkeypatch):
+    monkeypatch.delenv(AUTO_PRECISION_ENV, raising=False)
+    measured = Bf16Probe(fp32_ms=8.0, bf16_ms=2.0)
+    assert measured.speedup == 4.0
+    assert "2.0 ms in bf16 vs 8.0 ms in fp32 (4.0x)" in measured.describe()
+    runtime = resolve("cpu", "auto", hardware=AVX512_BF16, bf16_probe=lambda: Bf16Probe(1.0, 2.0))
+    assert runtime.precision == "fp32" and "(0.5x)" in runtime.reason  # native but slower: fp32
 
 
 @pytest.mark.unit
@@ -232,6 +281,7 @@ def test_resume_refuses_a_changed_setting_and_leaves_the_run_as_it_was(flag, val
 
 
 @pytest.mark.e2e
+@pytest.mark.precision("fp32")
 def test_a_run_written_under_another_device_resumes_on_the_cpu(small_text, tmp_path, capsys):
     """The run folder says it was trained on cuda:0 (config and metrics); --device cpu continues it
     exactly as an uninterrupted CPU run."""

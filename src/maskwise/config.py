@@ -126,17 +126,20 @@ def from_dict(cls, data: dict[str, Any], what: str):
     values = {}
     for key, value in data.items():
         default = getattr(defaults, key)
-        values[key] = _coerce(what, key, value, default)
+        values[key] = _coerce(what, key, value, default, optional_bool=known[key].type == "bool | None")
     return dataclasses.replace(defaults, **values)
 
 
-def _coerce(what: str, key: str, value: Any, default: Any) -> Any:
+def _coerce(what: str, key: str, value: Any, default: Any, optional_bool: bool = False) -> Any:
     """Check a config value against the type of its default. Fields whose default is None are
-    optional integers; every other field must have its default's type (ints widen to floats)."""
+    optional integers (optional booleans where annotated ``bool | None``); every other field must
+    have its default's type (ints widen to floats)."""
     if default is None:
-        if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        if value is None or (isinstance(value, bool) if optional_bool else
+                             isinstance(value, int) and not isinstance(value, bool)):
             return value
-        raise UserError(f"{what}: {key} must be an integer or null, got {type(value).__name__} ({value!r})")
+        kind = "true, false" if optional_bool else "an integer"
+        raise UserError(f"{what}: {key} must be {kind} or null, got {type(value).__name__} ({value!r})")
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value

@@ -394,4 +394,6 @@ def run_task(task: str, model: nn.Module, tokenizer, settings: TaskSettings, run
     started = time.perf_counter()
     trained, evaluate, test = TASKS[task](model, tokenizer, settings, runtime, data, label)
     seconds = time.perf_counter() - started
-    return TaskResult({**evaluate(), "finetune_s": seconds}, trained, test)
+    with runtime.inference().autocast():  # as `maskwise evaluate` will score the saved model
+        record = evaluate()
+    return TaskResult({**record, "finetune_s": seconds}, trained, test)

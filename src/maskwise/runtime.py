@@ -8,9 +8,17 @@ runs fast, as nanoGPT's ``device``/``dtype`` settings hand-pick it:
 - precision on CUDA: bf16 where the GPU has native bf16 (compute capability 8.0 and newer), else
   fp16 autocast with a gradient scaler;
 - precision on a CPU: bf16 only where the CPU has native bf16 instructions (avx512_bf16, AMX, or
-  Arm's bf16) *and* a short probe finds a bf16 matmul faster than an fp32 one; else fp32 (without
-  native support a bf16 matmul is emulated and can be ~90x slower than fp32);
+  Arm's bf16) *and* a short probe finds a transformer MLP's forward + backward faster under bf16
+  autocast than in fp32; else fp32 (without native support bf16 is emulated and can be ~90x slower);
 - precision on MPS: fp32 (nothing here has measured Apple GPUs).
+
+``auto`` is the training precision. Inference (``Runtime.inference()``: evaluation, embedding,
+generation) runs fp32 under ``auto``, as sentence-transformers and HF pipelines do, so that a
+model's scores and vectors are the same on every machine kind and from every entry point; an
+explicit precision applies to both.
+
+``MASKWISE_AUTO_PRECISION=fp32|bf16`` makes a CPU's ``auto`` answer as the other machine kind
+would (the test suite's ``--auto-precision``); it is read here and nowhere else.
 
 An explicit precision the hardware runs slowly still runs, with a one-line warning; a device that
 is not present is bad input (``UserError``).
@@ -22,6 +30,7 @@ import contextlib
 import functools
 import os
 import platform
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -87,24 +96,43 @@ def detect_hardware() -> Hardware:
     )
 
 
+@dataclass(frozen=True)
+class Bf16Probe:
+    """What the CPU probe measured: one MLP forward + backward, median milliseconds per precision."""
+
+    fp32_ms: float
+    bf16_ms: float
+
+    @property
+    def speedup(self) -> float:
+        return self.fp32_ms / max(self.bf16_ms, 1e-9)
+
+    def describe(self) -> str:
+        return (f"a d-256 MLP's forward + backward on 1024 rows took {self.bf16_ms:.1f} ms in bf16 vs "
+                f"{self.fp32_ms:.1f} ms in fp32 ({self.speedup:.1f}x)")
+
+
 @functools.cache
-def cpu_bf16_speedup(size: int = 256, repeats: int = 5) -> float:
-    """fp32 time / bf16 time of one ``size``-square matmul on this CPU (best of ``repeats``).
+def cpu_bf16_probe(width: int = 256, rows: int = 1024, repeats: int = 5) -> Bf16Probe:
+    """Time the work training does (linear layers forward and backward, with autocast's casts), not
+    one bare matmul, whose ratio moved from 1.7x to 10.4x between processes on one machine; the
+    median of ``repeats`` after a warm-up. Only asked where the CPU has native bf16, so it never
+    runs the emulated (slow) path."""
+    generator = torch.Generator().manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width))
+    x = torch.randn(rows, width, generator=generator)
 
-    Only asked where the CPU has native bf16, so the probe never runs the emulated (slow) path."""
-    a32, b32 = torch.randn(size, size), torch.randn(size, size)
-    a16, b16 = a32.bfloat16(), b32.bfloat16()
-
-    def best(a, b) -> float:
-        a @ b  # warm-up: the first call pays for kernel selection
+    def median_ms(dtype: torch.dtype | None) -> float:
         times = []
-        for _ in range(repeats):
+        for _ in range(repeats + 1):  # the first call pays for kernel selection
             start = time.perf_counter()
-            a @ b
+            with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+                y = mlp(x)
+            y.float().square().mean().backward()
             times.append(time.perf_counter() - start)
-        return min(times)
+        return 1e3 * statistics.median(times[1:])
 
-    return best(a32, b32) / max(best(a16, b16), 1e-9)
+    return Bf16Probe(fp32_ms=median_ms(None), bf16_ms=median_ms(torch.bfloat16))
 
 
 @dataclass(frozen=True)
@@ -115,6 +143,7 @@ class Runtime:
     precision: str  # "fp32", "bf16" or "fp16"
     reason: str
     warning: str = ""
+    requested: str = "auto"  # the user's setting, so that inference can tell "auto" from an explicit choice
 
     @property
     def torch_device(self) -> torch.device:
@@ -132,6 +161,14 @@ class Runtime:
     def needs_scaler(self) -> bool:
         """fp16 gradients underflow without loss scaling; bf16 has fp32's exponent range."""
         return self.precision == "fp16"
+
+    def inference(self) -> Runtime:
+        """The runtime evaluation, embedding and generation run under: fp32 where the precision was
+        ``auto`` (the same scores and vectors on every machine kind), else this one."""
+        if self.requested != "auto" or self.precision == "fp32":
+            return self
+        return Runtime(self.device, "fp32", f"inference under precision auto runs fp32 (training: {self.precision})",
+                       requested=self.requested)
 
     def autocast(self):
         """The autocast context of this precision (none for fp32)."""
@@ -201,15 +238,31 @@ def _cuda_precision(requested: str, capability: tuple[int, int], name: str) -> t
     return requested, "asked for", ""
 
 
-def _cpu_precision(requested: str, hw: Hardware, probe: Callable[[], float]) -> tuple[str, str, str]:
+AUTO_PRECISION_ENV = "MASKWISE_AUTO_PRECISION"
+
+
+def _forced_auto() -> str | None:
+    """``MASKWISE_AUTO_PRECISION``: the CPU ``auto`` answer forced (fp32 or bf16), else None."""
+    forced = os.environ.get(AUTO_PRECISION_ENV, "").strip().lower()
+    if forced and forced not in ("fp32", "bf16"):
+        raise UserError(f"{AUTO_PRECISION_ENV} must be fp32 or bf16, got {forced!r}")
+    return forced or None
+
+
+def _cpu_precision(requested: str, hw: Hardware, probe: Callable[[], Bf16Probe]) -> tuple[str, str, str]:
     isa = hw.cpu_capability
     if requested == "auto":
+        forced = _forced_auto()
+        if forced:
+            slow = forced == "bf16" and not hw.cpu_bf16_native
+            return forced, f"{AUTO_PRECISION_ENV}={forced} ({isa})", \
+                (f"precision auto forced to bf16 on a CPU without native bf16 ({isa}): emulated, slow" if slow else "")
         if not hw.cpu_bf16_native:
             return "fp32", f"this CPU has no native bf16 ({isa})", ""
-        speedup = probe()
-        if speedup > 1.0:
-            return "bf16", f"this CPU has native bf16 ({isa}) and a bf16 matmul ran {speedup:.1f}x faster than fp32", ""
-        return "fp32", f"this CPU has native bf16 ({isa}) but a bf16 matmul ran at {speedup:.2f}x of fp32", ""
+        measured = probe()
+        if measured.speedup > 1.0:
+            return "bf16", f"this CPU has native bf16 ({isa}) and {measured.describe()}", ""
+        return "fp32", f"this CPU has native bf16 ({isa}) but {measured.describe()}", ""
     native = {"bf16": hw.cpu_bf16_native, "fp16": any(f in hw.cpu_flags for f in CPU_FP16_FLAGS)}
     if requested in native and not native[requested]:
         return requested, "asked for", (f"precision {requested} on a CPU without native {requested} ({isa}): "
@@ -218,7 +271,7 @@ def _cpu_precision(requested: str, hw: Hardware, probe: Callable[[], float]) -> 
 
 
 def resolve(device: str = "auto", precision: str = "auto", hardware: Hardware | None = None,
-            bf16_probe: Callable[[], float] = cpu_bf16_speedup) -> Runtime:
+            bf16_probe: Callable[[], Bf16Probe] = cpu_bf16_probe) -> Runtime:
     """The device and precision to run on, from the user's settings and the hardware present."""
     precision = precision.strip().lower()
     if precision not in PRECISIONS:
@@ -235,16 +288,18 @@ def resolve(device: str = "auto", precision: str = "auto", hardware: Hardware | 
             if precision == "auto" else (precision, "asked for", "")
     else:
         dtype, reason, warning = _cpu_precision(precision, hw, bf16_probe)
-    return Runtime(chosen, dtype, reason, warning)
+    return Runtime(chosen, dtype, reason, warning, requested=precision)
 
 
-def precision_setting(precision: str, bf16: bool) -> str:
-    """``--bf16`` is an alias of ``--precision bf16``; the two may not disagree."""
-    if not bf16:
+def precision_setting(precision: str, bf16: bool | None) -> str:
+    """``bf16`` is an alias: True means precision bf16, False means fp32, None (unset) leaves
+    ``precision`` as it is; the two may not disagree."""
+    if bf16 is None or precision == ("bf16" if bf16 else "fp32"):
         return precision
-    if precision not in ("auto", "bf16"):
-        raise UserError(f"--bf16 means --precision bf16, which contradicts --precision {precision}")
-    return "bf16"
+    if precision != "auto":
+        alias = "--bf16 means --precision bf16" if bf16 else "bf16=False means precision fp32"
+        raise UserError(f"{alias}, which contradicts --precision {precision}")
+    return "bf16" if bf16 else "fp32"
 
 
 _announced: set[tuple[str, str]] = set()

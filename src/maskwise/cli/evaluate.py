@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from maskwise.cli.task_flags import add_common_flags, add_task_flags, in_runtime
+from maskwise.cli.runtime import in_runtime
+from maskwise.cli.task_flags import add_common_flags, add_task_flags
 from maskwise.cli.task_inputs import (
     HEAD_FILE,
     beir_data,

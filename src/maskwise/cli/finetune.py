@@ -39,7 +39,7 @@ def register(subparsers) -> None:
         parser.add_argument("--batch-size", type=int, default=None)
         parser.add_argument("--lr", type=float, default=None, help="body learning rate (default: the task's)")
         parser.add_argument("--head-lr", type=float, default=None, help="fresh head learning rate (default 1e-3)")
-        parser.add_argument("--bf16", action="store_true", help="alias of --precision bf16")
+        parser.add_argument("--bf16", action="store_true", default=None, help="alias of --precision bf16")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--data", default=None,
                             help="your own .jsonl/.csv/.tsv training rows instead of the plays" + (

@@ -6,7 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from maskwise.cli.task_flags import add_common_flags, in_runtime, positive
+from maskwise.cli.runtime import in_runtime
+from maskwise.cli.task_flags import add_common_flags, positive
 from maskwise.cli.task_inputs import embedder_of, open_model
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from maskwise.cli.runtime import runtime_flags, runtime_of
+from maskwise.cli.runtime import in_runtime, runtime_flags, runtime_of
 
 EXPORT_FORMATS = ("hf", "sentence-transformers")
 
@@ -24,7 +24,7 @@ def register(subparsers) -> None:
     embed.add_argument("--no-normalize", action="store_true",
                        help="keep raw pooled vectors (default: L2-normalised, unless the folder's modules say not)")
     runtime_flags(embed)
-    embed.set_defaults(handler=run_embed)
+    embed.set_defaults(handler=in_runtime(run_embed))
 
 
 def run_export(args) -> int:
@@ -59,11 +59,9 @@ def run_embed(args) -> int:
         raise UserError(f"{path}: not a UTF-8 text file ({error.__class__.__name__})") from None
     if not texts:
         raise UserError(f"{path}: no lines to embed")
-    runtime = runtime_of(args)
-    with runtime.autocast():
-        normalize = False if args.no_normalize else None  # None: as the folder declares
-        vectors = embed_texts(args.model, texts, batch_size=args.batch_size, normalize=normalize,
-                              device=runtime.device)
+    normalize = False if args.no_normalize else None  # None: as the folder declares
+    vectors = embed_texts(args.model, texts, batch_size=args.batch_size, normalize=normalize,
+                          device=runtime_of(args).device)
     buffer = io.BytesIO()
     np.save(buffer, vectors)
     atomic_write(args.output, buffer.getvalue())

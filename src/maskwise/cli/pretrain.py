@@ -51,7 +51,7 @@ def register(subparsers) -> None:
         flag = "--" + field.name.replace("_", "-")
         default = flat_defaults[field.name]
         help_text = HELP.get(field.name, "")
-        if isinstance(default, bool):
+        if isinstance(default, bool) or field.type == "bool | None":  # None: an alias left unset
             if default:
                 parser.add_argument("--no-" + field.name.replace("_", "-"), dest=field.name,
                                     action="store_false", help=help_text or f"disable {field.name}")

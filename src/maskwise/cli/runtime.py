@@ -16,11 +16,22 @@ def runtime_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def runtime_of(args):
-    """The command's ``Runtime`` (``--bf16``, where a command has it, is ``--precision bf16``), decided
-    and announced on the first call and kept on ``args`` for the command's later calls."""
+    """The command's ``Runtime`` (``--bf16``, where a command has it, is ``--precision bf16``; an
+    inference command's, ``in_runtime``'s, is the inference one), decided and announced on the
+    first call and kept on ``args`` for the command's later calls."""
     from maskwise.runtime import announce, precision_setting, resolve
 
     if getattr(args, "runtime", None) is None:
-        args.runtime = resolve(args.device, precision_setting(args.precision, getattr(args, "bf16", False)))
+        runtime = resolve(args.device, precision_setting(args.precision, getattr(args, "bf16", None)))
+        args.runtime = runtime.inference() if getattr(args, "inference", False) else runtime
         announce(args.runtime)
     return args.runtime
+
+
+def in_runtime(handler):
+    """Run an inference command's handler under its inference precision's autocast (fp32 under auto)."""
+    def run(args) -> int:
+        args.inference = True
+        with runtime_of(args).autocast():
+            return handler(args)
+    return run

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from maskwise.cli.runtime import runtime_flags, runtime_of
+from maskwise.cli.runtime import runtime_flags
 
 
 def positive(text: str) -> int:
@@ -86,11 +86,3 @@ def add_task_flags(parser, task: str, evaluating: bool = False) -> None:
             parser.add_argument("--rename-speakers", type=probability, default=0.0,
                                 help="fraction of training draws whose speakers get random names, so that "
                                      "copying them from the source is the only way to answer (embedded data)")
-
-
-def in_runtime(handler):
-    """Run an inference command's handler under its precision's autocast."""
-    def run(args) -> int:
-        with runtime_of(args).autocast():
-            return handler(args)
-    return run

@@ -36,7 +36,7 @@ class FinetuneConfig:
     seed: int = 0
     progress: bool = True
     precision: str = "auto"  # autocast of the forward pass (weights and optimizer stay fp32); maskwise.runtime
-    bf16: bool = False  # alias of precision = "bf16"
+    bf16: bool | None = None  # alias: True is precision "bf16", False is "fp32", None leaves precision as it is
 
     def validate(self) -> FinetuneConfig:
         for name in ("steps", "batch_size"):

@@ -59,7 +59,7 @@ class TrainConfig:
     seed: int = 1337
     device: str = "auto"  # auto, cpu, cuda, cuda:N or mps (maskwise.runtime decides "auto")
     precision: str = "auto"  # auto, fp32, bf16 or fp16 ("auto": the fastest the device runs natively)
-    bf16: bool = False  # alias of precision = "bf16"
+    bf16: bool | None = None  # alias: True is precision "bf16", False is "fp32", None leaves precision as it is
     compile: bool = False  # torch.compile the model
     budget: str = ""  # "tokens=N", "seconds=S" or "flops=F": stop there (schedule follows it)
     keep_last: int = 3  # checkpoints kept
