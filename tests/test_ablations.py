@@ -32,6 +32,7 @@ from maskwise.experiments.ablations.framework import (
     pretrain_arms,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE
+from tests.report_checks import check_report_html
 
 pytestmark = pytest.mark.e2e
 
@@ -203,7 +204,7 @@ def test_shift_bug_report_structure(shift_bug_run):
     for png in ("loss_vs_tokens_seen.png", "loss_vs_wall_s.png"):
         assert (out / png).stat().st_size > 0
     assert len(list(out.glob("metric_*.png"))) == len(results["metrics"])
-    assert (out / "report.html").read_text().count("data:image/png;base64,") >= 3
+    assert len(check_report_html(out).images) == 2 + len(results["metrics"])
 
 
 def test_second_call_reuses_every_finished_step(shift_bug_run, monkeypatch, capsys):

@@ -6,6 +6,7 @@ import pytest
 
 from maskwise.cli import main
 from maskwise.experiments.compare import FAMILIES
+from tests.report_checks import check_report_html
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -59,7 +60,12 @@ def test_compare_quick_report_structure(tmp_path, capsys):
         assert section in report
     assert (out / "loss_vs_tokens_seen.png").is_file() and (out / "loss_vs_wall_s.png").is_file()
     html = (out / "report.html").read_text()
-    assert "data:image/png;base64," in html and "<table>" in html
+    assert "<table>" in html
+    page = check_report_html(out)  # every plot decodes, Markdown rendered
+    assert len(page.images) == 2 + len(results["metrics"])  # the two loss curves and one per metric
+    assert max(page.list_depths) == 2  # the verdicts' paired comparisons nest under their verdict
+    for meta in results["metric_meta"].values():  # each metric plot has its baseline and intervals
+        assert set(meta["baseline"]) == set(meta["intervals"]) and meta["higher"] in (True, False)
 
     # Re-running continues from the cached steps: nothing is retrained.
     before = {p.name: p.stat().st_mtime for p in (out / "steps").iterdir()}

@@ -167,6 +167,13 @@ def _baseline_text(baseline: PerSeed | float) -> str:
     return interval(baseline).text()
 
 
+def _baseline_mean(baseline: PerSeed | float) -> float:
+    """A baseline as one number for a plot's line: a constant, or the mean of its per-item scores."""
+    if isinstance(baseline, (int, float)):
+        return float(baseline)
+    return sum(sum(items) / len(items) for items in baseline) / len(baseline)
+
+
 def best_cell(scores: Mapping[str, PerSeed], baselines: Mapping[str, PerSeed | float], higher: bool) -> str:
     winner = best_of(scores, baselines, higher)
     return winner if winner in (AT_CHANCE, WITHIN_NOISE) else f"**{winner}**"
@@ -212,17 +219,18 @@ def build_results(s, seeds: Sequence[int], data: str, pre: Mapping[str, dict], p
         ["pretraining wall-clock (s)", *[f"{mean_of(f, 'wall_s'):.0f}" for f in FAMILIES], ""],
         ["final validation loss (own objective)", *[f"{mean_of(f, 'val_loss'):.3f}" for f in FAMILIES], ""],
     ]
-    metrics, best = {}, {}
+    metrics, meta, best = {}, {}, {}
     gathered = {row: gather(measured, row) for row in ROWS}
     for row, (label, higher, _, _, baseline_name) in ROWS.items():
         scores, baselines = gathered[row]
+        intervals = {f: interval(scores[f]) for f in scores}
         cells = []
         for family in FAMILIES:
             if family not in scores:
                 task = "next_token" if row == "next_token" else row
                 cells.append(CANNOT.get((family, task), "n/a"))
                 continue
-            cell = f"{interval(scores[family]).text()} ({baseline_name} {_baseline_text(baselines[family])})"
+            cell = f"{intervals[family].text()} ({baseline_name} {_baseline_text(baselines[family])})"
             if len(seeds) > 1:
                 _, spread = mean_and_spread([sum(v) / len(v) for v in scores[family]])
                 cell += f" (sd over seeds {spread:.3f})"
@@ -238,6 +246,9 @@ def build_results(s, seeds: Sequence[int], data: str, pre: Mapping[str, dict], p
         best[row] = best_cell(scores, baselines, higher)
         rows.append([label + " [95% interval]", *cells, best[row]])
         metrics[label] = {f: [sum(v) / len(v) for v in scores[f]] for f in scores}
+        meta[label] = {"higher": higher, "baseline_name": baseline_name,
+                       "baseline": {f: _baseline_mean(baselines[f]) for f in scores},
+                       "intervals": {f: [iv.mean, iv.low, iv.high] for f, iv in intervals.items()}}
     ttft_ms = ttft_milliseconds(ttft)
     source_tokens = ttft[first]["source_tokens"]
     rows.append([f"time to first token, {source_tokens}-token source, batch 1 (ms, mean [95% interval])",
@@ -266,6 +277,7 @@ def build_results(s, seeds: Sequence[int], data: str, pre: Mapping[str, dict], p
         "runs": [{"label": f"{f} ({s.objective(f)}), seed {seed}", "group": f, "seed": seed,
                   "curve": pre[run_name(f, seed)]["curve"]} for seed in seeds for f in FAMILIES],
         "metrics": metrics,
+        "metric_meta": meta,
         "verdicts": judged,
         "table": {"columns": ["task", *FAMILIES, "best"], "rows": rows},
         "parameters": params,

@@ -8,7 +8,9 @@ The results layout (all keys optional except ``title``)::
 
     title, kind ("compare" | "ablation"), warning (opens the report), machine, settings, wall_s
     runs:    [{label, group, seed, curve: [metrics.jsonl records]}]   -> loss vs tokens / wall-clock
-    metrics: {metric: {group: [value per seed]}}                       -> bars with error bars
+    metrics: {metric: {group: [value per seed]}}                       -> one dot-and-interval plot each
+    metric_meta: {metric: {higher: bool, baseline: {group: value}, baseline_name: str,
+                  intervals: {group: [mean, low, high]}}}                 -> its direction, baseline, intervals
     table:   {"columns": [...], "rows": [[cell, ...], ...]}            -> the main table
     parameters: {group: {category: count}}                             -> where the parameters go
     prediction, rule, verdict, verdict_detail, summary, samples: {name: text}, notes: [text]
@@ -18,8 +20,8 @@ The results layout (all keys optional except ``title``)::
 from __future__ import annotations
 
 import base64
-import html
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -79,7 +81,25 @@ def _plot_curves(results: dict, out: Path) -> list[Path]:
     return paths
 
 
+def slug(name: str) -> str:
+    """A file-name-safe form of a row name: "fill a blank (token accuracy)" -> "fill_a_blank_token_accuracy"."""
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "metric"
+
+
+def metric_interval(values: list[float]) -> tuple[float, float, float]:
+    """(mean, low, high): the 95% t-interval of per-seed values (a point for one seed)."""
+    from maskwise.experiments.verdict import t975
+
+    mean, spread = mean_and_spread(values)
+    finite = [v for v in values if v is not None]
+    half = t975(len(finite) - 1) * spread / len(finite) ** 0.5 if len(finite) > 1 else 0.0
+    return mean, mean - half, mean + half
+
+
 def _plot_metrics(results: dict, out: Path) -> list[Path]:
+    """One dot-and-interval plot per metric: each group's mean and 95% interval (the experiment's own
+    where it gave them, else a t-interval over seeds), its trivial baseline as a dashed line, the
+    axis from 0 (every metric here is a rate, a loss or a time), and which direction is better."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -90,15 +110,32 @@ def _plot_metrics(results: dict, out: Path) -> list[Path]:
         names = [g for g, values in groups.items() if values]
         if not names:
             continue
-        stats = [mean_and_spread(groups[g]) for g in names]
-        fig, ax = plt.subplots(figsize=(max(3.5, 1.2 * len(names) + 1.5), 3.4))
-        ax.bar(range(len(names)), [s[0] for s in stats], yerr=[s[1] for s in stats], capsize=4,
-               color="#4c72b0")
-        ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=8)
-        ax.set_title(metric)
+        meta = results.get("metric_meta", {}).get(metric, {})
+        given = meta.get("intervals", {})
+        stats = [tuple(given[g]) if g in given else metric_interval(groups[g]) for g in names]
+        fig, ax = plt.subplots(figsize=(max(4.0, 1.4 * len(names) + 2.0), 3.6))
+        xs = range(len(names))
+        means = [m for m, _, _ in stats]
+        ax.errorbar(xs, means, yerr=[[m - lo for m, lo, _ in stats], [hi - m for m, _, hi in stats]],
+                    fmt="o", color="#4c72b0", ecolor="#4c72b0", elinewidth=2, capsize=0, markersize=7,
+                    label="mean [95% interval]")
+        baselines = meta.get("baseline", {})
+        drawn = False
+        for x, name in zip(xs, names):
+            if baselines.get(name) is not None:
+                ax.hlines(baselines[name], x - 0.4, x + 0.4, colors="#c44e52", linestyles="--",
+                          label=f"trivial baseline ({meta.get('baseline_name', 'baseline')})" if not drawn else None)
+                drawn = True
+        top = max([hi for _, _, hi in stats] + [b for b in baselines.values() if b is not None])
+        ax.set_ylim(0, top * 1.15 if top > 0 else 1.0)
+        ax.set_xlim(-0.6, len(names) - 0.4)
+        ax.set_xticks(list(xs), names, rotation=20, ha="right", fontsize=8)
+        direction = {True: " (higher is better)", False: " (lower is better)"}.get(meta.get("higher"), "")
+        ax.set_title(metric + direction, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
         fig.tight_layout()
-        path = out / f"metric_{metric.replace('/', '_').replace(' ', '_')}.png"
+        path = out / f"metric_{slug(metric)}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
         paths.append(path)
@@ -131,7 +168,7 @@ def _markdown(results: dict, images: list[Path]) -> str:
         lines += [f"## The rule of thumb, judged ({scope})", ""]
         for v in results["verdicts"]:
             lines.append(f"- **{v['rule']}** — `{v['verdict']}`. Prediction: {v['prediction']}.")
-            lines += [f"  - {detail}" for detail in v["details"]]
+            lines += [f"    - {detail}" for detail in v["details"]]  # four spaces: a nested list in every renderer
         lines.append("")
     table = results.get("table")
     if table:
@@ -153,54 +190,30 @@ def _markdown(results: dict, images: list[Path]) -> str:
     if results.get("notes"):
         lines.append("")
     if images:
-        lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in images] + [""]
+        lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})\n" for p in images]
     if results.get("settings"):
         lines += ["## Settings", "", "```json", json.dumps(results["settings"], indent=1, sort_keys=True), "```", ""]
     return "\n".join(lines)
 
 
 def _html(markdown_text: str, images: list[Path]) -> str:
-    """A small Markdown subset -> HTML (headings, lists, tables, code, images inlined as base64)."""
-    body, in_code, in_table = [], False, False
+    """report.md as one self-contained page: Python-Markdown renders it (tables, code, nested lists),
+    and each image is inlined as base64 in place of its file name."""
+    import markdown
+
     embedded = {p.name: base64.b64encode(p.read_bytes()).decode() for p in images}
-    for line in markdown_text.splitlines():
-        if line.startswith("```"):
-            body.append("</pre>" if in_code else "<pre>")
-            in_code = not in_code
-            continue
-        if in_code:
-            body.append(html.escape(line))
-            continue
-        if line.startswith("|"):
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if all(set(c) <= {"-"} for c in cells):
-                continue
-            tag = "th" if not in_table else "td"
-            if not in_table:
-                body.append("<table>")
-                in_table = True
-            body.append("<tr>" + "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in cells) + "</tr>")
-            continue
-        if in_table:
-            body.append("</table>")
-            in_table = False
-        if line.startswith("!["):
-            name = line[line.index("(") + 1:-1]
-            body.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{embedded.get(name, "")}">')
-        elif line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            body.append(f"<h{level}>{html.escape(line[level:].strip())}</h{level}>")
-        elif line.lstrip().startswith("- "):
-            body.append(f"<li>{html.escape(line.lstrip()[2:]).replace('**', '')}</li>")
-        elif line.strip():
-            body.append(f"<p>{html.escape(line)}</p>")
-    if in_table:
-        body.append("</table>")
+
+    def inline(match: re.Match) -> str:
+        name = match.group(1)
+        return f'src="data:image/png;base64,{embedded[name]}"' if name in embedded else match.group(0)
+
+    body = markdown.markdown(markdown_text, extensions=["tables", "fenced_code"], output_format="html")
+    body = re.sub(r'src="([^"]+)"', inline, body)
     style = ("body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.4}"
              "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em}"
              "pre{background:#f5f5f5;padding:.6em;white-space:pre-wrap}img{max-width:100%}")
     return f"<!doctype html><html><head><meta charset='utf-8'><style>{style}</style></head><body>\n" + \
-        "\n".join(body) + "\n</body></html>\n"
+        body + "\n</body></html>\n"
 
 
 def write_results(out: str | Path, results: dict) -> None:
