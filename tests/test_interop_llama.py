@@ -126,7 +126,7 @@ def test_text_generation_pipeline_greedy_matches_maskwise(tmp_path, word_tokeniz
     assert hf_ids[:len(prompt_ids)] == prompt_ids
     assert hf_ids[len(prompt_ids):] == expected and len(expected) >= 2
     text = pipe(prompt, max_new_tokens=8, do_sample=False, return_full_text=False)[0]["generated_text"]
-    assert text == word_tokenizer.decode(expected)
+    assert text.lstrip() == word_tokenizer.decode(expected)  # transformers 4.46 keeps the separating space (5.x does not)
 
 
 def test_older_config_with_top_level_rope_theta(tmp_path):

@@ -152,7 +152,10 @@ def st_folder(st, tokenizer, tmp_path_factory):
             p.normal_(0, 0.2)
     bert.save_pretrained(root / "bert")
     hf_tokenizer.save_pretrained(root / "bert")
-    from sentence_transformers.sentence_transformer import modules
+    try:
+        from sentence_transformers.sentence_transformer import modules  # 6.x
+    except ImportError:  # before 6 the same classes live in sentence_transformers.models
+        from sentence_transformers import models as modules
 
     transformer = modules.Transformer(str(root / "bert"), max_seq_length=20)
     chain = [transformer, modules.Pooling(32, pooling_mode="max"), modules.Normalize()]
@@ -177,7 +180,15 @@ def test_sentence_transformers_folders_embed_in_maskwise_as_they_encode(st, st_f
     theirs = st.SentenceTransformer(str(st_folder), device="cpu").encode(lines.read_text().splitlines(), batch_size=8)
     assert cosines(np.load(tmp_path / "max.npy"), theirs).min() >= 0.99999
 
-    # Two poolings concatenated, no Normalize, and the pre-6 settings (lowercasing, max_seq_length 12).
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_six_x_folder_with_two_poolings_and_pre_6_settings_embeds_as_it_encodes(st, st_folder, texts, tmp_path):
+    """Two poolings concatenated (a list ``pooling_mode``, which sentence-transformers writes from 6.0 on),
+    no Normalize, and the pre-6 settings (lowercasing, max_seq_length 12)."""
+    if int(st.__version__.split(".")[0]) < 6:
+        pytest.skip(f"sentence-transformers {st.__version__} reads no list pooling_mode (6.0 does)")
     variant = tmp_path / "variant"
     variant.mkdir()
     for item in st_folder.iterdir():
