@@ -29,6 +29,7 @@ from maskwise.experiments.ablations.framework import (
     Arm,
     Setup,
     key,
+    metric_meta,
     pretrain_arms,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE
@@ -197,6 +198,8 @@ def test_shift_bug_report_structure(shift_bug_run):
         assert set(groups) == {shift_bug.SHIFT_OK.label, bug} and all(len(v) == 2 for v in groups.values())
     assert {run["seed"] for run in results["runs"]} == {0, 1} and len(results["runs"]) >= 4
     assert results["summary"].startswith("We replaced")
+    assert {name: meta["higher"] for name, meta in results["metric_meta"].items()} == {
+        key(shift_bug.REPORTED, axis): False for axis in AXES} | {key(shift_bug.COPY_RATE, axis): None for axis in AXES}
     report = (out / "report.md").read_text()
     for section in ("## Prediction, rule, verdict", "## Summary", "## Results", "## Where the parameters go",
                     "## Plots", "## Settings"):
@@ -294,6 +297,23 @@ def test_encoder_pretraining_ablations_judge_on_retrieval(name, module, tmp_path
     assert not any(GENRE_ACC in metric for metric in results["metrics"])
     assert {"recall@10", "MRR"} <= {row[0] for row in results["table"]["rows"]}
     assert "ICT recall@10" in results["summary"] and "random ranking" in results["summary"]
+    recall = results["metric_meta"][key(RECALL, AXES[0])]  # its plot draws random ranking's recall
+    assert recall["higher"] is True and recall["baseline_name"] == "random ranking"
+    assert set(recall["baseline"]) == set(results["metrics"][key(RECALL, AXES[0])])
+
+
+@pytest.mark.unit
+def test_metric_meta_takes_each_key_from_its_longest_declared_measure():
+    metrics = {"speakers F1 at equal tokens": {"a": [0.1], "b": [0.2]},
+               "speakers F1, sources of 0-99 chars at equal tokens": {"a": [0.1], "b": [0.2]},
+               "latency at equal tokens": {"a": [1.0]}, "unplotted at equal tokens": {"a": [1.0]}}
+    meta = metric_meta(metrics, {"speakers F1": (True, ("copy the first line", 0.6)),
+                                 "speakers F1, sources of ": (True, None), "latency": (False, None)})
+    assert meta == {
+        "speakers F1 at equal tokens": {"higher": True, "baseline_name": "copy the first line",
+                                        "baseline": {"a": 0.6, "b": 0.6}},
+        "speakers F1, sources of 0-99 chars at equal tokens": {"higher": True},
+        "latency at equal tokens": {"higher": False}}
 
 
 @pytest.mark.unit

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 
 DEVICE_HELP = "auto, cpu, cuda, cuda:N or mps (default auto: CUDA, else MPS, else CPU)"
-PRECISION_HELP = ("auto, fp32, bf16 or fp16 (default auto: bf16 where the device runs it natively and faster, "
-                  "fp16 with loss scaling on pre-Ampere GPUs, else fp32)")
+PRECISION_HELP = ("auto, fp32, bf16 or fp16 (default auto: training in bf16 where the device runs it natively and "
+                  "faster, fp16 with loss scaling on pre-Ampere GPUs, else fp32; inference in fp32)")
 
 
 def runtime_flags(parser: argparse.ArgumentParser) -> None:

@@ -23,6 +23,7 @@ import base64
 import json
 import re
 import statistics
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +114,7 @@ def _plot_metrics(results: dict, out: Path) -> list[Path]:
         meta = results.get("metric_meta", {}).get(metric, {})
         given = meta.get("intervals", {})
         stats = [tuple(given[g]) if g in given else metric_interval(groups[g]) for g in names]
-        fig, ax = plt.subplots(figsize=(max(4.0, 1.4 * len(names) + 2.0), 3.6))
+        fig, ax = plt.subplots(figsize=(max(6.0, 1.4 * len(names) + 4.0), 3.6))  # room for the legend beside
         xs = range(len(names))
         means = [m for m, _, _ in stats]
         ax.errorbar(xs, means, yerr=[[m - lo for m, lo, _ in stats], [hi - m for m, _, hi in stats]],
@@ -131,9 +132,9 @@ def _plot_metrics(results: dict, out: Path) -> list[Path]:
         ax.set_xlim(-0.6, len(names) - 0.4)
         ax.set_xticks(list(xs), names, rotation=20, ha="right", fontsize=8)
         direction = {True: " (higher is better)", False: " (lower is better)"}.get(meta.get("higher"), "")
-        ax.set_title(metric + direction, fontsize=10)
+        ax.set_title("\n".join(textwrap.wrap(metric + direction, 60)), fontsize=10)
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot: never over a point
         fig.tight_layout()
         path = out / f"metric_{slug(metric)}.png"
         fig.savefig(path, dpi=110)

@@ -91,4 +91,5 @@ ABLATION = Ablation(
     prediction=("ELECTRA (replaced-token detection) pretrains a better encoder than MLM at equal compute, "
                 "most clearly for small models (Clark et al., 2020)."),
     rule=RULE, step="retrieve", arms=lambda: (ELECTRA, MLM), measure=measure, tabulate=tabulate, judge=judge,
-    summary=summary, notes=notes)
+    summary=summary, notes=notes,
+    meaning=lambda m: {RECALL: (True, ("random ranking", m.first(MLM)["baseline"]["recall@10"]))})

@@ -116,4 +116,5 @@ ABLATION = Ablation(
     prediction=("A bidirectional encoder makes a better bi-encoder than a causal decoder of the same size and "
                 "pretraining budget; the gap narrows for short passages."),
     rule=RULE, step="retrieve", arms=lambda: (ENCODER, DECODER), measure=measure, tabulate=tabulate,
-    judge=judge, summary=summary, notes=notes)
+    judge=judge, summary=summary, notes=notes,
+    meaning=lambda m: {"recall@10": (True, ("random ranking", m.first(ENCODER)["baseline"]["recall@10"]))})

@@ -102,6 +102,9 @@ class Ablation:
     columns: Callable[[Sequence[Arm]], list[str]] = lambda arms: [a.label for a in arms]
     samples: Callable[[Measured], dict] | None = None
     extra_rows: bool = True  # append the pretraining throughput rows
+    # What the plotted measures mean, for their plots: measure name (a metrics key before " at ", or
+    # its start) -> (higher is better, None for a cost; the trivial baseline's (name, value) or None).
+    meaning: Callable[[Measured], dict[str, tuple[bool | None, tuple[str, float] | None]]] = lambda m: {}
 
 
 # ---- pretraining on both axes ---------------------------------------------------------------------
@@ -214,6 +217,22 @@ def key(name: str, axis: str) -> str:
     return f"{name} at {axis}"
 
 
+def metric_meta(metrics: dict, meaning: dict[str, tuple[bool | None, tuple[str, float] | None]]) -> dict:
+    """The report's ``metric_meta`` of ``metrics``: each key's direction and baseline, from the declared
+    measure its name starts with (the longest such, so a bucketed measure can be declared apart)."""
+    meta = {}
+    for name, groups in metrics.items():
+        measure = name.rsplit(" at ", 1)[0]
+        declared = max((m for m in meaning if measure.startswith(m)), key=len, default=None)
+        if declared is None:
+            continue
+        higher, baseline = meaning[declared]
+        meta[name] = {"higher": higher}
+        if baseline is not None:
+            meta[name].update(baseline_name=baseline[0], baseline=dict.fromkeys(groups, baseline[1]))
+    return meta
+
+
 def winner_text(c: Comparison, first: str, last: str) -> str:
     return {"a": f"{first} ahead", "b": f"{last} ahead", "tie": "within noise"}[c.winner]
 
@@ -309,6 +328,7 @@ def conduct(ablation: Ablation, setup: Setup, **options) -> dict:
     results = {
         "title": ablation.title, "prediction": ablation.prediction, "rule": ablation.rule, "verdict": verdict,
         "verdict_detail": detail, "summary": ablation.summary(m, metrics), "metrics": metrics,
+        "metric_meta": metric_meta(metrics, ablation.meaning(m)),
         "table": table(ablation.columns(arms), rows + (throughput_rows(runs, arms) if ablation.extra_rows else [])),
         "runs": curve_entries(runs, arms), "parameters": m.parameters, "notes": ablation.notes(m),
     }

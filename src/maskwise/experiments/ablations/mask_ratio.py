@@ -130,4 +130,6 @@ ABLATION = Ablation(
     prediction=("Masking 30% instead of 15% gives a lower pretraining loss per step (twice the predictions "
                 "per step) but a worse downstream score (here: ICT retrieval)."),
     rule=RULE, step="mask", arms=arms, measure=measure, tabulate=tabulate, judge=judge, summary=summary,
-    notes=notes, options=("ratios",))
+    notes=notes, options=("ratios",),
+    meaning=lambda m: {MASK_LOSS: (False, None),
+                       RECALL: (True, ("random ranking", m.first(m.arms[0])["baseline"]["recall@10"]))})

@@ -80,4 +80,7 @@ ABLATION = Ablation(
     prediction=("On one pretrained encoder, [CLS] and mean pooling are close on classification, and mean "
                 "pooling is ahead on retrieval."),
     rule=RULE, step="pool", arms=lambda: (ENCODER,), measure=measure, tabulate=tabulate, judge=judge,
-    summary=summary, notes=notes, shared=True, columns=lambda arms: list(POOLINGS), extra_rows=False)
+    summary=summary, notes=notes, shared=True, columns=lambda arms: list(POOLINGS), extra_rows=False,
+    meaning=lambda m: {
+        GENRE_ACC: (True, ("majority class", m.first(ENCODER)["classify"]["cls"]["baseline"]["accuracy"])),
+        RECALL: (True, ("random ranking", m.first(ENCODER)["retrieve"]["cls"]["baseline"]["recall@10"]))})

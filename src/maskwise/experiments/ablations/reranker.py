@@ -135,4 +135,5 @@ ABLATION = Ablation(
     prediction=("Over the same top-100 candidates, a cross-encoder reranks at least as well as a generative "
                 "reranker that writes its judgement, at a much lower p99 latency."),
     rule=RULE, step="rerank", arms=lambda: (ENCODER, DECODER), measure=measure, tabulate=tabulate, judge=judge,
-    summary=summary, notes=notes, shared=True, columns=lambda arms: list(SYSTEMS), extra_rows=False)
+    summary=summary, notes=notes, shared=True, columns=lambda arms: list(SYSTEMS), extra_rows=False,
+    meaning=lambda m: {NDCG: (True, None), P99: (False, None)})  # the baselines are columns (random order, first stage)

@@ -127,4 +127,5 @@ ABLATION = Ablation(
     prediction=("A decoder trained to predict the token it is looking at (no shift) reports a much lower "
                 "loss than a correct one and generates degenerate copies."),
     rule=RULE, step="shift", arms=lambda: (SHIFT_OK, SHIFT_BUG), measure=measure, tabulate=tabulate,
-    judge=judge, summary=summary, notes=notes, samples=samples)
+    judge=judge, summary=summary, notes=notes, samples=samples,
+    meaning=lambda m: {REPORTED: (False, None), COPY_RATE: (None, None)})
