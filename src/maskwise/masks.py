@@ -48,7 +48,7 @@ class Mask:
         """The mask as fp32 terms to add to attention scores (0 where allowed, -inf where not), or
         None when every key is allowed. Why: adding this small broadcast tensor to (B, H, T, S)
         scores measured several times faster on a CPU than ``masked_fill_`` with the boolean mask
-        (README, Performance: attention on the explicit path)."""
+        (docs/results.md, Performance: attention on the explicit path)."""
         if self.allowed is None and not self.is_causal:
             return None
         allowed = self.dense(q_len, k_len, device)

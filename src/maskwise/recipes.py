@@ -23,9 +23,6 @@ from torch import nn
 
 from maskwise.runtime import Runtime
 
-FAMILY_OBJECTIVE = {"encoder": "mlm", "decoder": "clm", "encoder-decoder": "span"}
-
-
 # ---- the named scales --------------------------------------------------------------------------
 
 
@@ -64,9 +61,8 @@ class CompareSettings:
 
     name: str = "default"
     seconds: float = 120.0  # pretraining wall-clock per family
-    # Llama's block for every family (pre-norm RMSNorm, RoPE, SwiGLU): with learned positions a
-    # character MLM encoder spends minutes on its unigram plateau, with rotary ones it leaves it
-    # in a hundred steps (README, the main job).
+    # Llama's block for every family: with rotary positions a character MLM encoder leaves its
+    # unigram plateau in about a hundred steps, with learned ones in minutes (docs/results.md).
     preset: str = "modern"
     d_model: int = 128
     heads: int = 4
@@ -79,22 +75,20 @@ class CompareSettings:
     warmup: int = 30
     encoder_objective: str = "mlm"
     decoder_objective: str = "clm"
-    # BART's denoising rather than T5's span corruption: reconstructing its whole input is what
-    # teaches the encoder-decoder to copy from the source, and passage -> speakers is copying
-    # (README, the main job: measured against span corruption at the same budget).
+    # BART's denoising rather than T5's span corruption: reconstructing its whole input teaches the
+    # encoder-decoder to copy from the source, which passage -> speakers needs (docs/results.md).
     encoder_decoder_objective: str = "denoise"
     min_steps: int = 200  # fewer optimizer steps than this in any family: the report opens with a warning
     classify_steps: int = 100
     retrieve_steps: int = 100
     extract_steps: int = 150
     genre_per_class: int = 250  # training windows per genre; the train plays hold at least 527
-    # Test windows per genre (the test plays hold at least 239): 1,200 windows measure accuracy to
-    # about ±0.023, where 500 left a 0.20 encoder's interval touching the majority class's 0.167.
+    # Test windows per genre (the test plays hold at least 239): 1,200 in all, accuracy to about ±0.023.
     genre_test_per_class: int = 200
     retrieval_pairs: int = 3000
     retrieval_queries: int = 500  # one per speech of the collection below: all of them
-    # The collection: 500 of the test plays' ~2,000 speeches. In the whole split one relevant
-    # speech is a needle few minutes-old models find (recall@10 0.02 against 0.005 by chance).
+    # The collection: 500 of the test plays' ~2,000 speeches; in all of them one relevant speech is a
+    # needle a minutes-old model does not find.
     retrieval_docs: int | None = 500
     extraction_train: int = 2000
     extraction_test: int = 200
@@ -194,14 +188,13 @@ SMOKE = CompareSettings(name="smoke", seconds=2.0, d_model=32, heads=2, layers=2
                         extraction_target=16, rerank_train_queries=24, rerank_test_queries=8, held_out_chars=200,
                         held_out_blocks=2, fill_positions=10, ttft_repeats=2)
 
-# Every experiment's fine-tuning (compare's and the ablations'). Learning rates chosen on a
-# quick-scale encoder: these tiny bodies need 1e-3 (at 3e-4, or with [CLS] pooling, 150
-# classification steps stayed near chance; mean pooling at 1e-3 reached 0.29).
+# Every experiment's fine-tuning (compare's and the ablations'): these tiny bodies need lr 1e-3
+# (at 3e-4 classification stayed near chance on a quick-scale encoder).
 FINETUNE = {"classify": {"batch_size": 32, "lr": 1e-3, "head_lr": 3e-3},
                 "retrieve": {"batch_size": 32, "lr": 1e-3},
                 "extract": {"batch_size": 16, "lr": 1e-3, "max_target_len": 32},
-                # 8 queries per step, each with 3 negatives, 192 tokens per pair: a third of the cost of
-                # RerankConfig's 7 x 256, which these bodies learned no more from (README, Ablations).
+                # 8 queries x 3 negatives x 192 tokens: a third of RerankConfig's 7 x 256, which these
+                # bodies learned no more from (docs/results.md).
                 "rerank": {"batch_size": 8, "lr": 1e-3, "head_lr": 3e-3, "negatives": 3, "max_len": 192}}
 
 
@@ -241,10 +234,8 @@ class Scale:
         return replace(settings, pooling=pooling or settings.pooling, progress=progress)
 
 
-# Default: the tokens compare's default reads in its 120 s per family on 2 CPU cores (fp32, AVX2:
-# 1.40-1.47 M for the encoder and the decoder); at 1.2 M the MLM encoder's retrieval no longer
-# cleared a random ranking over 3 seeds (README, Ablations). The gpu scale is sized for one modern
-# GPU, not yet run.
+# Default: about the tokens compare's 120 s per family read on 2 AVX2 cores in fp32 (below that the
+# MLM encoder's retrieval stops clearing random: docs/results.md). gpu: sized for one GPU, not yet run.
 SCALES = {
     "default": Scale("default", tokens=1_400_000, recipe=CompareSettings(), evals=8, eval_batches=8,
                      held_out_chars=3000),

@@ -26,7 +26,7 @@ HELP = {
     "device": DEVICE_HELP + "; cuda:LOCAL_RANK under torchrun",
     "precision": PRECISION_HELP,
     "bf16": "alias of --precision bf16",
-    "compile": "torch.compile the model (compiles for tens of seconds first; README, Performance)",
+    "compile": "torch.compile the model (compiles for tens of seconds first; docs/results.md, Performance)",
     "resume": "continue from the newest intact checkpoint; only --device, --precision, --compile, --steps, "
               "--budget, --eval-every, --keep-last, --max-nonfinite, --tensorboard and progress may change",
     "tensorboard": "also write TensorBoard event files to OUT/tensorboard (pip install 'maskwise[tensorboard]')",

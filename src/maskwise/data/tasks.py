@@ -214,7 +214,7 @@ def rename_speakers(example: Seq2SeqExample, rng: random.Random) -> Seq2SeqExamp
     speakers also speak in a training play), and a small model fine-tuned on real names learns the
     training cast instead of copying. A renamed passage can only be answered by copying from the
     source: from one pretrained encoder-decoder, 1000 fine-tuning steps gave test speakers F1 0.632
-    with real names only and 0.912 with half the draws renamed (README, tasks). With the speaker
+    with real names only and 0.912 with half the draws renamed (docs/results.md, Task quality). With the speaker
     lines hidden, a name the text never says cannot be recovered, renamed or not; what renaming
     leaves to learn is copying the names the text does say."""
     speakers = example.target.split(", ")

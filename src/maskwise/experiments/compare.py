@@ -1,6 +1,6 @@
 """``maskwise compare``: the main job. Three families, one budget, every task each can do.
 
-An encoder (MLM), a decoder (CLM) and an encoder-decoder (T5 span corruption) are pretrained for the
+An encoder (MLM), a decoder (CLM) and an encoder-decoder (BART denoising) are pretrained for the
 same wall-clock on the same data with the same block (the scale's preset: only the mask and the loss
 differ) at equal parameters: ``layers`` bidirectional layers, ``layers`` causal ones, or half and
 half with the FFN narrowed to pay for the decoder's cross-attention (``recipes.matched_ffn_width``).

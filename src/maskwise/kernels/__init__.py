@@ -1,6 +1,6 @@
 """The one place that picks, by device, how the model's hot operations are computed.
 
-On a CPU, where they measured faster (README, Performance), the implementations in
+On a CPU, where they measured faster (docs/results.md, Performance), the implementations in
 ``maskwise.kernels.cpu``; on every other device torch's own kernels (``F.rms_norm``, SDPA's flash
 and memory-efficient attention, ``F.cross_entropy``). Same results either way, to rounding.
 """

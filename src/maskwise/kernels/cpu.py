@@ -1,7 +1,7 @@
 """CPU implementations of the operations that ``maskwise.kernels`` dispatches.
 
-Each one measured faster on this project's CPU than torch's own kernel for the same result (README,
-Performance; ``benchmarks/``). ``maskwise.kernels`` decides when each is taken; nothing here checks
+Each one measured faster on this project's CPU than torch's own kernel for the same result
+(docs/results.md, Performance; ``benchmarks/``). ``maskwise.kernels`` decides when each is taken; nothing here checks
 the device.
 """
 
@@ -206,7 +206,7 @@ def split_for_decoding(weight: torch.Tensor, parts: int) -> torch.Tensor:
     Why: a one-row (decoding) product is bound by streaming the weight from memory, and the BLAS runs
     it on one core; one ``bmm`` over the blocks spreads them over the threads (it was no slower for
     prompts of up to 128 rows either). One row reads a wide matrix faster as (in, out / S) blocks, a
-    narrowing one faster in its stored (out, in) layout. README, Performance; benchmarks/bench_decode.py.
+    narrowing one faster in its stored (out, in) layout. docs/results.md, Performance; benchmarks/bench_decode.py.
     """
     out_features, in_features = weight.shape
     if out_features % parts:

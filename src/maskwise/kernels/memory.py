@@ -4,7 +4,7 @@ Why: a training step allocates the same activation and gradient buffers every st
 megabytes (an FFN activation of batch 16 x 128 x 1024 is 8 MiB in fp32). glibc's malloc gives such
 blocks back to the kernel when they are freed (large ones are mmapped; the heap top is trimmed past
 a small threshold), so the next step page-faults the same memory in again, zero-filled: a
-measurable part of a small model's step (README, Performance). PyTorch's CPU allocator has no cache
+measurable part of a small model's step (docs/results.md, Performance). PyTorch's CPU allocator has no cache
 of its own, and Intel's PyTorch launcher swaps in jemalloc/tcmalloc for the
 same reason; the glibc knobs get the same effect without another library.
 

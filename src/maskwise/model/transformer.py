@@ -41,7 +41,7 @@ class Attention(nn.Module):
     Rotary positions (RoPE) rotate self-attention's queries and keys; with ``cross_rope`` they also
     rotate cross-attention's (queries at decoder positions, keys at source positions 0..S-1), so
     cross-attention can align by offset and not by content alone. Why: without it a small
-    encoder-decoder learned to copy its source far more slowly (README, tasks).
+    encoder-decoder learned to copy its source far more slowly (docs/results.md, Task quality).
     """
 
     def __init__(self, cfg: ModelConfig, cross: bool = False):

@@ -13,7 +13,8 @@ What it guarantees:
 - data parallelism through ``torch.distributed`` (DDP; NCCL on GPUs, gloo on CPUs): metrics and
   checkpoints from rank 0 only;
 - one device and precision (``maskwise.runtime``): model, batches and loss sums on the device, one
-  host synchronisation per optimizer step (the non-finite guard), none per micro-batch.
+  host synchronisation per optimizer step (the non-finite guard) besides the LM head's count of its
+  loss positions (``model.heads``: a boolean index and an ``int``, one wait per micro-batch).
 """
 
 from __future__ import annotations

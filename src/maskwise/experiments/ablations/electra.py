@@ -2,7 +2,7 @@
 
 The downstream task is ICT retrieval, not genre classification: the plays' test split holds one
 play per genre, so genre accuracy is a verdict on six plays, whose seeds spread too far to clear
-the majority class at this scale (README, Ablations)."""
+the majority class at this scale (docs/results.md, Ablations)."""
 
 from __future__ import annotations
 
