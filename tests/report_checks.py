@@ -72,7 +72,7 @@ def browser_errors(report: Path, tmp_path: Path) -> list[str]:
     page.write_text(report.read_text(encoding="utf-8").replace("</body>", probe + "</body>"), encoding="utf-8")
     done = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
                            "--v=0", "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     errors = [line for line in done.stderr.splitlines() if "CONSOLE" in line and "ERROR" in line.upper()]
     if 'data-broken="0"' not in done.stdout:
         marker = done.stdout.partition("data-broken=")[2][:8] or "(the page did not load)"

@@ -35,8 +35,6 @@ from maskwise.experiments.ablations.framework import (
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE
 from tests.report_checks import check_report_html
 
-pytestmark = pytest.mark.e2e
-
 
 def seeds(mean: float, sd: float = 0.005) -> list[float]:
     """Three per-seed values with this mean and sample standard deviation."""
@@ -67,6 +65,7 @@ def embedder_metrics(enc: tuple, dec: tuple, axes=AXES) -> dict:
     return on_axes(build, axes)
 
 
+@pytest.mark.unit
 def test_embedder_rule():
     narrowing = embedder_metrics((0.30, 0.40, 0.50), (0.28, 0.30, 0.32))
     assert embedder.judge(narrowing)[0] == HELD
@@ -90,6 +89,7 @@ def test_embedder_rule():
     assert verdict == INCONCLUSIVE and detail.startswith("The axes disagree")
 
 
+@pytest.mark.unit
 def test_mask_ratio_rule():
     arms = mask_ratio.arms((0.3, 0.15))  # sorted: the lowest ratio first
     low, high = arms[0].label, arms[-1].label
@@ -104,6 +104,7 @@ def test_mask_ratio_rule():
     assert mask_ratio.judge(metrics(5.0, 4.5, 0.50, 0.50), arms)[0] == INCONCLUSIVE
 
 
+@pytest.mark.unit
 def test_shift_bug_rule():
     bug, ok = shift_bug.SHIFT_BUG.label, shift_bug.SHIFT_OK.label
 
@@ -117,6 +118,7 @@ def test_shift_bug_rule():
     assert shift_bug.judge(metrics(0.1, 5.0, 0.05, 0.05))[0] == INCONCLUSIVE
 
 
+@pytest.mark.unit
 def test_seq2seq_rule():
     ed, do = seq2seq.ENCODER_DECODER.label, seq2seq.DECODER.label
 
@@ -134,6 +136,7 @@ def test_seq2seq_rule():
     assert seq2seq.judge({})[0] == INCONCLUSIVE  # no bucket had enough passages
 
 
+@pytest.mark.unit
 def test_electra_rule():
     def metrics(electra_acc, mlm_acc):
         return on_axes(lambda axis: {key(RECALL, axis): {electra.ELECTRA.label: seeds(electra_acc),
@@ -144,6 +147,7 @@ def test_electra_rule():
     assert electra.judge(metrics(0.45, 0.45))[0] == INCONCLUSIVE
 
 
+@pytest.mark.unit
 def test_pooling_rule():
     def metrics(acc_mean, acc_cls, recall_mean, recall_cls):
         return {key(GENRE_ACC, SHARED): {"mean": seeds(acc_mean), "cls": seeds(acc_cls)},
@@ -156,6 +160,7 @@ def test_pooling_rule():
     assert pooling.judge(metrics(0.50, 0.50, 0.30, 0.30))[0] == INCONCLUSIVE
 
 
+@pytest.mark.unit
 def test_copy_rate_counts_tokens_equal_to_the_one_before():
     assert shift_bug.copy_rate([5, 7], [7, 7, 2, 2]) == (3, 4)  # the first compares with the prompt's last
     assert shift_bug.copy_rate([5], []) == (0, 0)
@@ -174,6 +179,7 @@ def shift_bug_run(tmp_path_factory):
     return out, code, stdout.getvalue()
 
 
+@pytest.mark.e2e
 def test_shift_bug_report_structure(shift_bug_run):
     out, code, stdout = shift_bug_run
     assert code == 0
@@ -210,6 +216,7 @@ def test_shift_bug_report_structure(shift_bug_run):
     assert len(check_report_html(out).images) == 2 + len(results["metrics"])
 
 
+@pytest.mark.e2e
 def test_second_call_reuses_every_finished_step(shift_bug_run, monkeypatch, capsys):
     out, _, _ = shift_bug_run
     first = json.loads((out / "results.json").read_text())
@@ -227,6 +234,7 @@ def test_second_call_reuses_every_finished_step(shift_bug_run, monkeypatch, caps
     assert not any("continued an earlier one" in note for note in first["notes"])
 
 
+@pytest.mark.e2e
 def test_report_over_several_ablations_prints_one_table(shift_bug_run, tmp_path, capsys):
     out, _, _ = shift_bug_run
     results = json.loads((out / "results.json").read_text())
@@ -250,6 +258,7 @@ def test_report_over_several_ablations_prints_one_table(shift_bug_run, tmp_path,
     assert "not an ablation's results (kind 'compare')" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_a_folder_keeps_its_ablation_and_scale(shift_bug_run, capsys):
     out, _, _ = shift_bug_run
     assert main(["ablate", "shift-bug", "--scale", "quick", "--out", str(out)]) == 2  # quick, not smoke
@@ -264,6 +273,7 @@ def test_a_folder_keeps_its_ablation_and_scale(shift_bug_run, capsys):
     (["ablate", "shift-bug", "--seeds", "1"], "seeds must be at least 2"),
     (["ablate", "shift-bug", "--scale", "huge"], "unknown scale 'huge'; known: default, quick, smoke"),
 ])
+@pytest.mark.e2e
 def test_bad_inputs_exit_2_with_one_line(argv, message, tmp_path, capsys):
     scale = [] if "--scale" in argv else ["--scale", "smoke"]
     assert main([*argv, *scale, "--out", str(tmp_path / "out")]) == 2
@@ -271,6 +281,7 @@ def test_bad_inputs_exit_2_with_one_line(argv, message, tmp_path, capsys):
     assert message in err and err.count("\n") == 1
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_reranker_ablation_end_to_end_at_smoke_scale(tmp_path, capsys):
     out = tmp_path / "reranker"
@@ -286,6 +297,7 @@ def test_reranker_ablation_end_to_end_at_smoke_scale(tmp_path, capsys):
     assert all(len(latency[s]) == 2 and min(latency[s]) > 0 for s in (reranker.CROSS, reranker.SCORES, reranker.WRITES))
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.parametrize("name, module", [("mask-ratio", mask_ratio), ("electra", electra)])
 def test_encoder_pretraining_ablations_judge_on_retrieval(name, module, tmp_path):

@@ -8,7 +8,7 @@ from maskwise.cli import main
 from maskwise.experiments.compare import FAMILIES
 from tests.report_checks import check_report_html
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e  # the CLI; only the whole compare run is slow
 
 TINY = """
 seconds = 3.0
@@ -33,6 +33,7 @@ fill_positions = 12
 """
 
 
+@pytest.mark.slow
 def test_compare_quick_report_structure(tmp_path, capsys):
     config = tmp_path / "tiny.toml"
     config.write_text(TINY)

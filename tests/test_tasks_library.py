@@ -190,6 +190,28 @@ def test_zero_shot_classify_by_prompting(tokenizer):
     assert len(labels) == len(texts) and set(labels) <= {"comedy", "tragedy"}
 
 
+@pytest.mark.unit
+def test_zero_shot_picks_the_label_with_the_best_log_probability_per_token(tokenizer, monkeypatch):
+    """Known continuation scores, known answers: per token by default (a short label does not win on
+    length alone), by the sum when asked."""
+    from maskwise.tasks import classify
+
+    labels = ["roman", "tragedy"]  # " roman" 6 characters, " tragedy" 8
+    sums = torch.tensor([-6.0, -7.2,  # text 0: means -1.00 vs -0.90: tragedy per token, roman by sum
+                         -3.0, -8.0])  # text 1: roman either way
+    seen = {}
+
+    def scores(model, prompts, continuations, pad_id, batch_size, start):
+        seen["continuations"] = continuations
+        return sums.clone()
+
+    monkeypatch.setattr(classify, "continuation_logprobs", scores)
+    model = tiny("decoder", tokenizer)
+    assert zero_shot_classify(model, tokenizer, ["a", "b"], labels) == ["tragedy", "roman"]
+    assert zero_shot_classify(model, tokenizer, ["a", "b"], labels, per_token=False) == ["roman", "roman"]
+    assert [len(ids) for ids in seen["continuations"]] == [6, 8, 6, 8]  # each prompt with each label, in order
+
+
 @pytest.mark.integration
 def test_embed_and_retrieve_end_to_end(tokenizer, retrieval):
     pairs = ict_retrieval("train", max_queries=20).pairs()
