@@ -37,7 +37,6 @@ from maskwise.tasks.fill_mask import (
 )
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune, finetune_optimizer
 from maskwise.tasks.generate import GenerationConfig
-from maskwise.tasks.reading import body_states
 from maskwise.tasks.rerank import (
     RerankConfig,
     cross_encoder_scorer,
@@ -108,7 +107,7 @@ def test_pooled_body_states_do_not_depend_on_padding(tokenizer, family, side, po
     ids, mask = pad([short, longer], tokenizer.pad_id, side)
     alone_ids, alone_mask = pad([short], tokenizer.pad_id, side)
     with torch.no_grad():
-        batched, alone = body_states(model, ids, mask), body_states(model, alone_ids, alone_mask)
+        batched, alone = model.read(ids, mask), model.read(alone_ids, alone_mask)
     for how in poolings:
         torch.testing.assert_close(pool(batched, mask, how)[0], pool(alone, alone_mask, how)[0], atol=1e-5, rtol=1e-5)
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from maskwise.errors import UserError
+from maskwise.families import FAMILIES, Family, family_of
 
-FAMILIES = ("encoder", "decoder", "encoder-decoder")
 NORMS = ("layernorm", "rmsnorm")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 POSITIONS = ("learned", "relative", "rope", "none")
@@ -77,6 +77,16 @@ class ModelConfig:
     def decoder_layers(self) -> int:
         return self.n_decoder_layers if self.n_decoder_layers is not None else self.n_layers
 
+    @property
+    def kind(self) -> Family:
+        """What this family is (``maskwise.families``): asked instead of comparing ``family`` to names."""
+        return family_of(self.family)
+
+    @property
+    def total_layers(self) -> int:
+        """Every block of the model: the encoder's and, with two stacks, the decoder's."""
+        return self.n_layers + (self.decoder_layers if self.kind.two_stacks else 0)
+
     def validate(self) -> ModelConfig:
         """Reject values that cannot describe a model; returns self so calls can chain."""
         _choice("family", self.family, FAMILIES)
@@ -100,7 +110,7 @@ class ModelConfig:
             raise UserError(
                 f"model config: d_model {self.d_model} is not divisible by n_heads {self.n_heads}"
             )
-        if self.cross_rope and (self.position != "rope" or self.family != "encoder-decoder"):
+        if self.cross_rope and (self.position != "rope" or not self.kind.two_stacks):
             raise UserError("model config: cross_rope needs an encoder-decoder with position 'rope'")
         if self.position == "rope" and self.head_dim % 2:
             raise UserError(f"model config: RoPE needs an even head dim, got {self.head_dim}")

@@ -21,6 +21,7 @@ from typing import Any
 
 from torch import nn
 
+from maskwise.families import family_of
 from maskwise.runtime import Runtime
 
 # ---- the named scales --------------------------------------------------------------------------
@@ -125,7 +126,7 @@ class CompareSettings:
     def shape(self, family: str) -> dict:
         """The same block for every family; the encoder-decoder splits the layers between its two
         stacks and narrows its FFN to pay for cross-attention, so the three have equal parameters."""
-        if family != "encoder-decoder":
+        if not family_of(family).two_stacks:
             return {}
         half = max(1, self.layers // 2)
         return {"layers": half, "decoder_layers": half, "cross_rope": True,
@@ -137,7 +138,7 @@ class CompareSettings:
         if name == "classify":
             return TaskSettings(steps=self.classify_steps, train_examples=self.genre_per_class,
                                 test_examples=self.genre_test_per_class,
-                                pooling="last" if family == "decoder" else "mean", **common)
+                                pooling=family_of(family).embed_pooling, **common)  # as it embeds: mean, a decoder's last
         if name == "retrieve":
             return TaskSettings(steps=self.retrieve_steps, train_examples=self.retrieval_pairs,
                                 test_examples=self.retrieval_queries, test_docs=self.retrieval_docs,

@@ -104,7 +104,7 @@ def _evaluate_classify(args, model, tokenizer, saved: dict) -> dict:
         classifier = SequenceClassifier(model, saved["labels"], saved["pooling"], saved["freeze"])
         _load_head(args.model, classifier.head, "classifier")
         return evaluate_classifier(classifier, tokenizer, test, saved["train_labels"])
-    if model.cfg.family == "encoder":
+    if model.cfg.kind.encoder_only:
         raise UserError("an encoder classifies through a trained head: run `maskwise finetune classify` first "
                         "(zero-shot prompting needs a decoder or encoder-decoder)")
     gold = [e.label for e in test]
@@ -124,7 +124,7 @@ def _evaluate_rerank(args, model, tokenizer, saved: dict) -> dict:
     from maskwise.tasks.retrieve import rank
 
     kind = saved.get("reranker") if saved.get("kind") == "rerank" else None
-    if kind is None and model.cfg.family == "encoder":
+    if kind is None and model.cfg.kind.encoder_only:
         raise UserError("an encoder reranks through a trained head: run `maskwise finetune rerank` first")
     if kind == "cross":
         reranker = CrossEncoder(model)

@@ -99,7 +99,7 @@ def run_generate(args) -> int:
     generator = torch.Generator(device=device_of(model)).manual_seed(args.seed)
     texts = generate_text(model, tokenizer, args.prompt, cfg, generator, args.stop)
     for prompt, text in zip(args.prompt, texts):
-        if model.cfg.family == "decoder":
+        if model.cfg.kind.causal:
             print(prompt + text)
         else:
             print(text)
@@ -129,9 +129,9 @@ def run_break(args) -> int:
         raise UserError(f"--held-out-chars must be at least 10, got {args.held_out_chars}")
     encoder, enc_tok, _ = open_model(args.encoder, args)
     decoder, dec_tok, _ = open_model(args.decoder, args)
-    if encoder.cfg.family != "encoder":
+    if not encoder.cfg.kind.encoder_only:
         raise UserError(f"{args.encoder} is a {encoder.cfg.family}, not an encoder")
-    if decoder.cfg.family != "decoder":
+    if not decoder.cfg.kind.causal:
         raise UserError(f"{args.decoder} is a {decoder.cfg.family}, not a decoder")
     play = split_plays()["test"][0]  # test plays are never pretrained on
     text = render_play(play)

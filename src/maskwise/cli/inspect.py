@@ -42,7 +42,7 @@ def run_params(args) -> int:
                               d_ff=args.d_ff, train=TrainConfig(block_size=args.block_size)).resolved()
     cfg = model_config(settings, args.vocab_size)
     print(f"{cfg.family} ({settings.preset} layout): d_model {cfg.d_model}, layers {cfg.n_layers}"
-          + (f"+{cfg.decoder_layers}" if cfg.family == "encoder-decoder" else "")
+          + (f"+{cfg.decoder_layers}" if cfg.kind.two_stacks else "")
           + f", heads {cfg.n_heads}, d_ff {cfg.d_ff}, vocab {cfg.vocab_size}")
     print(breakdown_table(cfg, build_model(cfg)))
     return 0

@@ -131,5 +131,5 @@ def speaker_data(args, split: str, model, training: bool):
 def _default_max_chars(model) -> int:
     """Sources that fit the context whatever the tokenizer: a character per token at worst, less the
     target's room for a decoder, which reads source and target in one sequence."""
-    room = model.cfg.max_seq_len if model.cfg.family == "encoder-decoder" else model.cfg.max_seq_len - 66
+    room = model.cfg.max_seq_len if model.cfg.kind.two_stacks else model.cfg.max_seq_len - 66
     return max(32, room)

@@ -31,9 +31,10 @@ import torch
 
 from maskwise.data.plays import load_plays, render_play, split_plays
 from maskwise.errors import UserError
-from maskwise.experiments.compare_report import FAMILIES, build_results, run_name
+from maskwise.experiments.compare_report import build_results, run_name
 from maskwise.experiments.report import render, write_results
 from maskwise.experiments.runner import Experiment
+from maskwise.families import FAMILIES
 from maskwise.model.accounting import parameter_breakdown
 from maskwise.recipes import CompareSettings, pretrain_settings, run_task
 from maskwise.runtime import Runtime
@@ -80,7 +81,7 @@ def blank_filling(model, tokenizer, text: str, n_positions: int, seed: int, base
     from maskwise.padding import pad
     from maskwise.tasks.reading import device_of
 
-    family, context, device = model.cfg.family, model.cfg.max_seq_len - 2, device_of(model)
+    kind, context, device = model.cfg.kind, model.cfg.max_seq_len - 2, device_of(model)
     model.eval()
     ids = tokenizer.encode(text)
     rng = random.Random(seed)
@@ -90,13 +91,13 @@ def blank_filling(model, tokenizer, text: str, n_positions: int, seed: int, base
     correct: list[int] = []
     for chunk in range(0, len(windows), 64):
         batch = windows[chunk:chunk + 64]
-        if family == "decoder":
+        if kind.causal:
             seqs = [ids[max(0, p - context):p] for _, p in batch]  # left side only, ends just before p
             x, mask = pad(seqs, tokenizer.pad_id, "right", device)
             logits = model(x, mask).logits  # (B, T, V)
             last = mask.sum(1) - 1
             predicted = logits[torch.arange(len(batch), device=device), last].argmax(-1).cpu()
-        elif family == "encoder":
+        elif kind.encoder_only:
             seqs = [[tokenizer.cls_id, *ids[s:p], tokenizer.mask_id, *ids[p + 1:s + context]] for s, p in batch]
             x, mask = pad(seqs, tokenizer.pad_id, "right", device)
             logits = model(x, mask).logits
@@ -141,10 +142,10 @@ def language_modelling(exp: Experiment, run: str, s: CompareSettings, seed: int)
     result = {"blank_filling": blank_filling(model, tok, text, s.fill_positions, seed, most_frequent,
                                                    objective),
               "unigram_blocks": unigram_nats_per_char(tok, counts, text, s.held_out_blocks)}
-    if family == "decoder":
+    if model.cfg.kind.causal:
         result["nats_blocks"] = nats_per_char_blocks(model, tok, text, s.held_out_blocks)
         result["sample"] = prompt + generate_text(model, tok, [prompt], sampling, g)[0]
-    elif family == "encoder":
+    elif model.cfg.kind.encoder_only:
         result["nats_blocks"] = nats_per_char_blocks(model, tok, text, s.held_out_blocks, both_sides=False)
         result["both_sides_blocks"] = nats_per_char_blocks(model, tok, text, s.held_out_blocks, both_sides=True)
         result["sample"] = prompt + mlm_continue(model, tok, prompt, 48, sampling, g)

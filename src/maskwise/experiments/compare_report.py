@@ -31,8 +31,7 @@ from maskwise.experiments.intervals import (
 from maskwise.experiments.report import mean_and_spread
 from maskwise.experiments.runner import machine_info
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE
-
-FAMILIES = ("encoder", "decoder", "encoder-decoder")
+from maskwise.families import FAMILIES, family_of
 
 CANNOT = {
     ("encoder", "extract"): "cannot: no decoder to write the answer (an encoder labels positions it is given)",
@@ -227,19 +226,19 @@ def build_results(s, seeds: Sequence[int], data: str, pre: Mapping[str, dict], p
         cells = []
         for family in FAMILIES:
             if family not in scores:
-                task = "next_token" if row == "next_token" else row
-                cells.append(CANNOT.get((family, task), "n/a"))
+                cells.append(CANNOT.get((family, row), "n/a"))
                 continue
+            kind = family_of(family)
             cell = f"{intervals[family].text()} ({baseline_name} {_baseline_text(baselines[family])})"
             if len(seeds) > 1:
                 _, spread = mean_and_spread([sum(v) / len(v) for v in scores[family]])
                 cell += f" (sd over seeds {spread:.3f})"
-            if row == "next_token" and family == "encoder":
+            if row == "next_token" and kind.encoder_only:
                 both = interval([measured[seed]["encoder"]["lm"]["both_sides_blocks"] for seed in measured])
                 cell += f"; left context only, through [MASK] ({both.text()} with both sides)"
-            elif row == "fill" and family == "decoder":
+            elif row == "fill" and kind.causal:
                 cell += "; left side only"
-            elif row == "fill" and family == "encoder-decoder":
+            elif row == "fill" and kind.two_stacks:
                 cell += ("; rewriting the source up to the blank" if s.objective(family) == "denoise"
                          else "; via sentinel span")
             cells.append(cell)

@@ -15,6 +15,7 @@ from torch import nn
 
 from maskwise.config import ModelConfig
 from maskwise.errors import UserError
+from maskwise.families import family_of
 from maskwise.interop.hf_keys import (
     ACTIVATION_KEY,
     ARCHITECTURES,
@@ -41,18 +42,17 @@ from maskwise.runs import (
     prepare_folder,
 )
 
+# Per family, the (column, head) pairs of the key tables that can describe its models, most likely first.
+EXPORT_CANDIDATES = {"encoder": (("bert", "mlm"), ("electra", "mlm")), "decoder": (("gpt2", "lm"), ("llama", "lm")),
+                     "encoder-decoder": (("t5", "lm"), ("bart", "lm"))}
+
 
 def _candidates(model: nn.Module, preferred: str | None) -> list[tuple[str, str]]:
-    """(column, head) pairs that could describe ``model``, most likely first."""
+    """(column, head) pairs that could describe ``model``, most likely first (``preferred`` column first)."""
     if isinstance(model, Discriminator):
         return [("electra", "rtd")]
-    family = model.cfg.family
-    if family == "encoder":
-        return [("electra", "mlm"), ("bert", "mlm")] if preferred == "electra" else [("bert", "mlm"),
-                                                                                    ("electra", "mlm")]
-    if family == "decoder":
-        return [("gpt2", "lm"), ("llama", "lm")]
-    return [("t5", "lm"), ("bart", "lm")]
+    candidates = EXPORT_CANDIDATES[model.cfg.family]
+    return sorted(candidates, key=lambda pair: pair[0] != preferred)  # stable: the table's order otherwise
 
 
 def _hf_config_or_problems(cfg: ModelConfig, column: str, head: str) -> tuple[dict[str, Any], list[str]]:
@@ -122,8 +122,8 @@ def hf_config(model: nn.Module, preferred: str | None = None) -> tuple[dict[str,
         attempts.append((len(problems), EXPORT_CLASS[column, head], problems))
     _, class_name, problems = min(attempts)
     family = model.cfg.family
-    if family != "decoder" and not _hf_config_or_problems(dataclasses.replace(model.cfg, family="decoder"),
-                                                          "llama", "lm")[1]:
+    as_decoder = dataclasses.replace(model.cfg, family="decoder")
+    if not model.cfg.kind.causal and not _hf_config_or_problems(as_decoder, "llama", "lm")[1]:
         raise UserError(f"this {family} has Llama's layout but no HF equivalent: LlamaForCausalLM is causal-only, "
                         f"so it cannot compute bidirectional attention")
     raise UserError(f"this {model.cfg.family} config has no HF equivalent; closest is {class_name}, "
@@ -190,7 +190,7 @@ def encoder_framing(tokenizer: Any, family: str):
     from tokenizers.processors import TemplateProcessing
 
     backend = Backend.from_str(tokenizer.backend.to_str())
-    if family == "encoder" and backend.post_processor is None and tokenizer.cls_id is not None:
+    if family_of(family).encoder_only and backend.post_processor is None and tokenizer.cls_id is not None:
         cls = tokenizer.id_to_token(tokenizer.cls_id)
         backend.post_processor = TemplateProcessing(single=f"{cls} $A", special_tokens=[(cls, tokenizer.cls_id)])
     return backend

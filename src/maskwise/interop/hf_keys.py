@@ -296,7 +296,7 @@ def _column(arch: Architecture, row: dict[str, str | Source]) -> str | Source | 
 def key_map(model: nn.Module, arch: Architecture) -> dict[str, Source]:
     """maskwise module or parameter name -> its HF source, for every tensor of ``model``."""
     cfg: ModelConfig = model.cfg
-    if cfg.family == "encoder-decoder":
+    if cfg.kind.two_stacks:
         stacks = {"encoder": ("encoder", cfg.n_layers, 1), "decoder": ("decoder", cfg.decoder_layers, 2)}
     else:
         stacks = {"stack": ("", cfg.n_layers, 1)}

@@ -81,7 +81,7 @@ def embed_texts(model_name_or_path: str | Path, texts: Sequence[str], batch_size
     import torch.nn.functional as F
 
     from maskwise.padding import pad
-    from maskwise.tasks.reading import batches, body_states
+    from maskwise.tasks.reading import batches
 
     if batch_size <= 0:
         raise UserError(f"batch size must be positive, got {batch_size}")
@@ -98,6 +98,6 @@ def embed_texts(model_name_or_path: str | Path, texts: Sequence[str], batch_size
             rows = [order[i] for i in chunk]
             ids = [encoding.ids for encoding in backend.encode_batch([texts[r] for r in rows])]
             input_ids, attention_mask = pad(ids, pad_id, device=device)  # (B, T) each
-            pooled = pool_sentences(body_states(model, input_ids, attention_mask), attention_mask, settings.pooling)
+            pooled = pool_sentences(model.read(input_ids, attention_mask), attention_mask, settings.pooling)
             vectors[rows] = (F.normalize(pooled, dim=-1) if normalize else pooled).float().cpu().numpy()
     return vectors

@@ -49,10 +49,9 @@ class EmbeddingSettings:
     def resolved(self, cfg: ModelConfig) -> EmbeddingSettings:
         """These settings with every gap filled as maskwise fills it: the family's default pooling
         (``tasks.embed``), L2 normalisation, and never more ids than the model's context."""
-        from maskwise.tasks.embed import DEFAULT_POOLING
 
         return replace(self, max_len=min(self.max_len or cfg.max_seq_len, cfg.max_seq_len),
-                       pooling=self.pooling or (DEFAULT_POOLING[cfg.family],),
+                       pooling=self.pooling or (cfg.kind.embed_pooling,),
                        normalize=True if self.normalize is None else self.normalize)
 
 
@@ -181,7 +180,7 @@ def export_sentence_transformers(run_dir: str | Path, out_dir: str | Path, overw
 
     run = load_run(Path(run_dir).expanduser())
     cfg = run.model.cfg
-    if cfg.family != "encoder":
+    if not cfg.kind.encoder_only:
         raise UserError(f"{run_dir}: a {cfg.family} run; sentence-transformers export takes encoder runs")
     settings = declared_settings(run.path).resolved(cfg)
     to_mode = {name: mode for mode, name in ST_POOLINGS.items()}

@@ -20,8 +20,8 @@ def formula_breakdown(cfg: ModelConfig) -> dict[str, int]:
     d, inner = cfg.d_model, cfg.n_heads * cfg.head_dim
     attention_per_layer = 4 * d * inner
     ffn_per_layer = (3 if cfg.gated_ffn else 2) * d * cfg.d_ff
-    layers = cfg.n_layers + (cfg.decoder_layers if cfg.family == "encoder-decoder" else 0)
-    n_stacks = 2 if cfg.family == "encoder-decoder" else 1
+    layers = cfg.total_layers
+    n_stacks = 2 if cfg.kind.two_stacks else 1
     e = cfg.embedding_width  # factorised embeddings: tables e wide, then an e x d projection per stack
     positions = (cfg.max_seq_len + cfg.position_offset) * e * n_stacks if cfg.position == "learned" else 0
     projection = e * d * n_stacks if cfg.factorised_embeddings else 0
@@ -29,7 +29,7 @@ def formula_breakdown(cfg: ModelConfig) -> dict[str, int]:
     return {
         "embeddings": cfg.vocab_size * e + positions + projection,
         "attention": attention_per_layer * layers,
-        "cross_attention": attention_per_layer * cfg.decoder_layers if cfg.family == "encoder-decoder" else 0,
+        "cross_attention": attention_per_layer * cfg.decoder_layers if cfg.kind.two_stacks else 0,
         "ffn": ffn_per_layer * layers,
         "lm_head": 0 if cfg.tie_embeddings else cfg.vocab_size * head_width,
     }
@@ -75,5 +75,5 @@ def breakdown_table(cfg: ModelConfig, model: nn.Module) -> str:
     ffn_rule = f"{3 if cfg.gated_ffn else 2} x d x d_ff = {(3 if cfg.gated_ffn else 2) * cfg.d_model * cfg.d_ff:,}"
     lines.append(f"per layer: attention 4d^2 = {per_layer_attn:,}; FFN {ffn_rule}"
                  + (f"; cross-attention 4d^2 = {per_layer_attn:,} per decoder layer"
-                    if cfg.family == "encoder-decoder" else ""))
+                    if cfg.kind.two_stacks else ""))
     return "\n".join(lines)

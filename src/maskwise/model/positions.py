@@ -64,3 +64,9 @@ class RelativePositionBias(nn.Module):
         k_pos = torch.arange(k_len, device=device)[None, :]
         buckets = relative_buckets(k_pos - q_pos, self.bidirectional, self.n_buckets, self.max_distance)
         return self.embedding(buckets).permute(2, 0, 1)[None]  # (1, H, Tq, Tk)
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """``(B, T)`` positions that count real tokens only, so a left-padded row's first real token
+    sits at position 0 as it did in pretraining. Padding gets position 0 (its output is unused)."""
+    return (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)

@@ -27,7 +27,7 @@ from maskwise.model.cache import KVCache
 from maskwise.model.heads import IGNORE_INDEX, LMHead, LMOutput, RTDHead, RTDOutput
 from maskwise.model.layers import ACTIVATIONS, make_norm
 from maskwise.model.layout import Linear
-from maskwise.model.positions import RelativePositionBias, rotate
+from maskwise.model.positions import RelativePositionBias, positions_from_mask, rotate
 
 
 class Attention(nn.Module):
@@ -273,7 +273,7 @@ class Transformer(nn.Module):
     def init_weights(self) -> Transformer:
         """GPT-2/BERT initialisation: N(0, 0.02) weights, zero biases, unit norms; residual output
         projections scaled by 1/sqrt(2 * layers) so the residual stream does not grow with depth."""
-        n_layers = self.cfg.n_layers + (self.cfg.decoder_layers if self.family == "encoder-decoder" else 0)
+        n_layers = self.cfg.total_layers
         for name, module in self.named_modules():
             if isinstance(module, nn.Linear):
                 std = self.cfg.init_std
@@ -294,9 +294,13 @@ class Transformer(nn.Module):
                          if isinstance(m, Stack) and m.positions is not None)
         return total
 
+    def read(self, input_ids, attention_mask) -> torch.Tensor:
+        """``(B, T, d)`` hidden states of a text as every task reads it; each family says how."""
+        raise NotImplementedError
+
     def make_cache(self, batch: int, max_len: int) -> KVCache:
         p = next(self.parameters())
-        n_layers = self.cfg.decoder_layers if self.family == "encoder-decoder" else self.cfg.n_layers
+        n_layers = self.cfg.decoder_layers if self.cfg.kind.two_stacks else self.cfg.n_layers
         return KVCache(self.cfg, n_layers, batch, max_len, p.dtype, p.device)
 
 
@@ -312,6 +316,10 @@ class Encoder(Transformer):
 
     def hidden_states(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
         return self.stack(self._embed(input_ids), attention_mask, token_type_ids=token_type_ids)
+
+    def read(self, input_ids, attention_mask) -> torch.Tensor:
+        """``(B, T, d)``: how every task reads a text with this family (``Transformer.read``)."""
+        return self.hidden_states(input_ids, attention_mask)
 
     def forward(self, input_ids, attention_mask=None, labels=None, token_type_ids=None,
                 decoder_input_ids=None, return_logits: bool = True) -> LMOutput:
@@ -362,6 +370,10 @@ class Decoder(Transformer):
         return self.stack(self._embed(input_ids), attention_mask, positions=positions,
                           prefix_lengths=prefix_lengths, cache=cache)
 
+    def read(self, input_ids, attention_mask) -> torch.Tensor:
+        """``(B, T, d)`` with positions from the mask, so left and right padding read alike."""
+        return self.hidden_states(input_ids, attention_mask, positions=positions_from_mask(attention_mask))
+
     def forward(self, input_ids, attention_mask=None, labels=None, positions=None, prefix_lengths=None,
                 cache=None, decoder_input_ids=None, return_logits: bool = True) -> LMOutput:
         """``decoder_input_ids``: accepted for a family-independent call signature; must be None
@@ -388,6 +400,10 @@ class EncoderDecoder(Transformer):
 
     def encode(self, input_ids, attention_mask=None) -> torch.Tensor:
         return self.encoder(self._embed(input_ids), attention_mask)  # (B, S, d)
+
+    def read(self, input_ids, attention_mask) -> torch.Tensor:
+        """``(B, T, d)``: a text is read by the encoder."""
+        return self.encode(input_ids, attention_mask)
 
     def decode(self, decoder_input_ids, encoder_hidden_states, attention_mask=None,
                decoder_attention_mask=None, cache=None) -> torch.Tensor:

@@ -102,7 +102,7 @@ class ElectraModel(nn.Module):
 
     def __init__(self, cfg: ModelConfig, generator_fraction: float = 0.25, generator_layers: int | None = None):
         super().__init__()
-        if cfg.validate().family != "encoder":
+        if not cfg.validate().kind.encoder_only:
             raise UserError(f"ELECTRA trains an encoder, not the {cfg.family} family")
         if cfg.factorised_embeddings:  # the generator reads the d-wide shared embeddings
             raise UserError("ELECTRA pretraining shares d_model-wide embeddings; embedding_size is not supported")

@@ -41,9 +41,6 @@ OBJECTIVE_OPTIONS: dict[str, dict[str, str]] = {
                 "discriminator_weight": "discriminator_weight"},
 }
 
-DEFAULT_OBJECTIVE = {"encoder": "mlm", "decoder": "clm", "encoder-decoder": "span"}
-
-
 def check_pair(family: str, objective: str) -> None:
     if objective not in OBJECTIVES:
         raise UserError(f"unknown objective {objective!r}; known: {', '.join(OBJECTIVES)}")

@@ -68,12 +68,12 @@ def forward(
     w = _Weights(weights)
     ids = np.asarray(input_ids)
     padding = _real(attention_mask, ids)
-    if cfg.family == "encoder":
+    if cfg.kind.encoder_only:
         h = _stack(w, "stack.", cfg, cfg.n_layers, ids, padding, "bidirectional", token_type_ids=token_type_ids)
-    elif cfg.family == "decoder":
+    elif cfg.kind.causal:
         pattern = "causal" if prefix_lengths is None else "prefix"
         h = _stack(w, "stack.", cfg, cfg.n_layers, ids, padding, pattern, prefix_lengths=prefix_lengths)
-    elif cfg.family == "encoder-decoder":
+    elif cfg.kind.two_stacks:
         if decoder_input_ids is None:
             raise ValueError("an encoder-decoder needs decoder_input_ids")
         source = _stack(w, "encoder.", cfg, cfg.n_layers, ids, padding, "bidirectional")  # (B, S, d)

@@ -26,29 +26,27 @@ from torch import nn
 
 from maskwise.data.tasks import LabelledText
 from maskwise.errors import UserError
+from maskwise.families import family_of
 from maskwise.model.heads import POOLINGS, ClassifierHead, pool
-from maskwise.objectives.span import decoder_start_id
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.metrics import accuracy, macro_f1, majority_label
 from maskwise.tasks.reading import (
     batches,
-    body_states,
     context_len,
     device_of,
     encode_texts,
 )
-from maskwise.tasks.scoring import continuation_logprobs
+from maskwise.tasks.scoring import continuation_logprobs, start_id_of
 
-DEFAULT_POOLING = {"encoder": "cls", "decoder": "last", "encoder-decoder": "mean"}
 HEAD_PREFIX = "head."
 
 
 def check_pooling(family: str, pooling: str | None) -> str:
     """The pooling to use: the family's default, or the one asked for if it makes sense there."""
-    pooling = DEFAULT_POOLING[family] if pooling is None else pooling
+    pooling = family_of(family).classify_pooling if pooling is None else pooling
     if pooling not in POOLINGS:
         raise UserError(f"unknown pooling {pooling!r}; known: {', '.join(POOLINGS)}")
-    if family == "decoder" and pooling == "cls":
+    if family_of(family).causal and pooling == "cls":
         raise UserError("cls pooling reads the first token, which a causal decoder sees before the rest of "
                         "the text; use last (or mean)")
     return pooling
@@ -76,13 +74,13 @@ class SequenceClassifier(nn.Module):
         return self
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        h = body_states(self.body, input_ids, attention_mask)  # (B, T, d)
+        h = self.body.read(input_ids, attention_mask)  # (B, T, d)
         return self.head(pool(h, attention_mask, self.pooling))  # (B, n_classes)
 
 
 @dataclass
 class ClassifyConfig(FinetuneConfig):
-    pooling: str | None = None  # None = the family's default (DEFAULT_POOLING)
+    pooling: str | None = None  # None = the family's default (``Family.classify_pooling``)
     freeze: bool = False  # True = linear probe: only the head trains
     max_len: int | None = None  # None = the model's context
     dropout: float = 0.1
@@ -176,7 +174,7 @@ def zero_shot_classify(model: nn.Module, tokenizer, texts: Sequence[str], labels
     prompts = [tokenizer.encode(template.format(text=text)) for text in texts]
     pairs_prompt = [p for p in prompts for _ in labels]
     pairs_label = [ids for _ in prompts for ids in label_ids]
-    start = decoder_start_id(tokenizer) if model.cfg.family == "encoder-decoder" else None
+    start = start_id_of(model, tokenizer)
     scores = continuation_logprobs(model, pairs_prompt, pairs_label, tokenizer.pad_id, batch_size, start)
     if per_token:
         scores = scores / torch.tensor([len(ids) for ids in pairs_label], dtype=scores.dtype, device=scores.device)

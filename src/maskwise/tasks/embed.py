@@ -24,12 +24,12 @@ from torch import nn
 from tqdm import tqdm
 
 from maskwise.errors import UserError
+from maskwise.families import family_of
 from maskwise.model.heads import pool
 from maskwise.tasks.classify import check_pooling
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.reading import (
     batches,
-    body_states,
     context_len,
     device_of,
     encode_texts,
@@ -39,7 +39,6 @@ EmbedFn = Callable[[Sequence[str]], torch.Tensor]
 
 # Mean pooling is the default for every family except the decoder: an untrained [CLS] state is a
 # poor summary, while the mean of the token states works zero-shot (Sentence-BERT's finding).
-DEFAULT_POOLING = {"encoder": "mean", "decoder": "last", "encoder-decoder": "mean"}
 
 
 class BiEncoder(nn.Module):
@@ -50,11 +49,11 @@ class BiEncoder(nn.Module):
         super().__init__()
         family = body.cfg.family
         self.body = body
-        self.pooling = check_pooling(family, DEFAULT_POOLING[family] if pooling is None else pooling)
+        self.pooling = check_pooling(family, family_of(family).embed_pooling if pooling is None else pooling)
         self.normalize = normalize
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        vectors = pool(body_states(self.body, input_ids, attention_mask), attention_mask, self.pooling)  # (B, d)
+        vectors = pool(self.body.read(input_ids, attention_mask), attention_mask, self.pooling)  # (B, d)
         return F.normalize(vectors, dim=-1) if self.normalize else vectors
 
 

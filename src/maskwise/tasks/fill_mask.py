@@ -37,7 +37,7 @@ MASK_TEXT = "[MASK]"
 
 
 def check_encoder(model, what: str) -> None:
-    if model.cfg.family != "encoder":
+    if not model.cfg.kind.encoder_only:
         raise UserError(f"{what} needs an encoder (an MLM model), got a {model.cfg.family}")
 
 
@@ -145,7 +145,7 @@ def decoder_token_nats(model, tokenizer, ids: Sequence[int]) -> list[float]:
     """A decoder's negative log-likelihood of every token of ``ids`` but the first, in windows of
     the context length overlapping by half so every token but the first window's has at least half
     a context behind it."""
-    if model.cfg.family != "decoder":
+    if not model.cfg.kind.causal:
         raise UserError(f"left-to-right scoring needs a decoder, got a {model.cfg.family}")
     model.eval()
     window, device = model.cfg.max_seq_len, device_of(model)
@@ -188,7 +188,7 @@ def nats_per_char_blocks(model, tokenizer, text: str, blocks: int, both_sides: b
     with its whole context): the items an interval over held-out text resamples. Decoders score
     left to right; encoders by ``[MASK]``, ``both_sides`` or from the left only."""
     ids = _held_out_ids(tokenizer, text)
-    if model.cfg.family == "decoder":
+    if model.cfg.kind.causal:
         nats = decoder_token_nats(model, tokenizer, ids)
     else:
         nats = encoder_token_nats(model, tokenizer, ids, both_sides)

@@ -37,13 +37,12 @@ import torch
 
 from maskwise.errors import UserError
 from maskwise.model.layout import decoding_layout
+from maskwise.model.positions import positions_from_mask
 from maskwise.objectives.span import decoder_start_id
 from maskwise.padding import pad
 from maskwise.tasks.beam import search_beams
-from maskwise.tasks.reading import device_of, positions_from_mask
+from maskwise.tasks.reading import device_of
 from maskwise.tasks.sampling import choose_next, seen_tokens_mask
-
-GENERATIVE_FAMILIES = ("decoder", "encoder-decoder")
 
 
 @dataclass
@@ -191,7 +190,7 @@ class _EncoderDecoderState:
 
 
 def check_generative(model) -> None:
-    if model.cfg.family not in GENERATIVE_FAMILIES:
+    if not model.cfg.kind.writes:
         raise UserError("an encoder cannot generate: MLM fits p(token | both sides), not p(next token | "
                         "left side); use a decoder or encoder-decoder, or see `maskwise break` for what "
                         "happens when an encoder is made to generate")
@@ -217,7 +216,7 @@ def _start(model, prompts, cfg: GenerationConfig, pad_id: int, start_id: int | N
     the ids whose repetition is penalised from the start (B*expand lists))."""
     check_generative(model)
     device, limit = device_of(model), model.cfg.max_seq_len
-    if model.cfg.family == "decoder":
+    if model.cfg.kind.causal:
         prompts = _truncate(prompts, limit - 1, "prompt")
         room = [limit - len(p) for p in prompts]
         seen = prompts
@@ -230,7 +229,7 @@ def _start(model, prompts, cfg: GenerationConfig, pad_id: int, start_id: int | N
     lengths = [len(p) for p in prompts]
     steps = min(cfg.max_new_tokens, max(room))
     rows = [i for i in range(len(prompts)) for _ in range(expand)]
-    if model.cfg.family == "decoder":
+    if model.cfg.kind.causal:
         ids, mask = pad([prompts[i] for i in rows], pad_id, "left", device)
         state = _DecoderState(model, ids, mask, steps, cfg.use_cache)
     else:

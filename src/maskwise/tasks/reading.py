@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from maskwise.families import family_of
 from maskwise.padding import pad
 
 
@@ -19,12 +20,12 @@ def frame(tokenizer, ids: Sequence[int], family: str) -> list[int]:
     """One text as the family was pretrained to read it: ``[CLS] x`` for an encoder (MLM frames
     its windows so, and ``interop.hf_export.encoder_framing`` too; [CLS] is also the summary position
     for "cls" pooling); the bare ids for a decoder or an encoder-decoder's encoder."""
-    return [tokenizer.cls_id, *ids] if family == "encoder" else list(ids)
+    return [tokenizer.cls_id, *ids] if family_of(family).encoder_only else list(ids)
 
 
 def frame_extra(family: str) -> int:
     """How many ids ``frame`` adds to a text."""
-    return 1 if family == "encoder" else 0
+    return 1 if family_of(family).encoder_only else 0
 
 
 def encode_texts(tokenizer, texts: Sequence[str], family: str, max_len: int,
@@ -34,23 +35,6 @@ def encode_texts(tokenizer, texts: Sequence[str], family: str, max_len: int,
     room = max_len - frame_extra(family)
     seqs = [frame(tokenizer, ids[:room], family) for ids in tokenizer.encode_batch(list(texts))]
     return pad(seqs, tokenizer.pad_id, "right", device)
-
-
-def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """``(B, T)`` positions that count real tokens only, so a left-padded row's first real token
-    sits at position 0 as it did in pretraining. Padding gets position 0 (its output is unused)."""
-    return (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)
-
-
-def body_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """``(B, T, d)`` hidden states of any family: the encoder's stack, the decoder's stack (with
-    positions from the mask, so left and right padding agree), or an encoder-decoder's encoder."""
-    family = model.cfg.family
-    if family == "encoder":
-        return model.hidden_states(input_ids, attention_mask)
-    if family == "decoder":
-        return model.hidden_states(input_ids, attention_mask, positions=positions_from_mask(attention_mask))
-    return model.encode(input_ids, attention_mask)
 
 
 def context_len(model: nn.Module, max_len: int | None = None) -> int:

@@ -33,8 +33,8 @@ from tqdm import tqdm
 
 from maskwise.data.tasks import RetrievalSet
 from maskwise.errors import UserError
+from maskwise.families import family_of
 from maskwise.model.heads import ClassifierHead, pool
-from maskwise.objectives.span import decoder_start_id
 from maskwise.padding import pad
 from maskwise.tasks.embed import EmbedFn
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
@@ -46,7 +46,11 @@ from maskwise.tasks.retrieve import (
     rank,
     ranking_metrics,
 )
-from maskwise.tasks.scoring import continuation_batch, continuation_logprobs
+from maskwise.tasks.scoring import (
+    continuation_batch,
+    continuation_logprobs,
+    start_id_of,
+)
 
 ScoreFn = Callable[[str, Sequence[str]], torch.Tensor]  # (query, candidates) -> (n,) scores
 HEAD_PREFIX = "head."
@@ -65,7 +69,7 @@ class RerankConfig(FinetuneConfig):
 def default_reranker(family: str) -> str:
     """An encoder reranks as a cross-encoder (one bidirectional pass over query and document);
     other families score a relevance token."""
-    return "cross" if family == "encoder" else "generative"
+    return family_of(family).reranker
 
 
 def hard_negatives(ranked: Sequence[Sequence[int]], relevant: Sequence[int], n: int) -> list[list[int]]:
@@ -104,7 +108,7 @@ class CrossEncoder(nn.Module):
 
     def __init__(self, body: nn.Module, dropout: float = 0.1):
         super().__init__()
-        if body.cfg.family != "encoder":
+        if not body.cfg.kind.encoder_only:
             raise UserError(f"a cross-encoder needs an encoder body, got a {body.cfg.family}; "
                             "use the generative reranker for decoders")
         self.body = body
@@ -186,7 +190,7 @@ def generative_scorer(model: nn.Module, tokenizer, max_len: int | None = None, b
     """log p(" yes" | prompt) for each candidate: one forward pass per candidate, batched."""
     max_len = context_len(model, max_len)
     yes = tokenizer.encode(YES)
-    start = decoder_start_id(tokenizer) if model.cfg.family == "encoder-decoder" else None
+    start = start_id_of(model, tokenizer)
 
     def score(query: str, docs: Sequence[str]) -> torch.Tensor:
         prompts = [relevance_prompt(tokenizer, query, doc, max_len, len(yes)) for doc in docs]
@@ -204,7 +208,7 @@ def judging_scorer(model: nn.Module, tokenizer, max_len: int | None = None, batc
     from maskwise.tasks.generate import GenerationConfig, generate
 
     max_len = context_len(model, max_len)
-    start = decoder_start_id(tokenizer) if model.cfg.family == "encoder-decoder" else None
+    start = start_id_of(model, tokenizer)
     greedy = GenerationConfig(max_new_tokens=max_new_tokens)
 
     @torch.no_grad()
@@ -228,7 +232,7 @@ def train_generative_reranker(model: nn.Module, tokenizer, data: RetrievalSet,
         raise UserError("no query has a negative to train against")
     max_len = context_len(model, cfg.max_len)
     yes, no = tokenizer.encode(YES), tokenizer.encode(NO)
-    start = decoder_start_id(tokenizer) if model.cfg.family == "encoder-decoder" else None
+    start = start_id_of(model, tokenizer)
 
     def step_loss(rng: random.Random) -> torch.Tensor:
         prompts, answers = [], []

@@ -9,9 +9,15 @@ import torch
 
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
+from maskwise.objectives.span import decoder_start_id
 from maskwise.padding import pad
 from maskwise.tasks.generate import check_generative
 from maskwise.tasks.reading import batches, device_of
+
+
+def start_id_of(model, tokenizer) -> int | None:
+    """The decoder start id scoring needs: an encoder-decoder's, or None for a decoder (one sequence)."""
+    return decoder_start_id(tokenizer) if model.cfg.kind.two_stacks else None
 
 
 def continuation_batch(model, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]],
@@ -24,7 +30,7 @@ def continuation_batch(model, prompts: Sequence[Sequence[int]], continuations: S
     if any(len(c) == 0 for c in continuations):
         raise UserError("a continuation to score must have at least one token")
     device, limit = device_of(model), model.cfg.max_seq_len
-    if model.cfg.family == "decoder":
+    if model.cfg.kind.causal:
         seqs, labels = [], []
         for prompt, continuation in zip(prompts, continuations):
             n = len(continuation)

@@ -45,7 +45,7 @@ class Seq2SeqConfig(FinetuneConfig):
 def _source_room(model: nn.Module, max_target_len: int) -> int:
     """Source tokens that fit: all of the context for an encoder-decoder's encoder; for a decoder,
     what is left after [SEP], the target and [EOS]."""
-    if model.cfg.family == "encoder-decoder":
+    if model.cfg.kind.two_stacks:
         return model.cfg.max_seq_len
     room = model.cfg.max_seq_len - max_target_len - 2
     if room < 1:
@@ -58,7 +58,7 @@ def source_ids(model: nn.Module, tokenizer, source: str, max_target_len: int) ->
     """The source as the model reads it: cut to fit (from the end: the passage's first speakers are
     the first targets), plus [SEP] for a decoder, whose target follows in the same sequence."""
     ids = tokenizer.encode(source)[:_source_room(model, max_target_len)]
-    return ids + [tokenizer.sep_id] if model.cfg.family == "decoder" else ids
+    return ids + [tokenizer.sep_id] if model.cfg.kind.causal else ids
 
 
 def seq2seq_batch(model: nn.Module, tokenizer, examples: Sequence[Seq2SeqExample],
@@ -67,7 +67,7 @@ def seq2seq_batch(model: nn.Module, tokenizer, examples: Sequence[Seq2SeqExample
     device, eos = device_of(model), tokenizer.eos_id
     sources = [source_ids(model, tokenizer, e.source, max_target_len) for e in examples]
     targets = [ids[:max_target_len] + [eos] for ids in tokenizer.encode_batch([e.target for e in examples])]
-    if model.cfg.family == "encoder-decoder":
+    if model.cfg.kind.two_stacks:
         ids, mask = pad(sources, tokenizer.pad_id, "right", device)
         dec, dec_mask = pad([[decoder_start_id(tokenizer), *t[:-1]] for t in targets], tokenizer.pad_id,
                             "right", device)

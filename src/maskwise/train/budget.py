@@ -65,11 +65,10 @@ def flops_per_token(model: nn.Module, context: int) -> tuple[float, float, float
     if callable(own):
         return own(context)
     cfg = getattr(model, "cfg", None)
-    family = getattr(model, "family", None)
-    if cfg is None or family is None:
+    if cfg is None or getattr(model, "family", None) is None:
         return 6.0 * sum(p.numel() for p in model.parameters()), 0.0, 0.0
     head = 6.0 * cfg.d_model * cfg.vocab_size + (6.0 * cfg.d_model ** 2 if cfg.lm_head_transform else 0.0)
-    if family == "encoder-decoder":
+    if cfg.kind.two_stacks:
         return stack_flops(model.encoder, context), stack_flops(model.decoder, context, attended=2), head
     per_token = stack_flops(model.stack, context)
-    return (per_token, 0.0, head) if family == "encoder" else (0.0, per_token, head)
+    return (per_token, 0.0, head) if cfg.kind.encoder_only else (0.0, per_token, head)

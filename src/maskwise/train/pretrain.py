@@ -16,10 +16,10 @@ import torch
 import torch.distributed as dist
 
 from maskwise import runs
-from maskwise.config import FAMILIES, ModelConfig, from_dict, preset
+from maskwise.config import ModelConfig, from_dict, preset
 from maskwise.errors import UserError
+from maskwise.families import family_of
 from maskwise.objectives.registry import (
-    DEFAULT_OBJECTIVE,
     OBJECTIVE_OPTIONS,
     build_objective,
     check_pair,
@@ -27,7 +27,6 @@ from maskwise.objectives.registry import (
 from maskwise.runtime import Runtime
 from maskwise.train.loop import TrainConfig, Trainer, distributed_context
 
-DEFAULT_PRESET = {"encoder": "bert", "decoder": "gpt2", "encoder-decoder": "t5"}
 # What --resume applies from the new command line; any other difference from the run is refused.
 RESUMABLE = ("device", "precision", "bf16", "compile", "steps", "budget", "eval_every", "progress",
              "keep_last", "max_nonfinite", "tensorboard")
@@ -91,13 +90,11 @@ class PretrainConfig:
 
     def resolved(self) -> PretrainConfig:
         """Fill the family-dependent defaults and check the family/objective pair."""
-        if self.family not in FAMILIES:
-            raise UserError(f"family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
-        objective = self.objective or DEFAULT_OBJECTIVE[self.family]
+        family = family_of(self.family)
+        objective = self.objective or family.objective
         check_pair(self.family, objective)
         out = self.out or f"runs/{self.family}-{objective}"
-        return dataclasses.replace(self, objective=objective, preset=self.preset or DEFAULT_PRESET[self.family],
-                                   out=out)
+        return dataclasses.replace(self, objective=objective, preset=self.preset or family.preset, out=out)
 
 
 _Top = dataclasses.make_dataclass(
