@@ -2,6 +2,7 @@
 end-to-end run per task (a few steps on tiny models: this checks the plumbing, not the quality,
 which benchmarks/tasks_quality.py measures)."""
 
+import copy
 import math
 
 import pytest
@@ -180,6 +181,22 @@ def test_classify_end_to_end(tokenizer, family, freeze):
     result = evaluate_classifier(model, tokenizer, test, [e.label for e in train])
     assert result["mode"] == ("probe" if freeze else "finetune") and result["pooling"] == model.pooling
     assert 0 <= result["accuracy"] <= 1 and result["baseline"]["accuracy"] == pytest.approx(1 / 6)
+
+
+@pytest.mark.integration
+@pytest.mark.precision("fp32")
+def test_a_fine_tune_with_a_seed_is_the_same_whatever_the_global_random_state(tokenizer):
+    """The fresh head is drawn from the run's seed, not from whatever torch's generator held (torch seeds
+    it at random in every process), so one seed gives one result."""
+    train = genre_examples("train", per_genre=4)
+    cfg = ClassifyConfig(**{**QUICK, "steps": 2})
+    body = tiny("encoder", tokenizer)
+    heads = []
+    for state in (1, 2):
+        torch.manual_seed(state)
+        model = train_classifier(copy.deepcopy(body), tokenizer, train, cfg)
+        heads.append([p.detach().clone() for p in model.head.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*heads))
 
 
 @pytest.mark.integration

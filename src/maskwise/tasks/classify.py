@@ -95,6 +95,7 @@ def train_classifier(body: nn.Module, tokenizer, train: Sequence[LabelledText], 
     if len(labels) < 2:
         raise UserError(f"classification needs at least 2 labels, got {labels}")
     index = {label: i for i, label in enumerate(labels)}
+    torch.manual_seed(cfg.seed)  # the fresh head's initialisation is part of the seeded run
     model = SequenceClassifier(body, labels, cfg.pooling, cfg.freeze, cfg.dropout)
     max_len, device = context_len(body, cfg.max_len), device_of(body)
 

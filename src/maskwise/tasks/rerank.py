@@ -138,6 +138,7 @@ def pair_inputs(tokenizer, query: str, docs: Sequence[str], max_len: int, device
 def train_cross_encoder(body: nn.Module, tokenizer, data: RetrievalSet, negatives: Sequence[Sequence[int]],
                         cfg: RerankConfig) -> CrossEncoder:
     """Listwise training: per query, softmax over [positive, *negatives]; the positive is class 0."""
+    torch.manual_seed(cfg.seed)  # the fresh head's initialisation is part of the seeded run
     model = CrossEncoder(body)
     usable = [i for i, neg in enumerate(negatives) if neg]
     if not usable:
