@@ -105,6 +105,11 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         return self.backend.encode(text, add_special_tokens=False).ids
 
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Ids and each id's (start, end) characters in ``text``: how a per-word label finds its token."""
+        encoding = self.backend.encode(text, add_special_tokens=False)
+        return encoding.ids, encoding.offsets
+
     def encode_batch(self, texts: Iterable[str]) -> list[list[int]]:
         return [encoding.ids for encoding in self.backend.encode_batch(list(texts), add_special_tokens=False)]
 

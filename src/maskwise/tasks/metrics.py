@@ -44,6 +44,30 @@ def macro_f1(predicted: Sequence[Hashable], gold: Sequence[Hashable],
     return sum(scores) / len(scores)
 
 
+def tag_scores(predicted: Sequence[Hashable], gold: Sequence[Hashable], outside: Hashable) -> dict:
+    """Per-word tags scored the way tagging is reported (CoNLL's precision, recall and F1 over the
+    tags that say something, ``outside`` left out): per tag, micro over every such tag (a word counts
+    only if its tag is the gold one), macro (their mean), and ``detection`` F1 (some tag vs none,
+    whichever: for punctuation, "a mark goes here")."""
+    _same_length(predicted, gold)
+
+    def prf(tp: int, n_predicted: int, n_gold: int) -> dict[str, float]:
+        precision = tp / n_predicted if n_predicted else 0.0
+        recall = tp / n_gold if n_gold else 0.0
+        return {"precision": precision, "recall": recall, "f1": _f1(tp, n_predicted, n_gold), "support": n_gold}
+
+    tags = sorted({t for t in (*predicted, *gold) if t != outside}, key=str)
+    per_tag = {str(t): prf(sum(p == g == t for p, g in zip(predicted, gold)), sum(p == t for p in predicted),
+                           sum(g == t for g in gold)) for t in tags}
+    n_predicted = sum(p != outside for p in predicted)
+    n_gold = sum(g != outside for g in gold)
+    micro = prf(sum(p == g != outside for p, g in zip(predicted, gold)), n_predicted, n_gold)
+    detection = prf(sum(p != outside and g != outside for p, g in zip(predicted, gold)), n_predicted, n_gold)
+    gold_tags = [str(t) for t in tags if per_tag[str(t)]["support"]]
+    macro = sum(per_tag[t]["f1"] for t in gold_tags) / len(gold_tags) if gold_tags else 0.0
+    return {"micro": micro, "macro_f1": macro, "detection": detection, "per_tag": per_tag}
+
+
 def majority_label(labels: Sequence[Hashable]) -> Hashable:
     """The most frequent label; ties go to the first in sorted order, so the baseline is stable."""
     counts = Counter(labels)

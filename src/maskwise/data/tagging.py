@@ -1,0 +1,148 @@
+"""Token-classification data: words with one tag each, from the plays or a user's file.
+
+The plays' task is punctuation restoration: a speech with ``, . ; : ! ?`` removed, each word tagged
+with the mark that followed it (``O`` for none). Whether a mark follows a word depends on what comes
+after it, which a bidirectional encoder sees and a causal decoder does not: the structural claim a
+tagging row tests. Line breaks are kept (verse ends its lines on marks more often than not), and the
+split is by play, so the test words come from plays no model saw.
+
+A user's file is CoNLL (one ``word ... tag`` per line, the tag in the last column, a blank line
+between sentences, ``-DOCSTART-`` lines skipped) or JSONL (``{"tokens": [...], "tags": [...]}``,
+the layout of HF token-classification datasets with string tags).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from maskwise.data.plays import split_plays
+from maskwise.errors import UserError
+
+OUTSIDE = "O"  # the tag of a word that carries nothing (no mark follows it, no entity)
+MARKS = ",.;:!?"
+# A word, the marks after it, what closes it after them (quotes, dashes: kept), the whitespace after it.
+_WORD = re.compile(r"(\S+?)([" + re.escape(MARKS) + r"]*)([-'\")\]]*)(\s+|$)")
+
+
+@dataclass(frozen=True)
+class TaggedText:
+    """Words, one tag each, and the whitespace after each word (spaces unless the source had line breaks)."""
+
+    words: tuple[str, ...]
+    tags: tuple[str, ...]
+    separators: tuple[str, ...]
+    source: str = ""
+
+    @property
+    def text(self) -> str:
+        return "".join(w + s for w, s in zip(self.words, self.separators)).rstrip()
+
+    def word_ends(self) -> list[int]:
+        """The character offset just past each word in ``text``."""
+        ends, at = [], 0
+        for word, separator in zip(self.words, self.separators):
+            at += len(word)
+            ends.append(at)
+            at += len(separator)
+        return ends
+
+
+def punctuated_words(text: str) -> tuple[list[str], list[str], list[str]]:
+    """(words without their trailing marks, each word's tag: its first mark or ``O``, the whitespace after it)."""
+    words, tags, separators = [], [], []
+    for match in _WORD.finditer(text):
+        word, marks, closing, space = match.groups()
+        if not word.strip(MARKS):  # a lone mark ("?!") has no word to attach to
+            continue
+        words.append(word + closing)
+        tags.append(marks[0] if marks else OUTSIDE)
+        separators.append("\n" if "\n" in space else " ")
+    return words, tags, separators
+
+
+def punctuation_examples(split: str, max_chars: int = 200, limit: int | None = None, seed: int = 0) -> list[TaggedText]:
+    """Windows of whole words of the ``split`` plays' speeches, at most ``max_chars`` characters each
+    (punctuation removed), ``limit`` of them drawn with ``seed`` (all, in play order, when None)."""
+    if max_chars < 20:
+        raise UserError(f"tagging windows need at least 20 characters, got {max_chars}")
+    windows = []
+    for play in split_plays()[split]:
+        for number, speech in enumerate(play.speeches):
+            words, tags, separators = punctuated_words(speech.text)
+            start = 0
+            while start < len(words):
+                end, length = start, 0
+                while end < len(words) and length + len(words[end]) <= max_chars:
+                    length += len(words[end]) + 1
+                    end += 1
+                end = max(end, start + 1)  # a word longer than the window stands alone
+                windows.append(TaggedText(tuple(words[start:end]), tuple(tags[start:end]),
+                                          tuple(separators[start:end]), f"{play.slug}:{number}"))
+                start = end
+    if limit is not None and limit < len(windows):
+        windows = random.Random(seed).sample(windows, limit)
+    return windows
+
+
+def tagged_from_file(path: str | Path) -> list[TaggedText]:
+    """The sentences of a CoNLL file (``.conll``, ``.txt``, ``.tsv``) or a ``.jsonl`` of tokens and tags."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise UserError(f"tagging data: no such file {path}")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise UserError(f"tagging data: {path} is not UTF-8 text (byte offset {error.start})") from None
+    rows = _jsonl(path, text) if path.suffix.lower() == ".jsonl" else _conll(path, text)
+    if not rows:
+        raise UserError(f"tagging data: {path} has no sentences")
+    return rows
+
+
+def _example(words: list[str], tags: list[str], source: str) -> TaggedText:
+    return TaggedText(tuple(words), tuple(tags), (" ",) * len(words), source)
+
+
+def _conll(path: Path, text: str) -> list[TaggedText]:
+    rows, words, tags, first = [], [], [], 0
+    for number, line in enumerate(text.split("\n"), start=1):
+        columns = line.split()
+        if not columns or columns[0] == "-DOCSTART-":
+            if words:
+                rows.append(_example(words, tags, f"{path.name}:{first}"))
+            words, tags = [], []
+            continue
+        if len(columns) < 2:
+            raise UserError(f"tagging data: {path} line {number} has one column; CoNLL lines are 'word ... tag'")
+        if not words:
+            first = number
+        words.append(columns[0])
+        tags.append(columns[-1])
+    if words:
+        rows.append(_example(words, tags, f"{path.name}:{first}"))
+    return rows
+
+
+def _jsonl(path: Path, text: str) -> list[TaggedText]:
+    rows = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise UserError(f"tagging data: {path} line {number} is not JSON ({error.msg})") from None
+        words, tags = (record.get(key) if isinstance(record, dict) else None for key in ("tokens", "tags"))
+        if not (isinstance(words, list) and isinstance(tags, list) and words
+                and all(isinstance(x, str) and x.strip() and not any(c.isspace() for c in x) for x in words)
+                and all(isinstance(x, str) and x for x in tags)):
+            raise UserError(f"tagging data: {path} line {number} needs 'tokens' and 'tags': lists of non-empty "
+                            f"strings (tokens without spaces)")
+        if len(words) != len(tags):
+            raise UserError(f"tagging data: {path} line {number} has {len(words)} tokens but {len(tags)} tags")
+        rows.append(_example(words, tags, f"{path.name}:{number}"))
+    return rows

@@ -1,0 +1,117 @@
+"""Token classification: the plays' punctuation task, user files, the word -> token alignment, the
+scores against hand-computed values, and one tiny run per family through the library."""
+
+import json
+
+import pytest
+import torch
+
+from maskwise.data.corpus import load_corpus
+from maskwise.data.tagging import (
+    OUTSIDE,
+    TaggedText,
+    punctuated_words,
+    punctuation_examples,
+    tagged_from_file,
+)
+from maskwise.data.tokenizers import build_tokenizer
+from maskwise.errors import UserError
+from maskwise.tasks.metrics import tag_scores
+from maskwise.tasks.tag import TagConfig, evaluate_tagger, predict_tags, train_tagger, word_positions
+from tests.test_tasks_library import tiny
+
+
+@pytest.fixture(scope="module")
+def tokenizer(small_text):
+    return build_tokenizer("char", load_corpus(str(small_text)))
+
+
+@pytest.mark.unit
+def test_each_word_is_tagged_with_the_mark_that_followed_it():
+    words, tags, separators = punctuated_words("Good morrow, Benedick.\nHow now?! -- what's this; a.b. sir,-- 'end.'")
+    assert words == ["Good", "morrow", "Benedick", "How", "now", "--", "what's", "this", "a.b", "sir--", "'end'"]
+    assert tags == ["O", ",", ".", "O", "?", "O", "O", ";", ".", ",", "."]  # the first of several; quotes stay
+    assert separators[2] == "\n" and set(separators) - {"\n"} == {" "}
+
+
+@pytest.mark.unit
+def test_play_windows_are_whole_words_split_by_play_and_many():
+    test = punctuation_examples("test", max_chars=120)
+    train_sources = {e.source.split(":")[0] for e in punctuation_examples("train", max_chars=120, limit=200)}
+    assert len(test) >= 1000 and not train_sources & {e.source.split(":")[0] for e in test}
+    assert all(len(e.text) <= 120 or len(e.words) == 1 for e in test)
+    words = [w for e in test for w in e.words]  # the marks are the answers: none left but inside fused words
+    assert sum(any(c in w for c in ",.;:!?") for w in words) < len(words) / 1000
+    assert {t for e in test for t in e.tags} == {OUTSIDE, ",", ".", ";", ":", "!", "?"}
+    assert punctuation_examples("test", 120, limit=50, seed=1) == punctuation_examples("test", 120, limit=50, seed=1)
+
+
+@pytest.mark.unit
+def test_a_word_is_read_at_its_last_token_after_the_frame(tokenizer):
+    example = TaggedText(("To", "be", "or"), ("O", ",", "O"), (" ", " ", " "))
+    assert example.text == "To be or" and example.word_ends() == [2, 5, 8]
+    ids, where = word_positions(tokenizer, example, "decoder", 64)
+    assert ids == tokenizer.encode("To be or") and where == [1, 4, 7]  # characters: one token each
+    ids, where = word_positions(tokenizer, example, "encoder", 64)
+    assert ids[0] == tokenizer.cls_id and where == [2, 5, 8]  # [CLS] shifts every position by one
+    _, where = word_positions(tokenizer, example, "decoder", 6)
+    assert where == [1, 4, -1]  # the cut leaves the last word unread
+
+
+@pytest.mark.unit
+def test_tag_scores_match_hand_counts():
+    gold = [",", ",", "O", ".", "O", "O"]
+    predicted = [",", ".", ".", ".", "O", ","]
+    scores = tag_scores(predicted, gold, OUTSIDE)
+    # ",": 1 right of 2 predicted, 2 gold; ".": 1 right of 3 predicted, 1 gold; micro 2 right of 5 predicted, 3 gold
+    assert scores["per_tag"][","] == {"precision": 0.5, "recall": 0.5, "f1": 0.5, "support": 2}
+    assert scores["per_tag"]["."]["f1"] == pytest.approx(2 * (1 / 3) * 1 / (1 / 3 + 1))
+    assert scores["micro"]["f1"] == pytest.approx(2 * 0.4 * (2 / 3) / (0.4 + 2 / 3))
+    assert scores["macro_f1"] == pytest.approx((0.5 + 0.5) / 2)
+    assert scores["detection"]["precision"] == pytest.approx(3 / 5) and scores["detection"]["recall"] == 1.0
+
+
+@pytest.mark.unit
+def test_user_files_in_conll_and_jsonl(tmp_path):
+    conll = tmp_path / "ner.conll"
+    conll.write_text("-DOCSTART- O\n\nJohn B-PER\nlives O\nin O\nParis B-LOC\n\nHi O\n", encoding="utf-8")
+    rows = tagged_from_file(conll)
+    assert [r.words for r in rows] == [("John", "lives", "in", "Paris"), ("Hi",)]
+    assert rows[0].tags == ("B-PER", "O", "O", "B-LOC") and rows[0].source == "ner.conll:3"
+    jsonl = tmp_path / "ner.jsonl"
+    jsonl.write_text(json.dumps({"tokens": ["a", "b"], "tags": ["O", "X"]}) + "\n\n", encoding="utf-8")
+    assert tagged_from_file(jsonl)[0].tags == ("O", "X")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name, text, message", [
+    ("bad.conll", "John B-PER\nlonely\n", "line 2 has one column"),
+    ("bad.jsonl", '{"tokens": ["a"], "tags": ["O", "O"]}\n', "line 1 has 1 tokens but 2 tags"),
+    ("bad.jsonl", '{"tokens": ["a b"], "tags": ["O"]}\n', "line 1 needs 'tokens' and 'tags'"),
+    ("bad.jsonl", "{not json\n", "line 1 is not JSON"),
+    ("empty.conll", "\n\n", "has no sentences"),
+])
+def test_bad_tagging_files_are_one_line_errors(tmp_path, name, text, message):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(UserError, match=message):
+        tagged_from_file(path)
+
+
+@pytest.mark.integration
+@pytest.mark.precision("fp32")
+@pytest.mark.parametrize("family", ["encoder", "decoder", "encoder-decoder"])
+def test_tag_end_to_end(tokenizer, family):
+    train = punctuation_examples("train", 60, limit=16)
+    test = punctuation_examples("test", 60, limit=6)
+    tagger = train_tagger(tiny(family, tokenizer), tokenizer, train, TagConfig(steps=2, batch_size=4, progress=False))
+    assert tagger.tags[0] == OUTSIDE and len(tagger.tags) >= 2
+    ids = torch.tensor([tokenizer.encode("To be or not")])
+    assert tagger(ids, torch.ones_like(ids)).shape == (1, ids.shape[1], len(tagger.tags))
+    predicted, truncated = predict_tags(tagger, tokenizer, test)
+    assert [len(p) for p in predicted] == [len(e.words) for e in test] and truncated == 0
+    result = evaluate_tagger(tagger, tokenizer, test, [t for e in train for t in e.tags])
+    flat = [t for row in predicted for t in row]
+    assert result["n_words"] == len(flat) and result["family"] == family
+    assert result["micro"] == tag_scores(flat, [t for e in test for t in e.tags], OUTSIDE)["micro"]
+    assert result["baseline"]["tag"] == OUTSIDE and result["baseline"]["detection"]["f1"] == 0.0
