@@ -17,7 +17,7 @@ from maskwise.data.tagging import (
 from maskwise.data.tokenizers import build_tokenizer
 from maskwise.errors import UserError
 from maskwise.tasks.metrics import tag_scores
-from maskwise.tasks.tag import TagConfig, evaluate_tagger, predict_tags, train_tagger, word_positions
+from maskwise.tasks.tag import TagConfig, evaluate_tagger, predict_tags, tag_counts, train_tagger, word_positions
 from tests.test_tasks_library import tiny
 
 
@@ -110,8 +110,52 @@ def test_tag_end_to_end(tokenizer, family):
     assert tagger(ids, torch.ones_like(ids)).shape == (1, ids.shape[1], len(tagger.tags))
     predicted, truncated = predict_tags(tagger, tokenizer, test)
     assert [len(p) for p in predicted] == [len(e.words) for e in test] and truncated == 0
-    result = evaluate_tagger(tagger, tokenizer, test, [t for e in train for t in e.tags])
+    result = evaluate_tagger(tagger, tokenizer, test, tag_counts(train))
     flat = [t for row in predicted for t in row]
     assert result["n_words"] == len(flat) and result["family"] == family
     assert result["micro"] == tag_scores(flat, [t for e in test for t in e.tags], OUTSIDE)["micro"]
     assert result["baseline"]["tag"] == OUTSIDE and result["baseline"]["detection"]["f1"] == 0.0
+
+
+# ---- through the CLI --------------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+@pytest.mark.precision("fp32")
+def test_finetune_tag_on_a_users_file_and_evaluate_the_saved_tagger(tmp_path, capsys):
+    from tests.tiny_run import encoder_run, run_cli
+
+    run = encoder_run(tmp_path / "enc")
+    sentences = ["John B-PER\nlives O\nin O\nParis B-LOC", "Mary B-PER\nsaw O\nRome B-LOC", "it O\nrains O"] * 4
+    data = tmp_path / "ner.conll"
+    data.write_text("\n\n".join(sentences) + "\n", encoding="utf-8")
+    code, out, err = run_cli(capsys, "finetune", "tag", run, "--out", tmp_path / "tagger", "--data", data,
+                             "--steps", 2, "--batch-size", 4, "--no-progress")
+    assert code == 0, err
+    assert out.startswith("tag (encoder) 2 words of 1 texts")  # the last 10% of the 12 sentences: one, held out
+    tuned = json.loads((tmp_path / "tagger" / "results.json").read_text())
+    assert (tmp_path / "tagger" / "head.safetensors").is_file() and tuned["tags"][0] == OUTSIDE
+    code, out, err = run_cli(capsys, "evaluate", tmp_path / "tagger", "--data", data, "--no-progress")
+    assert code == 0, err
+    again = json.loads(next((tmp_path / "tagger").glob("results-tag-*.json")).read_text())
+    assert again["n_words"] == (4 + 3 + 2) * 4  # every sentence of the file, read with the saved head
+    code, _, err = run_cli(capsys, "evaluate", run, "--task", "tag", "--no-progress")
+    assert code == 2 and "no tagging head" in err and err.count("\n") == 1
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.precision("fp32")
+def test_finetune_tag_on_the_plays_reproduces_under_evaluate(tmp_path, capsys):
+    from tests.tiny_run import encoder_run, run_cli
+
+    run = encoder_run(tmp_path / "enc")
+    code, out, err = run_cli(capsys, "finetune", "tag", run, "--out", tmp_path / "tagger", "--steps", 2,
+                             "--batch-size", 4, "--train-windows", 20, "--eval-windows", 30, "--no-progress")
+    assert code == 0, err
+    tuned = json.loads((tmp_path / "tagger" / "results.json").read_text())
+    code, _, err = run_cli(capsys, "evaluate", tmp_path / "tagger", "--eval-windows", 30, "--no-progress")
+    assert code == 0, err
+    again = json.loads((tmp_path / "tagger" / "results-tag-test.json").read_text())
+    assert again["n_test"] == tuned["n_test"] == 30 and again["micro"] == tuned["micro"]
+    assert again["line_break_rule"] == tuned["line_break_rule"]  # the baselines from the saved training counts

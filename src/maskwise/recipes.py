@@ -40,7 +40,7 @@ class TaskSettings:
     pooling: str | None = None  # classify, retrieve; None = the family's default
     freeze: bool = False  # classify: a linear probe (only the head trains)
     max_len: int | None = None  # classify, retrieve: tokens read per text; None = the task's own default
-    max_chars: int = 600  # extract: passage characters
+    max_chars: int = 600  # extract: passage characters; tag: window characters
     max_target_len: int = 32  # extract: target tokens
     data_seed: int = 0  # which windows, pairs and passages
     sample_pairs: bool = False  # retrieve: draw the pairs among every train speech, not among capped queries
@@ -369,16 +369,31 @@ def _rerank(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: st
                              "kind": kind, "max_len": cfg.max_len}, (test, candidates)
 
 
+def _tag(model, tokenizer, s: TaskSettings, runtime: Runtime, data, label: str):
+    from maskwise.data.tagging import punctuation_examples
+    from maskwise.tasks.tag import TagConfig, evaluate_tagger, tag_counts, train_tagger
+
+    train, test = data or (
+        punctuation_examples("train", max_chars=s.max_chars, limit=s.train_examples, seed=s.data_seed),
+        punctuation_examples("test", max_chars=s.max_chars, limit=s.test_examples, seed=s.data_seed))
+    cfg = TagConfig(steps=s.steps, batch_size=s.batch_size, lr=s.lr, head_lr=s.head_lr, max_len=s.max_len,
+                    seed=s.seed, progress=s.progress, precision=runtime.precision)
+    tagger = train_tagger(model, tokenizer, train, cfg)
+    counts = tag_counts(train)
+    return tagger, lambda: {**evaluate_tagger(tagger, tokenizer, test, counts, cfg.max_len), "train_counts": counts}, test
+
+
 # name -> (model, tokenizer, settings, runtime, the caller's rows or None, label) -> (trained, evaluate, test)
-TASKS: dict[str, Callable] = {"classify": _classify, "retrieve": _retrieve, "extract": _extract, "rerank": _rerank}
+TASKS: dict[str, Callable] = {"classify": _classify, "retrieve": _retrieve, "extract": _extract, "rerank": _rerank,
+                              "tag": _tag}
 
 
 def run_task(task: str, model: nn.Module, tokenizer, settings: TaskSettings, runtime: Runtime,
              data: tuple[Sequence, Any] | None = None, label: str = "model") -> TaskResult:
     """Fine-tune ``model`` (moved to ``runtime``'s device) on ``task`` and evaluate it. ``data``:
     the caller's rows instead of the plays' (classify: ``LabelledText`` lists ``(train, test)``;
-    retrieve: query/passage pairs and a ``RetrievalSet``; extract: ``Seq2SeqExample`` lists;
-    rerank: ``(train set, its negatives, test set, its first-stage candidates)``); ``label`` names
+    retrieve: query/passage pairs and a ``RetrievalSet``; extract: ``Seq2SeqExample`` lists; tag:
+    ``TaggedText`` lists; rerank: ``(train set, its negatives, test set, its first-stage candidates)``); ``label`` names
     the model in the record."""
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; known: {', '.join(TASKS)}")

@@ -15,9 +15,10 @@ from maskwise.cli.task_inputs import (
     open_model,
     retrieval_data,
     speaker_data,
+    tag_data,
 )
 
-EVAL_TASKS = ("classify", "retrieve", "rerank", "seq2seq")
+EVAL_TASKS = ("classify", "retrieve", "rerank", "seq2seq", "tag")
 PLAY_SPLITS = ("val", "test")  # the plays' held-out splits (train is what fine-tuning reads)
 
 
@@ -52,7 +53,7 @@ def run_evaluate(args) -> int:
     model, tokenizer, config = open_model(args.model, args)
     saved = config.get("task", {})
     task = args.task or {"classify": "classify", "embed": "retrieve", "rerank": "rerank",
-                         "seq2seq": "seq2seq"}.get(saved.get("kind"))
+                         "seq2seq": "seq2seq", "tag": "tag"}.get(saved.get("kind"))
     if task is None:
         raise UserError(f"{args.model} was not fine-tuned for a task: say which with --task")
     if task == "classify":
@@ -70,6 +71,8 @@ def run_evaluate(args) -> int:
         results = evaluate_retrieval(embedder, retrieval_data(args.split, args, args.max_queries), name=name)
     elif task == "rerank":
         results = _evaluate_rerank(args, model, tokenizer, saved)
+    elif task == "tag":
+        results = _evaluate_tag(args, model, tokenizer, saved)
     else:
         from maskwise.tasks.generate import GenerationConfig
         from maskwise.tasks.seq2seq import evaluate_seq2seq
@@ -111,6 +114,18 @@ def _evaluate_classify(args, model, tokenizer, saved: dict) -> dict:
     predicted = zero_shot_classify(model, tokenizer, [e.text for e in test], sorted(set(gold)))
     # No training set: the baseline predicts the evaluation set's own majority label (a stricter bar).
     return classification_results(predicted, gold, gold, mode="zero-shot", family=model.cfg.family)
+
+
+def _evaluate_tag(args, model, tokenizer, saved: dict) -> dict:
+    from maskwise.errors import UserError
+    from maskwise.tasks.tag import TokenTagger, evaluate_tagger
+
+    if saved.get("kind") != "tag":
+        raise UserError(f"{args.model} has no tagging head: run `maskwise finetune tag` first")
+    _, test = tag_data(args, args.split, model, training=False)
+    tagger = TokenTagger(model, saved["tags"])
+    _load_head(args.model, tagger.head, "tagger")
+    return evaluate_tagger(tagger, tokenizer, test, saved["train_counts"])
 
 
 def _evaluate_rerank(args, model, tokenizer, saved: dict) -> dict:

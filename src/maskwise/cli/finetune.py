@@ -21,9 +21,10 @@ from maskwise.cli.task_inputs import (
     open_model,
     retrieval_data,
     speaker_data,
+    tag_data,
 )
 
-TASKS = ("classify", "embed", "rerank", "seq2seq")
+TASKS = ("classify", "embed", "rerank", "seq2seq", "tag")
 RESULTS_FILE, SUMMARY_FILE = "results.json", "summary.txt"
 
 
@@ -63,7 +64,7 @@ def run_finetune(args) -> int:
     model, tokenizer, _ = open_model(args.model, args)
     out = prepare_folder(Path(args.out).expanduser(), args.overwrite)
     handler = {"classify": _finetune_classify, "embed": _finetune_embed, "rerank": _finetune_rerank,
-               "seq2seq": _finetune_seq2seq}[args.task]
+               "seq2seq": _finetune_seq2seq, "tag": _finetune_tag}[args.task]
     task, results, trained, head = handler(args, model, tokenizer)
     task = {"kind": args.task, "base": str(args.model), **task}
     results = {"base": str(args.model), **results}
@@ -202,3 +203,13 @@ def _finetune_seq2seq(args, model, tokenizer):
     task = {"max_target_len": args.max_target_len, "hide_speakers": args.hide_speakers,
             "rename_speakers": args.rename_speakers}
     return task, {**record, "hide_speakers": args.hide_speakers}, trained, None
+
+
+def _finetune_tag(args, model, tokenizer):
+    from maskwise.tasks.tag import TagConfig
+
+    train, test = tag_data(args, "test", model, training=True)
+    settings = _task_settings(args, TagConfig, len(train), len(test))
+    tagger, record = _run(args, "tag", model, tokenizer, settings, (train, test))
+    task = {"tags": tagger.tags, "train_counts": record["train_counts"]}
+    return task, record, tagger.body, tagger.head

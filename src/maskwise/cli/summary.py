@@ -31,6 +31,12 @@ def summarize(r: dict) -> str:
                 f"{r['exact_match']:.3f} (copy first line {base['exact_match']:.3f}), speakers F1 "
                 f"{r['speakers_f1']:.3f} ({base['speakers_f1']:.3f}), token F1 {r['token_f1']:.3f} "
                 f"({base['token_f1']:.3f})")
+    if task == "tag":
+        rule = r["line_break_rule"]
+        return (f"tag ({r['family']}) {r['n_words']} words of {r['n_test']} texts: F1 {r['micro']['f1']:.3f} "
+                f"(most frequent tag {base['micro']['f1']:.3f}, {rule['name']} {rule['micro']['f1']:.3f}), "
+                f"detection F1 {r['detection']['f1']:.3f} ({base['detection']['f1']:.3f}, "
+                f"{rule['detection']['f1']:.3f}), macro-F1 {r['macro_f1']:.3f}")
     if task == "break":
         enc, dec = r["encoder"], r["decoder"]
         return "\n".join([

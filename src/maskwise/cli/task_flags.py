@@ -75,6 +75,12 @@ def add_task_flags(parser, task: str, evaluating: bool = False) -> None:
                             help="bi-encoder run for the candidates (default: the model itself, mean-pooled)")
         parser.add_argument("--candidates", type=positive, default=100)
         parser.add_argument("--rerank-queries", type=positive, default=100, help="evaluation queries")
+    elif task == "tag":
+        parser.add_argument("--window-chars", type=positive, default=None,
+                            help="the plays' windows, in characters (default: what fits the model's context)")
+        if not evaluating:
+            parser.add_argument("--train-windows", type=positive, default=4000, help="training windows of the plays")
+        parser.add_argument("--eval-windows", type=positive, default=1000, help="evaluation windows of the plays")
     elif task == "seq2seq":
         parser.add_argument("--hide-speakers", action="store_true", help="remove speaker lines from the source")
         parser.add_argument("--max-chars", type=positive, default=None,

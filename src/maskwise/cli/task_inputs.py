@@ -128,6 +128,20 @@ def speaker_data(args, split: str, model, training: bool):
     return train, speaker_examples(split, limit=args.eval_limit, **options)
 
 
+def tag_data(args, split: str, model, training: bool):
+    """(training sentences, or None when only evaluating; evaluation sentences): the plays'
+    punctuation windows, or the sentences of --data (--eval-data), CoNLL or JSONL."""
+    from maskwise.data.tagging import punctuation_examples, tagged_from_file
+
+    if args.data is not None:
+        if training:
+            return _user_rows(args, tagged_from_file)
+        return None, tagged_from_file(args.data)
+    chars = args.window_chars or max(20, model.cfg.max_seq_len - 1)  # a character a token at worst, and [CLS]
+    train = punctuation_examples("train", chars, limit=args.train_windows, seed=args.seed) if training else None
+    return train, punctuation_examples(split, chars, limit=args.eval_windows)  # one test sample whatever the seed
+
+
 def _default_max_chars(model) -> int:
     """Sources that fit the context whatever the tokenizer: a character per token at worst, less the
     target's room for a decoder, which reads source and target in one sequence."""

@@ -119,15 +119,21 @@ def predict_tags(model: TokenTagger, tokenizer, examples: Sequence[TaggedText], 
     return predicted, truncated
 
 
-def tagging_results(predicted: Sequence[Sequence[str]], test: Sequence[TaggedText], train_tags: Sequence[str],
+def tag_counts(examples: Sequence[TaggedText]) -> dict[str, int]:
+    """How often each tag occurs: what the baselines are drawn from (a fine-tune keeps its training set's)."""
+    return dict(Counter(t for e in examples for t in e.tags))
+
+
+def tagging_results(predicted: Sequence[Sequence[str]], test: Sequence[TaggedText], train_counts: dict[str, int],
                     **settings) -> dict:
     """Per-word scores (``tag_scores``) beside two trivial baselines: every word tagged with the
     training set's most frequent tag, and the most frequent other tag placed before every line
     break (the verse rule, strong for punctuation), and each word's 0/1 for intervals."""
     gold = [t for e in test for t in e.tags]
     flat = [t for row in predicted for t in row]
-    majority = Counter(train_tags).most_common(1)[0][0]
-    marked = Counter(t for t in train_tags if t != OUTSIDE).most_common(1)
+    counts = Counter(train_counts)
+    majority = counts.most_common(1)[0][0]
+    marked = Counter({t: n for t, n in counts.items() if t != OUTSIDE}).most_common(1)
     rule_tag = marked[0][0] if marked else OUTSIDE
     rule = [rule_tag if s == "\n" else OUTSIDE for e in test for s in e.separators]
     return {
@@ -140,8 +146,8 @@ def tagging_results(predicted: Sequence[Sequence[str]], test: Sequence[TaggedTex
     }
 
 
-def evaluate_tagger(model: TokenTagger, tokenizer, test: Sequence[TaggedText], train_tags: Sequence[str],
+def evaluate_tagger(model: TokenTagger, tokenizer, test: Sequence[TaggedText], train_counts: dict[str, int],
                     max_len: int | None = None, batch_size: int = 64) -> dict:
     predicted, truncated = predict_tags(model, tokenizer, test, batch_size, max_len)
-    return tagging_results(predicted, test, train_tags, family=model.body.cfg.family, tags=model.tags,
+    return tagging_results(predicted, test, train_counts, family=model.body.cfg.family, tags=model.tags,
                            truncated_words=truncated)
