@@ -17,7 +17,14 @@ from maskwise.data.tagging import (
 from maskwise.data.tokenizers import build_tokenizer
 from maskwise.errors import UserError
 from maskwise.tasks.metrics import tag_scores
-from maskwise.tasks.tag import TagConfig, evaluate_tagger, predict_tags, tag_counts, train_tagger, word_positions
+from maskwise.tasks.tag import (
+    TagConfig,
+    evaluate_tagger,
+    predict_tags,
+    tag_counts,
+    train_tagger,
+    word_positions,
+)
 from tests.test_tasks_library import tiny
 
 
@@ -135,7 +142,7 @@ def test_finetune_tag_on_a_users_file_and_evaluate_the_saved_tagger(tmp_path, ca
     assert out.startswith("tag (encoder) 2 words of 1 texts")  # the last 10% of the 12 sentences: one, held out
     tuned = json.loads((tmp_path / "tagger" / "results.json").read_text())
     assert (tmp_path / "tagger" / "head.safetensors").is_file() and tuned["tags"][0] == OUTSIDE
-    code, out, err = run_cli(capsys, "evaluate", tmp_path / "tagger", "--data", data, "--no-progress")
+    code, _, err = run_cli(capsys, "evaluate", tmp_path / "tagger", "--data", data, "--no-progress")
     assert code == 0, err
     again = json.loads(next((tmp_path / "tagger").glob("results-tag-*.json")).read_text())
     assert again["n_words"] == (4 + 3 + 2) * 4  # every sentence of the file, read with the saved head
@@ -150,7 +157,7 @@ def test_finetune_tag_on_the_plays_reproduces_under_evaluate(tmp_path, capsys):
     from tests.tiny_run import encoder_run, run_cli
 
     run = encoder_run(tmp_path / "enc")
-    code, out, err = run_cli(capsys, "finetune", "tag", run, "--out", tmp_path / "tagger", "--steps", 2,
+    code, _, err = run_cli(capsys, "finetune", "tag", run, "--out", tmp_path / "tagger", "--steps", 2,
                              "--batch-size", 4, "--train-windows", 20, "--eval-windows", 30, "--no-progress")
     assert code == 0, err
     tuned = json.loads((tmp_path / "tagger" / "results.json").read_text())
