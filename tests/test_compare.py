@@ -16,14 +16,15 @@ d_model = 32
 block_size = 128
 extraction_target = 24
 batch_size = 8
-classify_steps = 3
+tag_steps = 3
+tag_train_windows = 12
+tag_test_windows = 6
+tag_window_chars = 80
 retrieve_steps = 3
 extract_steps = 3
 held_out_blocks = 4
 min_steps = 100000
 ttft_repeats = 2
-genre_per_class = 12
-genre_test_per_class = 4
 retrieval_pairs = 40
 retrieval_queries = 20
 extraction_train = 24
@@ -52,6 +53,9 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     assert results["table"]["columns"] == ["task", *FAMILIES, "best"]
     rows = {row[0]: row[1:] for row in results["table"]["rows"]}
     assert rows["passage -> speakers F1 [95% interval]"][0].startswith("cannot")
+    assert all("a mark before every line break" in cell for cell in rows[
+        "punctuation restoration F1 per text (tagging) [95% interval]"][:3])  # every family tags, beside the rule
+    assert "genre" not in json.dumps(results["table"])  # six test plays decide nothing: not a row here
     assert rows["held-out next-token loss (nats/char) [95% interval]"][2].startswith("conditional only")
     assert "through [MASK]" in rows["held-out next-token loss (nats/char) [95% interval]"][0]
     report = (out / "report.md").read_text()

@@ -96,6 +96,10 @@ class CompareSettings:
     extraction_chars: int = 180  # passage characters: with the target, they fit a decoder's context whole
     extraction_target: int = 64  # target tokens (characters): room for five or six names
     rename_speakers: float = 0.5  # fraction of fine-tuning passages with the cast renamed (copy, not recall)
+    tag_steps: int = 150
+    tag_train_windows: int = 4000
+    tag_test_windows: int = 1000  # from the six test plays, about 21,000 words
+    tag_window_chars: int = 200  # whole words, within a 256-character context with room for [CLS]
     rerank_steps: int = 100  # the reranker ablation (compare has no reranking row)
     rerank_train_queries: int = 1000
     # Each over its BM25 top 100: the reranker ablation reads 60 x 100 pairs three ways per seed,
@@ -143,6 +147,9 @@ class CompareSettings:
             return TaskSettings(steps=self.retrieve_steps, train_examples=self.retrieval_pairs,
                                 test_examples=self.retrieval_queries, test_docs=self.retrieval_docs,
                                 sample_pairs=True, **common)
+        if name == "tag":
+            return TaskSettings(steps=self.tag_steps, train_examples=self.tag_train_windows,
+                                test_examples=self.tag_test_windows, max_chars=self.tag_window_chars, **common)
         if name == "rerank":
             return TaskSettings(steps=self.rerank_steps, train_examples=self.rerank_train_queries,
                                 test_examples=self.rerank_test_queries, **common)
@@ -167,6 +174,7 @@ def matched_ffn_width(preset_name: str, d_model: int, layers: int) -> int:
 
 QUICK = CompareSettings(name="quick", seconds=15.0, d_model=64, min_steps=40, classify_steps=30, retrieve_steps=30,
                         extract_steps=30, genre_per_class=60, genre_test_per_class=40, retrieval_pairs=600,
+                        tag_steps=60, tag_train_windows=1000, tag_test_windows=300,
                         retrieval_queries=150, retrieval_docs=300, extraction_train=400, extraction_test=60, held_out_chars=600,
                         held_out_blocks=10, fill_positions=100, ttft_repeats=10)
 
@@ -175,7 +183,8 @@ QUICK = CompareSettings(name="quick", seconds=15.0, d_model=64, min_steps=40, cl
 GPU = CompareSettings(name="gpu", seconds=180.0, d_model=384, heads=6, layers=6, block_size=512, batch_size=64,
                       tokenizer="bpe", vocab_size=4096, lr=1e-3, warmup=100, min_steps=1500,
                       classify_steps=400, retrieve_steps=400, extract_steps=600, genre_per_class=500,
-                      genre_test_per_class=230,
+                      genre_test_per_class=230, tag_steps=400, tag_train_windows=8000, tag_test_windows=2000,
+                      tag_window_chars=400,
                       retrieval_pairs=8000, extraction_train=6000, extraction_chars=400, extraction_target=48,
                       held_out_chars=8000)
 
@@ -187,13 +196,15 @@ SMOKE = CompareSettings(name="smoke", seconds=2.0, d_model=32, heads=2, layers=2
                         genre_per_class=4, genre_test_per_class=4, retrieval_pairs=24, retrieval_queries=24,
                         retrieval_docs=48, extraction_train=24, extraction_test=24, extraction_chars=40,
                         extraction_target=16, rerank_train_queries=24, rerank_test_queries=8, held_out_chars=200,
-                        held_out_blocks=2, fill_positions=10, ttft_repeats=2)
+                        held_out_blocks=2, fill_positions=10, ttft_repeats=2, tag_steps=2, tag_train_windows=16,
+                        tag_test_windows=8, tag_window_chars=50)
 
 # Every experiment's fine-tuning (compare's and the ablations'): these tiny bodies need lr 1e-3
 # (at 3e-4 classification stayed near chance on a quick-scale encoder).
 FINETUNE = {"classify": {"batch_size": 32, "lr": 1e-3, "head_lr": 3e-3},
                 "retrieve": {"batch_size": 32, "lr": 1e-3},
                 "extract": {"batch_size": 16, "lr": 1e-3, "max_target_len": 32},
+                "tag": {"batch_size": 16, "lr": 1e-3, "head_lr": 3e-3},
                 # 8 queries x 3 negatives x 192 tokens: a third of RerankConfig's 7 x 256, which these
                 # bodies learned no more from (docs/results.md).
                 "rerank": {"batch_size": 8, "lr": 1e-3, "head_lr": 3e-3, "negatives": 3, "max_len": 192}}

@@ -135,15 +135,23 @@ def tagging_results(predicted: Sequence[Sequence[str]], test: Sequence[TaggedTex
     majority = counts.most_common(1)[0][0]
     marked = Counter({t: n for t, n in counts.items() if t != OUTSIDE}).most_common(1)
     rule_tag = marked[0][0] if marked else OUTSIDE
-    rule = [rule_tag if s == "\n" else OUTSIDE for e in test for s in e.separators]
+    rule_rows = [[rule_tag if s == "\n" else OUTSIDE for s in e.separators] for e in test]
+    rule = [t for row in rule_rows for t in row]
     return {
         "task": "tag", **settings, "n_test": len(test), "n_words": len(gold),
         "accuracy": accuracy(flat, gold), **tag_scores(flat, gold, OUTSIDE),
         "correct": [int(p == g) for p, g in zip(flat, gold)],
+        "per_example": {"f1": window_f1(predicted, test)},
         "baseline": {"name": "most frequent tag", "tag": majority,
                      **tag_scores([majority] * len(gold), gold, OUTSIDE)},
-        "line_break_rule": {"name": f"{rule_tag!r} before every line break", **tag_scores(rule, gold, OUTSIDE)},
+        "line_break_rule": {"name": f"{rule_tag!r} before every line break", **tag_scores(rule, gold, OUTSIDE),
+                            "per_example": {"f1": window_f1(rule_rows, test)}},
     }
+
+
+def window_f1(predicted: Sequence[Sequence[str]], test: Sequence[TaggedText]) -> list[float]:
+    """Each text's micro F1 on its own: the items an interval over texts resamples."""
+    return [tag_scores(row, e.tags, OUTSIDE)["micro"]["f1"] for row, e in zip(predicted, test)]
 
 
 def evaluate_tagger(model: TokenTagger, tokenizer, test: Sequence[TaggedText], train_counts: dict[str, int],
