@@ -17,7 +17,13 @@ import time
 
 from maskwise.data.tagging import OUTSIDE, punctuation_examples
 from maskwise.interop.folders import load
-from maskwise.tasks.tag import TagConfig, predict_tags, tag_counts, tagging_results, train_tagger
+from maskwise.tasks.tag import (
+    TagConfig,
+    predict_tags,
+    tag_counts,
+    tagging_results,
+    train_tagger,
+)
 
 
 def window_f1_interval(predicted, test, exact: bool, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:

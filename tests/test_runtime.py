@@ -178,6 +178,16 @@ def test_the_probe_times_the_work_in_both_precisions_and_says_what_it_measured(m
 
 
 @pytest.mark.unit
+@pytest.mark.skipif(not detect_hardware().cpu_bf16_native, reason="the probe runs only where bf16 is native")
+def test_the_real_probe_times_both_precisions_and_leaves_the_random_state_alone():
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    measured = runtime_module.cpu_bf16_probe.__wrapped__()  # uncached: this call really times
+    assert torch.equal(torch.get_rng_state(), before)  # a seeded run is the same whether or not it probed
+    assert measured.fp32_ms > 0 and measured.bf16_ms > 0
+
+
+@pytest.mark.unit
 def test_autocast_follows_the_precision():
     a, b = torch.randn(4, 8), torch.randn(8, 4)
     for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):

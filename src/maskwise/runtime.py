@@ -108,23 +108,28 @@ class Bf16Probe:
         return self.fp32_ms / max(self.bf16_ms, 1e-9)
 
     def describe(self) -> str:
-        return (f"a d-256 MLP's forward + backward on 1024 rows took {self.bf16_ms:.1f} ms in bf16 vs "
-                f"{self.fp32_ms:.1f} ms in fp32 ({self.speedup:.1f}x)")
+        return (f"a d-{PROBE_WIDTH} MLP's forward + backward on {PROBE_ROWS} rows took {self.bf16_ms:.1f} ms in "
+                f"bf16 vs {self.fp32_ms:.1f} ms in fp32 ({self.speedup:.1f}x)")
+
+
+PROBE_WIDTH, PROBE_ROWS, PROBE_REPEATS = 256, 1024, 5
 
 
 @functools.cache
-def cpu_bf16_probe(width: int = 256, rows: int = 1024, repeats: int = 5) -> Bf16Probe:
+def cpu_bf16_probe() -> Bf16Probe:
     """Time the work training does (linear layers forward and backward, with autocast's casts), not
     one bare matmul, whose ratio moved from 1.7x to 10.4x between processes on one machine; the
-    median of ``repeats`` after a warm-up. Only asked where the CPU has native bf16, so it never
-    runs the emulated (slow) path."""
-    generator = torch.Generator().manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width))
-    x = torch.randn(rows, width, generator=generator)
+    median of the repeats after a warm-up. Only asked where the CPU has native bf16, so it never
+    runs the emulated (slow) path; it leaves torch's global random state as it found it."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        width = PROBE_WIDTH
+        mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width))
+        x = torch.randn(PROBE_ROWS, width)
 
     def median_ms(dtype: torch.dtype | None) -> float:
         times = []
-        for _ in range(repeats + 1):  # the first call pays for kernel selection
+        for _ in range(PROBE_REPEATS + 1):  # the first call pays for kernel selection
             start = time.perf_counter()
             with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
                 y = mlp(x)
