@@ -29,6 +29,7 @@ SHARED = "equal tokens and wall-clock"  # the axis name when every arm reads the
 MIN_BUCKET = 10  # a length bucket needs this many test items before a rule reads it
 GENRE_ACC = "genre accuracy"
 RECALL = "recall@10"  # ICT retrieval over the test plays' speeches
+TAG_F1 = "punctuation F1 (tagging)"  # micro F1 over the test words: the right mark after the right word
 # Equal wall-clock: an arm whose equal-tokens run took at most this much longer than its seed's
 # fastest keeps that run on both axes. Arms of equal cost per token differ by the machine's
 # run-to-run noise (5-10% on 2 shared cores), and rerunning them would measure that noise twice.

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from maskwise.errors import UserError
 from maskwise.experiments.ablations.framework import (
     AXES,
+    TAG_F1,
     TOKENS,
     WALL,
     Ablation,
@@ -26,7 +27,6 @@ from maskwise.experiments.ablations.framework import (
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 
 MASK_LOSS = "held-out MLM loss at 15% masking"
-TAG_F1 = "punctuation F1 (tagging)"  # micro F1 over the test words: the right mark after the right word
 DEFAULT_RATIOS = (0.15, 0.30)
 
 RULE = ("Compare the lowest ratio (a) and the highest (b). The loss is MLM loss per masked token on "
