@@ -28,7 +28,7 @@ from maskwise.model.heads import IGNORE_INDEX, ClassifierHead
 from maskwise.padding import pad
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.metrics import accuracy, tag_scores
-from maskwise.tasks.reading import batches, context_len, device_of, frame_extra
+from maskwise.tasks.reading import batches, context_len, device_of, frame, frame_extra
 
 HEAD_PREFIX = "head."
 
@@ -62,8 +62,7 @@ def word_positions(tokenizer, example: TaggedText, family: str, max_len: int) ->
         while token < len(offsets) and offsets[token][1] < end:
             token += 1
         positions.append(token + shift if token < min(room, len(offsets)) else -1)
-    framed = [tokenizer.cls_id, *ids[:room]] if shift else list(ids[:room])
-    return framed, positions
+    return frame(tokenizer, ids[:room], family), positions
 
 
 def _batch(tokenizer, examples: Sequence[TaggedText], family: str, max_len: int, device):
