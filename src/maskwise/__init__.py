@@ -7,6 +7,7 @@ resolved on first use, so ``import maskwise`` stays cheap (no torch until a mode
 
 def __getattr__(name: str):
     if name == "load":
+        # deferred: `import maskwise` stays cheap (no torch until a model is asked for, as the docstring says)
         from maskwise.interop.folders import load
 
         return load

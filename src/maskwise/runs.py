@@ -33,7 +33,9 @@ from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
 from maskwise.config import ModelConfig
+from maskwise.data.tokenizers import Tokenizer
 from maskwise.errors import UserError
+from maskwise.model.transformer import build_model
 
 CONFIG_FILE, TOKENIZER_FILE, MODEL_FILE, METRICS_FILE = (
     "config.json", "tokenizer.json", "model.safetensors", "metrics.jsonl")
@@ -233,9 +235,6 @@ class Run:
 
 def load_run(run_dir: str | Path, weights: str | Path | None = None) -> Run:
     """Open a run folder: model (final weights, else the newest intact checkpoint) and tokenizer."""
-    from maskwise.data.tokenizers import Tokenizer
-    from maskwise.model.transformer import build_model
-
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise UserError(f"{run_dir}: not a maskwise run folder (no {CONFIG_FILE})")

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from maskwise.cli.runtime import runtime_flags, runtime_of
+from maskwise.config import from_dict
+from maskwise.errors import UserError
+from maskwise.experiments.ablations.registry import checked, run_ablation
+from maskwise.experiments.compare import run_compare as compare_experiment
+from maskwise.experiments.demo import BLANK
+from maskwise.experiments.demo import run_demo as demo_experiment
+from maskwise.experiments.report import RESULTS, ablation_table, render
+from maskwise.recipes import COMPARE_SCALES, CompareSettings
+from maskwise.runs import read_json
+from maskwise.train.pretrain import read_toml
 
 
 def register(subparsers) -> None:
@@ -52,12 +64,9 @@ def register(subparsers) -> None:
 
 
 def run_demo(args) -> int:
-    from maskwise.errors import UserError
-    from maskwise.experiments.demo import BLANK, run_demo
-
     if not args.seconds > 0:
         raise UserError(f"--seconds must be positive, got {args.seconds}")
-    result = run_demo(args.out, args.seconds, args.progress, runtime_of(args))
+    result = demo_experiment(args.out, args.seconds, args.progress, runtime_of(args))
     for family, record in result["final"].items():
         extra = f", masked accuracy {record['val_masked_acc']:.3f}" if "val_masked_acc" in record else ""
         print(f"{family}: {record['step']} steps, {record['tokens_seen']:,} tokens in {record['wall_s']:.0f} s, "
@@ -71,12 +80,6 @@ def run_demo(args) -> int:
 
 
 def run_compare(args) -> int:
-    import dataclasses
-
-    from maskwise.errors import UserError
-    from maskwise.experiments.compare import run_compare
-    from maskwise.recipes import COMPARE_SCALES, CompareSettings
-
     if args.quick and args.scale not in (None, "quick"):
         raise UserError(f"--quick is --scale quick; it cannot be combined with --scale {args.scale}")
     scale = "quick" if args.quick else args.scale or "default"
@@ -86,9 +89,6 @@ def run_compare(args) -> int:
         raise UserError(f"--seeds must be at least 1, got {args.seeds}")
     settings = COMPARE_SCALES[scale]
     if args.config:
-        from maskwise.config import from_dict
-        from maskwise.train.pretrain import read_toml
-
         values = read_toml(args.config)
         checked = from_dict(CompareSettings, values, f"compare config {args.config}")
         settings = dataclasses.replace(settings, **{k: getattr(checked, k) for k in values})
@@ -96,19 +96,14 @@ def run_compare(args) -> int:
         if not args.seconds > 0:
             raise UserError(f"--seconds must be positive, got {args.seconds}")
         settings = dataclasses.replace(settings, seconds=args.seconds)
-    out = run_compare(args.out, settings, args.seeds, args.seed, args.data, args.overwrite, args.progress,
-                      runtime_of(args))
+    out = compare_experiment(args.out, settings, args.seeds, args.seed, args.data, args.overwrite, args.progress,
+                             runtime_of(args))
     print((out / "report.md").read_text())
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     return 0
 
 
 def run_ablate(args) -> int:
-    from maskwise.errors import UserError
-    from maskwise.experiments.ablations.registry import checked, run_ablation
-    from maskwise.experiments.report import RESULTS
-    from maskwise.runs import read_json
-
     options = {}
     if args.ratios is not None:
         try:
@@ -125,8 +120,6 @@ def run_ablate(args) -> int:
 
 
 def run_report(args) -> int:
-    from maskwise.experiments.report import ablation_table, render
-
     if len(args.run_dir) > 1:
         table = ablation_table(args.run_dir)  # every folder checked before any is re-rendered
         for folder in args.run_dir:

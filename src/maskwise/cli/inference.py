@@ -6,9 +6,20 @@ import json
 import sys
 from pathlib import Path
 
+import torch
+
 from maskwise.cli.runtime import in_runtime
+from maskwise.cli.summary import summarize
 from maskwise.cli.task_flags import add_common_flags, positive
 from maskwise.cli.task_inputs import embedder_of, open_model
+from maskwise.data.plays import render_play, split_plays
+from maskwise.data.tasks import collection_from_file, ict_retrieval
+from maskwise.errors import UserError
+from maskwise.runs import write_json
+from maskwise.tasks.fill_mask import break_exercise, fill_mask
+from maskwise.tasks.generate import GenerationConfig, check_generative, generate_text
+from maskwise.tasks.reading import device_of
+from maskwise.tasks.retrieve import search
 
 
 def register(subparsers) -> None:
@@ -63,10 +74,6 @@ def _sampling_flags(parser) -> None:
 
 
 def run_search(args) -> int:
-    from maskwise.data.tasks import collection_from_file, ict_retrieval
-    from maskwise.errors import UserError
-    from maskwise.tasks.retrieve import search
-
     if not args.query.strip():
         raise UserError("--query is empty")
     embedder, name = embedder_of(args.model, args, args.progress, args.pooling)
@@ -81,18 +88,11 @@ def run_search(args) -> int:
 
 def _generation_config(args, max_new_tokens: int, **extra):
     """The validated ``GenerationConfig`` the sampling flags describe."""
-    from maskwise.tasks.generate import GenerationConfig
-
     return GenerationConfig(max_new_tokens=max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                             top_p=args.top_p, repetition_penalty=args.repetition_penalty, **extra).validate()
 
 
 def run_generate(args) -> int:
-    import torch
-
-    from maskwise.tasks.generate import check_generative, generate_text
-    from maskwise.tasks.reading import device_of
-
     model, tokenizer, _ = open_model(args.model, args)
     check_generative(model)
     cfg = _generation_config(args, args.max_new_tokens, num_beams=args.num_beams, use_cache=args.use_cache)
@@ -109,8 +109,6 @@ def run_generate(args) -> int:
 
 
 def run_fill_mask(args) -> int:
-    from maskwise.tasks.fill_mask import fill_mask
-
     model, tokenizer, _ = open_model(args.model, args)
     for i, candidates in enumerate(fill_mask(model, tokenizer, args.text, args.top_k), start=1):
         shown = ", ".join(f"{token!r} {prob:.3f}" for token, prob in candidates)
@@ -119,12 +117,6 @@ def run_fill_mask(args) -> int:
 
 
 def run_break(args) -> int:
-    from maskwise.cli.summary import summarize
-    from maskwise.data.plays import render_play, split_plays
-    from maskwise.errors import UserError
-    from maskwise.runs import write_json
-    from maskwise.tasks.fill_mask import break_exercise
-
     if args.held_out_chars < 10:
         raise UserError(f"--held-out-chars must be at least 10, got {args.held_out_chars}")
     encoder, enc_tok, _ = open_model(args.encoder, args)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from maskwise.errors import UserError
 from maskwise.masks import PATTERNS, describe
+from maskwise.model.accounting import breakdown_table
+from maskwise.model.transformer import build_model
+from maskwise.train.loop import TrainConfig
+from maskwise.train.pretrain import PretrainConfig, model_config
 
 
 def register(subparsers) -> None:
@@ -21,8 +26,6 @@ def register(subparsers) -> None:
 
 
 def run_masks(args) -> int:
-    from maskwise.errors import UserError
-
     if not 1 <= args.n <= 64:
         raise UserError(f"--n must be between 1 and 64, got {args.n}")
     if args.prefix is not None and not 0 <= args.prefix <= args.n:
@@ -32,11 +35,6 @@ def run_masks(args) -> int:
 
 
 def run_params(args) -> int:
-    from maskwise.model.accounting import breakdown_table
-    from maskwise.model.transformer import build_model
-    from maskwise.train.loop import TrainConfig
-    from maskwise.train.pretrain import PretrainConfig, model_config
-
     settings = PretrainConfig(family=args.family, preset=args.preset, layers=args.layers,
                               decoder_layers=args.decoder_layers, heads=args.heads, d_model=args.d_model,
                               d_ff=args.d_ff, train=TrainConfig(block_size=args.block_size)).resolved()

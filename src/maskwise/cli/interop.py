@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
+
+import numpy as np
+
 from maskwise.cli.runtime import in_runtime, runtime_flags, runtime_of
+from maskwise.errors import UserError
+from maskwise.interop.hf_export import export_hf
+from maskwise.interop.pretrained import embed_texts
+from maskwise.interop.sentence_transformers import export_sentence_transformers
+from maskwise.runs import CONFIG_FILE, atomic_write, read_json
 
 EXPORT_FORMATS = ("hf", "sentence-transformers")
 
@@ -28,10 +38,6 @@ def register(subparsers) -> None:
 
 
 def run_export(args) -> int:
-    from maskwise.interop.hf_export import export_hf
-    from maskwise.interop.sentence_transformers import export_sentence_transformers
-    from maskwise.runs import CONFIG_FILE, read_json
-
     exporter, label = {"hf": (export_hf, "Hugging Face format"),
                        "sentence-transformers": (export_sentence_transformers, "sentence-transformers format")}[args.to]
     out = exporter(args.run_dir, args.out, overwrite=args.overwrite)
@@ -41,15 +47,6 @@ def run_export(args) -> int:
 
 
 def run_embed(args) -> int:
-    import io
-    from pathlib import Path
-
-    import numpy as np
-
-    from maskwise.errors import UserError
-    from maskwise.interop.pretrained import embed_texts
-    from maskwise.runs import atomic_write
-
     path = Path(args.input)
     try:
         texts = path.read_text(encoding="utf-8").splitlines()

@@ -9,6 +9,8 @@ import json
 import sys
 
 from maskwise.cli.runtime import DEVICE_HELP, PRECISION_HELP
+from maskwise.train.loop import TrainConfig
+from maskwise.train.pretrain import PretrainConfig, pretrain, read_toml
 
 HELP = {
     "family": "encoder, decoder or encoder-decoder",
@@ -34,9 +36,6 @@ HELP = {
 
 
 def _settings_fields():
-    from maskwise.train.loop import TrainConfig
-    from maskwise.train.pretrain import PretrainConfig
-
     top = [f for f in dataclasses.fields(PretrainConfig) if f.name != "train"]
     return top + list(dataclasses.fields(TrainConfig)), PretrainConfig()
 
@@ -63,8 +62,6 @@ def register(subparsers) -> None:
 
 
 def run_pretrain(args) -> int:
-    from maskwise.train.pretrain import PretrainConfig, pretrain, read_toml
-
     values = read_toml(args.config) if getattr(args, "config", None) else {}
     values.update({k: v for k, v in vars(args).items() if k not in ("config", "handler", "command")})
     settings = PretrainConfig.from_flat(values)

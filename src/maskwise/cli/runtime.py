@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from maskwise.runtime import announce, precision_setting, resolve
+
 DEVICE_HELP = "auto, cpu, cuda, cuda:N or mps (default auto: CUDA, else MPS, else CPU)"
 PRECISION_HELP = ("auto, fp32, bf16 or fp16 (default auto: training in bf16 where the device runs it natively and "
                   "faster, fp16 with loss scaling on pre-Ampere GPUs, else fp32; inference in fp32)")
@@ -19,8 +21,6 @@ def runtime_of(args):
     """The command's ``Runtime`` (``--bf16``, where a command has it, is ``--precision bf16``; an
     inference command's, ``in_runtime``'s, is the inference one), decided and announced on the
     first call and kept on ``args`` for the command's later calls."""
-    from maskwise.runtime import announce, precision_setting, resolve
-
     if getattr(args, "runtime", None) is None:
         runtime = resolve(args.device, precision_setting(args.precision, getattr(args, "bf16", None)))
         args.runtime = runtime.inference() if getattr(args, "inference", False) else runtime

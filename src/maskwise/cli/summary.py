@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from maskwise.tasks.rerank import gain_summary
+
 
 def summarize(r: dict) -> str:
     """A few lines a person reads: the headline metric beside its baseline."""
@@ -19,8 +21,6 @@ def summarize(r: dict) -> str:
                 f"nDCG@10 {r['ndcg@10']:.3f} (random {base['ndcg@10']:.3f}), {mrr.upper()} {r[mrr]:.3f} "
                 f"({base[mrr]:.3f}), recall@100 {r['recall@100']:.3f} ({base['recall@100']:.3f})")
     if task == "rerank":
-        from maskwise.tasks.rerank import gain_summary
-
         lat = r["latency"]
         return (f"rerank ({r['reranker']}) {r['n_queries']} queries x {r['candidates_per_query']} candidates: "
                 f"nDCG@10 {r['ndcg@10']:.3f} (first stage {base['ndcg@10']:.3f}, random order "

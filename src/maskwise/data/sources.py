@@ -175,6 +175,7 @@ def _require_text_column(where: str, columns: list[str], text_field: str, non_te
 
 
 def _parquet_reader(file: Path, text_field: str) -> Callable[[], Iterator[str | None]]:
+    # optional dependency: pyarrow (maskwise[data]), only for Parquet corpora
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -198,7 +199,7 @@ def _parquet_reader(file: Path, text_field: str) -> Callable[[], Iterator[str | 
 
 
 def _open_saved_dataset(path: Path, text_field: str) -> tuple[DocumentSource, DocumentSource | None]:
-    import datasets
+    import datasets  # optional dependency: datasets (maskwise[data])
 
     try:
         loaded = datasets.load_from_disk(str(path))
@@ -209,7 +210,7 @@ def _open_saved_dataset(path: Path, text_field: str) -> tuple[DocumentSource, Do
 
 def _open_hub_dataset(data: str, text_field: str) -> tuple[DocumentSource, DocumentSource | None]:
     """``datasets.load_dataset(NAME[, CONFIG])``: the Hub online, the local cache when offline."""
-    import datasets
+    import datasets  # optional dependency: datasets (maskwise[data])
 
     name, _, config = data.partition(":")
     try:
@@ -222,7 +223,7 @@ def _open_hub_dataset(data: str, text_field: str) -> tuple[DocumentSource, Docum
 
 def _dataset_sources(name: str, loaded, text_field: str) -> tuple[DocumentSource, DocumentSource | None]:
     """A Dataset whole, or a DatasetDict's "train" split with its "validation" (else "test") split."""
-    import datasets
+    import datasets  # optional dependency: datasets (maskwise[data])
 
     if not isinstance(loaded, datasets.DatasetDict):
         return _dataset_documents(name, loaded, text_field), None
@@ -235,7 +236,7 @@ def _dataset_sources(name: str, loaded, text_field: str) -> tuple[DocumentSource
 
 
 def _dataset_documents(name: str, dataset, text_field: str) -> DocumentSource:
-    import datasets
+    import datasets  # optional dependency: datasets (maskwise[data])
 
     feature = dataset.features.get(text_field)
     is_text = isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")

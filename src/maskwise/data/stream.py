@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from maskwise.data import token_file
+from maskwise.data.tokenizers import cache_root
 from maskwise.errors import UserError
 
 
@@ -31,8 +32,6 @@ class TokenStream:
         models on one corpus tokenize it once; ``progress`` shows a bar on a terminal meanwhile."""
         if cache_key is None:
             return cls(torch.tensor(token_file.encode_documents(texts, tokenizer), dtype=torch.long), name)
-        from maskwise.data.tokenizers import cache_root
-
         return cls(token_file.cached_tokens(cache_key, texts, tokenizer, cache_root(None), progress), name)
 
     def __len__(self) -> int:

@@ -19,8 +19,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from maskwise.errors import UserError
+from maskwise.runs import atomic_write, fsync_dir
 
 FORMAT = 1
 TOKEN_DTYPES = (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.uint32))
@@ -92,10 +94,6 @@ def read_token_file(path: Path, header: dict) -> np.ndarray | None:
 def write_token_file(path: Path, documents: Iterable[str], tokenizer, header: dict,
                      progress: bool = False) -> np.ndarray:
     """Tokenize ``documents`` chunk by chunk into ``path``; returns the finished file, memory-mapped."""
-    from tqdm import tqdm
-
-    from maskwise.runs import atomic_write, fsync_dir
-
     dtype = token_dtype(tokenizer.vocab_size)
     total = len(documents) if hasattr(documents, "__len__") else None
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")

