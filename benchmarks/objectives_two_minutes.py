@@ -17,10 +17,11 @@ import tempfile
 
 import torch
 
-from maskwise.recipes import TaskSettings, run_task
 from maskwise.runtime import resolve
+from maskwise.tasks.classify import ClassifyConfig
 from maskwise.tasks.fill_mask import fill_mask
 from maskwise.tasks.generate import GenerationConfig, generate_text
+from maskwise.tasks.run import run_task
 from maskwise.train.pretrain import PretrainConfig, pretrain
 
 RUNS = [("encoder-decoder", "span"), ("encoder-decoder", "denoise"), ("encoder", "electra"),
@@ -30,8 +31,9 @@ RUNS = [("encoder-decoder", "span"), ("encoder-decoder", "denoise"), ("encoder",
 def use(family: str, objective: str, model, tokenizer, runtime) -> dict:
     model.eval()
     if objective == "electra":
-        settings = TaskSettings(steps=150, train_examples=150, test_examples=50, lr=3e-4, pooling="mean")
-        result = run_task("classify", model, tokenizer, settings, runtime).record
+        cfg = ClassifyConfig(steps=150, batch_size=32, lr=3e-4, pooling="mean", train_per_genre=150, test_per_genre=50,
+                             progress=False)
+        result = run_task(cfg, model, tokenizer, runtime).record
         return {"genre_accuracy": round(result["accuracy"], 3),
                 "majority_baseline": round(result["baseline"]["accuracy"], 3)}
     if family == "encoder":

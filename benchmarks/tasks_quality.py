@@ -33,14 +33,24 @@ from common import machine
 from maskwise.data.plays import render_play, split_plays
 from maskwise.data.tasks import genre_examples, ict_retrieval, speaker_examples
 from maskwise.interop.folders import load
-from maskwise.recipes import TaskSettings, run_task
 from maskwise.runtime import resolve
-from maskwise.tasks.classify import classification_results, zero_shot_classify
-from maskwise.tasks.embed import BiEncoder, Embedder
+from maskwise.tasks.classify import (
+    ClassifyConfig,
+    classification_results,
+    zero_shot_classify,
+)
+from maskwise.tasks.embed import BiEncoder, EmbedConfig, Embedder
 from maskwise.tasks.fill_mask import break_exercise
 from maskwise.tasks.generate import GenerationConfig
-from maskwise.tasks.rerank import NEGATIVE_SOURCES, gain_summary, training_negatives
+from maskwise.tasks.rerank import (
+    NEGATIVE_SOURCES,
+    RerankConfig,
+    gain_summary,
+    training_negatives,
+)
 from maskwise.tasks.retrieve import evaluate_retrieval, rank
+from maskwise.tasks.run import run_task
+from maskwise.tasks.seq2seq import Seq2SeqConfig
 from maskwise.train.pretrain import PretrainConfig, pretrain
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder")
@@ -88,10 +98,9 @@ def task_classify(args, runs, results):
     test = genre_examples("test", per_genre=args.eval_per_genre)
     for family, freeze, pooling in (("encoder", False, None), ("encoder", True, "mean"), ("decoder", False, None)):
         model, tok = open_run(runs[family], args.device)
-        settings = TaskSettings(steps=args.finetune_steps, train_examples=args.per_genre,
-                                test_examples=args.eval_per_genre, batch_size=16, lr=args.body_lr, freeze=freeze,
-                                pooling=pooling, progress=args.progress)
-        r = run_task("classify", model, tok, settings, runtime_of(args)).record
+        cfg = ClassifyConfig(steps=args.finetune_steps, batch_size=16, lr=args.body_lr, freeze=freeze, pooling=pooling,
+                             train_per_genre=args.per_genre, test_per_genre=args.eval_per_genre, progress=args.progress)
+        r = run_task(cfg, model, tok, runtime_of(args)).record
         results[f"classify/{family}/{r['mode']}"] = r
         report(f"classify {family} {r['mode']} ({r['pooling']})", "accuracy", r["accuracy"], "majority",
                r["baseline"]["accuracy"])
@@ -130,10 +139,9 @@ def task_retrieve(args, runs, results, shared):
                               name="encoder zero-shot mean")
     results["retrieve/encoder/zero-shot"] = zero
     report("retrieve encoder zero-shot (mean)", "nDCG@10", zero["ndcg@10"], "random", zero["baseline"]["ndcg@10"])
-    settings = TaskSettings(steps=args.finetune_steps, train_examples=args.train_queries,
-                            test_examples=args.max_queries, lr=args.body_lr, max_len=args.block_size,
-                            progress=args.progress)
-    result = run_task("retrieve", model, tok, settings, runtime_of(args), label="encoder fine-tuned bi-encoder")
+    cfg = EmbedConfig(steps=args.finetune_steps, lr=args.body_lr, max_len=args.block_size, train_pairs=args.train_queries,
+                      test_queries=args.max_queries, progress=args.progress)
+    result = run_task(cfg, model, tok, runtime_of(args), label="encoder fine-tuned bi-encoder")
     embedder = Embedder(result.model, tok, max_len=args.block_size)
     tuned = result.record
     results["retrieve/encoder/fine-tuned"] = tuned
@@ -158,11 +166,9 @@ def task_rerank(args, runs, results, shared):
     candidates, _ = rank(embedder, test, k=100)
     for family, kind, what in (("encoder", "cross", "cross-encoder"), ("decoder", "generative", "generative decoder")):
         model, tok = open_run(runs[family], args.device)
-        settings = TaskSettings(steps=args.finetune_steps // 2, train_examples=len(train.queries),
-                                test_examples=len(test.queries), batch_size=8, lr=args.body_lr,
-                                max_len=args.block_size, reranker=kind, progress=args.progress)
-        r = run_task("rerank", model, tok, settings, runtime_of(args), data=(train, negatives, test, candidates),
-                     label=what).record
+        cfg = RerankConfig(steps=args.finetune_steps // 2, batch_size=8, lr=args.body_lr, head_lr=1e-3,
+                           max_len=args.block_size, reranker=kind, progress=args.progress)
+        r = run_task(cfg, model, tok, runtime_of(args), data=(train, negatives, test, candidates), label=what).record
         results[f"rerank/{kind}"] = r
         report(f"rerank {what} (top 100)", "nDCG@10", r["ndcg@10"], "bi-encoder", r["baseline"]["ndcg@10"])
         report(f"rerank {what} (top 100)", "nDCG@10", r["ndcg@10"], "random order", r["random_order"]["ndcg@10"])
@@ -178,10 +184,9 @@ def task_seq2seq(args, runs, results):
         test = speaker_examples("test", max_chars=max_chars, hide_speakers=hide, limit=args.eval_passages)
         for family in ("encoder-decoder", "decoder"):
             model, tok = open_run(runs[family], args.device)
-            settings = TaskSettings(steps=args.seq2seq_steps, train_examples=len(train), test_examples=len(test),
-                                    batch_size=16, lr=args.seq2seq_lr, max_target_len=max_target,
-                                    rename_speakers=args.rename_speakers, progress=args.progress)
-            r = run_task("extract", model, tok, settings, runtime_of(args), data=(train, test)).record
+            cfg = Seq2SeqConfig(steps=args.seq2seq_steps, batch_size=16, lr=args.seq2seq_lr, max_target_len=max_target,
+                                rename_speakers=args.rename_speakers, progress=args.progress)
+            r = run_task(cfg, model, tok, runtime_of(args), data=(train, test)).record
             r["hide_speakers"] = hide
             name = f"seq2seq {family}{' hidden speakers' if hide else ''}"
             results[name.replace(" ", "/")] = r

@@ -19,7 +19,7 @@ from maskwise.experiments.ablations import (
     seq2seq,
     shift_bug,
 )
-from maskwise.experiments.ablations.framework import (
+from maskwise.experiments.framework import (
     AXES,
     GENRE_ACC,
     RECALL,
@@ -186,12 +186,15 @@ def test_shift_bug_report_structure(shift_bug_run):
     assert code == 0
     results = json.loads((out / "results.json").read_text())
     for field in ("title", "kind", "machine", "settings", "wall_s", "runs", "metrics", "table", "parameters",
-                  "prediction", "rule", "verdict", "verdict_detail", "summary", "samples", "notes"):
+                  "verdicts", "summary", "samples", "notes"):
         assert field in results, field
     assert results["kind"] == "ablation"
     # The verdict is the coded rule's on the recorded metrics, and on hand-made numbers in the same
     # keys (the pipeline's own labels and axes) that rule must answer held, then falsified.
-    assert (results["verdict"], results["verdict_detail"]) == shift_bug.judge(results["metrics"])
+    [verdict] = results["verdicts"]
+    assert (verdict["verdict"], verdict["details"]) == (shift_bug.judge(results["metrics"])[0],
+                                                        [shift_bug.judge(results["metrics"])[1]])
+    assert (verdict["prediction"], verdict["rule"]) == (shift_bug.ABLATION.rules[0].prediction, shift_bug.RULE)
     bug, ok = shift_bug.SHIFT_BUG.label, shift_bug.SHIFT_OK.label
     made = {name: {bug: seeds(0.9 if shift_bug.COPY_RATE in name else 0.1), ok: seeds(0.05 if
                    shift_bug.COPY_RATE in name else 5.0)} for name in results["metrics"]}
@@ -199,7 +202,7 @@ def test_shift_bug_report_structure(shift_bug_run):
     made = {name: {bug: groups[ok], ok: groups[bug]} for name, groups in made.items()}
     assert shift_bug.judge(made)[0] == FALSIFIED
     assert "[smoke scale]" in results["title"] and results["settings"]["scale"]["name"] == "smoke"
-    assert f"verdict: {results['verdict']}" in stdout and str(out / "report.md") in stdout
+    assert f"verdict: {verdict['verdict']}" in stdout and str(out / "report.md") in stdout
     assert {row[1] for row in results["table"]["rows"]} == set(AXES)  # both axes, always
     for groups in results["metrics"].values():
         assert set(groups) == {shift_bug.SHIFT_OK.label, bug} and all(len(v) == 2 for v in groups.values())
@@ -208,7 +211,7 @@ def test_shift_bug_report_structure(shift_bug_run):
     assert {name: meta["higher"] for name, meta in results["metric_meta"].items()} == {
         key(shift_bug.REPORTED, axis): False for axis in AXES} | {key(shift_bug.COPY_RATE, axis): None for axis in AXES}
     report = (out / "report.md").read_text()
-    for section in ("## Prediction, rule, verdict", "## Summary", "## Results", "## Where the parameters go",
+    for section in ("## Predictions, rules, verdicts (over 2 seeds)", "## Summary", "## Results", "## Where the parameters go",
                     "## Plots", "## Settings"):
         assert section in report, section
     for png in ("loss_vs_tokens_seen.png", "loss_vs_wall_s.png"):
@@ -241,13 +244,15 @@ def test_report_over_several_ablations_prints_one_table(shift_bug_run, tmp_path,
     results = json.loads((out / "results.json").read_text())
     other = tmp_path / "other"
     other.mkdir()
-    (other / "results.json").write_text(json.dumps({**results, "verdict": FALSIFIED, "wall_s": 125.5, "settings": {
+    made_up = [{**results["verdicts"][0], "verdict": FALSIFIED}]
+    (other / "results.json").write_text(json.dumps({**results, "verdicts": made_up, "wall_s": 125.5, "settings": {
         **results["settings"], "ablation": "made-up"}}))
     capsys.readouterr()
     assert main(["report", str(out), str(other)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("| ablation | verdict |") and len(lines) == 6 and lines[4] == ""
-    assert lines[2].startswith(f"| shift-bug | {results['verdict']} | {results['verdict_detail']} |")
+    [verdict] = results["verdicts"]
+    assert lines[2].startswith(f"| shift-bug | {verdict['verdict']} | {verdict['details'][0]} |")
     assert lines[2].endswith("| `maskwise ablate shift-bug --scale smoke --seeds 2` |")
     assert lines[3].startswith("| made-up | falsified |") and "| 2 min 5 s |" in lines[3]
     assert lines[5].startswith("Machine: ") and ";" not in lines[5]  # one machine, named once
@@ -288,7 +293,7 @@ def test_reranker_ablation_end_to_end_at_smoke_scale(tmp_path, capsys):
     out = tmp_path / "reranker"
     assert main(["ablate", "reranker", "--scale", "smoke", "--seeds", "2", "--out", str(out), "--no-progress"]) == 0
     results = json.loads((out / "results.json").read_text())
-    assert results["verdict"] in (HELD, FALSIFIED, INCONCLUSIVE)
+    assert [v["verdict"] in (HELD, FALSIFIED, INCONCLUSIVE) for v in results["verdicts"]] == [True]
     assert results["summary"].startswith("We replaced a generative reranker with a cross-encoder over the same "
                                          "top-100 candidates: nDCG@10 went from")
     assert results["table"]["columns"][2:-1] == list(reranker.SYSTEMS)
@@ -305,7 +310,8 @@ def test_encoder_pretraining_ablations_judge_on_tagging(name, module, tmp_path):
     out = tmp_path / name
     assert main(["ablate", name, "--scale", "smoke", "--seeds", "2", "--out", str(out), "--no-progress"]) == 0
     results = json.loads((out / "results.json").read_text())
-    assert (results["verdict"], results["verdict_detail"]) == module.judge(results["metrics"], module.ABLATION.arms())
+    verdict, detail = module.judge(results["metrics"], module.ABLATION.arms())
+    assert [(v["verdict"], v["details"]) for v in results["verdicts"]] == [(verdict, [detail])]
     assert {key(TAG_F1, axis) for axis in AXES} <= set(results["metrics"])
     assert not any(RECALL in metric or GENRE_ACC in metric for metric in results["metrics"])
     assert "punctuation F1" in results["summary"] and "before every line break" in results["summary"]

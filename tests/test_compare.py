@@ -14,23 +14,29 @@ TINY = """
 seconds = 3.0
 d_model = 32
 block_size = 128
-extraction_target = 24
 batch_size = 8
-tag_steps = 3
-tag_train_windows = 12
-tag_test_windows = 6
-tag_window_chars = 80
-retrieve_steps = 3
-extract_steps = 3
 held_out_blocks = 4
 min_steps = 100000
 ttft_repeats = 2
-retrieval_pairs = 40
-retrieval_queries = 20
-extraction_train = 24
-extraction_test = 8
 held_out_chars = 160
 fill_positions = 12
+
+[tasks.tag]
+steps = 3
+train_windows = 12
+test_windows = 6
+window_chars = 80
+
+[tasks.embed]
+steps = 3
+train_pairs = 40
+test_queries = 20
+
+[tasks.seq2seq]
+steps = 3
+train_passages = 24
+test_passages = 8
+max_target_len = 24
 """
 
 
@@ -43,7 +49,7 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     results = json.loads((out / "results.json").read_text())
     assert results["kind"] == "compare"
     assert [r["group"] for r in results["runs"]] == list(FAMILIES)
-    assert [v["rule"] for v in results["verdicts"]] == [
+    assert [v["claim"] for v in results["verdicts"]] == [
         "embed, score or classify => encoder", "generate => decoder", "read-then-write => encoder-decoder"]
     assert all(v["verdict"] in ("held", "falsified", "inconclusive") and v["details"] for v in results["verdicts"])
     assert results["warning"].startswith("**Warning: too few pretraining steps")  # min_steps above what 3 s allows
@@ -61,7 +67,7 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     report = (out / "report.md").read_text()
     assert report.split("\n")[2].startswith("**Warning")
     for section in ("## Results", "## Where the parameters go", "## Plots", "## Summary",
-                    "## The rule of thumb, judged (single-seed verdicts)"):
+                    "## Predictions, rules, verdicts (one seed)"):
         assert section in report
     assert (out / "loss_vs_tokens_seen.png").is_file() and (out / "loss_vs_wall_s.png").is_file()
     html = (out / "report.html").read_text()
@@ -81,11 +87,18 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     assert main(["report", str(out)]) == 0 and (out / "report.md").is_file()
 
 
-def test_compare_rejects_unknown_setting(tmp_path, capsys):
+@pytest.mark.parametrize("text, needle", [
+    ("secondz = 3\n", "secondz"),
+    ("[tasks.tag]\nstepz = 3\n", "tasks.tag: unknown key(s) stepz"),
+    ("[tasks.tag]\nsteps = 'many'\n", "steps must be int"),
+    ("[tasks.genre]\nsteps = 3\n", "tasks must be a table of"),
+])
+def test_compare_rejects_unknown_setting(tmp_path, capsys, text, needle):
     config = tmp_path / "bad.toml"
-    config.write_text("secondz = 3\n")
+    config.write_text(text)
     assert main(["compare", "--config", str(config), "--out", str(tmp_path / "x")]) == 2
-    assert "secondz" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err and not (tmp_path / "x").exists()
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -10,6 +10,7 @@ from maskwise.recipes import (
     matched_ffn_width,
     pretrain_settings,
 )
+from maskwise.tasks.run import CONFIGS
 from maskwise.train.pretrain import PretrainConfig, model_config
 
 pytestmark = pytest.mark.unit
@@ -42,10 +43,20 @@ def test_matched_ffn_width_pays_for_cross_attention_exactly():
 
 def test_compare_fine_tunes_with_the_shared_recipe():
     s = COMPARE_SCALES["default"]
-    expected = {"classify": {"batch_size": 32, "lr": 1e-3, "head_lr": 3e-3}, "retrieve": {"batch_size": 32, "lr": 1e-3}}
+    expected = {"classify": {"batch_size": 32, "lr": 1e-3, "head_lr": 3e-3, "steps": 100},
+                "embed": {"batch_size": 32, "lr": 1e-3, "train_pairs": 3000},
+                "seq2seq": {"max_target_len": 64, "rename_speakers": 0.5, "max_chars": 180}}
     for task, values in expected.items():  # the recipe's numbers, written out: what compare and every ablation use
-        settings = s.task(task, "encoder", seed=1)
-        assert {key: getattr(settings, key) for key in values} == values
-        assert settings.seed == settings.data_seed == 1
-    extract = s.task("extract", "decoder", seed=0)
-    assert extract.max_target_len == s.extraction_target and extract.rename_speakers == s.rename_speakers
+        cfg = s.task(task, seed=1, progress=False)
+        assert isinstance(cfg, CONFIGS[task])
+        assert {key: getattr(cfg, key) for key in values} == values
+        assert cfg.seed == cfg.data_seed == cfg.test_seed == 1 and not cfg.progress
+
+
+def test_a_retuned_scale_changes_only_what_it_names():
+    s = COMPARE_SCALES["default"]
+    quick = s.retuned("q", seconds=5.0, tasks={"tag": {"steps": 7}})
+    assert quick.name == "q" and quick.seconds == 5.0 and quick.d_model == s.d_model
+    assert quick.tasks["tag"].steps == 7 and quick.tasks["tag"].train_windows == s.tasks["tag"].train_windows
+    assert quick.tasks["embed"] == s.tasks["embed"] and s.tasks["tag"].steps == 150  # the original is untouched
+    assert set(s.tasks) == set(CONFIGS)  # every task has its recipe, by the CLI's names

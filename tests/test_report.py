@@ -25,7 +25,8 @@ def made_results() -> dict:
         "metric_meta": {"fill a blank (token accuracy)": {
             "higher": True, "baseline_name": "most frequent token", "baseline": {"encoder": 0.2, "decoder": 0.2},
             "intervals": {"encoder": [0.6, 0.55, 0.65], "decoder": [0.58, 0.52, 0.63]}}},
-        "verdicts": [{"rule": "generate => decoder", "verdict": "inconclusive", "prediction": "the decoder wins",
+        "verdicts": [{"claim": "generate => decoder", "verdict": "inconclusive", "prediction": "the decoder wins",
+                      "rule": "held if the decoder's interval lies below",
                       "details": ["loss: decoder ahead by 0.1 [0.0, 0.2]", "TTFT: within noise"]}],
         "table": {"columns": ["task", "encoder", "decoder", "best"],
                   "rows": [["fill a blank (token accuracy) [95% interval]", "0.600 [0.550, 0.650]",

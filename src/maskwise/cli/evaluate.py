@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from maskwise.cli.runtime import in_runtime
-from maskwise.cli.task_flags import add_common_flags, add_task_flags
+from maskwise.cli.summary import summarize
+from maskwise.cli.task_flags import add_common_flags, add_task_flags, config_from_flags
 from maskwise.cli.task_inputs import (
     HEAD_FILE,
     beir_data,
@@ -17,6 +18,27 @@ from maskwise.cli.task_inputs import (
     speaker_data,
     tag_data,
 )
+from maskwise.errors import UserError
+from maskwise.runs import load_weights_into, read_safetensors, write_json
+from maskwise.tasks.classify import (
+    ClassifyConfig,
+    SequenceClassifier,
+    classification_results,
+    evaluate_classifier,
+    zero_shot_classify,
+)
+from maskwise.tasks.embed import EmbedConfig
+from maskwise.tasks.generate import GenerationConfig
+from maskwise.tasks.rerank import (
+    CrossEncoder,
+    RerankConfig,
+    cross_encoder_scorer,
+    evaluate_reranker,
+    generative_scorer,
+)
+from maskwise.tasks.retrieve import evaluate_graded_retrieval, evaluate_retrieval, rank
+from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq
+from maskwise.tasks.tag import TagConfig, TokenTagger, evaluate_tagger
 
 EVAL_TASKS = ("classify", "retrieve", "rerank", "seq2seq", "tag")
 PLAY_SPLITS = ("val", "test")  # the plays' held-out splits (train is what fine-tuning reads)
@@ -40,10 +62,6 @@ def register(subparsers) -> None:
 
 
 def run_evaluate(args) -> int:
-    from maskwise.cli.summary import summarize
-    from maskwise.errors import UserError
-    from maskwise.runs import write_json
-
     beir = is_beir_folder(args.data)
     if not beir and args.split not in PLAY_SPLITS:
         raise UserError(f"--split {args.split}: the plays and task files have {' and '.join(PLAY_SPLITS)}; "
@@ -59,29 +77,23 @@ def run_evaluate(args) -> int:
     if task == "classify":
         results = _evaluate_classify(args, model, tokenizer, saved)
     elif task == "retrieve" and beir:
-        from maskwise.tasks.retrieve import evaluate_graded_retrieval
-
         test = beir_data(args, args.split)
         embedder, name = embedder_of(args.model, args, args.progress, args.pooling)
-        results = evaluate_graded_retrieval(embedder, test, name=name, ignore_identical_ids=args.ignore_identical_ids)
+        results = evaluate_graded_retrieval(embedder, test, name=name, ignore_identical_ids=bool(args.ignore_identical_ids))
     elif task == "retrieve":
-        from maskwise.tasks.retrieve import evaluate_retrieval
-
         embedder, name = embedder_of(args.model, args, args.progress, args.pooling)
-        results = evaluate_retrieval(embedder, retrieval_data(args.split, args, args.max_queries), name=name)
+        test = retrieval_data(args, config_from_flags(EmbedConfig, args), args.split)
+        results = evaluate_retrieval(embedder, test, name=name)
     elif task == "rerank":
         results = _evaluate_rerank(args, model, tokenizer, saved)
     elif task == "tag":
         results = _evaluate_tag(args, model, tokenizer, saved)
     else:
-        from maskwise.tasks.generate import GenerationConfig
-        from maskwise.tasks.seq2seq import evaluate_seq2seq
-
-        max_target_len = saved.get("max_target_len", 64)
-        _, test = speaker_data(args, args.split, model, training=False)
-        results = evaluate_seq2seq(model, tokenizer, test, GenerationConfig(max_new_tokens=max_target_len + 1,
-                                                                           num_beams=args.num_beams),
-                                   max_target_len, args.progress, hide_speakers=args.hide_speakers)
+        cfg = config_from_flags(Seq2SeqConfig, args, **{k: saved[k] for k in ("max_target_len",) if k in saved})
+        _, test = speaker_data(args, cfg, model, args.split, training=False)
+        generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)
+        results = evaluate_seq2seq(model, tokenizer, test, generation, cfg.max_target_len, args.progress,
+                                   hide_speakers=cfg.hide_speakers)
     where = {"data": str(args.data), "split": args.split} if beir else {
         "split": args.split if args.data is None else args.data}
     results = {"model": str(args.model), **where, **results}
@@ -94,15 +106,7 @@ def run_evaluate(args) -> int:
 
 
 def _evaluate_classify(args, model, tokenizer, saved: dict) -> dict:
-    from maskwise.errors import UserError
-    from maskwise.tasks.classify import (
-        SequenceClassifier,
-        classification_results,
-        evaluate_classifier,
-        zero_shot_classify,
-    )
-
-    _, test = classify_data(args, args.split, training=False)
+    _, test = classify_data(args, config_from_flags(ClassifyConfig, args), args.split, training=False)
     if saved.get("kind") == "classify":
         classifier = SequenceClassifier(model, saved["labels"], saved["pooling"], saved["freeze"])
         _load_head(args.model, classifier.head, "classifier")
@@ -117,27 +121,15 @@ def _evaluate_classify(args, model, tokenizer, saved: dict) -> dict:
 
 
 def _evaluate_tag(args, model, tokenizer, saved: dict) -> dict:
-    from maskwise.errors import UserError
-    from maskwise.tasks.tag import TokenTagger, evaluate_tagger
-
     if saved.get("kind") != "tag":
         raise UserError(f"{args.model} has no tagging head: run `maskwise finetune tag` first")
-    _, test = tag_data(args, args.split, model, training=False)
+    _, test = tag_data(args, config_from_flags(TagConfig, args), model, args.split, training=False)
     tagger = TokenTagger(model, saved["tags"])
     _load_head(args.model, tagger.head, "tagger")
     return evaluate_tagger(tagger, tokenizer, test, saved["train_counts"])
 
 
 def _evaluate_rerank(args, model, tokenizer, saved: dict) -> dict:
-    from maskwise.errors import UserError
-    from maskwise.tasks.rerank import (
-        CrossEncoder,
-        cross_encoder_scorer,
-        evaluate_reranker,
-        generative_scorer,
-    )
-    from maskwise.tasks.retrieve import rank
-
     kind = saved.get("reranker") if saved.get("kind") == "rerank" else None
     if kind is None and model.cfg.kind.encoder_only:
         raise UserError("an encoder reranks through a trained head: run `maskwise finetune rerank` first")
@@ -150,8 +142,10 @@ def _evaluate_rerank(args, model, tokenizer, saved: dict) -> dict:
         kind = kind or "generative (zero-shot)"
     first_stage = args.first_stage or saved.get("first_stage") or args.model
     embedder, name = embedder_of(first_stage, args, args.progress)
-    test = retrieval_data(args.split, args, args.rerank_queries)
-    candidates, _ = rank(embedder, test, k=args.candidates)
+    cfg = config_from_flags(RerankConfig, args, **({} if args.rerank_queries is None else
+                                                   {"test_queries": args.rerank_queries}))
+    test = retrieval_data(args, cfg, args.split)
+    candidates, _ = rank(embedder, test, k=cfg.candidates)
     results = evaluate_reranker(score, test, candidates, f"{kind} reranker", args.progress)
     results["first_stage"] = name
     return results
@@ -159,7 +153,5 @@ def _evaluate_rerank(args, model, tokenizer, saved: dict) -> dict:
 
 def _load_head(run: str, head, what: str) -> None:
     """Load the head a fine-tune saved beside its body into ``head``."""
-    from maskwise.runs import load_weights_into, read_safetensors
-
     path = Path(run).expanduser() / HEAD_FILE
     load_weights_into(head, read_safetensors(path), f"{what} head {path}")

@@ -5,14 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 from maskwise.cli.runtime import runtime_flags, runtime_of
-from maskwise.config import from_dict
 from maskwise.errors import UserError
 from maskwise.experiments.ablations.registry import checked, run_ablation
 from maskwise.experiments.compare import run_compare as compare_experiment
 from maskwise.experiments.demo import BLANK
 from maskwise.experiments.demo import run_demo as demo_experiment
 from maskwise.experiments.report import RESULTS, ablation_table, render
-from maskwise.recipes import COMPARE_SCALES, CompareSettings
+from maskwise.recipes import COMPARE_SCALES
 from maskwise.runs import read_json
 from maskwise.train.pretrain import read_toml
 
@@ -89,9 +88,7 @@ def run_compare(args) -> int:
         raise UserError(f"--seeds must be at least 1, got {args.seeds}")
     settings = COMPARE_SCALES[scale]
     if args.config:
-        values = read_toml(args.config)
-        checked = from_dict(CompareSettings, values, f"compare config {args.config}")
-        settings = dataclasses.replace(settings, **{k: getattr(checked, k) for k in values})
+        settings = settings.overridden(read_toml(args.config, ("tasks",)), f"compare config {args.config}")
     if args.seconds is not None:
         if not args.seconds > 0:
             raise UserError(f"--seconds must be positive, got {args.seconds}")
@@ -115,7 +112,8 @@ def run_ablate(args) -> int:
                        runtime_of(args), **options)
     results = read_json(out / RESULTS)
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
-    print(f"verdict: {results['verdict']} — {results['verdict_detail']}")
+    for verdict in results["verdicts"]:
+        print(f"verdict: {verdict['verdict']} — {' '.join(verdict['details'])}")
     return 0
 
 

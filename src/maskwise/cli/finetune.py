@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from maskwise.cli.runtime import runtime_of
-from maskwise.cli.task_flags import add_common_flags, add_task_flags
+from maskwise.cli.summary import summarize
+from maskwise.cli.task_flags import add_common_flags, add_task_flags, config_from_flags
 from maskwise.cli.task_inputs import (
     HEAD_FILE,
     beir_finetune_data,
@@ -19,19 +20,30 @@ from maskwise.cli.task_inputs import (
     embedder_of,
     is_beir_folder,
     open_model,
-    retrieval_data,
     speaker_data,
     tag_data,
+    user_retrieval,
 )
+from maskwise.errors import UserError
+from maskwise.runs import (
+    CONFIG_FILE,
+    MODEL_FILE,
+    TOKENIZER_FILE,
+    prepare_folder,
+    save_weights,
+    write_json,
+)
+from maskwise.tasks.rerank import default_reranker, training_negatives
+from maskwise.tasks.retrieve import rank
+from maskwise.tasks.run import CONFIGS, plays_rows, run_task
 
-TASKS = ("classify", "embed", "rerank", "seq2seq", "tag")
 RESULTS_FILE, SUMMARY_FILE = "results.json", "summary.txt"
 
 
 def register(subparsers) -> None:
     finetune = subparsers.add_parser("finetune", help="fine-tune a run or HF model on a downstream task")
     tasks = finetune.add_subparsers(dest="task", required=True, parser_class=type(finetune))
-    for task in TASKS:
+    for task in CONFIGS:
         parser = tasks.add_parser(task, help=f"fine-tune for {task}")
         parser.add_argument("model", help="run folder or HF model folder")
         parser.add_argument("--out", required=True, help="folder for the fine-tuned run")
@@ -39,7 +51,7 @@ def register(subparsers) -> None:
         parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the task's)")
         parser.add_argument("--batch-size", type=int, default=None)
         parser.add_argument("--lr", type=float, default=None, help="body learning rate (default: the task's)")
-        parser.add_argument("--head-lr", type=float, default=None, help="fresh head learning rate (default 1e-3)")
+        parser.add_argument("--head-lr", type=float, default=None, help="fresh head learning rate (default: the task's)")
         parser.add_argument("--bf16", action="store_true", default=None, help="alias of --precision bf16")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--data", default=None,
@@ -53,10 +65,6 @@ def register(subparsers) -> None:
 
 
 def run_finetune(args) -> int:
-    from maskwise.cli.summary import summarize
-    from maskwise.errors import UserError
-    from maskwise.runs import prepare_folder, write_json
-
     if args.eval_data is not None and args.data is None:
         raise UserError("--eval-data needs --data (the plays come with their own evaluation split)")
     if getattr(args, "ignore_identical_ids", False) and not is_beir_folder(args.data):
@@ -77,27 +85,13 @@ def run_finetune(args) -> int:
     return 0
 
 
-def _task_settings(args, config_cls, train_examples: int, test_examples: int, **task):
-    """``recipes.TaskSettings`` from the flags given, the task config's own defaults for the rest."""
-    from maskwise.recipes import TaskSettings
-
-    defaults = config_cls()
-    given = {flag: getattr(args, flag) for flag in ("steps", "batch_size", "lr", "head_lr")}
-    values = {flag: getattr(defaults, flag) if value is None else value for flag, value in given.items()}
-    return TaskSettings(train_examples=train_examples, test_examples=test_examples, seed=args.seed,
-                        data_seed=args.seed, progress=args.progress, **values, **task)
+def _config(args, task: str, **values):
+    """The task's config from the flags given; the training draw follows --seed, the test draw stays fixed."""
+    return config_from_flags(CONFIGS[task], args, data_seed=args.seed, **values)
 
 
 def _save_run(out: Path, model, tokenizer, task: dict, head=None) -> None:
     """Lay the fine-tune out as a run folder, so every command opens it like any run."""
-    from maskwise.runs import (
-        CONFIG_FILE,
-        MODEL_FILE,
-        TOKENIZER_FILE,
-        save_weights,
-        write_json,
-    )
-
     save_weights(model, out / MODEL_FILE)
     if head is not None:
         save_weights(head, out / HEAD_FILE)
@@ -105,58 +99,33 @@ def _save_run(out: Path, model, tokenizer, task: dict, head=None) -> None:
     write_json(out / CONFIG_FILE, {"model": model.cfg.to_dict(), "task": task})
 
 
-def _finetune_classify(args, model, tokenizer):
-    from maskwise.tasks.classify import ClassifyConfig
+def _run(args, cfg, model, tokenizer, data, label: str = "model"):
+    """(what fine-tuning produced, its evaluation record): ``run_task`` on the command's runtime."""
+    result = run_task(cfg, model, tokenizer, runtime_of(args), data=data, label=label)
+    return result.model, result.record
 
-    train, test = classify_data(args, "test", training=True)
-    settings = _task_settings(args, ClassifyConfig, len(train), len(test), pooling=args.pooling, freeze=args.freeze)
-    classifier, record = _run(args, "classify", model, tokenizer, settings, (train, test))
-    task = {"labels": classifier.labels, "pooling": classifier.pooling, "freeze": args.freeze,
+
+def _finetune_classify(args, model, tokenizer):
+    cfg = _config(args, "classify")
+    train, test = classify_data(args, cfg, training=True)
+    classifier, record = _run(args, cfg, model, tokenizer, (train, test))
+    task = {"labels": classifier.labels, "pooling": classifier.pooling, "freeze": cfg.freeze,
             "train_labels": [e.label for e in train]}
     return task, record, classifier.body, classifier.head
 
 
-def _run(args, task: str, model, tokenizer, settings, data, label: str = "model"):
-    """(what fine-tuning produced, its evaluation record): ``recipes.run_task`` on the command's runtime."""
-    from maskwise.recipes import run_task
-
-    result = run_task(task, model, tokenizer, settings, runtime_of(args), data=data, label=label)
-    return result.model, result.record
-
-
-def _user_retrieval(args):
-    """(train, eval) retrieval sets from --data / --eval-data; held-out queries search the whole
-    collection (their passages must be in it)."""
-    from maskwise.data.tasks import RetrievalSet, hold_out, retrieval_from_file
-
-    data = retrieval_from_file(args.data)
-    if args.eval_data is not None:
-        return data, retrieval_from_file(args.eval_data)
-    train_rows, eval_rows = hold_out(range(len(data.queries)))
-
-    def subset(rows):
-        return RetrievalSet(tuple(data.queries[i] for i in rows), data.docs, tuple(data.relevant[i] for i in rows))
-
-    return subset(train_rows), subset(eval_rows)
-
-
 def _finetune_embed(args, model, tokenizer):
-    from maskwise.data.tasks import ict_retrieval
-    from maskwise.tasks.embed import EmbedConfig
-
+    cfg = _config(args, "embed", train_pairs=args.train_queries)  # on the plays one pair a query
     beir, split = is_beir_folder(args.data), None
     if beir:
-        train, test, split = beir_finetune_data(args)
+        train, test, split = beir_finetune_data(args, cfg)
+        data = (train.pairs(), test)
     elif args.data is not None:
-        train, test = _user_retrieval(args)
+        train, test = user_retrieval(args)
+        data = (train.pairs(), test)
     else:
-        train = ict_retrieval("train", max_queries=args.train_queries, seed=args.seed)
-        test = retrieval_data("test", args, args.max_queries)
-    pairs = train.pairs()
-    settings = _task_settings(args, EmbedConfig, len(pairs), len(test.queries), pooling=args.pooling,
-                              temperature=args.temperature, max_len=EmbedConfig().max_len,
-                              ignore_identical_ids=args.ignore_identical_ids)
-    bi_encoder, record = _run(args, "retrieve", model, tokenizer, settings, (pairs, test), "fine-tuned bi-encoder")
+        data = plays_rows(cfg, model)
+    bi_encoder, record = _run(args, cfg, model, tokenizer, data, "fine-tuned bi-encoder")
     results = {"data": str(args.data), "split": split, **record} if beir else record
     task = {"pooling": bi_encoder.pooling, "normalize": True, "max_len": record["max_len"],
             "temperature": record["temperature"]}
@@ -164,25 +133,14 @@ def _finetune_embed(args, model, tokenizer):
 
 
 def _finetune_rerank(args, model, tokenizer):
-    from maskwise.tasks.rerank import RerankConfig, default_reranker, training_negatives
-    from maskwise.tasks.retrieve import rank
-
-    kind = args.reranker or default_reranker(model.cfg.family)
+    cfg = _config(args, "rerank", **({} if args.rerank_queries is None else {"test_queries": args.rerank_queries}))
+    kind = cfg.reranker or default_reranker(model.cfg.family)
     first_stage_path = args.first_stage or args.model
     embedder, first_stage = embedder_of(first_stage_path, args, args.progress)
-    if args.data is not None:
-        train, test = _user_retrieval(args)
-    else:
-        from maskwise.data.tasks import ict_retrieval
-
-        train = ict_retrieval("train", max_queries=args.train_queries, seed=args.seed)
-        test = ict_retrieval("test", max_queries=args.rerank_queries)
-    settings = _task_settings(args, RerankConfig, len(train.queries), len(test.queries), reranker=kind,
-                              negatives=args.n_negatives, candidates=args.candidates, max_len=RerankConfig().max_len)
-    negatives = training_negatives(train, settings.negatives, args.negatives, embedder, args.seed)
-    candidates, _ = rank(embedder, test, k=args.candidates)
-    reranker, record = _run(args, "rerank", model, tokenizer, settings, (train, negatives, test, candidates),
-                            f"{kind} reranker")
+    train, test = user_retrieval(args) if args.data is not None else plays_rows(cfg, model)
+    negatives = training_negatives(train, cfg.n_negatives, args.negatives, embedder, args.seed)
+    candidates, _ = rank(embedder, test, k=cfg.candidates)
+    reranker, record = _run(args, cfg, model, tokenizer, (train, negatives, test, candidates), f"{kind} reranker")
     trained, head = (reranker.body, reranker.head) if kind == "cross" else (reranker, None)
     results = {**record, "first_stage": first_stage}
     task = {"reranker": kind, "first_stage": str(first_stage_path), "negatives": args.negatives,
@@ -191,25 +149,19 @@ def _finetune_rerank(args, model, tokenizer):
 
 
 def _finetune_seq2seq(args, model, tokenizer):
-    from maskwise.errors import UserError
-    from maskwise.tasks.seq2seq import Seq2SeqConfig
-
-    if args.rename_speakers and args.data is not None:
+    cfg = _config(args, "seq2seq")
+    if cfg.rename_speakers and args.data is not None:
         raise UserError("--rename-speakers renames the plays' speakers: it needs the embedded passages, not --data")
-    train, test = speaker_data(args, "test", model, training=True)
-    settings = _task_settings(args, Seq2SeqConfig, len(train), len(test), max_target_len=args.max_target_len,
-                              rename_speakers=args.rename_speakers, num_beams=args.num_beams)
-    trained, record = _run(args, "extract", model, tokenizer, settings, (train, test))
-    task = {"max_target_len": args.max_target_len, "hide_speakers": args.hide_speakers,
-            "rename_speakers": args.rename_speakers}
-    return task, {**record, "hide_speakers": args.hide_speakers}, trained, None
+    train, test = speaker_data(args, cfg, model, training=True)
+    trained, record = _run(args, cfg, model, tokenizer, (train, test))
+    task = {"max_target_len": cfg.max_target_len, "hide_speakers": cfg.hide_speakers,
+            "rename_speakers": cfg.rename_speakers}
+    return task, {**record, "hide_speakers": cfg.hide_speakers}, trained, None
 
 
 def _finetune_tag(args, model, tokenizer):
-    from maskwise.tasks.tag import TagConfig
-
-    train, test = tag_data(args, "test", model, training=True)
-    settings = _task_settings(args, TagConfig, len(train), len(test))
-    tagger, record = _run(args, "tag", model, tokenizer, settings, (train, test))
+    cfg = _config(args, "tag")
+    train, test = tag_data(args, cfg, model, training=True)
+    tagger, record = _run(args, cfg, model, tokenizer, (train, test))
     task = {"tags": tagger.tags, "train_counts": record["train_counts"]}
     return task, record, tagger.body, tagger.head

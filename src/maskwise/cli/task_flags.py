@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from maskwise.cli.runtime import runtime_flags
+from maskwise.tasks.classify import ClassifyConfig
+from maskwise.tasks.embed import EmbedConfig
+from maskwise.tasks.rerank import RerankConfig
+from maskwise.tasks.seq2seq import Seq2SeqConfig
+from maskwise.tasks.tag import TagConfig
 
 
 def positive(text: str) -> int:
@@ -36,15 +42,19 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def add_task_flags(parser, task: str, evaluating: bool = False) -> None:
-    """The flags of ``task``: its data sizes and settings (``evaluating``: only what evaluation reads)."""
+    """The flags of ``task``: its data sizes and settings (``evaluating``: only what evaluation reads).
+    A flag that sets a field of the task's config (``tasks.run.CONFIGS``) has that field's name as its
+    dest and None as its default: the config holds the default (``config_from_flags``)."""
     if task == "classify":
         parser.add_argument("--pooling", choices=("cls", "mean", "last"), default=None,
                             help="retrieval embedding pooling (a fine-tuned classifier keeps its own)"
                             if evaluating else "default: cls (encoder), last (decoder), mean (encoder-decoder)")
         if not evaluating:
-            parser.add_argument("--freeze", action="store_true", help="linear probe: train the head only")
-            parser.add_argument("--per-genre", type=positive, default=300, help="training windows per genre")
-        parser.add_argument("--eval-per-genre", type=positive, default=100, help="evaluation windows per genre")
+            parser.add_argument("--freeze", action="store_true", default=None, help="linear probe: train the head only")
+            parser.add_argument("--per-genre", dest="train_per_genre", type=positive, default=None,
+                                help=f"training windows per genre (default {ClassifyConfig.train_per_genre})")
+        parser.add_argument("--eval-per-genre", dest="test_per_genre", type=positive, default=None,
+                            help=f"evaluation windows per genre (default {ClassifyConfig.test_per_genre})")
         parser.add_argument("--text-column", default="text",
                             help="--data's column (CSV, TSV) or field (JSONL) holding the text")
         parser.add_argument("--label-column", default="label",
@@ -53,42 +63,55 @@ def add_task_flags(parser, task: str, evaluating: bool = False) -> None:
         if not evaluating:
             parser.add_argument("--pooling", choices=("cls", "mean", "last"), default=None,
                                 help="default: mean (last for a decoder)")
-            parser.add_argument("--temperature", type=float, default=0.05, help="InfoNCE temperature")
+            parser.add_argument("--temperature", type=float, default=None, help=f"InfoNCE temperature (default {EmbedConfig.temperature})")
             parser.add_argument("--train-queries", type=positive, default=None,
                                 help="limit training queries (a random subset; a BEIR query brings all its positives)")
-        parser.add_argument("--max-queries", type=positive, default=None,
-                            help="evaluation queries, a seeded random subset (all passages stay); default: 300 "
-                                 "of the plays', every query of a BEIR folder")
-        parser.add_argument("--ignore-identical-ids", action="store_true",
+        parser.add_argument("--max-queries", dest="test_queries", type=positive, default=None,
+                            help="evaluation queries, a seeded random subset (all passages stay); default: "
+                                 f"{EmbedConfig.test_queries} of the plays', every query of a BEIR folder")
+        parser.add_argument("--ignore-identical-ids", action="store_true", default=None,
                             help="BEIR folder: never retrieve a document whose id is the query's own (BEIR's "
                                  "default; MTEB's for ArguAna and Quora, whose queries are in the corpus)")
     elif task == "rerank":
         if not evaluating:
             parser.add_argument("--reranker", choices=("cross", "generative"), default=None,
                                 help="default: cross for an encoder, generative otherwise")
-            parser.add_argument("--n-negatives", type=positive, default=7)
+            parser.add_argument("--n-negatives", type=positive, default=None, help=f"negatives per query (default {RerankConfig.n_negatives})")
             parser.add_argument("--negatives", choices=("first-stage", "random"), default="first-stage",
                                 help="training negatives: the first stage's top-ranked wrong documents, or random "
                                      "ones (cheaper, and better for the small body measured in the README)")
             parser.add_argument("--train-queries", type=positive, default=None, help="limit training queries")
         parser.add_argument("--first-stage", default=None,
                             help="bi-encoder run for the candidates (default: the model itself, mean-pooled)")
-        parser.add_argument("--candidates", type=positive, default=100)
-        parser.add_argument("--rerank-queries", type=positive, default=100, help="evaluation queries")
+        parser.add_argument("--candidates", type=positive, default=None, help=f"first-stage candidates (default {RerankConfig.candidates})")
+        parser.add_argument("--rerank-queries", dest="rerank_queries", type=positive, default=None,
+                            help=f"evaluation queries (default {RerankConfig.test_queries})")
     elif task == "tag":
         parser.add_argument("--window-chars", type=positive, default=None,
                             help="the plays' windows, in characters (default: what fits the model's context)")
         if not evaluating:
-            parser.add_argument("--train-windows", type=positive, default=4000, help="training windows of the plays")
-        parser.add_argument("--eval-windows", type=positive, default=1000, help="evaluation windows of the plays")
+            parser.add_argument("--train-windows", type=positive, default=None,
+                                help=f"training windows of the plays (default {TagConfig.train_windows})")
+        parser.add_argument("--eval-windows", dest="test_windows", type=positive, default=None,
+                            help=f"evaluation windows of the plays (default {TagConfig.test_windows})")
     elif task == "seq2seq":
-        parser.add_argument("--hide-speakers", action="store_true", help="remove speaker lines from the source")
+        parser.add_argument("--hide-speakers", action="store_true", default=None,
+                            help="remove speaker lines from the source")
         parser.add_argument("--max-chars", type=positive, default=None,
                             help="longest source in characters (default: what fits the model's context)")
-        parser.add_argument("--num-beams", type=positive, default=1)
-        parser.add_argument("--eval-limit", type=positive, default=300, help="evaluation passages")
+        parser.add_argument("--num-beams", type=positive, default=None, help="beam width (default 1: greedy)")
+        parser.add_argument("--eval-limit", dest="test_passages", type=positive, default=None,
+                            help=f"evaluation passages (default {Seq2SeqConfig.test_passages})")
         if not evaluating:
-            parser.add_argument("--max-target-len", type=positive, default=64, help="target tokens")
-            parser.add_argument("--rename-speakers", type=probability, default=0.0,
+            parser.add_argument("--max-target-len", type=positive, default=None, help=f"target tokens (default {Seq2SeqConfig.max_target_len})")
+            parser.add_argument("--rename-speakers", type=probability, default=None,
                                 help="fraction of training draws whose speakers get random names, so that "
                                      "copying them from the source is the only way to answer (embedded data)")
+
+
+def config_from_flags(config_cls, args, **values):
+    """The task config the command's flags give: every field whose flag was given (a dest of that
+    name, not None), ``values``, and the config's own defaults for the rest."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)
+             if getattr(args, f.name, None) is not None}
+    return config_cls(**{**given, **values})

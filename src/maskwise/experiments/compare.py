@@ -20,29 +20,49 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from maskwise.data.plays import load_plays, render_play, split_plays
+from maskwise.data.tasks import speaker_examples
 from maskwise.errors import UserError
-from maskwise.experiments.compare_report import build_results, run_name
-from maskwise.experiments.report import render, write_results
+from maskwise.experiments.compare_report import (
+    CANNOT,
+    RULES,
+    WRITERS,
+    evidence,
+    meta,
+    notes,
+    samples,
+    summary,
+    tabulate,
+    warning,
+)
+from maskwise.experiments.framework import (
+    WALL,
+    Arm,
+    Setup,
+    Study,
+    conduct,
+    fine_tuned,
+    write,
+)
 from maskwise.experiments.runner import Experiment
 from maskwise.families import FAMILIES, family_of
-from maskwise.model.accounting import parameter_breakdown
-from maskwise.recipes import CompareSettings, pretrain_settings, run_task
+from maskwise.objectives.span import decoder_start_id
+from maskwise.padding import pad
+from maskwise.recipes import CompareSettings
 from maskwise.runtime import Runtime
-
-# The recipes with a row in the report: reranking has its ablation, and genre classification (six test plays,
-# one per genre: a verdict on six items) the pooling ablation.
-TASKS = ("tag", "retrieve", "extract")
-CANNOT_TASKS = {("encoder", "extract")}
+from maskwise.tasks.fill_mask import mlm_continue, nats_per_char_blocks, per_char_blocks
+from maskwise.tasks.generate import GenerationConfig, generate, generate_text
+from maskwise.tasks.reading import device_of, seeded_generator
+from maskwise.tasks.seq2seq import source_ids
 
 
 def held_out_text(chars: int) -> str:
@@ -61,7 +81,6 @@ def train_token_counts(tokenizer) -> Counter[int]:
 def unigram_nats_per_char(tokenizer, counts: Counter[int], text: str, blocks: int) -> list[float]:
     """The unigram model's (``counts``, add-one) nats per character of ``text`` in ``blocks``
     pieces, cut as every model's are (``fill_mask.per_char_blocks``)."""
-    from maskwise.tasks.fill_mask import per_char_blocks
 
     total, vocab = sum(counts.values()), tokenizer.vocab_size
     ids = tokenizer.encode(text)
@@ -79,9 +98,6 @@ def blank_filling(model, tokenizer, text: str, n_positions: int, seed: int, base
     ``<extra_id_0>``) or BART's (``[MASK]`` in the source, the decoder rewriting the source up to
     the blank and predicting the next token).
     """
-    from maskwise.objectives.span import decoder_start_id
-    from maskwise.padding import pad
-    from maskwise.tasks.reading import device_of
 
     kind, context, device = model.cfg.kind, model.cfg.max_seq_len - 2, device_of(model)
     model.eval()
@@ -128,9 +144,6 @@ def blank_filling(model, tokenizer, text: str, n_positions: int, seed: int, base
 
 
 def language_modelling(exp: Experiment, run: str, s: CompareSettings, seed: int) -> dict:
-    from maskwise.tasks.fill_mask import mlm_continue, nats_per_char_blocks
-    from maskwise.tasks.generate import GenerationConfig, generate_text
-    from maskwise.tasks.reading import seeded_generator
 
     loaded = exp.load(run)
     model, tok, family = loaded.model, loaded.tokenizer, loaded.model.cfg.family
@@ -165,10 +178,6 @@ def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSetting
     """Seconds from a source to the first token of its answer, batch 1, for the two families that
     write: the same source (a passage that fills the decoder's room before its answer), timed in
     turns so that a change in the machine's load falls on both."""
-    from maskwise.data.tasks import speaker_examples
-    from maskwise.objectives.span import decoder_start_id
-    from maskwise.tasks.generate import GenerationConfig, generate
-    from maskwise.tasks.seq2seq import source_ids
 
     loaded = {family: exp.load(run) for family, run in runs.items()}
     for run in loaded.values():
@@ -176,7 +185,7 @@ def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSetting
     tok = next(iter(loaded.values())).tokenizer
     longest = max(speaker_examples("test", max_chars=4 * s.block_size, limit=50, seed=0),
                   key=lambda e: len(e.source))
-    prompts = {f: source_ids(r.model, tok, longest.source, s.extraction_target) for f, r in loaded.items()}
+    prompts = {f: source_ids(r.model, tok, longest.source, s.tasks["seq2seq"].max_target_len) for f, r in loaded.items()}
     length = min(len(p) for p in prompts.values())
     prompts = {f: p[:length - 1] + p[-1:] if family_of(f).causal else p[:length] for f, p in prompts.items()}  # keep [SEP]
     one = GenerationConfig(max_new_tokens=1)
@@ -190,46 +199,46 @@ def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSetting
     return {"source_tokens": length, "seconds": seconds}
 
 
-def fine_tuned(exp: Experiment, task: str, run: str, family: str, s: CompareSettings, seed: int) -> dict:
-    """The record of ``task`` fine-tuned on a fresh copy of ``run``'s pretrained model."""
-    loaded = exp.load(run)
-    return run_task(task, loaded.model, loaded.tokenizer, s.task(task, family, seed), exp.runtime,
-                    label=family).record
+def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
+    """Every measure the family can take (``MEASURES``, less what ``CANNOT`` names), each its own cached step."""
+    return {what: setup.exp.step(f"{what}-{name}", lambda f=fn: f(setup, name, seed))
+            for what, fn in MEASURES.items() if (arm.key, what) not in CANNOT}
+
+
+def _fine_tuned(task: str) -> Callable[[Setup, str, int], dict]:
+    return lambda setup, name, seed: fine_tuned(setup, task, name, seed)
+
+
+# What one family's run is measured on: the held-out text, then each fine-tune with a row in the report
+# (``CompareSettings.tasks``' names). Reranking has its ablation, and genre classification (six test plays,
+# one per genre: a verdict on six items) the pooling ablation. A new row: a measure here, a row in
+# ``compare_report.ROWS``.
+MEASURES: dict[str, Callable[[Setup, str, int], dict]] = {
+    "lm": lambda setup, name, seed: language_modelling(setup.exp, name, setup.scale, seed),
+    **{task: _fine_tuned(task) for task in ("tag", "embed", "seq2seq")},
+}
+
+COMPARE = Study(
+    about="encoder vs decoder vs encoder-decoder at one wall-clock budget, every task each can do",
+    title="maskwise compare: encoder vs decoder vs encoder-decoder at one budget",
+    rules=RULES, step="measures", arms=lambda data="shakespeare": tuple(
+        Arm(f, f, {"family": f, "data": data}) for f in FAMILIES),
+    measure=measure, tabulate=tabulate, summary=summary, notes=notes, options=("data",), axes=(WALL,),
+    header=lambda families: ["task", *families, "best"], samples=samples, extra_rows=False,
+    per_seed=("ttft", lambda setup, names, seed: time_to_first_token(
+        setup.exp, {f: names[f] for f in WRITERS}, setup.scale)),
+    evidence=evidence, meta=meta, warning=warning)
 
 
 def run_compare(out: str | Path = "runs/compare", settings: CompareSettings | None = None, seeds: int = 1,
                 first_seed: int = 0, data: str = "shakespeare", overwrite: bool = False, progress: bool = True,
                 runtime: Runtime | None = None) -> Path:
     s = settings or CompareSettings()
-    load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     exp = Experiment(out, overwrite, runtime)
     other, _ = exp.keep_recipe("compare", {"settings": dataclasses.asdict(s), "data": data})
     if other is not None:
         raise UserError(f"{exp.out} holds a compare at scale {other['settings']['name']} with other settings than "
                         f"now ({s.name}); use --overwrite or another --out")
-    seed_list = list(range(first_seed, first_seed + seeds))
-    pre, measured, ttft = {}, {}, {}
-    for seed in seed_list:
-        for family in FAMILIES:
-            name = run_name(family, seed)
-            pre[name] = exp.pretrain(name, progress=progress,
-                                     **pretrain_settings(s, s.family_arm(family, data), seed))
-    params = {family: parameter_breakdown(exp.load(run_name(family, first_seed)).model) for family in FAMILIES}
-    for seed in seed_list:
-        measured[seed] = {}
-        for family in FAMILIES:
-            name = run_name(family, seed)
-            measured[seed][family] = {
-                "lm": exp.step(f"lm-{name}", lambda n=name, sd=seed: language_modelling(exp, n, s, sd)),
-                **{task: exp.step(f"{task}-{name}",
-                                  lambda t=task, n=name, f=family, sd=seed: fine_tuned(exp, t, n, f, s, sd))
-                   for task in TASKS if (family, task) not in CANNOT_TASKS},
-            }
-        ttft[seed] = exp.step(f"ttft-seed{seed}", lambda sd=seed: time_to_first_token(
-            exp, {f: run_name(f, sd) for f in ("decoder", "encoder-decoder")}, s))
-    results = build_results(s, seed_list, data, pre, params, measured, ttft, exp.elapsed(), exp.runtime,
-                            load_at_start)
-    results["settings"] = {**dataclasses.asdict(s), "seeds": seed_list, "data": data}
-    write_results(exp.out, results)
-    render(exp.out)
-    return exp.out
+    seed_list = tuple(range(first_seed, first_seed + seeds))
+    results = conduct(COMPARE, Setup(exp, s, seed_list, progress), data=data)
+    return write(exp, results, "compare", {**dataclasses.asdict(s), "seeds": list(seed_list), "data": data})

@@ -17,8 +17,11 @@ A part is ``held`` when every comparison it names separates in the predicted dir
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
+from maskwise.experiments.framework import WALL, Measured, Rule, run_name
 from maskwise.experiments.intervals import (
     AT_CHANCE,
     WITHIN_NOISE,
@@ -28,22 +31,16 @@ from maskwise.experiments.intervals import (
     interval,
     separation,
 )
-from maskwise.experiments.report import mean_and_spread
-from maskwise.experiments.runner import machine_info
-from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE
+from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, mean_and_spread
 from maskwise.families import FAMILIES, family_of
 
+WRITERS = tuple(f for f in FAMILIES if family_of(f).writes)  # the families timed to their first token
 CANNOT = {
-    ("encoder", "extract"): "cannot: no decoder to write the answer (an encoder labels positions it is given)",
+    ("encoder", "seq2seq"): "cannot: no decoder to write the answer (an encoder labels positions it is given)",
     ("encoder", "ttft"): "cannot: writes no answer",
     ("encoder-decoder", "next_token"): "conditional only: its decoder models targets given a source, not the "
                                        "text itself (its own objective's loss in the curves)",
 }
-
-
-def run_name(family: str, seed: int) -> str:
-    """The name of ``family``'s pretraining run for ``seed`` in the experiment folder."""
-    return f"{family}-seed{seed}"
 
 
 # ---- the per-item measurements, gathered over seeds -----------------------------------------------
@@ -59,12 +56,12 @@ ROWS = {
     # what comes after it, which only a bidirectional reader has seen.
     "tag": ("punctuation restoration F1 per text (tagging)", True, lambda m: m["tag"]["per_example"]["f1"],
             lambda m: m["tag"]["line_break_rule"]["per_example"]["f1"], "a mark before every line break"),
-    "retrieve": ("retrieval recall@10 (ICT)", True,
-                 lambda m: m["retrieve"]["per_query"]["recall@10"],
-                 lambda m: m["retrieve"]["baseline"]["expected"]["recall@10"], "random"),
-    "extract": ("passage -> speakers F1", True,
-                lambda m: m["extract"]["per_example"]["speakers_f1"],
-                lambda m: m["extract"]["baseline"]["per_example"]["speakers_f1"], "copy the first line"),
+    "embed": ("retrieval recall@10 (ICT)", True,
+                 lambda m: m["embed"]["per_query"]["recall@10"],
+                 lambda m: m["embed"]["baseline"]["expected"]["recall@10"], "random"),
+    "seq2seq": ("passage -> speakers F1", True,
+                lambda m: m["seq2seq"]["per_example"]["speakers_f1"],
+                lambda m: m["seq2seq"]["baseline"]["per_example"]["speakers_f1"], "copy the first line"),
 }
 
 
@@ -123,39 +120,48 @@ def judge(parts: Sequence[Part]) -> tuple[str, list[str]]:
 
 def ttft_milliseconds(ttft: Mapping[int, dict]) -> dict[str, PerSeed]:
     """Each writing family's timed first tokens, per seed, in milliseconds."""
-    return {f: [[1000 * t for t in ttft[seed]["seconds"][f]] for seed in ttft] for f in ("decoder", "encoder-decoder")}
+    return {f: [[1000 * t for t in ttft[seed]["seconds"][f]] for seed in ttft] for f in WRITERS}
 
 
-def verdicts(gathered: Mapping[str, tuple[dict, dict]], ttft_ms: Mapping[str, PerSeed]) -> list[dict]:
-    """The three parts of the rule of thumb, judged on ``gather``'s rows and the first-token times."""
-    rows = {row: scores for row, (scores, _) in gathered.items()}
+@dataclass(frozen=True)
+class Evidence:
+    """What the three rules read: every row's per-item scores and baselines, and the first-token times."""
 
-    def base(row: str, *families: str) -> tuple:
-        return tuple(gathered[row][1][f] for f in families)
+    gathered: Mapping[str, tuple[dict, dict]]  # row -> (family -> per-seed scores, family -> baseline)
+    ttft_ms: Mapping[str, PerSeed]
 
-    specs = [
-        ("embed, score or classify => encoder",
-         "the encoder beats the decoder at tagging (punctuation restoration) and retrieval",
-         [("punctuation F1 per text, encoder vs decoder", rows["tag"]["encoder"], rows["tag"]["decoder"], True,
-           base("tag", "encoder", "decoder")),
-          ("retrieval recall@10, encoder vs decoder", rows["retrieve"]["encoder"], rows["retrieve"]["decoder"], True,
-           base("retrieve", "encoder", "decoder"))]),
-        ("generate => decoder", "the decoder's held-out next-token loss is below the encoder's by repeated [MASK]",
-         [("nats/char, decoder vs encoder (left context through [MASK])", rows["next_token"]["decoder"],
-           rows["next_token"]["encoder"], False, base("next_token", "decoder", "encoder"))]),
-        ("read-then-write => encoder-decoder",
-         ("the encoder-decoder beats the decoder-only model at passage -> speakers and reaches its first token "
-          "sooner on a long source"),
-         [("speakers F1, encoder-decoder vs decoder", rows["extract"]["encoder-decoder"], rows["extract"]["decoder"],
-           True, base("extract", "encoder-decoder", "decoder")),
-          ("time to first token (ms), encoder-decoder vs decoder", ttft_ms["encoder-decoder"], ttft_ms["decoder"],
-           False, None)]),
-    ]
-    out = []
-    for name, prediction, parts in specs:
-        verdict, details = judge(parts)
-        out.append({"rule": name, "prediction": prediction, "verdict": verdict, "details": details})
-    return out
+    def part(self, what: str, row: str, predicted: str, other: str) -> Part:
+        scores, baselines = self.gathered[row]
+        return what, scores[predicted], scores[other], ROWS[row][1], (baselines[predicted], baselines[other])
+
+
+def _tag_and_retrieval(e: Evidence, arms=None) -> tuple[str, list[str]]:
+    return judge([e.part("punctuation F1 per text, encoder vs decoder", "tag", "encoder", "decoder"),
+                  e.part("retrieval recall@10, encoder vs decoder", "embed", "encoder", "decoder")])
+
+
+def _next_token(e: Evidence, arms=None) -> tuple[str, list[str]]:
+    return judge([e.part("nats/char, decoder vs encoder (left context through [MASK])", "next_token", "decoder",
+                         "encoder")])
+
+
+def _read_then_write(e: Evidence, arms=None) -> tuple[str, list[str]]:
+    return judge([e.part("speakers F1, encoder-decoder vs decoder", "seq2seq", "encoder-decoder", "decoder"),
+                  ("time to first token (ms), encoder-decoder vs decoder", e.ttft_ms["encoder-decoder"],
+                   e.ttft_ms["decoder"], False, None)])
+
+
+PAIRED = ("held if every comparison separates the predicted way (paired 95% interval of the difference over the "
+          "same test items) and the predicted winner clears its trivial baseline; falsified if any separates "
+          "the other way with the other side clearing its baseline; inconclusive otherwise")
+RULES = (
+    Rule("the encoder beats the decoder at tagging (punctuation restoration) and retrieval", PAIRED,
+         _tag_and_retrieval, claim="embed, score or classify => encoder"),
+    Rule("the decoder's held-out next-token loss is below the encoder's by repeated [MASK]", PAIRED, _next_token,
+         claim="generate => decoder"),
+    Rule("the encoder-decoder beats the decoder-only model at passage -> speakers and reaches its first token "
+         "sooner on a long source", PAIRED, _read_then_write, claim="read-then-write => encoder-decoder"),
+)
 
 
 # ---- cells, the best column, warnings ---------------------------------------------------------------
@@ -201,36 +207,51 @@ def warning_text(short: Sequence[str], min_steps: int, runtime, load_at_start: f
             "The numbers below are measured, but the verdicts are not evidence about the families.")
 
 
-def build_results(s, seeds: Sequence[int], data: str, pre: Mapping[str, dict], params: Mapping[str, dict],
-                  measured: Mapping[int, Mapping[str, dict]], ttft: Mapping[int, dict], wall_s: float, runtime,
-                  load_at_start: float | None) -> dict:
-    first = seeds[0]
-    last = {f: [pre[run_name(f, seed)]["curve"][-1] for seed in seeds] for f in FAMILIES}
+# ---- the study's declaration hooks (``experiments.framework.Study``) ----------------------------------
+
+
+def by_seed(m: Measured) -> dict[int, dict[str, dict]]:
+    """seed -> family -> that run's measures."""
+    return {seed: {arm.key: m.measured[WALL][arm.key][i] for arm in m.arms} for i, seed in enumerate(m.setup.seeds)}
+
+
+def evidence(m: Measured, metrics: dict | None = None) -> Evidence:
+    measured = by_seed(m)
+    return Evidence({row: gather(measured, row) for row in ROWS}, ttft_milliseconds(m.per_seed))
+
+
+def _last_points(m: Measured, family: str) -> list[dict]:
+    return [run["curve"][-1] for run in m.runs[WALL][family]]
+
+
+def tabulate(m: Measured) -> tuple[dict, list]:
+    """(per-seed means of every row, by family; the table: pretraining, every row with its intervals and
+    baseline, the time to first token)."""
+    s, seeds, measured, e = m.setup.scale, m.setup.seeds, by_seed(m), evidence(m)
 
     def mean_of(family: str, key: str) -> float:
-        return sum(r[key] for r in last[family]) / len(last[family])
+        points = _last_points(m, family)
+        return sum(p[key] for p in points) / len(points)
 
     seeds_note = f"mean of {len(seeds)} seeds" if len(seeds) > 1 else "one seed"
     rows = [
         ["pretraining objective", *[s.objective(f) for f in FAMILIES], ""],
-        ["parameters", *[f"{params[f]['total']:,}" for f in FAMILIES], ""],
+        ["parameters", *[f"{m.parameters[f]['total']:,}" for f in FAMILIES], ""],
         [f"optimizer steps in pretraining ({seeds_note})", *[f"{mean_of(f, 'step'):,.0f}" for f in FAMILIES], ""],
         [f"tokens seen in pretraining ({seeds_note})", *[f"{mean_of(f, 'tokens_seen'):,.0f}" for f in FAMILIES], ""],
         ["pretraining wall-clock (s)", *[f"{mean_of(f, 'wall_s'):.0f}" for f in FAMILIES], ""],
         ["final validation loss (own objective)", *[f"{mean_of(f, 'val_loss'):.3f}" for f in FAMILIES], ""],
     ]
-    metrics, meta, best = {}, {}, {}
-    gathered = {row: gather(measured, row) for row in ROWS}
+    metrics = {}
     for row, (label, higher, _, _, baseline_name) in ROWS.items():
-        scores, baselines = gathered[row]
-        intervals = {f: interval(scores[f]) for f in scores}
+        scores, baselines = e.gathered[row]
         cells = []
         for family in FAMILIES:
             if family not in scores:
                 cells.append(CANNOT.get((family, row), "n/a"))
                 continue
             kind = family_of(family)
-            cell = f"{intervals[family].text()} ({baseline_name} {_baseline_text(baselines[family])})"
+            cell = f"{interval(scores[family]).text()} ({baseline_name} {_baseline_text(baselines[family])})"
             if len(seeds) > 1:
                 _, spread = mean_and_spread([sum(v) / len(v) for v in scores[family]])
                 cell += f" (sd over seeds {spread:.3f})"
@@ -243,54 +264,61 @@ def build_results(s, seeds: Sequence[int], data: str, pre: Mapping[str, dict], p
                 cell += ("; rewriting the source up to the blank" if s.objective(family) == "denoise"
                          else "; via sentinel span")
             cells.append(cell)
-        best[row] = best_cell(scores, baselines, higher)
-        rows.append([label + " [95% interval]", *cells, best[row]])
+        rows.append([label + " [95% interval]", *cells, best_cell(scores, baselines, higher)])
         metrics[label] = {f: [sum(v) / len(v) for v in scores[f]] for f in scores}
-        meta[label] = {"higher": higher, "baseline_name": baseline_name,
-                       "baseline": {f: _baseline_mean(baselines[f]) for f in scores},
-                       "intervals": {f: [iv.mean, iv.low, iv.high] for f, iv in intervals.items()}}
-    ttft_ms = ttft_milliseconds(ttft)
-    source_tokens = ttft[first]["source_tokens"]
+    source_tokens = m.per_seed[seeds[0]]["source_tokens"]
     rows.append([f"time to first token, {source_tokens}-token source, batch 1 (ms, mean [95% interval])",
-                 CANNOT[("encoder", "ttft")], interval(ttft_ms["decoder"]).text(2),
-                 interval(ttft_ms["encoder-decoder"]).text(2),
-                 best_cell(ttft_ms, {}, higher=False)])
+                 CANNOT[("encoder", "ttft")], interval(e.ttft_ms["decoder"]).text(2),
+                 interval(e.ttft_ms["encoder-decoder"]).text(2), best_cell(e.ttft_ms, {}, higher=False)])
+    return metrics, rows
 
-    judged = verdicts(gathered, ttft_ms)
+
+def meta(m: Measured, metrics: dict) -> dict:
+    """Each row's direction, per-family baseline and 95% intervals, for its plot."""
+    out = {}
+    for row, (label, higher, _, _, baseline_name) in ROWS.items():
+        scores, baselines = evidence(m).gathered[row]
+        out[label] = {"higher": higher, "baseline_name": baseline_name,
+                      "baseline": {f: _baseline_mean(baselines[f]) for f in scores},
+                      "intervals": {f: [iv.mean, iv.low, iv.high] for f, iv in
+                                    ((f, interval(scores[f])) for f in scores)}}
+    return out
+
+
+def warning(m: Measured) -> str:
+    """The warning above everything when a run got fewer optimizer steps than the recipe needs."""
+    s, exp = m.setup.scale, m.setup.exp
+    pre = {run_name(run): run for by_arm in m.runs.values() for runs in by_arm.values() for run in runs}
     short = too_few_steps(pre, s.min_steps)
-    machine = machine_info(runtime)
-    warning = warning_text(short, s.min_steps, runtime, load_at_start, machine.get("cores")) if short else ""
+    return warning_text(short, s.min_steps, exp.runtime, exp.load_at_start, os.cpu_count()) if short else ""
+
+
+def summary(m: Measured, metrics: dict) -> str:
+    s, seeds, e = m.setup.scale, m.setup.seeds, evidence(m)
+    verdicts = [(rule.claim, rule.judge(e, m.arms)[0]) for rule in RULES]
     scope = (f"{len(seeds)} seeds (intervals over seeds and test items)" if len(seeds) > 1 else
              "a single seed (intervals over test items only; `--seeds 3` adds the spread between seeds)")
-    summary = (
-        f"{'Not evidence (too few pretraining steps, see the warning). ' if warning else ''}"
-        f"At {s.seconds:.0f} s of pretraining per family on this machine, {scope}: "
-        + "; ".join(f"{v['rule']} {v['verdict']}" for v in judged) + ". "
-        + "Best (95% intervals separate it from the other families and from the trivial baseline): "
-        + "; ".join(f"{ROWS[r][0]}: {best[r].strip('*')}" for r in ROWS) + ".")
-    return {
-        "title": "maskwise compare: encoder vs decoder vs encoder-decoder at one budget",
-        "kind": "compare",
-        "warning": warning,
-        "machine": {**machine, "load_at_start": load_at_start},
-        "wall_s": wall_s,
-        "runs": [{"label": f"{f} ({s.objective(f)}), seed {seed}", "group": f, "seed": seed,
-                  "curve": pre[run_name(f, seed)]["curve"]} for seed in seeds for f in FAMILIES],
-        "metrics": metrics,
-        "metric_meta": meta,
-        "verdicts": judged,
-        "table": {"columns": ["task", *FAMILIES, "best"], "rows": rows},
-        "parameters": params,
-        "summary": summary,
-        "samples": {f"{f} sample (seed {first})": measured[first][f]["lm"]["sample"] for f in FAMILIES},
-        "notes": [
-            ("Validation losses of different objectives are not comparable to each other (MLM: per masked "
-             "token; CLM: per token; span corruption and denoising: per target token); the held-out nats/char "
-             "row is."),
-            ("Intervals: 95% percentile bootstrap over test items (and over seeds when there are several); "
-             "'best' needs paired intervals that separate one family from each other and from the baseline, "
-             "otherwise the cell says 'at chance' (no family clears the baseline) or 'within noise'."),
-            ("Every family uses the same block; only the attention mask and the loss differ. Fine-tuning: the "
-             "same steps, batch and learning rate per task for every family."),
-        ],
-    }
+    best = {row: best_of(*e.gathered[row], ROWS[row][1]) for row in ROWS}
+    return (f"{'Not evidence (too few pretraining steps, see the warning). ' if warning(m) else ''}"
+            f"At {s.seconds:.0f} s of pretraining per family on this machine, {scope}: "
+            + "; ".join(f"{claim} {verdict}" for claim, verdict in verdicts) + ". "
+            + "Best (95% intervals separate it from the other families and from the trivial baseline): "
+            + "; ".join(f"{ROWS[r][0]}: {best[r]}" for r in ROWS) + ".")
+
+
+def samples(m: Measured) -> dict:
+    first = m.setup.seeds[0]
+    return {f"{f} sample (seed {first})": m.measured[WALL][f][0]["lm"]["sample"] for f in FAMILIES}
+
+
+def notes(m: Measured) -> list[str]:
+    return [
+        ("Validation losses of different objectives are not comparable to each other (MLM: per masked "
+         "token; CLM: per token; span corruption and denoising: per target token); the held-out nats/char "
+         "row is."),
+        ("Intervals: 95% percentile bootstrap over test items (and over seeds when there are several); "
+         "'best' needs paired intervals that separate one family from each other and from the baseline, "
+         "otherwise the cell says 'at chance' (no family clears the baseline) or 'within noise'."),
+        ("Every family uses the same block; only the attention mask and the loss differ. Fine-tuning: the "
+         "same steps, batch and learning rate per task for every family."),
+    ]

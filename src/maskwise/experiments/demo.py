@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from maskwise.experiments.report import pyplot
 from maskwise.runtime import Runtime, resolve
+from maskwise.tasks.fill_mask import fill_mask
+from maskwise.tasks.generate import GenerationConfig, generate_text
+from maskwise.tasks.reading import seeded_generator
 from maskwise.train.pretrain import PretrainConfig, pretrain
 
 PROMPT = "ROMEO\n"
@@ -18,9 +22,6 @@ BLANK = "To be, or not to be: that is the q[MASK]estion"
 
 def run_demo(out: str | Path = "runs/demo", seconds: float = 120.0, progress: bool = True,
              runtime: Runtime | None = None) -> dict:
-    from maskwise.tasks.fill_mask import fill_mask
-    from maskwise.tasks.generate import GenerationConfig, generate_text
-    from maskwise.tasks.reading import seeded_generator
 
     out, runtime = Path(out), runtime or resolve()
     runs = {}
@@ -42,11 +43,7 @@ def run_demo(out: str | Path = "runs/demo", seconds: float = 120.0, progress: bo
 
 
 def _plot(curves: dict[str, list[dict]], path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     labels = {"decoder": "decoder, CLM (loss on every next token)",
               "encoder": "encoder, MLM (loss on 15% masked tokens)"}

@@ -13,8 +13,8 @@ The results layout (all keys optional except ``title``)::
                   intervals: {group: [mean, low, high]}}}                 -> its direction, baseline, intervals
     table:   {"columns": [...], "rows": [[cell, ...], ...]}            -> the main table
     parameters: {group: {category: count}}                             -> where the parameters go
-    prediction, rule, verdict, verdict_detail, summary, samples: {name: text}, notes: [text]
-    verdicts: [{rule, prediction, verdict, details: [text]}]          -> several judged predictions
+    verdicts: [{claim, prediction, rule, verdict, details: [text]}]   -> each coded rule, judged
+    summary, warning, samples: {name: text}, notes: [text]
 """
 
 from __future__ import annotations
@@ -22,23 +22,15 @@ from __future__ import annotations
 import base64
 import json
 import re
-import statistics
 import textwrap
 from pathlib import Path
 from typing import Any
 
 from maskwise.errors import UserError
+from maskwise.experiments.verdict import mean_and_spread, t975
 from maskwise.runs import atomic_write, read_json, write_json
 
 RESULTS, REPORT_MD, REPORT_HTML = "results.json", "report.md", "report.html"
-
-
-def mean_and_spread(values: list[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for a single value)."""
-    finite = [v for v in values if v is not None]
-    if not finite:
-        return float("nan"), float("nan")
-    return statistics.fmean(finite), statistics.stdev(finite) if len(finite) > 1 else 0.0
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -52,12 +44,18 @@ def fmt_stat(values: list[float], digits: int = 3) -> str:
     return f"{mean:.{digits}f} ± {spread:.{digits}f}" if len(values) > 1 else f"{mean:.{digits}f}"
 
 
-def _plot_curves(results: dict, out: Path) -> list[Path]:
-    import matplotlib
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no screen), imported when a plot is drawn."""
+    import matplotlib  # deferred: heavy (about 0.5 s), and only reports draw
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: as above
 
+    return plt
+
+
+def _plot_curves(results: dict, out: Path) -> list[Path]:
+    plt = pyplot()
     runs = [r for r in results.get("runs", []) if r.get("curve")]
     if not runs:
         return []
@@ -89,7 +87,6 @@ def slug(name: str) -> str:
 
 def metric_interval(values: list[float]) -> tuple[float, float, float]:
     """(mean, low, high): the 95% t-interval of per-seed values (a point for one seed)."""
-    from maskwise.experiments.verdict import t975
 
     mean, spread = mean_and_spread(values)
     finite = [v for v in values if v is not None]
@@ -101,11 +98,7 @@ def _plot_metrics(results: dict, out: Path) -> list[Path]:
     """One dot-and-interval plot per metric: each group's mean and 95% interval (the experiment's own
     where it gave them, else a t-interval over seeds), its trivial baseline as a dashed line, the
     axis from 0 (every metric here is a rate, a loss or a time), and which direction is better."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     paths = []
     for metric, groups in results.get("metrics", {}).items():
         names = [g for g, values in groups.items() if values]
@@ -156,20 +149,17 @@ def _markdown(results: dict, images: list[Path]) -> str:
         lines.append(f"Machine: {m.get('cpu', '?')}{gpus}, {m.get('threads', '?')} threads, torch {m.get('torch', '?')}."
                      f"{ran} Total time: {fmt(results.get('wall_s', float('nan')), 1)} s.")
         lines.append("")
-    if results.get("prediction"):
-        lines += ["## Prediction, rule, verdict", "",
-                  f"- **Prediction:** {results['prediction']}",
-                  f"- **Falsification rule (coded):** {results.get('rule', '')}",
-                  f"- **Verdict:** `{results.get('verdict', 'n/a')}` — {results.get('verdict_detail', '')}", ""]
     if results.get("summary"):
         lines += ["## Summary", "", results["summary"], ""]
     if results.get("verdicts"):
         seeds = len(results.get("settings", {}).get("seeds", [])) or 1
-        scope = "single-seed verdicts" if seeds == 1 else f"verdicts over {seeds} seeds"
-        lines += [f"## The rule of thumb, judged ({scope})", ""]
+        scope = "one seed" if seeds == 1 else f"over {seeds} seeds"
+        lines += [f"## Predictions, rules, verdicts ({scope})", ""]
         for v in results["verdicts"]:
-            lines.append(f"- **{v['rule']}** — `{v['verdict']}`. Prediction: {v['prediction']}.")
-            lines += [f"    - {detail}" for detail in v["details"]]  # four spaces: a nested list in every renderer
+            claim = f"**{v['claim']}** — " if v.get("claim") else ""
+            lines.append(f"- {claim}`{v['verdict']}`. Prediction: {v['prediction']}")
+            # four spaces: a nested list in every renderer
+            lines += [f"    - Falsification rule (coded): {v['rule']}", *[f"    - {d}" for d in v["details"]]]
         lines.append("")
     table = results.get("table")
     if table:
@@ -200,7 +190,7 @@ def _markdown(results: dict, images: list[Path]) -> str:
 def _html(markdown_text: str, images: list[Path]) -> str:
     """report.md as one self-contained page: Python-Markdown renders it (tables, code, nested lists),
     and each image is inlined as base64 in place of its file name."""
-    import markdown
+    import markdown  # deferred: only the HTML report renders Markdown
 
     embedded = {p.name: base64.b64encode(p.read_bytes()).decode() for p in images}
 
@@ -247,8 +237,10 @@ def ablation_table(folders: list[str | Path]) -> str:
         settings = results["settings"]
         name, scale = settings["ablation"], settings["scale"]["name"]
         command = f"`maskwise ablate {name} --scale {scale} --seeds {len(settings['seeds'])}`"
-        rows.append(f"| {name} | {results['verdict']} | {results['verdict_detail']} | "
-                    f"{_minutes(results.get('wall_s'))} | {command} |")
+        verdicts = results["verdicts"]
+        rows.append(f"| {name} | {'; '.join(v['verdict'] for v in verdicts)} | "
+                    f"{' '.join(d for v in verdicts for d in v['details'])} | {_minutes(results.get('wall_s'))} | "
+                    f"{command} |")
         m = results.get("machine", {})
         runtime = m.get("runtime", {})
         machine = (f"{m.get('cpu', '?')} ({m.get('cpu_capability', '?')}), threads {m.get('threads', '?')}, "

@@ -45,6 +45,8 @@ class Experiment:
         if not marker.is_file():
             runs.write_json(marker, {"created": time.time()})
         self.started = time.perf_counter()
+        # A busy machine when the experiment started explains a slow one (the report's warning).
+        self.load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         self.reused_s = 0.0  # what the steps this invocation found finished had taken
         self._timed: set[str] = set()  # steps whose seconds elapsed() already holds (read twice, counted once)
 

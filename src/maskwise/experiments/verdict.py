@@ -12,9 +12,8 @@ would take. Each ablation's rule is a small function of these comparisons.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
-
-from maskwise.experiments.report import mean_and_spread
 
 HELD, FALSIFIED, INCONCLUSIVE = "held", "falsified", "inconclusive"
 
@@ -25,6 +24,14 @@ T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
         2.045, 2.042)
 Z80 = 0.8416  # one-sided 80% quantile of the normal: the power the seed count is sized for
 MAX_SEEDS = 10_000
+
+
+def mean_and_spread(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    finite = [v for v in values if v is not None]
+    if not finite:
+        return float("nan"), float("nan")
+    return statistics.fmean(finite), statistics.stdev(finite) if len(finite) > 1 else 0.0
 
 
 def t975(df: int) -> float:

@@ -84,6 +84,8 @@ class ClassifyConfig(FinetuneConfig):
     freeze: bool = False  # True = linear probe: only the head trains
     max_len: int | None = None  # None = the model's context
     dropout: float = 0.1
+    train_per_genre: int = 300  # the plays' genre windows (``tasks.run.plays_rows``)
+    test_per_genre: int = 100
 
 
 def train_classifier(body: nn.Module, tokenizer, train: Sequence[LabelledText], cfg: ClassifyConfig,

@@ -97,7 +97,12 @@ class EmbedConfig(FinetuneConfig):
     batch_size: int = 32  # in-batch negatives: a bigger batch is a harder task
     pooling: str | None = None
     temperature: float = 0.05
-    max_len: int | None = 128
+    max_len: int | None = 128  # tokens read per text, in training and in the embedder it gives
+    # The plays' ICT rows (``tasks.run.plays_rows``).
+    train_pairs: int | None = None  # a random subset of every train speech's pair; None: all
+    test_queries: int | None = 300  # a random subset of the test queries; the collection stays whole
+    test_docs: int | None = None  # cut the collection itself (and its queries) to this many speeches
+    ignore_identical_ids: bool = False  # evaluating on a BEIR set: never return the query's own id
 
 
 def train_bi_encoder(body: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]], cfg: EmbedConfig) -> BiEncoder:

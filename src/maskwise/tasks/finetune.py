@@ -37,6 +37,10 @@ class FinetuneConfig:
     progress: bool = True
     precision: str = "auto"  # autocast of the forward pass (weights and optimizer stay fp32); maskwise.runtime
     bf16: bool | None = None  # alias: True is precision "bf16", False is "fp32", None leaves precision as it is
+    # Which of the plays' rows a task draws when it is given none (``tasks.run.plays_rows``): the CLI keeps
+    # the test draw fixed, so that seeds share one test set; an experiment draws both with its seed.
+    data_seed: int = 0
+    test_seed: int = 0
 
     def validate(self) -> FinetuneConfig:
         for name in ("steps", "batch_size"):

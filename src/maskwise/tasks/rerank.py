@@ -38,6 +38,7 @@ from maskwise.model.heads import ClassifierHead, pool
 from maskwise.padding import pad
 from maskwise.tasks.embed import EmbedFn
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
+from maskwise.tasks.generate import GenerationConfig, generate
 from maskwise.tasks.metrics import latency_ms, paired_bootstrap
 from maskwise.tasks.reading import batches, context_len, device_of
 from maskwise.tasks.retrieve import (
@@ -64,6 +65,10 @@ class RerankConfig(FinetuneConfig):
     generative_negatives: int = 3  # generative: " no" examples per " yes" (more would make " yes" rare)
     max_len: int | None = 256
     score_batch: int = 50  # pairs per forward pass when scoring candidates
+    reranker: str | None = None  # "cross" or "generative"; None: ``default_reranker`` of the family
+    candidates: int = 100  # first-stage candidates per test query
+    train_queries: int | None = None  # the plays' ICT queries (``tasks.run.plays_rows``); None: all
+    test_queries: int = 100
 
 
 def default_reranker(family: str) -> str:
@@ -206,7 +211,6 @@ def judging_scorer(model: nn.Module, tokenizer, max_len: int | None = None, batc
     to ``max_new_tokens`` after each candidate's prompt; 1 when the answer starts with "yes", else
     0. Ties keep the first stage's order. The same fine-tuned model as ``generative_scorer``, so
     the difference between the two is the cost of generating, not of being a decoder."""
-    from maskwise.tasks.generate import GenerationConfig, generate
 
     max_len = context_len(model, max_len)
     start = start_id_of(model, tokenizer)

@@ -40,6 +40,13 @@ SOURCE_EDGES = (0, 150, 300, 450, 600)
 class Seq2SeqConfig(FinetuneConfig):
     lr: float = 1e-4  # no fresh head: the whole model learns a new output format
     max_target_len: int = 64  # tokens; longer targets are cut
+    num_beams: int = 1  # the evaluation's decoding
+    # The plays' passage -> speakers rows (``tasks.run.plays_rows``).
+    train_passages: int | None = None  # None: every passage
+    test_passages: int = 300
+    max_chars: int | None = None  # longest source; None: what fits the model's context
+    hide_speakers: bool = False  # speaker lines removed from the source
+    rename_speakers: float = 0.0  # fraction of training draws with the cast renamed (copy, not recall)
 
 
 def _source_room(model: nn.Module, max_target_len: int) -> int:

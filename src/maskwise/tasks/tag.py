@@ -37,6 +37,9 @@ HEAD_PREFIX = "head."
 class TagConfig(FinetuneConfig):
     max_len: int | None = None  # tokens read per text; None = the model's context
     dropout: float = 0.1
+    train_windows: int = 4000  # the plays' punctuation windows (``tasks.run.plays_rows``)
+    test_windows: int = 1000
+    window_chars: int | None = None  # None: what fits the model's context
 
 
 class TokenTagger(nn.Module):

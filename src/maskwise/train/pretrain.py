@@ -106,7 +106,9 @@ _Top = dataclasses.make_dataclass(
              if f.name != "train"])
 
 
-def read_toml(path: str) -> dict[str, Any]:
+def read_toml(path: str, tables: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A config file's keys (dashes read as underscores); a table only where ``tables`` names it, its
+    own tables' keys read the same way (compare's ``[tasks.tag]``)."""
     try:
         with open(path, "rb") as handle:
             values = tomllib.load(handle)
@@ -114,10 +116,14 @@ def read_toml(path: str) -> dict[str, Any]:
         raise UserError(f"config file {path}: no such file") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise UserError(f"config file {path}: not valid TOML ({error})") from None
-    nested = sorted(k for k, v in values.items() if isinstance(v, dict))
+    nested = sorted(k for k, v in values.items() if isinstance(v, dict) and k not in tables)
     if nested:
         raise UserError(f"config file {path}: tables are not supported ({', '.join(nested)}); use flat keys")
-    return {k.replace("-", "_"): v for k, v in values.items()}
+
+    def keys(table: dict) -> dict:
+        return {k.replace("-", "_"): keys(v) if isinstance(v, dict) else v for k, v in table.items()}
+
+    return keys(values)
 
 
 def model_config(settings: PretrainConfig, vocab_size: int) -> ModelConfig:

@@ -6,15 +6,16 @@ and retrieval left ELECTRA near random (docs/results.md, Ablations)."""
 
 from __future__ import annotations
 
-from maskwise.experiments.ablations.framework import (
+from maskwise.experiments.framework import (
     AXES,
     TAG_F1,
     TOKENS,
     WALL,
-    Ablation,
     Arm,
     Measured,
+    Rule,
     Setup,
+    Study,
     fine_tuned,
     key,
     moved,
@@ -87,12 +88,11 @@ def notes(m: Measured) -> list[str]:
     ]
 
 
-ABLATION = Ablation(
+ABLATION = Study(
     about="ELECTRA vs MLM pretraining, then the same tagging fine-tuning",
     title="Ablation electra: replaced-token detection vs masked language modelling",
-    prediction=("ELECTRA (replaced-token detection) pretrains a better encoder than MLM at equal compute, "
-                "most clearly for small models (Clark et al., 2020)."),
-    rule=RULE, step="tag", arms=lambda: (ELECTRA, MLM), measure=measure, tabulate=tabulate, judge=judge,
-    summary=summary, notes=notes,
+    rules=(Rule(("ELECTRA (replaced-token detection) pretrains a better encoder than MLM at equal compute, "
+                "most clearly for small models (Clark et al., 2020)."), RULE, judge),),
+    step="tag", arms=lambda: (ELECTRA, MLM), measure=measure, tabulate=tabulate, summary=summary, notes=notes,
     meaning=lambda m: {TAG_F1: (True, (m.first(MLM)["line_break_rule"]["name"],
                                        m.first(MLM)["line_break_rule"]["micro"]["f1"]))})

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from maskwise.experiments.ablations.framework import (
+from maskwise.experiments.framework import (
     AXES,
     MIN_BUCKET,
     TOKENS,
     WALL,
-    Ablation,
     Arm,
     Measured,
+    Rule,
     Setup,
+    Study,
     buckets_of,
     common_buckets,
     fine_tuned,
@@ -99,7 +100,7 @@ def notes(m: Measured) -> list[str]:
          "differ. Contrastive training (InfoNCE, in-batch negatives) has the same steps, batch and learning rate."),
         ("Pooling: mean over real tokens for the encoder, the last real token for the decoder (the only position "
          "that has seen the whole text through a causal mask)."),
-        (f"Inputs are cut to {m.setup.scale.model()['block_size']} tokens ({m.setup.scale.model()['tokenizer']}): in the longest "
+        (f"Inputs are cut to {m.setup.recipe.block_size} tokens ({m.setup.recipe.tokenizer}): in the longest "
          "buckets both models read only the start of the passage."),
         ("The validation losses on the plots are per masked token (MLM) and per token (CLM): compare shapes, "
          "not levels."),
@@ -107,14 +108,14 @@ def notes(m: Measured) -> list[str]:
 
 
 def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
-    return fine_tuned(setup, "retrieve", name, seed, POOLING[arm.key])
+    return fine_tuned(setup, "embed", name, seed, POOLING[arm.key])
 
 
-ABLATION = Ablation(
+ABLATION = Study(
     about="bidirectional encoder vs causal decoder as bi-encoders (ICT retrieval)",
     title="Ablation embedder: bidirectional encoder vs causal decoder as a bi-encoder",
-    prediction=("A bidirectional encoder makes a better bi-encoder than a causal decoder of the same size and "
-                "pretraining budget; the gap narrows for short passages."),
-    rule=RULE, step="retrieve", arms=lambda: (ENCODER, DECODER), measure=measure, tabulate=tabulate,
-    judge=judge, summary=summary, notes=notes,
+    rules=(Rule(("A bidirectional encoder makes a better bi-encoder than a causal decoder of the same size and "
+                "pretraining budget; the gap narrows for short passages."), RULE, judge),),
+    step="retrieve", arms=lambda: (ENCODER, DECODER), measure=measure, tabulate=tabulate,
+    summary=summary, notes=notes,
     meaning=lambda m: {"recall@10": (True, ("random ranking", m.first(ENCODER)["baseline"]["recall@10"]))})

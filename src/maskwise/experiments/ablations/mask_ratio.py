@@ -8,16 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from maskwise.data.corpus import load_corpus
+from maskwise.data.stream import TokenStream
 from maskwise.errors import UserError
-from maskwise.experiments.ablations.framework import (
+from maskwise.experiments.framework import (
     AXES,
     TAG_F1,
     TOKENS,
     WALL,
-    Ablation,
     Arm,
     Measured,
+    Rule,
     Setup,
+    Study,
     fine_tuned,
     key,
     moved,
@@ -25,6 +28,8 @@ from maskwise.experiments.ablations.framework import (
     table_row,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
+from maskwise.objectives.mlm import MLM
+from maskwise.train.loop import TrainConfig, Trainer
 
 MASK_LOSS = "held-out MLM loss at 15% masking"
 DEFAULT_RATIOS = (0.15, 0.30)
@@ -69,14 +74,10 @@ def judge(metrics: dict, arms: Sequence[Arm]) -> tuple[str, str]:
 def mlm_loss_at(setup: Setup, name: str, ratio: float = 0.15) -> float:
     """MLM loss per masked token of run ``name`` on the validation plays, masking ``ratio`` with
     the same seed for every model, through the training loop's own evaluation."""
-    from maskwise.data.corpus import load_corpus
-    from maskwise.data.stream import TokenStream
-    from maskwise.objectives.mlm import MLM
-    from maskwise.train.loop import TrainConfig, Trainer
 
     run = setup.exp.load(name)
     val = TokenStream.from_texts(load_corpus("shakespeare").val, run.tokenizer, "validation data")
-    block = setup.scale.model()
+    block = setup.recipe.model()
     cfg = TrainConfig(block_size=block["block_size"], batch_size=block["batch_size"],
                       eval_batches=4 * setup.scale.eval_batches, seed=0, progress=False)
     objective = MLM(run.tokenizer, run.model.cfg.vocab_size, mask_ratio=ratio)
@@ -126,12 +127,12 @@ def notes(m: Measured) -> list[str]:
     ]
 
 
-ABLATION = Ablation(
+ABLATION = Study(
     about="MLM mask ratio 0.15 vs 0.30: pretraining loss and downstream tagging",
     title="Ablation mask-ratio: how much to mask in MLM",
-    prediction=("Masking 30% instead of 15% gives a lower pretraining loss per step (twice the predictions "
-                "per step) but a worse downstream score (here: punctuation restoration as tagging)."),
-    rule=RULE, step="mask", arms=arms, measure=measure, tabulate=tabulate, judge=judge, summary=summary,
+    rules=(Rule(("Masking 30% instead of 15% gives a lower pretraining loss per step (twice the predictions "
+                "per step) but a worse downstream score (here: punctuation restoration as tagging)."), RULE, judge),),
+    step="mask", arms=arms, measure=measure, tabulate=tabulate, summary=summary,
     notes=notes, options=("ratios",),
     meaning=lambda m: {MASK_LOSS: (False, None),
                        TAG_F1: (True, (m.first(m.arms[0])["line_break_rule"]["name"],

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from maskwise.experiments.ablations.framework import (
+from maskwise.experiments.framework import (
     GENRE_ACC,
     RECALL,
     SHARED,
     TOKENS,
-    Ablation,
     Arm,
     Measured,
+    Rule,
     Setup,
+    Study,
     ahead,
     claims_verdict,
     fine_tuned,
@@ -41,7 +42,7 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
 
 def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
     """Both tasks with both poolings on one run: ``{task: {pooling: record}}``."""
-    return {task: {p: fine_tuned(setup, task, name, seed, p) for p in POOLINGS} for task in ("classify", "retrieve")}
+    return {task: {p: fine_tuned(setup, task, name, seed, p) for p in POOLINGS} for task in ("classify", "embed")}
 
 
 def tabulate(m: Measured) -> tuple[dict, list]:
@@ -49,13 +50,13 @@ def tabulate(m: Measured) -> tuple[dict, list]:
         return {p: [r[task][p][field] for r in m.measured[TOKENS][ENCODER.key]] for p in POOLINGS}
 
     metrics = {key(GENRE_ACC, SHARED): groups("classify", "accuracy"),
-               key(RECALL, SHARED): groups("retrieve", "recall@10")}
+               key(RECALL, SHARED): groups("embed", "recall@10")}
     rows = [table_row(GENRE_ACC, SHARED, metrics[key(GENRE_ACC, SHARED)], True),
             table_row("genre macro-F1", SHARED, groups("classify", "macro_f1"), True),
             table_row(RECALL, SHARED, metrics[key(RECALL, SHARED)], True),
-            table_row("MRR", SHARED, groups("retrieve", "mrr"), True),
+            table_row("MRR", SHARED, groups("embed", "mrr"), True),
             table_row("classification fine-tuning seconds", SHARED, groups("classify", "finetune_s"), None, 1),
-            table_row("retrieval fine-tuning seconds", SHARED, groups("retrieve", "finetune_s"), None, 1)]
+            table_row("retrieval fine-tuning seconds", SHARED, groups("embed", "finetune_s"), None, 1)]
     return metrics, rows
 
 
@@ -74,13 +75,12 @@ def notes(m: Measured) -> list[str]:
     ]
 
 
-ABLATION = Ablation(
+ABLATION = Study(
     about="[CLS] vs mean pooling for classification and retrieval",
     title="Ablation pooling: [CLS] vs mean pooling on one encoder",
-    prediction=("On one pretrained encoder, [CLS] and mean pooling are close on classification, and mean "
-                "pooling is ahead on retrieval."),
-    rule=RULE, step="pool", arms=lambda: (ENCODER,), measure=measure, tabulate=tabulate, judge=judge,
-    summary=summary, notes=notes, shared=True, columns=lambda arms: list(POOLINGS), extra_rows=False,
+    rules=(Rule(("On one pretrained encoder, [CLS] and mean pooling are close on classification, and mean "
+                "pooling is ahead on retrieval."), RULE, judge),),
+    step="pool", arms=lambda: (ENCODER,), measure=measure, tabulate=tabulate, summary=summary, notes=notes, axes=(TOKENS,), columns=lambda arms: list(POOLINGS), extra_rows=False,
     meaning=lambda m: {
         GENRE_ACC: (True, ("majority class", m.first(ENCODER)["classify"]["cls"]["baseline"]["accuracy"])),
-        RECALL: (True, ("random ranking", m.first(ENCODER)["retrieve"]["cls"]["baseline"]["recall@10"]))})
+        RECALL: (True, ("random ranking", m.first(ENCODER)["embed"]["cls"]["baseline"]["recall@10"]))})

@@ -15,13 +15,12 @@ from maskwise.experiments.ablations import (
     seq2seq,
     shift_bug,
 )
-from maskwise.experiments.ablations.framework import Ablation, Setup, conduct
-from maskwise.experiments.report import render, write_results
-from maskwise.experiments.runner import Experiment, machine_info
-from maskwise.recipes import FINETUNE, SCALES, Scale
+from maskwise.experiments.framework import Setup, Study, conduct, write
+from maskwise.experiments.runner import Experiment
+from maskwise.recipes import SCALES, Scale
 from maskwise.runtime import Runtime
 
-ABLATIONS: dict[str, Ablation] = {
+ABLATIONS: dict[str, Study] = {
     "embedder": embedder.ABLATION,
     "mask-ratio": mask_ratio.ABLATION,
     "shift-bug": shift_bug.ABLATION,
@@ -32,7 +31,7 @@ ABLATIONS: dict[str, Ablation] = {
 }
 
 
-def checked(name: str, scale: str, seeds: int, options: dict) -> tuple[Ablation, Scale]:
+def checked(name: str, scale: str, seeds: int, options: dict) -> tuple[Study, Scale]:
     """The ablation and scale named, or a UserError naming what is wrong (before anything runs)."""
     if name not in ABLATIONS:
         raise UserError(f"unknown ablation {name!r}; known: {', '.join(ABLATIONS)}")
@@ -57,7 +56,7 @@ def run_ablation(name: str, out: str | Path | None = None, scale: str = "default
     folder. ``options``: the ablation's own (``ratios`` for mask-ratio)."""
     ablation, chosen = checked(name, scale, seeds, options)
     exp = Experiment(out or f"runs/ablate-{name}", overwrite, runtime)
-    recipe = {"ablation": name, "scale": dataclasses.asdict(chosen), "model": chosen.model(), "finetune": FINETUNE}
+    recipe = {"ablation": name, "scale": dataclasses.asdict(chosen)}
     other, created = exp.keep_recipe("ablation", recipe)
     if other is not None:
         raise UserError(f"{exp.out} holds ablation {other['ablation']} at scale {other['scale']['name']} with "
@@ -70,8 +69,4 @@ def run_ablation(name: str, out: str | Path | None = None, scale: str = "default
     if not created:
         results["notes"].append("This call continued an earlier one in the same folder, reusing its finished steps: "
                                 "the total time above adds their recorded time to this call's.")
-    results.update(kind="ablation", machine=machine_info(exp.runtime), wall_s=exp.elapsed(),
-                   settings={**recipe, "seeds": list(range(seeds)), **options})
-    write_results(exp.out, results)
-    render(exp.out)
-    return exp.out
+    return write(exp, results, "ablation", {**recipe, "seeds": list(range(seeds)), **options})

@@ -14,18 +14,20 @@ from __future__ import annotations
 import dataclasses
 from statistics import fmean as mean
 
-from maskwise.experiments.ablations.framework import (
+from maskwise.experiments.framework import (
     TOKENS,
-    Ablation,
     Arm,
     Measured,
+    Rule,
     Setup,
+    Study,
     claims_verdict,
     key,
     table_row,
 )
 from maskwise.experiments.verdict import INCONCLUSIVE, compare
-from maskwise.recipes import run_task
+from maskwise.tasks.rerank import evaluate_reranker, judging_scorer
+from maskwise.tasks.run import run_task
 
 ENCODER = Arm("mlm", "encoder (MLM)", {"family": "encoder", "objective": "mlm"})
 DECODER = Arm("clm", "decoder (CLM)", {"family": "decoder", "objective": "clm"})
@@ -62,13 +64,11 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
 def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
     """The arm's rerankers on the seed's queries: ``{system: evaluate_reranker record}``; the
     decoder, fine-tuned once, is read both ways."""
-    from maskwise.tasks.rerank import evaluate_reranker, judging_scorer
 
     run = setup.exp.load(name)
-    settings = dataclasses.replace(setup.scale.task("rerank", run.model.cfg.family, seed, progress=setup.progress),
-                                   candidates=CANDIDATES)
+    cfg = dataclasses.replace(setup.recipe.task("rerank", seed, setup.progress), candidates=CANDIDATES)
     label = CROSS if arm is ENCODER else SCORES
-    result = run_task("rerank", run.model, run.tokenizer, settings, setup.exp.runtime, label=label)
+    result = run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, label=label)
     measured = {label: result.record}
     if arm is DECODER:
         test, candidates = result.test
@@ -121,7 +121,7 @@ def summary(m: Measured, metrics: dict) -> str:
 def notes(m: Measured) -> list[str]:
     return [
         (f"First stage: BM25 over lowercased words, top {CANDIDATES} of the test plays' speeches for "
-         f"{m.setup.scale.recipe.rerank_test_queries} ICT queries per seed; the same candidates for every reranker. "
+         f"{m.setup.recipe.tasks['rerank'].test_queries} ICT queries per seed; the same candidates for every reranker. "
          "Training negatives: BM25's top wrong speeches for the train queries."),
         ("The writing reranker generates up to 4 tokens greedily after each candidate's prompt and counts 'yes' "
          "as relevant; ties keep BM25's order. Latency: wall-clock per query over all its candidates, batch 50, "
@@ -129,11 +129,10 @@ def notes(m: Measured) -> list[str]:
     ]
 
 
-ABLATION = Ablation(
+ABLATION = Study(
     about="cross-encoder vs generative reranker over the same top-100 (nDCG@10, p50/p99 latency)",
     title="Ablation reranker: a cross-encoder vs a generative reranker over the same candidates",
-    prediction=("Over the same top-100 candidates, a cross-encoder reranks at least as well as a generative "
-                "reranker that writes its judgement, at a much lower p99 latency."),
-    rule=RULE, step="rerank", arms=lambda: (ENCODER, DECODER), measure=measure, tabulate=tabulate, judge=judge,
-    summary=summary, notes=notes, shared=True, columns=lambda arms: list(SYSTEMS), extra_rows=False,
+    rules=(Rule(("Over the same top-100 candidates, a cross-encoder reranks at least as well as a generative "
+                "reranker that writes its judgement, at a much lower p99 latency."), RULE, judge),),
+    step="rerank", arms=lambda: (ENCODER, DECODER), measure=measure, tabulate=tabulate, summary=summary, notes=notes, axes=(TOKENS,), columns=lambda arms: list(SYSTEMS), extra_rows=False,
     meaning=lambda m: {NDCG: (True, None), P99: (False, None)})  # the baselines are columns (random order, first stage)

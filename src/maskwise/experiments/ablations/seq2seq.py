@@ -6,14 +6,15 @@ import statistics
 import time
 from collections.abc import Callable
 
-from maskwise.experiments.ablations.framework import (
+from maskwise.experiments.framework import (
     AXES,
     MIN_BUCKET,
     TOKENS,
-    Ablation,
     Arm,
     Measured,
+    Rule,
     Setup,
+    Study,
     buckets_of,
     common_buckets,
     key,
@@ -22,7 +23,11 @@ from maskwise.experiments.ablations.framework import (
     table_row,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
-from maskwise.recipes import run_task
+from maskwise.objectives.span import decoder_start_id
+from maskwise.tasks.generate import GenerationConfig, generate
+from maskwise.tasks.metrics import bucket_label
+from maskwise.tasks.run import run_task
+from maskwise.tasks.seq2seq import SOURCE_EDGES, source_ids
 
 # Both at the scale's block; the encoder-decoder splits its layers and narrows its FFN to the
 # decoder's parameter count (recipes.CompareSettings.shape), with the scale's objective for each.
@@ -57,10 +62,6 @@ def generation_cost(model, tokenizer, examples, max_target_len: int) -> dict[str
     plus one decoding step) for a batch of ``COST_BATCH``, and decoding tokens/s after it (from
     ``COST_TOKENS`` forced new tokens: no [EOS], so every row runs the same length). Medians of
     ``COST_REPEATS`` runs, KV cache on."""
-    from maskwise.objectives.span import decoder_start_id
-    from maskwise.tasks.generate import GenerationConfig, generate
-    from maskwise.tasks.metrics import bucket_label
-    from maskwise.tasks.seq2seq import SOURCE_EDGES, source_ids
 
     groups: dict[str, list] = {}
     for example in examples:
@@ -85,9 +86,9 @@ def generation_cost(model, tokenizer, examples, max_target_len: int) -> dict[str
 
 def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
     run = setup.exp.load(name)
-    settings = setup.scale.task("extract", run.model.cfg.family, seed, progress=setup.progress)
-    result = run_task("extract", run.model, run.tokenizer, settings, setup.exp.runtime, label=name)
-    return {**result.record, "cost": generation_cost(result.model, run.tokenizer, result.test, settings.max_target_len)}
+    cfg = setup.recipe.task("seq2seq", seed, setup.progress)
+    result = run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, label=name)
+    return {**result.record, "cost": generation_cost(result.model, run.tokenizer, result.test, cfg.max_target_len)}
 
 
 def judge(metrics: dict, arms=None) -> tuple[str, str]:
@@ -154,7 +155,7 @@ def summary(m: Measured, metrics: dict) -> str:
 
 
 def notes(m: Measured) -> list[str]:
-    recipe, shape = m.setup.scale.recipe, m.setup.scale.shape("encoder-decoder")
+    recipe, shape = m.setup.recipe, m.setup.recipe.shape("encoder-decoder")
     encdec_params, decoder_params = (m.parameters[arm.label]["total"] for arm in (ENCODER_DECODER, DECODER))
     return [
         (f"Equal size: {recipe.layers} causal layers vs {shape['layers']} + {shape['decoder_layers']} layers whose "
@@ -172,13 +173,13 @@ def notes(m: Measured) -> list[str]:
     ]
 
 
-ABLATION = Ablation(
+ABLATION = Study(
     about="decoder-only vs encoder-decoder at equal size on passage -> speakers",
     title="Ablation seq2seq: decoder-only vs encoder-decoder for passage -> speakers",
-    prediction=("At the same parameter count, a decoder-only model with the source in its prompt and an "
+    rules=(Rule(("At the same parameter count, a decoder-only model with the source in its prompt and an "
                 "encoder-decoder extract the speakers of a passage equally well from short sources; the "
-                "encoder-decoder pulls ahead as sources grow, with a lower prefill cost."),
-    rule=RULE, step="seq2seq", arms=lambda: (ENCODER_DECODER, DECODER), measure=measure,
-    tabulate=tabulate, judge=judge, summary=summary, notes=notes,
+                "encoder-decoder pulls ahead as sources grow, with a lower prefill cost."), RULE, judge),),
+    step="seq2seq", arms=lambda: (ENCODER_DECODER, DECODER), measure=measure,
+    tabulate=tabulate, summary=summary, notes=notes,
     meaning=lambda m: {F1: (True, ("copy the first line", m.first(ENCODER_DECODER)["baseline"]["speakers_f1"])),
                        F1_BUCKET: (True, None), TTFT_BUCKET: (False, None)})

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from maskwise.experiments.ablations.framework import (
+from maskwise.experiments.compare import held_out_text
+from maskwise.experiments.framework import (
     AXES,
     TOKENS,
-    Ablation,
     Arm,
     Measured,
+    Rule,
     Setup,
+    Study,
     ahead,
     claims_verdict,
     key,
@@ -19,6 +21,9 @@ from maskwise.experiments.ablations.framework import (
     table_row,
 )
 from maskwise.experiments.verdict import compare
+from maskwise.tasks.fill_mask import decoder_nats_per_char
+from maskwise.tasks.generate import GenerationConfig, generate
+from maskwise.tasks.reading import seeded_generator
 
 SHIFT_OK = Arm("shift", "correct shift", {"family": "decoder", "objective": "clm"})
 SHIFT_BUG = Arm("noshift", "no shift (bug)", {"family": "decoder", "objective": "clm", "no_shift": True})
@@ -63,10 +68,6 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
 def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
     """Held-out next-token loss with the correct shift, and sampled continuations of held-out
     prompts: their copy rate and the first one as text."""
-    from maskwise.experiments.compare import held_out_text
-    from maskwise.tasks.fill_mask import decoder_nats_per_char
-    from maskwise.tasks.generate import GenerationConfig, generate
-    from maskwise.tasks.reading import seeded_generator
 
     run = setup.exp.load(name)
     tok, text = run.tokenizer, held_out_text(setup.scale.held_out_chars)
@@ -121,11 +122,11 @@ def notes(m: Measured) -> list[str]:
     ]
 
 
-ABLATION = Ablation(
+ABLATION = Study(
     about="a causal LM with and without the one-position label shift",
     title="Ablation shift-bug: a causal LM that forgot to shift its labels",
-    prediction=("A decoder trained to predict the token it is looking at (no shift) reports a much lower "
-                "loss than a correct one and generates degenerate copies."),
-    rule=RULE, step="shift", arms=lambda: (SHIFT_OK, SHIFT_BUG), measure=measure, tabulate=tabulate,
-    judge=judge, summary=summary, notes=notes, samples=samples,
+    rules=(Rule(("A decoder trained to predict the token it is looking at (no shift) reports a much lower "
+                "loss than a correct one and generates degenerate copies."), RULE, judge),),
+    step="shift", arms=lambda: (SHIFT_OK, SHIFT_BUG), measure=measure, tabulate=tabulate,
+    summary=summary, notes=notes, samples=samples,
     meaning=lambda m: {REPORTED: (False, None), COPY_RATE: (None, None)})

@@ -1,27 +1,34 @@
-"""What every ablation shares: arms, both axes, seeds, measuring, tables and the verdict plumbing.
+"""What ``compare`` and every ablation share: arms, axes, seeds, measuring, tables, verdicts, results.
 
-An ablation module only declares an ``Ablation`` (its arms, what one run is measured on, the
-metrics and rows it reads from those measures, its rule, its summary sentence and notes);
-``conduct`` runs the pipeline they all share: pretrain every arm on both axes for every seed,
-measure each run once (cached), tabulate, judge, and assemble the results.
+A study (``compare``, or an ablation module) only declares a ``Study``: its arms, what one run is
+measured on (and, optionally, what the arms of one seed are measured on together), the metrics and
+rows it reads from those measures, its coded rules, its summary sentence and notes. ``conduct`` runs
+the pipeline they all share: pretrain every arm on the study's axes for every seed, measure each run
+once (cached), tabulate, judge each rule, and assemble the results; ``write`` adds the machine, the
+time and the settings, and renders the report. One run naming (``<arm>-seed<N>``), one results schema.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from maskwise.experiments.report import fmt_stat, mean_and_spread
-from maskwise.experiments.runner import Experiment
+from maskwise.experiments.report import fmt_stat, render, write_results
+from maskwise.experiments.runner import Experiment, machine_info
 from maskwise.experiments.verdict import (
     FALSIFIED,
     HELD,
     INCONCLUSIVE,
     Comparison,
     compare,
+    mean_and_spread,
 )
-from maskwise.recipes import Scale, pretrain_settings, run_task
+from maskwise.model.accounting import parameter_breakdown
+from maskwise.recipes import CompareSettings, Scale, pretrain_settings
+from maskwise.tasks.run import run_task
 
 TOKENS, WALL = "equal tokens", "equal wall-clock"
 AXES = (TOKENS, WALL)
@@ -51,9 +58,14 @@ class Setup:
     """What every measurement receives: the experiment folder, the scale, the seeds."""
 
     exp: Experiment
-    scale: Scale
+    scale: Scale | CompareSettings
     seeds: tuple[int, ...]
     progress: bool
+
+    @property
+    def recipe(self) -> CompareSettings:
+        """The block and the fine-tunes: an ablation scale's recipe, or compare's scale itself."""
+        return self.scale.recipe if isinstance(self.scale, Scale) else self.scale
 
 
 Runs = dict[str, dict[str, list[dict]]]  # {axis: {arm key: [one entry per seed]}}
@@ -61,13 +73,14 @@ Runs = dict[str, dict[str, list[dict]]]  # {axis: {arm key: [one entry per seed]
 
 @dataclass(frozen=True)
 class Measured:
-    """An ablation's pretraining runs and each run's measures, handed to its declaration."""
+    """A study's pretraining runs and each run's measures, handed to its declaration."""
 
     setup: Setup
     arms: tuple[Arm, ...]
     runs: Runs
     measured: Runs
     parameters: dict  # arm label -> parameter breakdown
+    per_seed: dict[int, dict] = dataclasses.field(default_factory=dict)  # seed -> the arms' joint measures
 
     def per_arm(self, axis: str, get: Callable[[dict], float]) -> dict[str, list[float]]:
         """``get`` of every run's measures on ``axis``, by arm label."""
@@ -78,34 +91,57 @@ class Measured:
         return {arm.label: [get(r["curve"][-1]) for r in self.runs[axis][arm.key]] for arm in self.arms}
 
     def first(self, arm: Arm) -> dict:
-        """The first seed's measures of ``arm`` at equal tokens (for baselines and samples)."""
-        return self.measured[TOKENS][arm.key][0]
+        """The first seed's measures of ``arm`` on the first axis (for baselines and samples)."""
+        return self.measured[next(iter(self.measured))][arm.key][0]
+
+
+def header(labels: Sequence[str]) -> list[str]:
+    """An ablation table's columns: the measure, its axis, each group, and the first group vs the last."""
+    return ["measure", "axis", *labels, f"{labels[0]} vs {labels[-1]}" if len(labels) > 1 else ""]
 
 
 @dataclass(frozen=True)
-class Ablation:
-    """One ablation, declared; ``conduct`` runs it."""
+class Rule:
+    """One coded verdict: ``judge(evidence, arms)`` -> (held / falsified / inconclusive, why)."""
+
+    prediction: str
+    rule: str  # the falsification rule, in words
+    judge: Callable[[Any, Sequence[Arm]], tuple[str, str | list[str]]]
+    claim: str = ""  # a short name, where a study judges several claims
+
+
+@dataclass(frozen=True)
+class Study:
+    """``compare`` or one ablation, declared; ``conduct`` runs it."""
 
     about: str  # one line for the CLI's list
     title: str
-    prediction: str
-    rule: str
+    rules: tuple[Rule, ...]
     step: str  # prefix of the cached measurement steps
     arms: Callable[..., tuple[Arm, ...]]  # (**options) -> the arms
     measure: Callable[[Setup, Arm, str, int], dict]  # (setup, arm, run name, seed) -> that run's measures
-    tabulate: Callable[[Measured], tuple[dict, list]]  # -> (metrics the rule reads, table rows)
-    judge: Callable[[dict, Sequence[Arm]], tuple[str, str]]  # (metrics, arms) -> (verdict, detail)
+    tabulate: Callable[[Measured], tuple[dict, list]]  # -> (metrics the rules read, table rows)
     summary: Callable[[Measured, dict], str]  # (measured, metrics) -> the summary sentence
     notes: Callable[[Measured], list[str]]
     options: tuple[str, ...] = ()  # keyword options ``arms`` accepts
-    # Pretrained and measured at equal tokens only (one model per seed, or a question about inference).
-    shared: bool = False
-    columns: Callable[[Sequence[Arm]], list[str]] = lambda arms: [a.label for a in arms]
+    # The axes every arm pretrains on: both, or equal tokens only (one model per seed, or a question about
+    # inference), or equal wall-clock only (compare: every arm for the scale's own seconds).
+    axes: tuple[str, ...] = AXES
+    columns: Callable[[Sequence[Arm]], list[str]] = lambda arms: [a.label for a in arms]  # the table's groups
+    header: Callable[[Sequence[str]], list[str]] = header  # the groups -> the table's columns
     samples: Callable[[Measured], dict] | None = None
     extra_rows: bool = True  # append the pretraining throughput rows
     # What the plotted measures mean, for their plots: measure name (a metrics key before " at ", or
     # its start) -> (higher is better, None for a cost; the trivial baseline's (name, value) or None).
     meaning: Callable[[Measured], dict[str, tuple[bool | None, tuple[str, float] | None]]] = lambda m: {}
+    # Optional: what the arms of one seed are measured on together, ``(step name, (setup, {arm key: run
+    # name}, seed) -> measures)``, cached as ``<step name>-seed<N>`` (compare's time to first token).
+    per_seed: tuple[str, Callable[[Setup, dict[str, str], int], dict]] | None = None
+    # What the rules read: the metrics, unless this makes something else of them (compare: per-item scores).
+    evidence: Callable[[Measured, dict], Any] | None = None
+    # The report's metric_meta, where ``meaning`` cannot say it (compare: per-family baselines, intervals).
+    meta: Callable[[Measured, dict], dict] | None = None
+    warning: Callable[[Measured], str] | None = None  # a line above everything (too few pretraining steps)
 
 
 # ---- pretraining on both axes ---------------------------------------------------------------------
@@ -130,7 +166,8 @@ def tokens_seen(run: dict) -> int:
 
 def pretrain_arms(setup: Setup, arms: Sequence[Arm], axes: Sequence[str] = AXES) -> Runs:
     """``{axis: {arm key: [pretraining run per seed]}}`` (see the package docstring for the axes);
-    ``axes`` without the wall-clock one skips its extra runs (an ablation that reads one model per seed).
+    ``axes`` without the wall-clock one skips its extra runs (an ablation that reads one model per seed),
+    without the equal-tokens one runs every arm once on the scale's own clock (compare).
 
     A costlier arm never pretrains at the scale's tokens: it runs on the other arms' clock, and the
     equal-tokens axis is at what it read there (the other arms run again to that count). Two arms
@@ -138,6 +175,12 @@ def pretrain_arms(setup: Setup, arms: Sequence[Arm], axes: Sequence[str] = AXES)
     costly arm's longer one. Seeds run one after another, all arms of a seed together, so the arms
     of one seed share the machine's conditions and an interrupted ablation keeps whole seeds."""
     runs: Runs = {axis: {arm.key: [] for arm in arms} for axis in axes}
+    if TOKENS not in axes:  # every arm once, on the scale's own clock
+        for seed in setup.seeds:
+            for arm in arms:
+                runs[WALL][arm.key].append(setup.exp.pretrain(f"{arm.key}-seed{seed}", progress=setup.progress,
+                                                             **pretrain_settings(setup.scale, arm.settings, seed)))
+        return runs
     by_key = {arm.key: arm for arm in arms}
     costlier = [arm for arm in arms if arm.costlier] if WALL in axes and not all(a.costlier for a in arms) else []
 
@@ -194,9 +237,7 @@ def curve_entries(runs: Runs, arms: Sequence[Arm]) -> list[dict]:
 
 
 def parameters(setup: Setup, runs: Runs, arms: Sequence[Arm]) -> dict:
-    from maskwise.model.accounting import parameter_breakdown
-
-    return {arm.label: parameter_breakdown(setup.exp.load(run_name(runs[TOKENS][arm.key][0])).model)
+    return {arm.label: parameter_breakdown(setup.exp.load(run_name(next(iter(runs.values()))[arm.key][0])).model)
             for arm in arms}
 
 
@@ -204,10 +245,12 @@ def parameters(setup: Setup, runs: Runs, arms: Sequence[Arm]) -> dict:
 
 
 def fine_tuned(setup: Setup, task: str, name: str, seed: int, pooling: str | None = None) -> dict:
-    """The record of ``task`` (``recipes.run_task``) fine-tuned on run ``name`` at the setup's scale."""
+    """The record of ``task`` (``tasks.run.run_task``) fine-tuned on run ``name`` at the setup's scale."""
     run = setup.exp.load(name)
-    settings = setup.scale.task(task, run.model.cfg.family, seed, pooling, setup.progress)
-    return run_task(task, run.model, run.tokenizer, settings, setup.exp.runtime, label=name).record
+    cfg = setup.recipe.task(task, seed, setup.progress)
+    if pooling is not None:
+        cfg = replace(cfg, pooling=pooling)
+    return run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, label=name).record
 
 
 # ---- tables, verdicts and sentences -----------------------------------------------------------------
@@ -248,11 +291,6 @@ def table_row(name: str, axis: str, groups: dict[str, list[float]], higher: bool
         return [name, axis, *cells, ""]
     c = compare(groups[labels[0]], groups[labels[-1]], higher)
     return [name, axis, *cells, winner_text(c, labels[0], labels[-1])]
-
-
-def table(labels: Sequence[str], rows: list[list[str]]) -> dict:
-    first_vs_last = f"{labels[0]} vs {labels[-1]}" if len(labels) > 1 else ""
-    return {"columns": ["measure", "axis", *labels, first_vs_last], "rows": rows}
 
 
 def throughput_rows(runs: Runs, arms: Sequence[Arm]) -> list[list[str]]:
@@ -317,22 +355,48 @@ def common_buckets(m: Measured, field_name: str) -> list[str]:
 # ---- the pipeline -----------------------------------------------------------------------------------
 
 
-def conduct(ablation: Ablation, setup: Setup, **options) -> dict:
-    """Pretrain, measure, tabulate, judge: the results of ``ablation`` without the shared keys."""
-    arms = ablation.arms(**options)
-    runs = pretrain_arms(setup, arms, (TOKENS,) if ablation.shared else AXES)
-    measured = measure(setup, runs, arms, ablation.step,
-                       lambda arm, name, seed: ablation.measure(setup, arm, name, seed))
-    m = Measured(setup, arms, runs, measured, parameters(setup, runs, arms))
-    metrics, rows = ablation.tabulate(m)
-    verdict, detail = ablation.judge(metrics, arms)
+def judged(rules: Sequence[Rule], evidence: Any, arms: Sequence[Arm]) -> list[dict]:
+    """Each rule's verdict on ``evidence``: the results' ``verdicts``."""
+    verdicts = []
+    for rule in rules:
+        verdict, why = rule.judge(evidence, arms)
+        verdicts.append({"claim": rule.claim, "prediction": rule.prediction, "rule": rule.rule, "verdict": verdict,
+                         "details": [why] if isinstance(why, str) else list(why)})
+    return verdicts
+
+
+def conduct(study: Study, setup: Setup, **options) -> dict:
+    """Pretrain, measure, tabulate, judge: the results of ``study`` (``write`` adds the shared keys)."""
+    arms = study.arms(**options)
+    runs = pretrain_arms(setup, arms, study.axes)
+    measured = measure(setup, runs, arms, study.step, lambda arm, name, seed: study.measure(setup, arm, name, seed))
+    per_seed = {}
+    if study.per_seed is not None:
+        step, joint = study.per_seed
+        for i, seed in enumerate(setup.seeds):
+            names = {arm.key: run_name(runs[study.axes[0]][arm.key][i]) for arm in arms}
+            per_seed[seed] = setup.exp.step(f"{step}-seed{seed}", lambda n=names, s=seed: joint(setup, n, s))
+    m = Measured(setup, arms, runs, measured, parameters(setup, runs, arms), per_seed)
+    metrics, rows = study.tabulate(m)
+    evidence = metrics if study.evidence is None else study.evidence(m, metrics)
     results = {
-        "title": ablation.title, "prediction": ablation.prediction, "rule": ablation.rule, "verdict": verdict,
-        "verdict_detail": detail, "summary": ablation.summary(m, metrics), "metrics": metrics,
-        "metric_meta": metric_meta(metrics, ablation.meaning(m)),
-        "table": table(ablation.columns(arms), rows + (throughput_rows(runs, arms) if ablation.extra_rows else [])),
-        "runs": curve_entries(runs, arms), "parameters": m.parameters, "notes": ablation.notes(m),
+        "title": study.title, "warning": study.warning(m) if study.warning else "",
+        "verdicts": judged(study.rules, evidence, arms), "summary": study.summary(m, metrics), "metrics": metrics,
+        "metric_meta": study.meta(m, metrics) if study.meta else metric_meta(metrics, study.meaning(m)),
+        "table": {"columns": study.header(study.columns(arms)),
+                  "rows": rows + (throughput_rows(runs, arms) if study.extra_rows else [])},
+        "runs": curve_entries(runs, arms), "parameters": m.parameters, "notes": study.notes(m),
     }
-    if ablation.samples is not None:
-        results["samples"] = ablation.samples(m)
+    if study.samples is not None:
+        results["samples"] = study.samples(m)
     return results
+
+
+def write(exp: Experiment, results: dict, kind: str, settings: dict) -> Path:
+    """``results`` with what every study's carry (its kind, the machine, the time, the settings), written
+    to the folder's results.json and rendered as its report; returns the folder."""
+    results.update(kind=kind, machine={**machine_info(exp.runtime), "load_at_start": exp.load_at_start},
+                   wall_s=exp.elapsed(), settings=settings)
+    write_results(exp.out, results)
+    render(exp.out)
+    return exp.out
