@@ -191,7 +191,7 @@ def task_seq2seq(args, runs, results):
             name = f"seq2seq {family}{' hidden speakers' if hide else ''}"
             results[name.replace(" ", "/")] = r
             report(name, "exact match", r["exact_match"], "copy 1st", r["baseline"]["exact_match"])
-            report(name, "speakers F1", r["speakers_f1"], "copy 1st", r["baseline"]["speakers_f1"])
+            report(name, "speakers F1", r["items_f1"], "copy 1st", r["baseline"]["items_f1"])
 
 
 def task_break(args, runs, results):

@@ -45,7 +45,7 @@ def test_compare_fine_tunes_with_the_shared_recipe():
     s = COMPARE_SCALES["default"]
     expected = {"classify": {"batch_size": 32, "lr": 1e-3, "head_lr": 3e-3, "steps": 100},
                 "embed": {"batch_size": 32, "lr": 1e-3, "train_pairs": 3000},
-                "seq2seq": {"max_target_len": 64, "rename_speakers": 0.5, "max_chars": 180}}
+                "seq2seq": {"max_target_len": 64, "rename_speakers": 0.5, "max_chars": 120, "mid_speech": True}}
     for task, values in expected.items():  # the recipe's numbers, written out: what compare and every ablation use
         cfg = s.task(task, seed=1, progress=False)
         assert isinstance(cfg, CONFIGS[task])
@@ -60,3 +60,14 @@ def test_a_retuned_scale_changes_only_what_it_names():
     assert quick.tasks["tag"].steps == 7 and quick.tasks["tag"].train_windows == s.tasks["tag"].train_windows
     assert quick.tasks["embed"] == s.tasks["embed"] and s.tasks["tag"].steps == 150  # the original is untouched
     assert set(s.tasks) == set(CONFIGS)  # every task has its recipe, by the CLI's names
+
+
+def test_the_encoder_decoder_reads_the_block_split_between_its_stacks():
+    s = COMPARE_SCALES["default"]
+    values = pretrain_settings(s, s.family_arm("encoder-decoder", "shakespeare"), seed=0)
+    decoder = pretrain_settings(s, s.family_arm("decoder", "shakespeare"), seed=0)
+    assert (values["block_size"], values["batch_size"]) == (s.block_size // 2, 2 * s.batch_size)
+    assert values["block_size"] * values["batch_size"] == decoder["block_size"] * decoder["batch_size"]
+    assert values["permute_sentences"] == 0.0 and "permute_sentences" not in decoder
+    whole = pretrain_settings(s.retuned("whole", split_context=False), {"family": "encoder-decoder"}, seed=0)
+    assert whole["block_size"] == s.block_size

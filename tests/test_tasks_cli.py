@@ -90,7 +90,11 @@ def test_finetune_on_own_data(runs, tmp_path, capsys):
     code, _, err = cli(capsys, "finetune", "seq2seq", runs["encoder-decoder"], "--out", tmp_path / "s2s",
                        "--data", data, "--steps", 2, "--batch-size", 2, "--no-progress")
     assert code == 0, err
-    assert json.loads((tmp_path / "s2s" / "results.json").read_text())["n_test"] == 1
+    results = json.loads((tmp_path / "s2s" / "results.json").read_text())
+    assert results["n_test"] == 1
+    # the user's rows are not the plays: no speakers in the metric names or the baseline's
+    assert "speaker" not in json.dumps({k: v for k, v in results.items() if k != "examples"}).lower()
+    assert results["baseline"]["name"] == "copy the first line of the source" and "items_f1" in results
 
 
 def test_finetune_rerank_reports_gains_with_intervals(runs, tmp_path, capsys):
@@ -146,3 +150,17 @@ def test_bad_inputs_exit_2_with_one_line(runs, tmp_path, capsys):
         assert len(err.strip().splitlines()) == 1, (args, err)
         assert "Traceback" not in err and needle.lower() in err.lower(), (args, err)
     assert (tmp_path / "existing" / "keep.txt").read_text() == "precious"
+
+
+def test_mid_speech_seq2seq_is_kept_by_evaluate(runs, tmp_path, capsys):
+    out = tmp_path / "mid"
+    code, _, err = cli(capsys, "finetune", "seq2seq", runs["encoder-decoder"], "--out", out, "--mid-speech",
+                       "--steps", 2, "--batch-size", 2, "--eval-limit", 6, "--max-chars", 100, "--no-progress")
+    assert code == 0, err
+    tuned = json.loads((out / "results.json").read_text())
+    assert tuned["mid_speech"] is True and tuned["n_test"] == 6
+    assert tuned["baseline"]["items_f1"] == 0.0  # the first line is verse: never one of the speakers
+    code, _, err = cli(capsys, "evaluate", out, "--eval-limit", 6, "--max-chars", 100, "--no-progress")
+    assert code == 0, err
+    again = json.loads((out / "results-seq2seq-test.json").read_text())
+    assert again["mid_speech"] is True and again["per_example"] == tuned["per_example"]

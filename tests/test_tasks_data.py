@@ -137,3 +137,17 @@ def test_bad_rows_name_their_line(tmp_path, name, content, needle):
     path.write_text(content)
     with pytest.raises(UserError, match=needle):
         read_task_file(path, ("text", "label"))
+
+
+def test_mid_speech_passages_hide_the_first_speaker_and_name_those_shown():
+    whole = speaker_examples("test", max_chars=120, seed=3)
+    cut = speaker_examples("test", max_chars=120, mid_speech=True, seed=3)
+    assert len(cut) == len(whole) > 50  # the same windows
+    for full, excerpt in zip(whole, cut):
+        first_speaker, rest = full.source.split("\n", 1)
+        assert excerpt.source == rest  # the passage less its first speaker line
+        shown = excerpt.target.split(", ")
+        assert all(f"\n\n{name}\n" in excerpt.source for name in shown)  # each answer stands in the source
+        # the hidden first speaker is an answer exactly when a later speech of the passage shows them
+        assert (first_speaker in shown) == (f"\n\n{first_speaker}\n" in excerpt.source)
+        assert first_speaker_baseline(excerpt.source) not in shown  # the first line is verse, never an answer

@@ -303,8 +303,8 @@ def test_seq2seq_end_to_end(tokenizer, family):
     for beams in (1, 2):
         result = evaluate_seq2seq(model, tokenizer, test, GenerationConfig(max_new_tokens=17, num_beams=beams),
                                   cfg.max_target_len, progress=False)
-        assert result["n_test"] == 4 and 0 <= result["speakers_f1"] <= 1
-    assert result["baseline"]["speakers_f1"] > 0.4  # the first line names one of the passage's speakers
+        assert result["n_test"] == 4 and 0 <= result["items_f1"] <= 1
+    assert result["baseline"]["items_f1"] > 0.4  # the first line names one of the passage's speakers
 
 
 @pytest.mark.unit

@@ -154,9 +154,11 @@ def _finetune_seq2seq(args, model, tokenizer):
         raise UserError("--rename-speakers renames the plays' speakers: it needs the embedded passages, not --data")
     train, test = speaker_data(args, cfg, model, training=True)
     trained, record = _run(args, cfg, model, tokenizer, (train, test))
-    task = {"max_target_len": cfg.max_target_len, "hide_speakers": cfg.hide_speakers,
-            "rename_speakers": cfg.rename_speakers}
-    return task, {**record, "hide_speakers": cfg.hide_speakers}, trained, None
+    task = {"max_target_len": cfg.max_target_len}
+    if args.data is None:  # what the plays' passages were
+        task.update(hide_speakers=cfg.hide_speakers, mid_speech=cfg.mid_speech, rename_speakers=cfg.rename_speakers)
+        record = {**record, "hide_speakers": cfg.hide_speakers, "mid_speech": cfg.mid_speech}
+    return task, record, trained, None
 
 
 def _finetune_tag(args, model, tokenizer):

@@ -28,8 +28,8 @@ def summarize(r: dict) -> str:
                 f"latency p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms per query\n{gain_summary(r)}")
     if task == "seq2seq":
         return (f"seq2seq ({r['family']}, {r['decoding']}) on {r['n_test']} passages: exact match "
-                f"{r['exact_match']:.3f} (copy first line {base['exact_match']:.3f}), speakers F1 "
-                f"{r['speakers_f1']:.3f} ({base['speakers_f1']:.3f}), token F1 {r['token_f1']:.3f} "
+                f"{r['exact_match']:.3f} (copy first line {base['exact_match']:.3f}), items F1 "
+                f"{r['items_f1']:.3f} ({base['items_f1']:.3f}), token F1 {r['token_f1']:.3f} "
                 f"({base['token_f1']:.3f})")
     if task == "tag":
         rule = r["line_break_rule"]

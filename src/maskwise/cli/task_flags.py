@@ -97,6 +97,9 @@ def add_task_flags(parser, task: str, evaluating: bool = False) -> None:
     elif task == "seq2seq":
         parser.add_argument("--hide-speakers", action="store_true", default=None,
                             help="remove speaker lines from the source")
+        parser.add_argument("--mid-speech", action="store_true", default=None,
+                            help="open each passage inside a speech, its speaker line left out (compare's "
+                                 "read-then-write task): the answer is never the source's first line")
         parser.add_argument("--max-chars", type=positive, default=None,
                             help="longest source in characters (default: what fits the model's context)")
         parser.add_argument("--num-beams", type=positive, default=None, help="beam width (default 1: greedy)")

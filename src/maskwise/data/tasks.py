@@ -165,9 +165,14 @@ def render_passage(speeches: Sequence[Speech], hide_speakers: bool = False) -> s
 
 
 def speaker_examples(split: str, n_speeches: tuple[int, int] = (2, 6), max_chars: int = 600,
-                     whole_scenes: bool = False, hide_speakers: bool = False, limit: int | None = None,
-                     seed: int = 0, plays: Sequence[Play] | None = None) -> list[Seq2SeqExample]:
+                     whole_scenes: bool = False, hide_speakers: bool = False, mid_speech: bool = False,
+                     limit: int | None = None, seed: int = 0,
+                     plays: Sequence[Play] | None = None) -> list[Seq2SeqExample]:
     """Passages of consecutive speeches within a scene -> their speakers.
+
+    ``mid_speech``: each passage opens inside its first speech, whose speaker line is left out, as an
+    excerpt cut from a page would; the target names the speakers the passage shows. Then the answer
+    is never the source's first line: it must be found and copied wherever it stands.
 
     Source length is controlled two ways: each window takes ``n_speeches[0]..n_speeches[1]``
     speeches (drawn per window), then drops speeches from its end until it fits ``max_chars``, but
@@ -197,8 +202,13 @@ def speaker_examples(split: str, n_speeches: tuple[int, int] = (2, 6), max_chars
                     if len(speeches) < n_speeches[0]:  # a scene's short last window
                         continue
                 if len(render_passage(speeches)) <= max_chars:
-                    examples.append(Seq2SeqExample(render_passage(speeches, hide_speakers),
-                                                   speakers_target(speeches), play.slug))
+                    source = render_passage(speeches, hide_speakers)
+                    if mid_speech:  # the passage as printed, less the first speech's speaker line
+                        source = source.split("\n", 1)[1] if not hide_speakers else source
+                        shown = speeches[1:]
+                    else:
+                        shown = speeches
+                    examples.append(Seq2SeqExample(source, speakers_target(shown), play.slug))
     if limit is not None and limit < len(examples):
         examples = [examples[i] for i in sorted(rng.sample(range(len(examples)), limit))]
     return examples

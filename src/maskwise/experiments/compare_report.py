@@ -60,8 +60,8 @@ ROWS = {
                  lambda m: m["embed"]["per_query"]["recall@10"],
                  lambda m: m["embed"]["baseline"]["expected"]["recall@10"], "random"),
     "seq2seq": ("passage -> speakers F1", True,
-                lambda m: m["seq2seq"]["per_example"]["speakers_f1"],
-                lambda m: m["seq2seq"]["baseline"]["per_example"]["speakers_f1"], "copy the first line"),
+                lambda m: m["seq2seq"]["per_example"]["items_f1"],
+                lambda m: m["seq2seq"]["baseline"]["per_example"]["items_f1"], "copy the first line"),
 }
 
 

@@ -96,7 +96,8 @@ def plays_rows(cfg: FinetuneConfig, model: nn.Module, split: str = "test", train
         train = ict_retrieval("train", max_queries=cfg.train_queries, seed=cfg.data_seed) if training else None
         return train, ict_retrieval(split, max_queries=cfg.test_queries, seed=cfg.test_seed)
     if isinstance(cfg, Seq2SeqConfig):
-        options = {"max_chars": source_chars(cfg, model), "hide_speakers": cfg.hide_speakers}
+        options = {"max_chars": source_chars(cfg, model), "hide_speakers": cfg.hide_speakers,
+                   "mid_speech": cfg.mid_speech}
         train = (speaker_examples("train", limit=cfg.train_passages, seed=cfg.data_seed, **options)
                  if training else None)
         return train, speaker_examples(split, limit=cfg.test_passages, seed=cfg.test_seed, **options)

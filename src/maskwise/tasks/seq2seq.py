@@ -7,8 +7,8 @@ Two ways to cast the same task:
 * decoder-only: one sequence ``source [SEP] target [EOS]`` under a causal mask, with the loss on the
   target (and [EOS]) only — the source is context, not something to learn to write.
 
-Evaluation generates (greedy or beam) and scores exact match, set-of-speakers F1 and token F1,
-overall and bucketed by source length (in characters), beside the baseline of copying the
+Evaluation generates (greedy or beam) and scores exact match, F1 over the set of comma-separated
+items (the speakers, on the plays) and token F1, overall and bucketed by source length (in characters), beside the baseline of copying the
 source's first line (the first speaker, when speakers are shown).
 """
 
@@ -46,6 +46,7 @@ class Seq2SeqConfig(FinetuneConfig):
     test_passages: int = 300
     max_chars: int | None = None  # longest source; None: what fits the model's context
     hide_speakers: bool = False  # speaker lines removed from the source
+    mid_speech: bool = False  # each passage opens inside a speech (``data.tasks.speaker_examples``)
     rename_speakers: float = 0.0  # fraction of training draws with the cast renamed (copy, not recall)
 
 
@@ -125,10 +126,11 @@ def predict_seq2seq(model: nn.Module, tokenizer, sources: Sequence[str], gen: Ge
 
 
 def generation_scores(predicted: Sequence[str], examples: Sequence[Seq2SeqExample]) -> dict:
-    """Exact match, speakers (set) F1 and token F1: overall, per example and by source length."""
+    """Exact match, F1 over the set of comma-separated items (on the plays: the speakers) and token F1:
+    overall, per example and by source length."""
     per_example = {
         "exact_match": [exact_match(p, e.target) for p, e in zip(predicted, examples)],
-        "speakers_f1": [set_f1(p, e.target) for p, e in zip(predicted, examples)],
+        "items_f1": [set_f1(p, e.target) for p, e in zip(predicted, examples)],  # the speakers, on the plays
         "token_f1": [token_f1(p, e.target) for p, e in zip(predicted, examples)],
     }
     n = max(len(examples), 1)
@@ -151,7 +153,7 @@ def evaluate_seq2seq(model: nn.Module, tokenizer, test: Sequence[Seq2SeqExample]
         **settings,
         "n_test": len(test),
         **generation_scores(predicted, test),
-        "baseline": {"name": "copy the first line (first speaker)", **generation_scores(baseline, test)},
+        "baseline": {"name": "copy the first line of the source", **generation_scores(baseline, test)},
         "examples": [{"source": e.source, "target": e.target, "predicted": p}
                      for e, p in list(zip(test, predicted))[:5]],
     }

@@ -116,11 +116,11 @@ def tabulate(m: Measured) -> tuple[dict, list]:
     buckets = common_buckets(m, "by_source_chars")
     metrics, rows = {}, []
     for axis in AXES:
-        metrics[key(F1, axis)] = m.per_arm(axis, lambda r: r["speakers_f1"])
+        metrics[key(F1, axis)] = m.per_arm(axis, lambda r: r["items_f1"])
         rows += [table_row(F1, axis, metrics[key(F1, axis)], True),
                  table_row("exact match", axis, m.per_arm(axis, lambda r: r["exact_match"]), True)]
         for i, bucket in enumerate(buckets):
-            groups = m.per_arm(axis, lambda r, b=bucket: r["by_source_chars"][b]["speakers_f1"])
+            groups = m.per_arm(axis, lambda r, b=bucket: r["by_source_chars"][b]["items_f1"])
             rows.append(table_row(f"{F1_BUCKET}{bucket} chars", axis, groups, True))
             if i in (0, len(buckets) - 1):  # the rule reads the shortest and the longest
                 metrics[key(f"{F1_BUCKET}{bucket} chars", axis)] = groups
@@ -142,7 +142,7 @@ def summary(m: Measured, metrics: dict) -> str:
     f1 = metrics[key(F1, TOKENS)]
     buckets = common_buckets(m, "by_source_chars")
     if buckets:
-        long = m.per_arm(TOKENS, lambda r: r["by_source_chars"][buckets[-1]]["speakers_f1"])
+        long = m.per_arm(TOKENS, lambda r: r["by_source_chars"][buckets[-1]]["items_f1"])
         ttft = m.per_arm(TOKENS, lambda r: r["cost"][buckets[-1]]["ttft_ms"])
         longest = (f", on sources of {buckets[-1]} characters it {moved(long[encdec.label], long[DECODER.label])}, "
                    f"while the time to first token there {moved(ttft[encdec.label], ttft[DECODER.label], 1)} ms")
@@ -151,7 +151,7 @@ def summary(m: Measured, metrics: dict) -> str:
     return (f"We replaced the encoder-decoder ({encdec_params:,} parameters) with a decoder-only model reading the "
             f"source in its prompt ({decoder_params:,} parameters): speakers F1 "
             f"{moved(f1[encdec.label], f1[DECODER.label])} at equal tokens{longest} (copying the first line scores "
-            f"F1 {m.first(encdec)['baseline']['speakers_f1']:.3f}).")
+            f"F1 {m.first(encdec)['baseline']['items_f1']:.3f}).")
 
 
 def notes(m: Measured) -> list[str]:
@@ -181,5 +181,5 @@ ABLATION = Study(
                 "encoder-decoder pulls ahead as sources grow, with a lower prefill cost."), RULE, judge),),
     step="seq2seq", arms=lambda: (ENCODER_DECODER, DECODER), measure=measure,
     tabulate=tabulate, summary=summary, notes=notes,
-    meaning=lambda m: {F1: (True, ("copy the first line", m.first(ENCODER_DECODER)["baseline"]["speakers_f1"])),
+    meaning=lambda m: {F1: (True, ("copy the first line", m.first(ENCODER_DECODER)["baseline"]["items_f1"])),
                        F1_BUCKET: (True, None), TTFT_BUCKET: (False, None)})
