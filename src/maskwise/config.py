@@ -38,6 +38,7 @@ class ModelConfig:
     pre_norm: bool = True  # GPT-2/T5/modern: x + f(norm(x)); BERT/BART: norm(x + f(x))
     final_norm: bool = True  # a norm after the last block (pre-norm models need one)
     embedding_norm: bool = False  # BERT and BART normalise the summed embeddings
+    first_attn_norm: bool = True  # ModernBERT: layer 0 reads the normalised embeddings with no attention norm
     activation: str = "gelu"
     gated_ffn: bool = False  # SwiGLU / GEGLU: act(x W_gate) * (x W_up)
     bias: bool = True  # biases in attention/FFN projections and norms (T5 and modern: none)
@@ -55,6 +56,8 @@ class ModelConfig:
     embedding_size: int | None = None  # None = d_model (no projection)
     tie_embeddings: bool = True
     lm_head_transform: bool = False  # BERT/ELECTRA-generator: dense + act + norm before the vocab
+    lm_head_transform_bias: bool = True  # BERT's transform dense has a bias; ModernBERT's (classifier_bias) none
+    classifier_transform: bool = False  # ModernBERT's task heads: dense + act + norm before the classifier
     lm_head_bias: bool = False
     lm_head_input_scale: float = 1.0  # tied T5 multiplies the decoder output by d_model ** -0.5
     dropout: float = 0.0
@@ -112,6 +115,9 @@ class ModelConfig:
             )
         if self.cross_rope and (self.position != "rope" or not self.kind.two_stacks):
             raise UserError("model config: cross_rope needs an encoder-decoder with position 'rope'")
+        if not self.first_attn_norm and not self.pre_norm:
+            raise UserError("model config: first_attn_norm=false needs pre_norm (a post-norm layer's norm is its "
+                            "output)")
         if self.position == "rope" and self.head_dim % 2:
             raise UserError(f"model config: RoPE needs an even head dim, got {self.head_dim}")
         if not 0.0 <= self.dropout < 1.0:
@@ -220,6 +226,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     "modern": {
         "family": "decoder", "pre_norm": True, "final_norm": True, "norm": "rmsnorm", "norm_eps": 1e-6,
         "activation": "silu", "gated_ffn": True, "bias": False, "position": "rope", "tie_embeddings": False,
+    },
+    # ModernBERT, and ModernBERT-decoder (Ettin's paired encoders and decoders) as family "decoder":
+    # pre-norm LayerNorm, no biases, the embeddings normed and read by layer 0 without an attention
+    # norm, GeGLU (erf GELU), RoPE with ModernBERT's global theta 160k (global attention in every
+    # layer), a final norm, and a tied head: bias-free dense + GELU + norm, then a vocab bias.
+    "modernbert": {
+        "family": "encoder", "pre_norm": True, "final_norm": True, "embedding_norm": True, "first_attn_norm": False,
+        "norm": "layernorm", "norm_eps": 1e-5, "activation": "gelu", "gated_ffn": True, "bias": False,
+        "position": "rope", "rope_theta": 160000.0, "tie_embeddings": True, "lm_head_transform": True,
+        "lm_head_transform_bias": False, "lm_head_bias": True, "classifier_transform": True,
     },
 }
 

@@ -21,14 +21,21 @@ from maskwise.families import family_of
 from maskwise.interop.hf_keys import (
     ACTIVATION_KEY,
     ARCHITECTURES,
+    BODY_PREFIX,
+    CLASSIFIER_POOLINGS,
     CONFIG_KEYS,
     DROPOUT_KEYS,
     EXPORT_CLASS,
     FIXED,
-    HEAD_FIXED,
+    HEAD_KEYS,
     MODEL_TYPE,
+    MODERNBERTS,
+    TASK_CLASS,
+    TASK_HEAD_TRANSFORM,
+    TASK_UNMAPPED,
     TO_HF_ACTIVATION,
     Architecture,
+    head_fixed,
     key_map,
     source_of,
 )
@@ -42,11 +49,17 @@ from maskwise.runs import (
     json_bytes,
     load_run,
     prepare_folder,
+    read_safetensors,
 )
 
 # Per family, the (column, head) pairs of the key tables that can describe its models, most likely first.
-EXPORT_CANDIDATES = {"encoder": (("bert", "mlm"), ("electra", "mlm")), "decoder": (("gpt2", "lm"), ("llama", "lm")),
+EXPORT_CANDIDATES = {"encoder": (("bert", "mlm"), ("electra", "mlm"), ("modernbert", "mlm")),
+                     "decoder": (("gpt2", "lm"), ("llama", "lm"), ("modernbert-decoder", "mlm")),
                      "encoder-decoder": (("t5", "lm"), ("bart", "lm"))}
+HEAD_FILE = "head.safetensors"  # where ``maskwise finetune`` saves the head it trained beside the body
+TASK_CLASSES_KEY = {"classify": "labels", "tag": "tags"}  # fine-tunes whose head can go along: its classes' record
+# ModernBERT's special-token ids default to its own 50k vocabulary: each is written, None when unknown.
+MODERNBERT_ROLES = ("pad", "bos", "eos", "cls", "sep")
 
 
 def _candidates(model: nn.Module, preferred: str | None) -> list[tuple[str, str]]:
@@ -60,7 +73,7 @@ def _candidates(model: nn.Module, preferred: str | None) -> list[tuple[str, str]
 def _hf_config_or_problems(cfg: ModelConfig, column: str, head: str) -> tuple[dict[str, Any], list[str]]:
     """The HF config for ``cfg`` as ``column``, and every setting that stops it being exact."""
     problems = []
-    fixed = {**FIXED[column], **(HEAD_FIXED[head] if column in ("bert", "electra") else {})}
+    fixed = {**FIXED[column], **head_fixed(column, head)}
     for field, needed in fixed.items():
         if getattr(cfg, field) != needed:
             problems.append(f"{field}={getattr(cfg, field)!r} (needs {needed!r})")
@@ -106,7 +119,24 @@ def _hf_config_or_problems(cfg: ModelConfig, column: str, head: str) -> tuple[di
         if scale != 1.0 and not math.isclose(scale, math.sqrt(cfg.d_model)):
             problems.append(f"embedding_scale={scale} (BART has 1 or sqrt(d_model))")
         hf["scale_embedding"] = scale != 1.0
+    elif column in MODERNBERTS:
+        # Global attention in every layer, said both ways: layer_types (transformers 5) and the
+        # global_attn_every_n_layers / global_rope_theta that transformers 4 reads.
+        hf.update(attention_bias=cfg.bias, mlp_bias=cfg.bias, norm_bias=cfg.bias,
+                  classifier_bias=cfg.lm_head_transform_bias, decoder_bias=cfg.lm_head_bias,
+                  classifier_activation=activation, layer_types=["full_attention"] * cfg.n_layers,
+                  global_attn_every_n_layers=1, global_rope_theta=cfg.rope_theta,
+                  rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+                                   "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                  **{f"{role}_token_id": _unknown_id(column, role) for role in MODERNBERT_ROLES})
     return hf, problems
+
+
+def _unknown_id(column: str, role: str) -> int | None:
+    """What a ModernBERT config says for a special token maskwise does not know: None, except where
+    ModernBertDecoderConfig's typed fields require an int (pad, bos, cls, sep), which get 0, an id
+    every vocabulary has; it is read only as the embedding's padding_idx and generate's default start."""
+    return 0 if column == "modernbert-decoder" and role != "eos" else None
 
 
 def hf_config(model: nn.Module, preferred: str | None = None) -> tuple[dict[str, Any], Architecture]:
@@ -128,6 +158,10 @@ def hf_config(model: nn.Module, preferred: str | None = None) -> tuple[dict[str,
     if not model.cfg.kind.causal and not _hf_config_or_problems(as_decoder, "llama", "lm")[1]:
         raise UserError(f"this {family} has Llama's layout but no HF equivalent: LlamaForCausalLM is causal-only, "
                         f"so it cannot compute bidirectional attention")
+    as_encoder = dataclasses.replace(model.cfg, family="encoder")
+    if model.cfg.kind.two_stacks and not _hf_config_or_problems(as_encoder, "modernbert", "mlm")[1]:
+        raise UserError(f"this {family} has ModernBERT's layout but no HF equivalent: ModernBertForMaskedLM and "
+                        f"ModernBertDecoderForCausalLM have no cross-attention")
     raise UserError(f"this {model.cfg.family} config has no HF equivalent; closest is {class_name}, "
                     f"but: {'; '.join(problems)}")
 
@@ -154,30 +188,68 @@ def export_hf(run_or_model: Any, out_dir: str | Path, overwrite: bool = False, t
     ELECTRA discriminator, ``AutoModelForPreTraining``) loads and that computes the same logits.
 
     ``run_or_model``: a run folder, a loaded ``Run``, or a model. Encoders export as BERT unless
-    ``architecture="electra"``, the run's preset is "electra" or the embeddings are factorised;
-    decoders as GPT-2 or, with the "modern" layout (RMSNorm, RoPE, SwiGLU), as ``LlamaForCausalLM``.
+    ``architecture="electra"``, the run's preset is "electra" or the embeddings are factorised, or
+    with the "modernbert" layout as ``ModernBertForMaskedLM``; decoders as GPT-2 or, with the "modern"
+    layout (RMSNorm, RoPE, SwiGLU), as ``LlamaForCausalLM``, with the "modernbert" layout as
+    ``ModernBertDecoderForCausalLM``. A classify or tag run goes with the head it trained, as the HF
+    task class of ``hf_keys.TASK_CLASS`` (e.g. ``ModernBertForSequenceClassification``).
     The folder (config.json, model.safetensors, and with a tokenizer tokenizer.json +
     tokenizer_config.json) is assembled under a temporary name and renamed into place; an existing
     non-empty ``out_dir`` is replaced only with ``overwrite``, and only when it is a model folder
     (it holds a config.json). ``extra_files`` (relative path -> bytes) go in the same folder before
     the rename, so a wrapper format (sentence-transformers) is never seen half-written either.
     """
-    model, settings = run_or_model, {}
+    model, settings, task, head = run_or_model, {}, {}, None
     if isinstance(run_or_model, (str, Path)):
         run_or_model = load_run(run_or_model)
     if isinstance(run_or_model, Run):
         model, tokenizer = run_or_model.model, tokenizer or run_or_model.tokenizer
-        settings = run_or_model.config.get("settings", {})
+        settings, task = run_or_model.config.get("settings", {}), run_or_model.config.get("task") or {}
+        if task.get("kind") in TASK_CLASSES_KEY and (run_or_model.path / HEAD_FILE).is_file():
+            head = read_safetensors(run_or_model.path / HEAD_FILE)
     out = prepare_folder(Path(out_dir).expanduser(), overwrite, kind="model folder", what="", create=False)
     hf, arch = hf_config(model, architecture or ("electra" if settings.get("preset") == "electra" else None))
-    files = {MODEL_FILE: save_safetensors_bytes(hf_state_dict(model, arch), metadata={"format": "pt"})}
+    tensors = hf_state_dict(model, arch)
+    if head is not None:
+        hf, tensors = _with_task_head(hf, arch, tensors, task, head)
+    files = {MODEL_FILE: save_safetensors_bytes(tensors, metadata={"format": "pt"})}
     if tokenizer is not None:
-        hf.update(_special_ids(tokenizer))
+        hf.update(_special_ids(tokenizer, MODERNBERT_ROLES if arch.column in MODERNBERTS else ("pad", "bos", "eos")))
         files[TOKENIZER_FILE] = encoder_framing(tokenizer, model.cfg.family).to_str().encode()
         files["tokenizer_config.json"] = json_bytes(_tokenizer_config(tokenizer, model.cfg))
     files[CONFIG_FILE] = json_bytes(hf)
     _write_folder(out, {**files, **(extra_files or {})})
     return out
+
+
+def _with_task_head(hf: dict[str, Any], arch: Architecture, tensors: dict[str, torch.Tensor], task: dict[str, Any],
+                    head: dict[str, torch.Tensor]) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The body's HF config and tensors made into the HF task class of ``task``'s fine-tuned ``head``
+    (``hf_keys.TASK_CLASS``): the body's tensors without its pretraining head, and the head's.
+    A head HF's class would compute differently is a ``UserError`` naming the part that differs."""
+    kind, column = task["kind"], arch.column
+    body_class = EXPORT_CLASS[column, arch.head]
+    if (column, kind) not in TASK_CLASS:
+        raise UserError(TASK_UNMAPPED.get((column, kind),
+                                          f"no HF class computes a maskwise {kind} head on a {body_class} body"))
+    class_name = TASK_CLASS[column, kind]
+    transform = "transform.0.weight" in head
+    if transform != TASK_HEAD_TRANSFORM[column]:
+        raise UserError(f"{class_name} has {'a' if TASK_HEAD_TRANSFORM[column] else 'no'} dense + act + norm before "
+                        f"its classifier and this {kind} head has {'one' if transform else 'none'}")
+    hf = {**hf, "architectures": [class_name]}
+    if kind == "classify" and column == "modernbert":
+        if task.get("pooling") not in CLASSIFIER_POOLINGS:
+            raise UserError(f"{class_name} pools by {' or '.join(CLASSIFIER_POOLINGS)}, not {task.get('pooling')!r}")
+        hf["classifier_pooling"] = task["pooling"]
+    classes = task[TASK_CLASSES_KEY[kind]]
+    hf.update(id2label={str(i): name for i, name in enumerate(classes)},
+              label2id={name: i for i, name in enumerate(classes)})
+    body = {name: value for name, value in tensors.items() if name.startswith(BODY_PREFIX[column] + ".")}
+    for key, value in head.items():
+        module, _, suffix = key.rpartition(".")
+        body[f"{HEAD_KEYS[module]}.{suffix}"] = value.contiguous()
+    return hf, body
 
 
 def encoder_framing(tokenizer: Any, family: str):
@@ -198,8 +270,8 @@ def encoder_framing(tokenizer: Any, family: str):
 _ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
 
 
-def _special_ids(tokenizer: Any) -> dict[str, int]:
-    return {f"{role}_token_id": getattr(tokenizer, f"{role}_id") for role in ("pad", "bos", "eos")
+def _special_ids(tokenizer: Any, roles: tuple[str, ...]) -> dict[str, int]:
+    return {f"{role}_token_id": getattr(tokenizer, f"{role}_id") for role in roles
             if getattr(tokenizer, f"{role}_id") is not None}
 
 

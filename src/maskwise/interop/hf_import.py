@@ -26,10 +26,12 @@ from maskwise.interop.hf_keys import (
     DROPOUT_KEYS,
     FIXED,
     FROM_HF_ACTIVATION,
-    HEAD_FIXED,
     KEY_MAP,
+    MODERNBERTS,
     UNUSED,
     Architecture,
+    column_entry,
+    head_fixed,
     key_map,
     source_of,
 )
@@ -122,12 +124,11 @@ def config_from_hf(hf: dict[str, Any], arch: Architecture, tensors: dict[str, to
     ``tie_word_embeddings: true`` even for v1.1, whose head is separate).
     """
     column = arch.column
-    values: dict[str, Any] = dict(FIXED[column])
+    values: dict[str, Any] = {**FIXED[column], **head_fixed(column, arch.head)}
     for field, (key, default) in CONFIG_KEYS[column].items():
         values[field] = _get(hf, key, default)
     values["dropout"] = float(_get(hf, DROPOUT_KEYS[column][0], DROPOUT_DEFAULT[column]))
     if column in ("bert", "electra"):
-        values.update(HEAD_FIXED[arch.head])
         _reject(column, hf, "position_embedding_type", "absolute", "absolute")
         _reject(column, hf, "is_decoder", False, False)
         _reject(column, hf, "add_cross_attention", False, False)
@@ -172,6 +173,23 @@ def config_from_hf(hf: dict[str, Any], arch: Architecture, tensors: dict[str, to
                                 f"{values[field]} is not supported (maskwise stacks share one shape)")
         values["activation"] = _activation(column, _get(hf, "activation_function", "gelu"))
         values["embedding_scale"] = math.sqrt(values["d_model"]) if _get(hf, "scale_embedding", False) else 1.0
+    elif column in MODERNBERTS:
+        _modernbert_global_attention_only(column, hf, values["n_layers"])
+        biases = {key: _get(hf, key, False) for key in ("attention_bias", "mlp_bias", "norm_bias")}
+        if len(set(biases.values())) > 1:
+            raise UserError(f"{column}: {', '.join(f'{k}={v}' for k, v in biases.items())} is not supported "
+                            f"(maskwise has one bias setting for projections and norms)")
+        values["bias"] = biases["attention_bias"]
+        values["activation"] = _activation(column, _get(hf, "hidden_activation", "gelu"))
+        if arch.head == "mlm":
+            head_activation = _get(hf, "classifier_activation", "gelu")
+            if _activation(column, head_activation) != values["activation"]:
+                raise UserError(f"{column}: classifier_activation={head_activation!r} differs from hidden_activation "
+                                f"{_get(hf, 'hidden_activation', 'gelu')!r} (maskwise's head uses the body's)")
+            values["lm_head_transform_bias"] = _get(hf, "classifier_bias", False)
+            values["lm_head_bias"] = _get(hf, "decoder_bias", True)
+        values["rope_theta"] = _modernbert_rope_theta(column, hf)
+        values["classifier_transform"] = True  # what ModernBERT's task classes put before their classifier
     if arch.head != "rtd":
         values["tie_embeddings"] = _is_tied(arch, tensors)
     if values.get("n_decoder_layers") == values["n_layers"]:
@@ -194,8 +212,33 @@ def _llama_rope_theta(hf: dict[str, Any]) -> float:
     return float(rope.get("rope_theta") or hf.get("rope_theta") or 10000.0)
 
 
+def _modernbert_global_attention_only(column: str, hf: dict[str, Any], n_layers: int) -> None:
+    """Refuse local (sliding-window) layers: maskwise attends globally in every layer. ``layer_types``
+    (transformers 5), else the older ``global_attn_every_n_layers`` (default 3: every third layer global)."""
+    types = hf.get("layer_types")
+    if types is None:
+        every = _get(hf, "global_attn_every_n_layers", 3)
+        types = ["sliding_attention" if i % every else "full_attention" for i in range(n_layers)]
+    local = [i for i, kind in enumerate(types) if kind != "full_attention"]
+    if local:
+        raise UserError(f"{column}: {len(local)} of {len(types)} layers use local (sliding-window) attention, which "
+                        f"maskwise does not compute; only configs with global attention in every layer import "
+                        f"(layer_types all 'full_attention', or global_attn_every_n_layers=1)")
+
+
+def _modernbert_rope_theta(column: str, hf: dict[str, Any]) -> float:
+    """Global attention's RoPE base: ``rope_parameters["full_attention"]`` (transformers 5) or the
+    older ``global_rope_theta``; any rescaled RoPE is refused."""
+    rope = (hf.get("rope_parameters") or {}).get("full_attention") or {}
+    kind = rope.get("rope_type", "default")
+    if kind != "default" or hf.get("rope_scaling"):
+        raise UserError(f"{column}: rope_type {kind if kind != 'default' else hf.get('rope_scaling')!r} is not "
+                        f"supported (only 'default': plain RoPE)")
+    return float(rope.get("rope_theta") or hf.get("global_rope_theta") or 160000.0)
+
+
 def _is_tied(arch: Architecture, tensors: dict[str, torch.Tensor]) -> bool:
-    head = KEY_MAP["lm_head.weight"].get(arch.column)
+    head = column_entry(arch, KEY_MAP["lm_head.weight"])
     embedding = COPIES[arch.column].get(head) if head else None
     if head not in tensors or embedding is None:
         return True

@@ -1,6 +1,7 @@
-"""Hugging Face interop tables: BERT, ELECTRA, GPT-2, Llama, T5 and BART as settings of the one block.
+"""Hugging Face interop tables: BERT, ELECTRA, GPT-2, Llama, T5, BART, ModernBERT and ModernBERT-decoder
+as settings of the one block.
 
-The six architectures are the one maskwise block with different settings, so converting is two
+The architectures are the one maskwise block with different settings, so converting is two
 tables and no model code (``hf_import`` reads them one way, ``hf_export`` the other):
 
 * ``FIXED`` + ``CONFIG_KEYS``: which ``ModelConfig`` settings an architecture fixes (BERT is always
@@ -9,9 +10,10 @@ tables and no model code (``hf_import`` reads them one way, ``hf_export`` the ot
   setting that has no HF equivalent.
 * ``KEY_MAP``: where each maskwise tensor lives in each architecture's state dict, side by side.
   The only layout work is fusing q/k/v (and T5's and Llama's gate/up) into one matrix, transposing
-  GPT-2's Conv1D weights, and BART's (1, V) ``final_logits_bias``. Llama's q/k rows need no
-  permutation: maskwise's RoPE rotates the halves (x[:hd/2], x[hd/2:]) of each head, HF Llama's
-  ``rotate_half`` convention, not interleaved pairs.
+  GPT-2's Conv1D weights, and BART's (1, V) ``final_logits_bias``. Llama's and ModernBERT's q/k rows
+  need no permutation: maskwise's RoPE rotates the halves (x[:hd/2], x[hd/2:]) of each head, their
+  ``rotate_half`` convention, not interleaved pairs. ModernBERT's ``Wqkv`` is q;k;v already, and its
+  ``Wi`` is (activated half; multiplying half), maskwise's gate;up order.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ class Architecture:
     variant leaves off (``BertModel`` saves ``embeddings.*`` where ``BertForMaskedLM`` saves
     ``bert.embeddings.*``)."""
 
-    column: str  # "bert", "electra", "gpt2", "llama", "t5" or "bart"
-    head: str  # "mlm": BERT's dense+act+norm transform and a vocab bias; "rtd"; "lm": a plain projection
+    column: str  # "bert", "electra", "gpt2", "llama", "t5", "bart", "modernbert" or "modernbert-decoder"
+    # "mlm": a dense+act+norm transform before the vocabulary (BERT's, with a vocab bias; ModernBERT's
+    # encoder and decoder both predict through one); "rtd"; "lm": a plain projection
+    head: str
     base_prefix: str = ""
 
 
@@ -50,6 +54,10 @@ ARCHITECTURES = {
     "LlamaModel": Architecture("llama", "lm", base_prefix="model."),
     "T5ForConditionalGeneration": Architecture("t5", "lm"),
     "BartForConditionalGeneration": Architecture("bart", "lm"),
+    "ModernBertForMaskedLM": Architecture("modernbert", "mlm"),
+    "ModernBertModel": Architecture("modernbert", "lm", base_prefix="model."),
+    "ModernBertDecoderForCausalLM": Architecture("modernbert-decoder", "mlm"),
+    "ModernBertDecoderModel": Architecture("modernbert-decoder", "lm", base_prefix="model."),
 }
 
 # Export writes the task class (the one AutoModelForMaskedLM / CausalLM / Seq2SeqLM loads).
@@ -61,9 +69,13 @@ EXPORT_CLASS = {
     ("llama", "lm"): "LlamaForCausalLM",
     ("t5", "lm"): "T5ForConditionalGeneration",
     ("bart", "lm"): "BartForConditionalGeneration",
+    ("modernbert", "mlm"): "ModernBertForMaskedLM",
+    ("modernbert-decoder", "mlm"): "ModernBertDecoderForCausalLM",
 }
 
-MODEL_TYPE = {"bert": "bert", "electra": "electra", "gpt2": "gpt2", "llama": "llama", "t5": "t5", "bart": "bart"}
+MODEL_TYPE = {"bert": "bert", "electra": "electra", "gpt2": "gpt2", "llama": "llama", "t5": "t5", "bart": "bart",
+              "modernbert": "modernbert", "modernbert-decoder": "modernbert-decoder"}
+MODERNBERTS = ("modernbert", "modernbert-decoder")  # one layout: the encoder and its decoder twin
 
 # ---- config: what each architecture fixes, and where its config keeps the rest --------------
 
@@ -71,6 +83,12 @@ _BERT_BODY = {
     "family": "encoder", "pre_norm": False, "final_norm": False, "embedding_norm": True, "norm": "layernorm",
     "gated_ffn": False, "bias": True, "position": "learned", "position_offset": 0, "attention_scale": True,
     "embedding_scale": 1.0, "lm_head_input_scale": 1.0,
+}
+# ModernBERT: its one bias setting (attention, MLP and norms alike) and decoder_bias are read by hand.
+_MODERNBERT_BODY = {
+    "pre_norm": True, "final_norm": True, "embedding_norm": True, "first_attn_norm": False, "norm": "layernorm",
+    "gated_ffn": True, "position": "rope", "position_offset": 0, "cross_rope": False, "attention_scale": True,
+    "embedding_scale": 1.0, "type_vocab_size": 0, "lm_head_input_scale": 1.0,
 }
 FIXED: dict[str, dict[str, Any]] = {
     "bert": _BERT_BODY,
@@ -99,6 +117,8 @@ FIXED: dict[str, dict[str, Any]] = {
         "attention_scale": True, "type_vocab_size": 0, "lm_head_transform": False, "lm_head_bias": True,
         "lm_head_input_scale": 1.0,
     },
+    "modernbert": {"family": "encoder", **_MODERNBERT_BODY},
+    "modernbert-decoder": {"family": "decoder", **_MODERNBERT_BODY},
 }
 # BERT and ELECTRA heads: the MLM head has the transform and a vocab bias; the others have neither.
 HEAD_FIXED = {
@@ -107,12 +127,29 @@ HEAD_FIXED = {
     "lm": {"lm_head_transform": False, "lm_head_bias": False},
 }
 
+
+def head_fixed(arch_column: str, head: str) -> dict[str, Any]:
+    """What an architecture's head fixes: BERT's and ELECTRA's all of ``HEAD_FIXED``; ModernBERT's
+    the transform, its vocab bias being the config's ``decoder_bias``; the others nothing beyond ``FIXED``."""
+    if arch_column in ("bert", "electra"):
+        return HEAD_FIXED[head]
+    if arch_column in MODERNBERTS:
+        return {key: value for key, value in HEAD_FIXED[head].items() if key != "lm_head_bias" or head != "mlm"}
+    return {}
+
 # ModelConfig field -> (HF config key, HF's default when the key is absent, as older configs omit them).
 _BERT_KEYS = {
     "vocab_size": ("vocab_size", 30522), "d_model": ("hidden_size", 768),
     "n_layers": ("num_hidden_layers", 12), "n_heads": ("num_attention_heads", 12),
     "d_ff": ("intermediate_size", 3072), "max_seq_len": ("max_position_embeddings", 512),
     "norm_eps": ("layer_norm_eps", 1e-12), "type_vocab_size": ("type_vocab_size", 2),
+    "init_std": ("initializer_range", 0.02),
+}
+# ModernBERT's biases, head and RoPE theta (nested per attention type) are read and written by hand.
+_MODERNBERT_KEYS = {
+    "vocab_size": ("vocab_size", 50368), "d_model": ("hidden_size", 768), "n_layers": ("num_hidden_layers", 22),
+    "n_heads": ("num_attention_heads", 12), "d_ff": ("intermediate_size", 1152),
+    "max_seq_len": ("max_position_embeddings", 8192), "norm_eps": ("norm_eps", 1e-5),
     "init_std": ("initializer_range", 0.02),
 }
 CONFIG_KEYS: dict[str, dict[str, tuple[str, Any]]] = {
@@ -147,6 +184,8 @@ CONFIG_KEYS: dict[str, dict[str, tuple[str, Any]]] = {
         "d_ff": ("encoder_ffn_dim", 4096), "max_seq_len": ("max_position_embeddings", 1024),
         "init_std": ("init_std", 0.02),
     },
+    "modernbert": _MODERNBERT_KEYS,
+    "modernbert-decoder": _MODERNBERT_KEYS,
 }
 # maskwise has one dropout rate; HF configs spell it out per site. Import reads the first.
 DROPOUT_KEYS = {
@@ -156,16 +195,39 @@ DROPOUT_KEYS = {
     "llama": ("attention_dropout",),  # Llama has no other dropout
     "t5": ("dropout_rate",),
     "bart": ("dropout", "attention_dropout", "activation_dropout"),
+    "modernbert": ("embedding_dropout", "attention_dropout", "mlp_dropout", "classifier_dropout"),
+    "modernbert-decoder": ("embedding_dropout", "attention_dropout", "mlp_dropout", "classifier_dropout"),
 }
 # The rate an HF config means when it omits its first dropout key.
-DROPOUT_DEFAULT = {"bert": 0.1, "electra": 0.1, "gpt2": 0.1, "llama": 0.0, "t5": 0.1, "bart": 0.1}
+DROPOUT_DEFAULT = {"bert": 0.1, "electra": 0.1, "gpt2": 0.1, "llama": 0.0, "t5": 0.1, "bart": 0.1, "modernbert": 0.0,
+                   "modernbert-decoder": 0.0}
 ACTIVATION_KEY = {"bert": "hidden_act", "electra": "hidden_act", "gpt2": "activation_function",
-                  "llama": "hidden_act", "bart": "activation_function"}  # T5 spells it in feed_forward_proj
+                  "llama": "hidden_act", "bart": "activation_function", "modernbert": "hidden_activation",
+                  "modernbert-decoder": "hidden_activation"}  # T5 spells it in feed_forward_proj
 
 # HF activation names -> maskwise, and back. "gelu_new" is the tanh approximation.
 FROM_HF_ACTIVATION = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                       "relu": "relu", "silu": "silu", "swish": "silu"}
 TO_HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+
+# ---- fine-tuned task heads ------------------------------------------------------------------
+
+# A fine-tune's head (``model.heads.ClassifierHead``, saved beside its body) goes into the HF class of
+# (the body's column, the task kind); where HF's class computes something else, why not.
+TASK_CLASS = {
+    ("bert", "tag"): "BertForTokenClassification",
+    ("modernbert", "classify"): "ModernBertForSequenceClassification",
+    ("modernbert", "tag"): "ModernBertForTokenClassification",
+}
+TASK_UNMAPPED = {
+    ("bert", "classify"): "BertForSequenceClassification passes [CLS] through its pooler (dense + tanh) before its "
+                          "classifier, and maskwise's classifier reads the pooled state directly",
+}
+# Whether the column's task classes have a dense + act + norm before the classifier (ModernBERT's ``head``).
+TASK_HEAD_TRANSFORM = {"bert": False, "modernbert": True}
+# ClassifierHead's modules under their HF names (BERT's and ModernBERT's task classes name them alike).
+HEAD_KEYS = {"transform.0": "head.dense", "transform.2": "head.norm", "proj": "classifier"}
+CLASSIFIER_POOLINGS = ("cls", "mean")  # ModernBertForSequenceClassification's classifier_pooling
 
 # ---- weights: where each maskwise tensor lives, side by side -----------------------------------
 
@@ -192,15 +254,17 @@ def conv1d(name: str) -> Source:
 # "encoder"/"decoder"); {side} the HF stack of an encoder-decoder; {body} the base model's prefix in
 # the task model (BODY_PREFIX); {i} the layer; {ffn} T5's FFN sub-layer (1 in the encoder, 2 after
 # the decoder's cross-attention). ELECTRA's body rows are BERT's (under {body} = "electra"), so body
-# rows list BERT only; the head rows and the embedding projection list ELECTRA apart.
+# rows list BERT only; the head rows and the embedding projection list ELECTRA apart. Likewise
+# ModernBERT-decoder's rows are ModernBERT's except its separate q/k/v and its head's name.
 KEY_MAP: dict[str, dict[str, str | Source]] = {
     # embeddings
     "embed": {"bert": "{body}.embeddings.word_embeddings", "gpt2": "{body}.wte", "llama": "{body}.embed_tokens",
-              "t5": "shared", "bart": "{body}.shared"},
+              "t5": "shared", "bart": "{body}.shared", "modernbert": "{body}.embeddings.tok_embeddings"},
     "{stack}.positions": {"bert": "{body}.embeddings.position_embeddings", "gpt2": "{body}.wpe",
                               "bart": "{body}.{side}.embed_positions"},
     "{stack}.token_types": {"bert": "{body}.embeddings.token_type_embeddings"},
-    "{stack}.embedding_norm": {"bert": "{body}.embeddings.LayerNorm", "bart": "{body}.{side}.layernorm_embedding"},
+    "{stack}.embedding_norm": {"bert": "{body}.embeddings.LayerNorm", "bart": "{body}.{side}.layernorm_embedding",
+                               "modernbert": "{body}.embeddings.norm"},
     "{stack}.embedding_project": {"electra": "{body}.embeddings_project"},  # factorised embeddings only
     "{stack}.relative_bias.embedding": {"t5": "{side}.block.0.layer.0.SelfAttention.relative_attention_bias"},
     # self-attention
@@ -214,15 +278,18 @@ KEY_MAP: dict[str, dict[str, str | Source]] = {
                  "{side}.block.{i}.layer.0.SelfAttention.v"),
         "bart": fused("{body}.{side}.layers.{i}.self_attn.q_proj", "{body}.{side}.layers.{i}.self_attn.k_proj",
                    "{body}.{side}.layers.{i}.self_attn.v_proj"),
+        "modernbert": "{body}.layers.{i}.attn.Wqkv",
+        "modernbert-decoder": fused("{body}.layers.{i}.attn.q_proj", "{body}.layers.{i}.attn.k_proj",
+                                    "{body}.layers.{i}.attn.v_proj"),
     },
     "{stack}.blocks.{i}.attn.out": {
         "bert": "{body}.encoder.layer.{i}.attention.output.dense", "gpt2": conv1d("{body}.h.{i}.attn.c_proj"),
         "llama": "{body}.layers.{i}.self_attn.o_proj", "t5": "{side}.block.{i}.layer.0.SelfAttention.o",
-        "bart": "{body}.{side}.layers.{i}.self_attn.out_proj"},
-    "{stack}.blocks.{i}.attn_norm": {
+        "bart": "{body}.{side}.layers.{i}.self_attn.out_proj", "modernbert": "{body}.layers.{i}.attn.Wo"},
+    "{stack}.blocks.{i}.attn_norm": {  # ModernBERT's layer 0 has none (first_attn_norm)
         "bert": "{body}.encoder.layer.{i}.attention.output.LayerNorm", "gpt2": "{body}.h.{i}.ln_1",
         "llama": "{body}.layers.{i}.input_layernorm", "t5": "{side}.block.{i}.layer.0.layer_norm",
-        "bart": "{body}.{side}.layers.{i}.self_attn_layer_norm"},
+        "bart": "{body}.{side}.layers.{i}.self_attn_layer_norm", "modernbert": "{body}.layers.{i}.attn_norm"},
     # cross-attention (decoder of an encoder-decoder)
     "{stack}.blocks.{i}.cross_attn.q": {
         "t5": "{side}.block.{i}.layer.1.EncDecAttention.q", "bart": "{body}.{side}.layers.{i}.encoder_attn.q_proj"},
@@ -237,25 +304,29 @@ KEY_MAP: dict[str, dict[str, str | Source]] = {
     "{stack}.blocks.{i}.ffn.up": {
         "bert": "{body}.encoder.layer.{i}.intermediate.dense", "gpt2": conv1d("{body}.h.{i}.mlp.c_fc"),
         "llama": fused("{body}.layers.{i}.mlp.gate_proj", "{body}.layers.{i}.mlp.up_proj"),
-        "t5": "{side}.block.{i}.layer.{ffn}.DenseReluDense.wi", "bart": "{body}.{side}.layers.{i}.fc1"},
+        "t5": "{side}.block.{i}.layer.{ffn}.DenseReluDense.wi", "bart": "{body}.{side}.layers.{i}.fc1",
+        "modernbert": "{body}.layers.{i}.mlp.Wi"},
     "{stack}.blocks.{i}.ffn.down": {
         "bert": "{body}.encoder.layer.{i}.output.dense", "gpt2": conv1d("{body}.h.{i}.mlp.c_proj"),
         "llama": "{body}.layers.{i}.mlp.down_proj", "t5": "{side}.block.{i}.layer.{ffn}.DenseReluDense.wo",
-        "bart": "{body}.{side}.layers.{i}.fc2"},
+        "bart": "{body}.{side}.layers.{i}.fc2", "modernbert": "{body}.layers.{i}.mlp.Wo"},
     "{stack}.blocks.{i}.ffn_norm": {
         "bert": "{body}.encoder.layer.{i}.output.LayerNorm", "gpt2": "{body}.h.{i}.ln_2",
         "llama": "{body}.layers.{i}.post_attention_layernorm", "t5": "{side}.block.{i}.layer.{ffn}.layer_norm",
-        "bart": "{body}.{side}.layers.{i}.final_layer_norm"},
-    "{stack}.final_norm": {"gpt2": "{body}.ln_f", "llama": "{body}.norm", "t5": "{side}.final_layer_norm"},
+        "bart": "{body}.{side}.layers.{i}.final_layer_norm", "modernbert": "{body}.layers.{i}.mlp_norm"},
+    "{stack}.final_norm": {"gpt2": "{body}.ln_f", "llama": "{body}.norm", "t5": "{side}.final_layer_norm",
+                           "modernbert": "{body}.final_norm"},
     # heads (bare parameters map to bare tensors)
-    "lm_head.transform.0": {"bert": "cls.predictions.transform.dense", "electra": "generator_predictions.dense"},
+    "lm_head.transform.0": {"bert": "cls.predictions.transform.dense", "electra": "generator_predictions.dense",
+                            "modernbert": "head.dense", "modernbert-decoder": "lm_head.dense"},
     "lm_head.transform.2": {"bert": "cls.predictions.transform.LayerNorm",
-                                "electra": "generator_predictions.LayerNorm"},
+                                "electra": "generator_predictions.LayerNorm", "modernbert": "head.norm",
+                                "modernbert-decoder": "lm_head.norm"},
     "lm_head.bias": {"bert": "cls.predictions.bias", "electra": "generator_lm_head.bias",
-                         "bart": Source(("final_logits_bias",), leading_one=True)},
+                         "bart": Source(("final_logits_bias",), leading_one=True), "modernbert": "decoder.bias"},
     "lm_head.weight": {"bert": "cls.predictions.decoder.weight", "electra": "generator_lm_head.weight",
                            "gpt2": "lm_head.weight", "llama": "lm_head.weight", "t5": "lm_head.weight",
-                           "bart": "lm_head.weight"},
+                           "bart": "lm_head.weight", "modernbert": "decoder.weight"},
     "rtd_head.dense": {"electra": "discriminator_predictions.dense"},
     "rtd_head.out": {"electra": "discriminator_predictions.dense_prediction"},
 }
@@ -263,7 +334,7 @@ KEY_MAP: dict[str, dict[str, str | Source]] = {
 T5_GATED_UP = fused("{side}.block.{i}.layer.{ffn}.DenseReluDense.wi_0",
                     "{side}.block.{i}.layer.{ffn}.DenseReluDense.wi_1")
 BODY_PREFIX = {"bert": "bert", "electra": "electra", "gpt2": "transformer", "llama": "model", "t5": "",
-               "bart": "model"}
+               "bart": "model", "modernbert": "model", "modernbert-decoder": "model"}
 
 # HF tensors that are copies of another (tied weights saved twice, an alias): skipped on import when
 # equal to the original, an error when not.
@@ -277,6 +348,8 @@ COPIES = {
            "lm_head.weight": "shared.weight"},
     "bart": {"model.encoder.embed_tokens.weight": "model.shared.weight",
              "model.decoder.embed_tokens.weight": "model.shared.weight", "lm_head.weight": "model.shared.weight"},
+    "modernbert": {"decoder.weight": "model.embeddings.tok_embeddings.weight"},
+    "modernbert-decoder": {"decoder.weight": "model.embeddings.tok_embeddings.weight"},
 }
 # HF tensors maskwise does not use: BERT's pooler and NSP head, buffers old versions saved.
 UNUSED = {
@@ -287,9 +360,12 @@ UNUSED = {
 }
 
 
-def _column(arch: Architecture, row: dict[str, str | Source]) -> str | Source | None:
+def column_entry(arch: Architecture, row: dict[str, str | Source]) -> str | Source | None:
+    """``arch``'s entry in one ``KEY_MAP`` row (ELECTRA's and ModernBERT-decoder's shared rows included)."""
     if arch.column == "electra" and "electra" not in row:
         return row.get("bert")  # a body row
+    if arch.column == "modernbert-decoder" and "modernbert-decoder" not in row:
+        return row.get("modernbert")  # a row the decoder twin shares with the encoder
     return row.get(arch.column)
 
 
@@ -302,7 +378,7 @@ def key_map(model: nn.Module, arch: Architecture) -> dict[str, Source]:
         stacks = {"stack": ("", cfg.n_layers, 1)}
     mapping = {}
     for ours, row in KEY_MAP.items():
-        source = _column(arch, row)
+        source = column_entry(arch, row)
         if source is None:
             continue
         if ours == "{stack}.blocks.{i}.ffn.up" and arch.column == "t5" and cfg.gated_ffn:

@@ -52,9 +52,7 @@ class LMHead(nn.Module):
         width = cfg.d_model  # what the vocabulary matrix reads: the transform maps d_model to embedding_width
         if cfg.lm_head_transform:
             width = cfg.embedding_width
-            self.transform = nn.Sequential(
-                nn.Linear(cfg.d_model, width), _Activation(ACTIVATIONS[cfg.activation]), make_norm(cfg, width)
-            )
+            self.transform = dense_act_norm(cfg, width)
         # Tied, no transform, factorised embeddings (an ELECTRA discriminator, a base ElectraModel):
         # d_model-wide features cannot meet an embedding_size-wide token table: no vocabulary projection.
         self.unreadable = tied_to is not None and width != cfg.embedding_width
@@ -116,6 +114,12 @@ class LMHead(nn.Module):
             loss_sum = kernels.linear_cross_entropy(features, self.vocab_weight, self.bias, targets, IGNORE_INDEX)
         n = int((targets != IGNORE_INDEX).sum())
         return LMOutput(logits=logits, loss=loss_sum / max(n, 1), loss_sum=loss_sum, n_loss_positions=n)
+
+
+def dense_act_norm(cfg: ModelConfig, width: int) -> nn.Sequential:
+    """BERT's and ModernBERT's head transform, d_model -> ``width``: dense, the body's activation, its norm."""
+    return nn.Sequential(nn.Linear(cfg.d_model, width, bias=cfg.lm_head_transform_bias),
+                         _Activation(ACTIVATIONS[cfg.activation]), make_norm(cfg, width))
 
 
 class _Activation(nn.Module):
@@ -180,12 +184,21 @@ class RTDHead(nn.Module):
 
 
 class ClassifierHead(nn.Module):
-    """Pooled vector -> class logits, with dropout (BERT's sequence classification head)."""
+    """Pooled vector (or each position's state) -> class logits: dropout and a linear layer, as BERT's
+    task heads; with ``transform``, a dense + act + norm first (``dense_act_norm``), as ModernBERT's."""
 
-    def __init__(self, d_model: int, n_classes: int, dropout: float = 0.1):
+    def __init__(self, d_model: int, n_classes: int, dropout: float = 0.1, transform: ModelConfig | None = None):
         super().__init__()
+        self.transform = dense_act_norm(transform, d_model) if transform is not None else None
         self.dropout = nn.Dropout(dropout)
         self.proj = nn.Linear(d_model, n_classes)
 
+    @classmethod
+    def for_body(cls, cfg: ModelConfig, n_classes: int, dropout: float = 0.1) -> ClassifierHead:
+        """The head a body of layout ``cfg`` is fine-tuned with (its transform where ``classifier_transform``)."""
+        return cls(cfg.d_model, n_classes, dropout, cfg if cfg.classifier_transform else None)
+
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        if self.transform is not None:
+            pooled = self.transform(pooled)
         return self.proj(self.dropout(pooled))

@@ -131,13 +131,15 @@ class Block(nn.Module):
     """One transformer layer: self-attention, optional cross-attention, FFN, each a residual branch.
 
     Pre-norm (GPT-2, T5, modern): x + f(norm(x)). Post-norm (BERT, BART): norm(x + f(x)).
+    The first layer of a stack has no attention norm where ``first_attn_norm`` is off (ModernBERT:
+    its embedding norm already normalised the input).
     """
 
-    def __init__(self, cfg: ModelConfig, cross: bool):
+    def __init__(self, cfg: ModelConfig, cross: bool, first: bool = False):
         super().__init__()
         self.pre_norm = cfg.pre_norm
         self.attn = Attention(cfg)
-        self.attn_norm = make_norm(cfg)
+        self.attn_norm = nn.Identity() if first and not cfg.first_attn_norm else make_norm(cfg)
         self.cross_attn = Attention(cfg, cross=True) if cross else None
         self.cross_norm = make_norm(cfg) if cross else None
         self.ffn = FeedForward(cfg)
@@ -182,7 +184,7 @@ class Stack(nn.Module):
         self.relative_bias = (RelativePositionBias(cfg, bidirectional=pattern == "bidirectional")
                               if cfg.position == "relative" else None)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg, cross) for _ in range(n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, cross, first=i == 0) for i in range(n_layers))
         self.final_norm = make_norm(cfg) if cfg.final_norm else None
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor,

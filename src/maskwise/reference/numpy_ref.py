@@ -257,12 +257,13 @@ def _stack(w: _Weights, p: str, cfg: ModelConfig, n_layers: int, ids: np.ndarray
 
     def residual(x, norm_name, branch):
         if cfg.pre_norm:
-            return x + branch(_norm(w, norm_name, cfg, x))
+            return x + branch(x if norm_name is None else _norm(w, norm_name, cfg, x))
         return _norm(w, norm_name, cfg, x + branch(x))
 
     for layer in range(n_layers):
         b = f"{p}blocks.{layer}."
-        x = residual(x, b + "attn_norm", lambda h, b=b: _attention(w, b + "attn", cfg, h, may_attend, bias=bias))
+        attn_norm = None if layer == 0 and not cfg.first_attn_norm else b + "attn_norm"  # ModernBERT's layer 0
+        x = residual(x, attn_norm, lambda h, b=b: _attention(w, b + "attn", cfg, h, may_attend, bias=bias))
         if context is not None:
             x = residual(x, b + "cross_norm",
                          lambda h, b=b: _attention(w, b + "cross_attn", cfg, h, cross_may_attend, context=context))
@@ -276,7 +277,7 @@ def _lm_head(w: _Weights, cfg: ModelConfig, h: np.ndarray) -> np.ndarray:
     """(B, T, d) -> (B, T, V): optional input scale (tied T5), optional BERT transform, vocab matrix."""
     h = h * cfg.lm_head_input_scale
     if cfg.lm_head_transform:
-        h = _activation(cfg.activation, _linear(w, "lm_head.transform.0", h, bias=True))
+        h = _activation(cfg.activation, _linear(w, "lm_head.transform.0", h, bias=cfg.lm_head_transform_bias))
         h = _norm(w, "lm_head.transform.2", cfg, h)
     vocab = w["embed.weight"] if cfg.tie_embeddings else w["lm_head.weight"]  # (V, d)
     logits = h @ vocab.T

@@ -64,7 +64,7 @@ class SequenceClassifier(nn.Module):
         self.body, self.labels = body, list(labels)
         self.pooling = check_pooling(body.cfg.family, pooling)
         self.freeze = freeze
-        self.head = ClassifierHead(body.cfg.d_model, len(self.labels), dropout).to(device_of(body))
+        self.head = ClassifierHead.for_body(body.cfg, len(self.labels), dropout).to(device_of(body))
         body.requires_grad_(not freeze)
 
     def train(self, mode: bool = True) -> SequenceClassifier:

@@ -48,7 +48,7 @@ class TokenTagger(nn.Module):
     def __init__(self, body: nn.Module, tags: Sequence[str], dropout: float = 0.1):
         super().__init__()
         self.body, self.tags = body, list(tags)
-        self.head = ClassifierHead(body.cfg.d_model, len(self.tags), dropout).to(device_of(body))
+        self.head = ClassifierHead.for_body(body.cfg, len(self.tags), dropout).to(device_of(body))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.head(self.body.read(input_ids, attention_mask))  # (B, T, n_tags)

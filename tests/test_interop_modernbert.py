@@ -1,0 +1,279 @@
+"""ModernBERT interop: the "modernbert" preset is ``ModernBertForMaskedLM`` as an encoder and
+``ModernBertDecoderForCausalLM`` as a decoder, both ways; classify and tag fine-tunes go with their heads.
+
+Tier 3 (oracles). Tiny random configs (d 32, 3 layers, 4 heads, vocab 64) with every parameter drawn
+at random (norm gains and biases too), right-padded batches, global attention in every layer. A
+swapped GeGLU half, a norm on layer 0's attention, a wrong RoPE theta or a head without its norm
+would move these logits by far more than the 1e-4 allowed.
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from weights import make_run, randomized, state_dicts_equal
+
+from maskwise import runs
+from maskwise.cli import main
+from maskwise.config import preset
+from maskwise.data.tokenizers import SPECIAL_TOKENS, Tokenizer
+from maskwise.errors import UserError
+from maskwise.interop.folders import load
+from maskwise.interop.hf_export import HEAD_FILE, export_hf
+from maskwise.interop.hf_import import import_hf
+from maskwise.interop.pretrained import embed_texts
+from maskwise.interop.sentence_transformers import export_sentence_transformers
+from maskwise.model.transformer import build_model
+from maskwise.tasks.classify import SequenceClassifier
+from maskwise.tasks.generate import GenerationConfig, generate
+from maskwise.tasks.tag import TokenTagger
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+tf = pytest.importorskip("transformers")
+
+pytestmark = [pytest.mark.integration, pytest.mark.precision("fp32")]
+
+V, D = 64, 32
+ATOL = 1e-4
+IDS = torch.randint(7, V, (3, 7), generator=torch.Generator().manual_seed(3))
+IDS[:, 0] = SPECIAL_TOKENS.index("[CLS]")  # as maskwise frames an encoder's text
+MASK = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
+SMALL = {"vocab_size": V, "d_model": D, "n_heads": 4, "n_layers": 3, "max_seq_len": 32}
+HF_SIZES = {"vocab_size": V, "hidden_size": D, "num_hidden_layers": 3, "num_attention_heads": 4,
+            "intermediate_size": 48, "max_position_embeddings": 32, "global_attn_every_n_layers": 1,
+            "pad_token_id": 0, "bos_token_id": 5, "eos_token_id": 6, "cls_token_id": 2, "sep_token_id": 3}
+HF_CLASSES = {"encoder": ("ModernBertForMaskedLM", "ModernBertConfig"),
+              "decoder": ("ModernBertDecoderForCausalLM", "ModernBertDecoderConfig")}
+
+
+@pytest.fixture(scope="module")
+def word_tokenizer():
+    """Word-level: maskwise's special tokens, then w0..w56 (V = 64 ids)."""
+    import tokenizers
+    from tokenizers import models, pre_tokenizers
+
+    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *(f"w{i}" for i in range(V - len(SPECIAL_TOKENS)))])}
+    backend = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.add_special_tokens(list(SPECIAL_TOKENS))
+    return Tokenizer(backend, "file")
+
+
+def hf_model(family, **options):
+    class_name, config_name = HF_CLASSES[family]
+    return randomized(getattr(tf, class_name)(getattr(tf, config_name)(**HF_SIZES, **options)))
+
+
+HF_OPTIONS = {  # name: ModernBertConfig / ModernBertDecoderConfig options
+    "default": {},
+    "biases-untied-theta": {"attention_bias": True, "mlp_bias": True, "norm_bias": True, "classifier_bias": True,
+                            "decoder_bias": False, "tie_word_embeddings": False, "norm_eps": 1e-6,
+                            "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 500.0},
+                                                "sliding_attention": {"rope_type": "default", "rope_theta": 10.0}}},
+    "tanh-gelu": {"hidden_activation": "gelu_pytorch_tanh", "classifier_activation": "gelu_pytorch_tanh"},
+}
+
+
+@pytest.mark.parametrize("family", HF_CLASSES)
+@pytest.mark.parametrize("name", HF_OPTIONS)
+def test_import_matches_hf_logits_with_padding(family, name):
+    hf = hf_model(family, **HF_OPTIONS[name])
+    ours = import_hf(hf)
+    assert ours.cfg.family == family
+    with torch.no_grad():
+        expected, got = hf(input_ids=IDS, attention_mask=MASK).logits, ours(IDS, MASK).logits
+    torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
+    if name == "biases-untied-theta":
+        assert ours.cfg.bias and not ours.cfg.tie_embeddings and not ours.cfg.lm_head_bias
+        assert ours.cfg.rope_theta == 500.0 and ours.cfg.norm_eps == 1e-6
+    else:
+        assert ours.cfg == preset("modernbert", family=family, **SMALL, d_ff=48, **(
+            {"activation": "gelu_tanh"} if name == "tanh-gelu" else {}))
+
+
+@pytest.mark.parametrize("family", HF_CLASSES)
+def test_folders_and_base_models_load(family, tmp_path):
+    hf = hf_model(family)
+    hf.save_pretrained(tmp_path / "task")
+    ours, tokenizer = load(tmp_path / "task")
+    assert tokenizer is None
+    with torch.no_grad():
+        torch.testing.assert_close(ours(IDS, MASK).logits, hf(input_ids=IDS, attention_mask=MASK).logits,
+                                   atol=ATOL, rtol=0)
+    hf.model.save_pretrained(tmp_path / "base")  # ModernBertModel / ModernBertDecoderModel: no "model." prefix
+    base, _ = load(tmp_path / "base")
+    with torch.no_grad():
+        torch.testing.assert_close(base.hidden_states(IDS, MASK), hf.model(input_ids=IDS, attention_mask=MASK)
+                                   .last_hidden_state, atol=ATOL, rtol=0)
+
+
+MASKWISE_OPTIONS = {  # name: maskwise settings on top of the modernbert preset
+    "preset": {},
+    "biases-untied": {"bias": True, "lm_head_transform_bias": True, "lm_head_bias": False, "tie_embeddings": False,
+                      "rope_theta": 1000.0, "activation": "silu"},
+}
+
+
+@pytest.mark.parametrize("family", HF_CLASSES)
+@pytest.mark.parametrize("name", MASKWISE_OPTIONS)
+def test_export_loads_in_hf_with_the_same_logits_and_round_trips(family, name, tmp_path, word_tokenizer):
+    ours = randomized(build_model(preset("modernbert", family=family, **SMALL, **MASKWISE_OPTIONS[name])))
+    out = export_hf(ours, tmp_path / "hf", tokenizer=word_tokenizer)
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == [HF_CLASSES[family][0]]
+    assert config["layer_types"] == ["full_attention"] * 3 and config["pad_token_id"] == word_tokenizer.pad_id
+
+    auto = tf.AutoModelForMaskedLM if family == "encoder" else tf.AutoModelForCausalLM
+    hf, info = auto.from_pretrained(out, output_loading_info=True)
+    assert type(hf).__name__ == HF_CLASSES[family][0]
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    with torch.no_grad():
+        torch.testing.assert_close(hf.eval()(input_ids=IDS, attention_mask=MASK).logits, ours(IDS, MASK).logits,
+                                   atol=ATOL, rtol=0)
+
+    back, tokenizer = load(out)
+    assert type(back) is type(ours) and back.cfg == ours.cfg
+    assert state_dicts_equal(back.state_dict(), ours.state_dict())
+    assert tokenizer.encode("w1 w2") == word_tokenizer.encode("w1 w2")
+
+
+def test_fill_mask_pipeline_returns_maskwise_top_token(tmp_path, word_tokenizer):
+    ours = randomized(build_model(preset("modernbert", **SMALL)), seed=2)
+    out = export_hf(ours, tmp_path / "hf", tokenizer=word_tokenizer)
+    pipe = tf.pipeline("fill-mask", model=str(out))
+    for text in ("w3 w9 [MASK] w12", "[MASK] w1", "w40 w41 w42 w43 [MASK]"):
+        ids = torch.tensor([[word_tokenizer.cls_id, *word_tokenizer.encode(text)]])
+        position = ids[0].tolist().index(word_tokenizer.mask_id)
+        with torch.no_grad():
+            expected = int(ours(ids).logits[0, position].argmax())
+        assert pipe(text, top_k=1)[0]["token"] == expected
+
+
+def test_greedy_generate_matches_maskwise(tmp_path, word_tokenizer):
+    ours = randomized(build_model(preset("modernbert", family="decoder", **SMALL)), seed=4)
+    out = export_hf(ours, tmp_path / "hf", tokenizer=word_tokenizer)
+    hf = tf.AutoModelForCausalLM.from_pretrained(out).eval()
+    for prompt in ("w3 w9 w12 w40", "w1", "w7 w7 w7 w20 w33 w2"):
+        prompt_ids = word_tokenizer.encode(prompt)
+        ids = torch.tensor([prompt_ids])
+        theirs = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False)[0].tolist()
+        expected = generate(ours, [prompt_ids], GenerationConfig(max_new_tokens=8), word_tokenizer.eos_id,
+                            word_tokenizer.pad_id).tokens[0]
+        assert theirs[:len(prompt_ids)] == prompt_ids
+        assert theirs[len(prompt_ids):] == expected and len(expected) >= 2
+
+
+def embed_run(folder, model, tokenizer, pooling):
+    """A run folder laid out as ``maskwise finetune embed`` writes one."""
+    folder.mkdir()
+    task = {"kind": "embed", "pooling": pooling, "normalize": True, "max_len": 16}
+    runs.write_json(folder / runs.CONFIG_FILE, {"model": model.cfg.to_dict(), "task": task})
+    runs.save_weights(model, folder / runs.MODEL_FILE)
+    tokenizer.save(folder / runs.TOKENIZER_FILE)
+    return folder
+
+
+@pytest.mark.slow  # importing sentence-transformers takes seconds
+def test_sentence_transformers_export_encodes_as_maskwise_embeds(tmp_path, word_tokenizer):
+    st = pytest.importorskip("sentence_transformers")
+    model = randomized(build_model(preset("modernbert", **SMALL)))
+    texts = ["w1 w2 w3", "w9", "w10 w11 w12 w13 w14 w15 w16 w17 w18 w19 w20 w21 w22 w23 w24 w25 w26", "w4 w4"]
+    for pooling in ("cls", "mean"):
+        run = embed_run(tmp_path / pooling, model, word_tokenizer, pooling)
+        out = export_sentence_transformers(run, tmp_path / f"st-{pooling}")
+        theirs = st.SentenceTransformer(str(out), device="cpu").encode(texts)
+        ours = embed_texts(run, texts)
+        cosines = (ours * theirs).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(theirs, axis=1)
+        assert cosines.min() >= 0.99999, pooling
+
+
+def head_run(folder, body, head, tokenizer, task):
+    """A run folder laid out as ``maskwise finetune classify|tag`` writes one (body, head, task record)."""
+    folder.mkdir()
+    runs.write_json(folder / runs.CONFIG_FILE, {"model": body.cfg.to_dict(), "task": task})
+    runs.save_weights(body, folder / runs.MODEL_FILE)
+    runs.save_weights(head, folder / HEAD_FILE)
+    tokenizer.save(folder / runs.TOKENIZER_FILE)
+    return folder
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_classifier_run_exports_as_sequence_classification(pooling, tmp_path, word_tokenizer):
+    body = build_model(preset("modernbert", **SMALL))
+    classifier = randomized(SequenceClassifier(body, ["comedy", "history", "tragedy"], pooling))
+    assert classifier.head.transform is not None  # ModernBERT's head: dense + act + norm first
+    task = {"kind": "classify", "labels": classifier.labels, "pooling": pooling, "freeze": False}
+    out = export_hf(head_run(tmp_path / "run", body, classifier.head, word_tokenizer, task), tmp_path / "hf")
+    hf, info = tf.AutoModelForSequenceClassification.from_pretrained(out, output_loading_info=True)
+    assert type(hf).__name__ == "ModernBertForSequenceClassification" and hf.config.classifier_pooling == pooling
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert hf.config.id2label == {0: "comedy", 1: "history", 2: "tragedy"}
+    with torch.no_grad():
+        torch.testing.assert_close(hf.eval()(input_ids=IDS, attention_mask=MASK).logits, classifier(IDS, MASK),
+                                   atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["modernbert", "bert"])
+def test_tagger_run_exports_as_token_classification(name, tmp_path, word_tokenizer):
+    body = build_model(preset(name, **SMALL))
+    tagger = randomized(TokenTagger(body, ["O", ",", "."]))
+    task = {"kind": "tag", "tags": tagger.tags}
+    out = export_hf(head_run(tmp_path / "run", body, tagger.head, word_tokenizer, task), tmp_path / "hf")
+    hf, info = tf.AutoModelForTokenClassification.from_pretrained(out, output_loading_info=True)
+    expected_class = "ModernBertForTokenClassification" if name == "modernbert" else "BertForTokenClassification"
+    assert type(hf).__name__ == expected_class
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    with torch.no_grad():
+        torch.testing.assert_close(hf.eval()(input_ids=IDS, attention_mask=MASK).logits, tagger(IDS, MASK),
+                                   atol=ATOL, rtol=0)
+
+
+def test_heads_hf_computes_differently_are_refused_naming_the_part(tmp_path, word_tokenizer):
+    bert = build_model(preset("bert", **SMALL))
+    classifier = SequenceClassifier(bert, ["a", "b"])
+    run = head_run(tmp_path / "bert", bert, classifier.head, word_tokenizer,
+                   {"kind": "classify", "labels": ["a", "b"], "pooling": "cls"})
+    with pytest.raises(UserError, match="pooler") as error:
+        export_hf(run, tmp_path / "out")
+    assert "\n" not in str(error.value)
+    plain = build_model(preset("modernbert", **SMALL, classifier_transform=False))
+    tagger = TokenTagger(plain, ["O", ","])
+    run = head_run(tmp_path / "plain", plain, tagger.head, word_tokenizer, {"kind": "tag", "tags": tagger.tags})
+    with pytest.raises(UserError, match="dense \\+ act \\+ norm before its classifier and this tag head has none"):
+        export_hf(run, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("options, problem", [
+    ({"global_attn_every_n_layers": 3}, "2 of 3 layers use local"),
+    ({"layer_types": ["full_attention", "sliding_attention", "full_attention"]}, "1 of 3 layers use local"),
+    ({"attention_bias": True}, "one bias setting"),
+    ({"classifier_activation": "silu"}, "classifier_activation='silu'"),
+    ({"hidden_activation": "gelu_fast", "classifier_activation": "gelu_fast"}, "gelu_fast"),
+])
+def test_import_rejects_what_maskwise_cannot_compute(options, problem):
+    sizes = {**HF_SIZES, **options}
+    with pytest.raises(UserError, match=problem) as error:
+        import_hf(tf.ModernBertForMaskedLM(tf.ModernBertConfig(**sizes)))
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.e2e
+def test_cli_exports_both_families_and_refuses_what_hf_cannot_represent(tmp_path, word_tokenizer, capsys):
+    for family, class_name in (("encoder", "ModernBertForMaskedLM"), ("decoder", "ModernBertDecoderForCausalLM")):
+        run = make_run(tmp_path / family, build_model(preset("modernbert", family=family, **SMALL)), word_tokenizer,
+                       "modernbert")
+        assert main(["export", str(run), "--to", "hf", str(tmp_path / f"hf-{family}")]) == 0
+        assert f"(Hugging Face format, {class_name})" in capsys.readouterr().out
+
+    for settings, problem in [({"norm": "rmsnorm"}, "closest is ModernBertForMaskedLM, but: norm='rmsnorm'"),
+                              ({"first_attn_norm": True}, "first_attn_norm=True (needs False)"),
+                              ({"family": "encoder-decoder"}, "ModernBERT's layout but no HF equivalent")]:
+        model = build_model(preset("modernbert", **{**SMALL, **settings}))
+        run = make_run(tmp_path / f"run-{len(list(tmp_path.iterdir()))}", model, word_tokenizer, "modernbert")
+        assert main(["export", str(run), "--to", "hf", str(tmp_path / "refused")]) == 2
+        err = capsys.readouterr().err
+        assert problem in err and err.count("\n") == 1, err
+        assert not (tmp_path / "refused").exists()
