@@ -21,11 +21,12 @@ from maskwise.config import preset
 from maskwise.data.tokenizers import SPECIAL_TOKENS, Tokenizer
 from maskwise.errors import UserError
 from maskwise.interop.folders import load
-from maskwise.interop.hf_export import HEAD_FILE, export_hf
+from maskwise.interop.hf_export import export_hf
 from maskwise.interop.hf_import import import_hf
 from maskwise.interop.pretrained import embed_texts
 from maskwise.interop.sentence_transformers import export_sentence_transformers
 from maskwise.model.transformer import build_model
+from maskwise.runs import HEAD_FILE
 from maskwise.tasks.classify import SequenceClassifier
 from maskwise.tasks.generate import GenerationConfig, generate
 from maskwise.tasks.tag import TokenTagger

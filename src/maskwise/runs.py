@@ -40,6 +40,7 @@ from maskwise.model.transformer import build_model
 CONFIG_FILE, TOKENIZER_FILE, MODEL_FILE, METRICS_FILE = (
     "config.json", "tokenizer.json", "model.safetensors", "metrics.jsonl")
 CHECKPOINTS, MANIFEST_FILE = "checkpoints", "manifest.json"
+HEAD_FILE = "head.safetensors"  # the head a fine-tune trained, beside the body's model.safetensors
 
 
 # ---- atomic files ---------------------------------------------------------------------------

@@ -8,7 +8,6 @@ from maskwise.cli.runtime import in_runtime
 from maskwise.cli.summary import summarize
 from maskwise.cli.task_flags import add_common_flags, add_task_flags, config_from_flags
 from maskwise.cli.task_inputs import (
-    HEAD_FILE,
     beir_data,
     classify_data,
     embedder_of,
@@ -19,7 +18,7 @@ from maskwise.cli.task_inputs import (
     tag_data,
 )
 from maskwise.errors import UserError
-from maskwise.runs import load_weights_into, read_safetensors, write_json
+from maskwise.runs import HEAD_FILE, load_weights_into, read_safetensors, write_json
 from maskwise.tasks.classify import (
     ClassifyConfig,
     SequenceClassifier,
@@ -79,7 +78,8 @@ def run_evaluate(args) -> int:
     elif task == "retrieve" and beir:
         test = beir_data(args, args.split)
         embedder, name = embedder_of(args.model, args, args.progress, args.pooling)
-        results = evaluate_graded_retrieval(embedder, test, name=name, ignore_identical_ids=bool(args.ignore_identical_ids))
+        results = evaluate_graded_retrieval(embedder, test, name=name,
+                                            ignore_identical_ids=bool(args.ignore_identical_ids))
     elif task == "retrieve":
         embedder, name = embedder_of(args.model, args, args.progress, args.pooling)
         test = retrieval_data(args, config_from_flags(EmbedConfig, args), args.split)

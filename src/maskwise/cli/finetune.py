@@ -14,7 +14,6 @@ from maskwise.cli.runtime import runtime_of
 from maskwise.cli.summary import summarize
 from maskwise.cli.task_flags import add_common_flags, add_task_flags, config_from_flags
 from maskwise.cli.task_inputs import (
-    HEAD_FILE,
     beir_finetune_data,
     classify_data,
     embedder_of,
@@ -27,6 +26,7 @@ from maskwise.cli.task_inputs import (
 from maskwise.errors import UserError
 from maskwise.runs import (
     CONFIG_FILE,
+    HEAD_FILE,
     MODEL_FILE,
     TOKENIZER_FILE,
     prepare_folder,

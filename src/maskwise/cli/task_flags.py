@@ -63,7 +63,8 @@ def add_task_flags(parser, task: str, evaluating: bool = False) -> None:
         if not evaluating:
             parser.add_argument("--pooling", choices=("cls", "mean", "last"), default=None,
                                 help="default: mean (last for a decoder)")
-            parser.add_argument("--temperature", type=float, default=None, help=f"InfoNCE temperature (default {EmbedConfig.temperature})")
+            parser.add_argument("--temperature", type=float, default=None,
+                                help=f"InfoNCE temperature (default {EmbedConfig.temperature})")
             parser.add_argument("--train-queries", type=positive, default=None,
                                 help="limit training queries (a random subset; a BEIR query brings all its positives)")
         parser.add_argument("--max-queries", dest="test_queries", type=positive, default=None,
@@ -76,14 +77,16 @@ def add_task_flags(parser, task: str, evaluating: bool = False) -> None:
         if not evaluating:
             parser.add_argument("--reranker", choices=("cross", "generative"), default=None,
                                 help="default: cross for an encoder, generative otherwise")
-            parser.add_argument("--n-negatives", type=positive, default=None, help=f"negatives per query (default {RerankConfig.n_negatives})")
+            parser.add_argument("--n-negatives", type=positive, default=None,
+                                help=f"negatives per query (default {RerankConfig.n_negatives})")
             parser.add_argument("--negatives", choices=("first-stage", "random"), default="first-stage",
                                 help="training negatives: the first stage's top-ranked wrong documents, or random "
                                      "ones (cheaper, and better for the small body measured in the README)")
             parser.add_argument("--train-queries", type=positive, default=None, help="limit training queries")
         parser.add_argument("--first-stage", default=None,
                             help="bi-encoder run for the candidates (default: the model itself, mean-pooled)")
-        parser.add_argument("--candidates", type=positive, default=None, help=f"first-stage candidates (default {RerankConfig.candidates})")
+        parser.add_argument("--candidates", type=positive, default=None,
+                            help=f"first-stage candidates (default {RerankConfig.candidates})")
         parser.add_argument("--rerank-queries", dest="rerank_queries", type=positive, default=None,
                             help=f"evaluation queries (default {RerankConfig.test_queries})")
     elif task == "tag":
@@ -106,7 +109,8 @@ def add_task_flags(parser, task: str, evaluating: bool = False) -> None:
         parser.add_argument("--eval-limit", dest="test_passages", type=positive, default=None,
                             help=f"evaluation passages (default {Seq2SeqConfig.test_passages})")
         if not evaluating:
-            parser.add_argument("--max-target-len", type=positive, default=None, help=f"target tokens (default {Seq2SeqConfig.max_target_len})")
+            parser.add_argument("--max-target-len", type=positive, default=None,
+                                help=f"target tokens (default {Seq2SeqConfig.max_target_len})")
             parser.add_argument("--rename-speakers", type=probability, default=None,
                                 help="fraction of training draws whose speakers get random names, so that "
                                      "copying them from the source is the only way to answer (embedded data)")

@@ -24,9 +24,6 @@ from maskwise.tasks.run import plays_rows
 from maskwise.tasks.seq2seq import Seq2SeqConfig
 from maskwise.tasks.tag import TagConfig
 
-HEAD_FILE = "head.safetensors"  # the head a fine-tune added, beside the body's model.safetensors
-
-
 # ---- models ----------------------------------------------------------------------------------
 
 

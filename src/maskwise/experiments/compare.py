@@ -185,9 +185,11 @@ def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSetting
     tok = next(iter(loaded.values())).tokenizer
     longest = max(speaker_examples("test", max_chars=4 * s.block_size, limit=50, seed=0),
                   key=lambda e: len(e.source))
-    prompts = {f: source_ids(r.model, tok, longest.source, s.tasks["seq2seq"].max_target_len) for f, r in loaded.items()}
+    room = s.tasks["seq2seq"].max_target_len
+    prompts = {f: source_ids(r.model, tok, longest.source, room) for f, r in loaded.items()}
     length = min(len(p) for p in prompts.values())
-    prompts = {f: p[:length - 1] + p[-1:] if family_of(f).causal else p[:length] for f, p in prompts.items()}  # keep [SEP]
+    # the same source length for both, a causal prompt keeping its closing [SEP]
+    prompts = {f: p[:length - 1] + p[-1:] if family_of(f).causal else p[:length] for f, p in prompts.items()}
     one = GenerationConfig(max_new_tokens=1)
     seconds: dict[str, list[float]] = {f: [] for f in loaded}
     for repeat in range(s.ttft_repeats + 2):  # two warm-up turns, not kept

@@ -42,6 +42,7 @@ from maskwise.interop.hf_keys import (
 from maskwise.model.transformer import Discriminator
 from maskwise.runs import (
     CONFIG_FILE,
+    HEAD_FILE,
     MODEL_FILE,
     TOKENIZER_FILE,
     Run,
@@ -56,7 +57,6 @@ from maskwise.runs import (
 EXPORT_CANDIDATES = {"encoder": (("bert", "mlm"), ("electra", "mlm"), ("modernbert", "mlm")),
                      "decoder": (("gpt2", "lm"), ("llama", "lm"), ("modernbert-decoder", "mlm")),
                      "encoder-decoder": (("t5", "lm"), ("bart", "lm"))}
-HEAD_FILE = "head.safetensors"  # where ``maskwise finetune`` saves the head it trained beside the body
 TASK_CLASSES_KEY = {"classify": "labels", "tag": "tags"}  # fine-tunes whose head can go along: its classes' record
 # ModernBERT's special-token ids default to its own 50k vocabulary: each is written, None when unknown.
 MODERNBERT_ROLES = ("pad", "bos", "eos", "cls", "sep")

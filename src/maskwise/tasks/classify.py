@@ -28,6 +28,7 @@ from maskwise.data.tasks import LabelledText
 from maskwise.errors import UserError
 from maskwise.families import family_of
 from maskwise.model.heads import POOLINGS, ClassifierHead, pool
+from maskwise.runtime import Runtime
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.metrics import accuracy, macro_f1, majority_label
 from maskwise.tasks.reading import (
@@ -89,7 +90,7 @@ class ClassifyConfig(FinetuneConfig):
 
 
 def train_classifier(body: nn.Module, tokenizer, train: Sequence[LabelledText], cfg: ClassifyConfig,
-                     labels: Sequence[str] | None = None) -> SequenceClassifier:
+                     labels: Sequence[str] | None = None, runtime: Runtime | None = None) -> SequenceClassifier:
     """Fine-tune (or probe) ``body`` on ``train``; ``labels`` fixes the label order (default sorted)."""
     if not train:
         raise UserError("no training examples")
@@ -107,7 +108,7 @@ def train_classifier(body: nn.Module, tokenizer, train: Sequence[LabelledText], 
         targets = torch.tensor([index[e.label] for e in chosen], device=device)
         return F.cross_entropy(model(ids, mask), targets)
 
-    fine_tune(model, step_loss, cfg, head_prefixes=(HEAD_PREFIX,), desc="classify")
+    fine_tune(model, step_loss, cfg, head_prefixes=(HEAD_PREFIX,), desc="classify", runtime=runtime)
     return model
 
 

@@ -26,6 +26,7 @@ from tqdm import tqdm
 from maskwise.errors import UserError
 from maskwise.families import family_of
 from maskwise.model.heads import pool
+from maskwise.runtime import Runtime
 from maskwise.tasks.classify import check_pooling
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.reading import (
@@ -105,7 +106,8 @@ class EmbedConfig(FinetuneConfig):
     ignore_identical_ids: bool = False  # evaluating on a BEIR set: never return the query's own id
 
 
-def train_bi_encoder(body: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]], cfg: EmbedConfig) -> BiEncoder:
+def train_bi_encoder(body: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]], cfg: EmbedConfig,
+                     runtime: Runtime | None = None) -> BiEncoder:
     """Contrastive training of ``body`` on (query, positive) pairs; returns the trained bi-encoder
     (vectors always normalised: InfoNCE with a temperature is defined on cosines)."""
     if len(pairs) < 2:
@@ -121,5 +123,5 @@ def train_bi_encoder(body: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]
         d_ids, d_mask = encode_texts(tokenizer, [pairs[i][1] for i in chosen], family, max_len, device)
         return info_nce(model(q_ids, q_mask), model(d_ids, d_mask), cfg.temperature)
 
-    fine_tune(model, step_loss, cfg, desc="embed")
+    fine_tune(model, step_loss, cfg, desc="embed", runtime=runtime)
     return model

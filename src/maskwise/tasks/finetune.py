@@ -70,12 +70,14 @@ def finetune_optimizer(model: nn.Module, cfg: FinetuneConfig, head_prefixes: tup
 
 
 def fine_tune(model: nn.Module, step_loss: Callable[[random.Random], torch.Tensor], cfg: FinetuneConfig,
-              head_prefixes: tuple[str, ...] = (), desc: str = "finetune") -> list[float]:
+              head_prefixes: tuple[str, ...] = (), desc: str = "finetune",
+              runtime: Runtime | None = None) -> list[float]:
     """Run ``cfg.steps`` optimizer steps of ``step_loss`` (which draws its own batch from the
     seeded ``random.Random`` it is given and returns a mean loss), with ``finetune_optimizer``.
-    Returns the losses."""
+    ``runtime``: the command's, resolved once (else ``cfg``'s precision on the model's device). Returns
+    the losses."""
     cfg.validate()
-    runtime = cfg.runtime(model)
+    runtime = runtime or cfg.runtime(model)
     announce(runtime)
     retain_freed_memory(runtime.device_type)
     optimizer_step = OptimizerStep(model, finetune_optimizer(model, cfg, head_prefixes), runtime, cfg.grad_clip)

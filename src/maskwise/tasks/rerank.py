@@ -36,6 +36,7 @@ from maskwise.errors import UserError
 from maskwise.families import family_of
 from maskwise.model.heads import ClassifierHead, pool
 from maskwise.padding import pad
+from maskwise.runtime import Runtime
 from maskwise.tasks.embed import EmbedFn
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.generate import GenerationConfig, generate
@@ -141,7 +142,7 @@ def pair_inputs(tokenizer, query: str, docs: Sequence[str], max_len: int, device
 
 
 def train_cross_encoder(body: nn.Module, tokenizer, data: RetrievalSet, negatives: Sequence[Sequence[int]],
-                        cfg: RerankConfig) -> CrossEncoder:
+                        cfg: RerankConfig, runtime: Runtime | None = None) -> CrossEncoder:
     """Listwise training: per query, softmax over [positive, *negatives]; the positive is class 0."""
     torch.manual_seed(cfg.seed)  # the fresh head's initialisation is part of the seeded run
     model = CrossEncoder(body)
@@ -158,7 +159,7 @@ def train_cross_encoder(body: nn.Module, tokenizer, data: RetrievalSet, negative
             losses.append(F.cross_entropy(scores[None], torch.zeros(1, dtype=torch.long, device=device)))
         return torch.stack(losses).mean()
 
-    fine_tune(model, step_loss, cfg, head_prefixes=(HEAD_PREFIX,), desc="rerank")
+    fine_tune(model, step_loss, cfg, head_prefixes=(HEAD_PREFIX,), desc="rerank", runtime=runtime)
     return model
 
 
@@ -230,7 +231,8 @@ def judging_scorer(model: nn.Module, tokenizer, max_len: int | None = None, batc
 
 
 def train_generative_reranker(model: nn.Module, tokenizer, data: RetrievalSet,
-                              negatives: Sequence[Sequence[int]], cfg: RerankConfig) -> nn.Module:
+                              negatives: Sequence[Sequence[int]], cfg: RerankConfig,
+                              runtime: Runtime | None = None) -> nn.Module:
     """Language-model loss on " yes" after positives' prompts and " no" after hard negatives'."""
     usable = [i for i, neg in enumerate(negatives) if neg]
     if not usable:
@@ -247,7 +249,7 @@ def train_generative_reranker(model: nn.Module, tokenizer, data: RetrievalSet,
                 answers.append(answer)
         return model(**continuation_batch(model, prompts, answers, tokenizer.pad_id, start)).loss
 
-    fine_tune(model, step_loss, cfg, desc="rerank")
+    fine_tune(model, step_loss, cfg, desc="rerank", runtime=runtime)
     return model
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
@@ -111,16 +111,16 @@ def plays_rows(cfg: FinetuneConfig, model: nn.Module, split: str = "test", train
 # ---- fine-tune, then a function that evaluates ------------------------------------------------------
 
 
-def _classify(model, tokenizer, cfg: ClassifyConfig, data, label: str):
+def _classify(model, tokenizer, cfg: ClassifyConfig, runtime: Runtime, data, label: str):
     train, test = data or plays_rows(cfg, model)
-    classifier = train_classifier(model, tokenizer, train, cfg)
+    classifier = train_classifier(model, tokenizer, train, cfg, runtime=runtime)
     return classifier, lambda: evaluate_classifier(classifier, tokenizer, test, [e.label for e in train],
                                                    **settings_of(cfg)), test
 
 
-def _embed(model, tokenizer, cfg: EmbedConfig, data, label: str):
+def _embed(model, tokenizer, cfg: EmbedConfig, runtime: Runtime, data, label: str):
     pairs, test = data or plays_rows(cfg, model)
-    encoder = train_bi_encoder(model, tokenizer, pairs, cfg)
+    encoder = train_bi_encoder(model, tokenizer, pairs, cfg, runtime)
     embedder = Embedder(encoder, tokenizer, max_len=cfg.max_len, progress=cfg.progress)
 
     def evaluate() -> dict:
@@ -135,15 +135,16 @@ def _embed(model, tokenizer, cfg: EmbedConfig, data, label: str):
     return encoder, evaluate, test
 
 
-def _seq2seq(model, tokenizer, cfg: Seq2SeqConfig, data, label: str):
+def _seq2seq(model, tokenizer, cfg: Seq2SeqConfig, runtime: Runtime, data, label: str):
     train, test = data or plays_rows(cfg, model)
-    train_seq2seq(model, tokenizer, train, cfg, augment=rename_speakers, augment_prob=cfg.rename_speakers)
+    train_seq2seq(model, tokenizer, train, cfg, augment=rename_speakers, augment_prob=cfg.rename_speakers,
+                  runtime=runtime)
     generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)  # target, [EOS]
     return model, lambda: evaluate_seq2seq(model, tokenizer, test, generation, max_target_len=cfg.max_target_len,
                                            progress=cfg.progress, train_examples=len(train)), test
 
 
-def _rerank(model, tokenizer, cfg: RerankConfig, data, label: str):
+def _rerank(model, tokenizer, cfg: RerankConfig, runtime: Runtime, data, label: str):
     if data is not None:
         train, negatives, test, candidates = data
     else:  # the plays' ICT queries with BM25 as the first stage, and its near misses as negatives
@@ -152,24 +153,25 @@ def _rerank(model, tokenizer, cfg: RerankConfig, data, label: str):
         candidates = bm25_ranking(test, cfg.candidates)
     kind = cfg.reranker or default_reranker(model.cfg.family)
     if kind == "cross":
-        trained = train_cross_encoder(model, tokenizer, train, negatives, cfg)
+        trained = train_cross_encoder(model, tokenizer, train, negatives, cfg, runtime)
         score = cross_encoder_scorer(trained, tokenizer, cfg.max_len, cfg.score_batch)
     else:
-        trained = train_generative_reranker(model, tokenizer, train, negatives, cfg)
+        trained = train_generative_reranker(model, tokenizer, train, negatives, cfg, runtime)
         score = generative_scorer(trained, tokenizer, cfg.max_len, cfg.score_batch)
     return trained, lambda: {**evaluate_reranker(score, test, candidates, label, cfg.progress, cfg.seed),
                              "kind": kind, "max_len": cfg.max_len}, (test, candidates)
 
 
-def _tag(model, tokenizer, cfg: TagConfig, data, label: str):
+def _tag(model, tokenizer, cfg: TagConfig, runtime: Runtime, data, label: str):
     train, test = data or plays_rows(cfg, model)
-    tagger = train_tagger(model, tokenizer, train, cfg)
+    tagger = train_tagger(model, tokenizer, train, cfg, runtime=runtime)
     counts = tag_counts(train)
-    return tagger, lambda: {**evaluate_tagger(tagger, tokenizer, test, counts, cfg.max_len), "train_counts": counts}, test
+    return tagger, lambda: {**evaluate_tagger(tagger, tokenizer, test, counts, cfg.max_len),
+                            "train_counts": counts}, test
 
 
 # The tasks by name (the CLI's ``finetune <task>``, a recipe's ``tasks``), and what runs each config type:
-# (model, tokenizer, config, the caller's rows or None, label) -> (trained, evaluate, test).
+# (model, tokenizer, config, runtime, the caller's rows or None, label) -> (trained, evaluate, test).
 CONFIGS: dict[str, type[FinetuneConfig]] = {"classify": ClassifyConfig, "embed": EmbedConfig, "rerank": RerankConfig,
                                             "seq2seq": Seq2SeqConfig, "tag": TagConfig}
 TASKS: dict[type, Callable] = {ClassifyConfig: _classify, EmbedConfig: _embed, RerankConfig: _rerank,
@@ -187,9 +189,8 @@ def run_task(cfg: FinetuneConfig, model: nn.Module, tokenizer, runtime: Runtime,
         raise UserError(f"no task is configured by {type(cfg).__name__}; known: "
                         f"{', '.join(t.__name__ for t in TASKS)}")
     model.to(runtime.torch_device)
-    cfg = replace(cfg, precision=runtime.precision, bf16=None)
     started = time.perf_counter()
-    trained, evaluate, test = TASKS[type(cfg)](model, tokenizer, cfg, data, label)
+    trained, evaluate, test = TASKS[type(cfg)](model, tokenizer, cfg, runtime, data, label)
     seconds = time.perf_counter() - started
     with runtime.inference().autocast():  # as `maskwise evaluate` will score the saved model
         record = evaluate()

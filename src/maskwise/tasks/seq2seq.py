@@ -8,8 +8,9 @@ Two ways to cast the same task:
   target (and [EOS]) only — the source is context, not something to learn to write.
 
 Evaluation generates (greedy or beam) and scores exact match, F1 over the set of comma-separated
-items (the speakers, on the plays) and token F1, overall and bucketed by source length (in characters), beside the baseline of copying the
-source's first line (the first speaker, when speakers are shown).
+items (the speakers, on the plays) and token F1, overall and bucketed by source length (in
+characters), beside the baseline of copying the source's first line (the first speaker, when
+speakers are shown).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
 from maskwise.objectives.span import decoder_start_id
 from maskwise.padding import pad
+from maskwise.runtime import Runtime
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.generate import GenerationConfig, check_generative, generate
 from maskwise.tasks.metrics import bucketed, exact_match, set_f1, token_f1
@@ -92,7 +94,7 @@ def seq2seq_batch(model: nn.Module, tokenizer, examples: Sequence[Seq2SeqExample
 
 def train_seq2seq(model: nn.Module, tokenizer, train: Sequence[Seq2SeqExample], cfg: Seq2SeqConfig,
                   augment: Callable[[Seq2SeqExample, random.Random], Seq2SeqExample] | None = None,
-                  augment_prob: float = 0.0) -> nn.Module:
+                  augment_prob: float = 0.0, runtime: Runtime | None = None) -> nn.Module:
     """Teacher-forced fine-tuning on random batches of ``train``; each drawn example is replaced by
     ``augment(example, rng)`` with probability ``augment_prob`` (a fresh variant every draw, e.g.
     ``data.tasks.rename_speakers``)."""
@@ -106,7 +108,7 @@ def train_seq2seq(model: nn.Module, tokenizer, train: Sequence[Seq2SeqExample], 
             chosen = [augment(e, rng) if rng.random() < augment_prob else e for e in chosen]
         return model(**seq2seq_batch(model, tokenizer, chosen, cfg.max_target_len)).loss
 
-    fine_tune(model, step_loss, cfg, desc="seq2seq")
+    fine_tune(model, step_loss, cfg, desc="seq2seq", runtime=runtime)
     return model
 
 

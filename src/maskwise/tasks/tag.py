@@ -26,6 +26,7 @@ from maskwise.data.tagging import OUTSIDE, TaggedText
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX, ClassifierHead
 from maskwise.padding import pad
+from maskwise.runtime import Runtime
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.metrics import accuracy, tag_scores
 from maskwise.tasks.reading import batches, context_len, device_of, frame, frame_extra
@@ -75,7 +76,7 @@ def _batch(tokenizer, examples: Sequence[TaggedText], family: str, max_len: int,
 
 
 def train_tagger(body: nn.Module, tokenizer, train: Sequence[TaggedText], cfg: TagConfig,
-                 tags: Sequence[str] | None = None) -> TokenTagger:
+                 tags: Sequence[str] | None = None, runtime: Runtime | None = None) -> TokenTagger:
     """Fine-tune ``body`` and a fresh per-token head on ``train``; ``tags`` fixes the tag order
     (default: sorted, ``O`` first)."""
     if not train:
@@ -100,7 +101,7 @@ def train_tagger(body: nn.Module, tokenizer, train: Sequence[TaggedText], cfg: T
         logits = model(ids, mask)  # (B, T, n_tags)
         return F.cross_entropy(logits.flatten(0, 1).float(), labels.to(device).flatten(), ignore_index=IGNORE_INDEX)
 
-    fine_tune(model, step_loss, cfg, head_prefixes=(HEAD_PREFIX,), desc="tag")
+    fine_tune(model, step_loss, cfg, head_prefixes=(HEAD_PREFIX,), desc="tag", runtime=runtime)
     return model
 
 
