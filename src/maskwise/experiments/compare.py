@@ -55,6 +55,7 @@ from maskwise.experiments.framework import (
 )
 from maskwise.experiments.runner import Experiment
 from maskwise.families import FAMILIES, family_of
+from maskwise.interop.hf_export import hf_config
 from maskwise.objectives.span import decoder_start_id
 from maskwise.padding import pad
 from maskwise.recipes import CompareSettings
@@ -207,6 +208,15 @@ def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
             for what, fn in MEASURES.items() if (arm.key, what) not in CANNOT}
 
 
+def hf_export_class(setup: Setup, name: str, seed: int) -> dict:
+    """The HF class ``maskwise export RUN --to hf`` writes this run as, or why there is none."""
+    try:
+        hf, _ = hf_config(setup.exp.load(name).model)
+    except UserError as error:
+        return {"hf_class": None, "why": str(error)}
+    return {"hf_class": hf["architectures"][0]}
+
+
 def _fine_tuned(task: str) -> Callable[[Setup, str, int], dict]:
     return lambda setup, name, seed: fine_tuned(setup, task, name, seed)
 
@@ -218,6 +228,7 @@ def _fine_tuned(task: str) -> Callable[[Setup, str, int], dict]:
 MEASURES: dict[str, Callable[[Setup, str, int], dict]] = {
     "lm": lambda setup, name, seed: language_modelling(setup.exp, name, setup.scale, seed),
     **{task: _fine_tuned(task) for task in ("tag", "embed", "seq2seq")},
+    "export": hf_export_class,
 }
 
 COMPARE = Study(

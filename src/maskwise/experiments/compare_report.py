@@ -224,6 +224,13 @@ def _last_points(m: Measured, family: str) -> list[dict]:
     return [run["curve"][-1] for run in m.runs[WALL][family]]
 
 
+def export_cell(export: dict) -> str:
+    """The HF class a family's run exports as, or why it has none (the export's own error, less its subject)."""
+    if export["hf_class"]:
+        return f"`{export['hf_class']}`"
+    return "no HF class: " + export["why"].split(": ", 1)[-1]
+
+
 def tabulate(m: Measured) -> tuple[dict, list]:
     """(per-seed means of every row, by family; the table: pretraining, every row with its intervals and
     baseline, the time to first token)."""
@@ -237,6 +244,8 @@ def tabulate(m: Measured) -> tuple[dict, list]:
     rows = [
         ["pretraining objective", *[s.objective(f) for f in FAMILIES], ""],
         ["parameters", *[f"{m.parameters[f]['total']:,}" for f in FAMILIES], ""],
+        ["exports to (`maskwise export RUN --to hf OUT`)", *[export_cell(measured[seeds[0]][f]["export"])
+                                                             for f in FAMILIES], ""],
         [f"optimizer steps in pretraining ({seeds_note})", *[f"{mean_of(f, 'step'):,.0f}" for f in FAMILIES], ""],
         [f"tokens seen in pretraining ({seeds_note})", *[f"{mean_of(f, 'tokens_seen'):,.0f}" for f in FAMILIES], ""],
         ["pretraining wall-clock (s)", *[f"{mean_of(f, 'wall_s'):.0f}" for f in FAMILIES], ""],
