@@ -33,8 +33,8 @@ TASKS: dict[str, FinetuneConfig] = {
     "embed": EmbedConfig(steps=100, batch_size=32, lr=1e-3, train_pairs=3000, test_queries=500, test_docs=500),
     # Passages of up to 120 characters (the encoder-decoder's half of the block holds them whole), opened
     # inside a speech so that the answer is never the first line; half the training draws with the cast
-    # renamed: the names must be copied from the source, not recalled. 600 steps: at 150 neither writing family
-    # had learned to copy a name whole (docs/results.md), at 1,000 the decoder starts to.
+    # renamed: the names must be copied from the source, not recalled. 600 steps: enough for the copying
+    # encoder-decoder to write a name whole (the step counts tried: docs/results.md).
     "seq2seq": Seq2SeqConfig(steps=600, batch_size=16, lr=1e-3, train_passages=2000, test_passages=200,
                              max_chars=120, mid_speech=True, max_target_len=64, rename_speakers=0.5),
     # 1,000 test windows of whole words from the six test plays, 120 characters: within every family's
