@@ -4,9 +4,11 @@
 Tier 3 (oracles). Tiny random configs (d 32, 3 layers, 4 heads, vocab 64) with every parameter drawn
 at random (norm gains and biases too), right-padded batches, global attention in every layer. A
 swapped GeGLU half, a norm on layer 0's attention, a wrong RoPE theta or a head without its norm
-would move these logits by far more than the 1e-4 allowed.
+would move these logits by far more than the 1e-4 allowed. Sliding-window layers (HF's default
+pattern, every third layer global) run at local_attention 8 on 20-token padded batches.
 """
 
+import dataclasses
 import json
 import os
 
@@ -247,9 +249,130 @@ def test_heads_hf_computes_differently_are_refused_naming_the_part(tmp_path, wor
     assert not (tmp_path / "out").exists()
 
 
+# ---- sliding-window (local) layers ----------------------------------------------------------------
+
+# HF's default pattern over 5 layers (0 and 3 global; 1, 2 and 4 local), local_attention 8, and 20-token
+# rows (20, 14 and 6 real tokens): longer than any window, with padding inside and beyond it.
+LOCAL_SIZES = {**HF_SIZES, "num_hidden_layers": 5, "max_position_embeddings": 64, "global_attn_every_n_layers": 3,
+               "local_attention": 8}
+LONG_IDS = torch.randint(7, V, (3, 20), generator=torch.Generator().manual_seed(5))
+LONG_IDS[:, 0] = SPECIAL_TOKENS.index("[CLS]")
+LONG_MASK = (torch.arange(20)[None, :] < torch.tensor([[20], [14], [6]])).long()
+THETAS = {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 500.0},
+                              "sliding_attention": {"rope_type": "default", "rope_theta": 10.0}}}
+REACH = {"encoder": 4, "decoder": 3}  # local_attention 8: |i - j| <= 4 (encoder), 0 <= i - j < 4 (decoder)
+
+
+def window_holds_a_real_key(family: str, reach: int) -> torch.Tensor:
+    """(B, T): the queries whose sliding window holds a real key (every real token, and padding next to
+    one). The others see only padding: HF's SDPA gives them no attention at all, maskwise opens them over
+    every key (masks.build_mask); neither output is ever read."""
+    i = torch.arange(LONG_MASK.shape[1])
+    near = (i[:, None] - i[None, :]).abs() <= reach
+    if family == "decoder":
+        near &= i[None, :] <= i[:, None]
+    return (near[None] & LONG_MASK.bool()[:, None, :]).any(-1)
+
+
+@pytest.mark.parametrize("family", HF_CLASSES)
+@pytest.mark.parametrize("name", ["default", "thetas"])
+def test_import_with_local_layers_matches_hf_logits(family, name):
+    class_name, config_name = HF_CLASSES[family]
+    hf = randomized(getattr(tf, class_name)(getattr(tf, config_name)(**LOCAL_SIZES, **(THETAS if name == "thetas"
+                                                                                       else {}))))
+    ours = import_hf(hf)
+    assert (ours.cfg.global_every, ours.cfg.local_window) == (3, REACH[family])
+    assert (ours.cfg.rope_theta, ours.cfg.local_rope_theta) == ((500.0, 10.0) if name == "thetas" else (160000.0, 1e4))
+    rows = window_holds_a_real_key(family, REACH[family])
+    with torch.no_grad():
+        expected, got = hf(input_ids=LONG_IDS, attention_mask=LONG_MASK).logits, ours(LONG_IDS, LONG_MASK).logits
+        global_only = build_model(dataclasses.replace(ours.cfg, global_every=1, local_window=None))
+        global_only.load_state_dict(ours.state_dict())
+        unwindowed = global_only.eval()(LONG_IDS, LONG_MASK).logits
+    torch.testing.assert_close(got[rows], expected[rows], atol=ATOL, rtol=0)
+    assert (unwindowed[rows] - expected[rows]).abs().max() > 1e-2  # the windows really matter here
+
+
+def test_transformers_4_config_keys_load(tmp_path):
+    """A config.json as transformers 4 wrote ModernBERT-base's: global_attn_every_n_layers and the two
+    RoPE bases at the top level, no layer_types or rope_parameters."""
+    hf = randomized(tf.ModernBertForMaskedLM(tf.ModernBertConfig(**LOCAL_SIZES, **THETAS)))
+    hf.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    for key in ("layer_types", "rope_parameters"):
+        del config[key]
+    config.update(global_attn_every_n_layers=3, global_rope_theta=500.0, local_rope_theta=10.0)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    ours, _ = load(tmp_path)
+    assert (ours.cfg.global_every, ours.cfg.local_window, ours.cfg.rope_theta, ours.cfg.local_rope_theta) == (
+        3, 4, 500.0, 10.0)
+    rows = window_holds_a_real_key("encoder", 4)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(LONG_IDS, LONG_MASK).logits[rows],
+                                   hf(input_ids=LONG_IDS, attention_mask=LONG_MASK).logits[rows], atol=ATOL, rtol=0)
+
+
+def local_model(family: str, seed: int = 0):
+    """A maskwise modernbert with ModernBERT-base's pattern at a small window (5 local reach, odd on purpose)."""
+    return randomized(build_model(preset("modernbert", family=family, **{**SMALL, "n_layers": 5, "max_seq_len": 64},
+                                         global_every=3, local_window=5, local_rope_theta=10.0)), seed=seed)
+
+
+@pytest.mark.parametrize("family", HF_CLASSES)
+def test_export_with_local_layers_loads_in_hf_and_round_trips(family, tmp_path, word_tokenizer):
+    ours = local_model(family)
+    out = export_hf(ours, tmp_path / "hf", tokenizer=word_tokenizer)
+    config = json.loads((out / "config.json").read_text())
+    assert config["layer_types"] == ["full_attention", "sliding_attention", "sliding_attention", "full_attention",
+                                     "sliding_attention"]
+    assert config["local_attention"] == (10 if family == "encoder" else 12)
+    auto = tf.AutoModelForMaskedLM if family == "encoder" else tf.AutoModelForCausalLM
+    hf, info = auto.from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    rows = window_holds_a_real_key(family, 5)
+    with torch.no_grad():
+        torch.testing.assert_close(hf.eval()(input_ids=LONG_IDS, attention_mask=LONG_MASK).logits[rows],
+                                   ours(LONG_IDS, LONG_MASK).logits[rows], atol=ATOL, rtol=0)
+    back, _ = load(out)
+    assert back.cfg == ours.cfg and state_dicts_equal(back.state_dict(), ours.state_dict())
+
+
+def test_greedy_generate_with_local_layers_matches_hf(tmp_path, word_tokenizer):
+    """Prompts longer than the window of 5: HF's generate (its sliding-window cache) and maskwise's
+    (every key cached, the far ones masked) decode the same tokens."""
+    ours = local_model("decoder", seed=4)
+    hf = tf.AutoModelForCausalLM.from_pretrained(export_hf(ours, tmp_path / "hf", tokenizer=word_tokenizer)).eval()
+    for prompt in ("w3 w9 w12 w40 w2 w2 w17 w30 w8", "w1 w5", "w7 w7 w7 w20 w33 w2 w11 w12 w13 w14 w15 w16"):
+        prompt_ids = word_tokenizer.encode(prompt)
+        ids = torch.tensor([prompt_ids])
+        theirs = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False)[0].tolist()
+        expected = generate(ours, [prompt_ids], GenerationConfig(max_new_tokens=12), word_tokenizer.eos_id,
+                            word_tokenizer.pad_id).tokens[0]
+        assert theirs[len(prompt_ids):] == expected and len(expected) >= 2
+
+
+@pytest.mark.parametrize("name, family", [("gpt2", "decoder"), ("modern", "decoder"), ("bert", "encoder"),
+                                          ("t5", "encoder-decoder")])
+def test_other_architectures_refuse_local_layers_naming_them(name, family, tmp_path):
+    model = build_model(preset(name, family=family, **SMALL, global_every=2, local_window=2))
+    with pytest.raises(UserError, match="global_every=2 \\(needs 1\\); local_window=2 \\(needs None\\)") as error:
+        export_hf(model, tmp_path / "out")
+    assert "\n" not in str(error.value) and not (tmp_path / "out").exists()
+
+
+def test_import_refuses_a_decoder_window_with_no_key():
+    with pytest.raises(UserError, match="local_attention=1 leaves a sliding-window layer no key") as error:
+        import_hf(tf.ModernBertDecoderForCausalLM(tf.ModernBertDecoderConfig(**{**LOCAL_SIZES, "local_attention": 1})))
+    assert "\n" not in str(error.value)
+
+
 @pytest.mark.parametrize("options, problem", [
-    ({"global_attn_every_n_layers": 3}, "2 of 3 layers use local"),
-    ({"layer_types": ["full_attention", "sliding_attention", "full_attention"]}, "1 of 3 layers use local"),
+    ({"layer_types": ["sliding_attention", "full_attention", "full_attention"]}, "global layers \\[1, 2\\] of 3"),
+    ({"layer_types": ["full_attention", "full_attention", "sliding_attention"]}, "global layers \\[0, 1\\] of 3"),
+    ({"global_attn_every_n_layers": 2, "rope_parameters": {
+        "full_attention": {"rope_type": "default", "rope_theta": 500.0},
+        "sliding_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10.0}}},
+     "sliding_attention rope_type 'linear'"),
     ({"attention_bias": True}, "one bias setting"),
     ({"classifier_activation": "silu"}, "classifier_activation='silu'"),
     ({"hidden_activation": "gelu_fast", "classifier_activation": "gelu_fast"}, "gelu_fast"),

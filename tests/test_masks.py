@@ -1,4 +1,5 @@
-"""The one mask helper: exact grids, padding, prefixes, cached decoding and the SDPA fast paths.
+"""The one mask helper: exact grids, padding, prefixes, sliding windows, cached decoding and the SDPA
+fast paths.
 
 Grids are written out as text ("#" = may attend, "." = may not; row = query, column = key) so that
 a reader checks them by eye, not by re-deriving them with the same arithmetic as the code.
@@ -176,6 +177,50 @@ def test_bad_arguments():
         build_mask("sliding", 2, 2)
     with pytest.raises(ValueError, match="prefix_lengths"):
         build_mask("prefix", 2, 2)
+
+
+# --- sliding windows (local layers), combined by AND too -----------------------------------------
+
+def test_bidirectional_window_is_a_band():
+    assert torch.equal(build_mask("bidirectional", 5, 5, window=1).dense(5, 5)[0, 0],
+                       grid("##...", "###..", ".###.", "..###", "...##"))
+
+
+def test_causal_window_reaches_back_window_tokens():
+    assert torch.equal(build_mask("causal", 5, 5, window=2).dense(5, 5)[0, 0],
+                       grid("#....", "##...", "###..", ".###.", "..###"))
+
+
+def test_window_and_padding_and_a_query_whose_window_holds_only_padding():
+    """Padding is removed inside the window; a query whose window holds only padding (row 0,
+    query 4 with window 1) sees no key and is opened fully, as every pattern's empty rows are."""
+    padding = torch.tensor([[1, 1, 1, 0, 0], [0, 1, 1, 1, 1]])
+    allowed = build_mask("bidirectional", 5, 5, key_padding=padding, window=1).allowed
+    assert torch.equal(allowed[0, 0], grid("##...", "###..", ".##..", "..#..", "#####"))
+    assert torch.equal(allowed[1, 0], grid(".#...", ".##..", ".###.", "..###", "...##"))
+
+
+def test_cached_decoding_window_lines_up_with_the_cached_keys():
+    """Query 4 (4 tokens cached) with window 2 sees keys 2, 3, 4; two queries 3, 4 their own bands."""
+    assert torch.equal(build_mask("causal", 1, 5, q_offset=4, window=2).dense(1, 5)[0, 0], grid("..###"))
+    assert torch.equal(build_mask("causal", 2, 5, q_offset=3, window=2).dense(2, 5)[0, 0], grid(".###.", "..###"))
+
+
+def test_prefix_window_hides_far_prefix_keys_too():
+    allowed = build_mask("prefix", 5, 5, prefix_lengths=torch.tensor([3]), window=1).allowed
+    assert torch.equal(allowed[0, 0], grid("##...", "###..", ".##..", "..##.", "...##"))
+
+
+def test_a_window_no_key_is_beyond_keeps_the_fast_paths():
+    assert build_mask("causal", 4, 4, window=3).is_causal
+    assert build_mask("bidirectional", 4, 4, window=3).allowed is None
+    assert build_mask("causal", 1, 5, q_offset=4, window=4).allowed is None
+    assert build_mask("causal", 4, 4, window=2).allowed is not None
+
+
+def test_cross_attention_has_no_window():
+    with pytest.raises(ValueError, match="no sliding window"):
+        build_mask("cross", 2, 5, window=1)
 
 
 # --- describe ------------------------------------------------------------------------------------

@@ -46,7 +46,11 @@ class ModelConfig:
     position_offset: int = 0  # BART's learned positions start at index 2
     relative_buckets: int = 32  # T5 relative attention bias
     relative_max_distance: int = 128
-    rope_theta: float = 10000.0
+    rope_theta: float = 10000.0  # RoPE base (of the global layers where some are local)
+    # Sliding-window layers (ModernBERT, Ettin): layers 0, n, 2n, ... attend globally, the others locally.
+    global_every: int = 1  # n above; 1 = every layer global (local_window unset)
+    local_window: int | None = None  # a local query sees keys at most this many tokens away (causal: earlier only)
+    local_rope_theta: float = 10000.0  # RoPE base of the local layers (ModernBERT's 10k beside 160k global)
     cross_rope: bool = False  # rotary positions in cross-attention too: queries at decoder, keys at source positions
     attention_scale: bool = True  # divide scores by sqrt(d_head); T5 folds the scale into its init
     embedding_scale: float = 1.0  # BART with scale_embedding multiplies token embeddings by sqrt(d)
@@ -90,6 +94,10 @@ class ModelConfig:
         """Every block of the model: the encoder's and, with two stacks, the decoder's."""
         return self.n_layers + (self.decoder_layers if self.kind.two_stacks else 0)
 
+    def local_layer(self, i: int) -> bool:
+        """Whether layer ``i`` of a stack attends through the sliding window (each stack counts from 0)."""
+        return self.local_window is not None and i % self.global_every != 0
+
     def validate(self) -> ModelConfig:
         """Reject values that cannot describe a model; returns self so calls can chain."""
         _choice("family", self.family, FAMILIES)
@@ -118,6 +126,15 @@ class ModelConfig:
         if not self.first_attn_norm and not self.pre_norm:
             raise UserError("model config: first_attn_norm=false needs pre_norm (a post-norm layer's norm is its "
                             "output)")
+        if self.global_every < 1:
+            raise UserError(f"model config: global_every must be >= 1, got {self.global_every}")
+        if (self.global_every == 1) != (self.local_window is None):
+            raise UserError(f"model config: global_every={self.global_every} with local_window={self.local_window} "
+                            f"(local layers need both: global_every > 1 and a local_window)")
+        if self.local_window is not None and self.local_window < 0:
+            raise UserError(f"model config: local_window must be >= 0, got {self.local_window}")
+        if not self.local_rope_theta > 0:
+            raise UserError(f"model config: local_rope_theta must be positive, got {self.local_rope_theta}")
         if self.position == "rope" and self.head_dim % 2:
             raise UserError(f"model config: RoPE needs an even head dim, got {self.head_dim}")
         if not 0.0 <= self.dropout < 1.0:
@@ -230,7 +247,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # ModernBERT, and ModernBERT-decoder (Ettin's paired encoders and decoders) as family "decoder":
     # pre-norm LayerNorm, no biases, the embeddings normed and read by layer 0 without an attention
     # norm, GeGLU (erf GELU), RoPE with ModernBERT's global theta 160k (global attention in every
-    # layer), a final norm, and a tied head: bias-free dense + GELU + norm, then a vocab bias.
+    # layer; ModernBERT-base's own pattern is global_every=3, local_window=64, local_rope_theta 10k),
+    # a final norm, and a tied head: bias-free dense + GELU + norm, then a vocab bias.
     "modernbert": {
         "family": "encoder", "pre_norm": True, "final_norm": True, "embedding_norm": True, "first_attn_norm": False,
         "norm": "layernorm", "norm_eps": 1e-5, "activation": "gelu", "gated_ffn": True, "bias": False,

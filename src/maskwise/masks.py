@@ -13,6 +13,10 @@ The four patterns that separate the families are small predicates on (query posi
 
 Each is combined with key padding by "and". ``None`` means "no mask needed" so that attention can
 take the fast path (SDPA without a mask, or with ``is_causal=True``).
+
+A sliding window (the local layers of ModernBERT / Ettin) is one more "and" on any self-attention
+pattern: query i sees key j only where |i - j| <= window, so a bidirectional window is symmetric and
+a causal one reaches back ``window`` tokens (positions in the key sequence, i.e. cache slots).
 """
 
 from __future__ import annotations
@@ -62,6 +66,13 @@ def _causal(q_len: int, k_len: int, q_offset: int, device) -> torch.Tensor:
     return k_pos <= q_pos
 
 
+def _within(q_len: int, k_len: int, q_offset: int, window: int, device) -> torch.Tensor:
+    """(T_q, T_k): query at absolute position q_offset + i may attend to keys j with |q_offset + i - j| <= window."""
+    q_pos = torch.arange(q_len, device=device)[:, None] + q_offset
+    k_pos = torch.arange(k_len, device=device)[None, :]
+    return (q_pos - k_pos).abs() <= window
+
+
 def build_mask(
     pattern: str,
     q_len: int,
@@ -70,6 +81,7 @@ def build_mask(
     prefix_lengths: torch.Tensor | None = None,
     q_offset: int = 0,
     device: torch.device | None = None,
+    window: int | None = None,
 ) -> Mask:
     """Build the attention mask for one of ``PATTERNS``.
 
@@ -82,6 +94,8 @@ def build_mask(
             every query of row b.
         q_offset: absolute position of the first query (decoding with a KV cache: the number of
             tokens already cached), so that causal masks line up with the cached keys.
+        window: a local layer's sliding window: keys more than ``window`` positions from the query
+            are hidden too (not for "cross"). None = no window.
 
     Rows in which no key is allowed (a padding query under a causal mask, say) are opened fully:
     their outputs are never used, and a fully masked row would make softmax return NaN.
@@ -91,11 +105,15 @@ def build_mask(
     device = device if device is not None else (key_padding.device if key_padding is not None else None)
     if pattern == "prefix" and prefix_lengths is None:
         raise ValueError("the prefix pattern needs prefix_lengths")
+    if window is not None and pattern == "cross":
+        raise ValueError("cross-attention has no sliding window")
+    if window is not None and window >= max(q_offset + q_len - 1, k_len - 1 - q_offset):
+        window = None  # no key is farther than the window from any query: the plain pattern, fast paths kept
 
     causal_needed = pattern in ("causal", "prefix") and not (q_len == 1 and q_offset == k_len - 1)
-    if key_padding is None and pattern in ("bidirectional", "cross"):
+    if key_padding is None and window is None and pattern in ("bidirectional", "cross"):
         return Mask(None)
-    if key_padding is None and pattern == "causal":
+    if key_padding is None and window is None and pattern == "causal":
         if not causal_needed:
             return Mask(None)  # one new token attends to every cached key
         if q_offset == 0 and q_len == k_len:
@@ -108,6 +126,8 @@ def build_mask(
         k_pos = torch.arange(k_len, device=device)
         in_prefix = k_pos[None, :] < prefix_lengths.to(device)[:, None]  # (B, Tk)
         allowed = allowed | in_prefix[:, None, None, :]  # (B, 1, Tq, Tk)
+    if window is not None:
+        allowed = allowed & _within(q_len, k_len, q_offset, window, device)[None, None]  # (B or 1, 1, Tq, Tk)
     if key_padding is not None:
         allowed = allowed & key_padding.to(device=device, dtype=torch.bool)[:, None, None, :]
     allowed = allowed | ~allowed.any(dim=-1, keepdim=True)

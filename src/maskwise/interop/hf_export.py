@@ -120,15 +120,22 @@ def _hf_config_or_problems(cfg: ModelConfig, column: str, head: str) -> tuple[di
             problems.append(f"embedding_scale={scale} (BART has 1 or sqrt(d_model))")
         hf["scale_embedding"] = scale != 1.0
     elif column in MODERNBERTS:
-        # Global attention in every layer, said both ways: layer_types (transformers 5) and the
-        # global_attn_every_n_layers / global_rope_theta that transformers 4 reads.
+        # The layer pattern said both ways: layer_types and rope_parameters (transformers 5), and the
+        # global_attn_every_n_layers / global_rope_theta / local_rope_theta that transformers 4 reads.
         hf.update(attention_bias=cfg.bias, mlp_bias=cfg.bias, norm_bias=cfg.bias,
                   classifier_bias=cfg.lm_head_transform_bias, decoder_bias=cfg.lm_head_bias,
-                  classifier_activation=activation, layer_types=["full_attention"] * cfg.n_layers,
-                  global_attn_every_n_layers=1, global_rope_theta=cfg.rope_theta,
+                  classifier_activation=activation,
+                  layer_types=["sliding_attention" if cfg.local_layer(i) else "full_attention"
+                               for i in range(cfg.n_layers)],
+                  global_attn_every_n_layers=cfg.global_every, global_rope_theta=cfg.rope_theta,
+                  local_rope_theta=cfg.local_rope_theta,
                   rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": cfg.rope_theta},
-                                   "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                                   "sliding_attention": {"rope_type": "default", "rope_theta": cfg.local_rope_theta}},
                   **{f"{role}_token_id": _unknown_id(column, role) for role in MODERNBERT_ROLES})
+        if cfg.local_window is not None:
+            # the inverse of hf_import's reading: the encoder sees local_attention // 2 tokens either
+            # way, the decoder local_attention // 2 - 1 back
+            hf["local_attention"] = 2 * (cfg.local_window + (column == "modernbert-decoder"))
     return hf, problems
 
 

@@ -174,7 +174,7 @@ def config_from_hf(hf: dict[str, Any], arch: Architecture, tensors: dict[str, to
         values["activation"] = _activation(column, _get(hf, "activation_function", "gelu"))
         values["embedding_scale"] = math.sqrt(values["d_model"]) if _get(hf, "scale_embedding", False) else 1.0
     elif column in MODERNBERTS:
-        _modernbert_global_attention_only(column, hf, values["n_layers"])
+        values.update(_modernbert_layers(column, hf, values["n_layers"]))
         biases = {key: _get(hf, key, False) for key in ("attention_bias", "mlp_bias", "norm_bias")}
         if len(set(biases.values())) > 1:
             raise UserError(f"{column}: {', '.join(f'{k}={v}' for k, v in biases.items())} is not supported "
@@ -188,7 +188,9 @@ def config_from_hf(hf: dict[str, Any], arch: Architecture, tensors: dict[str, to
                                 f"{_get(hf, 'hidden_activation', 'gelu')!r} (maskwise's head uses the body's)")
             values["lm_head_transform_bias"] = _get(hf, "classifier_bias", False)
             values["lm_head_bias"] = _get(hf, "decoder_bias", True)
-        values["rope_theta"] = _modernbert_rope_theta(column, hf)
+        values["rope_theta"] = _modernbert_rope_theta(column, hf, "full_attention", "global_rope_theta", 160000.0)
+        values["local_rope_theta"] = _modernbert_rope_theta(column, hf, "sliding_attention", "local_rope_theta",
+                                                           10000.0)
         values["classifier_transform"] = True  # what ModernBERT's task classes put before their classifier
     if arch.head != "rtd":
         values["tie_embeddings"] = _is_tied(arch, tensors)
@@ -212,29 +214,44 @@ def _llama_rope_theta(hf: dict[str, Any]) -> float:
     return float(rope.get("rope_theta") or hf.get("rope_theta") or 10000.0)
 
 
-def _modernbert_global_attention_only(column: str, hf: dict[str, Any], n_layers: int) -> None:
-    """Refuse local (sliding-window) layers: maskwise attends globally in every layer. ``layer_types``
-    (transformers 5), else the older ``global_attn_every_n_layers`` (default 3: every third layer global)."""
+def _modernbert_layers(column: str, hf: dict[str, Any], n_layers: int) -> dict[str, Any]:
+    """``global_every`` and ``local_window`` from ModernBERT's layer pattern: ``layer_types`` (transformers
+    5), else the older ``global_attn_every_n_layers`` (default 3: layers 0, 3, 6, ... global), and its
+    ``local_attention`` (default 128). The encoder's local query sees |i - j| <= local_attention // 2,
+    the decoder's the keys i - local_attention // 2 < j <= i, one fewer back. A pattern other than
+    "global every n-th layer from layer 0" is refused."""
     types = hf.get("layer_types")
     if types is None:
         every = _get(hf, "global_attn_every_n_layers", 3)
         types = ["sliding_attention" if i % every else "full_attention" for i in range(n_layers)]
-    local = [i for i, kind in enumerate(types) if kind != "full_attention"]
-    if local:
-        raise UserError(f"{column}: {len(local)} of {len(types)} layers use local (sliding-window) attention, which "
-                        f"maskwise does not compute; only configs with global attention in every layer import "
-                        f"(layer_types all 'full_attention', or global_attn_every_n_layers=1)")
+    unknown = sorted(set(types) - {"full_attention", "sliding_attention"})
+    if unknown:
+        raise UserError(f"{column}: layer type {unknown[0]!r} is not supported (only full_attention and "
+                        f"sliding_attention)")
+    full = [i for i, kind in enumerate(types) if kind == "full_attention"]
+    if len(full) == len(types):
+        return {"global_every": 1, "local_window": None}
+    every = full[1] if len(full) > 1 else len(types)  # the first global layer after layer 0
+    if types != ["sliding_attention" if i % every else "full_attention" for i in range(len(types))]:
+        raise UserError(f"{column}: layer_types with global layers {full} of {len(types)} are not supported (maskwise "
+                        f"computes global attention in layers 0, n, 2n, ... and local attention in the others)")
+    size = hf.get("local_attention", 128)  # the decoder allows None, which leaves no key (checked below)
+    reach = None if size is None else size // 2 - (column == "modernbert-decoder")  # the farthest key's distance
+    if reach is None or reach < 0:
+        raise UserError(f"{column}: local_attention={size!r} leaves a sliding-window layer no key to attend to")
+    return {"global_every": every, "local_window": reach}
 
 
-def _modernbert_rope_theta(column: str, hf: dict[str, Any]) -> float:
-    """Global attention's RoPE base: ``rope_parameters["full_attention"]`` (transformers 5) or the
-    older ``global_rope_theta``; any rescaled RoPE is refused."""
-    rope = (hf.get("rope_parameters") or {}).get("full_attention") or {}
+def _modernbert_rope_theta(column: str, hf: dict[str, Any], layer_type: str, legacy_key: str,
+                           default: float) -> float:
+    """The RoPE base of one layer type: ``rope_parameters[layer_type]`` (transformers 5) or the older
+    ``global_rope_theta`` / ``local_rope_theta``; any rescaled RoPE is refused."""
+    rope = (hf.get("rope_parameters") or {}).get(layer_type) or {}
     kind = rope.get("rope_type", "default")
     if kind != "default" or hf.get("rope_scaling"):
-        raise UserError(f"{column}: rope_type {kind if kind != 'default' else hf.get('rope_scaling')!r} is not "
-                        f"supported (only 'default': plain RoPE)")
-    return float(rope.get("rope_theta") or hf.get("global_rope_theta") or 160000.0)
+        raise UserError(f"{column}: {layer_type} rope_type {kind if kind != 'default' else hf.get('rope_scaling')!r} "
+                        f"is not supported (only 'default': plain RoPE)")
+    return float(rope.get("rope_theta") or hf.get(legacy_key) or default)
 
 
 def _is_tied(arch: Architecture, tensors: dict[str, torch.Tensor]) -> bool:

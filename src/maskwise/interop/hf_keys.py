@@ -79,12 +79,14 @@ MODERNBERTS = ("modernbert", "modernbert-decoder")  # one layout: the encoder an
 
 # ---- config: what each architecture fixes, and where its config keeps the rest --------------
 
+_GLOBAL_ONLY = {"global_every": 1, "local_window": None}  # no sliding-window layers outside ModernBERT
 _BERT_BODY = {
-    "family": "encoder", "pre_norm": False, "final_norm": False, "embedding_norm": True, "norm": "layernorm",
-    "gated_ffn": False, "bias": True, "position": "learned", "position_offset": 0, "attention_scale": True,
-    "embedding_scale": 1.0, "lm_head_input_scale": 1.0,
+    **_GLOBAL_ONLY, "family": "encoder", "pre_norm": False, "final_norm": False, "embedding_norm": True,
+    "norm": "layernorm", "gated_ffn": False, "bias": True, "position": "learned", "position_offset": 0,
+    "attention_scale": True, "embedding_scale": 1.0, "lm_head_input_scale": 1.0,
 }
-# ModernBERT: its one bias setting (attention, MLP and norms alike) and decoder_bias are read by hand.
+# ModernBERT: its one bias setting (attention, MLP and norms alike), decoder_bias and its layer pattern
+# (layer_types, local_attention, per-type RoPE bases) are read by hand.
 _MODERNBERT_BODY = {
     "pre_norm": True, "final_norm": True, "embedding_norm": True, "first_attn_norm": False, "norm": "layernorm",
     "gated_ffn": True, "position": "rope", "position_offset": 0, "cross_rope": False, "attention_scale": True,
@@ -95,23 +97,24 @@ FIXED: dict[str, dict[str, Any]] = {
     "electra": _BERT_BODY,  # ELECTRA's body is BERT's; only the embedding factorisation and heads differ
     # Llama = maskwise's "modern" preset: pre-norm RMSNorm, RoPE, gated FFN, untied head by default.
     "llama": {
-        "family": "decoder", "pre_norm": True, "final_norm": True, "embedding_norm": False, "norm": "rmsnorm",
-        "gated_ffn": True, "position": "rope", "position_offset": 0, "cross_rope": False, "attention_scale": True,
+        **_GLOBAL_ONLY, "family": "decoder", "pre_norm": True, "final_norm": True, "embedding_norm": False,
+        "norm": "rmsnorm", "gated_ffn": True, "position": "rope", "position_offset": 0, "cross_rope": False,
+        "attention_scale": True, "embedding_scale": 1.0, "type_vocab_size": 0, "lm_head_transform": False,
+        "lm_head_bias": False, "lm_head_input_scale": 1.0,
+    },
+    "gpt2": {
+        **_GLOBAL_ONLY, "family": "decoder", "pre_norm": True, "final_norm": True, "embedding_norm": False,
+        "norm": "layernorm", "gated_ffn": False, "bias": True, "position": "learned", "position_offset": 0,
         "embedding_scale": 1.0, "type_vocab_size": 0, "lm_head_transform": False, "lm_head_bias": False,
         "lm_head_input_scale": 1.0,
     },
-    "gpt2": {
-        "family": "decoder", "pre_norm": True, "final_norm": True, "embedding_norm": False, "norm": "layernorm",
-        "gated_ffn": False, "bias": True, "position": "learned", "position_offset": 0, "embedding_scale": 1.0,
-        "type_vocab_size": 0, "lm_head_transform": False, "lm_head_bias": False, "lm_head_input_scale": 1.0,
-    },
     "t5": {
-        "family": "encoder-decoder", "pre_norm": True, "final_norm": True, "embedding_norm": False, "norm": "rmsnorm",
-        "bias": False, "position": "relative", "attention_scale": False, "embedding_scale": 1.0, "type_vocab_size": 0,
-        "lm_head_transform": False, "lm_head_bias": False,
+        **_GLOBAL_ONLY, "family": "encoder-decoder", "pre_norm": True, "final_norm": True, "embedding_norm": False,
+        "norm": "rmsnorm", "bias": False, "position": "relative", "attention_scale": False, "embedding_scale": 1.0,
+        "type_vocab_size": 0, "lm_head_transform": False, "lm_head_bias": False,
     },
     "bart": {
-        "family": "encoder-decoder", "pre_norm": False, "final_norm": False, "embedding_norm": True,
+        **_GLOBAL_ONLY, "family": "encoder-decoder", "pre_norm": False, "final_norm": False, "embedding_norm": True,
         "norm": "layernorm", "norm_eps": 1e-5, "gated_ffn": False, "bias": True, "position": "learned",
         "position_offset": 2,
         "attention_scale": True, "type_vocab_size": 0, "lm_head_transform": False, "lm_head_bias": True,

@@ -14,7 +14,8 @@ class KVCache:
     Self-attention keys/values of every layer live in ``(L, B, H, max_len, hd)`` tensors written in
     place, so a decoding step allocates nothing and costs O(current length), not O(length^2).
     Cross-attention keys/values (encoder-decoder) are computed from the encoder output on the first
-    step and reused: the source is read once.
+    step and reused: the source is read once. Sliding-window (local) layers keep every key as well:
+    their mask hides the ones beyond the window, so one buffer shape serves every layer.
     """
 
     def __init__(self, cfg: ModelConfig, n_layers: int, batch: int, max_len: int, dtype, device):

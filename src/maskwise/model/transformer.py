@@ -42,9 +42,10 @@ class Attention(nn.Module):
     rotate cross-attention's (queries at decoder positions, keys at source positions 0..S-1), so
     cross-attention can align by offset and not by content alone. Why: without it a small
     encoder-decoder learned to copy its source far more slowly (docs/results.md, Task quality).
+    A ``local`` (sliding-window) layer's self-attention rotates by ``local_rope_theta``, as ModernBERT's.
     """
 
-    def __init__(self, cfg: ModelConfig, cross: bool = False):
+    def __init__(self, cfg: ModelConfig, cross: bool = False, local: bool = False):
         super().__init__()
         self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
         inner = cfg.n_heads * cfg.head_dim
@@ -57,7 +58,8 @@ class Attention(nn.Module):
         self.out = Linear(inner, cfg.d_model, bias=cfg.bias)
         self.scale = None if cfg.attention_scale else 1.0
         self.dropout = cfg.dropout
-        self.rope_theta = cfg.rope_theta if cfg.position == "rope" and (cfg.cross_rope or not cross) else None
+        theta = cfg.local_rope_theta if local else cfg.rope_theta
+        self.rope_theta = theta if cfg.position == "rope" and (cfg.cross_rope or not cross) else None
 
     def _heads(self, x: torch.Tensor, parts: int = 1) -> tuple[torch.Tensor, ...]:
         """(B, T, parts*H*hd) -> ``parts`` views (B, H, T, hd): a fused projection's outputs (q, k, v
@@ -132,13 +134,14 @@ class Block(nn.Module):
 
     Pre-norm (GPT-2, T5, modern): x + f(norm(x)). Post-norm (BERT, BART): norm(x + f(x)).
     The first layer of a stack has no attention norm where ``first_attn_norm`` is off (ModernBERT:
-    its embedding norm already normalised the input).
+    its embedding norm already normalised the input). A ``local`` layer's self-attention reads the
+    stack's sliding-window mask (``cfg.local_window``) and its own RoPE base.
     """
 
-    def __init__(self, cfg: ModelConfig, cross: bool, first: bool = False):
+    def __init__(self, cfg: ModelConfig, cross: bool, first: bool = False, local: bool = False):
         super().__init__()
-        self.pre_norm = cfg.pre_norm
-        self.attn = Attention(cfg)
+        self.pre_norm, self.local = cfg.pre_norm, local
+        self.attn = Attention(cfg, local=local)
         self.attn_norm = nn.Identity() if first and not cfg.first_attn_norm else make_norm(cfg)
         self.cross_attn = Attention(cfg, cross=True) if cross else None
         self.cross_norm = make_norm(cfg) if cross else None
@@ -184,7 +187,7 @@ class Stack(nn.Module):
         self.relative_bias = (RelativePositionBias(cfg, bidirectional=pattern == "bidirectional")
                               if cfg.position == "relative" else None)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg, cross, first=i == 0) for i in range(n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, cross, first=i == 0, local=cfg.local_layer(i)) for i in range(n_layers))
         self.final_norm = make_norm(cfg) if cfg.final_norm else None
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor,
@@ -228,21 +231,24 @@ class Stack(nn.Module):
 
         pattern = "prefix" if prefix_lengths is not None else self.pattern
         k_len = offset + T
-        mask = build_mask(pattern, T, k_len, key_padding=attention_mask, prefix_lengths=prefix_lengths,
-                          q_offset=offset, device=x.device)
+        # One self-attention mask per kind of layer in the stack: global (False) and sliding-window (True).
+        masks = {local: build_mask(pattern, T, k_len, key_padding=attention_mask, prefix_lengths=prefix_lengths,
+                                   q_offset=offset, device=x.device, window=self.cfg.local_window if local else None)
+                 for local in {block.local for block in self.blocks}}
         cross_mask = None
         if context is not None or (cache is not None and cache.cross[0] is not None):
             s_len = context.shape[1] if context is not None else cache.cross[0][0].shape[2]
             cross_mask = build_mask("cross", T, s_len, key_padding=context_mask, device=x.device)
-        bias = None
+        biases = dict.fromkeys(masks)
         if self.relative_bias is not None:
-            # Bias and mask combined once per stack rather than in every layer: (B or 1, H, T, k_len),
-            # -inf where the mask forbids attending.
+            # Bias and mask combined once per stack (and kind of layer) rather than in every layer:
+            # (B or 1, H, T, k_len), -inf where the mask forbids attending.
             bias = self.relative_bias(T, k_len, offset, x.device)
-            bias = bias.masked_fill(~mask.dense(T, k_len, x.device), float("-inf"))
+            biases = {local: bias.masked_fill(~mask.dense(T, k_len, x.device), float("-inf"))
+                      for local, mask in masks.items()}
 
         for i, block in enumerate(self.blocks):
-            x = block(x, mask, context=context, context_mask=cross_mask, bias=bias,
+            x = block(x, masks[block.local], context=context, context_mask=cross_mask, bias=biases[block.local],
                       positions=positions, cache=cache, layer=i)
         if cache is not None:
             cache.length += T

@@ -96,10 +96,11 @@ def _real(mask: np.ndarray | None, ids: np.ndarray) -> np.ndarray:
 
 
 def allowed(pattern: str, q_len: int, k_len: int, key_real: np.ndarray,
-            prefix_lengths: np.ndarray | None = None) -> np.ndarray:
+            prefix_lengths: np.ndarray | None = None, window: int | None = None) -> np.ndarray:
     """(B, T_q, T_k) bool: True at [b, i, j] = query i of row b may attend to key j.
 
-    Self-attention without a cache, so query i and key i are the same position. A query that may
+    Self-attention without a cache, so query i and key i are the same position. A local layer's
+    ``window`` keeps, of what the pattern allows, the keys at most ``window`` tokens away. A query that may
     attend to nothing (a left-padding query under a causal mask) attends to every key instead:
     maskwise defines it so, because its output is never read and an all-masked softmax is NaN.
     """
@@ -113,6 +114,8 @@ def allowed(pattern: str, q_len: int, k_len: int, key_real: np.ndarray,
         grid = (j <= i)[None] | (j[None] < np.asarray(prefix_lengths)[:, None, None])  # (B, Tq, Tk)
     else:
         raise ValueError(f"unknown mask pattern {pattern!r}")
+    if window is not None:
+        grid = grid & (np.abs(i - j) <= window)[None]  # (B or 1, Tq, Tk)
     grid = grid & key_real[:, None, :]  # (B, Tq, Tk)
     return grid | ~grid.any(axis=-1, keepdims=True)
 
@@ -192,8 +195,10 @@ def _heads(x: np.ndarray, n_heads: int) -> np.ndarray:
 
 
 def _attention(w: _Weights, name: str, cfg: ModelConfig, x: np.ndarray, may_attend: np.ndarray,
-               context: np.ndarray | None = None, bias: np.ndarray | None = None) -> np.ndarray:
-    """Self-attention (context None) or cross-attention; x: (B, T, d), may_attend: (B, T, T_k)."""
+               context: np.ndarray | None = None, bias: np.ndarray | None = None,
+               rope_theta: float | None = None) -> np.ndarray:
+    """Self-attention (context None) or cross-attention; x: (B, T, d), may_attend: (B, T, T_k);
+    ``rope_theta``: this layer's RoPE base (a local layer's differs)."""
     H = cfg.n_heads
     hd = cfg.d_head if cfg.d_head is not None else cfg.d_model // H
     inner = H * hd
@@ -207,7 +212,7 @@ def _attention(w: _Weights, name: str, cfg: ModelConfig, x: np.ndarray, may_atte
     q, k, v = _heads(q, H), _heads(k, H), _heads(v, H)  # (B, H, T or S, hd)
     if cfg.position == "rope" and context is None:
         positions = np.arange(x.shape[1], dtype=np.float64)
-        q, k = _rope(q, positions, cfg.rope_theta), _rope(k, positions, cfg.rope_theta)
+        q, k = _rope(q, positions, rope_theta), _rope(k, positions, rope_theta)
     scores = q @ k.transpose(0, 1, 3, 2)  # (B, H, T, T_k)
     if cfg.attention_scale:
         scores = scores / math.sqrt(hd)
@@ -245,6 +250,7 @@ def _stack(w: _Weights, p: str, cfg: ModelConfig, n_layers: int, ids: np.ndarray
         x = _linear(w, f"{p}embedding_project", x, cfg.bias)
 
     may_attend = allowed(pattern, T, T, key_real, prefix_lengths)  # (B, T, T)
+    local_may_attend = allowed(pattern, T, T, key_real, prefix_lengths, cfg.local_window)  # sliding-window layers
     bias = None
     if cfg.position == "relative":  # one table per stack, shared by all its layers
         offsets = np.arange(T)[None, :] - np.arange(T)[:, None]  # key - query, (T, T)
@@ -263,7 +269,11 @@ def _stack(w: _Weights, p: str, cfg: ModelConfig, n_layers: int, ids: np.ndarray
     for layer in range(n_layers):
         b = f"{p}blocks.{layer}."
         attn_norm = None if layer == 0 and not cfg.first_attn_norm else b + "attn_norm"  # ModernBERT's layer 0
-        x = residual(x, attn_norm, lambda h, b=b: _attention(w, b + "attn", cfg, h, may_attend, bias=bias))
+        # layers 0, n, 2n, ... (n = global_every) attend globally; where local_window is set the rest locally
+        local = cfg.local_window is not None and layer % cfg.global_every > 0
+        sees, theta = (local_may_attend, cfg.local_rope_theta) if local else (may_attend, cfg.rope_theta)
+        x = residual(x, attn_norm, lambda h, b=b, sees=sees, theta=theta: _attention(
+            w, b + "attn", cfg, h, sees, bias=bias, rope_theta=theta))
         if context is not None:
             x = residual(x, b + "cross_norm",
                          lambda h, b=b: _attention(w, b + "cross_attn", cfg, h, cross_may_attend, context=context))
