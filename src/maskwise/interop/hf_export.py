@@ -165,7 +165,8 @@ def hf_config(model: nn.Module, preferred: str | None = None) -> tuple[dict[str,
     if not model.cfg.kind.causal and not _hf_config_or_problems(as_decoder, "llama", "lm")[1]:
         raise UserError(f"this {family} has Llama's layout but no HF equivalent: LlamaForCausalLM is causal-only, "
                         f"so it cannot compute bidirectional attention")
-    as_encoder = dataclasses.replace(model.cfg, family="encoder")
+    # its encoder stack alone: what only an encoder-decoder has (the decoder's depth, cross-attention's RoPE) left out
+    as_encoder = dataclasses.replace(model.cfg, family="encoder", n_decoder_layers=None, cross_rope=False)
     if model.cfg.kind.two_stacks and not _hf_config_or_problems(as_encoder, "modernbert", "mlm")[1]:
         raise UserError(f"this {family} has ModernBERT's layout but no HF equivalent: ModernBertForMaskedLM and "
                         f"ModernBertDecoderForCausalLM have no cross-attention")
