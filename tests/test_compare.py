@@ -60,7 +60,8 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     rows = {row[0]: row[1:] for row in results["table"]["rows"]}
     assert rows["passage -> speakers F1 [95% interval]"][0].startswith("cannot")
     exports = rows["exports to (`maskwise export RUN --to hf OUT`)"]  # what each family's run leaves maskwise as
-    assert exports[1] == "`LlamaForCausalLM`" and exports[0].startswith("no HF class: ") and "causal-only" in exports[0]
+    assert exports[:2] == ["`ModernBertForMaskedLM`", "`ModernBertDecoderForCausalLM`"]
+    assert exports[2].startswith("no HF class: ") and "cross-attention" in exports[2]
     assert all("a mark before every line break" in cell for cell in rows[
         "punctuation restoration F1 per text (tagging) [95% interval]"][:3])  # every family tags, beside the rule
     assert "genre" not in json.dumps(results["table"])  # six test plays decide nothing: not a row here
