@@ -11,11 +11,16 @@ import os
 
 import pytest
 import torch
-from weights import make_run, randomized, state_dicts_equal
+from weights import (
+    check_export,
+    make_run,
+    randomized,
+    state_dicts_equal,
+    word_level_tokenizer,
+)
 
 from maskwise.cli import main
 from maskwise.config import preset
-from maskwise.data.tokenizers import SPECIAL_TOKENS, Tokenizer
 from maskwise.errors import UserError
 from maskwise.interop.folders import load
 from maskwise.interop.hf_export import export_hf
@@ -39,15 +44,7 @@ LLAMA_SIZES = {"vocab_size": V, "hidden_size": D, "num_hidden_layers": 2, "num_a
 
 @pytest.fixture(scope="module")
 def word_tokenizer():
-    """Word-level: maskwise's special tokens, then w0..w56 (V = 64 ids)."""
-    import tokenizers
-    from tokenizers import models, pre_tokenizers
-
-    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *(f"w{i}" for i in range(V - len(SPECIAL_TOKENS)))])}
-    backend = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    backend.add_special_tokens(list(SPECIAL_TOKENS))
-    return Tokenizer(backend, "file")
+    return word_level_tokenizer(V)
 
 
 HF_LLAMAS = {  # name: LlamaConfig options
@@ -100,17 +97,7 @@ def test_modern_decoder_exports_as_llama_and_round_trips(name, tmp_path, word_to
     assert config["tie_word_embeddings"] == ours.cfg.tie_embeddings
     assert (config["bos_token_id"], config["eos_token_id"]) == (word_tokenizer.bos_id, word_tokenizer.eos_id)
 
-    hf, info = tf.AutoModelForCausalLM.from_pretrained(out, output_loading_info=True)
-    assert type(hf).__name__ == "LlamaForCausalLM"
-    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
-    with torch.no_grad():
-        torch.testing.assert_close(hf.eval()(input_ids=IDS, attention_mask=MASK).logits, ours(IDS, MASK).logits,
-                                   atol=ATOL, rtol=0)
-
-    back, tokenizer = load(out)
-    assert type(back) is type(ours) and back.cfg == ours.cfg
-    assert state_dicts_equal(back.state_dict(), ours.state_dict())
-    assert tokenizer.encode("w1 w2") == word_tokenizer.encode("w1 w2")
+    check_export(out, ours, tf.AutoModelForCausalLM, "LlamaForCausalLM", word_tokenizer, IDS, MASK, ATOL)
 
 
 def test_text_generation_pipeline_greedy_matches_maskwise(tmp_path, word_tokenizer):

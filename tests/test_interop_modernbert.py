@@ -15,12 +15,18 @@ import os
 import numpy as np
 import pytest
 import torch
-from weights import make_run, randomized, state_dicts_equal
+from weights import (
+    check_export,
+    make_run,
+    randomized,
+    state_dicts_equal,
+    word_level_tokenizer,
+)
 
 from maskwise import runs
 from maskwise.cli import main
 from maskwise.config import preset
-from maskwise.data.tokenizers import SPECIAL_TOKENS, Tokenizer
+from maskwise.data.tokenizers import SPECIAL_TOKENS
 from maskwise.errors import UserError
 from maskwise.interop.folders import load
 from maskwise.interop.hf_export import export_hf
@@ -53,15 +59,7 @@ HF_CLASSES = {"encoder": ("ModernBertForMaskedLM", "ModernBertConfig"),
 
 @pytest.fixture(scope="module")
 def word_tokenizer():
-    """Word-level: maskwise's special tokens, then w0..w56 (V = 64 ids)."""
-    import tokenizers
-    from tokenizers import models, pre_tokenizers
-
-    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *(f"w{i}" for i in range(V - len(SPECIAL_TOKENS)))])}
-    backend = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    backend.add_special_tokens(list(SPECIAL_TOKENS))
-    return Tokenizer(backend, "file")
+    return word_level_tokenizer(V)
 
 
 def hf_model(family, **options):
@@ -129,17 +127,7 @@ def test_export_loads_in_hf_with_the_same_logits_and_round_trips(family, name, t
     assert config["layer_types"] == ["full_attention"] * 3 and config["pad_token_id"] == word_tokenizer.pad_id
 
     auto = tf.AutoModelForMaskedLM if family == "encoder" else tf.AutoModelForCausalLM
-    hf, info = auto.from_pretrained(out, output_loading_info=True)
-    assert type(hf).__name__ == HF_CLASSES[family][0]
-    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
-    with torch.no_grad():
-        torch.testing.assert_close(hf.eval()(input_ids=IDS, attention_mask=MASK).logits, ours(IDS, MASK).logits,
-                                   atol=ATOL, rtol=0)
-
-    back, tokenizer = load(out)
-    assert type(back) is type(ours) and back.cfg == ours.cfg
-    assert state_dicts_equal(back.state_dict(), ours.state_dict())
-    assert tokenizer.encode("w1 w2") == word_tokenizer.encode("w1 w2")
+    check_export(out, ours, auto, HF_CLASSES[family][0], word_tokenizer, IDS, MASK, ATOL)
 
 
 def test_fill_mask_pipeline_returns_maskwise_top_token(tmp_path, word_tokenizer):
@@ -159,21 +147,28 @@ def test_greedy_generate_matches_maskwise(tmp_path, word_tokenizer):
     out = export_hf(ours, tmp_path / "hf", tokenizer=word_tokenizer)
     hf = tf.AutoModelForCausalLM.from_pretrained(out).eval()
     for prompt in ("w3 w9 w12 w40", "w1", "w7 w7 w7 w20 w33 w2"):
-        prompt_ids = word_tokenizer.encode(prompt)
-        ids = torch.tensor([prompt_ids])
-        theirs = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False)[0].tolist()
-        expected = generate(ours, [prompt_ids], GenerationConfig(max_new_tokens=8), word_tokenizer.eos_id,
-                            word_tokenizer.pad_id).tokens[0]
-        assert theirs[:len(prompt_ids)] == prompt_ids
-        assert theirs[len(prompt_ids):] == expected and len(expected) >= 2
+        theirs, expected = greedy_both(hf, ours, word_tokenizer, prompt, 8)
+        assert theirs == expected and len(expected) >= 2
 
 
-def embed_run(folder, model, tokenizer, pooling):
-    """A run folder laid out as ``maskwise finetune embed`` writes one."""
+def greedy_both(hf, ours, tokenizer, prompt, new_tokens):
+    """(HF's greedy continuation of ``prompt``, maskwise's), the prompt itself left off."""
+    prompt_ids = tokenizer.encode(prompt)
+    ids = torch.tensor([prompt_ids])
+    theirs = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, do_sample=False)[0]
+    assert theirs[:len(prompt_ids)].tolist() == prompt_ids
+    expected = generate(ours, [prompt_ids], GenerationConfig(max_new_tokens=new_tokens), tokenizer.eos_id,
+                        tokenizer.pad_id).tokens[0]
+    return theirs[len(prompt_ids):].tolist(), expected
+
+
+def task_run(folder, body, tokenizer, task, head=None):
+    """A run folder laid out as ``maskwise finetune`` writes one (body, task record, the head it trained)."""
     folder.mkdir()
-    task = {"kind": "embed", "pooling": pooling, "normalize": True, "max_len": 16}
-    runs.write_json(folder / runs.CONFIG_FILE, {"model": model.cfg.to_dict(), "task": task})
-    runs.save_weights(model, folder / runs.MODEL_FILE)
+    runs.write_json(folder / runs.CONFIG_FILE, {"model": body.cfg.to_dict(), "task": task})
+    runs.save_weights(body, folder / runs.MODEL_FILE)
+    if head is not None:
+        runs.save_weights(head, folder / HEAD_FILE)
     tokenizer.save(folder / runs.TOKENIZER_FILE)
     return folder
 
@@ -184,7 +179,8 @@ def test_sentence_transformers_export_encodes_as_maskwise_embeds(tmp_path, word_
     model = randomized(build_model(preset("modernbert", **SMALL)))
     texts = ["w1 w2 w3", "w9", "w10 w11 w12 w13 w14 w15 w16 w17 w18 w19 w20 w21 w22 w23 w24 w25 w26", "w4 w4"]
     for pooling in ("cls", "mean"):
-        run = embed_run(tmp_path / pooling, model, word_tokenizer, pooling)
+        run = task_run(tmp_path / pooling, model, word_tokenizer,
+                   {"kind": "embed", "pooling": pooling, "normalize": True, "max_len": 16})
         out = export_sentence_transformers(run, tmp_path / f"st-{pooling}")
         theirs = st.SentenceTransformer(str(out), device="cpu").encode(texts)
         ours = embed_texts(run, texts)
@@ -192,14 +188,6 @@ def test_sentence_transformers_export_encodes_as_maskwise_embeds(tmp_path, word_
         assert cosines.min() >= 0.99999, pooling
 
 
-def head_run(folder, body, head, tokenizer, task):
-    """A run folder laid out as ``maskwise finetune classify|tag`` writes one (body, head, task record)."""
-    folder.mkdir()
-    runs.write_json(folder / runs.CONFIG_FILE, {"model": body.cfg.to_dict(), "task": task})
-    runs.save_weights(body, folder / runs.MODEL_FILE)
-    runs.save_weights(head, folder / HEAD_FILE)
-    tokenizer.save(folder / runs.TOKENIZER_FILE)
-    return folder
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
@@ -208,7 +196,7 @@ def test_classifier_run_exports_as_sequence_classification(pooling, tmp_path, wo
     classifier = randomized(SequenceClassifier(body, ["comedy", "history", "tragedy"], pooling))
     assert classifier.head.transform is not None  # ModernBERT's head: dense + act + norm first
     task = {"kind": "classify", "labels": classifier.labels, "pooling": pooling, "freeze": False}
-    out = export_hf(head_run(tmp_path / "run", body, classifier.head, word_tokenizer, task), tmp_path / "hf")
+    out = export_hf(task_run(tmp_path / "run", body, word_tokenizer, task, classifier.head), tmp_path / "hf")
     hf, info = tf.AutoModelForSequenceClassification.from_pretrained(out, output_loading_info=True)
     assert type(hf).__name__ == "ModernBertForSequenceClassification" and hf.config.classifier_pooling == pooling
     assert not info["missing_keys"] and not info["unexpected_keys"]
@@ -223,7 +211,7 @@ def test_tagger_run_exports_as_token_classification(name, tmp_path, word_tokeniz
     body = build_model(preset(name, **SMALL))
     tagger = randomized(TokenTagger(body, ["O", ",", "."]))
     task = {"kind": "tag", "tags": tagger.tags}
-    out = export_hf(head_run(tmp_path / "run", body, tagger.head, word_tokenizer, task), tmp_path / "hf")
+    out = export_hf(task_run(tmp_path / "run", body, word_tokenizer, task, tagger.head), tmp_path / "hf")
     hf, info = tf.AutoModelForTokenClassification.from_pretrained(out, output_loading_info=True)
     expected_class = "ModernBertForTokenClassification" if name == "modernbert" else "BertForTokenClassification"
     assert type(hf).__name__ == expected_class
@@ -236,14 +224,14 @@ def test_tagger_run_exports_as_token_classification(name, tmp_path, word_tokeniz
 def test_heads_hf_computes_differently_are_refused_naming_the_part(tmp_path, word_tokenizer):
     bert = build_model(preset("bert", **SMALL))
     classifier = SequenceClassifier(bert, ["a", "b"])
-    run = head_run(tmp_path / "bert", bert, classifier.head, word_tokenizer,
-                   {"kind": "classify", "labels": ["a", "b"], "pooling": "cls"})
+    run = task_run(tmp_path / "bert", bert, word_tokenizer,
+                   {"kind": "classify", "labels": ["a", "b"], "pooling": "cls"}, classifier.head)
     with pytest.raises(UserError, match="pooler") as error:
         export_hf(run, tmp_path / "out")
     assert "\n" not in str(error.value)
     plain = build_model(preset("modernbert", **SMALL, classifier_transform=False))
     tagger = TokenTagger(plain, ["O", ","])
-    run = head_run(tmp_path / "plain", plain, tagger.head, word_tokenizer, {"kind": "tag", "tags": tagger.tags})
+    run = task_run(tmp_path / "plain", plain, word_tokenizer, {"kind": "tag", "tags": tagger.tags}, tagger.head)
     with pytest.raises(UserError, match="dense \\+ act \\+ norm before its classifier and this tag head has none"):
         export_hf(run, tmp_path / "out")
     assert not (tmp_path / "out").exists()
@@ -343,12 +331,8 @@ def test_greedy_generate_with_local_layers_matches_hf(tmp_path, word_tokenizer):
     ours = local_model("decoder", seed=4)
     hf = tf.AutoModelForCausalLM.from_pretrained(export_hf(ours, tmp_path / "hf", tokenizer=word_tokenizer)).eval()
     for prompt in ("w3 w9 w12 w40 w2 w2 w17 w30 w8", "w1 w5", "w7 w7 w7 w20 w33 w2 w11 w12 w13 w14 w15 w16"):
-        prompt_ids = word_tokenizer.encode(prompt)
-        ids = torch.tensor([prompt_ids])
-        theirs = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False)[0].tolist()
-        expected = generate(ours, [prompt_ids], GenerationConfig(max_new_tokens=12), word_tokenizer.eos_id,
-                            word_tokenizer.pad_id).tokens[0]
-        assert theirs[len(prompt_ids):] == expected and len(expected) >= 2
+        theirs, expected = greedy_both(hf, ours, word_tokenizer, prompt, 12)
+        assert theirs == expected and len(expected) >= 2
 
 
 @pytest.mark.parametrize("name, family", [("gpt2", "decoder"), ("modern", "decoder"), ("bert", "encoder"),

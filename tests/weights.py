@@ -1,9 +1,14 @@
 """What the interop tests share: random weights large enough that a wrong mapping shows in the
-logits, exact state-dict equality for round trips, and a run folder as pretraining writes one."""
+logits, exact state-dict equality for round trips, an exported folder's check, and a run folder as
+pretraining writes one."""
 
+import tokenizers
 import torch
+from tokenizers import models, pre_tokenizers
 
 from maskwise import runs
+from maskwise.data.tokenizers import SPECIAL_TOKENS, Tokenizer
+from maskwise.interop.folders import load
 
 
 def randomized(model, seed=0):
@@ -19,6 +24,22 @@ def state_dicts_equal(a, b):
     return a.keys() == b.keys() and all(torch.equal(value, b[key]) for key, value in a.items())
 
 
+def check_export(out, ours, auto_class, class_name, tokenizer, ids, mask, atol=1e-4):
+    """The HF folder ``out`` loads as ``class_name`` with every key used, gives ``ours``'s logits on a
+    padded batch, and loads back into maskwise identical, with its tokenizer."""
+
+    hf, info = auto_class.from_pretrained(out, output_loading_info=True)
+    assert type(hf).__name__ == class_name
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    with torch.no_grad():
+        torch.testing.assert_close(hf.eval()(input_ids=ids, attention_mask=mask).logits, ours(ids, mask).logits,
+                                   atol=atol, rtol=0)
+    back, loaded_tokenizer = load(out)
+    assert type(back) is type(ours) and back.cfg == ours.cfg
+    assert state_dicts_equal(back.state_dict(), ours.state_dict())
+    assert loaded_tokenizer.encode("w1 w2") == tokenizer.encode("w1 w2")
+
+
 def make_run(folder, model, tokenizer, preset_name):
     """A run folder as pretraining writes one (config, final weights, tokenizer)."""
     folder.mkdir()
@@ -26,3 +47,12 @@ def make_run(folder, model, tokenizer, preset_name):
     runs.save_weights(model, folder / runs.MODEL_FILE)
     tokenizer.save(folder / runs.TOKENIZER_FILE)
     return folder
+
+
+def word_level_tokenizer(size):
+    """Word-level: maskwise's special tokens, then w0, w1, ... up to ``size`` ids."""
+    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *(f"w{i}" for i in range(size - len(SPECIAL_TOKENS)))])}
+    backend = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.add_special_tokens(list(SPECIAL_TOKENS))
+    return Tokenizer(backend, "file")
