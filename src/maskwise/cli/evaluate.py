@@ -6,7 +6,12 @@ from pathlib import Path
 
 from maskwise.cli.runtime import in_runtime
 from maskwise.cli.summary import summarize
-from maskwise.cli.task_flags import add_common_flags, add_task_flags, config_from_flags
+from maskwise.cli.task_flags import (
+    add_common_flags,
+    add_task_flags,
+    config_from_flags,
+    rerank_config,
+)
 from maskwise.cli.task_inputs import (
     beir_data,
     classify_data,
@@ -14,8 +19,7 @@ from maskwise.cli.task_inputs import (
     is_beir_folder,
     open_model,
     retrieval_data,
-    speaker_data,
-    tag_data,
+    task_rows,
 )
 from maskwise.errors import UserError
 from maskwise.runs import HEAD_FILE, load_weights_into, read_safetensors, write_json
@@ -30,7 +34,6 @@ from maskwise.tasks.embed import EmbedConfig
 from maskwise.tasks.generate import GenerationConfig
 from maskwise.tasks.rerank import (
     CrossEncoder,
-    RerankConfig,
     cross_encoder_scorer,
     evaluate_reranker,
     generative_scorer,
@@ -93,7 +96,7 @@ def run_evaluate(args) -> int:
         own = {k: saved[k] for k in ("max_target_len", "hide_speakers", "mid_speech")
                if k in saved and getattr(args, k, None) is None}
         cfg = config_from_flags(Seq2SeqConfig, args, **own)
-        _, test = speaker_data(args, cfg, model, args.split, training=False)
+        _, test = task_rows(args, cfg, model, args.split, training=False)
         generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)
         plays = {"hide_speakers": cfg.hide_speakers, "mid_speech": cfg.mid_speech} if args.data is None else {}
         results = evaluate_seq2seq(model, tokenizer, test, generation, cfg.max_target_len, args.progress, **plays)
@@ -126,7 +129,7 @@ def _evaluate_classify(args, model, tokenizer, saved: dict) -> dict:
 def _evaluate_tag(args, model, tokenizer, saved: dict) -> dict:
     if saved.get("kind") != "tag":
         raise UserError(f"{args.model} has no tagging head: run `maskwise finetune tag` first")
-    _, test = tag_data(args, config_from_flags(TagConfig, args), model, args.split, training=False)
+    _, test = task_rows(args, config_from_flags(TagConfig, args), model, args.split, training=False)
     tagger = TokenTagger(model, saved["tags"])
     _load_head(args.model, tagger.head, "tagger")
     return evaluate_tagger(tagger, tokenizer, test, saved["train_counts"])
@@ -145,8 +148,7 @@ def _evaluate_rerank(args, model, tokenizer, saved: dict) -> dict:
         kind = kind or "generative (zero-shot)"
     first_stage = args.first_stage or saved.get("first_stage") or args.model
     embedder, name = embedder_of(first_stage, args, args.progress)
-    cfg = config_from_flags(RerankConfig, args, **({} if args.rerank_queries is None else
-                                                   {"test_queries": args.rerank_queries}))
+    cfg = rerank_config(args)
     test = retrieval_data(args, cfg, args.split)
     candidates, _ = rank(embedder, test, k=cfg.candidates)
     results = evaluate_reranker(score, test, candidates, f"{kind} reranker", args.progress)

@@ -12,15 +12,19 @@ from pathlib import Path
 
 from maskwise.cli.runtime import runtime_of
 from maskwise.cli.summary import summarize
-from maskwise.cli.task_flags import add_common_flags, add_task_flags, config_from_flags
+from maskwise.cli.task_flags import (
+    add_common_flags,
+    add_task_flags,
+    config_from_flags,
+    rerank_config,
+)
 from maskwise.cli.task_inputs import (
     beir_finetune_data,
     classify_data,
     embedder_of,
     is_beir_folder,
     open_model,
-    speaker_data,
-    tag_data,
+    task_rows,
     user_retrieval,
 )
 from maskwise.errors import UserError
@@ -133,7 +137,7 @@ def _finetune_embed(args, model, tokenizer):
 
 
 def _finetune_rerank(args, model, tokenizer):
-    cfg = _config(args, "rerank", **({} if args.rerank_queries is None else {"test_queries": args.rerank_queries}))
+    cfg = rerank_config(args, data_seed=args.seed)
     kind = cfg.reranker or default_reranker(model.cfg.family)
     first_stage_path = args.first_stage or args.model
     embedder, first_stage = embedder_of(first_stage_path, args, args.progress)
@@ -152,7 +156,7 @@ def _finetune_seq2seq(args, model, tokenizer):
     cfg = _config(args, "seq2seq")
     if cfg.rename_speakers and args.data is not None:
         raise UserError("--rename-speakers renames the plays' speakers: it needs the embedded passages, not --data")
-    train, test = speaker_data(args, cfg, model, training=True)
+    train, test = task_rows(args, cfg, model, training=True)
     trained, record = _run(args, cfg, model, tokenizer, (train, test))
     task = {"max_target_len": cfg.max_target_len}
     if args.data is None:  # what the plays' passages were
@@ -163,7 +167,7 @@ def _finetune_seq2seq(args, model, tokenizer):
 
 def _finetune_tag(args, model, tokenizer):
     cfg = _config(args, "tag")
-    train, test = tag_data(args, cfg, model, training=True)
+    train, test = task_rows(args, cfg, model, training=True)
     tagger, record = _run(args, cfg, model, tokenizer, (train, test))
     task = {"tags": tagger.tags, "train_counts": record["train_counts"]}
     return task, record, tagger.body, tagger.head

@@ -122,3 +122,10 @@ def config_from_flags(config_cls, args, **values):
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)
              if getattr(args, f.name, None) is not None}
     return config_cls(**{**given, **values})
+
+
+def rerank_config(args, **values) -> RerankConfig:
+    """The reranker's config from the flags: ``--rerank-queries`` (its own dest, beside retrieval's
+    ``--max-queries`` on evaluate's one parser) sets its test queries."""
+    queries = {} if args.rerank_queries is None else {"test_queries": args.rerank_queries}
+    return config_from_flags(RerankConfig, args, **queries, **values)

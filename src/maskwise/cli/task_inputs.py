@@ -124,20 +124,16 @@ def beir_finetune_data(args, cfg: EmbedConfig):
     return folder.split("train", args.train_queries, args.seed), folder.split(held_out, args.test_queries), held_out
 
 
-def speaker_data(args, cfg: Seq2SeqConfig, model, split: str = "test", training: bool = True):
-    """(training examples, or None when only evaluating; evaluation examples)."""
-    if args.data is None:
-        return plays_rows(cfg, model, split, training)
-    if training:
-        return _user_rows(args, seq2seq_from_file)
-    return None, seq2seq_from_file(args.data)
+# How a user's --data file is read, for the tasks whose rows need no more than their file.
+FILE_READERS = {Seq2SeqConfig: seq2seq_from_file, TagConfig: tagged_from_file}
 
 
-def tag_data(args, cfg: TagConfig, model, split: str = "test", training: bool = True):
-    """(training sentences, or None when only evaluating; evaluation sentences): the plays'
-    punctuation windows, or the sentences of --data (--eval-data), CoNLL or JSONL."""
+def task_rows(args, cfg: Seq2SeqConfig | TagConfig, model, split: str = "test", training: bool = True):
+    """(training rows, or None when only evaluating; evaluation rows): the plays' slice ``cfg`` names
+    (passages -> speakers, punctuation windows), or the rows of --data (--eval-data)."""
     if args.data is None:
         return plays_rows(cfg, model, split, training)
+    reader = FILE_READERS[type(cfg)]
     if training:
-        return _user_rows(args, tagged_from_file)
-    return None, tagged_from_file(args.data)
+        return _user_rows(args, reader)
+    return None, reader(args.data)

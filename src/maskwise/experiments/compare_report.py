@@ -284,9 +284,9 @@ def tabulate(m: Measured) -> tuple[dict, list]:
 
 def meta(m: Measured, metrics: dict) -> dict:
     """Each row's direction, per-family baseline and 95% intervals, for its plot."""
-    out = {}
+    out, gathered = {}, evidence(m).gathered
     for row, (label, higher, _, _, baseline_name) in ROWS.items():
-        scores, baselines = evidence(m).gathered[row]
+        scores, baselines = gathered[row]
         out[label] = {"higher": higher, "baseline_name": baseline_name,
                       "baseline": {f: _baseline_mean(baselines[f]) for f in scores},
                       "intervals": {f: [iv.mean, iv.low, iv.high] for f, iv in
