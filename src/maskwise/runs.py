@@ -129,9 +129,10 @@ def load_weights_into(model: torch.nn.Module, tensors: dict[str, torch.Tensor], 
     wrong = sorted(k for k in set(expected) & set(tensors) if expected[k].shape != tensors[k].shape)
     problems = []
     if missing:
-        problems.append(f"missing {len(missing)} key(s) e.g. {missing[0]}")
+        problems.append(f"missing {len(missing)} key(s) e.g. {missing[0]} (model {tuple(expected[missing[0]].shape)})")
     if unexpected:
-        problems.append(f"unexpected {len(unexpected)} key(s) e.g. {unexpected[0]}")
+        problems.append(f"unexpected {len(unexpected)} key(s) e.g. {unexpected[0]} "
+                        f"(checkpoint {tuple(tensors[unexpected[0]].shape)})")
     if wrong:
         k = wrong[0]
         problems.append(f"shape mismatch for {k}: checkpoint {tuple(tensors[k].shape)} vs model "

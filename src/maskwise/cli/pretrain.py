@@ -20,9 +20,10 @@ HELP = {
             "(offline: from the local cache)",
     "text_field": "the text field of JSONL records, Parquet files and HF datasets",
     "val_data": "validation data (default: last 10%% of --data)",
-    "tokenizer": "char, wordpiece, bpe, or a path to a tokenizer.json",
+    "tokenizer": "char, wordpiece, bpe, or a path to a tokenizer.json (with --init-from: that run's)",
     "preset": "bert, electra, gpt2, t5, t5.1.1, bart, modern (default by family)",
-    "budget": "stop at tokens=N, seconds=S or flops=F (the LR schedule follows it)",
+    "budget": "stop at tokens=N, seconds=S or flops=F (the LR schedule follows it; with --init-from it "
+              "counts this run's phase only)",
     "no_shift": "CLM without the shift: predict the current token (the shift-bug ablation)",
     "out": "run folder (default runs/<family>-<objective>)",
     "device": DEVICE_HELP + "; cuda:LOCAL_RANK under torchrun",
@@ -31,6 +32,11 @@ HELP = {
     "compile": "torch.compile the model (compiles for tens of seconds first; docs/results.md, Performance)",
     "resume": "continue from the newest intact checkpoint; only --device, --precision, --compile, --steps, "
               "--budget, --eval-every, --keep-last, --max-nonfinite, --tensorboard and progress may change",
+    "init_from": "a finished run folder whose final weights start this run, trained with this run's "
+                 "--family and --objective (a decoder continued with MLM, an encoder with CLM); its "
+                 "tokenizer is used (--tokenizer, --vocab-size: leave out); --preset and sizes must give "
+                 "the same weight shapes; config.json records the source, metrics the tokens_seen_total "
+                 "and wall_s_total of both phases",
     "tensorboard": "also write TensorBoard event files to OUT/tensorboard (pip install 'maskwise[tensorboard]')",
 }
 
@@ -68,7 +74,8 @@ def run_pretrain(args) -> int:
     result = pretrain(settings, given=set(values))
     records = result["records"]
     last = records[-1] if records else {}
-    summary = {k: last[k] for k in ("step", "tokens_seen", "wall_s", "train_loss", "val_loss") if k in last}
+    summary = {k: last[k] for k in ("step", "tokens_seen", "wall_s", "tokens_seen_total", "wall_s_total",
+                                    "train_loss", "val_loss") if k in last}
     summary.update({k: v for k, v in last.items() if k.startswith("val_") and k != "val_loss"})
     print(f"run folder: {result['run_dir']}")
     print(json.dumps(summary), file=sys.stdout)

@@ -118,8 +118,12 @@ def distributed_context(runtime: Runtime | None = None) -> tuple[int, int]:
 class Trainer:
     def __init__(self, model: nn.Module, objective: Objective, train_stream, val_stream,
                  cfg: TrainConfig, run_dir: str | Path | None = None,
-                 head_prefixes: tuple[str, ...] = (), runtime: Runtime | None = None):
+                 head_prefixes: tuple[str, ...] = (), runtime: Runtime | None = None,
+                 earlier: dict[str, float] | None = None):
+        """``earlier``: what the runs this one continues spent (``train.init_from``), by record key;
+        each record then also carries ``<key>_total``, so the phases add up."""
         self.cfg = cfg.validate()
+        self.earlier = earlier or {}
         self.runtime = runtime or cfg.runtime()
         retain_freed_memory(self.runtime.device_type)
         self.model, self.objective = model.to(self.runtime.torch_device), objective
@@ -367,6 +371,7 @@ class Trainer:
                     "nonfinite_steps": c.nonfinite_steps,
                     **self.evaluate(),
                 }
+                record.update({f"{key}_total": round(record[key] + spent, 4) for key, spent in self.earlier.items()})
                 window_loss, window_positions = 0.0, 0
                 bar.set_postfix(val=f"{record['val_loss']:.3f}")
                 records.append(record)

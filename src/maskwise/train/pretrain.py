@@ -29,6 +29,7 @@ from maskwise.objectives.registry import (
     check_pair,
 )
 from maskwise.runtime import Runtime
+from maskwise.train.init_from import Source, earlier_totals, open_source
 from maskwise.train.loop import TrainConfig, Trainer, distributed_context
 
 # What --resume applies from the new command line; any other difference from the run is refused.
@@ -73,6 +74,7 @@ class PretrainConfig:
     out: str = ""  # "" = runs/<family>-<objective>
     overwrite: bool = False
     resume: bool = False
+    init_from: str = ""  # a finished run whose final weights (and tokenizer) start this one (train/init_from.py)
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
 
     @classmethod
@@ -171,6 +173,17 @@ def resume_settings(settings: PretrainConfig, saved: dict[str, Any], given: set[
     return PretrainConfig.from_flat(kept).resolved()
 
 
+def with_source_tokenizer(settings: PretrainConfig, source: Source, given: set[str] | None) -> PretrainConfig:
+    """The source run's tokenizer settings (its vocabulary is the weights'); a different --tokenizer or
+    --vocab-size the user chose (``given``, as in ``resume_settings``) is refused rather than ignored."""
+    theirs = {key: source.settings[key] for key in ("tokenizer", "vocab_size")}
+    for key, value in theirs.items():
+        if (given is None or key in given) and getattr(settings, key) != value:
+            raise UserError(f"--init-from {source.path} trains with that run's tokenizer: {_flag(key)} is "
+                            f"{value!r} there, this command {getattr(settings, key)!r} (leave {_flag(key)} out)")
+    return dataclasses.replace(settings, **theirs)
+
+
 def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = None,
              runtime: Runtime | None = None) -> dict[str, Any]:
     """Run (or resume) one pretraining run; returns ``{"run_dir", "records", "model", "tokenizer"}``.
@@ -180,18 +193,23 @@ def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = No
     settings = settings.resolved()
     run_dir = Path(settings.out)
     resuming = settings.resume and (run_dir / runs.CONFIG_FILE).is_file()
+    saved = runs.read_json(run_dir / runs.CONFIG_FILE) if resuming else {}
     if resuming:
-        settings = resume_settings(settings, runs.read_json(run_dir / runs.CONFIG_FILE)["settings"], given)
+        settings = resume_settings(settings, saved["settings"], given)
+    # On resume the checkpoint holds the weights: the source is read (and applied) only when a run starts.
+    source = open_source(settings.init_from) if settings.init_from and not resuming else None
+    if source is not None:
+        settings = with_source_tokenizer(settings, source, given)
     runtime = runtime or settings.train.runtime()
     rank, world = distributed_context(runtime)
-    if rank == 0:
-        run_dir = prepare_run_dir(settings)
-    if world > 1:
-        dist.barrier()  # the other processes wait until rank 0 has made (or refused) the folder
 
+    # Data, tokenizer and model come before the folder, so that a refusal (data that does not read,
+    # source weights that do not fit) leaves whatever is at --out as it was.
     corpus = load_corpus(settings.data, settings.val_data or None, text_field=settings.text_field)
     if resuming:
         tokenizer = Tokenizer.load(run_dir / runs.TOKENIZER_FILE)
+    elif source is not None:
+        tokenizer = source.tokenizer
     else:
         tokenizer = build_tokenizer(settings.tokenizer, corpus, settings.vocab_size)
     cfg = model_config(settings, tokenizer.vocab_size)
@@ -199,20 +217,28 @@ def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = No
     objective = build_objective(settings.objective, settings.family, tokenizer, cfg.vocab_size, **options)
     torch.manual_seed(settings.train.seed)
     model = objective.build_model(cfg) or build_model(cfg)
+    if source is not None:
+        runs.load_weights_into(model, runs.read_safetensors(source.weights), source.label)
+    if rank == 0:
+        run_dir = prepare_run_dir(settings)
+    if world > 1:
+        dist.barrier()  # the other processes wait until rank 0 has made (or refused) the folder
     progress = settings.train.progress and rank == 0
     train_stream = TokenStream.from_texts(corpus.train_part, tokenizer, f"training data {settings.data}",
                                           cache_key=f"{corpus.fingerprint}/train", progress=progress)
     val_stream = TokenStream.from_texts(corpus.val_part, tokenizer, "validation data",
                                         cache_key=f"{corpus.fingerprint}/val", progress=progress)
 
-    trainer = Trainer(model, objective, train_stream, val_stream, settings.train, run_dir, runtime=runtime)
+    continued = source.record if source is not None else saved.get("init_from")
+    trainer = Trainer(model, objective, train_stream, val_stream, settings.train, run_dir, runtime=runtime,
+                      earlier=earlier_totals(continued) if continued else None)
     if trainer.rank == 0 and not resuming:
         tokenizer.save(run_dir / runs.TOKENIZER_FILE)
         runs.write_json(run_dir / runs.CONFIG_FILE, {
             "model": cfg.to_dict(), "settings": settings.flat(), "objective": settings.objective,
             "family": settings.family, "corpus": {"name": corpus.name, "fingerprint": corpus.fingerprint},
             "parameters": sum(p.numel() for p in model.parameters()), "processes": trainer.world,
-            "runtime": runtime.to_dict(),
+            "runtime": runtime.to_dict(), **({"init_from": continued} if continued else {}),
         })
     if resuming:
         trainer.resume()
