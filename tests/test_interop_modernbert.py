@@ -28,8 +28,8 @@ from maskwise.cli import main
 from maskwise.config import preset
 from maskwise.data.tokenizers import SPECIAL_TOKENS
 from maskwise.errors import UserError
-from maskwise.interop.folders import load
-from maskwise.interop.hf_export import export_hf
+from maskwise.interop.folders import load, load_fine_tuned
+from maskwise.interop.hf_export import encoder_half, export_hf
 from maskwise.interop.hf_import import import_hf
 from maskwise.interop.pretrained import embed_texts
 from maskwise.interop.sentence_transformers import export_sentence_transformers
@@ -385,3 +385,175 @@ def test_cli_exports_both_families_and_refuses_what_hf_cannot_represent(tmp_path
         err = capsys.readouterr().err
         assert problem in err and err.count("\n") == 1, err
         assert not (tmp_path / "refused").exists()
+
+
+# ---- the encoder-decoder's encoder half -------------------------------------------------------------
+
+
+def encoder_decoder(seed=0, **settings):
+    """compare's encoder-decoder in small: the modernbert block, its own decoder depth, cross-attention RoPE."""
+    return randomized(build_model(preset("modernbert", family="encoder-decoder", **SMALL, n_decoder_layers=2,
+                                         cross_rope=True, **settings)), seed=seed)
+
+
+def test_encoder_half_exports_as_modernbert_model_with_the_encoders_hidden_states(tmp_path, word_tokenizer):
+    model = encoder_decoder()
+    out = export_hf(make_run(tmp_path / "run", model, word_tokenizer, "modernbert"), tmp_path / "hf", part="encoder")
+    hf, info = tf.AutoModel.from_pretrained(out, output_loading_info=True)
+    assert type(hf).__name__ == "ModernBertModel"
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    with torch.no_grad():
+        torch.testing.assert_close(hf.eval()(input_ids=IDS, attention_mask=MASK).last_hidden_state,
+                                   model.encode(IDS, MASK), atol=ATOL, rtol=0)
+    # its texts are read as the encoder-decoder reads them: bare ids, no [CLS]
+    assert tf.AutoTokenizer.from_pretrained(out)("w1 w2")["input_ids"] == word_tokenizer.encode("w1 w2")
+    back, _ = load(out)
+    half = encoder_half(model)
+    assert back.cfg == half.cfg and state_dicts_equal(back.state_dict(), half.state_dict())
+
+
+def test_encoder_decoder_classifier_exports_its_encoder_half_with_the_head(tmp_path, word_tokenizer):
+    body = encoder_decoder()
+    classifier = randomized(SequenceClassifier(body, ["comedy", "history", "tragedy"]), seed=1)
+    assert classifier.pooling == "mean"  # an encoder-decoder classifies from its encoder's mean
+    task = {"kind": "classify", "labels": classifier.labels, "pooling": "mean", "freeze": False}
+    run = task_run(tmp_path / "run", body, word_tokenizer, task, classifier.head)
+    hf, info = tf.AutoModelForSequenceClassification.from_pretrained(export_hf(run, tmp_path / "hf", part="encoder"),
+                                                                     output_loading_info=True)
+    assert type(hf).__name__ == "ModernBertForSequenceClassification" and hf.config.classifier_pooling == "mean"
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    with torch.no_grad():
+        torch.testing.assert_close(hf.eval()(input_ids=IDS, attention_mask=MASK).logits, classifier(IDS, MASK),
+                                   atol=ATOL, rtol=0)
+
+
+@pytest.mark.slow  # importing sentence-transformers takes seconds
+def test_encoder_half_as_sentence_transformers_encodes_as_maskwise_embeds(tmp_path, word_tokenizer):
+    st = pytest.importorskip("sentence_transformers")
+    run = make_run(tmp_path / "run", encoder_decoder(seed=1), word_tokenizer, "modernbert")
+    out = export_sentence_transformers(run, tmp_path / "st", part="encoder")
+    texts = ["w1 w2 w3", "w9", "w10 w11 w12 w13 w14 w15 w16 w17 w18 w19 w20 w21 w22 w23 w24 w25 w26", "w4 w4"]
+    theirs = st.SentenceTransformer(str(out), device="cpu").encode(texts)
+    ours = embed_texts(run, texts)  # the encoder-decoder run itself: mean of its encoder's states, normalised
+    cosines = (ours * theirs).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(theirs, axis=1)
+    assert cosines.min() >= 0.99999
+
+
+@pytest.mark.e2e
+def test_cli_exports_the_encoder_half_and_refuses_where_it_does_not_map(tmp_path, word_tokenizer, capsys):
+    run = make_run(tmp_path / "ed", encoder_decoder(), word_tokenizer, "modernbert")
+    assert main(["export", str(run), "--to", "hf", str(tmp_path / "whole")]) == 2
+    assert "its encoder half exports alone as ModernBertModel (--part encoder)" in capsys.readouterr().err
+    assert main(["export", str(run), "--to", "hf", str(tmp_path / "half"), "--part", "encoder"]) == 0
+    assert f"exported the encoder half of {run} -> " in capsys.readouterr().out
+
+    t5 = make_run(tmp_path / "t5", build_model(preset("t5", **SMALL)), word_tokenizer, "t5")
+    encoder = make_run(tmp_path / "enc", build_model(preset("modernbert", **SMALL)), word_tokenizer, "modernbert")
+    for source, to, problem in [
+            (t5, "hf", "encoder-decoder's encoder half config has no HF equivalent; closest is ModernBertModel, but: "
+                       "embedding_norm=False (needs True)"),
+            (encoder, "hf", "this encoder has no encoder half to export alone"),
+            (encoder, "sentence-transformers", "this encoder has no encoder half to export alone")]:
+        assert main(["export", str(source), "--to", to, str(tmp_path / "refused"), "--part", "encoder"]) == 2
+        err = capsys.readouterr().err
+        assert problem in err and err.count("\n") == 1, err
+        assert not (tmp_path / "refused").exists()
+
+
+# ---- HF-fine-tuned heads, back into maskwise -------------------------------------------------------
+
+BERT_SIZES = {"vocab_size": V, "hidden_size": D, "num_hidden_layers": 3, "num_attention_heads": 4,
+              "intermediate_size": 48, "max_position_embeddings": 32}
+TAGS = ["O", ",", "."]
+
+
+def hf_task_folder(folder, class_name, tokenizer=None, **options):
+    """A random-weight HF task model saved as a folder (with ``tokenizer``'s tokenizer.json), and the model."""
+    sizes, config_name = (BERT_SIZES, "BertConfig") if class_name.startswith("Bert") else (HF_SIZES, "ModernBertConfig")
+    hf = randomized(getattr(tf, class_name)(getattr(tf, config_name)(**{**sizes, **options})))
+    hf.save_pretrained(folder)
+    if tokenizer is not None:
+        tokenizer.save(folder / "tokenizer.json")
+    return folder, hf
+
+
+@pytest.mark.parametrize("class_name, options", [
+    ("ModernBertForSequenceClassification", {"classifier_pooling": "cls"}),
+    ("ModernBertForSequenceClassification", {"classifier_pooling": "mean", "classifier_bias": True,
+                                             **HF_OPTIONS["biases-untied-theta"]}),
+    ("ModernBertForTokenClassification", HF_OPTIONS["tanh-gelu"]),
+    ("ModernBertForTokenClassification", {**LOCAL_SIZES, "num_hidden_layers": 3}),  # a sliding-window layer
+    ("BertForTokenClassification", {}),
+])
+def test_hf_fine_tuned_heads_load_as_maskwise_classifier_and_tagger(class_name, options, tmp_path, word_tokenizer):
+    folder, hf = hf_task_folder(tmp_path / "hf", class_name, word_tokenizer, id2label=dict(enumerate(TAGS)),
+                                **options)
+    ours, tokenizer = load_fine_tuned(folder)
+    classify = "Sequence" in class_name
+    assert type(ours) is (SequenceClassifier if classify else TokenTagger)
+    assert (ours.labels if classify else ours.tags) == TAGS and tokenizer.encode("w1 w2") == word_tokenizer.encode(
+        "w1 w2")
+    if classify:
+        assert ours.pooling == options["classifier_pooling"]
+    with torch.no_grad():
+        torch.testing.assert_close(ours(IDS, MASK), hf(input_ids=IDS, attention_mask=MASK).logits, atol=ATOL, rtol=0)
+    body, _ = load(folder)  # maskwise.load gives the body, which a fine-tune starts from
+    assert state_dicts_equal(body.state_dict(), ours.body.state_dict())
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_a_classifier_run_comes_back_whole_from_its_hf_folder(pooling, tmp_path, word_tokenizer):
+    body = build_model(preset("modernbert", **SMALL))
+    classifier = randomized(SequenceClassifier(body, ["comedy", "tragedy"], pooling))
+    task = {"kind": "classify", "labels": classifier.labels, "pooling": pooling, "freeze": False,
+            "train_labels": ["comedy", "tragedy"]}
+    run = task_run(tmp_path / "run", body, word_tokenizer, task, classifier.head)
+    for folder in (run, export_hf(run, tmp_path / "hf")):  # the run itself, and its HF folder
+        back, _ = load_fine_tuned(folder)
+        assert back.labels == classifier.labels and back.pooling == pooling
+        assert state_dicts_equal(back.head.state_dict(), classifier.head.state_dict())
+        with torch.no_grad():
+            torch.testing.assert_close(back(IDS, MASK), classifier(IDS, MASK), atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("class_name, options, problem", [
+    ("ModernBertForSequenceClassification", {"problem_type": "multi_label_classification"},
+     "problem_type='multi_label_classification' with 2 label"),
+    ("ModernBertForSequenceClassification", {"num_labels": 1}, "problem_type=None with 1 label"),
+    ("ModernBertForTokenClassification", {"classifier_activation": "silu"}, "classifier_activation='silu'"),
+    ("ModernBertForMaskedLM", {}, "not a fine-tuned classify or tag model"),
+])
+def test_hf_heads_maskwise_cannot_compute_are_refused_naming_the_option(class_name, options, problem, tmp_path):
+    folder, _ = hf_task_folder(tmp_path / "hf", class_name, **options)
+    with pytest.raises(UserError, match=problem) as error:
+        load_fine_tuned(folder)
+    assert "\n" not in str(error.value)
+
+
+def test_a_pooling_maskwise_cannot_compute_is_refused(tmp_path):
+    folder, _ = hf_task_folder(tmp_path / "hf", "ModernBertForSequenceClassification")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "classifier_pooling": "max"}))
+    with pytest.raises(UserError, match="classifier_pooling='max' is not supported \\(only cls or mean\\)"):
+        load_fine_tuned(folder)
+
+
+@pytest.mark.e2e
+def test_cli_evaluates_an_hf_fine_tuned_tagger_as_hf_tags(tmp_path, word_tokenizer, capsys):
+    folder, hf = hf_task_folder(tmp_path / "hf", "ModernBertForTokenClassification", word_tokenizer,
+                                id2label=dict(enumerate(TAGS)))
+    sentences = [["w1", "w2", "w3"], ["w4", "w5"], ["w6", "w7", "w8", "w9"]]
+    gold = [["O", ",", "."], ["O", "."], [",", "O", "O", "."]]
+    data = tmp_path / "punct.conll"
+    data.write_text("\n\n".join("\n".join(f"{w} {t}" for w, t in zip(*pair)) for pair in zip(sentences, gold)) + "\n",
+                    encoding="utf-8")
+    assert main(["evaluate", str(folder), "--data", str(data), "--results", str(tmp_path / "r.json"),
+                 "--no-progress"]) == 0, capsys.readouterr().err
+    results = json.loads((tmp_path / "r.json").read_text())
+    expected = []  # HF's own tags: [CLS] and one id per word, each read at its word's token
+    for words, tags in zip(sentences, gold):
+        ids = torch.tensor([[word_tokenizer.cls_id, *word_tokenizer.encode(" ".join(words))]])
+        with torch.no_grad():
+            best = hf(input_ids=ids).logits[0, 1:].argmax(-1).tolist()
+        expected += [int(TAGS[b] == t) for b, t in zip(best, tags)]
+    assert results["tags"] == TAGS and results["n_words"] == 9 and results["correct"] == expected

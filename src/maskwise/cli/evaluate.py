@@ -22,7 +22,8 @@ from maskwise.cli.task_inputs import (
     task_rows,
 )
 from maskwise.errors import UserError
-from maskwise.runs import HEAD_FILE, load_weights_into, read_safetensors, write_json
+from maskwise.interop.folders import FineTune, fine_tune_of
+from maskwise.runs import load_weights_into, write_json
 from maskwise.tasks.classify import (
     ClassifyConfig,
     SequenceClassifier,
@@ -40,7 +41,7 @@ from maskwise.tasks.rerank import (
 )
 from maskwise.tasks.retrieve import evaluate_graded_retrieval, evaluate_retrieval, rank
 from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq
-from maskwise.tasks.tag import TagConfig, TokenTagger, evaluate_tagger
+from maskwise.tasks.tag import TagConfig, TokenTagger, evaluate_tagger, tag_counts
 
 EVAL_TASKS = ("classify", "retrieve", "rerank", "seq2seq", "tag")
 PLAY_SPLITS = ("val", "test")  # the plays' held-out splits (train is what fine-tuning reads)
@@ -70,14 +71,15 @@ def run_evaluate(args) -> int:
                         f"other splits name a BEIR folder's qrels (--data FOLDER)")
     if args.ignore_identical_ids and not beir:
         raise UserError("--ignore-identical-ids compares a BEIR folder's query and document ids: it needs --data FOLDER")
-    model, tokenizer, config = open_model(args.model, args)
-    saved = config.get("task", {})
+    model, tokenizer, _ = open_model(args.model, args)
+    fine_tune = fine_tune_of(args.model)
+    saved = fine_tune.task
     task = args.task or {"classify": "classify", "embed": "retrieve", "rerank": "rerank",
                          "seq2seq": "seq2seq", "tag": "tag"}.get(saved.get("kind"))
     if task is None:
         raise UserError(f"{args.model} was not fine-tuned for a task: say which with --task")
     if task == "classify":
-        results = _evaluate_classify(args, model, tokenizer, saved)
+        results = _evaluate_classify(args, model, tokenizer, fine_tune)
     elif task == "retrieve" and beir:
         test = beir_data(args, args.split)
         embedder, name = embedder_of(args.model, args, args.progress, args.pooling)
@@ -88,9 +90,9 @@ def run_evaluate(args) -> int:
         test = retrieval_data(args, config_from_flags(EmbedConfig, args), args.split)
         results = evaluate_retrieval(embedder, test, name=name)
     elif task == "rerank":
-        results = _evaluate_rerank(args, model, tokenizer, saved)
+        results = _evaluate_rerank(args, model, tokenizer, fine_tune)
     elif task == "tag":
-        results = _evaluate_tag(args, model, tokenizer, saved)
+        results = _evaluate_tag(args, model, tokenizer, fine_tune)
     else:
         # the fine-tune's own target room and passages, unless a flag says otherwise
         own = {k: saved[k] for k in ("max_target_len", "hide_speakers", "mid_speech")
@@ -111,12 +113,13 @@ def run_evaluate(args) -> int:
     return 0
 
 
-def _evaluate_classify(args, model, tokenizer, saved: dict) -> dict:
+def _evaluate_classify(args, model, tokenizer, fine_tune: FineTune) -> dict:
     _, test = classify_data(args, config_from_flags(ClassifyConfig, args), args.split, training=False)
+    saved = fine_tune.task
     if saved.get("kind") == "classify":
-        classifier = SequenceClassifier(model, saved["labels"], saved["pooling"], saved["freeze"])
-        _load_head(args.model, classifier.head, "classifier")
-        return evaluate_classifier(classifier, tokenizer, test, saved["train_labels"])
+        classifier = SequenceClassifier.from_fine_tune(model, saved, fine_tune.head, args.model)
+        # An HF-fine-tuned folder records no training labels: the baseline is the test set's majority (stricter).
+        return evaluate_classifier(classifier, tokenizer, test, saved.get("train_labels") or [e.label for e in test])
     if model.cfg.kind.encoder_only:
         raise UserError("an encoder classifies through a trained head: run `maskwise finetune classify` first "
                         "(zero-shot prompting needs a decoder or encoder-decoder)")
@@ -126,22 +129,24 @@ def _evaluate_classify(args, model, tokenizer, saved: dict) -> dict:
     return classification_results(predicted, gold, gold, mode="zero-shot", family=model.cfg.family)
 
 
-def _evaluate_tag(args, model, tokenizer, saved: dict) -> dict:
+def _evaluate_tag(args, model, tokenizer, fine_tune: FineTune) -> dict:
+    saved = fine_tune.task
     if saved.get("kind") != "tag":
         raise UserError(f"{args.model} has no tagging head: run `maskwise finetune tag` first")
     _, test = task_rows(args, config_from_flags(TagConfig, args), model, args.split, training=False)
-    tagger = TokenTagger(model, saved["tags"])
-    _load_head(args.model, tagger.head, "tagger")
-    return evaluate_tagger(tagger, tokenizer, test, saved["train_counts"])
+    tagger = TokenTagger.from_fine_tune(model, saved, fine_tune.head, args.model)
+    # An HF-fine-tuned folder records no training counts: the baselines are drawn from the test set's.
+    return evaluate_tagger(tagger, tokenizer, test, saved.get("train_counts") or tag_counts(test))
 
 
-def _evaluate_rerank(args, model, tokenizer, saved: dict) -> dict:
+def _evaluate_rerank(args, model, tokenizer, fine_tune: FineTune) -> dict:
+    saved = fine_tune.task
     kind = saved.get("reranker") if saved.get("kind") == "rerank" else None
     if kind is None and model.cfg.kind.encoder_only:
         raise UserError("an encoder reranks through a trained head: run `maskwise finetune rerank` first")
     if kind == "cross":
         reranker = CrossEncoder(model)
-        _load_head(args.model, reranker.head, "cross-encoder")
+        load_weights_into(reranker.head, fine_tune.head or {}, f"cross-encoder head of {args.model}")
         score = cross_encoder_scorer(reranker, tokenizer, saved.get("max_len"))
     else:
         score = generative_scorer(model, tokenizer, saved.get("max_len"))
@@ -154,9 +159,3 @@ def _evaluate_rerank(args, model, tokenizer, saved: dict) -> dict:
     results = evaluate_reranker(score, test, candidates, f"{kind} reranker", args.progress)
     results["first_stage"] = name
     return results
-
-
-def _load_head(run: str, head, what: str) -> None:
-    """Load the head a fine-tune saved beside its body into ``head``."""
-    path = Path(run).expanduser() / HEAD_FILE
-    load_weights_into(head, read_safetensors(path), f"{what} head {path}")

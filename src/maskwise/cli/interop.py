@@ -9,7 +9,7 @@ import numpy as np
 
 from maskwise.cli.runtime import in_runtime, runtime_flags, runtime_of
 from maskwise.errors import UserError
-from maskwise.interop.hf_export import export_hf
+from maskwise.interop.hf_export import PART_CANDIDATES, export_hf
 from maskwise.interop.pretrained import embed_texts
 from maskwise.interop.sentence_transformers import export_sentence_transformers
 from maskwise.runs import CONFIG_FILE, atomic_write, read_json
@@ -23,6 +23,8 @@ def register(subparsers) -> None:
     export.add_argument("--to", required=True, choices=EXPORT_FORMATS, help="target format")
     export.add_argument("out", help="folder to write (must not exist or be empty, unless --overwrite)")
     export.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
+    export.add_argument("--part", choices=tuple(PART_CANDIDATES), default=None,
+                        help="export one part alone: 'encoder', an encoder-decoder's encoder half (ModernBertModel)")
     export.set_defaults(handler=run_export)
 
     embed = subparsers.add_parser("embed", help="sentence vectors for each line of a text file")
@@ -40,9 +42,10 @@ def register(subparsers) -> None:
 def run_export(args) -> int:
     exporter, label = {"hf": (export_hf, "Hugging Face format"),
                        "sentence-transformers": (export_sentence_transformers, "sentence-transformers format")}[args.to]
-    out = exporter(args.run_dir, args.out, overwrite=args.overwrite)
+    out = exporter(args.run_dir, args.out, overwrite=args.overwrite, part=args.part)
     architecture = read_json(out / CONFIG_FILE)["architectures"][0]
-    print(f"exported {args.run_dir} -> {out} ({label}, {architecture})")
+    what = f"the {args.part} half of {args.run_dir}" if args.part else args.run_dir
+    print(f"exported {what} -> {out} ({label}, {architecture})")
     return 0
 
 

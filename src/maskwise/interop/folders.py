@@ -1,4 +1,5 @@
-"""Open any model folder: a maskwise run folder or a local HF model folder (``maskwise.load``)."""
+"""Open any model folder: a maskwise run folder or a local HF model folder (``maskwise.load``), and the
+fine-tuned classifier or tagger either kind can hold (``maskwise.load_fine_tuned``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,20 @@ import torch
 
 from maskwise.data.tokenizers import Tokenizer
 from maskwise.errors import UserError
-from maskwise.interop.hf_import import import_hf
-from maskwise.runs import CONFIG_FILE, TOKENIZER_FILE, load_run, read_json
+from maskwise.interop.hf_import import hf_fine_tune, import_hf
+from maskwise.runs import (
+    CONFIG_FILE,
+    HEAD_FILE,
+    TOKENIZER_FILE,
+    load_run,
+    read_json,
+    read_safetensors,
+)
+from maskwise.tasks.classify import SequenceClassifier
+from maskwise.tasks.tag import TokenTagger
+
+# The fine-tunes a folder hands back whole (body and trained head): task kind -> the model they make.
+WITH_HEAD = {"classify": SequenceClassifier, "tag": TokenTagger}
 
 
 class Loaded(NamedTuple):
@@ -20,12 +33,21 @@ class Loaded(NamedTuple):
     tokenizer: Any  # maskwise.data.tokenizers.Tokenizer, or None for an HF folder without tokenizer.json
 
 
+class FineTune(NamedTuple):
+    """What a folder says of the fine-tune it holds (``fine_tune_of``)."""
+
+    task: dict  # the record ``maskwise finetune`` keeps in a run's config ({} for a model never fine-tuned)
+    head: dict[str, torch.Tensor] | None  # the trained head's tensors, under ClassifierHead's names (None: none)
+
+
 def load(path: str | Path) -> Loaded:
     """Open a maskwise run folder or a local HF model folder.
 
     Either way the model (eval mode) answers ``model(input_ids, attention_mask=None,
     decoder_input_ids=None)`` with an output whose ``.logits`` are vocabulary logits (RTD scores for
     an ELECTRA discriminator); encoder-decoders need ``decoder_input_ids``, the others refuse them.
+    A fine-tuned classifier or tagger (a run or an HF task class) opens as its body, which a fine-tune
+    starts from; ``load_fine_tuned`` puts its trained head back on.
     """
     path = Path(path).expanduser()
     if not path.is_dir():
@@ -45,3 +67,27 @@ def load(path: str | Path) -> Loaded:
         return Loaded(run.model, run.tokenizer)
     raise UserError(f"{path / CONFIG_FILE}: neither a maskwise run config (no \"model\") nor an HF "
                     f"config (no \"model_type\")")
+
+
+def fine_tune_of(path: str | Path) -> FineTune:
+    """The task record and trained head of a folder: a maskwise run's config ``task`` and ``head.safetensors``,
+    or an HF task class's (``ModernBertForSequenceClassification`` ..., ``hf_import.hf_fine_tune``)."""
+    path = Path(path).expanduser()
+    config = read_json(path / CONFIG_FILE)
+    if "model_type" in config:
+        return FineTune(*hf_fine_tune(path))
+    head = path / HEAD_FILE
+    return FineTune(config.get("task") or {}, read_safetensors(head) if head.is_file() else None)
+
+
+def load_fine_tuned(path: str | Path) -> Loaded:
+    """The classifier or tagger a folder holds, its trained head on its body, in eval mode: a maskwise
+    ``finetune classify`` / ``finetune tag`` run, or an HF folder of a task class (e.g. an HF-fine-tuned
+    ``ModernBertForSequenceClassification``), whose logits it reproduces. ``model(input_ids,
+    attention_mask)`` gives the task's logits; ``tasks.classify.predict`` / ``tasks.tag.predict_tags`` read them."""
+    body, tokenizer = load(path)
+    fine_tune = fine_tune_of(path)
+    kind = fine_tune.task.get("kind")
+    if kind not in WITH_HEAD:
+        raise UserError(f"{path}: not a fine-tuned {' or '.join(WITH_HEAD)} model (its task: {kind or 'none'})")
+    return Loaded(WITH_HEAD[kind].from_fine_tune(body, fine_tune.task, fine_tune.head, str(path)), tokenizer)

@@ -31,6 +31,7 @@ from maskwise.interop.hf_keys import (
     MODEL_TYPE,
     MODERNBERTS,
     TASK_CLASS,
+    TASK_CLASSES_KEY,
     TASK_HEAD_TRANSFORM,
     TASK_UNMAPPED,
     TO_HF_ACTIVATION,
@@ -39,7 +40,7 @@ from maskwise.interop.hf_keys import (
     key_map,
     source_of,
 )
-from maskwise.model.transformer import Discriminator
+from maskwise.model.transformer import Discriminator, Encoder
 from maskwise.runs import (
     CONFIG_FILE,
     HEAD_FILE,
@@ -57,16 +58,19 @@ from maskwise.runs import (
 EXPORT_CANDIDATES = {"encoder": (("bert", "mlm"), ("electra", "mlm"), ("modernbert", "mlm")),
                      "decoder": (("gpt2", "lm"), ("llama", "lm"), ("modernbert-decoder", "mlm")),
                      "encoder-decoder": (("t5", "lm"), ("bart", "lm"))}
-TASK_CLASSES_KEY = {"classify": "labels", "tag": "tags"}  # fine-tunes whose head can go along: its classes' record
+# The same for a part exported alone: an encoder-decoder's encoder half is a base model (its vocabulary
+# head reads the decoder's output, so it has none of its own).
+PART_CANDIDATES = {"encoder": (("modernbert", "lm"),)}
 # ModernBERT's special-token ids default to its own 50k vocabulary: each is written, None when unknown.
 MODERNBERT_ROLES = ("pad", "bos", "eos", "cls", "sep")
 
 
-def _candidates(model: nn.Module, preferred: str | None) -> list[tuple[str, str]]:
-    """(column, head) pairs that could describe ``model``, most likely first (``preferred`` column first)."""
+def _candidates(model: nn.Module, preferred: str | None, part: str | None) -> list[tuple[str, str]]:
+    """(column, head) pairs that could describe ``model`` (a whole model, or the ``part`` of one it is),
+    most likely first (``preferred`` column first)."""
     if isinstance(model, Discriminator):
         return [("electra", "rtd")]
-    candidates = EXPORT_CANDIDATES[model.cfg.family]
+    candidates = EXPORT_CANDIDATES[model.cfg.family] if part is None else PART_CANDIDATES[part]
     return sorted(candidates, key=lambda pair: pair[0] != preferred)  # stable: the table's order otherwise
 
 
@@ -146,10 +150,12 @@ def _unknown_id(column: str, role: str) -> int | None:
     return 0 if column == "modernbert-decoder" and role != "eos" else None
 
 
-def hf_config(model: nn.Module, preferred: str | None = None) -> tuple[dict[str, Any], Architecture]:
+def hf_config(model: nn.Module, preferred: str | None = None,
+              part: str | None = None) -> tuple[dict[str, Any], Architecture]:
     """The HF config (and architecture) that reproduces ``model`` exactly, or a ``UserError`` naming
-    every setting of the closest architecture that has no HF equivalent."""
-    candidates = _candidates(model, preferred)
+    every setting of the closest architecture that has no HF equivalent. ``part``: the part of a model
+    that ``model`` is (``"encoder"``: ``encoder_half``'s), which only some classes can hold."""
+    candidates = _candidates(model, preferred, part)
     if preferred is not None and preferred not in {column for column, _ in candidates}:
         raise UserError(f"a {model.cfg.family} cannot be exported as {preferred}; "
                         f"choose from {', '.join(sorted({column for column, _ in candidates}))}")
@@ -160,18 +166,39 @@ def hf_config(model: nn.Module, preferred: str | None = None) -> tuple[dict[str,
             return hf, ARCHITECTURES[EXPORT_CLASS[column, head]]
         attempts.append((len(problems), EXPORT_CLASS[column, head], problems))
     _, class_name, problems = min(attempts)
-    family = model.cfg.family
+    family = model.cfg.family if part is None else f"encoder-decoder's {part} half"
     as_decoder = dataclasses.replace(model.cfg, family="decoder")
     if not model.cfg.kind.causal and not _hf_config_or_problems(as_decoder, "llama", "lm")[1]:
         raise UserError(f"this {family} has Llama's layout but no HF equivalent: LlamaForCausalLM is causal-only, "
                         f"so it cannot compute bidirectional attention")
-    # its encoder stack alone: what only an encoder-decoder has (the decoder's depth, cross-attention's RoPE) left out
-    as_encoder = dataclasses.replace(model.cfg, family="encoder", n_decoder_layers=None, cross_rope=False)
-    if model.cfg.kind.two_stacks and not _hf_config_or_problems(as_encoder, "modernbert", "mlm")[1]:
+    half_column, half_head = PART_CANDIDATES["encoder"][0]
+    if model.cfg.kind.two_stacks and not _hf_config_or_problems(encoder_half_config(model.cfg), half_column,
+                                                                half_head)[1]:
         raise UserError(f"this {family} has ModernBERT's layout but no HF equivalent: ModernBertForMaskedLM and "
-                        f"ModernBertDecoderForCausalLM have no cross-attention")
-    raise UserError(f"this {model.cfg.family} config has no HF equivalent; closest is {class_name}, "
+                        f"ModernBertDecoderForCausalLM have no cross-attention; its encoder half exports alone as "
+                        f"{EXPORT_CLASS[half_column, half_head]} (--part encoder)")
+    raise UserError(f"this {family} config has no HF equivalent; closest is {class_name}, "
                     f"but: {'; '.join(problems)}")
+
+
+def encoder_half_config(cfg: ModelConfig) -> ModelConfig:
+    """An encoder-decoder's encoder stack as an encoder of its own: no decoder (its depth, cross-attention's
+    RoPE) and no vocabulary head (the encoder-decoder's reads the decoder's output)."""
+    return dataclasses.replace(cfg, family="encoder", n_decoder_layers=None, cross_rope=False, tie_embeddings=True,
+                               lm_head_transform=False, lm_head_bias=False, lm_head_input_scale=1.0)
+
+
+def encoder_half(model: nn.Module) -> Encoder:
+    """An encoder-decoder's token embeddings and encoder stack as an ``Encoder`` with no vocabulary head
+    (the same tensors): the half that reads a text, which HF's encoder classes hold where none has its
+    cross-attention; its ``hidden_states`` are the encoder-decoder's ``encode``."""
+    if not model.cfg.kind.two_stacks:
+        raise UserError(f"this {model.cfg.family} has no encoder half to export alone (only an encoder-decoder has "
+                        f"two stacks)")
+    half = Encoder(encoder_half_config(model.cfg))
+    half.load_state_dict({"embed.weight": model.embed.weight,
+                          **{f"stack.{key}": value for key, value in model.encoder.state_dict().items()}})
+    return half.eval()
 
 
 def hf_state_dict(model: nn.Module, arch: Architecture) -> dict[str, torch.Tensor]:
@@ -191,7 +218,8 @@ def hf_state_dict(model: nn.Module, arch: Architecture) -> dict[str, torch.Tenso
 
 
 def export_hf(run_or_model: Any, out_dir: str | Path, overwrite: bool = False, tokenizer: Any = None,
-              architecture: str | None = None, extra_files: dict[str, bytes] | None = None) -> Path:
+              architecture: str | None = None, extra_files: dict[str, bytes] | None = None,
+              part: str | None = None) -> Path:
     """Write an HF folder that ``AutoModelForMaskedLM`` / ``ForCausalLM`` / ``ForSeq2SeqLM`` (or, for an
     ELECTRA discriminator, ``AutoModelForPreTraining``) loads and that computes the same logits.
 
@@ -201,6 +229,9 @@ def export_hf(run_or_model: Any, out_dir: str | Path, overwrite: bool = False, t
     layout (RMSNorm, RoPE, SwiGLU), as ``LlamaForCausalLM``, with the "modernbert" layout as
     ``ModernBertDecoderForCausalLM``. A classify or tag run goes with the head it trained, as the HF
     task class of ``hf_keys.TASK_CLASS`` (e.g. ``ModernBertForSequenceClassification``).
+    ``part="encoder"``: an encoder-decoder's encoder half alone (``encoder_half``), with the "modernbert"
+    layout as ``ModernBertModel`` (``AutoModel``), whose hidden states are the encoder-decoder's ``encode``;
+    its tokenizer frames a text as the encoder-decoder reads it (bare ids).
     The folder (config.json, model.safetensors, and with a tokenizer tokenizer.json +
     tokenizer_config.json) is assembled under a temporary name and renamed into place; an existing
     non-empty ``out_dir`` is replaced only with ``overwrite``, and only when it is a model folder
@@ -216,14 +247,25 @@ def export_hf(run_or_model: Any, out_dir: str | Path, overwrite: bool = False, t
         if task.get("kind") in TASK_CLASSES_KEY and (run_or_model.path / HEAD_FILE).is_file():
             head = read_safetensors(run_or_model.path / HEAD_FILE)
     out = prepare_folder(Path(out_dir).expanduser(), overwrite, kind="model folder", what="", create=False)
-    hf, arch = hf_config(model, architecture or ("electra" if settings.get("preset") == "electra" else None))
+    family = model.cfg.family  # a text is framed as the whole model reads it
+    if part is not None:
+        if part not in PART_CANDIDATES:
+            raise UserError(f"unknown part {part!r}; known: {', '.join(PART_CANDIDATES)}")
+        model = encoder_half(model)
+    hf, arch = hf_config(model, architecture or ("electra" if settings.get("preset") == "electra" else None), part)
     tensors = hf_state_dict(model, arch)
     if head is not None:
         hf, tensors = _with_task_head(hf, arch, tensors, task, head)
+    elif arch.base_prefix:  # a base class saves its tensors without its task classes' prefix
+        tensors = {name.removeprefix(arch.base_prefix): value for name, value in tensors.items()}
     files = {MODEL_FILE: save_safetensors_bytes(tensors, metadata={"format": "pt"})}
     if tokenizer is not None:
         hf.update(_special_ids(tokenizer, MODERNBERT_ROLES if arch.column in MODERNBERTS else ("pad", "bos", "eos")))
-        files[TOKENIZER_FILE] = encoder_framing(tokenizer, model.cfg.family).to_str().encode()
+        backend = encoder_framing(tokenizer, family)
+        if part is not None and backend.post_processor is None:
+            # bare ids said explicitly: a reader taking the folder for an encoder's would put [CLS] first
+            backend.post_processor = TemplateProcessing(single="$A")
+        files[TOKENIZER_FILE] = backend.to_str().encode()
         files["tokenizer_config.json"] = json_bytes(_tokenizer_config(tokenizer, model.cfg))
     files[CONFIG_FILE] = json_bytes(hf)
     _write_folder(out, {**files, **(extra_files or {})})

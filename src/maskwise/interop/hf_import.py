@@ -20,14 +20,18 @@ from maskwise.config import ModelConfig
 from maskwise.errors import UserError
 from maskwise.interop.hf_keys import (
     ARCHITECTURES,
+    CLASSIFIER_POOLINGS,
     CONFIG_KEYS,
     COPIES,
     DROPOUT_DEFAULT,
     DROPOUT_KEYS,
     FIXED,
     FROM_HF_ACTIVATION,
+    HEAD_KEYS,
     KEY_MAP,
     MODERNBERTS,
+    TASK_CLASSES_KEY,
+    TASK_OF,
     UNUSED,
     Architecture,
     column_entry,
@@ -181,12 +185,14 @@ def config_from_hf(hf: dict[str, Any], arch: Architecture, tensors: dict[str, to
                             f"(maskwise has one bias setting for projections and norms)")
         values["bias"] = biases["attention_bias"]
         values["activation"] = _activation(column, _get(hf, "hidden_activation", "gelu"))
-        if arch.head == "mlm":
+        # ModernBERT's MLM and task heads both begin with a dense + act + norm, its classifier_* settings
+        values["lm_head_transform_bias"] = _get(hf, "classifier_bias", False)
+        if arch.head in ("mlm", "task"):  # a head computed here, so its activation must be the body's
             head_activation = _get(hf, "classifier_activation", "gelu")
             if _activation(column, head_activation) != values["activation"]:
                 raise UserError(f"{column}: classifier_activation={head_activation!r} differs from hidden_activation "
                                 f"{_get(hf, 'hidden_activation', 'gelu')!r} (maskwise's head uses the body's)")
-            values["lm_head_transform_bias"] = _get(hf, "classifier_bias", False)
+        if arch.head == "mlm":
             values["lm_head_bias"] = _get(hf, "decoder_bias", True)
         values["rope_theta"] = _modernbert_rope_theta(column, hf, "full_attention", "global_rope_theta", 160000.0)
         values["local_rope_theta"] = _modernbert_rope_theta(column, hf, "sliding_attention", "local_rope_theta",
@@ -262,6 +268,15 @@ def _is_tied(arch: Architecture, tensors: dict[str, torch.Tensor]) -> bool:
     return embedding in tensors and torch.equal(tensors[head], tensors[embedding])
 
 
+def _read_source(source: Any) -> tuple[dict[str, Any], dict[str, torch.Tensor], str | None, str]:
+    """(HF config, tensors, class name, what error messages call it) of a ``transformers`` model object
+    or a local HF folder."""
+    if hasattr(source, "state_dict") and hasattr(source, "config"):
+        return source.config.to_dict(), source.state_dict(), type(source).__name__, type(source).__name__
+    hf, tensors = read_hf_folder(source)
+    return hf, tensors, (hf.get("architectures") or [None])[0], str(source)
+
+
 def import_hf(source: Any) -> Transformer:
     """A maskwise model computing what an HF model computes, in eval mode.
 
@@ -270,22 +285,58 @@ def import_hf(source: Any) -> Transformer:
     other supported class becomes an ``Encoder``, ``Decoder`` or ``EncoderDecoder`` whose ``.logits``
     are the HF model's logits (for a base model, e.g. ``BertModel`` or ``LlamaModel``, the tied
     projection onto the vocabulary, which a base ``ElectraModel`` with factorised embeddings lacks;
-    use ``hidden_states``).
+    use ``hidden_states``). A task class (``hf_keys.TASK_CLASS``) gives its body, as a base model;
+    ``hf_fine_tune`` reads its head.
     """
-    if hasattr(source, "state_dict") and hasattr(source, "config"):
-        hf, tensors, class_name = source.config.to_dict(), source.state_dict(), type(source).__name__
-        where = class_name  # names the model in error messages
-    else:
-        hf, tensors = read_hf_folder(source)
-        class_name = (hf.get("architectures") or [None])[0]
-        where = str(source)
+    hf, tensors, class_name, where = _read_source(source)
     arch = _architecture(class_name, hf.get("model_type"))
+    if arch.head == "task":
+        tensors = _split_task_head(tensors)[0]
     if arch.base_prefix:
         tensors = {(k if k.startswith(arch.base_prefix) else arch.base_prefix + k): v for k, v in tensors.items()}
     cfg = config_from_hf(hf, arch, tensors)
     model = Discriminator(cfg) if arch.head == "rtd" else build_model(cfg)
     load_weights_into(model, _to_maskwise(model, arch, tensors, where), where)
     return model.eval()
+
+
+def hf_fine_tune(source: Any) -> tuple[dict[str, Any], dict[str, torch.Tensor] | None]:
+    """An HF task class's fine-tune as ``maskwise finetune`` records one: the task record (its kind, its
+    classes in id2label's order, a classifier's pooling) and the head's tensors under ``ClassifierHead``'s
+    names; ``({}, None)`` for any other class. A head maskwise's would compute otherwise is a ``UserError``."""
+    hf, tensors, class_name, where = _read_source(source)
+    if class_name not in TASK_OF:
+        return {}, None
+    kind = TASK_OF[class_name][1]
+    # a config.json omits HF's default labels (two, LABEL_0 and LABEL_1), as transformers 5 saves one
+    names = hf.get("id2label") or {i: f"LABEL_{i}" for i in range(_get(hf, "num_labels", 2))}
+    task: dict[str, Any] = {"kind": kind, TASK_CLASSES_KEY[kind]: [names[key] for key in sorted(names, key=int)]}
+    if kind == "classify":
+        problem = hf.get("problem_type")
+        if problem not in (None, "single_label_classification") or len(names) < 2:
+            raise UserError(f"{where}: problem_type={problem!r} with {len(names)} label(s) is not supported "
+                            f"(maskwise's classifier picks one of two or more labels)")
+        pooling = _get(hf, "classifier_pooling", "cls")
+        if pooling not in CLASSIFIER_POOLINGS:
+            raise UserError(f"{where}: classifier_pooling={pooling!r} is not supported (only "
+                            f"{' or '.join(CLASSIFIER_POOLINGS)})")
+        task.update(pooling=pooling, freeze=False)
+    return task, _split_task_head(tensors)[1]
+
+
+_FROM_HEAD_KEYS = {hf: ours for ours, hf in HEAD_KEYS.items()}
+
+
+def _split_task_head(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(the body's tensors, the head's under ``ClassifierHead``'s names) of an HF task class's state dict."""
+    body, head = {}, {}
+    for name, value in tensors.items():
+        module, _, suffix = name.rpartition(".")
+        if module in _FROM_HEAD_KEYS:
+            head[f"{_FROM_HEAD_KEYS[module]}.{suffix}"] = value
+        else:
+            body[name] = value
+    return body, head
 
 
 def _to_maskwise(model: nn.Module, arch: Architecture, tensors: dict[str, torch.Tensor],

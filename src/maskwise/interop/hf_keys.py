@@ -37,10 +37,20 @@ class Architecture:
 
     column: str  # "bert", "electra", "gpt2", "llama", "t5", "bart", "modernbert" or "modernbert-decoder"
     # "mlm": a dense+act+norm transform before the vocabulary (BERT's, with a vocab bias; ModernBERT's
-    # encoder and decoder both predict through one); "rtd"; "lm": a plain projection
+    # encoder and decoder both predict through one); "rtd"; "lm": a plain projection; "task": a fine-tuned
+    # task class (TASK_CLASS), its body read with no vocabulary head and its classifier apart
     head: str
     base_prefix: str = ""
 
+
+# A fine-tune's head (``model.heads.ClassifierHead``, saved beside its body) goes into the HF class of
+# (the body's column, the task kind), and such a folder imports back as the body and the head.
+TASK_CLASS = {
+    ("bert", "tag"): "BertForTokenClassification",
+    ("modernbert", "classify"): "ModernBertForSequenceClassification",
+    ("modernbert", "tag"): "ModernBertForTokenClassification",
+}
+TASK_OF = {name: key for key, name in TASK_CLASS.items()}  # HF task class -> (column, task kind)
 
 ARCHITECTURES = {
     "BertForMaskedLM": Architecture("bert", "mlm"),
@@ -58,9 +68,11 @@ ARCHITECTURES = {
     "ModernBertModel": Architecture("modernbert", "lm", base_prefix="model."),
     "ModernBertDecoderForCausalLM": Architecture("modernbert-decoder", "mlm"),
     "ModernBertDecoderModel": Architecture("modernbert-decoder", "lm", base_prefix="model."),
+    **{name: Architecture(column, "task") for name, (column, _) in TASK_OF.items()},
 }
 
-# Export writes the task class (the one AutoModelForMaskedLM / CausalLM / Seq2SeqLM loads).
+# Export writes the task class (the one AutoModelForMaskedLM / CausalLM / Seq2SeqLM loads), and an
+# encoder-decoder's encoder half (no vocabulary head of its own) as the base class.
 EXPORT_CLASS = {
     ("bert", "mlm"): "BertForMaskedLM",
     ("electra", "mlm"): "ElectraForMaskedLM",
@@ -71,6 +83,7 @@ EXPORT_CLASS = {
     ("bart", "lm"): "BartForConditionalGeneration",
     ("modernbert", "mlm"): "ModernBertForMaskedLM",
     ("modernbert-decoder", "mlm"): "ModernBertDecoderForCausalLM",
+    ("modernbert", "lm"): "ModernBertModel",
 }
 
 MODEL_TYPE = {"bert": "bert", "electra": "electra", "gpt2": "gpt2", "llama": "llama", "t5": "t5", "bart": "bart",
@@ -128,6 +141,7 @@ HEAD_FIXED = {
     "mlm": {"lm_head_transform": True, "lm_head_bias": True},
     "rtd": {"lm_head_transform": False, "lm_head_bias": False, "tie_embeddings": True},
     "lm": {"lm_head_transform": False, "lm_head_bias": False},
+    "task": {"lm_head_transform": False, "lm_head_bias": False},
 }
 
 
@@ -215,13 +229,7 @@ TO_HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "si
 
 # ---- fine-tuned task heads ------------------------------------------------------------------
 
-# A fine-tune's head (``model.heads.ClassifierHead``, saved beside its body) goes into the HF class of
-# (the body's column, the task kind); where HF's class computes something else, why not.
-TASK_CLASS = {
-    ("bert", "tag"): "BertForTokenClassification",
-    ("modernbert", "classify"): "ModernBertForSequenceClassification",
-    ("modernbert", "tag"): "ModernBertForTokenClassification",
-}
+# Where HF's class for (column, task kind) computes something else than maskwise's head (TASK_CLASS), why not.
 TASK_UNMAPPED = {
     ("bert", "classify"): "BertForSequenceClassification passes [CLS] through its pooler (dense + tanh) before its "
                           "classifier, and maskwise's classifier reads the pooled state directly",
@@ -231,6 +239,7 @@ TASK_HEAD_TRANSFORM = {"bert": False, "modernbert": True}
 # ClassifierHead's modules under their HF names (BERT's and ModernBERT's task classes name them alike).
 HEAD_KEYS = {"transform.0": "head.dense", "transform.2": "head.norm", "proj": "classifier"}
 CLASSIFIER_POOLINGS = ("cls", "mean")  # ModernBertForSequenceClassification's classifier_pooling
+TASK_CLASSES_KEY = {"classify": "labels", "tag": "tags"}  # where a task's record keeps its classes
 
 # ---- weights: where each maskwise tensor lives, side by side -----------------------------------
 

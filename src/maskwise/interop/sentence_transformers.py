@@ -165,20 +165,24 @@ def pool_sentences(hidden: torch.Tensor, attention_mask: torch.Tensor, poolings:
     return torch.cat(vectors, dim=-1)
 
 
-def export_sentence_transformers(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:
+def export_sentence_transformers(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False,
+                                 part: str | None = None) -> Path:
     """Write an encoder run as a folder that ``SentenceTransformer(out_dir)`` opens and that encodes
-    texts to the vectors ``maskwise embed`` gives for the run.
+    texts to the vectors ``maskwise embed`` gives for the run (``part="encoder"``: an encoder-decoder run,
+    through its encoder half, ``hf_export.encoder_half``).
 
     The Transformer module is ``hf_export.export_hf``'s folder (weights, config, and the tokenizer
-    with maskwise's ``[CLS] x`` framing); beside it go modules.json, sentence_bert_config.json (the
-    run's length), 1_Pooling/config.json (its pooling) and a Normalize module where it normalises.
+    with maskwise's ``[CLS] x`` framing, or an encoder-decoder's bare ids); beside it go modules.json,
+    sentence_bert_config.json (the run's length), 1_Pooling/config.json (its pooling) and a Normalize
+    module where it normalises.
     ``out_dir`` is guarded as ``export_hf`` guards it (``overwrite`` replaces only a model folder);
     the whole folder is assembled before it is renamed into place.
     """
     run = load_run(Path(run_dir).expanduser())
     cfg = run.model.cfg
-    if not cfg.kind.encoder_only:
-        raise UserError(f"{run_dir}: a {cfg.family} run; sentence-transformers export takes encoder runs")
+    if not cfg.kind.encoder_only and part is None:
+        raise UserError(f"{run_dir}: a {cfg.family} run; sentence-transformers export takes encoder runs "
+                        f"(or an encoder-decoder's encoder half: --part encoder)")
     settings = declared_settings(run.path).resolved(cfg)
     to_mode = {name: mode for mode, name in ST_POOLINGS.items()}
     modes = [to_mode[name] for name in settings.pooling]
@@ -196,5 +200,5 @@ def export_sentence_transformers(run_dir: str | Path, out_dir: str | Path, overw
         f"{POOLING_DIR}/{CONFIG_FILE}": json_bytes(pooling),
     }
     # export_hf refuses configs with no HF equivalent, and writes the module files with the weights
-    out = export_hf(run, out_dir, overwrite=overwrite, extra_files=files)
+    out = export_hf(run, out_dir, overwrite=overwrite, extra_files=files, part=part)
     return out

@@ -28,6 +28,7 @@ from maskwise.data.tasks import LabelledText
 from maskwise.errors import UserError
 from maskwise.families import family_of
 from maskwise.model.heads import POOLINGS, ClassifierHead, pool
+from maskwise.runs import load_weights_into
 from maskwise.runtime import Runtime
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.metrics import accuracy, macro_f1, majority_label
@@ -77,6 +78,15 @@ class SequenceClassifier(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         h = self.body.read(input_ids, attention_mask)  # (B, T, d)
         return self.head(pool(h, attention_mask, self.pooling))  # (B, n_classes)
+
+    @classmethod
+    def from_fine_tune(cls, body: nn.Module, task: dict, head: dict[str, torch.Tensor] | None,
+                       where: str) -> SequenceClassifier:
+        """The classifier a fine-tune left (``interop.folders.fine_tune_of``: a run's or an HF task class's
+        record of labels, pooling and mode, and its head's tensors) on ``body``, in eval mode."""
+        model = cls(body, task["labels"], task["pooling"], task.get("freeze", False))
+        load_weights_into(model.head, head or {}, f"classifier head of {where}")
+        return model.eval()
 
 
 @dataclass

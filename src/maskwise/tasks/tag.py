@@ -26,6 +26,7 @@ from maskwise.data.tagging import OUTSIDE, TaggedText
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX, ClassifierHead
 from maskwise.padding import pad
+from maskwise.runs import load_weights_into
 from maskwise.runtime import Runtime
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.metrics import accuracy, tag_scores
@@ -53,6 +54,15 @@ class TokenTagger(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.head(self.body.read(input_ids, attention_mask))  # (B, T, n_tags)
+
+    @classmethod
+    def from_fine_tune(cls, body: nn.Module, task: dict, head: dict[str, torch.Tensor] | None,
+                       where: str) -> TokenTagger:
+        """The tagger a fine-tune left (``interop.folders.fine_tune_of``: a run's or an HF task class's
+        record of tags, and its head's tensors) on ``body``, in eval mode."""
+        model = cls(body, task["tags"])
+        load_weights_into(model.head, head or {}, f"tagger head of {where}")
+        return model.eval()
 
 
 def word_positions(tokenizer, example: TaggedText, family: str, max_len: int) -> tuple[list[int], list[int]]:
