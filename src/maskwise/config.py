@@ -66,6 +66,8 @@ class ModelConfig:
     lm_head_input_scale: float = 1.0  # tied T5 multiplies the decoder output by d_model ** -0.5
     dropout: float = 0.0
     init_std: float = 0.02
+    # A decoder trained by the hybrid objective: tasks read it with a bidirectional mask, it writes causally.
+    reads_bidirectionally: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -87,7 +89,8 @@ class ModelConfig:
     @property
     def kind(self) -> Family:
         """What this family is (``maskwise.families``): asked instead of comparing ``family`` to names."""
-        return family_of(self.family)
+        family = family_of(self.family)
+        return family.reading_bidirectionally() if self.reads_bidirectionally else family
 
     @property
     def total_layers(self) -> int:
@@ -104,6 +107,12 @@ class ModelConfig:
         _choice("norm", self.norm, NORMS)
         _choice("activation", self.activation, ACTIVATIONS)
         _choice("position", self.position, POSITIONS)
+        if self.reads_bidirectionally and not family_of(self.family).causal:
+            raise UserError(f"model config: reads_bidirectionally is for a decoder (an {self.family} reads "
+                            f"bidirectionally already)")
+        if self.reads_bidirectionally and self.position == "relative":
+            raise UserError("model config: reads_bidirectionally needs a position other than 'relative' (a causal "
+                            "stack's relative bias has no buckets for later keys)")
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
             if getattr(self, name) <= 0:
                 raise UserError(f"model config: {name} must be positive, got {getattr(self, name)}")

@@ -7,7 +7,7 @@ the defaults below follow from it and are kept here, once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from maskwise.errors import UserError
 
@@ -22,11 +22,18 @@ class Family:
     classify_pooling: str  # the summary a classifier reads by default: [CLS], the last token, or the mean
     embed_pooling: str  # the summary a bi-encoder reads by default
     reranker: str  # "cross" (one pass scores a pair) or "generative" (scores a written judgement)
+    reads_bidirectionally: bool = False  # a causal stack that reads with a bidirectional mask (the hybrid)
 
     @property
     def bidirectional(self) -> bool:
-        """Reads a text with a bidirectional stack (an encoder, or an encoder-decoder's encoder)."""
-        return not self.causal
+        """Reads a text with a bidirectional mask (an encoder, an encoder-decoder's encoder, a hybrid decoder)."""
+        return not self.causal or self.reads_bidirectionally
+
+    @property
+    def fills_masks(self) -> bool:
+        """One stack that reads bidirectionally and predicts masked tokens: an MLM encoder at the
+        [MASK], a hybrid decoder from the position before it (``tasks.fill_mask``)."""
+        return self.bidirectional and not self.two_stacks
 
     @property
     def writes(self) -> bool:
@@ -38,6 +45,15 @@ class Family:
         """One bidirectional stack (BERT): it reads ``[CLS] x`` as MLM pretrained it, fills masks and
         cross-encodes pairs, and cannot write."""
         return not self.causal and not self.two_stacks
+
+    def reading_bidirectionally(self) -> Family:
+        """This causal family read with a bidirectional mask for understanding and written causally (a
+        decoder trained by the hybrid objective, GPT-BERT): every position then sees the whole text,
+        so a summary is the mean of them, as for an encoder's bi-encoder."""
+        if not self.causal:
+            raise ValueError(f"the {self.name} family reads bidirectionally already")
+        return replace(self, reads_bidirectionally=True, objective="hybrid", classify_pooling="mean",
+                       embed_pooling="mean")
 
 
 ENCODER = Family("encoder", causal=False, two_stacks=False, objective="mlm", preset="bert",

@@ -45,7 +45,7 @@ def register(subparsers) -> None:
     add_common_flags(generate)
     generate.set_defaults(handler=in_runtime(run_generate))
 
-    fill = subparsers.add_parser("fill-mask", help="top tokens for each [MASK] (encoder)")
+    fill = subparsers.add_parser("fill-mask", help="top tokens for each [MASK] (encoder, hybrid decoder)")
     fill.add_argument("model", help="run folder or HF model folder")
     fill.add_argument("text", help='text with one or more "[MASK]"')
     fill.add_argument("--top-k", type=int, default=5)

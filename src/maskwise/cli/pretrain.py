@@ -14,7 +14,7 @@ from maskwise.train.pretrain import PretrainConfig, pretrain, read_toml
 
 HELP = {
     "family": "encoder, decoder or encoder-decoder",
-    "objective": "mlm, clm, span, denoise, electra, prefix-lm (default: the family's classic one)",
+    "objective": "mlm, clm, span, denoise, electra, prefix-lm, hybrid (default: the family's classic one)",
     "data": "shakespeare (embedded); a .txt, .jsonl or .parquet file; a folder of .txt or .parquet files; "
             "a quoted glob ('shards/*.parquet'); a datasets save_to_disk folder; or an HF dataset NAME[:CONFIG] "
             "(offline: from the local cache)",
@@ -25,6 +25,7 @@ HELP = {
     "budget": "stop at tokens=N, seconds=S or flops=F (the LR schedule follows it; with --init-from it "
               "counts this run's phase only)",
     "no_shift": "CLM without the shift: predict the current token (the shift-bug ablation)",
+    "causal_fraction": "hybrid: the fraction of batches that are causal; the others are masked, read bidirectionally",
     "out": "run folder (default runs/<family>-<objective>)",
     "device": DEVICE_HELP + "; cuda:LOCAL_RANK under torchrun",
     "precision": PRECISION_HELP,

@@ -219,17 +219,19 @@ class Stack(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         prefix_lengths: torch.Tensor | None = None,
         cache: KVCache | None = None,
+        pattern: str | None = None,
     ) -> torch.Tensor:
         """x: (B, T, e) token embeddings (e = d unless factorised); attention_mask: (B, T_keys)
         1 = real token (with a cache, it covers the cached keys too); context: (B, S, d) encoder
-        states; context_mask: (B, S)."""
+        states; context_mask: (B, S); pattern: this pass's self-attention pattern where it is not the
+        stack's own (a hybrid decoder's bidirectional pass)."""
         T = x.shape[1]
         offset = cache.length if cache is not None else 0
         if positions is None:
             positions = torch.arange(offset, offset + T, device=x.device)  # (T,)
         x = self.dropout(self.embed(x, positions, token_type_ids))
 
-        pattern = "prefix" if prefix_lengths is not None else self.pattern
+        pattern = pattern or ("prefix" if prefix_lengths is not None else self.pattern)
         k_len = offset + T
         # One self-attention mask per kind of layer in the stack: global (False) and sliding-window (True).
         masks = {local: build_mask(pattern, T, k_len, key_padding=attention_mask, prefix_lengths=prefix_lengths,
@@ -364,7 +366,8 @@ class Discriminator(Encoder):
 
 
 class Decoder(Transformer):
-    """GPT-style: one causal stack (prefix-LM when ``prefix_lengths`` is given)."""
+    """GPT-style: one causal stack (prefix-LM when ``prefix_lengths`` is given; read bidirectionally
+    when ``bidirectional``, the hybrid objective's masked batches)."""
 
     family = "decoder"
 
@@ -374,21 +377,28 @@ class Decoder(Transformer):
         self.init_weights()
 
     def hidden_states(self, input_ids, attention_mask=None, positions=None, prefix_lengths=None,
-                      cache=None) -> torch.Tensor:
+                      cache=None, bidirectional: bool = False) -> torch.Tensor:
+        if bidirectional and (prefix_lengths is not None or cache is not None):
+            raise ValueError("a bidirectional pass reads the whole text at once: no prefix_lengths, no cache")
         return self.stack(self._embed(input_ids), attention_mask, positions=positions,
-                          prefix_lengths=prefix_lengths, cache=cache)
+                          prefix_lengths=prefix_lengths, cache=cache,
+                          pattern="bidirectional" if bidirectional else None)
 
     def read(self, input_ids, attention_mask) -> torch.Tensor:
-        """``(B, T, d)`` with positions from the mask, so left and right padding read alike."""
-        return self.hidden_states(input_ids, attention_mask, positions=positions_from_mask(attention_mask))
+        """``(B, T, d)`` with positions from the mask, so left and right padding read alike; with the
+        bidirectional mask where the model was trained to read so (``cfg.reads_bidirectionally``)."""
+        return self.hidden_states(input_ids, attention_mask, positions=positions_from_mask(attention_mask),
+                                  bidirectional=self.cfg.reads_bidirectionally)
 
     def forward(self, input_ids, attention_mask=None, labels=None, positions=None, prefix_lengths=None,
-                cache=None, decoder_input_ids=None, return_logits: bool = True) -> LMOutput:
+                cache=None, decoder_input_ids=None, return_logits: bool = True,
+                bidirectional: bool = False) -> LMOutput:
         """``decoder_input_ids``: accepted for a family-independent call signature; must be None
         (a decoder-only model reads everything through ``input_ids``). ``return_logits=False``:
-        the loss alone (see ``LMHead.forward``)."""
+        the loss alone (see ``LMHead.forward``). ``bidirectional``: every position sees every other
+        (the hybrid objective's masked batches)."""
         _no_decoder(self, decoder_input_ids)
-        h = self.hidden_states(input_ids, attention_mask, positions, prefix_lengths, cache)  # (B, T, d)
+        h = self.hidden_states(input_ids, attention_mask, positions, prefix_lengths, cache, bidirectional)  # (B, T, d)
         out = self.lm_head(h, labels, return_logits=return_logits)
         out.hidden_states = h
         return out

@@ -48,8 +48,18 @@ class Objective:
         """(B, raw_length) token windows -> model inputs and labels (pure, seeded by ``generator``)."""
         raise NotImplementedError
 
+    def prepare_eval(self, windows: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """What evaluation measures on ``windows``: ``prepare``'s batch, unless the objective draws
+        among kinds of batch and evaluation must measure every kind each time (the hybrid)."""
+        return self.prepare(windows, generator)
+
     def loss(self, model, batch: dict[str, torch.Tensor]) -> LossParts:
         raise NotImplementedError
+
+    def model_config(self, cfg):
+        """The ``ModelConfig`` this objective trains, from the family's ``cfg``: ``cfg`` itself, unless
+        the objective changes how the trained model is used (the hybrid reads bidirectionally)."""
+        return cfg
 
     def build_model(self, cfg) -> torch.nn.Module | None:
         """The model this objective trains for ``cfg`` (a ``ModelConfig``), or None for the family's

@@ -14,6 +14,7 @@ from maskwise.objectives.base import Objective
 from maskwise.objectives.clm import CLM
 from maskwise.objectives.denoise import Denoising
 from maskwise.objectives.electra import Electra
+from maskwise.objectives.hybrid import Hybrid
 from maskwise.objectives.mlm import MLM
 from maskwise.objectives.prefix_lm import PrefixLM
 from maskwise.objectives.span import SpanCorruption
@@ -26,6 +27,7 @@ OBJECTIVES: dict[str, tuple[tuple[str, ...], Callable[..., Objective]]] = {
     "denoise": (Denoising.families, lambda tok, vocab, **o: Denoising(tok, vocab, **o)),
     "electra": (Electra.families, lambda tok, vocab, **o: Electra(tok, vocab, **o)),
     "prefix-lm": (PrefixLM.families, lambda tok, vocab: PrefixLM()),
+    "hybrid": (Hybrid.families, lambda tok, vocab, **o: Hybrid(tok, vocab, **o)),
 }
 
 # objective -> {settings key (CLI flag / TOML key): constructor keyword}
@@ -39,6 +41,8 @@ OBJECTIVE_OPTIONS: dict[str, dict[str, str]] = {
     # ELECTRA keeps its own p_mask/p_random (0.85/0.0): only the ratio is shared with MLM's flags.
     "electra": {"mask_ratio": "mask_ratio", "generator_fraction": "generator_fraction",
                 "discriminator_weight": "discriminator_weight"},
+    "hybrid": {"causal_fraction": "causal_fraction", "mask_ratio": "mask_ratio", "mask_prob": "p_mask",
+               "random_prob": "p_random"},
 }
 
 def check_pair(family: str, objective: str) -> None:

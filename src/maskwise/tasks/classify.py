@@ -6,6 +6,7 @@ zero-shot by prompting.
   text through a causal mask; or no head at all: each label is scored as a continuation of a prompt
   and the most likely wins (``zero_shot_classify``).
 * Encoder-decoder: the encoder alone, mean-pooled (the decoder has nothing to add to reading).
+* A hybrid decoder (``--objective hybrid``) reads bidirectionally, as it was trained to: mean-pooled.
 
 ``freeze=True`` is a linear probe: the body is fixed and only the head trains, which measures what
 pretraining put into the representation; ``freeze=False`` fine-tunes everything, the body at ``lr``
@@ -26,7 +27,7 @@ from torch import nn
 
 from maskwise.data.tasks import LabelledText
 from maskwise.errors import UserError
-from maskwise.families import family_of
+from maskwise.families import Family
 from maskwise.model.heads import POOLINGS, ClassifierHead, pool
 from maskwise.runs import load_weights_into
 from maskwise.runtime import Runtime
@@ -43,12 +44,12 @@ from maskwise.tasks.scoring import continuation_logprobs, start_id_of
 HEAD_PREFIX = "head."
 
 
-def check_pooling(family: str, pooling: str | None) -> str:
-    """The pooling to use: the family's default, or the one asked for if it makes sense there."""
-    pooling = family_of(family).classify_pooling if pooling is None else pooling
+def check_pooling(kind: Family, pooling: str | None) -> str:
+    """The pooling to use: the family's default (``cfg.kind``), or the one asked for if it makes sense there."""
+    pooling = kind.classify_pooling if pooling is None else pooling
     if pooling not in POOLINGS:
         raise UserError(f"unknown pooling {pooling!r}; known: {', '.join(POOLINGS)}")
-    if family_of(family).causal and pooling == "cls":
+    if not kind.bidirectional and pooling == "cls":
         raise UserError("cls pooling reads the first token, which a causal decoder sees before the rest of "
                         "the text; use last (or mean)")
     return pooling
@@ -64,7 +65,7 @@ class SequenceClassifier(nn.Module):
                  freeze: bool = False, dropout: float = 0.1):
         super().__init__()
         self.body, self.labels = body, list(labels)
-        self.pooling = check_pooling(body.cfg.family, pooling)
+        self.pooling = check_pooling(body.cfg.kind, pooling)
         self.freeze = freeze
         self.head = ClassifierHead.for_body(body.cfg, len(self.labels), dropout).to(device_of(body))
         body.requires_grad_(not freeze)

@@ -24,7 +24,6 @@ from torch import nn
 from tqdm import tqdm
 
 from maskwise.errors import UserError
-from maskwise.families import family_of
 from maskwise.model.heads import pool
 from maskwise.runtime import Runtime
 from maskwise.tasks.classify import check_pooling
@@ -38,7 +37,7 @@ from maskwise.tasks.reading import (
 
 EmbedFn = Callable[[Sequence[str]], torch.Tensor]
 
-# Mean pooling is the default for every family except the decoder: an untrained [CLS] state is a
+# Mean pooling is the default for every family except the causal decoder: an untrained [CLS] state is a
 # poor summary, while the mean of the token states works zero-shot (Sentence-BERT's finding).
 
 
@@ -48,9 +47,8 @@ class BiEncoder(nn.Module):
 
     def __init__(self, body: nn.Module, pooling: str | None = None, normalize: bool = True):
         super().__init__()
-        family = body.cfg.family
         self.body = body
-        self.pooling = check_pooling(family, family_of(family).embed_pooling if pooling is None else pooling)
+        self.pooling = check_pooling(body.cfg.kind, body.cfg.kind.embed_pooling if pooling is None else pooling)
         self.normalize = normalize
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -51,7 +51,7 @@ def _mask_logits(model, tokenizer, seqs: Sequence[Sequence[int]], where: Sequenc
     """Logits at the given positions of each sequence, special tokens excluded (an MLM head should
     not answer "[PAD]"): (sum of len(where[i]), V), in order."""
     ids, mask = pad(seqs, tokenizer.pad_id, "right", device_of(model))
-    h = model.hidden_states(ids, mask)  # (B, T, d)
+    h = model.read(ids, mask)  # (B, T, d)
     rows = torch.tensor([r for r, ps in enumerate(where) for _ in ps], device=ids.device)
     cols = torch.tensor([p for ps in where for p in ps], device=ids.device)
     logits = model.lm_head.logits(h[rows, cols]).float()  # (N, V)
@@ -60,8 +60,11 @@ def _mask_logits(model, tokenizer, seqs: Sequence[Sequence[int]], where: Sequenc
 
 @torch.no_grad()
 def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
-    """For each ``[MASK]`` in ``text``, in order: the ``top_k`` tokens and their probabilities."""
-    check_encoder(model, "fill-mask")
+    """For each ``[MASK]`` in ``text``, in order: the ``top_k`` tokens and their probabilities. An
+    encoder answers at the [MASK]; a hybrid decoder from the position before it, as it trained."""
+    if not model.cfg.kind.fills_masks:
+        raise UserError(f"fill-mask needs an MLM encoder or a hybrid decoder (--objective hybrid), "
+                        f"not this {model.cfg.family}")
     if top_k <= 0:
         raise UserError(f"top-k must be positive, got {top_k}")
     pieces = text.split(MASK_TEXT)
@@ -72,11 +75,15 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[st
         ids += tokenizer.encode(piece)
         if i < len(pieces) - 1:
             ids.append(tokenizer.mask_id)
-    ids = frame(tokenizer, ids, "encoder")
+    ids = frame(tokenizer, ids, model.cfg.family)
     if len(ids) > model.cfg.max_seq_len:
         raise UserError(f"the text is {len(ids)} tokens, longer than the model's context of {model.cfg.max_seq_len}")
     model.eval()
-    positions = [p for p, token in enumerate(ids) if token == tokenizer.mask_id]
+    shift = int(model.cfg.kind.causal)  # a causal stack's output at position p predicts token p + 1
+    positions = [p - shift for p, token in enumerate(ids) if token == tokenizer.mask_id]
+    if positions[0] < 0:
+        raise UserError(f"a hybrid decoder predicts each token from the one before it: write text before the "
+                        f"first {MASK_TEXT}")
     probs = _mask_logits(model, tokenizer, [ids], [positions]).softmax(dim=-1)  # (n_masks, V)
     top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     return [[(tokenizer.decode([i], skip_special=False), float(p)) for p, i in zip(values.tolist(), index.tolist())]

@@ -263,7 +263,7 @@ class Trainer:
         totals: dict[str, float] = {"loss_sum": 0.0, "n_positions": 0}
         for _ in range(self.cfg.eval_batches):
             windows = self.val_stream.windows(self.cfg.batch_size * self.world, self.raw_length, generator)
-            batch = self.runtime.move(self.objective.prepare(windows, generator))
+            batch = self.runtime.move(self.objective.prepare_eval(windows, generator))
             with self.runtime.autocast():
                 parts = self.objective.loss(self.model, batch)
             totals["loss_sum"] += float(parts.loss_sum)

@@ -71,6 +71,7 @@ class PretrainConfig:
     insert: float = 0.0
     generator_fraction: float = 0.25  # ELECTRA: generator width / discriminator width
     discriminator_weight: float = 50.0
+    causal_fraction: float = 1 / 16  # hybrid: GPT-BERT's 1 causal batch : 15 masked
     out: str = ""  # "" = runs/<family>-<objective>
     overwrite: bool = False
     resume: bool = False
@@ -215,6 +216,7 @@ def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = No
     cfg = model_config(settings, tokenizer.vocab_size)
     options = {param: getattr(settings, key) for key, param in OBJECTIVE_OPTIONS.get(settings.objective, {}).items()}
     objective = build_objective(settings.objective, settings.family, tokenizer, cfg.vocab_size, **options)
+    cfg = objective.model_config(cfg)
     torch.manual_seed(settings.train.seed)
     model = objective.build_model(cfg) or build_model(cfg)
     if source is not None:
