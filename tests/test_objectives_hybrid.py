@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cli import TINY
 from test_objectives_span import ORDINARY, TOK, V, learnable_windows, train_losses
-from test_train import _Tok, _trainer
+from test_train import Replay, _Tok, _trainer
 from tiny_run import assert_one_line_exit_2, run_cli
 from torch import nn
 
@@ -133,17 +133,6 @@ def test_objective_passes_each_kind_its_mask():
     assert parts.metrics["causal_positions"] == 4 * 16
 
 
-class _Replay(Hybrid):
-    """The hybrid with its training batches fixed in advance (the stream's windows are ignored)."""
-
-    def __init__(self, batches):
-        super().__init__(_Tok(), V)
-        self.batches = list(batches)
-
-    def prepare(self, windows, generator):
-        return self.batches.pop(0)
-
-
 @pytest.mark.integration
 @pytest.mark.precision("fp32")
 def test_loss_is_the_mean_over_the_positions_of_the_accumulated_batch():
@@ -154,7 +143,7 @@ def test_loss_is_the_mean_over_the_positions_of_the_accumulated_batch():
     halves = [Hybrid(_Tok(), V, causal_fraction=f).prepare(w, g) for f, w in zip((1.0, 0.0), windows)]
     whole = {"input_ids": torch.cat([h["input_ids"] for h in halves]),
              "labels": torch.cat([h["labels"] for h in halves]), "n_causal": 4}
-    small = _trainer(_Replay(halves), "decoder", steps=1, batch_size=4, grad_accum=2)
+    small = _trainer(Replay(Hybrid(_Tok(), V), halves), "decoder", steps=1, batch_size=4, grad_accum=2)
     sums, positions = [], []
     with torch.no_grad():
         for half in halves:
@@ -164,7 +153,7 @@ def test_loss_is_the_mean_over_the_positions_of_the_accumulated_batch():
     assert positions[0] == 4 * 16 and positions[1] < positions[0]
     loss_sum, n, _ = small.train_step()
     assert n == sum(positions) and float(loss_sum) / n == pytest.approx(sum(sums) / sum(positions), rel=1e-5)
-    big = _trainer(_Replay([whole]), "decoder", steps=1, batch_size=8)
+    big = _trainer(Replay(Hybrid(_Tok(), V), [whole]), "decoder", steps=1, batch_size=8)
     big.train_step()
     for p, q in zip(big.model.parameters(), small.model.parameters()):
         torch.testing.assert_close(p, q, atol=2e-6, rtol=1e-4)
@@ -256,7 +245,7 @@ def test_one_run_fills_masks_and_generates(small_text, tmp_path, capsys):
     assert {"val_causal_loss", "val_masked_loss", "val_masked_acc"} <= set(summary)
     config = json.loads((run / "config.json").read_text())
     assert config["model"]["reads_bidirectionally"] and config["settings"]["causal_fraction"] == 0.5
-    model, tokenizer = maskwise.load(run)
+    model, _ = maskwise.load(run)
     assert model.cfg.kind.fills_masks and model.cfg.kind.writes
 
     code, out, err = run_cli(capsys, "fill-mask", run, "To be, or not to [MASK]e", "--top-k", 3)

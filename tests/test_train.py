@@ -62,15 +62,17 @@ def test_pinned_losses_and_loss_falls(name, objective, family):
         assert records[-1]["val_masked_acc"] == pytest.approx(1 / 17)  # pinned: 1 of the 17 masked val positions
 
 
-class _Replay(MLM):
-    """MLM whose batches are fixed in advance (the stream's windows are ignored)."""
+class Replay:
+    """``objective`` with its training batches fixed in advance (the stream's windows are ignored)."""
 
-    def __init__(self, batches):
-        super().__init__(_Tok(), V)
-        self.batches = list(batches)
+    def __init__(self, objective, batches):
+        self.objective, self.batches = objective, list(batches)
 
     def prepare(self, windows, generator):
         return self.batches.pop(0)
+
+    def __getattr__(self, name):  # everything else is the objective's own
+        return getattr(self.objective, name)
 
 
 @pytest.mark.integration
@@ -83,8 +85,8 @@ def test_accumulation_averages_over_all_positions():
     halves = [MLM(_Tok(), V, mask_ratio=r).prepare(torch.randint(7, V, (4, 15), generator=g), g)
               for r in (0.1, 0.5)]
     whole = {k: torch.cat([h[k] for h in halves]) for k in halves[0]}
-    big = _trainer(_Replay([whole]), "encoder", steps=1, batch_size=8)
-    small = _trainer(_Replay(halves), "encoder", steps=1, batch_size=4, grad_accum=2)
+    big = _trainer(Replay(MLM(_Tok(), V), [whole]), "encoder", steps=1, batch_size=8)
+    small = _trainer(Replay(MLM(_Tok(), V), halves), "encoder", steps=1, batch_size=4, grad_accum=2)
     loss_big, n_big, _ = big.train_step()
     loss_small, n_small, _ = small.train_step()
     assert n_big == n_small and float(loss_big) == pytest.approx(float(loss_small), rel=1e-5)
