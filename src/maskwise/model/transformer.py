@@ -1,7 +1,7 @@
 """The whole forward pass of all three families, top to bottom.
 
-One ``Attention`` serves self- and cross-attention; one ``Block`` is every layer of every model
-(cross-attention is switched on for decoder layers of an encoder-decoder); one ``Stack`` turns token
+One ``Attention`` (``model.attention``) serves self- and cross-attention; one ``Block`` is every layer
+of every model (cross-attention is switched on for decoder layers of an encoder-decoder); one ``Stack`` turns token
 embeddings into hidden states. ``Encoder``, ``Decoder`` and ``EncoderDecoder`` are thin presets that
 differ only in the mask pattern their stack uses and in whether a second stack is read through
 cross-attention. The masks come from ``maskwise.masks`` and nowhere else.
@@ -20,89 +20,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from maskwise import kernels
 from maskwise.config import ModelConfig
-from maskwise.masks import Mask, build_mask
+from maskwise.masks import build_mask
+from maskwise.model.attention import Attention
 from maskwise.model.cache import KVCache
 from maskwise.model.heads import IGNORE_INDEX, LMHead, LMOutput, RTDHead, RTDOutput
 from maskwise.model.layers import ACTIVATIONS, make_norm
 from maskwise.model.layout import Linear
-from maskwise.model.positions import RelativePositionBias, positions_from_mask, rotate
-
-
-class Attention(nn.Module):
-    """Multi-head attention for self-attention (``context=None``) and cross-attention.
-
-    Self-attention projects q, k, v with one fused matrix; cross-attention projects q from ``x`` and
-    k, v (fused) from ``context``. Scores go through ``kernels.attention`` with the mask from
-    ``maskwise.masks`` or, for T5, an additive relative position bias into which the stack has
-    already folded that mask (``bias`` replaces ``mask`` when given).
-
-    Rotary positions (RoPE) rotate self-attention's queries and keys; with ``cross_rope`` they also
-    rotate cross-attention's (queries at decoder positions, keys at source positions 0..S-1), so
-    cross-attention can align by offset and not by content alone. Why: without it a small
-    encoder-decoder learned to copy its source far more slowly (docs/results.md, Task quality).
-    A ``local`` (sliding-window) layer's self-attention rotates by ``local_rope_theta``, as ModernBERT's.
-    """
-
-    def __init__(self, cfg: ModelConfig, cross: bool = False, local: bool = False):
-        super().__init__()
-        self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
-        inner = cfg.n_heads * cfg.head_dim
-        self.cross = cross
-        if cross:
-            self.q = Linear(cfg.d_model, inner, bias=cfg.bias)
-            self.kv = Linear(cfg.d_model, 2 * inner, bias=cfg.bias)
-        else:
-            self.qkv = Linear(cfg.d_model, 3 * inner, bias=cfg.bias)
-        self.out = Linear(inner, cfg.d_model, bias=cfg.bias)
-        self.scale = None if cfg.attention_scale else 1.0
-        self.dropout = cfg.dropout
-        theta = cfg.local_rope_theta if local else cfg.rope_theta
-        self.rope_theta = theta if cfg.position == "rope" and (cfg.cross_rope or not cross) else None
-
-    def _heads(self, x: torch.Tensor, parts: int = 1) -> tuple[torch.Tensor, ...]:
-        """(B, T, parts*H*hd) -> ``parts`` views (B, H, T, hd): a fused projection's outputs (q, k, v
-        side by side) split into heads in one reshape, no copy."""
-        B, T, _ = x.shape
-        split = x.view(B, T, parts, self.n_heads, self.head_dim)  # (B, T, parts, H, hd)
-        return split.permute(2, 0, 3, 1, 4).unbind(0)  # parts x (B, H, T, hd)
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        mask: Mask,
-        context: torch.Tensor | None = None,
-        bias: torch.Tensor | None = None,
-        positions: torch.Tensor | None = None,
-        cache: KVCache | None = None,
-        layer: int = 0,
-    ) -> torch.Tensor:
-        B, T, _ = x.shape
-        if self.cross:
-            q = self._heads(self.q(x))[0]
-            if self.rope_theta is not None:  # cross_rope: the query's offset from each source key
-                q = rotate(q, positions, self.rope_theta)
-            cached = cache.cross[layer] if cache is not None else None
-            if cached is None:
-                k, v = self._heads(self.kv(context), 2)  # 2 x (B, H, S, hd)
-                if self.rope_theta is not None:
-                    k = rotate(k, torch.arange(k.shape[2], device=k.device), self.rope_theta)
-                if cache is not None:
-                    cache.cross[layer] = (k, v)
-            else:
-                k, v = cached
-        else:
-            q, k, v = self._heads(self.qkv(x), 3)  # 3 x (B, H, T, hd)
-            if self.rope_theta is not None:
-                q, k = rotate(q, positions, self.rope_theta), rotate(k, positions, self.rope_theta)
-            if cache is not None:
-                k, v = cache.append(layer, k, v)  # (B, H, cached + T, hd)
-
-        dropout_p = self.dropout if self.training else 0.0
-        y = kernels.attention(q, k, v, mask, bias, dropout_p, self.scale)  # (B, H, T, hd)
-        y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*hd)
-        return self.out(y)
+from maskwise.model.positions import RelativePositionBias, positions_from_mask
 
 
 class FeedForward(nn.Module):
