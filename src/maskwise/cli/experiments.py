@@ -7,10 +7,12 @@ import dataclasses
 from maskwise.cli.runtime import runtime_flags, runtime_of
 from maskwise.errors import UserError
 from maskwise.experiments.ablations.registry import checked, run_ablation
+from maskwise.experiments.compare import columns_of
 from maskwise.experiments.compare import run_compare as compare_experiment
 from maskwise.experiments.demo import BLANK
 from maskwise.experiments.demo import run_demo as demo_experiment
 from maskwise.experiments.report import RESULTS, ablation_table, render
+from maskwise.families import FAMILIES
 from maskwise.recipes import COMPARE_SCALES
 from maskwise.runs import read_json
 from maskwise.train.pretrain import read_toml
@@ -36,6 +38,9 @@ def register(subparsers) -> None:
     compare.add_argument("--config", default=None,
                          help="TOML file overriding the experiment's settings (sizes, steps, budgets)")
     compare.add_argument("--data", default="shakespeare", help="pretraining data (tasks use the plays)")
+    compare.add_argument("--families", default=",".join(FAMILIES),
+                         help="the columns, comma-separated: the three families (the verdicts compare them), "
+                              "optionally with hybrid (a decoder pretrained by --objective hybrid, GPT-BERT's)")
     compare.add_argument("--seed", type=int, default=0, help="the first seed")
     compare.add_argument("--out", default="runs/compare")
     compare.add_argument("--overwrite", action="store_true", help="start over instead of continuing")
@@ -86,6 +91,7 @@ def run_compare(args) -> int:
         raise UserError(f"unknown scale {scale!r}; known: {', '.join(COMPARE_SCALES)}")
     if args.seeds < 1:
         raise UserError(f"--seeds must be at least 1, got {args.seeds}")
+    families = columns_of(args.families.split(","))  # bad input: its one line before the device's
     settings = COMPARE_SCALES[scale]
     if args.config:
         settings = settings.overridden(read_toml(args.config, ("tasks",)), f"compare config {args.config}")
@@ -94,7 +100,7 @@ def run_compare(args) -> int:
             raise UserError(f"--seconds must be positive, got {args.seconds}")
         settings = dataclasses.replace(settings, seconds=args.seconds)
     out = compare_experiment(args.out, settings, args.seeds, args.seed, args.data, args.overwrite, args.progress,
-                             runtime_of(args))
+                             runtime_of(args), families)
     print((out / "report.md").read_text())
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     return 0

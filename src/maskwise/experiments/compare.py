@@ -12,6 +12,10 @@ Then each is measured, per seed, on every task it can do:
 - passage -> speakers extraction (fine-tuned, by generation) and the time to the first token of the
   answer on a source that fills the decoder's context.
 
+``--families`` may add the hybrid (``COLUMNS``): a decoder pretrained by GPT-BERT's masked next-token
+prediction, measured on the same rows as its model reads (bidirectionally to fill, tag and retrieve,
+causally for the next-token loss and to write), as a column beside the three that the rules do not read.
+
 ``compare_report`` turns the measurements into the table, the intervals, the three verdicts of the
 rule of thumb and the summary.
 """
@@ -23,7 +27,7 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,9 +37,8 @@ from maskwise.data.plays import load_plays, render_play, split_plays
 from maskwise.data.tasks import speaker_examples
 from maskwise.errors import UserError
 from maskwise.experiments.compare_report import (
-    CANNOT,
     RULES,
-    WRITERS,
+    cannot,
     evidence,
     meta,
     notes,
@@ -54,7 +57,7 @@ from maskwise.experiments.framework import (
     write,
 )
 from maskwise.experiments.runner import Experiment
-from maskwise.families import FAMILIES, family_of
+from maskwise.families import FAMILIES
 from maskwise.interop.hf_export import hf_config
 from maskwise.objectives.span import decoder_start_id
 from maskwise.padding import pad
@@ -62,7 +65,7 @@ from maskwise.recipes import CompareSettings
 from maskwise.runtime import Runtime
 from maskwise.tasks.fill_mask import mlm_continue, nats_per_char_blocks, per_char_blocks
 from maskwise.tasks.generate import GenerationConfig, generate, generate_text
-from maskwise.tasks.reading import device_of, seeded_generator
+from maskwise.tasks.reading import device_of, frame, frame_extra, seeded_generator
 from maskwise.tasks.seq2seq import source_ids
 
 
@@ -93,11 +96,12 @@ def blank_filling(model, tokenizer, text: str, n_positions: int, seed: int, base
                   objective: str) -> dict:
     """Hide one token at a time and predict it; each position's 0/1 and the most-frequent-token guess's.
 
-    encoder: ``[MASK]`` in its place, both sides visible; decoder: only what is left of it (its
-    next-token prediction from the previous position); encoder-decoder in the format it was
-    pretrained in: T5's (the token replaced by sentinel 0, the decoder asked for the span after
-    ``<extra_id_0>``) or BART's (``[MASK]`` in the source, the decoder rewriting the source up to
-    the blank and predicting the next token).
+    A stack that fills masks (``Family.fills_masks``): ``[MASK]`` in its place, both sides visible, read
+    as tasks read it, answered at the ``[MASK]`` (an encoder) or from the position before it (a hybrid
+    decoder, as it trained); a decoder: only what is left of it (its next-token prediction from the
+    previous position); encoder-decoder in the format it was pretrained in: T5's (the token replaced by
+    sentinel 0, the decoder asked for the span after ``<extra_id_0>``) or BART's (``[MASK]`` in the
+    source, the decoder rewriting the source up to the blank and predicting the next token).
     """
 
     kind, context, device = model.cfg.kind, model.cfg.max_seq_len - 2, device_of(model)
@@ -110,18 +114,20 @@ def blank_filling(model, tokenizer, text: str, n_positions: int, seed: int, base
     correct: list[int] = []
     for chunk in range(0, len(windows), 64):
         batch = windows[chunk:chunk + 64]
-        if kind.causal:
+        if kind.fills_masks:
+            family = model.cfg.family
+            seqs = [frame(tokenizer, [*ids[s:p], tokenizer.mask_id, *ids[p + 1:s + context]], family) for s, p in batch]
+            x, mask = pad(seqs, tokenizer.pad_id, "right", device)
+            logits = model.lm_head.logits(model.read(x, mask))  # (B, T, V)
+            shift = int(kind.causal)  # a causal stack's output at position t predicts token t + 1
+            where = torch.tensor([frame_extra(family) + p - s - shift for s, p in batch], device=device)
+            predicted = logits[torch.arange(len(batch), device=device), where].argmax(-1).cpu()
+        elif kind.causal:
             seqs = [ids[max(0, p - context):p] for _, p in batch]  # left side only, ends just before p
             x, mask = pad(seqs, tokenizer.pad_id, "right", device)
             logits = model(x, mask).logits  # (B, T, V)
             last = mask.sum(1) - 1
             predicted = logits[torch.arange(len(batch), device=device), last].argmax(-1).cpu()
-        elif kind.encoder_only:
-            seqs = [[tokenizer.cls_id, *ids[s:p], tokenizer.mask_id, *ids[p + 1:s + context]] for s, p in batch]
-            x, mask = pad(seqs, tokenizer.pad_id, "right", device)
-            logits = model(x, mask).logits
-            where = torch.tensor([p - s + 1 for s, p in batch], device=device)
-            predicted = logits[torch.arange(len(batch), device=device), where].argmax(-1).cpu()
         elif objective == "denoise":
             seqs = [[*ids[s:p], tokenizer.mask_id, *ids[p + 1:s + context]] for s, p in batch]
             x, mask = pad(seqs, tokenizer.pad_id, "right", device)
@@ -145,10 +151,9 @@ def blank_filling(model, tokenizer, text: str, n_positions: int, seed: int, base
 
 
 def language_modelling(exp: Experiment, run: str, s: CompareSettings, seed: int) -> dict:
-
+    """Run ``run`` on the held-out text: its next-token loss where its family has one, a blank, a sample."""
     loaded = exp.load(run)
-    model, tok, family = loaded.model, loaded.tokenizer, loaded.model.cfg.family
-    objective = s.objective(family)
+    model, tok, objective = loaded.model, loaded.tokenizer, loaded.config["objective"]
     text = held_out_text(s.held_out_chars)
     sampling = GenerationConfig(max_new_tokens=48, temperature=0.8, top_k=40)
     g = seeded_generator(model, seed)
@@ -176,11 +181,12 @@ def language_modelling(exp: Experiment, run: str, s: CompareSettings, seed: int)
 
 @torch.no_grad()
 def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSettings) -> dict:
-    """Seconds from a source to the first token of its answer, batch 1, for the two families that
-    write: the same source (a passage that fills the decoder's room before its answer), timed in
-    turns so that a change in the machine's load falls on both."""
+    """Seconds from a source to the first token of its answer, batch 1, for every column that writes
+    (``runs``: column -> run name): the same source (a passage that fills the decoder's room before its
+    answer), timed in turns so that a change in the machine's load falls on all of them."""
 
-    loaded = {family: exp.load(run) for family, run in runs.items()}
+    opened = {column: exp.load(run) for column, run in runs.items()}
+    loaded = {column: run for column, run in opened.items() if cannot(run.model.cfg.kind, "ttft") is None}
     for run in loaded.values():
         run.model.eval()
     tok = next(iter(loaded.values())).tokenizer
@@ -189,8 +195,9 @@ def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSetting
     room = s.tasks["seq2seq"].max_target_len
     prompts = {f: source_ids(r.model, tok, longest.source, room) for f, r in loaded.items()}
     length = min(len(p) for p in prompts.values())
-    # the same source length for both, a causal prompt keeping its closing [SEP]
-    prompts = {f: p[:length - 1] + p[-1:] if family_of(f).causal else p[:length] for f, p in prompts.items()}
+    # the same source length for all, a causal prompt keeping its closing [SEP]
+    prompts = {f: p[:length - 1] + p[-1:] if loaded[f].model.cfg.kind.causal else p[:length]
+               for f, p in prompts.items()}
     one = GenerationConfig(max_new_tokens=1)
     seconds: dict[str, list[float]] = {f: [] for f in loaded}
     for repeat in range(s.ttft_repeats + 2):  # two warm-up turns, not kept
@@ -203,9 +210,11 @@ def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSetting
 
 
 def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
-    """Every measure the family can take (``MEASURES``, less what ``CANNOT`` names), each its own cached step."""
+    """Every measure the run's model can take (``MEASURES``, less what ``cannot`` refuses its family), each
+    its own cached step."""
+    kind = setup.exp.load(name).model.cfg.kind
     return {what: setup.exp.step(f"{what}-{name}", lambda f=fn: f(setup, name, seed))
-            for what, fn in MEASURES.items() if (arm.key, what) not in CANNOT}
+            for what, fn in MEASURES.items() if cannot(kind, what) is None}
 
 
 def hf_export_class(setup: Setup, name: str, seed: int) -> dict:
@@ -231,27 +240,50 @@ MEASURES: dict[str, Callable[[Setup, str, int], dict]] = {
     "export": hf_export_class,
 }
 
+# compare's columns, what ``--families`` may name: each family pretrained by the scale's objective for it, and
+# the hybrid (GPT-BERT: a decoder pretrained by masked next-token prediction, which reads bidirectionally).
+COLUMNS: dict[str, dict] = {**{f: {"family": f} for f in FAMILIES},
+                            "hybrid": {"family": "decoder", "objective": "hybrid"}}
+
+
+def columns_of(names: Sequence[str]) -> tuple[str, ...]:
+    """``--families`` as compare's columns, in ``COLUMNS``' order: known names, none twice, and the three
+    families among them (the rules compare them); refused in one line otherwise."""
+    unknown = [name for name in names if name not in COLUMNS]
+    if unknown:
+        raise UserError(f"--families: unknown {', '.join(map(repr, unknown))}; known: {', '.join(COLUMNS)}")
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise UserError(f"--families names {', '.join(twice)} more than once")
+    missing = [f for f in FAMILIES if f not in names]
+    if missing:
+        raise UserError(f"--families must include {', '.join(FAMILIES)} (the verdicts compare them); "
+                        f"missing {', '.join(missing)}")
+    return tuple(column for column in COLUMNS if column in names)
+
+
 COMPARE = Study(
     about="encoder vs decoder vs encoder-decoder at one wall-clock budget, every task each can do",
     title="maskwise compare: encoder vs decoder vs encoder-decoder at one budget",
-    rules=RULES, step="measures", arms=lambda data="shakespeare": tuple(
-        Arm(f, f, {"family": f, "data": data}) for f in FAMILIES),
-    measure=measure, tabulate=tabulate, summary=summary, notes=notes, options=("data",), axes=(WALL,),
+    rules=RULES, step="measures", arms=lambda data="shakespeare", families=FAMILIES: tuple(
+        Arm(f, f, {**COLUMNS[f], "data": data}) for f in families),
+    measure=measure, tabulate=tabulate, summary=summary, notes=notes, options=("data", "families"), axes=(WALL,),
     header=lambda families: ["task", *families, "best"], samples=samples, extra_rows=False,
-    per_seed=("ttft", lambda setup, names, seed: time_to_first_token(
-        setup.exp, {f: names[f] for f in WRITERS}, setup.scale)),
+    per_seed=("ttft", lambda setup, names, seed: time_to_first_token(setup.exp, names, setup.scale)),
     evidence=evidence, meta=meta, warning=warning)
 
 
 def run_compare(out: str | Path = "runs/compare", settings: CompareSettings | None = None, seeds: int = 1,
                 first_seed: int = 0, data: str = "shakespeare", overwrite: bool = False, progress: bool = True,
-                runtime: Runtime | None = None) -> Path:
-    s = settings or CompareSettings()
+                runtime: Runtime | None = None, families: Sequence[str] = FAMILIES) -> Path:
+    """Pretrain and measure ``families`` (``columns_of``) at ``settings``, and write the report into ``out``."""
+    s, columns = settings or CompareSettings(), columns_of(families)
     exp = Experiment(out, overwrite, runtime)
-    other, _ = exp.keep_recipe("compare", {"settings": dataclasses.asdict(s), "data": data})
+    other, _ = exp.keep_recipe("compare", {"settings": dataclasses.asdict(s), "data": data, "families": columns})
     if other is not None:
-        raise UserError(f"{exp.out} holds a compare at scale {other['settings']['name']} with other settings than "
-                        f"now ({s.name}); use --overwrite or another --out")
+        raise UserError(f"{exp.out} holds a compare at scale {other['settings']['name']} with other settings or "
+                        f"families than now ({s.name}: {', '.join(columns)}); use --overwrite or another --out")
     seed_list = tuple(range(first_seed, first_seed + seeds))
-    results = conduct(COMPARE, Setup(exp, s, seed_list, progress), data=data)
-    return write(exp, results, "compare", {**dataclasses.asdict(s), "seeds": list(seed_list), "data": data})
+    results = conduct(COMPARE, Setup(exp, s, seed_list, progress), data=data, families=columns)
+    return write(exp, results, "compare", {**dataclasses.asdict(s), "seeds": list(seed_list), "data": data,
+                                           "families": list(columns)})

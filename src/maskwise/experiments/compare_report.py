@@ -12,16 +12,18 @@ The rule of thumb (design notes, section 2.6 and Ablation 4), each part judged b
    passage -> speakers, and its time to the first token on a long source is lower.
 
 A part is ``held`` when every comparison it names separates in the predicted direction,
-``falsified`` when any separates the other way, and ``inconclusive`` otherwise.
+``falsified`` when any separates the other way, and ``inconclusive`` otherwise. A column beyond the
+three families (the hybrid) gets every row its model can do, with intervals; the rules and the "best"
+column read the three families only, and the summary says where that column separates from them.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from maskwise.experiments.framework import WALL, Measured, Rule, run_name
+from maskwise.experiments.framework import WALL, Arm, Measured, Rule, run_name
 from maskwise.experiments.intervals import (
     AT_CHANCE,
     WITHIN_NOISE,
@@ -32,15 +34,23 @@ from maskwise.experiments.intervals import (
     separation,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, mean_and_spread
-from maskwise.families import FAMILIES, family_of
+from maskwise.families import FAMILIES, Family
 
-WRITERS = tuple(f for f in FAMILIES if family_of(f).writes)  # the families timed to their first token
-CANNOT = {
-    ("encoder", "seq2seq"): "cannot: no decoder to write the answer (an encoder labels positions it is given)",
-    ("encoder", "ttft"): "cannot: writes no answer",
-    ("encoder-decoder", "next_token"): "conditional only: its decoder models targets given a source, not the "
-                                       "text itself (its own objective's loss in the curves)",
+# What a family cannot be measured on, asked of the family (``ModelConfig.kind``): measure or row -> (whether
+# it cannot, the cell that says so). Every skipped measure and every report cell reads it.
+CANNOT: dict[str, tuple[Callable[[Family], bool], str]] = {
+    "seq2seq": (lambda kind: not kind.writes,
+                "cannot: no decoder to write the answer (an encoder labels positions it is given)"),
+    "ttft": (lambda kind: not kind.writes, "cannot: writes no answer"),
+    "next_token": (lambda kind: kind.two_stacks, "conditional only: its decoder models targets given a source, "
+                                                 "not the text itself (its own objective's loss in the curves)"),
 }
+
+
+def cannot(kind: Family, what: str) -> str | None:
+    """Why a model of ``kind`` cannot take measure or row ``what`` (``CANNOT``), or None where it can."""
+    unable, why = CANNOT.get(what, (lambda kind: False, ""))
+    return why if unable(kind) else None
 
 
 # ---- the per-item measurements, gathered over seeds -----------------------------------------------
@@ -66,10 +76,11 @@ ROWS = {
 
 
 def gather(measured: Mapping[int, Mapping[str, dict]], row: str) -> tuple[dict[str, PerSeed], dict]:
-    """Per family, the row's per-item scores of every seed, and its baseline (per item, or a constant)."""
+    """Per column that has the row, its per-item scores of every seed, and its baseline (per item, or a
+    constant)."""
     _, _, scores_of, baseline_of, _ = ROWS[row]
     scores, baselines = {}, {}
-    for family in FAMILIES:
+    for family in next(iter(measured.values())):
         try:
             per_seed = [scores_of(measured[seed][family]) for seed in measured]
         except KeyError:
@@ -119,15 +130,16 @@ def judge(parts: Sequence[Part]) -> tuple[str, list[str]]:
 
 
 def ttft_milliseconds(ttft: Mapping[int, dict]) -> dict[str, PerSeed]:
-    """Each writing family's timed first tokens, per seed, in milliseconds."""
-    return {f: [[1000 * t for t in ttft[seed]["seconds"][f]] for seed in ttft] for f in WRITERS}
+    """Each writing column's timed first tokens, per seed, in milliseconds."""
+    timed = next(iter(ttft.values()))["seconds"]
+    return {f: [[1000 * t for t in ttft[seed]["seconds"][f]] for seed in ttft] for f in timed}
 
 
 @dataclass(frozen=True)
 class Evidence:
     """What the three rules read: every row's per-item scores and baselines, and the first-token times."""
 
-    gathered: Mapping[str, tuple[dict, dict]]  # row -> (family -> per-seed scores, family -> baseline)
+    gathered: Mapping[str, tuple[dict, dict]]  # row -> (column -> per-seed scores, column -> baseline)
     ttft_ms: Mapping[str, PerSeed]
 
     def part(self, what: str, row: str, predicted: str, other: str) -> Part:
@@ -180,9 +192,32 @@ def _baseline_mean(baseline: PerSeed | float) -> float:
     return sum(sum(items) / len(items) for items in baseline) / len(baseline)
 
 
+def best_family(scores: Mapping[str, PerSeed], baselines: Mapping[str, PerSeed | float], higher: bool) -> str:
+    """``best_of`` the three families: a column beside them (the hybrid) is not in the running."""
+    return best_of({f: scores[f] for f in FAMILIES if f in scores}, baselines, higher)
+
+
 def best_cell(scores: Mapping[str, PerSeed], baselines: Mapping[str, PerSeed | float], higher: bool) -> str:
-    winner = best_of(scores, baselines, higher)
+    winner = best_family(scores, baselines, higher)
     return winner if winner in (AT_CHANCE, WITHIN_NOISE) else f"**{winner}**"
+
+
+def standing(e: Evidence, column: str) -> list[str]:
+    """Where ``column`` (one beside the families) separates from a family, by the rules' own test: a paired
+    interval of the difference that excludes 0, with the side ahead clearing its trivial baseline."""
+    rows = {**{row: (ROWS[row][0], ROWS[row][1], *e.gathered[row]) for row in ROWS},
+            "ttft": ("time to first token (ms)", False, e.ttft_ms, {})}
+    said = []
+    for label, higher, scores, baselines in rows.values():
+        for family in (f for f in FAMILIES if column in scores and f in scores):
+            order, gap = separation(scores[column], scores[family], higher)
+            ahead = column if order > 0 else family
+            if order == 0 or (ahead in baselines and not beats(scores[ahead], baselines[ahead], higher)):
+                continue
+            difference = (f"paired difference {gap.text()}" if gap is not None else
+                          f"{interval(scores[column]).text()} vs {interval(scores[family]).text()}")
+            said.append(f"{'ahead of' if order > 0 else 'behind'} the {family} at {label}, {difference}")
+    return said
 
 
 def too_few_steps(pre: Mapping[str, dict], min_steps: int) -> list[str]:
@@ -224,6 +259,15 @@ def _last_points(m: Measured, family: str) -> list[dict]:
     return [run["curve"][-1] for run in m.runs[WALL][family]]
 
 
+def kinds(m: Measured) -> dict[str, Family]:
+    """Each column's family as its model reads (``ModelConfig.kind``: the hybrid, a decoder read both ways)."""
+    return {arm.key: m.setup.exp.load(run_name(m.runs[WALL][arm.key][0])).model.cfg.kind for arm in m.arms}
+
+
+def _objective(m: Measured, arm: Arm) -> str:
+    return m.runs[WALL][arm.key][0]["settings"]["objective"]
+
+
 def export_cell(export: dict) -> str:
     """The HF class a family's run exports as, or why it has none (the export's own error, less its subject)."""
     if export["hf_class"]:
@@ -232,9 +276,9 @@ def export_cell(export: dict) -> str:
 
 
 def tabulate(m: Measured) -> tuple[dict, list]:
-    """(per-seed means of every row, by family; the table: pretraining, every row with its intervals and
+    """(per-seed means of every row, by column; the table: pretraining, every row with its intervals and
     baseline, the time to first token)."""
-    s, seeds, measured, e = m.setup.scale, m.setup.seeds, by_seed(m), evidence(m)
+    seeds, measured, e, kind_of, arms = m.setup.seeds, by_seed(m), evidence(m), kinds(m), m.arms
 
     def mean_of(family: str, key: str) -> float:
         points = _last_points(m, family)
@@ -242,43 +286,47 @@ def tabulate(m: Measured) -> tuple[dict, list]:
 
     seeds_note = f"mean of {len(seeds)} seeds" if len(seeds) > 1 else "one seed"
     rows = [
-        ["pretraining objective", *[s.objective(f) for f in FAMILIES], ""],
-        ["parameters", *[f"{m.parameters[f]['total']:,}" for f in FAMILIES], ""],
-        ["exports to (`maskwise export RUN --to hf OUT`)", *[export_cell(measured[seeds[0]][f]["export"])
-                                                             for f in FAMILIES], ""],
-        [f"optimizer steps in pretraining ({seeds_note})", *[f"{mean_of(f, 'step'):,.0f}" for f in FAMILIES], ""],
-        [f"tokens seen in pretraining ({seeds_note})", *[f"{mean_of(f, 'tokens_seen'):,.0f}" for f in FAMILIES], ""],
-        ["pretraining wall-clock (s)", *[f"{mean_of(f, 'wall_s'):.0f}" for f in FAMILIES], ""],
-        ["final validation loss (own objective)", *[f"{mean_of(f, 'val_loss'):.3f}" for f in FAMILIES], ""],
+        ["pretraining objective", *[_objective(m, a) for a in arms], ""],
+        ["parameters", *[f"{m.parameters[a.label]['total']:,}" for a in arms], ""],
+        ["exports to (`maskwise export RUN --to hf OUT`)", *[export_cell(measured[seeds[0]][a.key]["export"])
+                                                             for a in arms], ""],
+        [f"optimizer steps in pretraining ({seeds_note})", *[f"{mean_of(a.key, 'step'):,.0f}" for a in arms], ""],
+        [f"tokens seen in pretraining ({seeds_note})", *[f"{mean_of(a.key, 'tokens_seen'):,.0f}" for a in arms], ""],
+        ["pretraining wall-clock (s)", *[f"{mean_of(a.key, 'wall_s'):.0f}" for a in arms], ""],
+        ["final validation loss (own objective)", *[f"{mean_of(a.key, 'val_loss'):.3f}" for a in arms], ""],
     ]
     metrics = {}
     for row, (label, higher, _, _, baseline_name) in ROWS.items():
         scores, baselines = e.gathered[row]
         cells = []
-        for family in FAMILIES:
-            if family not in scores:
-                cells.append(CANNOT.get((family, row), "n/a"))
+        for arm in arms:
+            column, kind = arm.key, kind_of[arm.key]
+            if column not in scores:
+                cells.append(cannot(kind, row) or "n/a")
                 continue
-            kind = family_of(family)
-            cell = f"{interval(scores[family]).text()} ({baseline_name} {_baseline_text(baselines[family])})"
+            cell = f"{interval(scores[column]).text()} ({baseline_name} {_baseline_text(baselines[column])})"
             if len(seeds) > 1:
-                _, spread = mean_and_spread([sum(v) / len(v) for v in scores[family]])
+                _, spread = mean_and_spread([sum(v) / len(v) for v in scores[column]])
                 cell += f" (sd over seeds {spread:.3f})"
             if row == "next_token" and kind.encoder_only:
-                both = interval([measured[seed]["encoder"]["lm"]["both_sides_blocks"] for seed in measured])
+                both = interval([measured[seed][column]["lm"]["both_sides_blocks"] for seed in measured])
                 cell += f"; left context only, through [MASK] ({both.text()} with both sides)"
+            elif row == "next_token" and kind.reads_bidirectionally:
+                cell += "; read causally"
+            elif row == "fill" and kind.reads_bidirectionally:
+                cell += "; both sides, its [MASK] answered from the position before it"
             elif row == "fill" and kind.causal:
                 cell += "; left side only"
             elif row == "fill" and kind.two_stacks:
-                cell += ("; rewriting the source up to the blank" if s.objective(family) == "denoise"
+                cell += ("; rewriting the source up to the blank" if _objective(m, arm) == "denoise"
                          else "; via sentinel span")
             cells.append(cell)
         rows.append([label + " [95% interval]", *cells, best_cell(scores, baselines, higher)])
         metrics[label] = {f: [sum(v) / len(v) for v in scores[f]] for f in scores}
     source_tokens = m.per_seed[seeds[0]]["source_tokens"]
     rows.append([f"time to first token, {source_tokens}-token source, batch 1 (ms, mean [95% interval])",
-                 CANNOT[("encoder", "ttft")], interval(e.ttft_ms["decoder"]).text(2),
-                 interval(e.ttft_ms["encoder-decoder"]).text(2), best_cell(e.ttft_ms, {}, higher=False)])
+                 *[interval(e.ttft_ms[a.key]).text(2) if a.key in e.ttft_ms else cannot(kind_of[a.key], "ttft")
+                   or "n/a" for a in arms], best_cell(e.ttft_ms, {}, higher=False)])
     return metrics, rows
 
 
@@ -307,17 +355,19 @@ def summary(m: Measured, metrics: dict) -> str:
     verdicts = [(rule.claim, rule.judge(e, m.arms)[0]) for rule in RULES]
     scope = (f"{len(seeds)} seeds (intervals over seeds and test items)" if len(seeds) > 1 else
              "a single seed (intervals over test items only; `--seeds 3` adds the spread between seeds)")
-    best = {row: best_of(*e.gathered[row], ROWS[row][1]) for row in ROWS}
+    best = {row: best_family(*e.gathered[row], ROWS[row][1]) for row in ROWS}
+    beside = [f" The {arm.label}, beside the families: {'; '.join(said)}." for arm in m.arms
+              if arm.key not in FAMILIES and (said := standing(e, arm.key))]
     return (f"{'Not evidence (too few pretraining steps, see the warning). ' if warning(m) else ''}"
             f"At {s.seconds:.0f} s of pretraining per family on this machine, {scope}: "
             + "; ".join(f"{claim} {verdict}" for claim, verdict in verdicts) + ". "
             + "Best (95% intervals separate it from the other families and from the trivial baseline): "
-            + "; ".join(f"{ROWS[r][0]}: {best[r]}" for r in ROWS) + ".")
+            + "; ".join(f"{ROWS[r][0]}: {best[r]}" for r in ROWS) + "." + "".join(beside))
 
 
 def samples(m: Measured) -> dict:
     first = m.setup.seeds[0]
-    return {f"{f} sample (seed {first})": m.measured[WALL][f][0]["lm"]["sample"] for f in FAMILIES}
+    return {f"{a.label} sample (seed {first})": m.measured[WALL][a.key][0]["lm"]["sample"] for a in m.arms}
 
 
 def notes(m: Measured) -> list[str]:
@@ -330,4 +380,9 @@ def notes(m: Measured) -> list[str]:
          "otherwise the cell says 'at chance' (no family clears the baseline) or 'within noise'."),
         ("Every family uses the same block; only the attention mask and the loss differ. Fine-tuning: the "
          "same steps, batch and learning rate per task for every family."),
+        *[f"The {a.label} column ({_objective(m, a)} pretraining on the {a.settings['family']} family): every row "
+          "its model can do, read as it reads (bidirectionally to fill a blank, its [MASK] answered from the "
+          "position before it, to tag and to retrieve; causally for the next-token loss and to write); the "
+          "verdicts and the 'best' column compare the three families only, and the summary says where the "
+          "intervals separate it from them." for a in m.arms if a.key not in FAMILIES],
     ]
