@@ -59,7 +59,9 @@ class CompareSettings:
     # classes (ModernBertForMaskedLM, ModernBertDecoderForCausalLM); at equal tokens it measured as good as
     # Llama's block on every row (docs/results.md).
     preset: str = "modernbert"
-    d_model: int = 128
+    # d 64 rather than 128: a quarter of the FLOPs a token, so the AVX2 kind reads ~5x the steps in 120 s
+    # (past the 200-step warning) and the fine-tunes cost a quarter, with every verdict's gap kept (docs/results.md).
+    d_model: int = 64
     heads: int = 4
     layers: int = 4  # the encoder-decoder splits them, layers // 2 + layers // 2
     block_size: int = 256
@@ -87,6 +89,9 @@ class CompareSettings:
     held_out_blocks: int = 30  # pieces of the held-out text an interval resamples
     fill_positions: int = 300
     ttft_repeats: int = 100  # time to first token: timed prompts per family (a few ms each; outliers need many)
+    # Sources answered together when timing the first token: at batch 1 both writing families took the same
+    # ~2.5 ms on a d-64 block whatever the source's length (dispatch); at 8 the time is the source's reading.
+    ttft_batch: int = 8
 
     def model(self) -> dict:
         return {"preset": self.preset, "tokenizer": self.tokenizer, "vocab_size": self.vocab_size,

@@ -323,8 +323,9 @@ def tabulate(m: Measured) -> tuple[dict, list]:
             cells.append(cell)
         rows.append([label + " [95% interval]", *cells, best_cell(scores, baselines, higher)])
         metrics[label] = {f: [sum(v) / len(v) for v in scores[f]] for f in scores}
-    source_tokens = m.per_seed[seeds[0]]["source_tokens"]
-    rows.append([f"time to first token, {source_tokens}-token source, batch 1 (ms, mean [95% interval])",
+    first = m.per_seed[seeds[0]]
+    rows.append([f"time to first token, {first['source_tokens']}-token sources, batch {first['batch']} "
+                 "(ms, mean [95% interval])",
                  *[interval(e.ttft_ms[a.key]).text(2) if a.key in e.ttft_ms else cannot(kind_of[a.key], "ttft")
                    or "n/a" for a in arms], best_cell(e.ttft_ms, {}, higher=False)])
     return metrics, rows
