@@ -27,6 +27,7 @@ batch_size = 8
 held_out_blocks = 4
 min_steps = 100000
 ttft_repeats = 2
+ttft_batch = 3
 held_out_chars = 160
 fill_positions = 12
 
@@ -76,6 +77,9 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     assert "genre" not in json.dumps(results["table"])  # six test plays decide nothing: not a row here
     assert rows["held-out next-token loss (nats/char) [95% interval]"][2].startswith("conditional only")
     assert "through [MASK]" in rows["held-out next-token loss (nats/char) [95% interval]"][0]
+    ttft = json.loads((out / "steps" / "ttft-seed0.json").read_text())  # both writers, timed on 3 sources at once
+    assert ttft["batch"] == 3 and [len(ttft["seconds"][f]) for f in ("decoder", "encoder-decoder")] == [2, 2]
+    assert f"time to first token, {ttft['source_tokens']}-token sources, batch 3 (ms, mean [95% interval])" in rows
     report = (out / "report.md").read_text()
     assert report.split("\n")[2].startswith("**Warning")
     for section in ("## Results", "## Where the parameters go", "## Plots", "## Summary",
