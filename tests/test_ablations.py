@@ -1,4 +1,5 @@
-"""Ablations: every coded rule on synthetic numbers (held / falsified / inconclusive), and one ablation
+"""Ablations: every coded rule on synthetic numbers (held / falsified / inconclusive), the pretraining
+arms on both axes (the tolerance, a costlier arm, a two-phase arm's budget and totals), and the ablations
 end to end through the CLI at the smoke scale (report structure, resuming from cached steps, bad
 inputs). The smoke scale trains a few steps: it checks the plumbing, not the science."""
 
@@ -11,8 +12,12 @@ import pytest
 
 from maskwise.cli import main
 from maskwise.experiments.ablations import (
+    clm_then_mlm,
+    cross_objective,
     electra,
     embedder,
+    hybrid,
+    jobs,
     mask_ratio,
     pooling,
     reranker,
@@ -28,13 +33,19 @@ from maskwise.experiments.framework import (
     TOKENS,
     WALL,
     Arm,
+    Phase,
     Setup,
+    curve_entries,
     key,
     metric_meta,
     pretrain_arms,
+    tokens_per_second,
+    tokens_seen,
+    train_seconds,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE
 from tests.report_checks import check_report_html
+from tests.weights import state_dicts_equal
 
 
 def seeds(mean: float, sd: float = 0.005) -> list[float]:
@@ -167,6 +178,74 @@ def test_copy_rate_counts_tokens_equal_to_the_one_before():
     assert shift_bug.copy_rate([5], []) == (0, 0)
 
 
+def job_metrics(values: dict[str, dict[str, float]]) -> dict:
+    """Metrics shaped as ``jobs.tabulate``'s, {job: {group: mean}} with three seeds around each mean, on both axes."""
+    return on_axes(lambda axis: {key(job, axis): {group: seeds(mean) for group, mean in groups.items()}
+                                 for job, groups in values.items()})
+
+
+@pytest.mark.unit
+def test_hybrid_rule():
+    enc, dec, hyb, base = hybrid.ENCODER.label, hybrid.DECODER.label, hybrid.HYBRID.label, jobs.BASELINE
+
+    def metrics(tag, recall, loss, loss_baseline=3.0):
+        return job_metrics({TAG_F1: {enc: tag[0], hyb: tag[1], base: 0.18}, RECALL: {enc: recall[0], hyb: recall[1],
+                                                                                   base: 0.02},
+                            jobs.NEXT_TOKEN: {dec: loss[0], hyb: loss[1], base: loss_baseline}})
+
+    assert hybrid.judge(metrics((0.30, 0.30), (0.06, 0.08), (2.2, 2.2)))[0] == HELD  # within noise or ahead
+    verdict, detail = hybrid.judge(metrics((0.30, 0.25), (0.06, 0.08), (2.2, 2.2)))
+    assert verdict == FALSIFIED and "the hybrid is behind the encoder (MLM) on punctuation F1" in detail
+    assert hybrid.judge(metrics((0.30, 0.30), (0.06, 0.06), (2.2, 2.4)))[0] == FALSIFIED  # a higher loss is behind
+    verdict, detail = hybrid.judge(metrics((0.30, 0.30), (0.06, 0.06), (2.2, 2.2), loss_baseline=2.0))
+    assert verdict == INCONCLUSIVE and "not cleared by decoder (CLM) on held-out next-token loss" in detail
+    # behind a specialist that does not clear its own baseline: nothing learned to be behind
+    verdict, detail = hybrid.judge(metrics((0.15, 0.10), (0.06, 0.06), (2.2, 2.2)))
+    assert verdict == INCONCLUSIVE and "not cleared by encoder (MLM) on punctuation F1" in detail
+
+
+@pytest.mark.unit
+def test_cross_objective_rules():
+    arms = cross_objective.arms()
+    assert [arm.key for arm in arms] == ["mlm", "clm0.75-mlm", "clm", "mlm0.75-clm"]
+    assert arms[1].settings == cross_objective.MLM.settings
+    assert arms[1].before == Phase(cross_objective.CLM.settings, 0.75)
+    mlm, from_clm, clm, from_mlm = (arm.label for arm in arms)
+    base = jobs.BASELINE
+
+    def metrics(tag, recall, loss):
+        return job_metrics({TAG_F1: {mlm: tag[0], from_clm: tag[1], base: 0.18},
+                            RECALL: {mlm: recall[0], from_clm: recall[1], base: 0.02},
+                            jobs.NEXT_TOKEN: {clm: loss[0], from_mlm: loss[1], base: 3.0}})
+
+    native_ahead = metrics((0.30, 0.25), (0.06, 0.04), (2.2, 2.4))
+    assert cross_objective.judge_encoders(native_ahead, arms)[0] == HELD
+    assert cross_objective.judge_decoders(native_ahead, arms)[0] == HELD
+    continued_ahead = metrics((0.30, 0.25), (0.04, 0.06), (2.4, 2.2))  # on retrieval, and a lower loss
+    assert cross_objective.judge_encoders(continued_ahead, arms)[0] == FALSIFIED
+    assert cross_objective.judge_decoders(continued_ahead, arms)[0] == FALSIFIED
+    tied = metrics((0.30, 0.30), (0.06, 0.04), (2.2, 2.2))
+    for judge in (cross_objective.judge_encoders, cross_objective.judge_decoders):
+        verdict, detail = judge(tied, arms)
+        assert verdict == INCONCLUSIVE and "a tie is not shown to be a match" in detail
+    assert cross_objective.arms(0.5)[1].key == "clm0.5-mlm"
+
+
+@pytest.mark.unit
+def test_clm_then_mlm_rule():
+    arms = clm_then_mlm.arms()
+    assert arms[1].key == "clm0.5-mlm" and arms[1].before.share == 0.5
+    mlm, first_clm = (arm.label for arm in arms)
+
+    def metrics(tag, recall):
+        return job_metrics({TAG_F1: {mlm: tag[0], first_clm: tag[1], jobs.BASELINE: 0.18},
+                            RECALL: {mlm: recall[0], first_clm: recall[1], jobs.BASELINE: 0.02}})
+
+    assert clm_then_mlm.judge(metrics((0.25, 0.30), (0.04, 0.06)), arms)[0] == HELD
+    assert clm_then_mlm.judge(metrics((0.30, 0.25), (0.04, 0.06)), arms)[0] == FALSIFIED
+    assert clm_then_mlm.judge(metrics((0.30, 0.30), (0.04, 0.06)), arms)[0] == INCONCLUSIVE
+
+
 # ---- end to end, at the smoke scale ---------------------------------------------------------------
 
 
@@ -276,6 +355,9 @@ def test_a_folder_keeps_its_ablation_and_scale(shift_bug_run, capsys):
     (["ablate", "pooling", "--ratios", "0.2,0.4"], "does not take ratios"),
     (["ablate", "mask-ratio", "--ratios", "0.2,x"], "--ratios must be comma-separated numbers"),
     (["ablate", "mask-ratio", "--ratios", "0.2"], "at least two distinct mask ratios"),
+    (["ablate", "cross-objective", "--share", "1.5"], "share: the first phase's share of the budget must be in (0, 1)"),
+    (["ablate", "clm-then-mlm", "--share", "half"], "--share must be a number, got 'half'"),
+    (["ablate", "hybrid", "--share", "0.5"], "ablation hybrid does not take share"),
     (["ablate", "shift-bug", "--seeds", "1"], "seeds must be at least 2"),
     (["ablate", "shift-bug", "--scale", "huge"], "unknown scale 'huge'; known: default, quick, smoke"),
 ])
@@ -319,6 +401,33 @@ def test_encoder_pretraining_ablations_judge_on_tagging(name, module, tmp_path):
     assert tagging["higher"] is True and tagging["baseline_name"].endswith("before every line break")
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.parametrize("name, module, options", [("hybrid", hybrid, {}), ("cross-objective", cross_objective, {}),
+                                                   ("clm-then-mlm", clm_then_mlm, {"share": 0.25})])
+def test_ablations_on_their_arms_jobs_end_to_end_at_smoke_scale(name, module, options, tmp_path):
+    out = tmp_path / name
+    flags = [f"--{option}={value}" for option, value in options.items()]
+    assert main(["ablate", name, "--scale", "smoke", "--seeds", "2", "--out", str(out), "--no-progress", *flags]) == 0
+    results = json.loads((out / "results.json").read_text())
+    arms = module.ABLATION.arms(**options)
+    judged = [rule.judge(results["metrics"], arms) for rule in module.ABLATION.rules]
+    assert [(v["verdict"], v["details"]) for v in results["verdicts"]] == [(verdict, [why]) for verdict, why in judged]
+    assert set(results["metrics"]) == {key(job.name, axis) for axis in AXES for job in jobs.taken(arms)}
+    for job in jobs.taken(arms):
+        groups = results["metrics"][key(job.name, TOKENS)]
+        assert set(groups) == {arm.label for arm in arms if job in jobs.jobs_of(arm)} | {jobs.BASELINE}
+        assert all(len(values) == 2 for values in groups.values())
+    assert results["table"]["columns"] == jobs.header([arm.label for arm in arms])
+    rows = {(row[0], row[1]): row for row in results["table"]["rows"]}
+    seen = rows[("pretraining tokens seen (thousands)", TOKENS)][2:-1]
+    assert len(set(seen)) == 1  # a continued arm's two phases together read what a native arm reads
+    assert any(", phase 1" in run["label"] for run in results["runs"]) == any(arm.before for arm in arms)
+    assert results["summary"].startswith("We replaced") and "trivial baselines: " in results["summary"]
+    assert all(results["settings"][option] == value for option, value in options.items())
+    assert "## Predictions, rules, verdicts (over 2 seeds)" in (out / "report.md").read_text()
+
+
 @pytest.mark.unit
 def test_metric_meta_takes_each_key_from_its_longest_declared_measure():
     metrics = {"speakers F1 at equal tokens": {"a": [0.1], "b": [0.2]},
@@ -353,17 +462,24 @@ def test_a_step_read_twice_counts_its_time_once(tmp_path):
 
 class TimedRuns:
     """An ``Experiment`` stand-in whose pretraining runs take the seconds given per run name and
-    read the tokens their budget names (or those given, for a run on a seconds budget)."""
+    read the tokens their budget names (or those given, for a run on a seconds budget); a run
+    continued from another (``init_from``) also reports the totals of both, as pretraining does."""
 
     def __init__(self, seconds: dict[str, float], tokens: dict[str, int] | None = None):
-        self.seconds, self.tokens, self.started = seconds, tokens or {}, []
+        self.seconds, self.tokens, self.started, self.done = seconds, tokens or {}, [], {}
 
     def pretrain(self, name: str, progress: bool, **settings) -> dict:
         self.started.append(name)
         kind, amount = settings["budget"].split("=")
         read = self.tokens.get(name, int(amount) if kind == "tokens" else 0)
-        return {"run_dir": f"runs/{name}", "settings": settings,
-                "curve": [{"wall_s": self.seconds.get(name, 1.0), "tokens_seen": read}]}
+        last = {"wall_s": self.seconds.get(name, 1.0), "tokens_seen": read}
+        if "init_from" in settings:
+            source = self.done[settings["init_from"]]["curve"][-1]
+            last.update(wall_s_total=last["wall_s"] + source["wall_s"],
+                        tokens_seen_total=last["tokens_seen"] + source["tokens_seen"])
+        run = {"run_dir": f"runs/{name}", "settings": settings, "curve": [last]}
+        self.done[run["run_dir"]] = run
+        return run
 
 
 @pytest.mark.unit
@@ -401,3 +517,63 @@ def test_a_costlier_arm_runs_on_the_cheap_arms_clock_and_sets_the_equal_tokens_c
     wrong = TimedRuns({"cheap-seed0": 100.0}, {"dear-seed0-wall": 5000})  # declared costlier, read more
     pretrain_arms(Setup(wrong, SCALES["smoke"], (0,), False), (costly, cheap))
     assert wrong.started == ["cheap-seed0", "dear-seed0-wall", "dear-seed0-tokens4096"]  # a rerun, never a gap
+
+
+@pytest.mark.unit
+def test_a_two_phase_arm_splits_its_budget_and_both_axes_read_its_totals():
+    from maskwise.recipes import SCALES
+
+    single = Arm("a", "A", {"family": "encoder", "objective": "mlm"})
+    first = {"family": "decoder", "objective": "clm"}
+    continued = Arm("b", "B", {"family": "encoder", "objective": "mlm"}, before=Phase(first, 0.75))
+    exp = TimedRuns({"a-seed0": 100.0, "b-seed0-phase1": 80.0, "b-seed0": 40.0})
+    runs = pretrain_arms(Setup(exp, SCALES["smoke"], (0,), False), (single, continued))
+    # its second phase alone (40 s) is faster than A, both together (120 s) are not: B reruns both on A's clock
+    assert exp.started == ["a-seed0", "b-seed0-phase1", "b-seed0", "b-seed0-wall-phase1", "b-seed0-wall"]
+    settings = {run["run_dir"]: run["settings"] for run in exp.done.values()}
+    assert [settings[f"runs/{name}"]["budget"] for name in exp.started[1:]] == [
+        "tokens=3072", "tokens=1024", "seconds=75.0", "seconds=25.0"]  # the smoke scale's 4096 tokens, 75% first
+    assert {k: settings["runs/b-seed0-phase1"][k] for k in first} == first
+    assert (settings["runs/b-seed0"]["init_from"], settings["runs/b-seed0"]["family"]) == ("runs/b-seed0-phase1",
+                                                                                          "encoder")
+    assert settings["runs/b-seed0-wall"]["init_from"] == "runs/b-seed0-wall-phase1"
+    by_tokens, on_clock = runs[TOKENS]["b"][0], runs[WALL]["b"][0]
+    assert (by_tokens["run_dir"], by_tokens["before"]["run_dir"]) == ("runs/b-seed0", "runs/b-seed0-phase1")
+    assert (tokens_seen(by_tokens), train_seconds(by_tokens)) == (4096, 120.0)
+    assert (on_clock["run_dir"], on_clock["budget"]) == ("runs/b-seed0-wall", "seconds=100.0")
+    assert tokens_per_second(by_tokens) == pytest.approx(4096 / 120.0)
+    labels = [entry["label"] for entry in curve_entries(runs, (single, continued))]
+    assert labels == ["A, seed 0", "B, seed 0, phase 1", "B, seed 0, phase 2", "B, seed 0, 100 s budget, phase 1",
+                      "B, seed 0, 100 s budget, phase 2"]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.precision("fp32")
+def test_a_two_phase_arm_continues_from_its_first_phase_and_counts_both(tmp_path, monkeypatch):
+    from maskwise import runs as run_files
+    from maskwise.experiments.runner import Experiment
+    from maskwise.recipes import SCALES
+    from maskwise.train.loop import Trainer
+
+    starts = []  # the weights each training run starts from, before its first step
+    fit = Trainer.fit
+
+    def recording_fit(self, on_eval=None):
+        starts.append({k: v.detach().clone() for k, v in self.model.state_dict().items()})
+        return fit(self, on_eval)
+
+    monkeypatch.setattr(Trainer, "fit", recording_fit)
+    arm = cross_objective.continued(cross_objective.MLM, cross_objective.CLM, 0.75)
+    [run] = pretrain_arms(Setup(Experiment(tmp_path / "exp"), SCALES["smoke"], (0,), False), (arm,), (TOKENS,))[
+        TOKENS][arm.key]
+    first = tmp_path / "exp" / "runs" / "clm0.75-mlm-seed0-phase1"
+    assert run["before"]["run_dir"] == str(first) and run_files.read_json(first / run_files.CONFIG_FILE)[
+        "family"] == "decoder"
+    assert run_files.read_json(tmp_path / "exp" / "runs" / "clm0.75-mlm-seed0" / run_files.CONFIG_FILE)[
+        "init_from"]["path"] == str(first)
+    assert len(starts) == 2 and state_dicts_equal(starts[1], run_files.read_safetensors(first / run_files.MODEL_FILE))
+    assert (run["before"]["settings"]["budget"], run["settings"]["budget"]) == ("tokens=3072", "tokens=1024")
+    one, two = run_files.read_metrics(first)[-1], run["curve"][-1]
+    assert tokens_seen(run) == two["tokens_seen_total"] == one["tokens_seen"] + two["tokens_seen"]
+    assert train_seconds(run) == two["wall_s_total"] == pytest.approx(one["wall_s"] + two["wall_s"], abs=1e-3)

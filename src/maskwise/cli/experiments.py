@@ -58,6 +58,8 @@ def register(subparsers) -> None:
     ablate.add_argument("--out", default=None, help="output folder (default runs/ablate-NAME)")
     ablate.add_argument("--overwrite", action="store_true", help="start over instead of continuing")
     ablate.add_argument("--ratios", default=None, help="mask-ratio only: comma-separated ratios (default 0.15,0.3)")
+    ablate.add_argument("--share", default=None, help="cross-objective and clm-then-mlm only: the first objective's "
+                                                      "share of the budget (default 0.75 and 0.5)")
     ablate.add_argument("--no-progress", dest="progress", action="store_false")
     runtime_flags(ablate)
     ablate.set_defaults(handler=run_ablate)
@@ -113,6 +115,11 @@ def run_ablate(args) -> int:
             options["ratios"] = tuple(float(r) for r in args.ratios.split(","))
         except ValueError:
             raise UserError(f"--ratios must be comma-separated numbers, got {args.ratios!r}") from None
+    if args.share is not None:
+        try:
+            options["share"] = float(args.share)
+        except ValueError:
+            raise UserError(f"--share must be a number, got {args.share!r}") from None
     checked(args.name, args.scale, args.seeds, options)  # bad input: its one line before the device's
     out = run_ablation(args.name, args.out, args.scale, args.seeds, args.overwrite, args.progress,
                        runtime_of(args), **options)

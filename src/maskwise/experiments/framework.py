@@ -44,6 +44,14 @@ WALL_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True)
+class Phase:
+    """Pretraining an arm does first, on ``share`` of its budget, so that it continues from those weights."""
+
+    settings: dict  # pretraining settings of this phase, as an arm's (family, objective)
+    share: float  # of the arm's budget, in (0, 1); the arm's own settings get the rest
+
+
+@dataclass(frozen=True)
 class Arm:
     key: str  # names its runs and cached steps
     label: str  # names it in tables, plots and metrics
@@ -51,6 +59,9 @@ class Arm:
     # Spends more per token than the other arms by design (ELECTRA's generator): it pretrains only on
     # their clock, and the equal-tokens axis is at the tokens it read there (``pretrain_arms``).
     costlier: bool = False
+    # Another pretraining first (Ettin's cross-objective training, CLM then MLM): the arm's own settings
+    # continue from its weights (``init_from``), and both axes count the two phases together.
+    before: Phase | None = None
 
 
 @dataclass(frozen=True)
@@ -147,21 +158,35 @@ class Study:
 # ---- pretraining on both axes ---------------------------------------------------------------------
 
 
+def _total(run: dict, name: str) -> float:
+    """The run's last ``name`` over every phase it continued (``init_from``): its own where it had none."""
+    last = run["curve"][-1]
+    return last.get(f"{name}_total", last[name])
+
+
 def train_seconds(run: dict) -> float:
-    return run["curve"][-1]["wall_s"]
+    return _total(run, "wall_s")
+
+
+def tokens_seen(run: dict) -> int:
+    return _total(run, "tokens_seen")
 
 
 def tokens_per_second(run: dict) -> float:
-    last = run["curve"][-1]
-    return last["tokens_seen"] / max(last["wall_s"], 1e-9)
+    return tokens_seen(run) / max(train_seconds(run), 1e-9)
 
 
 def run_name(run: dict) -> str:
     return Path(run["run_dir"]).name
 
 
-def tokens_seen(run: dict) -> int:
-    return run["curve"][-1]["tokens_seen"]
+def split_budget(budget: str, share: float) -> tuple[str, str]:
+    """(``share`` of ``budget``, the rest): "tokens=4096", 0.75 -> ("tokens=3072", "tokens=1024"); tokens whole."""
+    kind, amount = budget.split("=")
+    total = float(amount)
+    first = round(share * total) if kind == "tokens" else share * total
+    rest = round(total) - first if kind == "tokens" else total - first
+    return f"{kind}={first}", f"{kind}={rest}"
 
 
 def pretrain_arms(setup: Setup, arms: Sequence[Arm], axes: Sequence[str] = AXES) -> Runs:
@@ -173,20 +198,32 @@ def pretrain_arms(setup: Setup, arms: Sequence[Arm], axes: Sequence[str] = AXES)
     equal-tokens axis is at what it read there (the other arms run again to that count). Two arms
     still make three runs a seed, but the extra one is the cheap arm's shorter run rather than the
     costly arm's longer one. Seeds run one after another, all arms of a seed together, so the arms
-    of one seed share the machine's conditions and an interrupted ablation keeps whole seeds."""
+    of one seed share the machine's conditions and an interrupted ablation keeps whole seeds.
+
+    An arm with a phase ``before`` spends its budget in two runs: ``<arm>-seed<N>-phase1`` on the phase's
+    share (tokens or seconds), then ``<arm>-seed<N>`` continuing from its weights on the rest; its run is
+    the second, which counts both (``tokens_seen_total``, ``wall_s_total``), so both axes compare totals."""
     runs: Runs = {axis: {arm.key: [] for arm in arms} for axis in axes}
+
+    def pretrain(arm: Arm, seed: int, suffix: str = "", budget: str = "") -> dict:
+        """The arm's run on ``budget`` (the scale's when empty), which it keeps as ``budget`` (both phases')."""
+        name, settings = f"{arm.key}-seed{seed}{suffix}", pretrain_settings(setup.scale, arm.settings, seed, budget)
+        if arm.before is None:
+            return {**setup.exp.pretrain(name, progress=setup.progress, **settings), "budget": settings["budget"]}
+        first, rest = split_budget(settings["budget"], arm.before.share)
+        before = setup.exp.pretrain(f"{name}-phase1", progress=setup.progress,
+                                    **pretrain_settings(setup.scale, arm.before.settings, seed, first))
+        run = setup.exp.pretrain(name, progress=setup.progress, init_from=before["run_dir"],
+                                 **pretrain_settings(setup.scale, arm.settings, seed, rest))
+        return {**run, "budget": settings["budget"], "before": before}
+
     if TOKENS not in axes:  # every arm once, on the scale's own clock
         for seed in setup.seeds:
             for arm in arms:
-                runs[WALL][arm.key].append(setup.exp.pretrain(f"{arm.key}-seed{seed}", progress=setup.progress,
-                                                             **pretrain_settings(setup.scale, arm.settings, seed)))
+                runs[WALL][arm.key].append(pretrain(arm, seed))
         return runs
     by_key = {arm.key: arm for arm in arms}
     costlier = [arm for arm in arms if arm.costlier] if WALL in axes and not all(a.costlier for a in arms) else []
-
-    def pretrain(arm: Arm, seed: int, suffix: str = "", budget: str = "") -> dict:
-        return setup.exp.pretrain(f"{arm.key}-seed{seed}{suffix}", progress=setup.progress,
-                                  **pretrain_settings(setup.scale, arm.settings, seed, budget))
 
     for seed in setup.seeds:
         by_tokens = {arm.key: pretrain(arm, seed) for arm in arms if arm not in costlier}
@@ -228,11 +265,11 @@ def curve_entries(runs: Runs, arms: Sequence[Arm]) -> list[dict]:
                 if run_name(run) in seen:
                     continue
                 seen.add(run_name(run))
-                seed = run["settings"]["seed"]
-                budget = run["settings"]["budget"]
+                seed, budget = run["settings"]["seed"], run["budget"]
                 suffix = f", {float(budget.split('=')[1]):.0f} s budget" if budget.startswith("seconds") else ""
-                entries.append({"label": f"{arm.label}, seed {seed}{suffix}", "group": arm.label, "seed": seed,
-                                "curve": run["curve"]})
+                phases = [(run["before"], ", phase 1"), (run, ", phase 2")] if "before" in run else [(run, "")]
+                entries += [{"label": f"{arm.label}, seed {seed}{suffix}{phase}", "group": arm.label, "seed": seed,
+                             "curve": part["curve"]} for part, phase in phases]
     return entries
 
 
@@ -298,7 +335,7 @@ def throughput_rows(runs: Runs, arms: Sequence[Arm]) -> list[list[str]]:
     for axis in runs:
         groups = {arm.label: [tokens_per_second(r) for r in runs[axis][arm.key]] for arm in arms}
         rows.append(table_row("pretraining tokens/s", axis, groups, None, 0))
-        groups = {arm.label: [r["curve"][-1]["tokens_seen"] / 1000 for r in runs[axis][arm.key]] for arm in arms}
+        groups = {arm.label: [tokens_seen(r) / 1000 for r in runs[axis][arm.key]] for arm in arms}
         rows.append(table_row("pretraining tokens seen (thousands)", axis, groups, None, 1))
         groups = {arm.label: [train_seconds(r) for r in runs[axis][arm.key]] for arm in arms}
         rows.append(table_row("pretraining seconds", axis, groups, None, 1))

@@ -62,8 +62,9 @@ def _plot_curves(results: dict, out: Path) -> list[Path]:
     paths = []
     for axis, label in (("tokens_seen", "tokens seen"), ("wall_s", "training wall-clock (s)")):
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
-        for run in runs:
-            points = [(r[axis], r["val_loss"]) for r in run["curve"] if r.get("val_loss") is not None]
+        for run in runs:  # a continued run (init_from) at its totals, so that it follows its first phase
+            points = [(r.get(f"{axis}_total", r[axis]), r["val_loss"]) for r in run["curve"]
+                      if r.get("val_loss") is not None]
             if points:
                 xs, ys = zip(*points)
                 ax.plot(xs, ys, marker=".", label=run["label"])

@@ -18,6 +18,10 @@ fine-tunes them with that recipe's task settings, and writes ``results.json`` pl
   pretrains only with ``seconds=T``, and the equal-tokens axis is at the tokens it read in T: the
   other arms pretrain again with that budget. Its extra run is the cheap arm's shorter one, not the
   costly arm's longer one; the tokens-seen rows show the count.
+* an arm with a phase **before** (``Arm.before``: cross-objective, clm-then-mlm) spends its budget in
+  two runs, another objective on its share, then its own from those weights on the rest (``init_from``);
+  both axes read the two runs' totals (``tokens_seen_total``, ``wall_s_total``), and a wall-clock rerun
+  reruns both.
 
 A prediction is judged by a rule coded in each module's ``judge`` function that reads nothing but the per-seed
 numbers in ``results["metrics"]``. Comparisons use ``verdict.compare`` (paired by seed: the 95%
@@ -32,7 +36,7 @@ compare's default recipe at the tokens its wall-clock budget reads on 2 CPU core
 ``gpu`` compare's scales of those names, and ``smoke`` a few steps that only check the plumbing (the
 tests use it); its reports say so in the title, and its numbers mean nothing.
 
-Each ablation is one module that declares a ``framework.Ablation`` (arms, what it measures, its
+Each ablation is one module that declares a ``framework.Study`` (arms, what it measures, its
 rule, its summary sentence) and one line of ``registry.ABLATIONS``; ``framework.conduct`` runs it.
 
 Finished steps are cached by ``Experiment``, so an interrupted ablation continues where it stopped;

@@ -6,6 +6,7 @@ and retrieval left ELECTRA near random (docs/results.md, Ablations)."""
 
 from __future__ import annotations
 
+from maskwise.experiments.ablations.jobs import TAGGING
 from maskwise.experiments.framework import (
     AXES,
     TAG_F1,
@@ -16,7 +17,6 @@ from maskwise.experiments.framework import (
     Rule,
     Setup,
     Study,
-    fine_tuned,
     key,
     moved,
     on_both_axes,
@@ -46,29 +46,25 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
 
 
 def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
-    return fine_tuned(setup, "tag", name, seed)
+    return TAGGING.take(setup, name, seed)
 
 
 def tabulate(m: Measured) -> tuple[dict, list]:
     metrics, rows = {}, []
     for axis in AXES:
-        metrics[key(TAG_F1, axis)] = m.per_arm(axis, lambda r: r["micro"]["f1"])
-        rows += [table_row(TAG_F1, axis, metrics[key(TAG_F1, axis)], True),
-                 table_row("punctuation detection F1 (a mark here or not)", axis,
-                           m.per_arm(axis, lambda r: r["detection"]["f1"]), True),
-                 table_row("pretraining FLOPs (estimate, 10^12)", axis,
-                           m.final(axis, lambda last: last["flops"] / 1e12), None, 2)]
+        metrics[key(TAG_F1, axis)], tagging = TAGGING.rows(m, axis)
+        rows += [*tagging, table_row("pretraining FLOPs (estimate, 10^12)", axis,
+                                     m.final(axis, lambda last: last["flops"] / 1e12), None, 2)]
     return metrics, rows
 
 
 def summary(m: Measured, metrics: dict) -> str:
     tagging, tagging_w = metrics[key(TAG_F1, TOKENS)], metrics[key(TAG_F1, WALL)]
-    rule = m.first(MLM)["line_break_rule"]
+    rule, rule_f1 = TAGGING.baseline(m.first(MLM))
     speed = {arm.label: [tokens_per_second(r) for r in m.runs[TOKENS][arm.key]] for arm in m.arms}
     return (f"We replaced MLM with ELECTRA's replaced-token detection for the same encoder: punctuation F1 "
             f"{moved(tagging[MLM.label], tagging[ELECTRA.label])} at equal tokens "
-            f"({moved(tagging_w[MLM.label], tagging_w[ELECTRA.label])} at equal wall-clock; {rule['name']} "
-            f"{rule['micro']['f1']:.3f}), "
+            f"({moved(tagging_w[MLM.label], tagging_w[ELECTRA.label])} at equal wall-clock; {rule} {rule_f1:.3f}), "
             f"while pretraining throughput {moved(speed[MLM.label], speed[ELECTRA.label], 0)} tokens/s.")
 
 
@@ -94,5 +90,4 @@ ABLATION = Study(
     rules=(Rule(("ELECTRA (replaced-token detection) pretrains a better encoder than MLM at equal compute, "
                 "most clearly for small models (Clark et al., 2020)."), RULE, judge),),
     step="tag", arms=lambda: (ELECTRA, MLM), measure=measure, tabulate=tabulate, summary=summary, notes=notes,
-    meaning=lambda m: {TAG_F1: (True, (m.first(MLM)["line_break_rule"]["name"],
-                                       m.first(MLM)["line_break_rule"]["micro"]["f1"]))})
+    meaning=lambda m: {TAG_F1: (True, TAGGING.baseline(m.first(MLM)))})

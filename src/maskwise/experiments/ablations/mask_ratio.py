@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from maskwise.data.corpus import load_corpus
 from maskwise.data.stream import TokenStream
 from maskwise.errors import UserError
+from maskwise.experiments.ablations.jobs import TAGGING
 from maskwise.experiments.framework import (
     AXES,
     TAG_F1,
@@ -21,7 +22,6 @@ from maskwise.experiments.framework import (
     Rule,
     Setup,
     Study,
-    fine_tuned,
     key,
     moved,
     on_both_axes,
@@ -85,20 +85,18 @@ def mlm_loss_at(setup: Setup, name: str, ratio: float = 0.15) -> float:
 
 
 def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
-    return {"mlm_loss_15": mlm_loss_at(setup, name), **fine_tuned(setup, "tag", name, seed)}
+    return {"mlm_loss_15": mlm_loss_at(setup, name), **TAGGING.take(setup, name, seed)}
 
 
 def tabulate(m: Measured) -> tuple[dict, list]:
     metrics, rows = {}, []
     for axis in AXES:
         metrics[key(MASK_LOSS, axis)] = m.per_arm(axis, lambda r: r["mlm_loss_15"])
-        metrics[key(TAG_F1, axis)] = m.per_arm(axis, lambda r: r["micro"]["f1"])
+        metrics[key(TAG_F1, axis)], tagging = TAGGING.rows(m, axis)
         rows += [table_row(MASK_LOSS + " (nats per masked token)", axis, metrics[key(MASK_LOSS, axis)], False),
                  table_row("validation loss at its own ratio (not comparable across ratios)", axis,
                            m.final(axis, lambda last: last["val_loss"]), None),
-                 table_row(TAG_F1, axis, metrics[key(TAG_F1, axis)], True),
-                 table_row("punctuation detection F1 (a mark here or not)", axis,
-                           m.per_arm(axis, lambda r: r["detection"]["f1"]), True)]
+                 *tagging]
     return metrics, rows
 
 
@@ -106,11 +104,11 @@ def summary(m: Measured, metrics: dict) -> str:
     low, high = m.arms[0].label, m.arms[-1].label
     loss, tagging = metrics[key(MASK_LOSS, TOKENS)], metrics[key(TAG_F1, TOKENS)]
     loss_w, tagging_w = metrics[key(MASK_LOSS, WALL)], metrics[key(TAG_F1, WALL)]
-    rule = m.first(m.arms[0])["line_break_rule"]
+    rule, rule_f1 = TAGGING.baseline(m.first(m.arms[0]))
     return (f"We replaced mask ratio {low.split()[-1]} with {high.split()[-1]}: held-out MLM loss at 15% masking "
             f"{moved(loss[low], loss[high])} after the same steps ({moved(loss_w[low], loss_w[high])} at equal "
             f"wall-clock), while punctuation F1 {moved(tagging[low], tagging[high])} "
-            f"({moved(tagging_w[low], tagging_w[high])} at equal wall-clock; {rule['name']} {rule['micro']['f1']:.3f}).")
+            f"({moved(tagging_w[low], tagging_w[high])} at equal wall-clock; {rule} {rule_f1:.3f}).")
 
 
 def notes(m: Measured) -> list[str]:
@@ -135,5 +133,4 @@ ABLATION = Study(
     step="mask", arms=arms, measure=measure, tabulate=tabulate, summary=summary,
     notes=notes, options=("ratios",),
     meaning=lambda m: {MASK_LOSS: (False, None),
-                       TAG_F1: (True, (m.first(m.arms[0])["line_break_rule"]["name"],
-                                       m.first(m.arms[0])["line_break_rule"]["micro"]["f1"]))})
+                       TAG_F1: (True, TAGGING.baseline(m.first(m.arms[0])))})

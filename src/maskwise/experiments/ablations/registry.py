@@ -7,8 +7,11 @@ from pathlib import Path
 
 from maskwise.errors import UserError
 from maskwise.experiments.ablations import (
+    clm_then_mlm,
+    cross_objective,
     electra,
     embedder,
+    hybrid,
     mask_ratio,
     pooling,
     reranker,
@@ -28,6 +31,9 @@ ABLATIONS: dict[str, Study] = {
     "electra": electra.ABLATION,
     "pooling": pooling.ABLATION,
     "reranker": reranker.ABLATION,
+    "hybrid": hybrid.ABLATION,
+    "cross-objective": cross_objective.ABLATION,
+    "clm-then-mlm": clm_then_mlm.ABLATION,
 }
 
 
@@ -53,7 +59,8 @@ def run_ablation(name: str, out: str | Path | None = None, scale: str = "default
                  **options) -> Path:
     """Run (or continue) ablation ``name`` at ``scale`` (a name in ``recipes.SCALES``) in ``out``
     (default ``runs/ablate-<name>``), write its results.json and render the report; returns the
-    folder. ``options``: the ablation's own (``ratios`` for mask-ratio)."""
+    folder. ``options``: the ablation's own (``ratios`` for mask-ratio, ``share`` for cross-objective and
+    clm-then-mlm)."""
     ablation, chosen = checked(name, scale, seeds, options)
     exp = Experiment(out or f"runs/ablate-{name}", overwrite, runtime)
     recipe = {"ablation": name, "scale": dataclasses.asdict(chosen)}

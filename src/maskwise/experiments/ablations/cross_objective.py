@@ -1,0 +1,127 @@
+"""Ablation cross-objective: a model pretrained in its own objective vs one that spent most of the budget
+in the other objective and was then continued in its own (Ettin, Weller et al. 2025).
+
+Two pairs on the same budget: an MLM encoder for the whole of it against a CLM decoder for ``share``
+of it (0.75 by default) continued from its weights as an MLM encoder (``Arm.before``); and the
+mirror, a CLM decoder against an MLM encoder continued as a CLM decoder. Both families have the same
+block (modernbert), so either's weights fit the other. The encoder pair is measured on tagging and
+retrieval, the decoder pair on held-out next-token loss (``jobs.JOBS``).
+
+The issue words the prediction's falsification as "the continued model matches the native one". A
+match cannot be told from too few seeds with a paired mean-difference test: its interval including
+zero says no more than that the seeds could not see a gap. So a tie is inconclusive, the verdict says
+why, and only a continued model ahead, separated, falsifies."""
+
+from __future__ import annotations
+
+from maskwise.errors import UserError
+from maskwise.experiments.ablations.jobs import (
+    NEXT_TOKEN_LOSS,
+    RETRIEVAL,
+    TAGGING,
+    ahead_on,
+    baselines,
+    header,
+    jobs_of,
+    meaning,
+    measure,
+    tabulate,
+)
+from maskwise.experiments.framework import (
+    TOKENS,
+    Arm,
+    Measured,
+    Phase,
+    Rule,
+    Study,
+    claims_verdict,
+    key,
+    moved,
+    on_both_axes,
+)
+from maskwise.experiments.verdict import INCONCLUSIVE
+
+MLM = Arm("mlm", "MLM encoder", {"family": "encoder", "objective": "mlm"})
+CLM = Arm("clm", "CLM decoder", {"family": "decoder", "objective": "clm"})
+DEFAULT_SHARE = 0.75  # of the budget spent in the other objective first
+TIE = ("a tie is not shown to be a match: a paired mean-difference test over a few seeds cannot tell no gap "
+       "from a gap too small for them to see")
+
+RULE = ("Within each pair, paired by seed, the native model (a) against the continued one (b) on the pair's measures: "
+        "the encoders' punctuation F1 and recall@10, the decoders' held-out next-token loss. Falsified if the "
+        "continued model is ahead on one of them, separated. Held if the native model is ahead on every one, "
+        "separated. Otherwise inconclusive (" + TIE + "). Applied at equal tokens and at equal wall-clock (both "
+        "phases counted); the verdict is the common outcome, inconclusive if they differ.")
+
+
+def continued(then: Arm, before: Arm, share: float) -> Arm:
+    """``before`` on ``share`` of the budget, then ``then`` from its weights on the rest."""
+    if not 0.0 < share < 1.0:
+        raise UserError(f"share: the first phase's share of the budget must be in (0, 1), got {share}")
+    return Arm(f"{before.key}{share:g}-{then.key}", f"{before.key.upper()} {share:.0%} then {then.label}",
+               then.settings, before=Phase(before.settings, share))
+
+
+def arms(share: float = DEFAULT_SHARE) -> tuple[Arm, ...]:
+    """The encoder pair, then the decoder pair: each its native model first."""
+    return MLM, continued(MLM, CLM, share), CLM, continued(CLM, MLM, share)
+
+
+def judge_pair(metrics: dict, native: Arm, other: Arm) -> tuple[str, str]:
+    """The native model ``native`` against the continued ``other``, on the native's measures."""
+
+    def one_axis(axis: str) -> tuple[str, str]:
+        verdict, detail = claims_verdict(ahead_on(metrics, axis, native.label, other.label, jobs_of(native)))
+        return verdict, detail + (f" ({TIE})" if verdict == INCONCLUSIVE else "")
+
+    return on_both_axes(one_axis)
+
+
+def judge_encoders(metrics: dict, arms: tuple[Arm, ...]) -> tuple[str, str]:
+    return judge_pair(metrics, arms[0], arms[1])
+
+
+def judge_decoders(metrics: dict, arms: tuple[Arm, ...]) -> tuple[str, str]:
+    return judge_pair(metrics, arms[2], arms[3])
+
+
+def summary(m: Measured, metrics: dict) -> str:
+    mlm, from_clm, clm, from_mlm = (arm.label for arm in m.arms)
+    tag, recall, loss = (metrics[key(job.name, TOKENS)] for job in (TAGGING, RETRIEVAL, NEXT_TOKEN_LOSS))
+    share = m.arms[1].before.share
+    return (f"We replaced pretraining in the model's own objective with {share:.0%} of the budget in the other one "
+            f"before its own: at equal tokens the encoder's punctuation F1 {moved(tag[mlm], tag[from_clm])} and its "
+            f"recall@10 {moved(recall[mlm], recall[from_clm])}, while the decoder's held-out next-token loss "
+            f"{moved(loss[clm], loss[from_mlm])} nats/char (trivial baselines: {baselines(m, metrics, TOKENS)}).")
+
+
+# What a continued arm's two runs are, for the notes of every ablation that has one.
+TWO_PHASES = ("A continued arm is two runs: the first objective on its share of the budget (tokens at equal tokens, "
+              "seconds at equal wall-clock), then the second from its final weights (--init-from) on the rest, each "
+              "with its own warmup and cosine decay over its part. The tokens and seconds rows count both, and its "
+              "curves are drawn at those totals, the second phase where the first ends. The second phase draws its "
+              "windows with the same seed, so it begins on the windows the first began on (random offsets into the "
+              "same text every arm reads).")
+
+
+def notes(m: Measured) -> list[str]:
+    return [
+        TWO_PHASES,
+        ("Ettin (Weller et al., 2025, 'Seq vs Seq') continued fully trained encoders and decoders in the other "
+         "objective for a few percent more tokens and found them behind the native model of the same size; here "
+         "the continued arm spends its share (--share) of the same budget in the other objective first, and the "
+         "models are tiny."),
+        ("The validation losses on the plots are per masked token (MLM) and per token (CLM), and a continued "
+         "arm's first phase is on the other scale: compare the curves' shapes, not their levels."),
+    ]
+
+
+ABLATION = Study(
+    about="native MLM/CLM vs the other objective for 75% of the budget, then continued in the native one (Ettin)",
+    title="Ablation cross-objective: native pretraining vs the other objective first, then continued",
+    rules=(Rule(("An encoder pretrained with MLM for the whole budget is ahead of a CLM decoder continued as an MLM "
+                 "encoder (Ettin, Weller et al. 2025)."), RULE, judge_encoders, "encoder"),
+           Rule("A decoder pretrained with CLM for the whole budget is ahead of an MLM encoder continued as a CLM "
+                "decoder (the mirror).", RULE, judge_decoders, "decoder")),
+    step="cross", arms=arms, measure=measure, tabulate=lambda m: tabulate(m, (m.arms[:2], m.arms[2:])),
+    summary=summary, notes=notes, options=("share",), header=header, meaning=meaning)
