@@ -59,8 +59,9 @@ class CompareSettings:
     # classes (ModernBertForMaskedLM, ModernBertDecoderForCausalLM); at equal tokens it measured as good as
     # Llama's block on every row (docs/results.md).
     preset: str = "modernbert"
-    # d 64 rather than 128: a quarter of the FLOPs a token, so the AVX2 kind reads ~5x the steps in 120 s
-    # (past the 200-step warning) and the fine-tunes cost a quarter, with every verdict's gap kept (docs/results.md).
+    # d 64 rather than 128: a quarter of the FLOPs a token, so fp32 on AVX2 reads several times d 128's ~170 steps
+    # in 120 s (674-1,006 capped at AVX2), past the 200-step warning, and the fine-tunes cost less, with every
+    # verdict's gap kept (docs/results.md).
     d_model: int = 64
     heads: int = 4
     layers: int = 4  # the encoder-decoder splits them, layers // 2 + layers // 2
