@@ -235,12 +235,18 @@ class Run:
     config: dict
 
 
-def load_run(run_dir: str | Path, weights: str | Path | None = None) -> Run:
-    """Open a run folder: model (final weights, else the newest intact checkpoint) and tokenizer."""
+def read_run_config(run_dir: str | Path) -> dict:
+    """A run folder's config.json, without its weights (what a caller asking only the model's shape needs)."""
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise UserError(f"{run_dir}: not a maskwise run folder (no {CONFIG_FILE})")
-    config = read_json(run_dir / CONFIG_FILE)
+    return read_json(run_dir / CONFIG_FILE)
+
+
+def load_run(run_dir: str | Path, weights: str | Path | None = None) -> Run:
+    """Open a run folder: model (final weights, else the newest intact checkpoint) and tokenizer."""
+    run_dir = Path(run_dir)
+    config = read_run_config(run_dir)
     model = build_model(ModelConfig.from_dict(config["model"]))
     if weights is None:
         weights = run_dir / MODEL_FILE

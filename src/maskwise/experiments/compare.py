@@ -187,8 +187,7 @@ def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSetting
     on all of them. A batch, because at batch 1 a model this small spends the time on dispatch, not on
     reading the source (docs/results.md)."""
 
-    opened = {column: exp.load(run) for column, run in runs.items()}
-    loaded = {column: run for column, run in opened.items() if cannot(run.model.cfg.kind, "ttft") is None}
+    loaded = {column: exp.load(run) for column, run in runs.items() if cannot(exp.kind(run), "ttft") is None}
     for run in loaded.values():
         run.model.eval()
     tok = next(iter(loaded.values())).tokenizer
@@ -214,7 +213,7 @@ def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSetting
 def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
     """Every measure the run's model can take (``MEASURES``, less what ``cannot`` refuses its family), each
     its own cached step."""
-    kind = setup.exp.load(name).model.cfg.kind
+    kind = setup.exp.kind(name)
     return {what: setup.exp.step(f"{what}-{name}", lambda f=fn: f(setup, name, seed))
             for what, fn in MEASURES.items() if cannot(kind, what) is None}
 

@@ -261,7 +261,7 @@ def _last_points(m: Measured, family: str) -> list[dict]:
 
 def kinds(m: Measured) -> dict[str, Family]:
     """Each column's family as its model reads (``ModelConfig.kind``: the hybrid, a decoder read both ways)."""
-    return {arm.key: m.setup.exp.load(run_name(m.runs[WALL][arm.key][0])).model.cfg.kind for arm in m.arms}
+    return {arm.key: m.setup.exp.kind(run_name(m.runs[WALL][arm.key][0])) for arm in m.arms}
 
 
 def _objective(m: Measured, arm: Arm) -> str:

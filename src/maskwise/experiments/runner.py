@@ -20,6 +20,8 @@ from typing import Any
 import torch
 
 from maskwise import runs
+from maskwise.config import ModelConfig
+from maskwise.families import Family
 from maskwise.runtime import Runtime, detect_hardware, resolve
 from maskwise.train.pretrain import PretrainConfig, pretrain
 
@@ -101,6 +103,10 @@ class Experiment:
         run = runs.load_run(self.run_dir(name))
         run.model.to(self.runtime.torch_device)
         return run
+
+    def kind(self, name: str) -> Family:
+        """A finished run's family as its model reads (``ModelConfig.kind``), from its config alone."""
+        return ModelConfig.from_dict(runs.read_run_config(self.run_dir(name))["model"]).kind
 
     def elapsed(self) -> float:
         """This invocation's seconds plus those of the finished steps it reused: the experiment's
