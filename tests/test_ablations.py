@@ -202,6 +202,12 @@ def test_hybrid_rule():
     # behind a specialist that does not clear its own baseline: nothing learned to be behind
     verdict, detail = hybrid.judge(metrics((0.15, 0.10), (0.06, 0.06), (2.2, 2.2)))
     assert verdict == INCONCLUSIVE and "not cleared by encoder (MLM) on punctuation F1" in detail
+    # above the verse rule but not above the untrained body fine-tuned the same way: pretraining added nothing seen
+    untrained = metrics((0.30, 0.30), (0.06, 0.08), (2.2, 2.2))
+    for axis in AXES:
+        untrained[key(TAG_F1, axis)][jobs.UNTRAINED] = seeds(0.30)
+    verdict, detail = hybrid.judge(untrained)
+    assert verdict == INCONCLUSIVE and "not cleared by encoder (MLM) on punctuation F1" in detail
 
 
 @pytest.mark.unit
@@ -244,6 +250,14 @@ def test_clm_then_mlm_rule():
     assert clm_then_mlm.judge(metrics((0.25, 0.30), (0.04, 0.06)), arms)[0] == HELD
     assert clm_then_mlm.judge(metrics((0.30, 0.25), (0.04, 0.06)), arms)[0] == FALSIFIED
     assert clm_then_mlm.judge(metrics((0.30, 0.30), (0.04, 0.06)), arms)[0] == INCONCLUSIVE
+    # MLM alone ahead, but the continued arm is not above the untrained body on tagging: that claim is no evidence
+    below_control = metrics((0.30, 0.25), (0.04, 0.06))
+    for axis in AXES:
+        below_control[key(TAG_F1, axis)][jobs.UNTRAINED] = seeds(0.26)
+        below_control[key(RECALL, axis)][jobs.UNTRAINED] = seeds(0.03)
+    verdict, detail = clm_then_mlm.judge(below_control, arms)
+    assert verdict == INCONCLUSIVE and f"not evidence as {first_clm} does not clear the baselines" in detail
+    assert "recall@10" in detail and "contradicted" not in detail
 
 
 # ---- end to end, at the smoke scale ---------------------------------------------------------------
@@ -416,7 +430,8 @@ def test_ablations_on_their_arms_jobs_end_to_end_at_smoke_scale(name, module, op
     assert set(results["metrics"]) == {key(job.name, axis) for axis in AXES for job in jobs.taken(arms)}
     for job in jobs.taken(arms):
         groups = results["metrics"][key(job.name, TOKENS)]
-        assert set(groups) == {arm.label for arm in arms if job in jobs.jobs_of(arm)} | {jobs.BASELINE}
+        controls = {jobs.UNTRAINED} if job.fine_tuned else set()
+        assert set(groups) == {arm.label for arm in arms if job in jobs.jobs_of(arm)} | {jobs.BASELINE} | controls
         assert all(len(values) == 2 for values in groups.values())
     assert results["table"]["columns"] == jobs.header([arm.label for arm in arms])
     rows = {(row[0], row[1]): row for row in results["table"]["rows"]}

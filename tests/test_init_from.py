@@ -10,7 +10,7 @@ from weights import state_dicts_equal
 
 from maskwise import runs
 from maskwise.train.loop import Trainer
-from maskwise.train.pretrain import PretrainConfig, pretrain
+from maskwise.train.pretrain import PretrainConfig, pretrain, untrained
 
 # modernbert: the layout Ettin's encoders and decoders share, so either family's weights fit the other
 TINY = {"preset": "modernbert", "d_model": 32, "layers": 1, "heads": 2, "batch_size": 4, "block_size": 32,
@@ -39,6 +39,20 @@ def start_weights(monkeypatch):
 
     monkeypatch.setattr(Trainer, "fit", recording_fit)
     return seen
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("family, objective", [("encoder", "mlm"), ("decoder", "hybrid")])
+def test_untrained_is_the_model_a_run_starts_from(family, objective, small_text, tmp_path, start_weights):
+    """The ablations' control: the weights pretraining would start from, as its folder would load them."""
+    run = _run(small_text, tmp_path / "run", family, objective, steps=1)
+    settings = PretrainConfig.from_flat({"family": family, "objective": objective, "data": str(small_text),
+                                         **TINY, "steps": 1})
+    model, tokenizer = untrained(settings)
+    assert state_dicts_equal(model.state_dict(), start_weights[-1])
+    assert type(model) is type(run["model"]) and tokenizer.vocab_size == run["tokenizer"].vocab_size
+    other, _ = untrained(PretrainConfig.from_flat({**settings.flat(), "seed": 1}))
+    assert not state_dicts_equal(other.state_dict(), start_weights[-1])  # seeded like the run
 
 
 @pytest.mark.integration

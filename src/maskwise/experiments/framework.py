@@ -284,10 +284,16 @@ def parameters(setup: Setup, runs: Runs, arms: Sequence[Arm]) -> dict:
 def fine_tuned(setup: Setup, task: str, name: str, seed: int, pooling: str | None = None) -> dict:
     """The record of ``task`` (``tasks.run.run_task``) fine-tuned on run ``name`` at the setup's scale."""
     run = setup.exp.load(name)
+    return fine_tuned_body(setup, task, run.model, run.tokenizer, seed, name, pooling)
+
+
+def fine_tuned_body(setup: Setup, task: str, model, tokenizer, seed: int, label: str,
+                    pooling: str | None = None) -> dict:
+    """The record of ``task`` fine-tuned on ``model`` (moved to the experiment's device) at the setup's scale."""
     cfg = setup.recipe.task(task, seed, setup.progress)
     if pooling is not None:
         cfg = replace(cfg, pooling=pooling)
-    return run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, label=name).record
+    return run_task(cfg, model.to(setup.exp.runtime.torch_device), tokenizer, setup.exp.runtime, label=label).record
 
 
 # ---- tables, verdicts and sentences -----------------------------------------------------------------

@@ -185,6 +185,26 @@ def with_source_tokenizer(settings: PretrainConfig, source: Source, given: set[s
     return dataclasses.replace(settings, **theirs)
 
 
+def initial_model(settings: PretrainConfig, tokenizer: Tokenizer) -> tuple[ModelConfig, Any, torch.nn.Module]:
+    """The model config, the objective and the seeded, untrained model that a run of ``settings`` starts from."""
+    cfg = model_config(settings, tokenizer.vocab_size)
+    options = {param: getattr(settings, key) for key, param in OBJECTIVE_OPTIONS.get(settings.objective, {}).items()}
+    objective = build_objective(settings.objective, settings.family, tokenizer, cfg.vocab_size, **options)
+    cfg = objective.model_config(cfg)
+    torch.manual_seed(settings.train.seed)
+    return cfg, objective, objective.build_model(cfg) or build_model(cfg)
+
+
+def untrained(settings: PretrainConfig) -> tuple[torch.nn.Module, Tokenizer]:
+    """What a run of ``settings`` would start from, never trained, as its folder would load it, and its
+    tokenizer: the control that tells what pretraining added to a fine-tuned score."""
+    settings = settings.resolved()
+    corpus = load_corpus(settings.data, settings.val_data or None, text_field=settings.text_field)
+    tokenizer = build_tokenizer(settings.tokenizer, corpus, settings.vocab_size)
+    _, objective, model = initial_model(settings, tokenizer)
+    return objective.final_model(model), tokenizer
+
+
 def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = None,
              runtime: Runtime | None = None) -> dict[str, Any]:
     """Run (or resume) one pretraining run; returns ``{"run_dir", "records", "model", "tokenizer"}``.
@@ -213,12 +233,7 @@ def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = No
         tokenizer = source.tokenizer
     else:
         tokenizer = build_tokenizer(settings.tokenizer, corpus, settings.vocab_size)
-    cfg = model_config(settings, tokenizer.vocab_size)
-    options = {param: getattr(settings, key) for key, param in OBJECTIVE_OPTIONS.get(settings.objective, {}).items()}
-    objective = build_objective(settings.objective, settings.family, tokenizer, cfg.vocab_size, **options)
-    cfg = objective.model_config(cfg)
-    torch.manual_seed(settings.train.seed)
-    model = objective.build_model(cfg) or build_model(cfg)
+    cfg, objective, model = initial_model(settings, tokenizer)
     if source is not None:
         runs.load_weights_into(model, runs.read_safetensors(source.weights), source.label)
     if rank == 0:

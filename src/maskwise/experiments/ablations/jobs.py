@@ -1,8 +1,10 @@
 """What the pretraining ablations measure a body on, each job with its trivial baseline: punctuation
 tagging and retrieval (fine-tuned, read as the family reads) and held-out next-token loss (read left
-to right). An arm takes the jobs of the objective it ends with (``JOBS``); ``tabulate`` gives each job
-a metric holding the arms that took it and the baseline beside them, so that a rule can ask both
-"is a ahead of b" and "does a clear its baseline" of the metrics alone."""
+to right). A fine-tuned job also has a control, the same block never pretrained and fine-tuned the
+same way: fine-tuning alone learns some of a task, and only what an arm scores above the control is
+pretraining's. An arm takes the jobs of the objective it ends with (``JOBS``); ``tabulate`` gives each
+job a metric holding the arms that took it and the baseline (and control) beside them, so that a rule
+can ask both "is a ahead of b" and "does a clear its baselines" of the metrics alone."""
 
 from __future__ import annotations
 
@@ -22,15 +24,19 @@ from maskwise.experiments.framework import (
     Setup,
     ahead,
     fine_tuned,
+    fine_tuned_body,
     key,
     table_row,
     winner_text,
 )
 from maskwise.experiments.report import fmt_stat
 from maskwise.experiments.verdict import compare, mean_and_spread
+from maskwise.recipes import pretrain_settings
 from maskwise.tasks.fill_mask import decoder_nats_per_char
+from maskwise.train.pretrain import PretrainConfig, untrained
 
 BASELINE = "trivial baseline"  # a job metric's group beside the arms': per seed, what every arm must clear
+UNTRAINED = "untrained body"  # a fine-tuned job's control group: per seed, what fine-tuning alone reached
 NEXT_TOKEN = "held-out next-token loss (nats/char)"
 
 
@@ -46,6 +52,7 @@ class Job:
     score: Callable[[dict], float]
     baseline: Callable[[dict], tuple[str, float]]  # the record -> the trivial baseline's name and score
     more: tuple[tuple[str, Callable[[dict], float]], ...] = ()  # (row name, its value in the record)
+    fine_tuned: bool = False  # it fine-tunes task ``step``: an untrained body fine-tuned so is its control
 
     def rows(self, m: Measured, axis: str) -> tuple[dict[str, list[float]], list[list[str]]]:
         """Where every arm's measures are this job's record (mask-ratio, electra): its scores at ``axis``
@@ -66,10 +73,10 @@ def next_token_loss(setup: Setup, name: str, seed: int) -> dict:
 
 TAGGING = Job(TAG_F1, "tag", True, lambda setup, name, seed: fine_tuned(setup, "tag", name, seed),
               lambda r: r["micro"]["f1"], lambda r: (r["line_break_rule"]["name"], r["line_break_rule"]["micro"]["f1"]),
-              (("punctuation detection F1 (a mark here or not)", lambda r: r["detection"]["f1"]),))
+              (("punctuation detection F1 (a mark here or not)", lambda r: r["detection"]["f1"]),), fine_tuned=True)
 RETRIEVAL = Job(RECALL, "embed", True, lambda setup, name, seed: fine_tuned(setup, "embed", name, seed),
                 lambda r: r["recall@10"], lambda r: ("random ranking", r["baseline"]["expected"]["recall@10"]),
-                (("MRR", lambda r: r["mrr"]),))
+                (("MRR", lambda r: r["mrr"]),), fine_tuned=True)
 NEXT_TOKEN_LOSS = Job(NEXT_TOKEN, "next_token", False, next_token_loss, lambda r: r["nats_per_char"],
                       lambda r: ("unigram", r["unigram_nats_per_char"]))
 
@@ -87,10 +94,26 @@ def taken(arms: Sequence[Arm]) -> list[Job]:
     return list(dict.fromkeys(job for arm in arms for job in jobs_of(arm)))
 
 
+def control(setup: Setup, job: Job, arm: Arm, seed: int) -> dict:
+    """Fine-tuned ``job`` on ``arm``'s block for ``seed`` as pretraining would start it, never trained; one
+    cached step per seed, family and objective (arms of one block share it)."""
+    settings = pretrain_settings(setup.scale, arm.settings, seed)
+
+    def take() -> dict:
+        model, tokenizer = untrained(PretrainConfig.from_flat(settings))
+        return fine_tuned_body(setup, job.step, model, tokenizer, seed, f"untrained {arm.label}")
+
+    return setup.exp.step(f"{job.step}-untrained-{settings['family']}-{settings['objective']}-seed{seed}", take)
+
+
 def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
-    """Each of the arm's jobs on run ``name``, each its own cached step: ``{job.step: record}``."""
-    return {job.step: setup.exp.step(f"{job.step}-{name}", lambda job=job: job.take(setup, name, seed))
-            for job in jobs_of(arm)}
+    """Each of the arm's jobs on run ``name``, each its own cached step: ``{job.step: record}``, a fine-tuned
+    job's record with its control's beside it (``UNTRAINED``)."""
+    measured = {}
+    for job in jobs_of(arm):
+        record = setup.exp.step(f"{job.step}-{name}", lambda job=job: job.take(setup, name, seed))
+        measured[job.step] = {**record, UNTRAINED: control(setup, job, arm, seed)} if job.fine_tuned else record
+    return measured
 
 
 def header(labels: Sequence[str]) -> list[str]:
@@ -99,8 +122,9 @@ def header(labels: Sequence[str]) -> list[str]:
 
 def tabulate(m: Measured, pairs: Sequence[tuple[Arm, Arm]]) -> tuple[dict, list]:
     """Per axis and job: the metric (the arms that took it, and ``BASELINE`` per seed from the first of
-    them: every arm of a seed has the same test items) and its rows, a dash where an arm did not take
-    it; the last column compares each of ``pairs`` that both took it."""
+    them: every arm of a seed has the same test items; a fine-tuned job's ``UNTRAINED`` control from it
+    too) and its rows, a dash where an arm did not take it; the last column compares each of ``pairs``
+    that both took it."""
     metrics, rows = {}, []
     for axis in m.runs:
         for job in taken(m.arms):
@@ -114,8 +138,10 @@ def tabulate(m: Measured, pairs: Sequence[tuple[Arm, Arm]]) -> tuple[dict, list]
                             f"{winner_text(compare(groups[a.label], groups[b.label], job.higher), a.label, b.label)}"
                             for a, b in pairs if a.label in groups and b.label in groups]
                 if row == job.name:
-                    metrics[key(job.name, axis)] = {**groups, BASELINE: baseline}
+                    controls = {UNTRAINED: [read(r[UNTRAINED]) for r in first]} if job.fine_tuned else {}
+                    metrics[key(job.name, axis)] = {**groups, BASELINE: baseline, **controls}
                     compared.append(f"{job.baseline(first[0])[0]} {fmt_stat(baseline)}")
+                    compared.extend(f"{UNTRAINED} {fmt_stat(scores)}" for scores in controls.values())
                 rows.append([row, axis, *(fmt_stat(groups[a.label]) if a.label in groups else "—" for a in m.arms),
                              "; ".join(compared)])
     return metrics, rows
@@ -127,24 +153,38 @@ def meaning(m: Measured) -> dict[str, tuple[bool, None]]:
 
 
 def baselines(m: Measured, metrics: dict, axis: str) -> str:
-    """Each job's trivial baseline at ``axis``, named, for a summary: "random ranking 0.014, unigram 3.037"."""
+    """Each job's trivial baseline (and control) at ``axis``, named, for a summary: "random ranking 0.014
+    (untrained body 0.031), unigram 3.037"."""
     named = {job: job.baseline(m.first(next(a for a in m.arms if job in jobs_of(a)))[job.step])[0]
              for job in taken(m.arms)}
-    return ", ".join(f"{name} {mean_and_spread(metrics[key(job.name, axis)][BASELINE])[0]:.3f}"
-                     for job, name in named.items())
+
+    def mean(job: Job, group: str) -> str:
+        return f"{mean_and_spread(metrics[key(job.name, axis)][group])[0]:.3f}"
+
+    return ", ".join(f"{name} {mean(job, BASELINE)}" + (f" ({UNTRAINED} {mean(job, UNTRAINED)})" if job.fine_tuned
+                                                         else "") for job, name in named.items())
 
 
 def ahead_on(metrics: dict, axis: str, a: str, b: str, jobs: Sequence[Job]) -> list[tuple[str, bool | None]]:
-    """The claims "``a`` is ahead of ``b``" on each of ``jobs`` at ``axis``, for ``framework.claims_verdict``."""
+    """The claims "``a`` is ahead of ``b``" on each of ``jobs`` at ``axis``, for ``framework.claims_verdict``;
+    on a job that ``a`` or ``b`` does not clear (``clears``) the claim is neither supported nor contradicted."""
     claims = []
     for job in jobs:
         groups = metrics[key(job.name, axis)]
         c = compare(groups[a], groups[b], job.higher)
-        claims.append((f"{a} ahead on {job.name} ({c.describe(a, b)})", ahead(c)))
+        short = [label for label in (a, b) if not clears(metrics, axis, label, job)]
+        text = f"{a} ahead on {job.name} ({c.describe(a, b)})"
+        if short:
+            claims.append((f"{text}, not evidence as {' and '.join(short)} "
+                           f"{'does' if len(short) == 1 else 'do'} not clear the baselines", None))
+        else:
+            claims.append((text, ahead(c)))
     return claims
 
 
 def clears(metrics: dict, axis: str, label: str, job: Job) -> bool:
-    """Whether arm ``label`` is ahead of the trivial baseline on ``job`` at ``axis``, paired by seed."""
+    """Whether arm ``label`` is ahead, paired by seed, of the trivial baseline on ``job`` at ``axis`` and,
+    on a fine-tuned job, of the untrained body fine-tuned the same way: what pretraining must have added."""
     groups = metrics[key(job.name, axis)]
-    return compare(groups[label], groups[BASELINE], job.higher).winner == "a"
+    return all(compare(groups[label], groups[bar], job.higher).winner == "a" for bar in (BASELINE, UNTRAINED)
+               if bar in groups)
