@@ -94,16 +94,16 @@ def taken(arms: Sequence[Arm]) -> list[Job]:
     return list(dict.fromkeys(job for arm in arms for job in jobs_of(arm)))
 
 
-def control(setup: Setup, job: Job, arm: Arm, seed: int) -> dict:
-    """Fine-tuned ``job`` on ``arm``'s block for ``seed`` as pretraining would start it, never trained; one
-    cached step per seed, family and objective (arms of one block share it)."""
-    settings = pretrain_settings(setup.scale, arm.settings, seed)
+def control(setup: Setup, job: Job, seed: int) -> dict:
+    """Fine-tuned ``job`` on the recipe's block as an MLM encoder's pretraining would start it for ``seed``,
+    never trained (the fine-tuned jobs read bidirectionally, a hybrid too); one cached step per seed."""
 
     def take() -> dict:
+        settings = pretrain_settings(setup.scale, {"family": "encoder", "objective": "mlm"}, seed)
         model, tokenizer = untrained(PretrainConfig.from_flat(settings))
-        return fine_tuned_body(setup, job.step, model, tokenizer, seed, f"untrained {arm.label}")
+        return fine_tuned_body(setup, job.step, model, tokenizer, seed, f"untrained encoder, seed {seed}")
 
-    return setup.exp.step(f"{job.step}-untrained-{settings['family']}-{settings['objective']}-seed{seed}", take)
+    return setup.exp.step(f"{job.step}-untrained-seed{seed}", take)
 
 
 def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
@@ -112,7 +112,7 @@ def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
     measured = {}
     for job in jobs_of(arm):
         record = setup.exp.step(f"{job.step}-{name}", lambda job=job: job.take(setup, name, seed))
-        measured[job.step] = {**record, UNTRAINED: control(setup, job, arm, seed)} if job.fine_tuned else record
+        measured[job.step] = {**record, UNTRAINED: control(setup, job, seed)} if job.fine_tuned else record
     return measured
 
 
@@ -122,8 +122,8 @@ def header(labels: Sequence[str]) -> list[str]:
 
 def tabulate(m: Measured, pairs: Sequence[tuple[Arm, Arm]]) -> tuple[dict, list]:
     """Per axis and job: the metric (the arms that took it, and ``BASELINE`` per seed from the first of
-    them: every arm of a seed has the same test items; a fine-tuned job's ``UNTRAINED`` control from it
-    too) and its rows, a dash where an arm did not take it; the last column compares each of ``pairs``
+    them: every arm of a seed has the same test items; a fine-tuned job's ``UNTRAINED`` control, the same
+    for every arm) and its rows, a dash where an arm did not take it; the last column compares each of ``pairs``
     that both took it."""
     metrics, rows = {}, []
     for axis in m.runs:
