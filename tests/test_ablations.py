@@ -106,14 +106,17 @@ def test_mask_ratio_rule():
     arms = mask_ratio.arms((0.3, 0.15))  # sorted: the lowest ratio first
     low, high = arms[0].label, arms[-1].label
 
-    def metrics(loss_low, loss_high, acc_low, acc_high):
+    def metrics(loss_low, loss_high, acc_low, acc_high, untrained=0.2):
         return on_axes(lambda axis: {key(mask_ratio.MASK_LOSS, axis): {low: seeds(loss_low), high: seeds(loss_high)},
-                                     key(TAG_F1, axis): {low: seeds(acc_low), high: seeds(acc_high)}})
+                                     key(TAG_F1, axis): {low: seeds(acc_low), high: seeds(acc_high),
+                                                         jobs.BASELINE: seeds(0.18), jobs.UNTRAINED: seeds(untrained)}})
 
     assert mask_ratio.judge(metrics(5.0, 4.5, 0.50, 0.40), arms)[0] == HELD
     assert mask_ratio.judge(metrics(5.0, 4.5, 0.40, 0.60), arms)[0] == FALSIFIED
     assert mask_ratio.judge(metrics(4.5, 5.0, 0.60, 0.40), arms)[0] == INCONCLUSIVE  # loss half fails
     assert mask_ratio.judge(metrics(5.0, 4.5, 0.50, 0.50), arms)[0] == INCONCLUSIVE
+    verdict, detail = mask_ratio.judge(metrics(5.0, 4.5, 0.40, 0.60, untrained=0.45), arms)  # one at the control
+    assert verdict == INCONCLUSIVE and f"{low} not ahead of the tagging baselines, so no evidence" in detail
 
 
 @pytest.mark.unit
@@ -150,13 +153,16 @@ def test_seq2seq_rule():
 
 @pytest.mark.unit
 def test_electra_rule():
-    def metrics(electra_acc, mlm_acc):
+    def metrics(electra_acc, mlm_acc, rule=0.18):
         return on_axes(lambda axis: {key(TAG_F1, axis): {electra.ELECTRA.label: seeds(electra_acc),
-                                                            electra.MLM.label: seeds(mlm_acc)}})
+                                                            electra.MLM.label: seeds(mlm_acc),
+                                                            jobs.BASELINE: seeds(rule), jobs.UNTRAINED: seeds(0.2)}})
 
     assert electra.judge(metrics(0.5, 0.4))[0] == HELD
     assert electra.judge(metrics(0.4, 0.5))[0] == FALSIFIED
     assert electra.judge(metrics(0.45, 0.45))[0] == INCONCLUSIVE
+    verdict, detail = electra.judge(metrics(0.4, 0.5, rule=0.45))  # ELECTRA below the verse rule: no evidence
+    assert verdict == INCONCLUSIVE and "ELECTRA not ahead of the tagging baselines" in detail
 
 
 @pytest.mark.unit

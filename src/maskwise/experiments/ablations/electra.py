@@ -6,7 +6,7 @@ and retrieval left ELECTRA near random (docs/results.md, Ablations)."""
 
 from __future__ import annotations
 
-from maskwise.experiments.ablations.jobs import TAGGING
+from maskwise.experiments.ablations.jobs import TAGGING, clears, with_control
 from maskwise.experiments.framework import (
     AXES,
     TAG_F1,
@@ -29,24 +29,28 @@ ELECTRA = Arm("electra", "ELECTRA", {"family": "encoder", "objective": "electra"
 MLM = Arm("mlm", "MLM", {"family": "encoder", "objective": "mlm"})
 
 RULE = ("Compare punctuation F1 after identical tagging fine-tuning of the ELECTRA "
-        "discriminator (a) and the MLM encoder (b), both of the same size: held if ELECTRA is ahead, falsified "
-        "if MLM is ahead, "
-        "inconclusive within noise. Applied at equal tokens and at equal wall-clock (ELECTRA's generator "
-        "makes its steps dearer, which only the wall-clock axis charges it for); the verdict is the common "
-        "outcome, inconclusive if they differ.")
+        "discriminator (a) and the MLM encoder (b), both of the same size: inconclusive if either is not ahead "
+        "of tagging's trivial baseline and of the untrained body fine-tuned the same way; else held if ELECTRA "
+        "is ahead, falsified if MLM is ahead, inconclusive within noise. Applied at equal tokens and at equal "
+        "wall-clock (ELECTRA's generator makes its steps dearer, which only the wall-clock axis charges it for); "
+        "the verdict is the common outcome, inconclusive if they differ.")
 
 
 def judge(metrics: dict, arms=None) -> tuple[str, str]:
     def one_axis(axis: str) -> tuple[str, str]:
         groups = metrics[key(TAG_F1, axis)]
         c = compare(groups[ELECTRA.label], groups[MLM.label])
+        short = [arm.label for arm in (ELECTRA, MLM) if not clears(metrics, axis, arm.label, TAGGING)]
+        if short:
+            return INCONCLUSIVE, (f"{' and '.join(short)} not ahead of the tagging baselines, so no evidence; "
+                                  f"{c.describe('ELECTRA', 'MLM')}")
         return {"a": HELD, "b": FALSIFIED, "tie": INCONCLUSIVE}[c.winner], c.describe("ELECTRA", "MLM")
 
     return on_both_axes(one_axis)
 
 
 def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
-    return TAGGING.take(setup, name, seed)
+    return with_control(setup, TAGGING, TAGGING.take(setup, name, seed), seed)
 
 
 def tabulate(m: Measured) -> tuple[dict, list]:

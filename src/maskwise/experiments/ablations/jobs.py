@@ -55,11 +55,15 @@ class Job:
     fine_tuned: bool = False  # it fine-tunes task ``step``: an untrained body fine-tuned so is its control
 
     def rows(self, m: Measured, axis: str) -> tuple[dict[str, list[float]], list[list[str]]]:
-        """Where every arm's measures are this job's record (mask-ratio, electra): its scores at ``axis``
-        by arm, and its rows."""
+        """Where every arm's measures are this job's record (``with_control``; mask-ratio, electra): its metric
+        at ``axis`` (the arms' scores, the first arm's trivial baseline and the control), and its rows."""
         scores = m.per_arm(axis, self.score)
-        return scores, [table_row(self.name, axis, scores, self.higher),
-                        *(table_row(row, axis, m.per_arm(axis, read), self.higher) for row, read in self.more)]
+        first = m.measured[axis][m.arms[0].key]
+        bars = {BASELINE: [self.baseline(r)[1] for r in first],
+                **({UNTRAINED: [self.score(r[UNTRAINED]) for r in first]} if self.fine_tuned else {})}
+        return {**scores, **bars}, [table_row(self.name, axis, {**scores, **bars}, self.higher),
+                                    *(table_row(row, axis, m.per_arm(axis, read), self.higher)
+                                      for row, read in self.more)]
 
 
 def next_token_loss(setup: Setup, name: str, seed: int) -> dict:
@@ -106,14 +110,17 @@ def control(setup: Setup, job: Job, seed: int) -> dict:
     return setup.exp.step(f"{job.step}-untrained-seed{seed}", take)
 
 
+def with_control(setup: Setup, job: Job, record: dict, seed: int) -> dict:
+    """``record`` of ``job``, with its control's record beside it (``UNTRAINED``) if it fine-tunes."""
+    return {**record, UNTRAINED: control(setup, job, seed)} if job.fine_tuned else record
+
+
 def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
     """Each of the arm's jobs on run ``name``, each its own cached step: ``{job.step: record}``, a fine-tuned
-    job's record with its control's beside it (``UNTRAINED``)."""
-    measured = {}
-    for job in jobs_of(arm):
-        record = setup.exp.step(f"{job.step}-{name}", lambda job=job: job.take(setup, name, seed))
-        measured[job.step] = {**record, UNTRAINED: control(setup, job, seed)} if job.fine_tuned else record
-    return measured
+    job's record with its control's beside it."""
+    return {job.step: with_control(setup, job, setup.exp.step(f"{job.step}-{name}",
+                                                              lambda job=job: job.take(setup, name, seed)), seed)
+            for job in jobs_of(arm)}
 
 
 def header(labels: Sequence[str]) -> list[str]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from maskwise.data.corpus import load_corpus
 from maskwise.data.stream import TokenStream
 from maskwise.errors import UserError
-from maskwise.experiments.ablations.jobs import TAGGING
+from maskwise.experiments.ablations.jobs import TAGGING, clears, with_control
 from maskwise.experiments.framework import (
     AXES,
     TAG_F1,
@@ -38,7 +38,8 @@ RULE = ("Compare the lowest ratio (a) and the highest (b). The loss is MLM loss 
         "held-out text with the same 15% masks for every model (a loss at each model's own ratio would "
         "compare different tasks), after the same steps (equal tokens: the batches are the same size). "
         "Downstream: punctuation F1 after the same tagging fine-tuning. "
-        "Falsified if b is ahead on punctuation F1. Held if a is ahead on it and b has the lower "
+        "Inconclusive if either is not ahead of tagging's trivial baseline and of the untrained body fine-tuned the "
+        "same way. Falsified if b is ahead on punctuation F1. Held if a is ahead on it and b has the lower "
         "loss. Otherwise inconclusive. Applied at equal tokens and at equal wall-clock; the verdict is "
         "the common outcome, inconclusive if they differ.")
 
@@ -62,6 +63,9 @@ def judge(metrics: dict, arms: Sequence[Arm]) -> tuple[str, str]:
         loss = compare(metrics[key(MASK_LOSS, axis)][low], metrics[key(MASK_LOSS, axis)][high], higher_is_better=False)
         tagging = compare(metrics[key(TAG_F1, axis)][low], metrics[key(TAG_F1, axis)][high])
         text = f"loss {loss.describe(low, high)}; punctuation F1 {tagging.describe(low, high)}"
+        short = [label for label in (low, high) if not clears(metrics, axis, label, TAGGING)]
+        if short:
+            return INCONCLUSIVE, f"{' and '.join(short)} not ahead of the tagging baselines, so no evidence; {text}"
         if tagging.winner == "b":
             return FALSIFIED, text
         if tagging.winner == "a" and loss.winner == "b":
@@ -85,7 +89,8 @@ def mlm_loss_at(setup: Setup, name: str, ratio: float = 0.15) -> float:
 
 
 def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
-    return {"mlm_loss_15": mlm_loss_at(setup, name), **TAGGING.take(setup, name, seed)}
+    tagging = with_control(setup, TAGGING, TAGGING.take(setup, name, seed), seed)
+    return {"mlm_loss_15": mlm_loss_at(setup, name), **tagging}
 
 
 def tabulate(m: Measured) -> tuple[dict, list]:
