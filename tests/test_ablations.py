@@ -419,6 +419,10 @@ def test_encoder_pretraining_ablations_judge_on_tagging(name, module, tmp_path):
     assert "punctuation F1" in results["summary"] and "before every line break" in results["summary"]
     tagging = results["metric_meta"][key(TAG_F1, AXES[0])]  # its plot draws the verse rule
     assert tagging["higher"] is True and tagging["baseline_name"].endswith("before every line break")
+    assert set(results["metrics"][key(TAG_F1, AXES[0])]) == {arm.label for arm in module.ABLATION.arms()} | {
+        jobs.BASELINE, jobs.UNTRAINED}
+    width = len(results["table"]["columns"])
+    assert all(len(row) == width for row in results["table"]["rows"])  # the bars are metric groups, not columns
 
 
 @pytest.mark.e2e

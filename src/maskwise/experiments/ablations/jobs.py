@@ -61,7 +61,7 @@ class Job:
         first = m.measured[axis][m.arms[0].key]
         bars = {BASELINE: [self.baseline(r)[1] for r in first],
                 **({UNTRAINED: [self.score(r[UNTRAINED]) for r in first]} if self.fine_tuned else {})}
-        return {**scores, **bars}, [table_row(self.name, axis, {**scores, **bars}, self.higher),
+        return {**scores, **bars}, [table_row(self.name, axis, scores, self.higher),
                                     *(table_row(row, axis, m.per_arm(axis, read), self.higher)
                                       for row, read in self.more)]
 
