@@ -139,9 +139,9 @@ def test_refusals_are_one_line_and_write_nothing(small_text, tmp_path, capsys):
         assert_one_line_exit_2(capsys, [*into_encoder, *args], needle)
         assert not new.exists()
     code, _, err = run_cli(capsys, *into_encoder, source, "--preset", "bert")
-    assert "missing" in err and "(model (" in err and "preset gpt2" in err  # names a key, its shape, the source's layout
+    assert code == 2 and "missing" in err and "(model (" in err and "preset gpt2" in err  # names a key, its shape, the source's layout
     code, _, err = run_cli(capsys, *into_encoder, source, "--preset", "gpt2", "--d-model", "64")
-    assert "checkpoint (" in err and "vs model (" in err  # both shapes
+    assert code == 2 and "checkpoint (" in err and "vs model (" in err  # both shapes
 
     assert run_cli(capsys, *into_encoder, source, "--preset", "gpt2")[0] == 0
     before = {p: p.read_bytes() for p in sorted(new.rglob("*")) if p.is_file()}

@@ -42,8 +42,8 @@ CANNOT: dict[str, tuple[Callable[[Family], bool], str]] = {
     "seq2seq": (lambda kind: not kind.writes,
                 "cannot: no decoder to write the answer (an encoder labels positions it is given)"),
     "ttft": (lambda kind: not kind.writes, "cannot: writes no answer"),
-    "next_token": (lambda kind: kind.two_stacks, "conditional only: its decoder models targets given a source, "
-                                                 "not the text itself (its own objective's loss in the curves)"),
+    "next_token": (lambda kind: kind.two_stacks, ("conditional only: its decoder models targets given a source, "
+                                                  "not the text itself (its own objective's loss in the curves)")),
 }
 
 
@@ -324,8 +324,8 @@ def tabulate(m: Measured) -> tuple[dict, list]:
         rows.append([label + " [95% interval]", *cells, best_cell(scores, baselines, higher)])
         metrics[label] = {f: [sum(v) / len(v) for v in scores[f]] for f in scores}
     first = m.per_seed[seeds[0]]
-    rows.append([f"time to first token, {first['source_tokens']}-token sources, batch {first['batch']} "
-                 "(ms, mean [95% interval])",
+    rows.append([(f"time to first token, {first['source_tokens']}-token sources, batch {first['batch']} "
+                  "(ms, mean [95% interval])"),
                  *[interval(e.ttft_ms[a.key]).text(2) if a.key in e.ttft_ms else cannot(kind_of[a.key], "ttft")
                    or "n/a" for a in arms], best_cell(e.ttft_ms, {}, higher=False)])
     return metrics, rows
