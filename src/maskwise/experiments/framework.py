@@ -289,11 +289,12 @@ def fine_tuned(setup: Setup, task: str, name: str, seed: int, pooling: str | Non
 
 def fine_tuned_body(setup: Setup, task: str, model, tokenizer, seed: int, label: str,
                     pooling: str | None = None) -> dict:
-    """The record of ``task`` fine-tuned on ``model`` (moved to the experiment's device) at the setup's scale."""
+    """The record of ``task`` fine-tuned on ``model`` (``run_task`` moves it to the experiment's device) at the
+    setup's scale."""
     cfg = setup.recipe.task(task, seed, setup.progress)
     if pooling is not None:
         cfg = replace(cfg, pooling=pooling)
-    return run_task(cfg, model.to(setup.exp.runtime.torch_device), tokenizer, setup.exp.runtime, label=label).record
+    return run_task(cfg, model, tokenizer, setup.exp.runtime, label=label).record
 
 
 # ---- tables, verdicts and sentences -----------------------------------------------------------------

@@ -6,7 +6,7 @@ and retrieval left ELECTRA near random (docs/results.md, Ablations)."""
 
 from __future__ import annotations
 
-from maskwise.experiments.ablations.jobs import TAGGING, clears, with_control
+from maskwise.experiments.ablations.jobs import TAGGING, short_of, with_control
 from maskwise.experiments.framework import (
     AXES,
     TAG_F1,
@@ -40,7 +40,7 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
     def one_axis(axis: str) -> tuple[str, str]:
         groups = metrics[key(TAG_F1, axis)]
         c = compare(groups[ELECTRA.label], groups[MLM.label])
-        short = [arm.label for arm in (ELECTRA, MLM) if not clears(metrics, axis, arm.label, TAGGING)]
+        short = short_of(metrics, axis, (ELECTRA.label, MLM.label), TAGGING)
         if short:
             return INCONCLUSIVE, (f"{' and '.join(short)} not ahead of the tagging baselines, so no evidence; "
                                   f"{c.describe('ELECTRA', 'MLM')}")

@@ -54,16 +54,18 @@ class Job:
     more: tuple[tuple[str, Callable[[dict], float]], ...] = ()  # (row name, its value in the record)
     fine_tuned: bool = False  # it fine-tunes task ``step``: an untrained body fine-tuned so is its control
 
+    def bars(self, records: Sequence[dict]) -> dict[str, list[float]]:
+        """What every arm must clear, per seed, from one arm's ``records``: the trivial baseline and the control."""
+        return {BASELINE: [self.baseline(r)[1] for r in records],
+                **({UNTRAINED: [self.score(r[UNTRAINED]) for r in records]} if self.fine_tuned else {})}
+
     def rows(self, m: Measured, axis: str) -> tuple[dict[str, list[float]], list[list[str]]]:
         """Where every arm's measures are this job's record (``with_control``; mask-ratio, electra): its metric
         at ``axis`` (the arms' scores, the first arm's trivial baseline and the control), and its rows."""
         scores = m.per_arm(axis, self.score)
-        first = m.measured[axis][m.arms[0].key]
-        bars = {BASELINE: [self.baseline(r)[1] for r in first],
-                **({UNTRAINED: [self.score(r[UNTRAINED]) for r in first]} if self.fine_tuned else {})}
-        return {**scores, **bars}, [table_row(self.name, axis, scores, self.higher),
-                                    *(table_row(row, axis, m.per_arm(axis, read), self.higher)
-                                      for row, read in self.more)]
+        rows = [table_row(self.name, axis, scores, self.higher),
+                *(table_row(row, axis, m.per_arm(axis, read), self.higher) for row, read in self.more)]
+        return {**scores, **self.bars(m.measured[axis][m.arms[0].key])}, rows
 
 
 def next_token_loss(setup: Setup, name: str, seed: int) -> dict:
@@ -138,17 +140,16 @@ def tabulate(m: Measured, pairs: Sequence[tuple[Arm, Arm]]) -> tuple[dict, list]
             records = {arm.label: [r[job.step] for r in m.measured[axis][arm.key]] for arm in m.arms
                        if job in jobs_of(arm)}
             first = next(iter(records.values()))
-            baseline = [job.baseline(r)[1] for r in first]
             for row, read in ((job.name, job.score), *job.more):
                 groups = {label: [read(r) for r in records[label]] for label in records}
                 compared = [f"{a.label} vs {b.label}: "
                             f"{winner_text(compare(groups[a.label], groups[b.label], job.higher), a.label, b.label)}"
                             for a, b in pairs if a.label in groups and b.label in groups]
                 if row == job.name:
-                    controls = {UNTRAINED: [read(r[UNTRAINED]) for r in first]} if job.fine_tuned else {}
-                    metrics[key(job.name, axis)] = {**groups, BASELINE: baseline, **controls}
-                    compared.append(f"{job.baseline(first[0])[0]} {fmt_stat(baseline)}")
-                    compared.extend(f"{UNTRAINED} {fmt_stat(scores)}" for scores in controls.values())
+                    bars = job.bars(first)
+                    metrics[key(job.name, axis)] = {**groups, **bars}
+                    compared.extend(f"{job.baseline(first[0])[0] if bar == BASELINE else bar} {fmt_stat(scores)}"
+                                    for bar, scores in bars.items())
                 rows.append([row, axis, *(fmt_stat(groups[a.label]) if a.label in groups else "—" for a in m.arms),
                              "; ".join(compared)])
     return metrics, rows
@@ -179,14 +180,19 @@ def ahead_on(metrics: dict, axis: str, a: str, b: str, jobs: Sequence[Job]) -> l
     for job in jobs:
         groups = metrics[key(job.name, axis)]
         c = compare(groups[a], groups[b], job.higher)
-        short = [label for label in (a, b) if not clears(metrics, axis, label, job)]
+        short = short_of(metrics, axis, (a, b), job)
         text = f"{a} ahead on {job.name} ({c.describe(a, b)})"
         if short:
-            claims.append((f"{text}, not evidence as {' and '.join(short)} "
-                           f"{'does' if len(short) == 1 else 'do'} not clear the baselines", None))
+            claims.append(((f"{text}, not evidence as {' and '.join(short)} "
+                            f"{'does' if len(short) == 1 else 'do'} not clear the baselines"), None))
         else:
             claims.append((text, ahead(c)))
     return claims
+
+
+def short_of(metrics: dict, axis: str, labels: Sequence[str], job: Job) -> list[str]:
+    """Those of ``labels`` that do not clear ``job`` at ``axis`` (``clears``): their comparisons are no evidence."""
+    return [label for label in labels if not clears(metrics, axis, label, job)]
 
 
 def clears(metrics: dict, axis: str, label: str, job: Job) -> bool:

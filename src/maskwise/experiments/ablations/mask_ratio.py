@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from maskwise.data.corpus import load_corpus
 from maskwise.data.stream import TokenStream
 from maskwise.errors import UserError
-from maskwise.experiments.ablations.jobs import TAGGING, clears, with_control
+from maskwise.experiments.ablations.jobs import TAGGING, short_of, with_control
 from maskwise.experiments.framework import (
     AXES,
     TAG_F1,
@@ -63,7 +63,7 @@ def judge(metrics: dict, arms: Sequence[Arm]) -> tuple[str, str]:
         loss = compare(metrics[key(MASK_LOSS, axis)][low], metrics[key(MASK_LOSS, axis)][high], higher_is_better=False)
         tagging = compare(metrics[key(TAG_F1, axis)][low], metrics[key(TAG_F1, axis)][high])
         text = f"loss {loss.describe(low, high)}; punctuation F1 {tagging.describe(low, high)}"
-        short = [label for label in (low, high) if not clears(metrics, axis, label, TAGGING)]
+        short = short_of(metrics, axis, (low, high), TAGGING)
         if short:
             return INCONCLUSIVE, f"{' and '.join(short)} not ahead of the tagging baselines, so no evidence; {text}"
         if tagging.winner == "b":
