@@ -192,7 +192,7 @@ def job_metrics(values: dict[str, dict[str, float]]) -> dict:
 
 @pytest.mark.unit
 def test_hybrid_rule():
-    enc, dec, hyb, base = hybrid.ENCODER.label, hybrid.DECODER.label, hybrid.HYBRID.label, jobs.BASELINE
+    enc, dec, hyb, base = hybrid.MLM_ENCODER.label, hybrid.CLM_DECODER.label, hybrid.HYBRID.label, jobs.BASELINE
 
     def metrics(tag, recall, loss, loss_baseline=3.0):
         return job_metrics({TAG_F1: {enc: tag[0], hyb: tag[1], base: 0.18}, RECALL: {enc: recall[0], hyb: recall[1],

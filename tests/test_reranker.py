@@ -30,8 +30,8 @@ def record(ndcg: float, p50_ms: float, p99_ms: float, seconds: list[float] | Non
 def measured(cross: list[tuple], scores: list[tuple], writes: list[tuple]) -> Measured:
     enc = [{reranker.CROSS: record(*c)} for c in cross]
     dec = [{reranker.SCORES: record(*s), reranker.WRITES: record(*w)} for s, w in zip(scores, writes)]
-    runs = {TOKENS: {reranker.ENCODER.key: enc, reranker.DECODER.key: dec}}
-    return Measured(None, (reranker.ENCODER, reranker.DECODER), runs, runs, {})
+    runs = {TOKENS: {reranker.MLM_ENCODER.key: enc, reranker.CLM_DECODER.key: dec}}
+    return Measured(None, (reranker.MLM_ENCODER, reranker.CLM_DECODER), runs, runs, {})
 
 
 def test_rule_held_falsified_inconclusive_on_synthetic_seeds():

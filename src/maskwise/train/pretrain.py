@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from maskwise import runs
 from maskwise.config import ModelConfig, from_dict, preset
-from maskwise.data.corpus import load_corpus
+from maskwise.data.corpus import Corpus, load_corpus
 from maskwise.data.stream import TokenStream
 from maskwise.data.tokenizers import Tokenizer, build_tokenizer
 from maskwise.errors import UserError
@@ -185,6 +185,16 @@ def with_source_tokenizer(settings: PretrainConfig, source: Source, given: set[s
     return dataclasses.replace(settings, **theirs)
 
 
+def read_corpus(settings: PretrainConfig) -> Corpus:
+    """The run's training (and validation) text, as ``settings`` name it."""
+    return load_corpus(settings.data, settings.val_data or None, text_field=settings.text_field)
+
+
+def new_tokenizer(settings: PretrainConfig, corpus: Corpus) -> Tokenizer:
+    """The tokenizer a fresh run of ``settings`` builds on ``corpus``."""
+    return build_tokenizer(settings.tokenizer, corpus, settings.vocab_size)
+
+
 def initial_model(settings: PretrainConfig, tokenizer: Tokenizer) -> tuple[ModelConfig, Any, torch.nn.Module]:
     """The model config, the objective and the seeded, untrained model that a run of ``settings`` starts from."""
     cfg = model_config(settings, tokenizer.vocab_size)
@@ -199,8 +209,7 @@ def untrained(settings: PretrainConfig) -> tuple[torch.nn.Module, Tokenizer]:
     """What a run of ``settings`` would start from, never trained, as its folder would load it, and its
     tokenizer: the control that tells what pretraining added to a fine-tuned score."""
     settings = settings.resolved()
-    corpus = load_corpus(settings.data, settings.val_data or None, text_field=settings.text_field)
-    tokenizer = build_tokenizer(settings.tokenizer, corpus, settings.vocab_size)
+    tokenizer = new_tokenizer(settings, read_corpus(settings))
     _, objective, model = initial_model(settings, tokenizer)
     return objective.final_model(model), tokenizer
 
@@ -226,13 +235,13 @@ def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = No
 
     # Data, tokenizer and model come before the folder, so that a refusal (data that does not read,
     # source weights that do not fit) leaves whatever is at --out as it was.
-    corpus = load_corpus(settings.data, settings.val_data or None, text_field=settings.text_field)
+    corpus = read_corpus(settings)
     if resuming:
         tokenizer = Tokenizer.load(run_dir / runs.TOKENIZER_FILE)
     elif source is not None:
         tokenizer = source.tokenizer
     else:
-        tokenizer = build_tokenizer(settings.tokenizer, corpus, settings.vocab_size)
+        tokenizer = new_tokenizer(settings, corpus)
     cfg, objective, model = initial_model(settings, tokenizer)
     if source is not None:
         runs.load_weights_into(model, runs.read_safetensors(source.weights), source.label)

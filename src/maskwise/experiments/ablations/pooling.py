@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from maskwise.experiments.framework import (
     GENRE_ACC,
+    MLM_ENCODER,
     RECALL,
     SHARED,
     TOKENS,
@@ -21,13 +22,12 @@ from maskwise.experiments.framework import (
 )
 from maskwise.experiments.verdict import compare
 
-ENCODER = Arm("mlm", "encoder (MLM)", {"family": "encoder", "objective": "mlm"})
 POOLINGS = ("cls", "mean")
 CLOSE = 0.02  # accuracy difference that still counts as "close" when the paired interval excludes zero
 
 RULE = (f"Two claims, on the same pretrained encoders (so equal tokens and equal wall-clock coincide). "
-        f"(1) Genre accuracy with [CLS] and with mean pooling is close: their paired interval includes zero or the means "
-        f"differ by at most {CLOSE} (contradicted otherwise). (2) Mean pooling is ahead on ICT recall@10 "
+        f"(1) Genre accuracy with [CLS] and with mean pooling is close: their paired interval includes zero or the "
+        f"means differ by at most {CLOSE} (contradicted otherwise). (2) Mean pooling is ahead on ICT recall@10 "
         f"(contradicted if [CLS] is ahead). Falsified if a claim is contradicted, held if both are "
         f"supported, inconclusive otherwise.")
 
@@ -47,7 +47,7 @@ def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
 
 def tabulate(m: Measured) -> tuple[dict, list]:
     def groups(task: str, field: str) -> dict[str, list[float]]:
-        return {p: [r[task][p][field] for r in m.measured[TOKENS][ENCODER.key]] for p in POOLINGS}
+        return {p: [r[task][p][field] for r in m.measured[TOKENS][MLM_ENCODER.key]] for p in POOLINGS}
 
     metrics = {key(GENRE_ACC, SHARED): groups("classify", "accuracy"),
                key(RECALL, SHARED): groups("embed", "recall@10")}
@@ -80,7 +80,8 @@ ABLATION = Study(
     title="Ablation pooling: [CLS] vs mean pooling on one encoder",
     rules=(Rule(("On one pretrained encoder, [CLS] and mean pooling are close on classification, and mean "
                 "pooling is ahead on retrieval."), RULE, judge),),
-    step="pool", arms=lambda: (ENCODER,), measure=measure, tabulate=tabulate, summary=summary, notes=notes, axes=(TOKENS,), columns=lambda arms: list(POOLINGS), extra_rows=False,
+    step="pool", arms=lambda: (MLM_ENCODER,), measure=measure, tabulate=tabulate, summary=summary, notes=notes,
+    axes=(TOKENS,), columns=lambda arms: list(POOLINGS), extra_rows=False,
     meaning=lambda m: {
-        GENRE_ACC: (True, ("majority class", m.first(ENCODER)["classify"]["cls"]["baseline"]["accuracy"])),
-        RECALL: (True, ("random ranking", m.first(ENCODER)["embed"]["cls"]["baseline"]["recall@10"]))})
+        GENRE_ACC: (True, ("majority class", m.first(MLM_ENCODER)["classify"]["cls"]["baseline"]["accuracy"])),
+        RECALL: (True, ("random ranking", m.first(MLM_ENCODER)["embed"]["cls"]["baseline"]["recall@10"]))})

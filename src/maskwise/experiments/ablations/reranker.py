@@ -15,6 +15,8 @@ import dataclasses
 from statistics import fmean as mean
 
 from maskwise.experiments.framework import (
+    CLM_DECODER,
+    MLM_ENCODER,
     TOKENS,
     Arm,
     Measured,
@@ -29,8 +31,6 @@ from maskwise.experiments.verdict import INCONCLUSIVE, compare
 from maskwise.tasks.rerank import evaluate_reranker, judging_scorer
 from maskwise.tasks.run import run_task
 
-ENCODER = Arm("mlm", "encoder (MLM)", {"family": "encoder", "objective": "mlm"})
-DECODER = Arm("clm", "decoder (CLM)", {"family": "decoder", "objective": "clm"})
 CROSS, SCORES, WRITES = "cross-encoder", "generative, scores ' yes'", "generative, writes its judgement"
 FIRST, RANDOM = "BM25 order", "random order"
 SYSTEMS = (CROSS, FIRST, RANDOM, SCORES, WRITES)  # the table's columns: the last column compares the first and last
@@ -67,10 +67,10 @@ def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
 
     run = setup.exp.load(name)
     cfg = dataclasses.replace(setup.recipe.task("rerank", seed, setup.progress), candidates=CANDIDATES)
-    label = CROSS if arm is ENCODER else SCORES
+    label = CROSS if arm is MLM_ENCODER else SCORES
     result = run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, label=label)
     measured = {label: result.record}
-    if arm is DECODER:
+    if arm is CLM_DECODER:
         test, candidates = result.test
         writes = judging_scorer(result.model, run.tokenizer, result.record["max_len"])
         measured[WRITES] = evaluate_reranker(writes, test, candidates, WRITES, progress=False, seed=seed)
@@ -79,8 +79,8 @@ def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
 
 def tabulate(m: Measured) -> tuple[dict, list]:
     runs = {arm.key: m.measured[TOKENS][arm.key] for arm in m.arms}
-    by_system = {CROSS: [r[CROSS] for r in runs[ENCODER.key]], SCORES: [r[SCORES] for r in runs[DECODER.key]],
-                 WRITES: [r[WRITES] for r in runs[DECODER.key]]}
+    by_system = {CROSS: [r[CROSS] for r in runs[MLM_ENCODER.key]], SCORES: [r[SCORES] for r in runs[CLM_DECODER.key]],
+                 WRITES: [r[WRITES] for r in runs[CLM_DECODER.key]]}
     first = by_system[CROSS]  # the baselines are the same candidates whoever reranks them
 
     def per_system(get, baselines: dict | None = None) -> dict[str, list[float]]:
@@ -134,5 +134,6 @@ ABLATION = Study(
     title="Ablation reranker: a cross-encoder vs a generative reranker over the same candidates",
     rules=(Rule(("Over the same top-100 candidates, a cross-encoder reranks at least as well as a generative "
                 "reranker that writes its judgement, at a much lower p99 latency."), RULE, judge),),
-    step="rerank", arms=lambda: (ENCODER, DECODER), measure=measure, tabulate=tabulate, summary=summary, notes=notes, axes=(TOKENS,), columns=lambda arms: list(SYSTEMS), extra_rows=False,
+    step="rerank", arms=lambda: (MLM_ENCODER, CLM_DECODER), measure=measure, tabulate=tabulate, summary=summary,
+    notes=notes, axes=(TOKENS,), columns=lambda arms: list(SYSTEMS), extra_rows=False,
     meaning=lambda m: {NDCG: (True, None), P99: (False, None)})  # the baselines are columns (random order, first stage)
