@@ -64,11 +64,6 @@ class Arm:
     before: Phase | None = None
 
 
-# The two specialists several ablations pit something against, each in its family's own objective.
-MLM_ENCODER = Arm("mlm", "encoder (MLM)", {"family": "encoder", "objective": "mlm"})
-CLM_DECODER = Arm("clm", "decoder (CLM)", {"family": "decoder", "objective": "clm"})
-
-
 @dataclass(frozen=True)
 class Setup:
     """What every measurement receives: the experiment folder, the scale, the seeds."""

@@ -9,6 +9,8 @@ for the loss), so that the hybrid meets each specialist on the specialist's own 
 from __future__ import annotations
 
 from maskwise.experiments.ablations.jobs import (
+    CLM_DECODER,
+    MLM_ENCODER,
     NEXT_TOKEN_LOSS,
     RETRIEVAL,
     TAGGING,
@@ -21,8 +23,6 @@ from maskwise.experiments.ablations.jobs import (
     tabulate,
 )
 from maskwise.experiments.framework import (
-    CLM_DECODER,
-    MLM_ENCODER,
     TOKENS,
     WALL,
     Arm,

@@ -35,6 +35,11 @@ from maskwise.recipes import pretrain_settings
 from maskwise.tasks.fill_mask import decoder_nats_per_char
 from maskwise.train.pretrain import PretrainConfig, untrained
 
+# The two specialists several ablations pit something against, each in its family's own objective.
+MLM_ENCODER = Arm("mlm", "encoder (MLM)", {"family": "encoder", "objective": "mlm"})
+CLM_DECODER = Arm("clm", "decoder (CLM)", {"family": "decoder", "objective": "clm"})
+
+
 BASELINE = "trivial baseline"  # a job metric's group beside the arms': per seed, what every arm must clear
 UNTRAINED = "untrained body"  # a fine-tuned job's control group: per seed, what fine-tuning alone reached
 NEXT_TOKEN = "held-out next-token loss (nats/char)"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from maskwise.experiments.ablations.jobs import MLM_ENCODER
 from maskwise.experiments.framework import (
     GENRE_ACC,
-    MLM_ENCODER,
     RECALL,
     SHARED,
     TOKENS,

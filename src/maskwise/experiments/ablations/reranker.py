@@ -14,9 +14,8 @@ from __future__ import annotations
 import dataclasses
 from statistics import fmean as mean
 
+from maskwise.experiments.ablations.jobs import CLM_DECODER, MLM_ENCODER
 from maskwise.experiments.framework import (
-    CLM_DECODER,
-    MLM_ENCODER,
     TOKENS,
     Arm,
     Measured,
