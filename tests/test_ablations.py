@@ -44,6 +44,7 @@ from maskwise.experiments.framework import (
     train_seconds,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE
+from maskwise.recipes import SCALES
 from tests.report_checks import check_report_html
 from tests.weights import state_dicts_equal
 
@@ -403,6 +404,24 @@ def test_reranker_ablation_end_to_end_at_smoke_scale(tmp_path, capsys):
     assert set(rows) == {reranker.NDCG, "MRR", reranker.P50, reranker.P99}
     latency = results["metrics"][key(reranker.P99, TOKENS)]
     assert all(len(latency[s]) == 2 and min(latency[s]) > 0 for s in (reranker.CROSS, reranker.SCORES, reranker.WRITES))
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_seq2seq_ablation_end_to_end_at_smoke_scale(tmp_path):
+    """Both structures pretrain by denoising on twice the scale's tokens; quality by the recipe's buckets."""
+    out = tmp_path / "seq2seq"
+    assert main(["ablate", "seq2seq", "--scale", "smoke", "--seeds", "2", "--out", str(out), "--no-progress"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    rows = {(row[0], row[1]): row for row in results["table"]["rows"]}
+    seen = rows[("pretraining tokens seen (thousands)", TOKENS)]
+    assert all(float(cell.split()[0]) >= 2 * SCALES["smoke"].tokens / 1000 for cell in seen[2:4])
+    for arm in (seq2seq.DECODER, seq2seq.ENCODER_DECODER):
+        config = json.loads((out / "runs" / f"{arm.key}-seed0" / "config.json").read_text())
+        assert config["objective"] == "denoise"
+    measured = json.loads((out / "steps" / "seq2seq-decoder-seed0.json").read_text())
+    assert list(measured["by_source_chars"]) == ["0-59"]  # the recipe's buckets; smoke passages are under 40 chars
+    assert [v["verdict"] for v in results["verdicts"]] == [INCONCLUSIVE]  # no bucket holds 10 passages in every run
 
 
 @pytest.mark.e2e

@@ -16,6 +16,7 @@ from maskwise.objectives.denoise import (
     DenoiseConfig,
     Denoising,
     Noiser,
+    PromptDenoising,
     insert_tokens,
     permute_sentences,
     poisson_span_lengths,
@@ -172,6 +173,37 @@ def test_denoising_batch_layout():
         assert batch["input_ids"][row, n - 1] == TOK.eos_id
         assert (batch["input_ids"][row, n:] == TOK.pad_id).all()
     assert (batch["input_ids"] == TOK.mask_id).any()
+
+
+@pytest.mark.unit
+def test_prompt_denoising_batch_layout():
+    """One causal row: noise [SEP] window [EOS], shifted by one, the loss on the window and [EOS] only."""
+    objective = PromptDenoising(TOK, V, sentence_end_ids=[ORDINARY, ORDINARY + 1])
+    assert objective.raw_length(32) == 15
+    g = torch.Generator().manual_seed(0)
+    windows = learnable_windows(4, 15, g)
+    batch = objective.prepare(windows, g)
+    assert batch["input_ids"].shape == batch["labels"].shape and batch["input_ids"].shape[1] <= 31
+    for row, window in enumerate(windows):
+        n = int(batch["attention_mask"][row].sum())
+        inputs, labels = batch["input_ids"][row, :n], batch["labels"][row, :n]
+        sep = int((inputs == TOK.sep_id).nonzero()[0])
+        assert sep <= window.numel()
+        assert (labels[:sep] == -100).all()  # the noised source is read, not predicted
+        assert torch.equal(labels[sep:], torch.cat([window, window.new_tensor([TOK.eos_id])]))
+        assert torch.equal(inputs[sep + 1:], window)  # teacher forcing: position t reads token t
+        assert (batch["labels"][row, n:] == -100).all()
+    assert (batch["input_ids"] == TOK.mask_id).any()  # the source is noised
+
+
+@pytest.mark.unit
+def test_denoise_builds_for_each_structure():
+    from maskwise.objectives.registry import build_objective
+    options = {"sentence_end_ids": []}
+    assert type(build_objective("denoise", "decoder", TOK, V, **options)) is PromptDenoising
+    assert type(build_objective("denoise", "encoder-decoder", TOK, V, **options)) is Denoising
+    with pytest.raises(UserError, match="denoise"):
+        build_objective("denoise", "encoder", TOK, V, **options)
 
 
 @pytest.mark.unit

@@ -95,13 +95,14 @@ def run_evaluate(args) -> int:
         results = _evaluate_tag(args, model, tokenizer, fine_tune)
     else:
         # the fine-tune's own target room and passages, unless a flag says otherwise
-        own = {k: saved[k] for k in ("max_target_len", "hide_speakers", "mid_speech")
+        own = {k: saved[k] for k in ("max_target_len", "hide_speakers", "mid_speech", "source_edges")
                if k in saved and getattr(args, k, None) is None}
         cfg = config_from_flags(Seq2SeqConfig, args, **own)
         _, test = task_rows(args, cfg, model, args.split, training=False)
         generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)
         plays = {"hide_speakers": cfg.hide_speakers, "mid_speech": cfg.mid_speech} if args.data is None else {}
-        results = evaluate_seq2seq(model, tokenizer, test, generation, cfg.max_target_len, args.progress, **plays)
+        results = evaluate_seq2seq(model, tokenizer, test, generation, cfg.max_target_len, args.progress,
+                                   cfg.source_edges, **plays)
     where = {"data": str(args.data), "split": args.split} if beir else {
         "split": args.split if args.data is None else args.data}
     results = {"model": str(args.model), **where, **results}

@@ -153,6 +153,9 @@ class Study:
     # The report's metric_meta, where ``meaning`` cannot say it (compare: per-family baselines, intervals).
     meta: Callable[[Measured, dict], dict] | None = None
     warning: Callable[[Measured], str] | None = None  # a line above everything (too few pretraining steps)
+    # Pretraining tokens per arm as a multiple of the ablation scale's: a skill that emerges later (copying)
+    # needs more of them for the baseline arm to learn at all.
+    tokens_factor: float = 1.0
 
 
 # ---- pretraining on both axes ---------------------------------------------------------------------

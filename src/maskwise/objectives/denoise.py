@@ -36,6 +36,8 @@ import torch
 
 from maskwise.config import from_dict
 from maskwise.errors import UserError
+from maskwise.model.heads import IGNORE_INDEX
+from maskwise.objectives.base import LossParts, Objective
 from maskwise.objectives.mlm import special_lookup
 from maskwise.objectives.span import Seq2SeqObjective, decoder_start_id, shift_right
 from maskwise.padding import pad
@@ -319,3 +321,39 @@ class Denoising(Seq2SeqObjective):
                                         windows.device)  # (B, S)
         return {"input_ids": input_ids, "attention_mask": attention_mask,
                 "decoder_input_ids": shift_right(labels, self.start_id, self.pad_id), "labels": labels}
+
+
+class PromptDenoising(Objective):
+    """BART denoising for a decoder-only model: one causal sequence ``noise(window) [SEP] window [EOS]``
+    with the loss on the rewrite only. It is the layout in which a decoder reads a read-then-write task
+    (``tasks.seq2seq``), so that a decoder and an encoder-decoder pretrained by the same noise differ in
+    structure alone; Wang et al. (2022) train their decoder-only models on MLM this way. A noised
+    source longer than the window (insertions, zero-length infilling spans) loses its tail."""
+
+    name = "denoise"
+    families = ("decoder",)
+
+    def __init__(self, tokenizer, vocab_size: int, sentence_end_ids=None, **noise):
+        self.noise = Noiser.build(tokenizer, vocab_size, sentence_end_ids, **noise)
+        self.sep_id, self.eos_id, self.pad_id = tokenizer.sep_id, tokenizer.eos_id, tokenizer.pad_id
+
+    def raw_length(self, block_size: int) -> int:
+        return (block_size - 1) // 2  # source and rewrite of a window each, [SEP], [EOS], less the shift's one
+
+    def prepare(self, windows, generator):
+        sep, eos = windows.new_tensor([self.sep_id]), windows.new_tensor([self.eos_id])
+        inputs, labels = [], []
+        for window in windows:
+            source = self.noise(window, generator)[:window.numel()]
+            sequence = torch.cat([source, sep, window, eos])  # (n + T + 2,)
+            inputs.append(sequence[:-1].tolist())
+            # position t predicts token t + 1: the source's own tokens and [SEP] carry no loss
+            labels.append([IGNORE_INDEX] * source.numel() + sequence[source.numel() + 1:].tolist())
+        input_ids, attention_mask = pad(inputs, self.pad_id, "right", windows.device)  # (B, L)
+        label_ids, _ = pad(labels, IGNORE_INDEX, "right", windows.device)  # (B, L)
+        # right padding under a causal mask: no real position sees a pad, so the model needs no mask
+        return {"input_ids": input_ids, "labels": label_ids, "attention_mask": attention_mask}
+
+    def loss(self, model, batch):
+        out = model(batch["input_ids"], labels=batch["labels"], return_logits=False)  # only the loss is used
+        return LossParts(out.loss_sum, out.n_loss_positions, decoder_tokens=int(batch["attention_mask"].sum()))

@@ -12,22 +12,25 @@ from typing import Any
 from maskwise.errors import UserError
 from maskwise.objectives.base import Objective
 from maskwise.objectives.clm import CLM
-from maskwise.objectives.denoise import Denoising
+from maskwise.objectives.denoise import Denoising, PromptDenoising
 from maskwise.objectives.electra import Electra
 from maskwise.objectives.hybrid import Hybrid
 from maskwise.objectives.mlm import MLM
 from maskwise.objectives.prefix_lm import PrefixLM
 from maskwise.objectives.span import SpanCorruption
 
-# name -> (families it applies to, constructor(tokenizer, vocab_size, **options))
+# name -> (families it applies to, constructor(tokenizer, vocab_size, family, **options))
 OBJECTIVES: dict[str, tuple[tuple[str, ...], Callable[..., Objective]]] = {
-    "mlm": (MLM.families, lambda tok, vocab, **o: MLM(tok, vocab, **o)),
-    "clm": (CLM.families, lambda tok, vocab, no_shift=False: CLM(shift=not no_shift)),
-    "span": (SpanCorruption.families, lambda tok, vocab, **o: SpanCorruption(tok, **o)),
-    "denoise": (Denoising.families, lambda tok, vocab, **o: Denoising(tok, vocab, **o)),
-    "electra": (Electra.families, lambda tok, vocab, **o: Electra(tok, vocab, **o)),
-    "prefix-lm": (PrefixLM.families, lambda tok, vocab: PrefixLM()),
-    "hybrid": (Hybrid.families, lambda tok, vocab, **o: Hybrid(tok, vocab, **o)),
+    "mlm": (MLM.families, lambda tok, vocab, family, **o: MLM(tok, vocab, **o)),
+    "clm": (CLM.families, lambda tok, vocab, family, no_shift=False: CLM(shift=not no_shift)),
+    "span": (SpanCorruption.families, lambda tok, vocab, family, **o: SpanCorruption(tok, **o)),
+    # the same noise for two structures: an encoder-decoder's two stacks, or one decoder's prompt
+    "denoise": (Denoising.families + PromptDenoising.families,
+                lambda tok, vocab, family, **o: (PromptDenoising if family in PromptDenoising.families
+                                                 else Denoising)(tok, vocab, **o)),
+    "electra": (Electra.families, lambda tok, vocab, family, **o: Electra(tok, vocab, **o)),
+    "prefix-lm": (PrefixLM.families, lambda tok, vocab, family: PrefixLM()),
+    "hybrid": (Hybrid.families, lambda tok, vocab, family, **o: Hybrid(tok, vocab, **o)),
 }
 
 # objective -> {settings key (CLI flag / TOML key): constructor keyword}
@@ -57,4 +60,4 @@ def check_pair(family: str, objective: str) -> None:
 def build_objective(name: str, family: str, tokenizer, vocab_size: int, **options: Any) -> Objective:
     """Construct objective ``name`` for ``family``; ``options`` are its knobs (e.g. mask_ratio)."""
     check_pair(family, name)
-    return OBJECTIVES[name][1](tokenizer, vocab_size, **options)
+    return OBJECTIVES[name][1](tokenizer, vocab_size, family, **options)

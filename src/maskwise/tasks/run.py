@@ -141,7 +141,8 @@ def _seq2seq(model, tokenizer, cfg: Seq2SeqConfig, runtime: Runtime, data, label
                   runtime=runtime)
     generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)  # target, [EOS]
     return model, lambda: evaluate_seq2seq(model, tokenizer, test, generation, max_target_len=cfg.max_target_len,
-                                           progress=cfg.progress, train_examples=len(train)), test
+                                           progress=cfg.progress, source_edges=cfg.source_edges,
+                                           train_examples=len(train)), test
 
 
 def _rerank(model, tokenizer, cfg: RerankConfig, runtime: Runtime, data, label: str):

@@ -50,6 +50,7 @@ class Seq2SeqConfig(FinetuneConfig):
     hide_speakers: bool = False  # speaker lines removed from the source
     mid_speech: bool = False  # each passage opens inside a speech (``data.tasks.speaker_examples``)
     rename_speakers: float = 0.0  # fraction of training draws with the cast renamed (copy, not recall)
+    source_edges: tuple[int, ...] = SOURCE_EDGES  # quality by source length: the buckets' lower edges, chars
 
 
 def _source_room(model: nn.Module, max_target_len: int) -> int:
@@ -127,7 +128,8 @@ def predict_seq2seq(model: nn.Module, tokenizer, sources: Sequence[str], gen: Ge
     return outputs
 
 
-def generation_scores(predicted: Sequence[str], examples: Sequence[Seq2SeqExample]) -> dict:
+def generation_scores(predicted: Sequence[str], examples: Sequence[Seq2SeqExample],
+                      source_edges: Sequence[int] = SOURCE_EDGES) -> dict:
     """Exact match, F1 over the set of comma-separated items (on the plays: the speakers) and token F1:
     overall, per example and by source length."""
     per_example = {
@@ -139,12 +141,13 @@ def generation_scores(predicted: Sequence[str], examples: Sequence[Seq2SeqExampl
     return {
         **{name: sum(values) / n for name, values in per_example.items()},
         "per_example": per_example,
-        "by_source_chars": bucketed([len(e.source) for e in examples], per_example, SOURCE_EDGES),
+        "by_source_chars": bucketed([len(e.source) for e in examples], per_example, source_edges),
     }
 
 
 def evaluate_seq2seq(model: nn.Module, tokenizer, test: Sequence[Seq2SeqExample], gen: GenerationConfig,
-                     max_target_len: int = 64, progress: bool = True, **settings) -> dict:
+                     max_target_len: int = 64, progress: bool = True, source_edges: Sequence[int] = SOURCE_EDGES,
+                     **settings) -> dict:
     predicted = predict_seq2seq(model, tokenizer, [e.source for e in test], gen, max_target_len,
                                 progress=progress)
     baseline = [first_speaker_baseline(e.source) for e in test]
@@ -154,8 +157,8 @@ def evaluate_seq2seq(model: nn.Module, tokenizer, test: Sequence[Seq2SeqExample]
         "decoding": f"beam {gen.num_beams}" if gen.num_beams > 1 else "greedy",
         **settings,
         "n_test": len(test),
-        **generation_scores(predicted, test),
-        "baseline": {"name": "copy the first line of the source", **generation_scores(baseline, test)},
+        **generation_scores(predicted, test, source_edges),
+        "baseline": {"name": "copy the first line of the source", **generation_scores(baseline, test, source_edges)},
         "examples": [{"source": e.source, "target": e.target, "predicted": p}
                      for e, p in list(zip(test, predicted))[:5]],
     }

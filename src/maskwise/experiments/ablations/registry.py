@@ -51,7 +51,8 @@ def checked(name: str, scale: str, seeds: int, options: dict) -> tuple[Study, Sc
     if scale not in SCALES:
         raise UserError(f"unknown scale {scale!r}; known: {', '.join(SCALES)}")
     ablation.arms(**options)  # its own options (mask ratios) are checked by building its arms
-    return ablation, SCALES[scale]
+    chosen = SCALES[scale]
+    return ablation, dataclasses.replace(chosen, tokens=round(chosen.tokens * ablation.tokens_factor))
 
 
 def run_ablation(name: str, out: str | Path | None = None, scale: str = "default", seeds: int = 3,
