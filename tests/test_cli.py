@@ -26,7 +26,7 @@ def run_cli(args, capsys):
 def test_pretrain_decoder_then_config_override(small_text, tmp_path, capsys):
     config = tmp_path / "c.toml"
     config.write_text('family = "decoder"\nsteps = 4\neval_every = 2\nlr = 0.002\n')
-    code, out, err = run_cli(["pretrain", "--config", config, "--data", small_text, "--steps", 6,
+    code, _out, err = run_cli(["pretrain", "--config", config, "--data", small_text, "--steps", 6,
                               "--out", tmp_path / "run", *TINY], capsys)
     assert code == 0, err
     assert [r["step"] for r in read_metrics(tmp_path / "run")] == [2, 4, 6]  # --steps overrides the file
@@ -94,7 +94,7 @@ def _bad_inputs(tmp_path, small_text):
 @pytest.mark.e2e
 def test_bad_inputs_exit_2_with_one_line(small_text, tmp_path, capsys):
     for args, needle in _bad_inputs(tmp_path, small_text):
-        code, out, err = run_cli(["pretrain", *TINY, *args], capsys)
+        code, _out, err = run_cli(["pretrain", *TINY, *args], capsys)
         assert code == 2, (args, err)
         assert len(err.strip().splitlines()) == 1, (args, err)
         assert "Traceback" not in err and needle.lower() in err.lower(), (args, err)
@@ -139,7 +139,7 @@ def test_corrupt_newest_checkpoint_is_skipped(small_text, tmp_path, capsys):
     code, _, err = run_cli(["pretrain", "--data", small_text, "--steps", 4, "--eval-every", 2,
                             "--out", out, *TINY], capsys)
     assert code == 0, err
-    newest = sorted((out / "checkpoints").glob("step-*"))[-1]
+    newest = max((out / "checkpoints").glob("step-*"))
     data = (newest / "model.safetensors").read_bytes()
     (newest / "model.safetensors").write_bytes(data[: len(data) // 2])
     with pytest.warns(UserWarning, match="step-00000004"):
@@ -163,7 +163,7 @@ def test_two_process_ddp_matches_one_process(small_text, tmp_path):
                     str(tmp_path / "one")], check=True, env=env, capture_output=True)
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                           "-m", "maskwise", *common, "--batch-size", "2", "--out", str(tmp_path / "two")],
-                         env=env, capture_output=True, text=True)
+                         check=False, env=env, capture_output=True, text=True)
     assert two.returncode == 0, two.stderr[-2000:]
 
     def curve(run):

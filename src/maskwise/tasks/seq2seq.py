@@ -129,7 +129,7 @@ def predict_seq2seq(model: nn.Module, tokenizer, sources: Sequence[str], gen: Ge
 
 
 def generation_scores(predicted: Sequence[str], examples: Sequence[Seq2SeqExample],
-                      source_edges: Sequence[int] = SOURCE_EDGES) -> dict:
+                      source_edges: Sequence[int]) -> dict:
     """Exact match, F1 over the set of comma-separated items (on the plays: the speakers) and token F1:
     overall, per example and by source length."""
     per_example = {
