@@ -68,9 +68,10 @@ ENC, DEC = embedder.ENCODER.label, embedder.DECODER.label
 BUCKETS = ("0-199", "200-399", "400-799")
 
 
-def embedder_metrics(enc: tuple, dec: tuple, axes=AXES) -> dict:
+def embedder_metrics(enc: tuple, dec: tuple, axes=AXES, untrained: float = 0.05) -> dict:
     def build(axis):
-        metrics = {key("recall@10", axis): {ENC: seeds(sum(enc) / 3), DEC: seeds(sum(dec) / 3)}}
+        metrics = {key("recall@10", axis): {ENC: seeds(sum(enc) / 3), DEC: seeds(sum(dec) / 3),
+                                            jobs.BASELINE: seeds(0.02, 0.0), jobs.UNTRAINED: seeds(untrained)}}
         for bucket, e, d in zip(BUCKETS, enc, dec):
             metrics[key(f"{embedder.BUCKET}{bucket} chars", axis)] = {ENC: seeds(e), DEC: seeds(d)}
         return metrics
@@ -82,6 +83,8 @@ def embedder_metrics(enc: tuple, dec: tuple, axes=AXES) -> dict:
 def test_embedder_rule():
     narrowing = embedder_metrics((0.30, 0.40, 0.50), (0.28, 0.30, 0.32))
     assert embedder.judge(narrowing)[0] == HELD
+    verdict, detail = embedder.judge(embedder_metrics((0.30, 0.40, 0.50), (0.28, 0.30, 0.32), untrained=0.40))
+    assert verdict == INCONCLUSIVE and "no pretraining to compare" in detail  # the encoder at its control
     matching = embedder_metrics((0.30, 0.30, 0.30), (0.30, 0.30, 0.30))
     assert embedder.judge(matching)[0] == FALSIFIED
     widening = embedder_metrics((0.50, 0.40, 0.30), (0.30, 0.30, 0.28))  # encoder ahead, gap grows for short
