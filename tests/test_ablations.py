@@ -171,15 +171,23 @@ def test_electra_rule():
 
 @pytest.mark.unit
 def test_pooling_rule():
-    def metrics(acc_mean, acc_cls, recall_mean, recall_cls):
-        return {key(GENRE_ACC, SHARED): {"mean": seeds(acc_mean), "cls": seeds(acc_cls)},
-                key(RECALL, SHARED): {"mean": seeds(recall_mean), "cls": seeds(recall_cls)}}
+    def metrics(acc_mean, acc_cls, recall_mean, recall_cls, majority=0.2, untrained=0.05):
+        return {key(GENRE_ACC, SHARED): {"mean": seeds(acc_mean), "cls": seeds(acc_cls),
+                                         jobs.BASELINE: seeds(majority, 0.0)},
+                key(RECALL, SHARED): {"mean": seeds(recall_mean), "cls": seeds(recall_cls),
+                                      jobs.BASELINE: seeds(0.02, 0.0), jobs.UNTRAINED: seeds(untrained)}}
 
     assert pooling.judge(metrics(0.50, 0.50, 0.40, 0.20))[0] == HELD
     assert pooling.judge(metrics(0.50, 0.515, 0.40, 0.20))[0] == HELD  # separated but within CLOSE
     assert pooling.judge(metrics(0.50, 0.50, 0.20, 0.40))[0] == FALSIFIED
     assert pooling.judge(metrics(0.60, 0.40, 0.40, 0.20))[0] == FALSIFIED  # not close on classification
     assert pooling.judge(metrics(0.50, 0.50, 0.30, 0.30))[0] == INCONCLUSIVE
+    verdict, detail = pooling.judge(metrics(0.20, 0.20, 0.40, 0.20, majority=0.25))  # both at chance: no evidence
+    assert verdict == INCONCLUSIVE and "neither pooling clears the majority class" in detail
+    verdict, detail = pooling.judge(metrics(0.50, 0.50, 0.40, 0.20, untrained=0.45))  # fine-tuning alone got there
+    assert verdict == INCONCLUSIVE and "mean does not clear the baselines" in detail
+    verdict, detail = pooling.judge(metrics(0.50, 0.50, 0.20, 0.40, untrained=0.45))  # [CLS] ahead, below the control
+    assert verdict == INCONCLUSIVE and "cls does not clear the baselines" in detail
 
 
 @pytest.mark.unit

@@ -59,10 +59,12 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
         if not buckets:
             return INCONCLUSIVE, f"no passage-length bucket has {MIN_BUCKET} queries"
         if short_of(metrics, axis, (ENCODER.label,), RETRIEVAL):
-            control = compare(metrics[key("recall@10", axis)][ENCODER.label], metrics[key("recall@10", axis)][UNTRAINED])
-            return INCONCLUSIVE, (f"the encoder does not clear both a random ranking and its block never pretrained, "
-                                  f"fine-tuned the same way ({control.describe('encoder', 'untrained')}): no "
-                                  f"pretraining to compare (encoder vs decoder: {overall.describe('encoder', 'decoder')})")
+            groups = metrics[key("recall@10", axis)]
+            bars = [compare(groups[ENCODER.label], groups[bar]).describe("encoder", name)
+                    for bar, name in ((BASELINE, "random"), (UNTRAINED, "untrained"))]
+            return INCONCLUSIVE, (f"the encoder does not clear both a random ranking ({bars[0]}) and its block never "
+                                  f"pretrained, fine-tuned the same way ({bars[1]}): no pretraining to compare "
+                                  f"(encoder vs decoder: {overall.describe('encoder', 'decoder')})")
         if overall.winner != "a" and not any(c.winner == "a" for _, c in buckets):
             where = overall.describe("encoder", "decoder")
             return FALSIFIED, f"the decoder matches or beats the encoder overall ({where}) and in every length bucket"
