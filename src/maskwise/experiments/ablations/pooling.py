@@ -29,6 +29,7 @@ from maskwise.experiments.framework import (
     moved,
     table_row,
 )
+from maskwise.experiments.report import fmt_stat
 from maskwise.experiments.verdict import compare
 
 POOLINGS = ("cls", "mean")
@@ -85,8 +86,7 @@ def tabulate(m: Measured) -> tuple[dict, list]:
     rows = [table_row(GENRE_ACC, SHARED, groups("classify", "accuracy"), True),
             table_row("genre macro-F1", SHARED, groups("classify", "macro_f1"), True),
             table_row(RECALL, SHARED, groups("embed", "recall@10"), True),
-            table_row(f"{RECALL}, {UNTRAINED} (control)", SHARED,
-                      {"mean": metrics[key(RECALL, SHARED)][UNTRAINED]}, True),
+            [f"{RECALL}, {UNTRAINED} (control)", SHARED, "—", fmt_stat(metrics[key(RECALL, SHARED)][UNTRAINED]), ""],
             table_row("MRR", SHARED, groups("embed", "mrr"), True),
             table_row("classification fine-tuning seconds", SHARED, groups("classify", "finetune_s"), None, 1),
             table_row("retrieval fine-tuning seconds", SHARED, groups("embed", "finetune_s"), None, 1)]
