@@ -31,7 +31,7 @@ RUNS = [("encoder-decoder", "span"), ("encoder-decoder", "denoise"), ("encoder",
 def use(family: str, objective: str, model, tokenizer, runtime) -> dict:
     model.eval()
     if objective == "electra":
-        cfg = ClassifyConfig(steps=150, batch_size=32, lr=3e-4, pooling="mean", train_per_genre=150, test_per_genre=50,
+        cfg = ClassifyConfig(steps=150, batch_size=32, lr=3e-4, pooling="mean", train_per_label=150, test_per_label=50,
                              progress=False)
         result = run_task(cfg, model, tokenizer, runtime).record
         return {"genre_accuracy": round(result["accuracy"], 3),

@@ -99,7 +99,7 @@ def task_classify(args, runs, results):
     for family, freeze, pooling in (("encoder", False, None), ("encoder", True, "mean"), ("decoder", False, None)):
         model, tok = open_run(runs[family], args.device)
         cfg = ClassifyConfig(steps=args.finetune_steps, batch_size=16, lr=args.body_lr, freeze=freeze, pooling=pooling,
-                             train_per_genre=args.per_genre, test_per_genre=args.eval_per_genre, progress=args.progress)
+                             train_per_label=args.per_genre, test_per_label=args.eval_per_genre, progress=args.progress)
         r = run_task(cfg, model, tok, runtime_of(args)).record
         results[f"classify/{family}/{r['mode']}"] = r
         report(f"classify {family} {r['mode']} ({r['pooling']})", "accuracy", r["accuracy"], "majority",

@@ -26,7 +26,6 @@ from maskwise.experiments.ablations import (
 )
 from maskwise.experiments.framework import (
     AXES,
-    GENRE_ACC,
     RECALL,
     SHARED,
     TAG_F1,
@@ -171,9 +170,10 @@ def test_electra_rule():
 
 @pytest.mark.unit
 def test_pooling_rule():
-    def metrics(acc_mean, acc_cls, recall_mean, recall_cls, majority=0.2, untrained=0.05):
-        return {key(GENRE_ACC, SHARED): {"mean": seeds(acc_mean), "cls": seeds(acc_cls),
-                                         jobs.BASELINE: seeds(majority, 0.0)},
+    def metrics(acc_mean, acc_cls, recall_mean, recall_cls, majority=0.2, untrained=0.05, order_control=0.2):
+        return {key(pooling.ORDER_ACC, SHARED): {"mean": seeds(acc_mean), "cls": seeds(acc_cls),
+                                                 jobs.BASELINE: seeds(majority, 0.0),
+                                                 jobs.UNTRAINED: seeds(order_control)},
                 key(RECALL, SHARED): {"mean": seeds(recall_mean), "cls": seeds(recall_cls),
                                       jobs.BASELINE: seeds(0.02, 0.0), jobs.UNTRAINED: seeds(untrained)}}
 
@@ -183,7 +183,9 @@ def test_pooling_rule():
     assert pooling.judge(metrics(0.60, 0.40, 0.40, 0.20))[0] == FALSIFIED  # not close on classification
     assert pooling.judge(metrics(0.50, 0.50, 0.30, 0.30))[0] == INCONCLUSIVE
     verdict, detail = pooling.judge(metrics(0.20, 0.20, 0.40, 0.20, majority=0.25))  # both at chance: no evidence
-    assert verdict == INCONCLUSIVE and "neither pooling clears the majority class" in detail
+    assert verdict == INCONCLUSIVE and "neither pooling clears the baselines" in detail
+    verdict, detail = pooling.judge(metrics(0.50, 0.50, 0.40, 0.20, order_control=0.55))  # below its control: no evidence
+    assert verdict == INCONCLUSIVE and "neither pooling clears the baselines" in detail
     verdict, detail = pooling.judge(metrics(0.50, 0.50, 0.40, 0.20, untrained=0.45))  # fine-tuning alone got there
     assert verdict == INCONCLUSIVE and "mean does not clear the baselines" in detail
     verdict, detail = pooling.judge(metrics(0.50, 0.50, 0.20, 0.40, untrained=0.45))  # [CLS] ahead, below the control
@@ -445,7 +447,7 @@ def test_encoder_pretraining_ablations_judge_on_tagging(name, module, tmp_path):
     verdict, detail = module.judge(results["metrics"], module.ABLATION.arms())
     assert [(v["verdict"], v["details"]) for v in results["verdicts"]] == [(verdict, [detail])]
     assert {key(TAG_F1, axis) for axis in AXES} <= set(results["metrics"])
-    assert not any(RECALL in metric or GENRE_ACC in metric for metric in results["metrics"])
+    assert not any(RECALL in metric or pooling.ORDER_ACC in metric for metric in results["metrics"])
     assert "punctuation F1" in results["summary"] and "before every line break" in results["summary"]
     tagging = results["metric_meta"][key(TAG_F1, AXES[0])]  # its plot draws the verse rule
     assert tagging["higher"] is True and tagging["baseline_name"].endswith("before every line break")

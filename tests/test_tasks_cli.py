@@ -66,16 +66,20 @@ def test_fill_mask(runs, capsys):
 def test_finetune_then_evaluate_and_search(runs, tmp_path, capsys):
     out = tmp_path / "cls"
     code, stdout, err = cli(capsys, "finetune", "classify", runs["encoder"], "--out", out, "--steps", 2,
-                            "--batch-size", 4, "--per-genre", 3, "--eval-per-genre", 2, "--no-progress")
+                            "--batch-size", 4, "--plays-task", "line-order", "--per-label", 3, "--eval-per-label", 5,
+                            "--no-progress")
     assert code == 0, err
     assert "accuracy" in stdout and "majority class" in stdout
     results = json.loads((out / "results.json").read_text())
     assert results["pooling"] == "cls" and results["mode"] == "finetune" and "baseline" in results
+    assert results["plays_task"] == "line-order" and results["n_test"] == 10
     assert (out / "head.safetensors").is_file() and (out / "summary.txt").is_file()
-    code, stdout, err = cli(capsys, "evaluate", out, "--eval-per-genre", 2, "--no-progress")
+    code, stdout, err = cli(capsys, "evaluate", out, "--eval-per-label", 5, "--no-progress")  # the task it was tuned on
     assert code == 0, err
     again = json.loads((out / "results-classify-test.json").read_text())
     assert again["accuracy"] == results["accuracy"]  # the saved head reproduces the fine-tune's score
+    code, _, err = cli(capsys, "evaluate", out, "--plays-task", "genre", "--eval-per-label", 2, "--no-progress")
+    assert code == 2 and "none of the classifier's (in order, swapped)" in err and err.count("\n") == 1
 
     collection = tmp_path / "docs.txt"
     collection.write_text("To be or not to be\nGood morrow, cousin\nO Romeo, Romeo\n")

@@ -6,12 +6,14 @@ import pytest
 
 from maskwise.data.plays import GENRES, Speech, split_plays
 from maskwise.data.tasks import (
+    LINE_ORDERS,
     Seq2SeqExample,
     first_speaker_baseline,
     genre_examples,
     hold_out,
     ict_retrieval,
     labelled_texts_from_file,
+    line_order_examples,
     read_task_file,
     rename_speakers,
     render_passage,
@@ -44,6 +46,23 @@ def test_genre_examples_balanced_and_deterministic():
     assert set(counts.values()) == {30}  # every genre appears in every split, capped per genre
     assert all(len(e.text) >= 80 for e in examples)
     assert examples != genre_examples("test", per_genre=30, seed=1)
+
+
+def test_line_order_pairs_are_consecutive_lines_half_of_them_swapped():
+    examples = line_order_examples("test", per_order=200)
+    assert examples == line_order_examples("test", per_order=200)
+    assert examples != line_order_examples("test", per_order=200, seed=1)
+    assert {e.label: sum(x.label == e.label for x in examples) for e in examples} == dict.fromkeys(LINE_ORDERS, 200)
+    assert {e.origin for e in examples} <= _slugs("test")
+    consecutive = {(speech.text.split("\n")[i], speech.text.split("\n")[i + 1])
+                   for play in split_plays()["test"] for speech in play.speeches
+                   for i in range(len(speech.text.split("\n")) - 1)}
+    for e in examples:
+        first, second = e.text.split("\n")
+        assert min(len(first.split()), len(second.split())) >= 4
+        assert ((first, second) if e.label == "in order" else (second, first)) in consecutive
+    lines = [line for e in examples for line in e.text.split("\n")]
+    assert len(set(lines)) > 0.99 * len(lines)  # disjoint pairs: a line (bar repeated verses) is in one item
 
 
 def test_ict_pairs_take_one_line_out():

@@ -25,9 +25,11 @@ from maskwise.tasks.tag import TagConfig
 # The default scale's fine-tunes, by the CLI's task names. Rerank: 8 queries x 3 negatives x 192 tokens,
 # a third of RerankConfig's 7 x 256, which these bodies learned no more from (docs/results.md).
 TASKS: dict[str, FinetuneConfig] = {
-    "classify": ClassifyConfig(steps=100, batch_size=32, lr=1e-3, head_lr=3e-3,
-                               # the train plays hold at least 527 windows a genre, the test plays 239
-                               train_per_genre=250, test_per_genre=200),
+    # Line order (the pooling ablation's; compare has no classification row): the train plays hold 14,098
+    # pairs an order, the test plays 3,255. 400 steps: at 100 a pooling ablation's encoder stayed near chance
+    # (docs/results.md).
+    "classify": ClassifyConfig(steps=400, batch_size=32, lr=1e-3, head_lr=3e-3, plays_task="line-order",
+                               train_per_label=2000, test_per_label=500),
     # Pairs drawn among every train speech; the collection: 500 of the test plays' ~2,000 speeches (in
     # all of them one relevant speech is a needle a minutes-old model does not find), each a query.
     "embed": EmbedConfig(steps=100, batch_size=32, lr=1e-3, train_pairs=3000, test_queries=500, test_docs=500),
@@ -168,7 +170,7 @@ def matched_ffn_width(preset_name: str, d_model: int, layers: int) -> int:
 DEFAULT = CompareSettings()
 QUICK = DEFAULT.retuned("quick", seconds=15.0, d_model=64, min_steps=40, held_out_chars=600, held_out_blocks=10,
                         fill_positions=100, ttft_repeats=10, tasks={
-                            "classify": {"steps": 30, "train_per_genre": 60, "test_per_genre": 40},
+                            "classify": {"steps": 100, "train_per_label": 300, "test_per_label": 150},
                             "embed": {"steps": 30, "train_pairs": 600, "test_queries": 150, "test_docs": 300},
                             "seq2seq": {"steps": 30, "train_passages": 400, "test_passages": 60},
                             "tag": {"steps": 60, "train_windows": 1000, "test_windows": 300}})
@@ -177,7 +179,7 @@ QUICK = DEFAULT.retuned("quick", seconds=15.0, d_model=64, min_steps=40, held_ou
 # BPE rather than WordPiece, whose normaliser turns the newline after a speaker's name into a space.
 GPU = DEFAULT.retuned("gpu", seconds=180.0, d_model=384, heads=6, layers=6, block_size=512, batch_size=64,
                       tokenizer="bpe", vocab_size=4096, lr=1e-3, warmup=100, min_steps=1500, held_out_chars=8000,
-                      tasks={"classify": {"steps": 400, "train_per_genre": 500, "test_per_genre": 230},
+                      tasks={"classify": {"steps": 800, "train_per_label": 8000, "test_per_label": 1000},
                              "embed": {"steps": 400, "train_pairs": 8000},
                              "seq2seq": {"steps": 600, "train_passages": 6000, "max_chars": 400, "max_target_len": 48},
                              "tag": {"steps": 400, "train_windows": 8000, "test_windows": 2000, "window_chars": 400}})
@@ -187,7 +189,7 @@ COMPARE_SCALES = {"default": DEFAULT, "quick": QUICK, "gpu": GPU}
 # A few steps of everything, for the tests' plumbing checks (the ablations' smoke scale).
 SMOKE = DEFAULT.retuned("smoke", seconds=2.0, d_model=32, heads=2, layers=2, block_size=64, batch_size=8, min_steps=1,
                         held_out_chars=200, held_out_blocks=2, fill_positions=10, ttft_repeats=2, tasks={
-                            "classify": {"steps": 2, "train_per_genre": 4, "test_per_genre": 4},
+                            "classify": {"steps": 2, "train_per_label": 4, "test_per_label": 4},
                             "embed": {"steps": 2, "train_pairs": 24, "test_queries": 24, "test_docs": 48},
                             "seq2seq": {"steps": 2, "train_passages": 24, "test_passages": 24, "max_chars": 40,
                                         "max_target_len": 16},

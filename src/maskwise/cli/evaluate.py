@@ -115,10 +115,14 @@ def run_evaluate(args) -> int:
 
 
 def _evaluate_classify(args, model, tokenizer, fine_tune: FineTune) -> dict:
-    _, test = classify_data(args, config_from_flags(ClassifyConfig, args), args.split, training=False)
     saved = fine_tune.task
+    trained_on = {"plays_task": saved["plays_task"]} if args.plays_task is None and "plays_task" in saved else {}
+    _, test = classify_data(args, config_from_flags(ClassifyConfig, args, **trained_on), args.split, training=False)
     if saved.get("kind") == "classify":
         classifier = SequenceClassifier.from_fine_tune(model, saved, fine_tune.head, args.model)
+        if not {e.label for e in test} & set(classifier.labels):
+            raise UserError(f"the evaluation rows' labels ({', '.join(sorted({e.label for e in test}))}) are none of "
+                            f"the classifier's ({', '.join(classifier.labels)})")
         # An HF-fine-tuned folder records no training labels: the baseline is the test set's majority (stricter).
         return evaluate_classifier(classifier, tokenizer, test, saved.get("train_labels") or [e.label for e in test])
     if model.cfg.kind.encoder_only:

@@ -114,7 +114,7 @@ def _finetune_classify(args, model, tokenizer):
     train, test = classify_data(args, cfg, training=True)
     classifier, record = _run(args, cfg, model, tokenizer, (train, test))
     task = {"labels": classifier.labels, "pooling": classifier.pooling, "freeze": cfg.freeze,
-            "train_labels": [e.label for e in train]}
+            "train_labels": [e.label for e in train], **({"plays_task": cfg.plays_task} if args.data is None else {})}
     return task, record, classifier.body, classifier.head
 
 

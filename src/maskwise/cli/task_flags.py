@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 
 from maskwise.cli.runtime import runtime_flags
-from maskwise.tasks.classify import ClassifyConfig
+from maskwise.tasks.classify import PLAYS_TASKS, ClassifyConfig
 from maskwise.tasks.embed import EmbedConfig
 from maskwise.tasks.rerank import RerankConfig
 from maskwise.tasks.seq2seq import Seq2SeqConfig
@@ -51,10 +51,14 @@ def add_task_flags(parser, task: str, evaluating: bool = False) -> None:
                             if evaluating else "default: cls (encoder), last (decoder), mean (encoder-decoder)")
         if not evaluating:
             parser.add_argument("--freeze", action="store_true", default=None, help="linear probe: train the head only")
-            parser.add_argument("--per-genre", dest="train_per_genre", type=positive, default=None,
-                                help=f"training windows per genre (default {ClassifyConfig.train_per_genre})")
-        parser.add_argument("--eval-per-genre", dest="test_per_genre", type=positive, default=None,
-                            help=f"evaluation windows per genre (default {ClassifyConfig.test_per_genre})")
+            parser.add_argument("--per-label", dest="train_per_label", type=positive, default=None,
+                                help=f"the plays' training texts per label (default {ClassifyConfig.train_per_label})")
+        parser.add_argument("--plays-task", choices=tuple(PLAYS_TASKS), default=None,
+                            help="without --data: the plays' genre windows or line-order pairs (two consecutive "
+                            "lines, in order or swapped); default " + ClassifyConfig.plays_task
+                            + (", or the one the classifier was fine-tuned on" if evaluating else ""))
+        parser.add_argument("--eval-per-label", dest="test_per_label", type=positive, default=None,
+                            help=f"the plays' evaluation texts per label (default {ClassifyConfig.test_per_label})")
         parser.add_argument("--text-column", default="text",
                             help="--data's column (CSV, TSV) or field (JSONL) holding the text")
         parser.add_argument("--label-column", default="label",

@@ -6,11 +6,14 @@ model never fine-tuned on; the test plays are also kept out of pretraining. Ever
 drawn from ``random.Random`` seeded by the split name and a seed, so a dataset is the same on every
 run and machine.
 
-Three tasks:
+Four tasks:
 
 * genre classification: a window of 1-3 consecutive speeches ("SPEAKER\\ntext" blocks) -> the
   play's genre, at most ``per_genre`` windows per genre (balanced, so the majority baseline is the
   chance rate, and small enough that CPU fine-tuning takes minutes);
+* line order: two consecutive lines of a speech, printed in order or swapped -> which. Both labels
+  hold the same words, so no bag of words separates them, and the test plays hold thousands of
+  such pairs (genre has six test plays: a verdict on six items);
 * retrieval as the inverse cloze task (ICT, Lee et al. 2019): the query is one line taken out of a
   speech of at least four lines, its one relevant document is that speech without the line, and
   the collection is every such speech of the split's plays;
@@ -109,6 +112,30 @@ def genre_examples(split: str, per_genre: int = 300, window: tuple[int, int] = (
         candidates = by_genre[genre]
         rng.shuffle(candidates)
         examples.extend(candidates[:per_genre])
+    rng.shuffle(examples)
+    return examples
+
+
+LINE_ORDERS = ("in order", "swapped")
+
+
+def line_order_examples(split: str, per_order: int = 300, min_words: int = 4, seed: int = 0,
+                        plays: Sequence[Play] | None = None) -> list[LabelledText]:
+    """Pairs of consecutive lines of one speech, ``per_order`` printed as written and as many swapped.
+
+    The pairs tile each speech without overlap (lines 1-2, 3-4, ...), so no line is in two items;
+    a pair with a line under ``min_words`` words ("O!") says nothing about order and is dropped.
+    A random ``2 * per_order`` of them, half of each label, shuffled."""
+    rng = _rng(seed, split, "line-order")
+    pairs = []
+    for play in _plays(split, plays):
+        for speech in play.speeches:
+            lines = speech.text.split("\n")
+            pairs.extend((lines[i], lines[i + 1], play.slug) for i in range(0, len(lines) - 1, 2)
+                         if min(len(lines[i].split()), len(lines[i + 1].split())) >= min_words)
+    rng.shuffle(pairs)
+    examples = [LabelledText(f"{first}\n{second}" if i % 2 == 0 else f"{second}\n{first}", LINE_ORDERS[i % 2], slug)
+                for i, (first, second, slug) in enumerate(pairs[:2 * per_order])]
     rng.shuffle(examples)
     return examples
 

@@ -232,8 +232,8 @@ def _fine_tuned(task: str) -> Callable[[Setup, str, int], dict]:
 
 
 # What one family's run is measured on: the held-out text, then each fine-tune with a row in the report
-# (``CompareSettings.tasks``' names). Reranking has its ablation, and genre classification (six test plays,
-# one per genre: a verdict on six items) the pooling ablation. A new row: a measure here, a row in
+# (``CompareSettings.tasks``' names). Reranking has its ablation, and sequence classification (line order)
+# the pooling ablation. A new row: a measure here, a row in
 # ``compare_report.ROWS``.
 MEASURES: dict[str, Callable[[Setup, str, int], dict]] = {
     "lm": lambda setup, name, seed: language_modelling(setup.exp, name, setup.scale, seed),

@@ -34,7 +34,6 @@ TOKENS, WALL = "equal tokens", "equal wall-clock"
 AXES = (TOKENS, WALL)
 SHARED = "equal tokens and wall-clock"  # the axis name when every arm reads the same pretrained model
 MIN_BUCKET = 10  # a length bucket needs this many test items before a rule reads it
-GENRE_ACC = "genre accuracy"
 RECALL = "recall@10"  # ICT retrieval over the test plays' speeches
 TAG_F1 = "punctuation F1 (tagging)"  # micro F1 over the test words: the right mark after the right word
 # Equal wall-clock: an arm whose equal-tokens run took at most this much longer than its seed's

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from maskwise.data.tasks import LabelledText
+from maskwise.data.tasks import LabelledText, genre_examples, line_order_examples
 from maskwise.errors import UserError
 from maskwise.families import Family
 from maskwise.model.heads import POOLINGS, ClassifierHead, pool
@@ -42,6 +42,8 @@ from maskwise.tasks.reading import (
 from maskwise.tasks.scoring import continuation_logprobs, start_id_of
 
 HEAD_PREFIX = "head."
+# The plays' classification tasks: (split, texts per label, seed=) -> the labelled texts.
+PLAYS_TASKS = {"genre": genre_examples, "line-order": line_order_examples}
 
 
 def check_pooling(kind: Family, pooling: str | None) -> str:
@@ -96,8 +98,17 @@ class ClassifyConfig(FinetuneConfig):
     freeze: bool = False  # True = linear probe: only the head trains
     max_len: int | None = None  # None = the model's context
     dropout: float = 0.1
-    train_per_genre: int = 300  # the plays' genre windows (``tasks.run.plays_rows``)
-    test_per_genre: int = 100
+    # The plays' labelled texts when a task is given none (``tasks.run.plays_rows``): ``PLAYS_TASKS``' genre
+    # windows or line-order pairs, this many of each label.
+    plays_task: str = "genre"
+    train_per_label: int = 300
+    test_per_label: int = 100
+
+    def validate(self) -> ClassifyConfig:
+        if self.plays_task not in PLAYS_TASKS:
+            raise UserError(f"unknown plays task {self.plays_task!r}; known: {', '.join(PLAYS_TASKS)}")
+        super().validate()
+        return self
 
 
 def train_classifier(body: nn.Module, tokenizer, train: Sequence[LabelledText], cfg: ClassifyConfig,

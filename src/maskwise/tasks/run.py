@@ -20,7 +20,6 @@ from torch import nn
 from maskwise.data.beir import GradedRetrievalSet
 from maskwise.data.tagging import punctuation_examples
 from maskwise.data.tasks import (
-    genre_examples,
     ict_retrieval,
     rename_speakers,
     speaker_examples,
@@ -28,6 +27,7 @@ from maskwise.data.tasks import (
 from maskwise.errors import UserError
 from maskwise.runtime import Runtime
 from maskwise.tasks.classify import (
+    PLAYS_TASKS,
     ClassifyConfig,
     evaluate_classifier,
     settings_of,
@@ -83,8 +83,9 @@ def plays_rows(cfg: FinetuneConfig, model: nn.Module, split: str = "test", train
     """(training rows, or None when not ``training``; the ``split`` rows to evaluate on) of the plays
     for the task ``cfg`` configures: its slice, drawn with ``cfg.data_seed`` and ``cfg.test_seed``."""
     if isinstance(cfg, ClassifyConfig):
-        train = genre_examples("train", per_genre=cfg.train_per_genre, seed=cfg.data_seed) if training else None
-        return train, genre_examples(split, per_genre=cfg.test_per_genre, seed=cfg.test_seed)
+        examples = PLAYS_TASKS[cfg.plays_task]
+        train = examples("train", cfg.train_per_label, seed=cfg.data_seed) if training else None
+        return train, examples(split, cfg.test_per_label, seed=cfg.test_seed)
     if isinstance(cfg, EmbedConfig):
         train = None
         if training:  # a random subset of every train speech's pair
@@ -189,6 +190,7 @@ def run_task(cfg: FinetuneConfig, model: nn.Module, tokenizer, runtime: Runtime,
     if type(cfg) not in TASKS:
         raise UserError(f"no task is configured by {type(cfg).__name__}; known: "
                         f"{', '.join(t.__name__ for t in TASKS)}")
+    cfg.validate()  # before any rows are drawn from its settings
     model.to(runtime.torch_device)
     started = time.perf_counter()
     trained, evaluate, test = TASKS[type(cfg)](model, tokenizer, cfg, runtime, data, label)
