@@ -43,7 +43,7 @@ def test_matched_ffn_width_pays_for_cross_attention_exactly():
 
 def test_compare_fine_tunes_with_the_shared_recipe():
     s = COMPARE_SCALES["default"]
-    expected = {"classify": {"batch_size": 32, "lr": 1e-3, "head_lr": 3e-3, "steps": 100},
+    expected = {"classify": {"batch_size": 32, "lr": 1e-3, "head_lr": 3e-3, "steps": 400, "plays_task": "line-order"},
                 "embed": {"batch_size": 32, "lr": 1e-3, "train_pairs": 3000},
                 "seq2seq": {"max_target_len": 64, "rename_speakers": 0.5, "max_chars": 120, "mid_speech": True}}
     for task, values in expected.items():  # the recipe's numbers, written out: what compare and every ablation use

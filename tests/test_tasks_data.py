@@ -1,12 +1,14 @@
 """Task data: split by play, deterministic, the speakers target format, and users' files."""
 
 import random
+import re
 
 import pytest
 
 from maskwise.data.plays import GENRES, Speech, split_plays
 from maskwise.data.tasks import (
     LINE_ORDERS,
+    SENTENCE_MARKS,
     Seq2SeqExample,
     first_speaker_baseline,
     genre_examples,
@@ -18,6 +20,7 @@ from maskwise.data.tasks import (
     rename_speakers,
     render_passage,
     retrieval_from_file,
+    sentence_mark_examples,
     seq2seq_from_file,
     speaker_examples,
     speakers_target,
@@ -63,6 +66,19 @@ def test_line_order_pairs_are_consecutive_lines_half_of_them_swapped():
         assert ((first, second) if e.label == "in order" else (second, first)) in consecutive
     lines = [line for e in examples for line in e.text.split("\n")]
     assert len(set(lines)) > 0.99 * len(lines)  # disjoint pairs: a line (bar repeated verses) is in one item
+
+
+def test_sentence_marks_are_balanced_unpunctuated_sentences_of_the_split():
+    examples = sentence_mark_examples("test", per_mark=100)
+    assert examples == sentence_mark_examples("test", per_mark=100)
+    assert {label: sum(e.label == label for e in examples) for label in SENTENCE_MARKS.values()} == dict.fromkeys(
+        SENTENCE_MARKS.values(), 100)
+    assert {e.origin for e in examples} <= _slugs("test")
+    spoken = " ".join(" ".join(re.sub("[,.;:!?]", "", speech.text).split())
+                      for play in split_plays()["test"] for speech in play.speeches)
+    for e in examples:
+        assert not set(",.;:!?") & set(e.text) and len(e.text.split()) >= 4
+        assert e.text in spoken  # a stretch of a test speech, its marks taken out
 
 
 def test_ict_pairs_take_one_line_out():

@@ -54,8 +54,9 @@ def add_task_flags(parser, task: str, evaluating: bool = False) -> None:
             parser.add_argument("--per-label", dest="train_per_label", type=positive, default=None,
                                 help=f"the plays' training texts per label (default {ClassifyConfig.train_per_label})")
         parser.add_argument("--plays-task", choices=tuple(PLAYS_TASKS), default=None,
-                            help="without --data: the plays' genre windows or line-order pairs (two consecutive "
-                            "lines, in order or swapped); default " + ClassifyConfig.plays_task
+                            help="without --data: the plays' genre windows, line-order pairs (two consecutive "
+                            "lines, in order or swapped) or sentences without their marks (statement, question or "
+                            "exclamation?); default " + ClassifyConfig.plays_task
                             + (", or the one the classifier was fine-tuned on" if evaluating else ""))
         parser.add_argument("--eval-per-label", dest="test_per_label", type=positive, default=None,
                             help=f"the plays' evaluation texts per label (default {ClassifyConfig.test_per_label})")

@@ -60,7 +60,8 @@ def _user_rows(args, reader):
 
 def classify_data(args, cfg: ClassifyConfig, split: str = "test", training: bool = True):
     """(training examples, or None when only evaluating; evaluation examples): the plays' (genre
-    windows or line-order pairs, --plays-task), or the rows of --data (--eval-data) read through --text-column / --label-column."""
+    windows, line-order pairs or sentence marks: --plays-task), or the rows of --data (--eval-data)
+    read through --text-column / --label-column."""
     if args.data is None:
         return plays_rows(cfg, None, split, training)
 

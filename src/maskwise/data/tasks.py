@@ -14,6 +14,9 @@ Four tasks:
 * line order: two consecutive lines of a speech, printed in order or swapped -> which. Both labels
   hold the same words, so no bag of words separates them, and the test plays hold thousands of
   such pairs (genre has six test plays: a verdict on six items);
+* sentence mark: a sentence of a speech with its punctuation removed -> the mark that ended it
+  (statement, question, exclamation), as many of each: a sentence's kind, read from its words and
+  their order, over a thousand test sentences;
 * retrieval as the inverse cloze task (ICT, Lee et al. 2019): the query is one line taken out of a
   speech of at least four lines, its one relevant document is that speech without the line, and
   the collection is every such speech of the split's plays;
@@ -136,6 +139,32 @@ def line_order_examples(split: str, per_order: int = 300, min_words: int = 4, se
     rng.shuffle(pairs)
     examples = [LabelledText(f"{first}\n{second}" if i % 2 == 0 else f"{second}\n{first}", LINE_ORDERS[i % 2], slug)
                 for i, (first, second, slug) in enumerate(pairs[:2 * per_order])]
+    rng.shuffle(examples)
+    return examples
+
+
+SENTENCE_MARKS = {".": "statement", "?": "question", "!": "exclamation"}
+SENTENCE = re.compile(r"[^.?!]+[.?!]")
+PUNCTUATION = re.compile(r"[,.;:!?]")
+
+
+def sentence_mark_examples(split: str, per_mark: int = 300, min_words: int = 4, seed: int = 0,
+                           plays: Sequence[Play] | None = None) -> list[LabelledText]:
+    """Sentences of the speeches (text up to a ``.``, ``?`` or ``!``, lines joined by spaces), their
+    punctuation removed, labelled by the mark that ended them; a random ``per_mark`` of each kind
+    (the test plays hold 815 exclamations of at least ``min_words`` words), shuffled."""
+    rng = _rng(seed, split, "sentence-mark")
+    by_mark: dict[str, list[LabelledText]] = {label: [] for label in SENTENCE_MARKS.values()}
+    for play in _plays(split, plays):
+        for speech in play.speeches:
+            for sentence in SENTENCE.findall(speech.text.replace("\n", " ")):
+                words, label = PUNCTUATION.sub("", sentence).split(), SENTENCE_MARKS[sentence[-1]]
+                if len(words) >= min_words:
+                    by_mark[label].append(LabelledText(" ".join(words), label, play.slug))
+    examples = []
+    for candidates in by_mark.values():
+        rng.shuffle(candidates)
+        examples.extend(candidates[:per_mark])
     rng.shuffle(examples)
     return examples
 

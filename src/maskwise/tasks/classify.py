@@ -25,7 +25,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from maskwise.data.tasks import LabelledText, genre_examples, line_order_examples
+from maskwise.data.tasks import (
+    LabelledText,
+    genre_examples,
+    line_order_examples,
+    sentence_mark_examples,
+)
 from maskwise.errors import UserError
 from maskwise.families import Family
 from maskwise.model.heads import POOLINGS, ClassifierHead, pool
@@ -43,7 +48,7 @@ from maskwise.tasks.scoring import continuation_logprobs, start_id_of
 
 HEAD_PREFIX = "head."
 # The plays' classification tasks: (split, texts per label, seed=) -> the labelled texts.
-PLAYS_TASKS = {"genre": genre_examples, "line-order": line_order_examples}
+PLAYS_TASKS = {"genre": genre_examples, "line-order": line_order_examples, "sentence-mark": sentence_mark_examples}
 
 
 def check_pooling(kind: Family, pooling: str | None) -> str:
@@ -98,8 +103,8 @@ class ClassifyConfig(FinetuneConfig):
     freeze: bool = False  # True = linear probe: only the head trains
     max_len: int | None = None  # None = the model's context
     dropout: float = 0.1
-    # The plays' labelled texts when a task is given none (``tasks.run.plays_rows``): ``PLAYS_TASKS``' genre
-    # windows or line-order pairs, this many of each label.
+    # The plays' labelled texts when a task is given none (``tasks.run.plays_rows``): one of ``PLAYS_TASKS``,
+    # this many of each label.
     plays_task: str = "genre"
     train_per_label: int = 300
     test_per_label: int = 100

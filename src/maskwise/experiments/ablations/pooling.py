@@ -56,8 +56,8 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
     close = acc.winner == "tie" or abs(acc.mean_a - acc.mean_b) <= CLOSE
     best = max(POOLINGS, key=lambda p: mean(order[p]))
     if short_of(metrics, SHARED, (best,), LINE_ORDER):
-        classification = ((f"close on classification ({acc.describe('mean', 'cls')}), not evidence as neither "
-                           f"pooling clears the baselines"), None)
+        classification = ((f"close on classification ({acc.describe('mean', 'cls')}), not evidence as {best}, the "
+                           f"pooling ahead, does not clear the baselines"), None)
     else:
         classification = (f"close on classification ({acc.describe('mean', 'cls')})", close)
     ahead_pooling = {"a": "mean", "b": "cls"}.get(recall.winner)
