@@ -48,6 +48,12 @@ from tests.report_checks import check_report_html
 from tests.weights import state_dicts_equal
 
 
+def smoke_run(name: str, out, *flags: str) -> dict:
+    """``maskwise ablate NAME`` at the smoke scale over two seeds into ``out``: its results.json."""
+    assert main(["ablate", name, "--scale", "smoke", "--seeds", "2", "--out", str(out), "--no-progress", *flags]) == 0
+    return json.loads((out / "results.json").read_text())
+
+
 def seeds(mean: float, sd: float = 0.005) -> list[float]:
     """Three per-seed values with this mean and sample standard deviation."""
     return [mean - sd, mean, mean + sd]
@@ -407,8 +413,7 @@ def test_bad_inputs_exit_2_with_one_line(argv, message, tmp_path, capsys):
 @pytest.mark.slow
 def test_reranker_ablation_end_to_end_at_smoke_scale(tmp_path, capsys):
     out = tmp_path / "reranker"
-    assert main(["ablate", "reranker", "--scale", "smoke", "--seeds", "2", "--out", str(out), "--no-progress"]) == 0
-    results = json.loads((out / "results.json").read_text())
+    results = smoke_run("reranker", out)
     assert [v["verdict"] in (HELD, FALSIFIED, INCONCLUSIVE) for v in results["verdicts"]] == [True]
     assert results["summary"].startswith("We replaced a generative reranker with a cross-encoder over the same "
                                          "top-100 candidates: nDCG@10 went from")
@@ -424,8 +429,7 @@ def test_reranker_ablation_end_to_end_at_smoke_scale(tmp_path, capsys):
 def test_seq2seq_ablation_end_to_end_at_smoke_scale(tmp_path):
     """Both structures pretrain by denoising on three times the scale's tokens; quality by the recipe's buckets."""
     out = tmp_path / "seq2seq"
-    assert main(["ablate", "seq2seq", "--scale", "smoke", "--seeds", "2", "--out", str(out), "--no-progress"]) == 0
-    results = json.loads((out / "results.json").read_text())
+    results = smoke_run("seq2seq", out)
     rows = {(row[0], row[1]): row for row in results["table"]["rows"]}
     seen = rows[("pretraining tokens seen (thousands)", TOKENS)]
     assert all(float(cell.split()[0]) >= 3 * SCALES["smoke"].tokens / 1000 for cell in seen[2:4])
@@ -442,8 +446,7 @@ def test_seq2seq_ablation_end_to_end_at_smoke_scale(tmp_path):
 def test_pooling_ablation_end_to_end_at_smoke_scale(tmp_path):
     """Both poolings on each seed's encoder, each task's control under the pooling it was fine-tuned with."""
     out = tmp_path / "pooling"
-    assert main(["ablate", "pooling", "--scale", "smoke", "--seeds", "2", "--out", str(out), "--no-progress"]) == 0
-    results = json.loads((out / "results.json").read_text())
+    results = smoke_run("pooling", out)
     assert [(v["verdict"], v["details"]) for v in results["verdicts"]] == [
         (verdict, [detail]) for verdict, detail in [pooling.judge(results["metrics"])]]
     for measure in (pooling.ORDER_ACC, RECALL):
@@ -464,8 +467,7 @@ def test_pooling_ablation_end_to_end_at_smoke_scale(tmp_path):
 @pytest.mark.parametrize("name, module", [("mask-ratio", mask_ratio), ("electra", electra)])
 def test_encoder_pretraining_ablations_judge_on_tagging(name, module, tmp_path):
     out = tmp_path / name
-    assert main(["ablate", name, "--scale", "smoke", "--seeds", "2", "--out", str(out), "--no-progress"]) == 0
-    results = json.loads((out / "results.json").read_text())
+    results = smoke_run(name, out)
     verdict, detail = module.judge(results["metrics"], module.ABLATION.arms())
     assert [(v["verdict"], v["details"]) for v in results["verdicts"]] == [(verdict, [detail])]
     assert {key(TAG_F1, axis) for axis in AXES} <= set(results["metrics"])
@@ -486,8 +488,7 @@ def test_encoder_pretraining_ablations_judge_on_tagging(name, module, tmp_path):
 def test_ablations_on_their_arms_jobs_end_to_end_at_smoke_scale(name, module, options, tmp_path):
     out = tmp_path / name
     flags = [f"--{option}={value}" for option, value in options.items()]
-    assert main(["ablate", name, "--scale", "smoke", "--seeds", "2", "--out", str(out), "--no-progress", *flags]) == 0
-    results = json.loads((out / "results.json").read_text())
+    results = smoke_run(name, out, *flags)
     arms = module.ABLATION.arms(**options)
     judged = [rule.judge(results["metrics"], arms) for rule in module.ABLATION.rules]
     assert [(v["verdict"], v["details"]) for v in results["verdicts"]] == [(verdict, [why]) for verdict, why in judged]

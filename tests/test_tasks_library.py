@@ -21,6 +21,7 @@ from maskwise.errors import UserError
 from maskwise.model.heads import pool
 from maskwise.model.transformer import build_model
 from maskwise.padding import pad
+from maskwise.runtime import resolve
 from maskwise.tasks.classify import (
     HEAD_PREFIX,
     ClassifyConfig,
@@ -49,6 +50,7 @@ from maskwise.tasks.rerank import (
     train_generative_reranker,
 )
 from maskwise.tasks.retrieve import evaluate_retrieval, rank, search
+from maskwise.tasks.run import run_task
 from maskwise.tasks.seq2seq import (
     Seq2SeqConfig,
     evaluate_seq2seq,
@@ -181,6 +183,13 @@ def test_classify_end_to_end(tokenizer, family, freeze):
     result = evaluate_classifier(model, tokenizer, test, [e.label for e in train])
     assert result["mode"] == ("probe" if freeze else "finetune") and result["pooling"] == model.pooling
     assert 0 <= result["accuracy"] <= 1 and result["baseline"]["accuracy"] == pytest.approx(1 / 6)
+
+
+@pytest.mark.unit
+def test_an_unknown_plays_task_is_refused_before_rows_are_drawn(tokenizer):
+    cfg = ClassifyConfig(plays_task="sonnets", steps=1)
+    with pytest.raises(UserError, match="unknown plays task 'sonnets'; known: genre, line-order, sentence-mark"):
+        run_task(cfg, tiny("encoder", tokenizer), tokenizer, resolve("cpu", "fp32"))
 
 
 @pytest.mark.integration

@@ -56,7 +56,7 @@ def add_task_flags(parser, task: str, evaluating: bool = False) -> None:
         parser.add_argument("--plays-task", choices=tuple(PLAYS_TASKS), default=None,
                             help="without --data: the plays' genre windows, line-order pairs (two consecutive "
                             "lines, in order or swapped) or sentences without their marks (statement, question or "
-                            "exclamation?); default " + ClassifyConfig.plays_task
+                            "exclamation); default " + ClassifyConfig.plays_task
                             + (", or the one the classifier was fine-tuned on" if evaluating else ""))
         parser.add_argument("--eval-per-label", dest="test_per_label", type=positive, default=None,
                             help=f"the plays' evaluation texts per label (default {ClassifyConfig.test_per_label})")
