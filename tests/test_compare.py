@@ -37,6 +37,11 @@ train_windows = 12
 test_windows = 6
 window_chars = 80
 
+[tasks.classify]
+steps = 3
+train_per_label = 8
+test_per_label = 6
+
 [tasks.embed]
 steps = 3
 train_pairs = 40
@@ -74,6 +79,8 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     assert exports[2].startswith("no HF class: ") and "cross-attention" in exports[2]
     assert all("a mark before every line break" in cell for cell in rows[
         "punctuation restoration F1 per text (tagging) [95% interval]"][:3])  # every family tags, beside the rule
+    assert all("majority class" in cell for cell in rows[
+        "line order accuracy (classification) [95% interval]"][:3])  # every family classifies, beside the majority
     assert "genre" not in json.dumps(results["table"])  # six test plays decide nothing: not a row here
     assert rows["held-out next-token loss (nats/char) [95% interval]"][2].startswith("conditional only")
     assert "through [MASK]" in rows["held-out next-token loss (nats/char) [95% interval]"][0]
@@ -213,6 +220,8 @@ def test_the_hybrid_is_placed_only_where_its_intervals_separate_it_and_never_nam
                  dict.fromkeys(["encoder", "decoder", "encoder-decoder", "hybrid"], same(0.0))),
         "tag": ({"encoder": same(0.8), "decoder": same(0.2), "encoder-decoder": same(0.8), "hybrid": same(0.8)},
                 dict.fromkeys(["encoder", "decoder", "encoder-decoder", "hybrid"], same(0.1))),
+        "classify": ({f: same(0.6) for f in ("encoder", "decoder", "encoder-decoder", "hybrid")},  # level: not said
+                     dict.fromkeys(["encoder", "decoder", "encoder-decoder", "hybrid"], same(0.5))),
         # ahead of the decoder, but not clear of random ranking: not said
         "embed": ({"encoder": same(0.05), "decoder": same(0.0), "encoder-decoder": same(0.05), "hybrid": same(0.05)},
                   dict.fromkeys(["encoder", "decoder", "encoder-decoder", "hybrid"], 0.1)),
@@ -225,3 +234,20 @@ def test_the_hybrid_is_placed_only_where_its_intervals_separate_it_and_never_nam
         "ahead of the encoder at fill a blank", "ahead of the decoder at fill a blank",
         "ahead of the encoder-decoder at fill a blank", "ahead of the decoder at punctuation restoration F1 per text"]
     assert best_cell(*gathered["fill"], higher=True) == "**encoder**"  # the hybrid, far ahead, is not in the running
+
+
+@pytest.mark.slow
+def test_demo_trains_the_models_compare_measures(tmp_path, capsys):
+    from maskwise.recipes import DEFAULT
+
+    out = tmp_path / "demo"
+    assert main(["demo", "--seconds", "1", "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "the encoder fills a blank" in printed and "the decoder continues a prompt" in printed
+    for family, objective in (("encoder", "mlm"), ("decoder", "clm")):
+        settings = json.loads((out / family / "config.json").read_text())["settings"]
+        assert settings["objective"] == objective
+        model = settings["model"] if "model" in settings else settings
+        assert (model["preset"], model["d_model"], model["block_size"]) == (DEFAULT.preset, DEFAULT.d_model,
+                                                                             DEFAULT.block_size)
+    assert (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -25,8 +25,8 @@ from maskwise.tasks.tag import TagConfig
 # The default scale's fine-tunes, by the CLI's task names. Rerank: 8 queries x 3 negatives x 192 tokens,
 # a third of RerankConfig's 7 x 256, which these bodies learned no more from (docs/results.md).
 TASKS: dict[str, FinetuneConfig] = {
-    # Line order (the pooling ablation's; compare has no classification row): the train plays hold 14,098
-    # pairs an order, the test plays 3,255. 400 steps: at 100 a pooling ablation's encoder stayed near chance
+    # Line order (compare's classification row and the pooling ablation's): the train plays hold 14,098 pairs an
+    # order, the test plays 3,255. 400 steps: at 100 a pooling ablation's encoder stayed near chance
     # (docs/results.md).
     "classify": ClassifyConfig(steps=400, batch_size=32, lr=1e-3, head_lr=3e-3, plays_task="line-order",
                                train_per_label=2000, test_per_label=500),
@@ -170,7 +170,7 @@ def matched_ffn_width(preset_name: str, d_model: int, layers: int) -> int:
 DEFAULT = CompareSettings()
 QUICK = DEFAULT.retuned("quick", seconds=15.0, d_model=64, min_steps=40, held_out_chars=600, held_out_blocks=10,
                         fill_positions=100, ttft_repeats=10, tasks={
-                            "classify": {"steps": 100, "train_per_label": 300, "test_per_label": 150},
+                            "classify": {"steps": 60, "train_per_label": 300, "test_per_label": 100},
                             "embed": {"steps": 30, "train_pairs": 600, "test_queries": 150, "test_docs": 300},
                             "seq2seq": {"steps": 30, "train_passages": 400, "test_passages": 60},
                             "tag": {"steps": 60, "train_windows": 1000, "test_windows": 300}})

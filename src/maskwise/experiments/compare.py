@@ -8,7 +8,8 @@ Then each is measured, per seed, on every task it can do:
 
 - next-token loss on held-out text (nats per character, in blocks an interval resamples), a sample;
 - filling a blank (one hidden token, both sides visible to whoever can see them);
-- punctuation restoration as tagging and retrieval (fine-tuned, the same steps for every family);
+- punctuation restoration as tagging, line order as sequence classification, and retrieval (fine-tuned,
+  the same steps for every family);
 - passage -> speakers extraction (fine-tuned, by generation) and the time to the first token of the
   answer on a source that fills the decoder's context.
 
@@ -232,12 +233,11 @@ def _fine_tuned(task: str) -> Callable[[Setup, str, int], dict]:
 
 
 # What one family's run is measured on: the held-out text, then each fine-tune with a row in the report
-# (``CompareSettings.tasks``' names). Reranking has its ablation, and sequence classification (line order)
-# the pooling ablation. A new row: a measure here, a row in
+# (``CompareSettings.tasks``' names). Reranking has its ablation. A new row: a measure here, a row in
 # ``compare_report.ROWS``.
 MEASURES: dict[str, Callable[[Setup, str, int], dict]] = {
     "lm": lambda setup, name, seed: language_modelling(setup.exp, name, setup.scale, seed),
-    **{task: _fine_tuned(task) for task in ("tag", "embed", "seq2seq")},
+    **{task: _fine_tuned(task) for task in ("tag", "classify", "embed", "seq2seq")},
     "export": hf_export_class,
 }
 

@@ -66,6 +66,10 @@ ROWS = {
     # what comes after it, which only a bidirectional reader has seen.
     "tag": ("punctuation restoration F1 per text (tagging)", True, lambda m: m["tag"]["per_example"]["f1"],
             lambda m: m["tag"]["line_break_rule"]["per_example"]["f1"], "a mark before every line break"),
+    # Reported, not judged: a decoder's last position reads the whole text as well, so whether a sequence's
+    # label needs both sides of every position is what this row measures, not what a rule assumes.
+    "classify": ("line order accuracy (classification)", True, lambda m: m["classify"]["correct"],
+                 lambda m: m["classify"]["baseline"]["correct"], "majority class"),
     "embed": ("retrieval recall@10 (ICT)", True,
                  lambda m: m["embed"]["per_query"]["recall@10"],
                  lambda m: m["embed"]["baseline"]["expected"]["recall@10"], "random"),

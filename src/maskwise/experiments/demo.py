@@ -1,8 +1,9 @@
 """``maskwise demo``: the smallest look at the seed's claim, in about four minutes on 2 CPU cores.
 
-A decoder (CLM) and an encoder (MLM) of the same size train for the same wall-clock on the plays;
-then the decoder writes a continuation and the encoder fills a blank, and both loss curves are drawn.
-``maskwise compare`` is the full, measured version of this.
+A decoder (CLM) and an encoder (MLM) train for the same wall-clock on the plays, each on ``compare``'s
+default recipe (its block, size and objective for the family), so the demo shows the models the main job
+measures; then the decoder writes a continuation and the encoder fills a blank, and both loss curves are
+drawn. ``maskwise compare`` is the full, measured version of this.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from maskwise.experiments.report import pyplot
+from maskwise.recipes import DEFAULT, pretrain_settings
 from maskwise.runtime import Runtime, resolve
 from maskwise.tasks.fill_mask import fill_mask
 from maskwise.tasks.generate import GenerationConfig, generate_text
@@ -26,11 +28,9 @@ def run_demo(out: str | Path = "runs/demo", seconds: float = 120.0, progress: bo
     out, runtime = Path(out), runtime or resolve()
     runs = {}
     for family in ("decoder", "encoder"):
-        settings = PretrainConfig.from_flat({
-            "family": family, "tokenizer": "char", "layers": 4, "heads": 4, "d_model": 128, "block_size": 64,
-            "batch_size": 32, "lr": 2e-3, "steps": 100_000, "warmup": 50, "budget": f"seconds={seconds}",
-            "eval_every": 100, "eval_batches": 10, "progress": progress,
-            "out": str(out / family), "overwrite": True})
+        recipe = pretrain_settings(DEFAULT, {"family": family}, seed=0, budget=f"seconds={seconds}")
+        settings = PretrainConfig.from_flat({**recipe, "progress": progress, "out": str(out / family),
+                                             "overwrite": True})
         runs[family] = pretrain(settings, runtime=runtime)
     decoder, encoder = runs["decoder"], runs["encoder"]
     sample = generate_text(decoder["model"].eval(), decoder["tokenizer"], [PROMPT],
