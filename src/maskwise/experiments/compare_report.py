@@ -5,7 +5,8 @@ when a pretraining run got too few steps to be evidence.
 The rule of thumb (design notes, section 2.6 and Ablation 4), each part judged by a coded rule:
 
 1. embed / score / classify => encoder: the encoder beats the decoder at tagging (punctuation
-   restoration, per text) and at retrieval (paired over the same test items);
+   restoration, per text) and at retrieval (paired over the same test items); sequence classification
+   (line order) is a row the rule does not read, since a decoder's last position sees the whole text too;
 2. generate => decoder: the decoder's held-out next-token loss is below the encoder's "generation"
    by repeated ``[MASK]`` (paired over the same blocks of text);
 3. read-then-write => encoder-decoder: the encoder-decoder beats the decoder-only model at
