@@ -79,8 +79,9 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     assert exports[2].startswith("no HF class: ") and "cross-attention" in exports[2]
     assert all("a mark before every line break" in cell for cell in rows[
         "punctuation restoration F1 per text (tagging) [95% interval]"][:3])  # every family tags, beside the rule
-    assert all("majority class" in cell for cell in rows[
-        "line order accuracy (classification) [95% interval]"][:3])  # every family classifies, beside the majority
+    order = rows["line order accuracy (classification) [95% interval]"][:3]
+    assert all("majority class" in cell for cell in order)  # every family classifies, beside the majority class
+    assert [cell.rsplit("; ", 1)[1] for cell in order] == ["cls pooling", "last pooling", "mean pooling"]
     assert "genre" not in json.dumps(results["table"])  # six test plays decide nothing: not a row here
     assert rows["held-out next-token loss (nats/char) [95% interval]"][2].startswith("conditional only")
     assert "through [MASK]" in rows["held-out next-token loss (nats/char) [95% interval]"][0]

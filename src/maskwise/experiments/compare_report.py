@@ -325,6 +325,8 @@ def tabulate(m: Measured) -> tuple[dict, list]:
             elif row == "fill" and kind.two_stacks:
                 cell += ("; rewriting the source up to the blank" if _objective(m, arm) == "denoise"
                          else "; via sentinel span")
+            elif row == "classify":  # where the label is read: [CLS], the last position, or the mean of them all
+                cell += f"; {measured[seeds[0]][column]['classify']['pooling']} pooling"
             cells.append(cell)
         rows.append([label + " [95% interval]", *cells, best_cell(scores, baselines, higher)])
         metrics[label] = {f: [sum(v) / len(v) for v in scores[f]] for f in scores}
