@@ -15,6 +15,7 @@ from maskwise.experiments.compare import COMPARE, FAMILIES, blank_filling, colum
 from maskwise.experiments.compare_report import ROWS, Evidence, best_cell, standing
 from maskwise.experiments.framework import Arm
 from maskwise.model.transformer import build_model
+from maskwise.recipes import DEFAULT
 from tests.report_checks import check_report_html
 
 pytestmark = pytest.mark.e2e  # the CLI; only the whole compare run is slow
@@ -239,8 +240,6 @@ def test_the_hybrid_is_placed_only_where_its_intervals_separate_it_and_never_nam
 
 @pytest.mark.slow
 def test_demo_trains_the_models_compare_measures(tmp_path, capsys):
-    from maskwise.recipes import DEFAULT
-
     out = tmp_path / "demo"
     assert main(["demo", "--seconds", "1", "--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
@@ -248,7 +247,6 @@ def test_demo_trains_the_models_compare_measures(tmp_path, capsys):
     for family, objective in (("encoder", "mlm"), ("decoder", "clm")):
         settings = json.loads((out / family / "config.json").read_text())["settings"]
         assert settings["objective"] == objective
-        model = settings["model"] if "model" in settings else settings
-        assert (model["preset"], model["d_model"], model["block_size"]) == (DEFAULT.preset, DEFAULT.d_model,
-                                                                             DEFAULT.block_size)
+        assert (settings["preset"], settings["d_model"], settings["block_size"]) == (DEFAULT.preset, DEFAULT.d_model,
+                                                                                      DEFAULT.block_size)
     assert (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
