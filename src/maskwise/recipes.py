@@ -221,8 +221,8 @@ class Scale:
 # The ablations' default recipe: compare's, but 400 tagging steps, not 150, and 300 retrieval steps, not 100. At an
 # ablation's 1.4 M tokens, 150 tagging steps left a d-64 MLM encoder below the verse rule; 400 put it above the rule
 # and above the untrained body fine-tuned the same way, its control. 100 retrieval steps left the encoder's recall
-# within 3 seeds' noise of its control; 300 separate it from the control and from a random ranking (docs/results.md).
-# compare's bodies read 2-4x those tokens.
+# within 3 seeds' noise of a random ranking on one axis; at 300 it clears that on both, while its lead over its
+# control stays within noise (docs/results.md). compare's bodies read 2-4x those tokens.
 ABLATION_DEFAULT = DEFAULT.retuned("default", tasks={"tag": {"steps": 400}, "embed": {"steps": 300}})
 
 # Default: 1.4 M tokens per arm, about half what compare's 120 s per family read at d 64 in fp32 on AVX2, so
