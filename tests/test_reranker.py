@@ -52,6 +52,10 @@ def test_rule_held_falsified_inconclusive_on_synthetic_seeds():
     verdict, detail = reranker.judge(reranker.tabulate(below_random)[0])
     # a failed precondition falsifies nothing
     assert verdict == "inconclusive" and "nothing learned to compare" in detail
+    behind_first_stage = measured([(0.060, 20, 40), (0.070, 21, 41), (0.065, 20, 42)],  # BM25's order: 0.11
+                                  [(0.02, 25, 50)] * 3, [(0.01, 200, 400), (0.011, 210, 420), (0.009, 190, 380)])
+    verdict, detail = reranker.judge(reranker.tabulate(behind_first_stage)[0])
+    assert verdict == "inconclusive" and "does not improve on the first stage's own order" in detail
 
 
 def test_summary_is_the_templates_sentence_with_the_measured_numbers():

@@ -37,7 +37,8 @@ CANDIDATES = 100  # per query, from the first stage
 NDCG, P50, P99 = "nDCG@10", "latency p50 (ms/query)", "latency p99 (ms/query)"
 
 RULE = ("On the same queries and candidates, paired by seed. First, the cross-encoder must clear the random "
-        "order of the candidates on nDCG@10: otherwise nothing was learned to compare, and the verdict is "
+        "order of the candidates on nDCG@10 (otherwise nothing was learned to compare) and the first stage's own "
+        "order (a reranker that does not improve on its first stage is not one); if it does not, the verdict is "
         "inconclusive. Then two claims: (1) the generative reranker that writes its judgement is not ahead of "
         "the cross-encoder on nDCG@10 (contradicted if it is); (2) the cross-encoder's p99 latency per query "
         "is lower (contradicted if higher). Falsified if a claim is contradicted, held if both are supported, "
@@ -47,11 +48,15 @@ RULE = ("On the same queries and candidates, paired by seed. First, the cross-en
 def judge(metrics: dict, arms=None) -> tuple[str, str]:
     ndcg, p99 = metrics[key(NDCG, TOKENS)], metrics[key(P99, TOKENS)]
     learned = compare(ndcg[CROSS], ndcg[RANDOM])
+    improves = compare(ndcg[CROSS], ndcg[FIRST])
     quality = compare(ndcg[CROSS], ndcg[WRITES])
     latency = compare(p99[CROSS], p99[WRITES], higher_is_better=False)
     if learned.winner != "a":
         return INCONCLUSIVE, (f"the cross-encoder does not clear a random order of its candidates "
                               f"({learned.describe('cross', 'random')}): nothing learned to compare")
+    if improves.winner != "a":
+        return INCONCLUSIVE, (f"the cross-encoder does not improve on the first stage's own order "
+                              f"({improves.describe('cross', 'BM25')}): not yet a reranker to compare")
     not_behind = {"a": True, "tie": True, "b": False}[quality.winner]
     return claims_verdict([
         (f"not behind the writing reranker on nDCG@10 ({quality.describe('cross', 'writes')})", not_behind),
