@@ -214,22 +214,21 @@ def job_metrics(values: dict[str, dict[str, float]]) -> dict:
 def test_hybrid_rule():
     enc, dec, hyb, base = hybrid.MLM_ENCODER.label, hybrid.CLM_DECODER.label, hybrid.HYBRID.label, jobs.BASELINE
 
-    def metrics(tag, recall, loss, loss_baseline=3.0):
-        return job_metrics({TAG_F1: {enc: tag[0], hyb: tag[1], base: 0.18}, RECALL: {enc: recall[0], hyb: recall[1],
-                                                                                   base: 0.02},
+    def metrics(tag, loss, loss_baseline=3.0):
+        return job_metrics({TAG_F1: {enc: tag[0], hyb: tag[1], base: 0.18},
                             jobs.NEXT_TOKEN: {dec: loss[0], hyb: loss[1], base: loss_baseline}})
 
-    assert hybrid.judge(metrics((0.30, 0.30), (0.06, 0.08), (2.2, 2.2)))[0] == HELD  # within noise or ahead
-    verdict, detail = hybrid.judge(metrics((0.30, 0.25), (0.06, 0.08), (2.2, 2.2)))
+    assert hybrid.judge(metrics((0.30, 0.32), (2.2, 2.2)))[0] == HELD  # within noise or ahead
+    verdict, detail = hybrid.judge(metrics((0.30, 0.25), (2.2, 2.2)))
     assert verdict == FALSIFIED and "the hybrid is behind the encoder (MLM) on punctuation F1" in detail
-    assert hybrid.judge(metrics((0.30, 0.30), (0.06, 0.06), (2.2, 2.4)))[0] == FALSIFIED  # a higher loss is behind
-    verdict, detail = hybrid.judge(metrics((0.30, 0.30), (0.06, 0.06), (2.2, 2.2), loss_baseline=2.0))
+    assert hybrid.judge(metrics((0.30, 0.30), (2.2, 2.4)))[0] == FALSIFIED  # a higher loss is behind
+    verdict, detail = hybrid.judge(metrics((0.30, 0.30), (2.2, 2.2), loss_baseline=2.0))
     assert verdict == INCONCLUSIVE and "not cleared by decoder (CLM) on held-out next-token loss" in detail
     # behind a specialist that does not clear its own baseline: nothing learned to be behind
-    verdict, detail = hybrid.judge(metrics((0.15, 0.10), (0.06, 0.06), (2.2, 2.2)))
+    verdict, detail = hybrid.judge(metrics((0.15, 0.10), (2.2, 2.2)))
     assert verdict == INCONCLUSIVE and "not cleared by encoder (MLM) on punctuation F1" in detail
     # above the verse rule but not above the untrained body fine-tuned the same way: pretraining added nothing seen
-    untrained = metrics((0.30, 0.30), (0.06, 0.08), (2.2, 2.2))
+    untrained = metrics((0.30, 0.30), (2.2, 2.2))
     for axis in AXES:
         untrained[key(TAG_F1, axis)][jobs.UNTRAINED] = seeds(0.30)
     verdict, detail = hybrid.judge(untrained)
@@ -242,21 +241,21 @@ def test_cross_objective_rules():
     assert [arm.key for arm in arms] == ["mlm", "clm0.75-mlm", "clm", "mlm0.75-clm"]
     assert arms[1].settings == cross_objective.MLM.settings
     assert arms[1].before == Phase(cross_objective.CLM.settings, 0.75)
+    assert cross_objective.ABLATION.clock_groups(arms) == (arms[:2], arms[2:])  # each pair on its own clock
     mlm, from_clm, clm, from_mlm = (arm.label for arm in arms)
     base = jobs.BASELINE
 
-    def metrics(tag, recall, loss):
+    def metrics(tag, loss):
         return job_metrics({TAG_F1: {mlm: tag[0], from_clm: tag[1], base: 0.18},
-                            RECALL: {mlm: recall[0], from_clm: recall[1], base: 0.02},
                             jobs.NEXT_TOKEN: {clm: loss[0], from_mlm: loss[1], base: 3.0}})
 
-    native_ahead = metrics((0.30, 0.25), (0.06, 0.04), (2.2, 2.4))
+    native_ahead = metrics((0.30, 0.25), (2.2, 2.4))
     assert cross_objective.judge_encoders(native_ahead, arms)[0] == HELD
     assert cross_objective.judge_decoders(native_ahead, arms)[0] == HELD
-    continued_ahead = metrics((0.30, 0.25), (0.04, 0.06), (2.4, 2.2))  # on retrieval, and a lower loss
+    continued_ahead = metrics((0.25, 0.30), (2.4, 2.2))  # a higher F1, a lower loss
     assert cross_objective.judge_encoders(continued_ahead, arms)[0] == FALSIFIED
     assert cross_objective.judge_decoders(continued_ahead, arms)[0] == FALSIFIED
-    tied = metrics((0.30, 0.30), (0.06, 0.04), (2.2, 2.2))
+    tied = metrics((0.30, 0.30), (2.2, 2.2))
     for judge in (cross_objective.judge_encoders, cross_objective.judge_decoders):
         verdict, detail = judge(tied, arms)
         assert verdict == INCONCLUSIVE and "a tie is not shown to be a match" in detail
@@ -269,21 +268,19 @@ def test_clm_then_mlm_rule():
     assert arms[1].key == "clm0.5-mlm" and arms[1].before.share == 0.5
     mlm, first_clm = (arm.label for arm in arms)
 
-    def metrics(tag, recall):
-        return job_metrics({TAG_F1: {mlm: tag[0], first_clm: tag[1], jobs.BASELINE: 0.18},
-                            RECALL: {mlm: recall[0], first_clm: recall[1], jobs.BASELINE: 0.02}})
+    def metrics(tag):
+        return job_metrics({TAG_F1: {mlm: tag[0], first_clm: tag[1], jobs.BASELINE: 0.18}})
 
-    assert clm_then_mlm.judge(metrics((0.25, 0.30), (0.04, 0.06)), arms)[0] == HELD
-    assert clm_then_mlm.judge(metrics((0.30, 0.25), (0.04, 0.06)), arms)[0] == FALSIFIED
-    assert clm_then_mlm.judge(metrics((0.30, 0.30), (0.04, 0.06)), arms)[0] == INCONCLUSIVE
+    assert clm_then_mlm.judge(metrics((0.25, 0.30)), arms)[0] == HELD
+    assert clm_then_mlm.judge(metrics((0.30, 0.25)), arms)[0] == FALSIFIED
+    assert clm_then_mlm.judge(metrics((0.30, 0.30)), arms)[0] == INCONCLUSIVE
     # MLM alone ahead, but the continued arm is not above the untrained body on tagging: that claim is no evidence
-    below_control = metrics((0.30, 0.25), (0.04, 0.06))
+    below_control = metrics((0.30, 0.25))
     for axis in AXES:
         below_control[key(TAG_F1, axis)][jobs.UNTRAINED] = seeds(0.26)
-        below_control[key(RECALL, axis)][jobs.UNTRAINED] = seeds(0.03)
     verdict, detail = clm_then_mlm.judge(below_control, arms)
     assert verdict == INCONCLUSIVE and f"not evidence as {first_clm} does not clear the baselines" in detail
-    assert "recall@10" in detail and "contradicted" not in detail
+    assert "contradicted" not in detail
 
 
 # ---- end to end, at the smoke scale ---------------------------------------------------------------
@@ -574,6 +571,22 @@ def test_equal_wall_clock_reruns_only_arms_slower_than_the_tolerance():
     assert [r["run_dir"] for r in (runs[WALL]["a"][0], runs[WALL]["b"][0], runs[WALL]["c"][0])] == [
         "runs/a-seed0", "runs/b-seed0", "runs/c-seed0-wall"]
     assert runs[WALL]["c"][0]["settings"]["budget"] == "seconds=100.0"
+
+
+@pytest.mark.unit
+def test_each_clock_group_reruns_at_its_own_fastest_arms_seconds():
+    from maskwise.recipes import SCALES
+
+    a, b, c, d = (Arm(name, name.upper(), {"family": "decoder"}) for name in "abcd")
+    exp = TimedRuns({"a-seed0": 100.0, "b-seed0": 104.0, "c-seed0": 80.0, "d-seed0": 90.0})
+    runs = pretrain_arms(Setup(exp, SCALES["smoke"], (0,), False), (a, b, c, d), AXES, ((a, b), (c, d)))
+    # c's 80 s are not a and b's clock: they are compared with each other only, and within 5% of each other
+    assert exp.started == ["a-seed0", "b-seed0", "c-seed0", "d-seed0", "d-seed0-wall"]
+    assert runs[WALL]["d"][0]["settings"]["budget"] == "seconds=80.0"
+    assert [runs[WALL][k][0]["run_dir"] for k in "abc"] == ["runs/a-seed0", "runs/b-seed0", "runs/c-seed0"]
+    together = TimedRuns(dict(exp.seconds))  # one group: the fastest arm's clock is everyone's
+    pretrain_arms(Setup(together, SCALES["smoke"], (0,), False), (a, b, c, d))
+    assert together.started[4:] == ["a-seed0-wall", "b-seed0-wall", "d-seed0-wall"]
 
 
 @pytest.mark.unit

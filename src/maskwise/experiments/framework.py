@@ -155,6 +155,9 @@ class Study:
     # Pretraining tokens per arm as a multiple of the ablation scale's: a skill that emerges later (copying)
     # needs more of them for the baseline arm to learn at all.
     tokens_factor: float = 1.0
+    # The arms the rules compare with one another, each group on its own equal-wall-clock budget (its fastest
+    # arm's seconds): one arm's speed does not set the clock of arms it is never compared with.
+    clock_groups: Callable[[Sequence[Arm]], Sequence[Sequence[Arm]]] = lambda arms: (tuple(arms),)
 
 
 # ---- pretraining on both axes ---------------------------------------------------------------------
@@ -191,10 +194,12 @@ def split_budget(budget: str, share: float) -> tuple[str, str]:
     return f"{kind}={first}", f"{kind}={rest}"
 
 
-def pretrain_arms(setup: Setup, arms: Sequence[Arm], axes: Sequence[str] = AXES) -> Runs:
+def pretrain_arms(setup: Setup, arms: Sequence[Arm], axes: Sequence[str] = AXES,
+                  clock_groups: Sequence[Sequence[Arm]] | None = None) -> Runs:
     """``{axis: {arm key: [pretraining run per seed]}}`` (see the package docstring for the axes);
     ``axes`` without the wall-clock one skips its extra runs (an ablation that reads one model per seed),
-    without the equal-tokens one runs every arm once on the scale's own clock (compare).
+    without the equal-tokens one runs every arm once on the scale's own clock (compare). ``clock_groups``
+    (all the arms together by default) partition ``arms``: each group's equal-wall-clock budget is its own.
 
     A costlier arm never pretrains at the scale's tokens: it runs on the other arms' clock, and the
     equal-tokens axis is at what it read there (the other arms run again to that count). Two arms
@@ -219,20 +224,15 @@ def pretrain_arms(setup: Setup, arms: Sequence[Arm], axes: Sequence[str] = AXES)
                                  **pretrain_settings(setup.scale, arm.settings, seed, rest))
         return {**run, "budget": settings["budget"], "before": before}
 
-    if TOKENS not in axes:  # every arm once, on the scale's own clock
-        for seed in setup.seeds:
-            for arm in arms:
-                runs[WALL][arm.key].append(pretrain(arm, seed))
-        return runs
-    by_key = {arm.key: arm for arm in arms}
-    costlier = [arm for arm in arms if arm.costlier] if WALL in axes and not all(a.costlier for a in arms) else []
-
-    for seed in setup.seeds:
-        by_tokens = {arm.key: pretrain(arm, seed) for arm in arms if arm not in costlier}
+    def pretrain_group(group: Sequence[Arm], seed: int) -> None:
+        """One seed of ``group``'s arms on both axes, the wall-clock one at the group's own clock."""
+        by_key = {arm.key: arm for arm in group}
+        costlier = [arm for arm in group if arm.costlier] if WALL in axes and not all(a.costlier for a in group) else []
+        by_tokens = {arm.key: pretrain(arm, seed) for arm in group if arm not in costlier}
         seconds = min(train_seconds(run) for run in by_tokens.values())
         if WALL in axes:
             on_clock = {arm.key: pretrain(arm, seed, "-wall", f"seconds={seconds}") for arm in costlier}
-            for arm in arms:
+            for arm in group:
                 run = on_clock.get(arm.key) or by_tokens[arm.key]
                 if arm not in costlier and train_seconds(run) > seconds * (1 + WALL_TOLERANCE):
                     run = pretrain(arm, seed, "-wall", f"seconds={seconds}")
@@ -243,8 +243,16 @@ def pretrain_arms(setup: Setup, arms: Sequence[Arm], axes: Sequence[str] = AXES)
                 by_tokens = {key: run if tokens_seen(run) == tokens else
                              pretrain(by_key[key], seed, f"-tokens{tokens}", f"tokens={tokens}")
                              for key, run in first.items()}
-        for arm in arms:
+        for arm in group:
             runs[TOKENS][arm.key].append(by_tokens[arm.key])
+
+    for seed in setup.seeds:
+        if TOKENS not in axes:  # every arm once, on the scale's own clock
+            for arm in arms:
+                runs[WALL][arm.key].append(pretrain(arm, seed))
+            continue
+        for group in clock_groups or (arms,):
+            pretrain_group(group, seed)
     return runs
 
 
@@ -414,7 +422,7 @@ def judged(rules: Sequence[Rule], evidence: Any, arms: Sequence[Arm]) -> list[di
 def conduct(study: Study, setup: Setup, **options) -> dict:
     """Pretrain, measure, tabulate, judge: the results of ``study`` (``write`` adds the shared keys)."""
     arms = study.arms(**options)
-    runs = pretrain_arms(setup, arms, study.axes)
+    runs = pretrain_arms(setup, arms, study.axes, study.clock_groups(arms))
     measured = measure(setup, runs, arms, study.step, lambda arm, name, seed: study.measure(setup, arm, name, seed))
     per_seed = {}
     if study.per_seed is not None:

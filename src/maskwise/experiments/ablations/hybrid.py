@@ -2,9 +2,9 @@
 
 An MLM encoder, a CLM decoder and a hybrid decoder (``objectives/hybrid.py``: 1/16 of its batches
 CLM, the rest masked next-token prediction read bidirectionally) pretrain on the same budget. Each
-takes the jobs of its objective (``jobs.JOBS``): the encoder tagging and retrieval, the decoder
-held-out next-token loss, the hybrid all three (read bidirectionally when fine-tuned, left to right
-for the loss), so that the hybrid meets each specialist on the specialist's own jobs."""
+takes the jobs of its objective (``jobs.JOBS``): the encoder tagging, the decoder held-out next-token
+loss, the hybrid both (read bidirectionally when fine-tuned, left to right for the loss), so that the
+hybrid meets each specialist on the specialist's own job."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from maskwise.experiments.ablations.jobs import (
     CLM_DECODER,
     MLM_ENCODER,
     NEXT_TOKEN_LOSS,
-    RETRIEVAL,
     TAGGING,
     baselines,
     clears,
@@ -38,13 +37,13 @@ from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 HYBRID = Arm("hybrid", "hybrid (GPT-BERT)", {"family": "decoder", "objective": "hybrid"})
 ARMS = (MLM_ENCODER, CLM_DECODER, HYBRID)
 
-RULE = ("Paired by seed, the hybrid against each specialist on the specialist's own jobs: the encoder's punctuation "
-        "F1 and recall@10, the decoder's held-out next-token loss (the hybrid read left to right). Falsified if the "
-        "hybrid is behind a specialist on one of them, separated, where that specialist clears its baselines. "
-        "Held if it is behind on none and every arm clears its baselines on each of its jobs (tagging: a mark "
-        "before every line break and the untrained body; retrieval: a random ranking and the untrained body; "
-        "loss: the unigram). Otherwise inconclusive, naming the baselines not cleared. Applied at equal tokens "
-        "and at equal wall-clock; the verdict is the common outcome, inconclusive if they differ.")
+RULE = ("Paired by seed, the hybrid against each specialist on the specialist's own job: the encoder's punctuation "
+        "F1, the decoder's held-out next-token loss (the hybrid read left to right). Falsified if the hybrid is "
+        "behind a specialist, separated, where that specialist clears its baselines. Held if it is behind on "
+        "neither and every arm clears its baselines on each of its jobs (tagging: a mark before every line break "
+        "and the untrained body; loss: the unigram). Otherwise inconclusive, naming the baselines not cleared. "
+        "Applied at equal tokens and at equal wall-clock; the verdict is the common outcome, inconclusive if they "
+        "differ.")
 
 
 def judge(metrics: dict, arms=None) -> tuple[str, str]:
@@ -73,11 +72,11 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
 
 def summary(m: Measured, metrics: dict) -> str:
     enc, dec, hybrid = MLM_ENCODER.label, CLM_DECODER.label, HYBRID.label
-    tag, recall, loss = (metrics[key(job.name, TOKENS)] for job in (TAGGING, RETRIEVAL, NEXT_TOKEN_LOSS))
+    tag, loss = (metrics[key(job.name, TOKENS)] for job in (TAGGING, NEXT_TOKEN_LOSS))
     tag_w, loss_w = metrics[key(TAGGING.name, WALL)], metrics[key(NEXT_TOKEN_LOSS.name, WALL)]
     return (f"We replaced the two specialists, an MLM encoder and a CLM decoder, with one decoder trained both ways "
             f"(GPT-BERT's masked next-token prediction): against the encoder, punctuation F1 "
-            f"{moved(tag[enc], tag[hybrid])} and recall@10 {moved(recall[enc], recall[hybrid])} at equal tokens "
+            f"{moved(tag[enc], tag[hybrid])} at equal tokens "
             f"(punctuation F1 {moved(tag_w[enc], tag_w[hybrid])} at equal wall-clock); against the decoder, held-out "
             f"next-token loss {moved(loss[dec], loss[hybrid])} nats/char ({moved(loss_w[dec], loss_w[hybrid])} at "
             f"equal wall-clock; trivial baselines: {baselines(m, metrics, TOKENS)}).")
@@ -87,11 +86,10 @@ def notes(m: Measured) -> list[str]:
     return [
         ("The hybrid is the decoder with GPT-BERT's objective (Charpentier & Samuel, 2024, 'GPT or BERT: why not "
          "both?'): 1/16 of its batches CLM, the rest masked next-token prediction read bidirectionally, each masked "
-         "token predicted from the position before it. Fine-tuned it reads bidirectionally (mean pooling for "
-         "retrieval); on held-out text it is scored left to right, as a causal LM."),
+         "token predicted from the position before it. Fine-tuned for tagging it reads bidirectionally; on held-out "
+         "text it is scored left to right, as a causal LM."),
         ("Each arm is measured on the jobs of its objective only: the encoder is not scored left to right (it is "
-         "no next-token model), the decoder is not fine-tuned for tagging or retrieval (compare measures it "
-         "there). Each job's trivial baseline is a group of its metric (per seed, on the same test items) and "
+         "no next-token model), the decoder is not fine-tuned for tagging (compare measures it there). Each job's trivial baseline is a group of its metric (per seed, on the same test items) and "
          "stands in the table's last column."),
         ("The validation losses on the plots are on different scales (MLM per masked token, CLM per token, the "
          "hybrid's pooling its causal and masked positions): compare their shapes, not their levels."),
@@ -102,7 +100,7 @@ ABLATION = Study(
     about="a hybrid decoder (GPT-BERT) vs an MLM encoder and a CLM decoder, each on the specialist's own jobs",
     title="Ablation hybrid: one decoder trained both ways vs the two specialists",
     rules=(Rule(("A hybrid trained with masked next-token prediction is within noise of each specialist on its "
-                 "own jobs, or ahead: of the MLM encoder on tagging and retrieval, of the CLM decoder on "
+                 "own job, or ahead: of the MLM encoder on tagging, of the CLM decoder on "
                  "next-token loss (GPT-BERT, Charpentier & Samuel 2024)."), RULE, judge),),
     step="hybrid", arms=lambda: ARMS, measure=measure, tabulate=lambda m: tabulate(m, ((HYBRID, MLM_ENCODER),
                                                                                        (HYBRID, CLM_DECODER))),
