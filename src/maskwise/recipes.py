@@ -226,8 +226,8 @@ class Scale:
 ABLATION_DEFAULT = DEFAULT.retuned("default", tasks={"tag": {"steps": 400}, "embed": {"steps": 300}})
 
 # Default: 1.4 M tokens per arm, about half what compare's 120 s per family read at d 64 in fp32 on AVX2, so
-# that four arms over three seeds fit 30 minutes there; with the 300 retrieval steps cross-objective, the
-# longest, likely does not (docs/results.md). gpu: sized for one GPU, not yet run.
+# that four arms over three seeds fit 30 minutes there (cross-objective, the longest, 15 min 41 s capped at
+# AVX2; docs/results.md). gpu: sized for one GPU, not yet run.
 SCALES = {
     "default": Scale("default", tokens=1_400_000, recipe=ABLATION_DEFAULT, evals=8, eval_batches=8,
                      held_out_chars=3000),
