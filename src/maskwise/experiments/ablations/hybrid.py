@@ -89,19 +89,20 @@ def notes(m: Measured) -> list[str]:
          "token predicted from the position before it. Fine-tuned for tagging it reads bidirectionally; on held-out "
          "text it is scored left to right, as a causal LM."),
         ("Each arm is measured on the jobs of its objective only: the encoder is not scored left to right (it is "
-         "no next-token model), the decoder is not fine-tuned for tagging (compare measures it there). Each job's trivial baseline is a group of its metric (per seed, on the same test items) and "
-         "stands in the table's last column."),
+         "no next-token model), the decoder is not fine-tuned for tagging (compare measures it there). Each job's "
+         "trivial baseline is a group of its metric (per seed, on the same test items) and stands in the table's "
+         "last column."),
         ("The validation losses on the plots are on different scales (MLM per masked token, CLM per token, the "
          "hybrid's pooling its causal and masked positions): compare their shapes, not their levels."),
     ]
 
 
 ABLATION = Study(
-    about="a hybrid decoder (GPT-BERT) vs an MLM encoder and a CLM decoder, each on the specialist's own jobs",
+    about="a hybrid decoder (GPT-BERT) vs an MLM encoder and a CLM decoder, each on the specialist's own job",
     title="Ablation hybrid: one decoder trained both ways vs the two specialists",
     rules=(Rule(("A hybrid trained with masked next-token prediction is within noise of each specialist on its "
-                 "own job, or ahead: of the MLM encoder on tagging, of the CLM decoder on "
-                 "next-token loss (GPT-BERT, Charpentier & Samuel 2024)."), RULE, judge),),
+                 "own job, or ahead: of the MLM encoder on tagging, of the CLM decoder on next-token loss "
+                 "(GPT-BERT, Charpentier & Samuel 2024)."), RULE, judge),),
     step="hybrid", arms=lambda: ARMS, measure=measure, tabulate=lambda m: tabulate(m, ((HYBRID, MLM_ENCODER),
                                                                                        (HYBRID, CLM_DECODER))),
     summary=summary, notes=notes, header=header, meaning=meaning)

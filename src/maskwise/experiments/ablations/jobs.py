@@ -94,8 +94,8 @@ NEXT_TOKEN_LOSS = Job(NEXT_TOKEN, "next_token", False, next_token_loss, lambda r
 
 # By the objective an arm ends with: an MLM encoder is for reading a text with both sides, a CLM decoder
 # for predicting the next token, and GPT-BERT's hybrid claims both. Not retrieval: at 1.4 M tokens no
-# pretrained body cleared its untrained control there over 3 seeds, so it decided no rule and cost a third
-# of an ablation's minutes (docs/results.md).
+# pretrained body cleared its untrained control there over 3 seeds, so it decided no rule while its
+# fine-tunes took a third of cross-objective's minutes (docs/results.md).
 JOBS = {"mlm": (TAGGING,), "clm": (NEXT_TOKEN_LOSS,), "hybrid": (TAGGING, NEXT_TOKEN_LOSS)}
 
 
