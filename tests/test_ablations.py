@@ -24,24 +24,19 @@ from maskwise.experiments.ablations import (
     seq2seq,
     shift_bug,
 )
-from maskwise.experiments.framework import (
+from maskwise.experiments.arms import (
     AXES,
-    RECALL,
-    SHARED,
-    TAG_F1,
     TOKENS,
     WALL,
     Arm,
     Phase,
     Setup,
-    curve_entries,
-    key,
-    metric_meta,
     pretrain_arms,
     tokens_per_second,
     tokens_seen,
     train_seconds,
 )
+from maskwise.experiments.framework import RECALL, SHARED, TAG_F1, curve_entries, key, metric_meta
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE
 from maskwise.recipes import SCALES
 from tests.report_checks import check_report_html

@@ -11,9 +11,9 @@ from maskwise.cli import main
 from maskwise.config import preset
 from maskwise.data.corpus import make_corpus
 from maskwise.data.tokenizers import build_tokenizer
+from maskwise.experiments.arms import Arm
 from maskwise.experiments.compare import COMPARE, FAMILIES, blank_filling, columns_of
 from maskwise.experiments.compare_report import ROWS, Evidence, best_cell, standing
-from maskwise.experiments.framework import Arm
 from maskwise.model.transformer import build_model
 from maskwise.recipes import DEFAULT
 from tests.report_checks import check_report_html

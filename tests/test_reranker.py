@@ -5,7 +5,8 @@ import torch
 
 from maskwise.data.tasks import RetrievalSet
 from maskwise.experiments.ablations import reranker
-from maskwise.experiments.framework import TOKENS, Measured, key
+from maskwise.experiments.arms import TOKENS
+from maskwise.experiments.framework import Measured, key
 from maskwise.tasks.retrieve import bm25_ranking
 
 pytestmark = pytest.mark.unit

@@ -37,6 +37,7 @@ import torch
 from maskwise.data.plays import load_plays, render_play, split_plays
 from maskwise.data.tasks import speaker_examples
 from maskwise.errors import UserError
+from maskwise.experiments.arms import WALL, Arm, Setup
 from maskwise.experiments.compare_report import (
     RULES,
     cannot,
@@ -48,15 +49,7 @@ from maskwise.experiments.compare_report import (
     tabulate,
     warning,
 )
-from maskwise.experiments.framework import (
-    WALL,
-    Arm,
-    Setup,
-    Study,
-    conduct,
-    fine_tuned,
-    write,
-)
+from maskwise.experiments.framework import Study, conduct, fine_tuned, write
 from maskwise.experiments.runner import Experiment
 from maskwise.families import FAMILIES
 from maskwise.interop.hf_export import hf_config

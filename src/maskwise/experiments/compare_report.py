@@ -24,7 +24,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from maskwise.experiments.framework import WALL, Arm, Measured, Rule, run_name
+from maskwise.experiments.arms import WALL, Arm, run_name
+from maskwise.experiments.framework import Measured, Rule
 from maskwise.experiments.intervals import (
     AT_CHANCE,
     WITHIN_NOISE,

@@ -1,4 +1,5 @@
-"""What ``compare`` and every ablation share: arms, axes, seeds, measuring, tables, verdicts, results.
+"""What ``compare`` and every ablation share: seeds, measuring, tables, verdicts, results (arms and
+their axes: ``arms``).
 
 A study (``compare``, or an ablation module) only declares a ``Study``: its arms, what one run is
 measured on (and, optionally, what the arms of one seed are measured on together), the metrics and
@@ -16,6 +17,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from maskwise.experiments.arms import (
+    AXES,
+    Arm,
+    Runs,
+    Setup,
+    pretrain_arms,
+    run_name,
+    tokens_per_second,
+    tokens_seen,
+    train_seconds,
+)
 from maskwise.experiments.report import fmt_stat, render, write_results
 from maskwise.experiments.runner import Experiment, machine_info
 from maskwise.experiments.verdict import (
@@ -27,58 +39,12 @@ from maskwise.experiments.verdict import (
     mean_and_spread,
 )
 from maskwise.model.accounting import parameter_breakdown
-from maskwise.recipes import CompareSettings, Scale, pretrain_settings
 from maskwise.tasks.run import run_task
 
-TOKENS, WALL = "equal tokens", "equal wall-clock"
-AXES = (TOKENS, WALL)
 SHARED = "equal tokens and wall-clock"  # the axis name when every arm reads the same pretrained model
 MIN_BUCKET = 10  # a length bucket needs this many test items before a rule reads it
 RECALL = "recall@10"  # ICT retrieval over the test plays' speeches
 TAG_F1 = "punctuation F1 (tagging)"  # micro F1 over the test words: the right mark after the right word
-# Equal wall-clock: an arm whose equal-tokens run took at most this much longer than its seed's
-# fastest keeps that run on both axes. Arms of equal cost per token differ by the machine's
-# run-to-run noise (5-10% on 2 shared cores), and rerunning them would measure that noise twice.
-WALL_TOLERANCE = 0.05
-
-
-@dataclass(frozen=True)
-class Phase:
-    """Pretraining an arm does first, on ``share`` of its budget, so that it continues from those weights."""
-
-    settings: dict  # pretraining settings of this phase, as an arm's (family, objective)
-    share: float  # of the arm's budget, in (0, 1); the arm's own settings get the rest
-
-
-@dataclass(frozen=True)
-class Arm:
-    key: str  # names its runs and cached steps
-    label: str  # names it in tables, plots and metrics
-    settings: dict  # pretraining settings beyond the scale's block (family, and what the arm changes)
-    # Spends more per token than the other arms by design (ELECTRA's generator): it pretrains only on
-    # their clock, and the equal-tokens axis is at the tokens it read there (``pretrain_arms``).
-    costlier: bool = False
-    # Another pretraining first (Ettin's cross-objective training, CLM then MLM): the arm's own settings
-    # continue from its weights (``init_from``), and both axes count the two phases together.
-    before: Phase | None = None
-
-
-@dataclass(frozen=True)
-class Setup:
-    """What every measurement receives: the experiment folder, the scale, the seeds."""
-
-    exp: Experiment
-    scale: Scale | CompareSettings
-    seeds: tuple[int, ...]
-    progress: bool
-
-    @property
-    def recipe(self) -> CompareSettings:
-        """The block and the fine-tunes: an ablation scale's recipe, or compare's scale itself."""
-        return self.scale.recipe if isinstance(self.scale, Scale) else self.scale
-
-
-Runs = dict[str, dict[str, list[dict]]]  # {axis: {arm key: [one entry per seed]}}
 
 
 @dataclass(frozen=True)
@@ -155,105 +121,9 @@ class Study:
     # Pretraining tokens per arm as a multiple of the ablation scale's: a skill that emerges later (copying)
     # needs more of them for the baseline arm to learn at all.
     tokens_factor: float = 1.0
-    # The arms the rules compare with one another, each group on its own equal-wall-clock budget (its fastest
-    # arm's seconds): one arm's speed does not set the clock of arms it is never compared with.
-    clock_groups: Callable[[Sequence[Arm]], Sequence[Sequence[Arm]]] = lambda arms: (tuple(arms),)
-
-
-# ---- pretraining on both axes ---------------------------------------------------------------------
-
-
-def _total(run: dict, name: str) -> float:
-    """The run's last ``name`` over every phase it continued (``init_from``): its own where it had none."""
-    last = run["curve"][-1]
-    return last.get(f"{name}_total", last[name])
-
-
-def train_seconds(run: dict) -> float:
-    return _total(run, "wall_s")
-
-
-def tokens_seen(run: dict) -> int:
-    return _total(run, "tokens_seen")
-
-
-def tokens_per_second(run: dict) -> float:
-    return tokens_seen(run) / max(train_seconds(run), 1e-9)
-
-
-def run_name(run: dict) -> str:
-    return Path(run["run_dir"]).name
-
-
-def split_budget(budget: str, share: float) -> tuple[str, str]:
-    """(``share`` of ``budget``, the rest): "tokens=4096", 0.75 -> ("tokens=3072", "tokens=1024"); tokens whole."""
-    kind, amount = budget.split("=")
-    total = float(amount)
-    first = round(share * total) if kind == "tokens" else share * total
-    rest = round(total) - first if kind == "tokens" else total - first
-    return f"{kind}={first}", f"{kind}={rest}"
-
-
-def pretrain_arms(setup: Setup, arms: Sequence[Arm], axes: Sequence[str] = AXES,
-                  clock_groups: Sequence[Sequence[Arm]] | None = None) -> Runs:
-    """``{axis: {arm key: [pretraining run per seed]}}`` (see the package docstring for the axes);
-    ``axes`` without the wall-clock one skips its extra runs (an ablation that reads one model per seed),
-    without the equal-tokens one runs every arm once on the scale's own clock (compare). ``clock_groups``
-    (all the arms together by default) partition ``arms``: each group's equal-wall-clock budget is its own.
-
-    A costlier arm never pretrains at the scale's tokens: it runs on the other arms' clock, and the
-    equal-tokens axis is at what it read there (the other arms run again to that count). Two arms
-    still make three runs a seed, but the extra one is the cheap arm's shorter run rather than the
-    costly arm's longer one. Seeds run one after another, all arms of a seed together, so the arms
-    of one seed share the machine's conditions and an interrupted ablation keeps whole seeds.
-
-    An arm with a phase ``before`` spends its budget in two runs: ``<arm>-seed<N>-phase1`` on the phase's
-    share (tokens or seconds), then ``<arm>-seed<N>`` continuing from its weights on the rest; its run is
-    the second, which counts both (``tokens_seen_total``, ``wall_s_total``), so both axes compare totals."""
-    runs: Runs = {axis: {arm.key: [] for arm in arms} for axis in axes}
-
-    def pretrain(arm: Arm, seed: int, suffix: str = "", budget: str = "") -> dict:
-        """The arm's run on ``budget`` (the scale's when empty), which it keeps as ``budget`` (both phases')."""
-        name, settings = f"{arm.key}-seed{seed}{suffix}", pretrain_settings(setup.scale, arm.settings, seed, budget)
-        if arm.before is None:
-            return {**setup.exp.pretrain(name, progress=setup.progress, **settings), "budget": settings["budget"]}
-        first, rest = split_budget(settings["budget"], arm.before.share)
-        before = setup.exp.pretrain(f"{name}-phase1", progress=setup.progress,
-                                    **pretrain_settings(setup.scale, arm.before.settings, seed, first))
-        run = setup.exp.pretrain(name, progress=setup.progress, init_from=before["run_dir"],
-                                 **pretrain_settings(setup.scale, arm.settings, seed, rest))
-        return {**run, "budget": settings["budget"], "before": before}
-
-    def pretrain_group(group: Sequence[Arm], seed: int) -> None:
-        """One seed of ``group``'s arms on both axes, the wall-clock one at the group's own clock."""
-        by_key = {arm.key: arm for arm in group}
-        costlier = [arm for arm in group if arm.costlier] if WALL in axes and not all(a.costlier for a in group) else []
-        by_tokens = {arm.key: pretrain(arm, seed) for arm in group if arm not in costlier}
-        seconds = min(train_seconds(run) for run in by_tokens.values())
-        if WALL in axes:
-            on_clock = {arm.key: pretrain(arm, seed, "-wall", f"seconds={seconds}") for arm in costlier}
-            for arm in group:
-                run = on_clock.get(arm.key) or by_tokens[arm.key]
-                if arm not in costlier and train_seconds(run) > seconds * (1 + WALL_TOLERANCE):
-                    run = pretrain(arm, seed, "-wall", f"seconds={seconds}")
-                runs[WALL][arm.key].append(run)
-            if costlier:
-                first = {**by_tokens, **on_clock}  # every arm's run before the equal-tokens reruns
-                tokens = min(tokens_seen(run) for run in first.values())
-                by_tokens = {key: run if tokens_seen(run) == tokens else
-                             pretrain(by_key[key], seed, f"-tokens{tokens}", f"tokens={tokens}")
-                             for key, run in first.items()}
-        for arm in group:
-            runs[TOKENS][arm.key].append(by_tokens[arm.key])
-
-    for seed in setup.seeds:
-        if TOKENS not in axes:  # every arm once, on the scale's own clock
-            for arm in arms:
-                runs[WALL][arm.key].append(pretrain(arm, seed))
-            continue
-        for group in clock_groups or (arms,):
-            pretrain_group(group, seed)
-    return runs
+    # Optional: the arms the rules compare with one another, each group on its own equal-wall-clock budget
+    # (``arms.pretrain_arms``), so that one arm's speed does not set the clock of arms it is never compared with.
+    clock_groups: Callable[[Sequence[Arm]], Sequence[Sequence[Arm]]] | None = None
 
 
 def measure(setup: Setup, runs: Runs, arms: Sequence[Arm], task: str, fn: Callable[[Arm, str, int], dict]) -> Runs:
@@ -422,7 +292,8 @@ def judged(rules: Sequence[Rule], evidence: Any, arms: Sequence[Arm]) -> list[di
 def conduct(study: Study, setup: Setup, **options) -> dict:
     """Pretrain, measure, tabulate, judge: the results of ``study`` (``write`` adds the shared keys)."""
     arms = study.arms(**options)
-    runs = pretrain_arms(setup, arms, study.axes, study.clock_groups(arms))
+    groups = None if study.clock_groups is None else study.clock_groups(arms)
+    runs = pretrain_arms(setup, arms, study.axes, groups)
     measured = measure(setup, runs, arms, study.step, lambda arm, name, seed: study.measure(setup, arm, name, seed))
     per_seed = {}
     if study.per_seed is not None:

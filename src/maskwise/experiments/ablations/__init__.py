@@ -8,7 +8,7 @@ fine-tunes them with that recipe's task settings, and writes ``results.json`` pl
 * **equal tokens**: every arm pretrains with the budget ``tokens=N`` (encoder plus decoder tokens
   read; the scale's, or fewer when an arm is costlier, below), so each has seen the same amount of text;
 * **equal wall-clock**: for each seed, the arm that needed the least training time T keeps its run,
-  and every other arm that needed more than T plus ``framework.WALL_TOLERANCE`` (5%, the machine's
+  and every other arm that needed more than T plus ``arms.WALL_TOLERANCE`` (5%, the machine's
   run-to-run noise) is pretrained again from scratch with the budget ``seconds=T`` (its own
   complete learning-rate schedule, not a truncated one); everything downstream is measured again
   on those runs. Arms of equal cost per token therefore usually share their runs between the axes.

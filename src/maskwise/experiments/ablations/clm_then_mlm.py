@@ -22,18 +22,8 @@ from maskwise.experiments.ablations.jobs import (
     measure,
     tabulate,
 )
-from maskwise.experiments.framework import (
-    TOKENS,
-    WALL,
-    Arm,
-    Measured,
-    Rule,
-    Study,
-    claims_verdict,
-    key,
-    moved,
-    on_both_axes,
-)
+from maskwise.experiments.arms import TOKENS, WALL, Arm
+from maskwise.experiments.framework import Measured, Rule, Study, claims_verdict, key, moved, on_both_axes
 
 DEFAULT_SHARE = 0.5  # of the budget in CLM before MLM
 

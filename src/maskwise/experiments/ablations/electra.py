@@ -7,22 +7,8 @@ and retrieval left ELECTRA near random (docs/results.md, Ablations)."""
 from __future__ import annotations
 
 from maskwise.experiments.ablations.jobs import TAGGING, short_of, with_control
-from maskwise.experiments.framework import (
-    AXES,
-    TAG_F1,
-    TOKENS,
-    WALL,
-    Arm,
-    Measured,
-    Rule,
-    Setup,
-    Study,
-    key,
-    moved,
-    on_both_axes,
-    table_row,
-    tokens_per_second,
-)
+from maskwise.experiments.arms import AXES, TOKENS, WALL, Arm, Setup, tokens_per_second
+from maskwise.experiments.framework import TAG_F1, Measured, Rule, Study, key, moved, on_both_axes, table_row
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 
 ELECTRA = Arm("electra", "ELECTRA", {"family": "encoder", "objective": "electra"}, costlier=True)  # its generator

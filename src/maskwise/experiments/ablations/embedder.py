@@ -11,15 +11,11 @@ from maskwise.experiments.ablations.jobs import (
     short_of,
     with_control,
 )
+from maskwise.experiments.arms import AXES, TOKENS, WALL, Arm, Setup
 from maskwise.experiments.framework import (
-    AXES,
     MIN_BUCKET,
-    TOKENS,
-    WALL,
-    Arm,
     Measured,
     Rule,
-    Setup,
     Study,
     buckets_of,
     common_buckets,

@@ -21,17 +21,8 @@ from maskwise.experiments.ablations.jobs import (
     measure,
     tabulate,
 )
-from maskwise.experiments.framework import (
-    TOKENS,
-    WALL,
-    Arm,
-    Measured,
-    Rule,
-    Study,
-    key,
-    moved,
-    on_both_axes,
-)
+from maskwise.experiments.arms import TOKENS, WALL, Arm
+from maskwise.experiments.framework import Measured, Rule, Study, key, moved, on_both_axes
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 
 HYBRID = Arm("hybrid", "hybrid (GPT-BERT)", {"family": "decoder", "objective": "hybrid"})

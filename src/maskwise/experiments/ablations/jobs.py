@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from maskwise.experiments.arms import Arm, Setup
 from maskwise.experiments.compare import (
     held_out_text,
     train_token_counts,
@@ -20,9 +21,7 @@ from maskwise.experiments.compare import (
 from maskwise.experiments.framework import (
     RECALL,
     TAG_F1,
-    Arm,
     Measured,
-    Setup,
     ahead,
     fine_tuned,
     fine_tuned_body,

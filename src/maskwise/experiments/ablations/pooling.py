@@ -14,14 +14,12 @@ from maskwise.experiments.ablations.jobs import (
     short_of,
     with_control,
 )
+from maskwise.experiments.arms import TOKENS, Arm, Setup
 from maskwise.experiments.framework import (
     RECALL,
     SHARED,
-    TOKENS,
-    Arm,
     Measured,
     Rule,
-    Setup,
     Study,
     ahead,
     claims_verdict,

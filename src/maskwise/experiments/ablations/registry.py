@@ -18,7 +18,8 @@ from maskwise.experiments.ablations import (
     seq2seq,
     shift_bug,
 )
-from maskwise.experiments.framework import Setup, Study, conduct, write
+from maskwise.experiments.arms import Setup
+from maskwise.experiments.framework import Study, conduct, write
 from maskwise.experiments.runner import Experiment
 from maskwise.recipes import SCALES, Scale
 from maskwise.runtime import Runtime

@@ -6,14 +6,11 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
+from maskwise.experiments.arms import AXES, TOKENS, Arm, Setup
 from maskwise.experiments.framework import (
-    AXES,
     MIN_BUCKET,
-    TOKENS,
-    Arm,
     Measured,
     Rule,
-    Setup,
     Study,
     buckets_of,
     common_buckets,

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from maskwise.experiments.arms import AXES, TOKENS, Arm, Setup
 from maskwise.experiments.compare import held_out_text
 from maskwise.experiments.framework import (
-    AXES,
-    TOKENS,
-    Arm,
     Measured,
     Rule,
-    Setup,
     Study,
     ahead,
     claims_verdict,
