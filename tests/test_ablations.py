@@ -471,6 +471,13 @@ def test_encoder_pretraining_ablations_judge_on_tagging(name, module, tmp_path):
         jobs.BASELINE, jobs.UNTRAINED}
     width = len(results["table"]["columns"])
     assert all(len(row) == width for row in results["table"]["rows"])  # the bars are metric groups, not columns
+    batch = SCALES["smoke"].recipe.batch_size // module.ABLATION.steps_factor
+    for arm in module.ABLATION.arms():  # the study's steps per token reach every arm's pretraining
+        config = json.loads((out / "runs" / f"{arm.key}-seed0{'-wall' * arm.costlier}" / "config.json").read_text())
+        assert config["settings"]["batch_size"] == batch
+    if module is electra:  # whether its discriminator learned anything, beside what it was fine-tuned to
+        [lead] = [row for row in results["table"]["rows"] if row[0] == electra.DETECTION_LEAD]
+        assert -1.0 <= float(lead[2].split()[0]) <= 1.0
 
 
 @pytest.mark.e2e

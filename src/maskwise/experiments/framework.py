@@ -121,6 +121,9 @@ class Study:
     # Pretraining tokens per arm as a multiple of the ablation scale's: a skill that emerges later (copying)
     # needs more of them for the baseline arm to learn at all.
     tokens_factor: float = 1.0
+    # Optimizer steps per pretraining token as a multiple of the recipe's (its batch divided by this): a
+    # sparser learning signal (replaced-token detection's one bit a token) needs more updates to start.
+    steps_factor: int = 1
     # Optional: the arms the rules compare with one another, each group on its own equal-wall-clock budget
     # (``arms.pretrain_arms``), so that one arm's speed does not set the clock of arms it is never compared with.
     clock_groups: Callable[[Sequence[Arm]], Sequence[Sequence[Arm]]] | None = None

@@ -53,7 +53,9 @@ def checked(name: str, scale: str, seeds: int, options: dict) -> tuple[Study, Sc
         raise UserError(f"unknown scale {scale!r}; known: {', '.join(SCALES)}")
     ablation.arms(**options)  # its own options (mask ratios) are checked by building its arms
     chosen = SCALES[scale]
-    return ablation, dataclasses.replace(chosen, tokens=round(chosen.tokens * ablation.tokens_factor))
+    batch = max(1, chosen.recipe.batch_size // ablation.steps_factor)
+    return ablation, dataclasses.replace(chosen, tokens=round(chosen.tokens * ablation.tokens_factor),
+                                         recipe=dataclasses.replace(chosen.recipe, batch_size=batch))
 
 
 def run_ablation(name: str, out: str | Path | None = None, scale: str = "default", seeds: int = 3,
