@@ -6,6 +6,7 @@ inputs). The smoke scale trains a few steps: it checks the plumbing, not the sci
 import contextlib
 import io
 import json
+import math
 import time
 
 import pytest
@@ -156,6 +157,16 @@ def test_seq2seq_rule():
 
 
 @pytest.mark.unit
+def test_electra_detection_gain_is_zero_at_the_base_rate():
+    def run(share, loss):
+        return {"curve": [{"step": 1}, {"val_replaced_fraction": share, "val_discriminator_loss": loss}]}
+
+    assert electra.detection_gain(run(0.5, math.log(2))) == pytest.approx(0.0)
+    base = -(0.12 * math.log(0.12) + 0.88 * math.log(0.88))  # always 12% "replaced": 0.367 nats
+    assert electra.detection_gain(run(0.12, base)) == pytest.approx(0.0)
+    assert electra.detection_gain(run(0.12, 0.30)) == pytest.approx(base - 0.30)
+
+
 def test_electra_rule():
     def metrics(electra_acc, mlm_acc, rule=0.18):
         return on_axes(lambda axis: {key(TAG_F1, axis): {electra.ELECTRA.label: seeds(electra_acc),
@@ -476,8 +487,8 @@ def test_encoder_pretraining_ablations_judge_on_tagging(name, module, tmp_path):
         config = json.loads((out / "runs" / f"{arm.key}-seed0{'-wall' * arm.costlier}" / "config.json").read_text())
         assert config["settings"]["batch_size"] == batch
     if module is electra:  # whether its discriminator learned anything, beside what it was fine-tuned to
-        [lead] = [row for row in results["table"]["rows"] if row[0] == electra.DETECTION_LEAD]
-        assert -1.0 <= float(lead[2].split()[0]) <= 1.0
+        [gain] = [row for row in results["table"]["rows"] if row[0] == electra.DETECTION_GAIN]
+        assert -1.0 < float(gain[2].split()[0]) < math.log(2)  # below a coin's entropy, whatever it learned
 
 
 @pytest.mark.e2e
