@@ -165,6 +165,7 @@ def test_electra_detection_gain_is_zero_at_the_base_rate():
     base = -(0.12 * math.log(0.12) + 0.88 * math.log(0.88))  # always 12% "replaced": 0.367 nats
     assert electra.detection_gain(run(0.12, base)) == pytest.approx(0.0)
     assert electra.detection_gain(run(0.12, 0.30)) == pytest.approx(base - 0.30)
+    assert electra.detection_gain(run(0.0, 0.01)) == pytest.approx(-0.01)  # nothing replaced: any loss is a loss
 
 
 def test_electra_rule():
