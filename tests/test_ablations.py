@@ -37,9 +37,17 @@ from maskwise.experiments.arms import (
     tokens_seen,
     train_seconds,
 )
-from maskwise.experiments.framework import RECALL, SHARED, TAG_F1, curve_entries, key, metric_meta
+from maskwise.experiments.framework import (
+    RECALL,
+    SHARED,
+    TAG_F1,
+    curve_entries,
+    key,
+    metric_meta,
+)
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE
 from maskwise.recipes import SCALES
+from maskwise.train.pretrain import PretrainConfig
 from tests.report_checks import check_report_html
 from tests.weights import state_dicts_equal
 
@@ -487,7 +495,8 @@ def test_encoder_pretraining_ablations_judge_on_tagging(name, module, tmp_path):
     for arm in module.ABLATION.arms():  # the study's steps per token reach every arm's pretraining
         config = json.loads((out / "runs" / f"{arm.key}-seed0{'-wall' * arm.costlier}" / "config.json").read_text())
         assert config["settings"]["batch_size"] == batch
-        assert config["settings"]["mask_ratio"] == arm.settings.get("mask_ratio", 0.15)  # ELECTRA's: Large's 25%
+        # ELECTRA's own rate (Large's 25%), else pretraining's default
+        assert config["settings"]["mask_ratio"] == arm.settings.get("mask_ratio", PretrainConfig.mask_ratio)
     if module is electra:  # whether its discriminator learned anything, beside what it was fine-tuned to
         [gain] = [row for row in results["table"]["rows"] if row[0] == electra.DETECTION_GAIN]
         assert -1.0 < float(gain[2].split()[0]) < math.log(2)  # below a coin's entropy, whatever it learned

@@ -13,7 +13,16 @@ import math
 
 from maskwise.experiments.ablations.jobs import TAGGING, short_of, with_control
 from maskwise.experiments.arms import AXES, TOKENS, WALL, Arm, Setup, tokens_per_second
-from maskwise.experiments.framework import TAG_F1, Measured, Rule, Study, key, moved, on_both_axes, table_row
+from maskwise.experiments.framework import (
+    TAG_F1,
+    Measured,
+    Rule,
+    Study,
+    key,
+    moved,
+    on_both_axes,
+    table_row,
+)
 from maskwise.experiments.report import fmt_stat
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 
