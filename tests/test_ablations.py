@@ -21,6 +21,7 @@ from maskwise.experiments.ablations import (
     jobs,
     mask_ratio,
     pooling,
+    registry,
     reranker,
     seq2seq,
     shift_bug,
@@ -187,6 +188,19 @@ def test_electra_rule():
     assert electra.judge(metrics(0.45, 0.45))[0] == INCONCLUSIVE
     verdict, detail = electra.judge(metrics(0.4, 0.5, rule=0.45))  # ELECTRA below the verse rule: no evidence
     assert verdict == INCONCLUSIVE and "ELECTRA not ahead of the tagging baselines" in detail
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("scale", SCALES)
+def test_a_study_sets_what_it_fine_tunes_on_and_its_batch_the_scale_how_long(scale):
+    recipe = SCALES[scale].recipe
+    _, pooled = registry.checked("pooling", scale, 2, {})
+    classify = pooled.recipe.tasks["classify"]
+    assert (classify.plays_task, classify.steps) == ("word-order", recipe.tasks["classify"].steps)
+    assert pooled.recipe.tasks["tag"] == recipe.tasks["tag"] and pooled.recipe.batch_size == recipe.batch_size
+    _, electra_scale = registry.checked("electra", scale, 2, {})  # no task of its own, half the batch
+    assert electra_scale.recipe.tasks == recipe.tasks
+    assert electra_scale.recipe.batch_size == recipe.batch_size // electra.ABLATION.steps_factor
 
 
 @pytest.mark.unit
@@ -471,7 +485,11 @@ def test_pooling_ablation_end_to_end_at_smoke_scale(tmp_path):
     rows = {row[0]: row[2:4] for row in results["table"]["rows"]}
     assert rows[f"{pooling.ORDER_ACC}, {jobs.UNTRAINED} (control)"][1] == "—"  # fine-tuned with [CLS]
     assert rows[f"{RECALL}, {jobs.UNTRAINED} (control)"][0] == "—"  # fine-tuned with mean pooling
-    assert "line-order accuracy" in results["summary"] and "never pretrained" in results["summary"]
+    assert pooling.ORDER_ACC in results["summary"] and "never pretrained" in results["summary"]
+    for seed in (0, 1):  # the study's own task, at the scale's steps, for both poolings and the control
+        classify = json.loads((out / "steps" / f"pool-mlm-seed{seed}.json").read_text())["classify"]
+        assert {(r["plays_task"], r["steps"]) for r in (classify["cls"], classify["mean"], classify["cls"][jobs.UNTRAINED])
+                } == {("word-order", SCALES["smoke"].recipe.tasks["classify"].steps)}
 
 
 @pytest.mark.e2e

@@ -9,6 +9,7 @@ from maskwise.data.plays import GENRES, Speech, split_plays
 from maskwise.data.tasks import (
     LINE_ORDERS,
     SENTENCE_MARKS,
+    WORD_ORDERS,
     Seq2SeqExample,
     first_speaker_baseline,
     genre_examples,
@@ -24,6 +25,7 @@ from maskwise.data.tasks import (
     seq2seq_from_file,
     speaker_examples,
     speakers_target,
+    word_order_examples,
 )
 from maskwise.errors import UserError
 
@@ -66,6 +68,28 @@ def test_line_order_pairs_are_consecutive_lines_half_of_them_swapped():
         assert ((first, second) if e.label == "in order" else (second, first)) in consecutive
     lines = [line for e in examples for line in e.text.split("\n")]
     assert len(set(lines)) > 0.99 * len(lines)  # disjoint pairs: a line (bar repeated verses) is in one item
+
+
+def test_word_order_lines_keep_their_words_and_first_word_half_of_them_shuffled():
+    examples = word_order_examples("test", per_order=200)
+    assert examples == word_order_examples("test", per_order=200)
+    assert examples != word_order_examples("test", per_order=200, seed=1)
+    assert {label: sum(e.label == label for e in examples) for label in WORD_ORDERS} == dict.fromkeys(WORD_ORDERS, 200)
+    assert {e.origin for e in examples} <= _slugs("test")
+    lines = {" ".join(line.split()) for play in split_plays()["test"] for speech in play.speeches
+             for line in speech.text.split("\n")}
+    by_words = {}
+    for line in lines:
+        words = line.split()
+        by_words.setdefault((words[0], tuple(sorted(words[1:]))), set()).add(line)
+    for e in examples:
+        words = e.text.split()
+        assert len(words) >= 5
+        originals = by_words[(words[0], tuple(sorted(words[1:])))]  # the lines with its first word and its words
+        if e.label == "as written":
+            assert e.text in originals
+        else:
+            assert originals - {e.text}  # another order of a line's words than its own, its first word kept
 
 
 def test_sentence_marks_are_balanced_unpunctuated_sentences_of_the_split():

@@ -55,7 +55,8 @@ def add_task_flags(parser, task: str, evaluating: bool = False) -> None:
                                 help=f"the plays' training texts per label (default {ClassifyConfig.train_per_label})")
         parser.add_argument("--plays-task", choices=tuple(PLAYS_TASKS), default=None,
                             help="without --data: the plays' genre windows, line-order pairs (two consecutive "
-                            "lines, in order or swapped) or sentences without their marks (statement, question or "
+                            "lines, in order or swapped), lines as written or with their words after the first "
+                            "shuffled (word-order), or sentences without their marks (statement, question or "
                             "exclamation); default " + ClassifyConfig.plays_task
                             + (", or the one the classifier was fine-tuned on" if evaluating else ""))
         parser.add_argument("--eval-per-label", dest="test_per_label", type=positive, default=None,

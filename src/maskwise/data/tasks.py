@@ -6,7 +6,7 @@ model never fine-tuned on; the test plays are also kept out of pretraining. Ever
 drawn from ``random.Random`` seeded by the split name and a seed, so a dataset is the same on every
 run and machine.
 
-Four tasks:
+The tasks:
 
 * genre classification: a window of 1-3 consecutive speeches ("SPEAKER\\ntext" blocks) -> the
   play's genre, at most ``per_genre`` windows per genre (balanced, so the majority baseline is the
@@ -14,6 +14,8 @@ Four tasks:
 * line order: two consecutive lines of a speech, printed in order or swapped -> which. Both labels
   hold the same words, so no bag of words separates them, and the test plays hold thousands of
   such pairs (genre has six test plays: a verdict on six items);
+* word order: a line of a speech as written, or with its words after the first shuffled -> which;
+  what separates them is the order the words take and which word ends the line;
 * sentence mark: a sentence of a speech with its punctuation removed -> the mark that ended it
   (statement, question, exclamation), as many of each: a sentence's kind, read from its words and
   their order, over a thousand test sentences;
@@ -139,6 +141,33 @@ def line_order_examples(split: str, per_order: int = 300, min_words: int = 4, se
     rng.shuffle(pairs)
     examples = [LabelledText(f"{first}\n{second}" if i % 2 == 0 else f"{second}\n{first}", LINE_ORDERS[i % 2], slug)
                 for i, (first, second, slug) in enumerate(pairs[:2 * per_order])]
+    rng.shuffle(examples)
+    return examples
+
+
+WORD_ORDERS = ("as written", "shuffled")
+
+
+def word_order_examples(split: str, per_order: int = 300, min_words: int = 5, seed: int = 0,
+                        plays: Sequence[Play] | None = None) -> list[LabelledText]:
+    """Lines of a speech (at least ``min_words`` words, two of them different after the first), ``per_order``
+    as written and as many with every word after the first shuffled into another order; each line in one item.
+
+    The first word stays: it carries the verse line's capital, a cue fine-tuning finds without reading order."""
+    rng = _rng(seed, split, "word-order")
+    lines = [(line, play.slug) for play in _plays(split, plays) for speech in play.speeches
+             for line in speech.text.split("\n")
+             if len(line.split()) >= min_words and len(set(line.split()[1:])) > 1]
+    rng.shuffle(lines)
+    examples = []
+    for i, (line, slug) in enumerate(lines[:2 * per_order]):
+        words = line.split()
+        if i % 2:
+            shuffled = words
+            while shuffled == words:  # ends: two different words follow the first
+                shuffled = words[:1] + rng.sample(words[1:], len(words) - 1)
+            words = shuffled
+        examples.append(LabelledText(" ".join(words), WORD_ORDERS[i % 2], slug))
     rng.shuffle(examples)
     return examples
 

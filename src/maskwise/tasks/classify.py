@@ -30,6 +30,7 @@ from maskwise.data.tasks import (
     genre_examples,
     line_order_examples,
     sentence_mark_examples,
+    word_order_examples,
 )
 from maskwise.errors import UserError
 from maskwise.families import Family
@@ -48,7 +49,8 @@ from maskwise.tasks.scoring import continuation_logprobs, start_id_of
 
 HEAD_PREFIX = "head."
 # The plays' classification tasks: (split, texts per label, seed=) -> the labelled texts.
-PLAYS_TASKS = {"genre": genre_examples, "line-order": line_order_examples, "sentence-mark": sentence_mark_examples}
+PLAYS_TASKS = {"genre": genre_examples, "line-order": line_order_examples, "word-order": word_order_examples,
+               "sentence-mark": sentence_mark_examples}
 
 
 def check_pooling(kind: Family, pooling: str | None) -> str:

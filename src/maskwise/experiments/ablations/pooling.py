@@ -1,5 +1,5 @@
-"""Ablation pooling: [CLS] vs mean pooling on one pretrained encoder, for classification (line order: are two
-consecutive lines printed in order or swapped) and retrieval."""
+"""Ablation pooling: [CLS] vs mean pooling on one pretrained encoder, for classification (word order: is a line
+printed as written or with its words after the first shuffled) and retrieval."""
 
 from __future__ import annotations
 
@@ -33,14 +33,14 @@ from maskwise.experiments.verdict import compare
 
 POOLINGS = ("cls", "mean")
 CLOSE = 0.02  # accuracy difference that still counts as "close" when the paired interval excludes zero
-ORDER_ACC = "line-order accuracy"
+ORDER_ACC = "word-order accuracy"
 # Its control fine-tunes with the encoder's default pooling, [CLS], so it rides on [CLS]'s record.
-LINE_ORDER = Job(ORDER_ACC, "classify", True, lambda setup, name, seed: fine_tuned(setup, "classify", name, seed),
+WORD_ORDER = Job(ORDER_ACC, "classify", True, lambda setup, name, seed: fine_tuned(setup, "classify", name, seed),
                  lambda r: r["accuracy"], lambda r: ("majority class", r["baseline"]["accuracy"]), fine_tuned=True)
 
 RULE = (f"Two claims, on the same pretrained encoders (so equal tokens and equal wall-clock coincide). "
-        f"(1) Line-order accuracy (two consecutive lines of a speech, in order or swapped) with [CLS] and with mean "
-        f"pooling is close: their paired interval includes zero or the means differ by at most {CLOSE} (contradicted "
+        f"(1) Word-order accuracy (a line of a speech as written, or its words after the first shuffled) with [CLS] "
+        f"and with mean pooling is close: their paired interval includes zero or the means differ by at most {CLOSE} (contradicted "
         f"otherwise). (2) Mean pooling is ahead on ICT recall@10 (contradicted if [CLS] is ahead). A claim is "
         f"evidence only where the pooling ahead clears its baselines (the majority class, a random ranking, and the "
         f"same block never pretrained, fine-tuned the same way): two poolings at chance are close and prove nothing. "
@@ -53,7 +53,7 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
     recall = compare(retrieval["mean"], retrieval["cls"])
     close = acc.winner == "tie" or abs(acc.mean_a - acc.mean_b) <= CLOSE
     best = max(POOLINGS, key=lambda p: mean(order[p]))
-    if short_of(metrics, SHARED, (best,), LINE_ORDER):
+    if short_of(metrics, SHARED, (best,), WORD_ORDER):
         classification = ((f"close on classification ({acc.describe('mean', 'cls')}), not evidence as {best}, the "
                            f"pooling ahead, does not clear the baselines"), None)
     else:
@@ -71,7 +71,7 @@ def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
     """Both tasks with both poolings on one run, ``{task: {pooling: record}}``; each task's control (the untrained
     block fine-tuned with the task's default pooling: [CLS] to classify, mean to retrieve) beside that record."""
     records = {task: {p: fine_tuned(setup, task, name, seed, p) for p in POOLINGS} for task in ("classify", "embed")}
-    records["classify"]["cls"] = with_control(setup, LINE_ORDER, records["classify"]["cls"], seed)
+    records["classify"]["cls"] = with_control(setup, WORD_ORDER, records["classify"]["cls"], seed)
     records["embed"]["mean"] = with_control(setup, RETRIEVAL, records["embed"]["mean"], seed)
     return records
 
@@ -83,7 +83,7 @@ def tabulate(m: Measured) -> tuple[dict, list]:
         return {p: [r[task][p][field] for r in runs] for p in POOLINGS}
 
     metrics = {key(ORDER_ACC, SHARED): {**groups("classify", "accuracy"),
-                                        **LINE_ORDER.bars([r["classify"]["cls"] for r in runs])},
+                                        **WORD_ORDER.bars([r["classify"]["cls"] for r in runs])},
                key(RECALL, SHARED): {**groups("embed", "recall@10"),
                                      **RETRIEVAL.bars([r["embed"]["mean"] for r in runs])}}
 
@@ -93,7 +93,7 @@ def tabulate(m: Measured) -> tuple[dict, list]:
 
     rows = [table_row(ORDER_ACC, SHARED, groups("classify", "accuracy"), True),
             control_row(ORDER_ACC, "cls"),
-            table_row("line-order macro-F1", SHARED, groups("classify", "macro_f1"), True),
+            table_row("word-order macro-F1", SHARED, groups("classify", "macro_f1"), True),
             table_row(RECALL, SHARED, groups("embed", "recall@10"), True),
             control_row(RECALL, "mean"),
             table_row("MRR", SHARED, groups("embed", "mrr"), True),
@@ -104,7 +104,7 @@ def tabulate(m: Measured) -> tuple[dict, list]:
 
 def summary(m: Measured, metrics: dict) -> str:
     acc, recall = metrics[key(ORDER_ACC, SHARED)], metrics[key(RECALL, SHARED)]
-    return (f"We replaced [CLS] pooling with mean pooling on the same pretrained encoders: line-order accuracy "
+    return (f"We replaced [CLS] pooling with mean pooling on the same pretrained encoders: word-order accuracy "
             f"{moved(acc['cls'], acc['mean'])} (majority class {mean(acc[BASELINE]):.3f}; the block never pretrained, "
             f"fine-tuned the same way, {mean(acc[UNTRAINED]):.3f}), while ICT recall@10 "
             f"{moved(recall['cls'], recall['mean'])} (random ranking {mean(recall[BASELINE]):.3f}; the block never "
@@ -115,9 +115,9 @@ def notes(m: Measured) -> list[str]:
     return [
         ("Both poolings fine-tune copies of the same pretrained encoder for the same steps, so equal tokens and "
          "equal wall-clock are the same comparison; the fine-tuning seconds rows show the costs match."),
-        ("Classification: two consecutive lines of a test play's speech, printed as written or swapped (half "
-         "each); both orders hold the same words, so the order must be read. A fresh head on the pooled state, "
-         "body and head fine-tuned. Retrieval: contrastive ICT training of the pooled, normalised vectors."),
+        ("Classification: a line of a test play's speech, printed as written or with its words after the first "
+         "shuffled (half each); both hold the same words, so their order must be read. A fresh head on the pooled "
+         "state, body and head fine-tuned. Retrieval: contrastive ICT training of the pooled, normalised vectors."),
         (f"Controls: the encoder's block as its pretraining starts it, never trained, fine-tuned the same way "
          f"({UNTRAINED}: with [CLS] to classify, with mean pooling to retrieve); only what a pooling scores above "
          f"it is pretraining's."),
@@ -130,5 +130,5 @@ ABLATION = Study(
     rules=(Rule(("On one pretrained encoder, [CLS] and mean pooling are close on classification, and mean "
                 "pooling is ahead on retrieval."), RULE, judge),),
     step="pool", arms=lambda: (MLM_ENCODER,), measure=measure, tabulate=tabulate, summary=summary, notes=notes,
-    axes=(TOKENS,), columns=lambda arms: list(POOLINGS), extra_rows=False,
+    axes=(TOKENS,), columns=lambda arms: list(POOLINGS), extra_rows=False, tasks={"classify": {"plays_task": "word-order"}},
     meaning=lambda m: {ORDER_ACC: (True, None), RECALL: (True, None)})  # baselines and control are groups

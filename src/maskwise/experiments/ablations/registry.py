@@ -54,8 +54,8 @@ def checked(name: str, scale: str, seeds: int, options: dict) -> tuple[Study, Sc
     ablation.arms(**options)  # its own options (mask ratios) are checked by building its arms
     chosen = SCALES[scale]
     batch = max(1, chosen.recipe.batch_size // ablation.steps_factor)
-    return ablation, dataclasses.replace(chosen, tokens=round(chosen.tokens * ablation.tokens_factor),
-                                         recipe=dataclasses.replace(chosen.recipe, batch_size=batch))
+    recipe = chosen.recipe.retuned(chosen.recipe.name, ablation.tasks, batch_size=batch)
+    return ablation, dataclasses.replace(chosen, tokens=round(chosen.tokens * ablation.tokens_factor), recipe=recipe)
 
 
 def run_ablation(name: str, out: str | Path | None = None, scale: str = "default", seeds: int = 3,
