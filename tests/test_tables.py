@@ -6,7 +6,7 @@ import json
 import pytest
 from tiny_run import assert_one_line_exit_2, encoder_run, run_cli
 
-from maskwise.data.tasks import labelled_texts_from_file
+from maskwise.data.task_files import labelled_texts_from_file
 
 TRAIN = [("a gripping, funny film", "1"), ("dull and far too long", "0"), ('the "twist" works', "1"),
          ("nothing happens", "0"), ("a joy", "1"), ("tedious", "0"), ("warm and sharp", "1"), ("flat", "0")]

@@ -6,6 +6,13 @@ import re
 import pytest
 
 from maskwise.data.plays import GENRES, Speech, split_plays
+from maskwise.data.task_files import (
+    hold_out,
+    labelled_texts_from_file,
+    read_task_file,
+    retrieval_from_file,
+    seq2seq_from_file,
+)
 from maskwise.data.tasks import (
     LINE_ORDERS,
     SENTENCE_MARKS,
@@ -13,16 +20,11 @@ from maskwise.data.tasks import (
     Seq2SeqExample,
     first_speaker_baseline,
     genre_examples,
-    hold_out,
     ict_retrieval,
-    labelled_texts_from_file,
     line_order_examples,
-    read_task_file,
     rename_speakers,
     render_passage,
-    retrieval_from_file,
     sentence_mark_examples,
-    seq2seq_from_file,
     speaker_examples,
     speakers_target,
     word_order_examples,

@@ -13,7 +13,8 @@ from maskwise.cli.summary import summarize
 from maskwise.cli.task_flags import add_common_flags, positive
 from maskwise.cli.task_inputs import embedder_of, open_model
 from maskwise.data.plays import render_play, split_plays
-from maskwise.data.tasks import collection_from_file, ict_retrieval
+from maskwise.data.task_files import collection_from_file
+from maskwise.data.tasks import ict_retrieval
 from maskwise.errors import UserError
 from maskwise.runs import write_json
 from maskwise.tasks.fill_mask import break_exercise, fill_mask

@@ -7,13 +7,13 @@ from pathlib import Path
 from maskwise.cli.runtime import runtime_of
 from maskwise.data.beir import beir_splits, open_beir
 from maskwise.data.tagging import tagged_from_file
-from maskwise.data.tasks import (
-    RetrievalSet,
+from maskwise.data.task_files import (
     hold_out,
     labelled_texts_from_file,
     retrieval_from_file,
     seq2seq_from_file,
 )
+from maskwise.data.tasks import RetrievalSet
 from maskwise.errors import UserError
 from maskwise.interop.folders import load
 from maskwise.runs import CONFIG_FILE, read_json

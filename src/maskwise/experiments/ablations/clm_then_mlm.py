@@ -23,7 +23,15 @@ from maskwise.experiments.ablations.jobs import (
     tabulate,
 )
 from maskwise.experiments.arms import TOKENS, WALL, Arm
-from maskwise.experiments.framework import Measured, Rule, Study, claims_verdict, key, moved, on_both_axes
+from maskwise.experiments.framework import (
+    Measured,
+    Rule,
+    Study,
+    claims_verdict,
+    key,
+    moved,
+    on_both_axes,
+)
 
 DEFAULT_SHARE = 0.5  # of the budget in CLM before MLM
 

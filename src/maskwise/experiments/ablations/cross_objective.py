@@ -27,7 +27,15 @@ from maskwise.experiments.ablations.jobs import (
     tabulate,
 )
 from maskwise.experiments.arms import TOKENS, Arm, Phase
-from maskwise.experiments.framework import Measured, Rule, Study, claims_verdict, key, moved, on_both_axes
+from maskwise.experiments.framework import (
+    Measured,
+    Rule,
+    Study,
+    claims_verdict,
+    key,
+    moved,
+    on_both_axes,
+)
 from maskwise.experiments.verdict import INCONCLUSIVE
 
 MLM = Arm("mlm", "MLM encoder", {"family": "encoder", "objective": "mlm"})

@@ -22,7 +22,14 @@ from maskwise.experiments.ablations.jobs import (
     tabulate,
 )
 from maskwise.experiments.arms import TOKENS, WALL, Arm
-from maskwise.experiments.framework import Measured, Rule, Study, key, moved, on_both_axes
+from maskwise.experiments.framework import (
+    Measured,
+    Rule,
+    Study,
+    key,
+    moved,
+    on_both_axes,
+)
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 
 HYBRID = Arm("hybrid", "hybrid (GPT-BERT)", {"family": "decoder", "objective": "hybrid"})

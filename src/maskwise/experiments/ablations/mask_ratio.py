@@ -13,7 +13,16 @@ from maskwise.data.stream import TokenStream
 from maskwise.errors import UserError
 from maskwise.experiments.ablations.jobs import TAGGING, short_of, with_control
 from maskwise.experiments.arms import AXES, TOKENS, WALL, Arm, Setup
-from maskwise.experiments.framework import TAG_F1, Measured, Rule, Study, key, moved, on_both_axes, table_row
+from maskwise.experiments.framework import (
+    TAG_F1,
+    Measured,
+    Rule,
+    Study,
+    key,
+    moved,
+    on_both_axes,
+    table_row,
+)
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 from maskwise.objectives.mlm import MLM
 from maskwise.train.loop import TrainConfig, Trainer

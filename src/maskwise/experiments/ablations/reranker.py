@@ -16,7 +16,14 @@ from statistics import fmean as mean
 
 from maskwise.experiments.ablations.jobs import CLM_DECODER, MLM_ENCODER
 from maskwise.experiments.arms import TOKENS, Arm, Setup
-from maskwise.experiments.framework import Measured, Rule, Study, claims_verdict, key, table_row
+from maskwise.experiments.framework import (
+    Measured,
+    Rule,
+    Study,
+    claims_verdict,
+    key,
+    table_row,
+)
 from maskwise.experiments.verdict import INCONCLUSIVE, compare
 from maskwise.tasks.rerank import evaluate_reranker, judging_scorer
 from maskwise.tasks.run import run_task
