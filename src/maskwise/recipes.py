@@ -223,7 +223,8 @@ class Scale:
 # retrieval steps left the encoder's recall within 3 seeds' noise of a random ranking on one axis; at 300 it clears
 # that on both, while its lead over its control stays within noise. Classifying word order (pooling's task), a
 # fine-tune sits at chance for 200-600 steps before it learns; at 400, [CLS] or mean pooling stayed there on some
-# seeds; at 1,200 mean pooling learned on every seed, [CLS] on two of three (docs/results.md). compare's bodies read 2-4x those tokens.
+# seeds; at 1,200 mean pooling learned on every seed, [CLS] on two of three (docs/results.md). compare's bodies
+# read 2-4x those tokens.
 ABLATION_DEFAULT = DEFAULT.retuned("default", tasks={"tag": {"steps": 400}, "embed": {"steps": 300},
                                                      "classify": {"steps": 1200}})
 

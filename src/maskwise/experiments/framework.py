@@ -124,8 +124,8 @@ class Study:
     # Optimizer steps per pretraining token as a multiple of the recipe's (its batch divided by this): a
     # sparser learning signal (replaced-token detection's one bit a token) needs more updates to start.
     steps_factor: int = 1
-    # Its fine-tunes' settings at every scale, task name -> fields (pooling classifies word order, where neither
-    # pooling's arm is left at one class as on line order): the scale sets how long, the study what.
+    # Its fine-tunes' settings at every scale, task name -> fields (pooling classifies word order, which mean
+    # pooling learns on every seed; on line order it stayed at one class): the scale sets how long, the study what.
     tasks: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     # Optional: the arms the rules compare with one another, each group on its own equal-wall-clock budget
     # (``arms.pretrain_arms``), so that one arm's speed does not set the clock of arms it is never compared with.
