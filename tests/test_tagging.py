@@ -95,7 +95,9 @@ def test_user_files_in_conll_and_jsonl(tmp_path):
     ("bad.conll", "John B-PER\nlonely\n", "line 2 has one column"),
     ("bad.jsonl", '{"tokens": ["a"], "tags": ["O", "O"]}\n', "line 1 has 1 tokens but 2 tags"),
     ("bad.jsonl", '{"tokens": ["a b"], "tags": ["O"]}\n', "line 1 needs 'tokens' and 'tags'"),
-    ("bad.jsonl", "{not json\n", "line 1 is not JSON"),
+    ("bad.jsonl", "{not json\n", "line 1 is not valid JSON"),
+    pytest.param("deep.jsonl", "[" * 100_000 + "\n", "line 1 is not valid JSON", id="nested-past-the-recursion-limit"),
+    ("list.jsonl", '["a", "O"]\n', "line 1 is not a JSON object \\(need 'tokens' and 'tags'\\)"),
     ("empty.conll", "\n\n", "has no sentences"),
 ])
 def test_bad_tagging_files_are_one_line_errors(tmp_path, name, text, message):

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from maskwise.data.task_files import jsonl_rows
+from maskwise.data.jsonl import jsonl_rows
 from maskwise.errors import UserError
 
 CORPUS_FILE, QUERIES_FILE, QRELS_FOLDER = "corpus.jsonl", "queries.jsonl", "qrels"

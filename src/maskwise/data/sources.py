@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import codecs
 import glob
-import json
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 
+from maskwise.data.jsonl import jsonl_rows
 from maskwise.errors import UserError
 
 # Rows decoded at a time from Parquet and Arrow: a few MB of text, whatever the file's row groups.
@@ -142,28 +142,26 @@ def _decode(raw: bytes, path: Path, offset: int) -> str:
 
 
 def _jsonl_documents(path: Path, text_field: str) -> Iterator[str]:
-    """The ``text_field`` of every line, read a line at a time (a UTF-8 sequence never holds a newline)."""
+    """The ``text_field`` of every line, read a line at a time."""
     try:
         handle = path.open("rb")
     except OSError as error:
         raise UserError(f"corpus: cannot read {path}: {error.strerror}") from None
     with handle:
-        offset = 0
-        for number, raw in enumerate(handle, start=1):
-            line = _decode(raw, path, offset)
-            offset += len(raw)
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except (json.JSONDecodeError, RecursionError):
-                raise UserError(f"corpus: {path} line {number} is not valid JSON") from None
-            if not isinstance(record, dict):
-                raise UserError(f"corpus: {path} line {number} is not a JSON object (need field {text_field!r})")
+        for number, record in jsonl_rows(path, _decoded_lines(handle, path), "corpus", f"need field {text_field!r}"):
             if not isinstance(record.get(text_field), str):
                 problem = "has no" if text_field not in record else "has a non-string"
                 raise UserError(f"corpus: {path} line {number} {problem} field {text_field!r}")
             yield record[text_field]
+
+
+def _decoded_lines(handle, path: Path) -> Iterator[str]:
+    """The lines of binary ``handle`` as text, each checked where it starts (a UTF-8 sequence never holds a
+    newline), so an error gives the file's byte offset."""
+    offset = 0
+    for raw in handle:
+        yield _decode(raw, path, offset)
+        offset += len(raw)
 
 
 def _require_text_column(where: str, columns: list[str], text_field: str, non_text_type: str | None) -> None:

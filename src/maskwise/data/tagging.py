@@ -13,12 +13,12 @@ the layout of HF token-classification datasets with string tags).
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from maskwise.data.jsonl import jsonl_rows
 from maskwise.data.plays import split_plays
 from maskwise.errors import UserError
 
@@ -129,14 +129,8 @@ def _conll(path: Path, text: str) -> list[TaggedText]:
 
 def _jsonl(path: Path, text: str) -> list[TaggedText]:
     rows = []
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise UserError(f"tagging data: {path} line {number} is not JSON ({error.msg})") from None
-        words, tags = (record.get(key) if isinstance(record, dict) else None for key in ("tokens", "tags"))
+    for number, record in jsonl_rows(path, text.split("\n"), "tagging data", "need 'tokens' and 'tags'"):
+        words, tags = record.get("tokens"), record.get("tags")
         if not (isinstance(words, list) and isinstance(tags, list) and words
                 and all(isinstance(x, str) and x.strip() and not any(c.isspace() for c in x) for x in words)
                 and all(isinstance(x, str) and x for x in tags)):

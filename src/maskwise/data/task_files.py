@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import csv
 import io
-import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
+from maskwise.data.jsonl import jsonl_rows
 from maskwise.data.tasks import LabelledText, RetrievalSet, Seq2SeqExample
 from maskwise.errors import UserError
 
@@ -40,7 +40,7 @@ def read_task_file(path: str | Path, fields: Sequence[str]) -> list[tuple[int, d
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as error:
         raise UserError(f"task data: {path} is not UTF-8 text (byte offset {error.start})") from None
-    rows = jsonl_rows(path, text.split("\n")) if suffix == ".jsonl" else _csv_rows(path, text, fields, suffix == ".tsv")
+    rows = jsonl_rows(path, text.split("\n"), "task data") if suffix == ".jsonl" else _csv_rows(path, text, fields, suffix == ".tsv")
     result = []
     for line, record in rows:
         values = {}
@@ -56,21 +56,6 @@ def read_task_file(path: str | Path, fields: Sequence[str]) -> list[tuple[int, d
     if not result:
         raise UserError(f"task data: {path} has no rows")
     return result
-
-
-def jsonl_rows(path: Path, lines: Iterable[str], what: str = "task data"):
-    """``(line number, object)`` for each non-blank line of a JSONL file (``lines``: its text split
-    at newlines, or the open file itself, read as it goes); ``what`` names the file in errors."""
-    for line, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw)
-        except (json.JSONDecodeError, RecursionError):
-            raise UserError(f"{what}: {path} line {line} is not valid JSON") from None
-        if not isinstance(record, dict):
-            raise UserError(f"{what}: {path} line {line} is not a JSON object")
-        yield line, record
 
 
 def _csv_rows(path: Path, text: str, fields: Sequence[str], tabs: bool = False):
