@@ -127,6 +127,10 @@ def test_refusals_are_one_line_and_write_nothing(small_text, tmp_path, capsys):
     unfinished = tmp_path / "unfinished"
     shutil.copytree(source, unfinished)
     (unfinished / runs.MODEL_FILE).unlink()
+    cut_short = tmp_path / "cut-short"  # a metrics line a crash cut in half, a finished run otherwise
+    shutil.copytree(source, cut_short)
+    with open(cut_short / runs.METRICS_FILE, "a") as handle:
+        handle.write('{"step": 9, "val_lo')
     new = tmp_path / "new"
     into_encoder = [*common, "--family", "encoder", "--out", new, "--init-from"]
     for args, needle in [
@@ -134,6 +138,7 @@ def test_refusals_are_one_line_and_write_nothing(small_text, tmp_path, capsys):
         ([source, "--preset", "gpt2", "--d-model", "64"], "shape mismatch for"),
         ([tmp_path / "nowhere", "--preset", "gpt2"], "not a maskwise run folder"),
         ([unfinished, "--preset", "gpt2"], "has not finished"),
+        ([cut_short, "--preset", "gpt2"], "metrics.jsonl line 3 is not valid JSON"),
         ([source, "--preset", "gpt2", "--tokenizer", "bpe"], "--tokenizer is 'char' there"),
     ]:
         assert_one_line_exit_2(capsys, [*into_encoder, *args], needle)

@@ -33,6 +33,7 @@ from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
 from maskwise.config import ModelConfig
+from maskwise.data.jsonl import jsonl_rows
 from maskwise.data.tokenizers import Tokenizer
 from maskwise.errors import UserError
 from maskwise.model.transformer import build_model
@@ -88,7 +89,7 @@ def read_json(path: str | Path) -> Any:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
         raise UserError(f"{path}: not valid JSON ({error})") from None
 
 
@@ -97,8 +98,12 @@ def read_metrics(run_dir: str | Path, headers: bool = False) -> list[dict]:
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         return []
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [line for line in lines if ("header" in line) == headers]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UserError(f"run metrics: {path} is not UTF-8 text (byte offset {error.start})") from None
+    return [record for _, record in jsonl_rows(path, text.split("\n"), "run metrics")
+            if ("header" in record) == headers]
 
 
 # ---- weights --------------------------------------------------------------------------------
