@@ -83,6 +83,11 @@ def _bad_inputs(tmp_path, small_text):
         (["--d-model", "-4", "--data", small_text, *out], "d-model"),
         (["--d-model", "30", "--heads", "4", "--data", small_text, *out], "divisible"),
         (["--lr", "abc", "--data", small_text, *out], "lr"),
+        (["--lr", "inf", "--data", small_text, *out], "lr must be positive and finite"),
+        (["--beta2", "1.5", "--data", small_text, *out], "beta2 must be in [0, 1)"),  # torch's ValueError before
+        (["--beta2", "nan", "--data", small_text, *out], "beta2"),
+        (["--seed", str(10**20), "--data", small_text, *out], "seed"),  # past what torch's generator takes
+        (["--config", tmp_path, "--data", small_text, *out], "cannot read"),  # a folder, not a file
         (["--budget", "hours=3", "--data", small_text, *out], "budget"),
         (["--tokenizer", tmp_path / "nope.json", "--data", small_text, *out], "nope.json"),
         (["--data", small_text, "--out", small_text / "run"], "writable"),  # parent is a file

@@ -41,6 +41,83 @@ def test_disk_full_while_saving_keeps_previous_checkpoint(small_text, tmp_path, 
     assert not list((out / "checkpoints").glob(".tmp-*"))  # no half-written folder left behind
 
 
+def _files(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.e2e
+def test_a_refused_overwrite_or_resume_leaves_the_run_as_it_was(small_text, tmp_path, capsys):
+    """--overwrite replaces a run only after everything the new run reads has been checked, and --resume
+    without an intact checkpoint refuses rather than start again over a finished model."""
+    out = tmp_path / "run"
+    assert main(["pretrain", "--data", str(small_text), "--steps", "2", "--eval-every", "2",
+                 "--out", str(out), *TINY]) == 0
+    capsys.readouterr()
+    before = _files(out)
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("To be.")
+    overwrite = ["pretrain", "--data", str(small_text), "--steps", "2", "--out", str(out), "--overwrite", *TINY]
+    for extra, needle in [(["--block-size", "100000"], "fewer than one block"),  # found by the token stream
+                          (["--val-data", str(tiny)], "validation data")]:
+        code = main([*overwrite, *extra])
+        err = capsys.readouterr().err
+        assert code == 2 and needle in err and "Traceback" not in err, err
+        assert _files(out) == before
+
+    damaged = tmp_path / "damaged"  # a finished run whose checkpoints are gone
+    damaged.mkdir()
+    for name, data in before.items():
+        if name.parts[0] != "checkpoints":
+            (damaged / name).parent.mkdir(parents=True, exist_ok=True)
+            (damaged / name).write_bytes(data)
+    resume = ["pretrain", "--data", str(small_text), "--steps", "4", "--resume", *TINY]
+    code = main([*resume, "--out", str(damaged)])
+    err = capsys.readouterr().err
+    assert code == 2 and "no intact checkpoint" in err and "model.safetensors" in err, err
+    (damaged / "checkpoints").write_text("not a folder")
+    kept = _files(damaged)
+    code = main([*resume, "--out", str(damaged)])
+    err = capsys.readouterr().err
+    assert code == 2 and "is not a folder" in err, err
+    assert _files(damaged) == kept
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("tamper, needle", [
+    ("optimizer of another model", "has shape"),  # AdamW's fused step corrupted memory on it (abort, exit 134)
+    ("counters not numbers", "loop counters"),
+    ("state not an object", "loop state"),
+])
+def test_a_checkpoint_that_verifies_but_does_not_fit_is_a_user_error(small_text, tmp_path, capsys, tamper,
+                                                                      needle):
+    """Checksums catch damage, not a checkpoint whose manifest was rewritten to match: what it holds is
+    checked before it is loaded."""
+    def pretrain(out, *args):
+        assert main(["pretrain", "--data", str(small_text), "--steps", "2", "--eval-every", "2",
+                     "--out", str(out), *TINY, *args]) == 0
+
+    out = tmp_path / "run"
+    pretrain(out)
+    step = out / "checkpoints" / "step-00000002"
+    if tamper == "optimizer of another model":
+        pretrain(tmp_path / "wider", "--d-model", "64")
+        (step / "optimizer.safetensors").write_bytes(
+            (tmp_path / "wider" / "checkpoints" / "step-00000002" / "optimizer.safetensors").read_bytes())
+    else:
+        state = json.loads((step / "state.json").read_text())
+        if tamper == "counters not numbers":
+            state["counters"]["step"] = "x"
+        else:
+            state = []
+        (step / "state.json").write_text(json.dumps(state))
+    runs.write_json(step / runs.MANIFEST_FILE, {p.name: runs.sha256_of(p) for p in sorted(step.iterdir())
+                                                if p.name != runs.MANIFEST_FILE})
+    capsys.readouterr()
+    code = main(["pretrain", "--data", str(small_text), "--steps", "4", "--out", str(out), "--resume", *TINY])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and "Traceback" not in err, err
+
+
 @pytest.mark.e2e
 def test_vocabulary_checkpoint_mismatch_is_named(small_text, tmp_path, capsys):
     out = tmp_path / "run"

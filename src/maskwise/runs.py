@@ -89,6 +89,8 @@ def read_json(path: str | Path) -> Any:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
+    except OSError as error:
+        raise UserError(f"{path}: cannot read it ({error.strerror or error})") from None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
         raise UserError(f"{path}: not valid JSON ({error})") from None
 
@@ -192,13 +194,15 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 def prepare_folder(path: str | Path, overwrite: bool = False, resume: bool = False, marker: str = CONFIG_FILE,
                    kind: str = "maskwise run folder", what: str = "--out", resume_flag: str | None = None,
-                   create: bool = True) -> Path:
+                   create: bool = True, replace: bool = True) -> Path:
     """Refuse to write into ``path`` unless that loses nothing; then (with ``create``) empty and make it.
 
     A non-empty folder is kept with ``resume`` and replaced with ``overwrite``, either only when it
     holds ``marker`` (so a typo never wipes a folder maskwise did not write). ``what`` names the
     flag in messages and ``resume_flag`` the one that continues a folder. Without ``create`` only
-    the checks run: the caller assembles the new folder elsewhere and swaps it in.
+    the checks run: the caller assembles the new folder elsewhere and swaps it in. Without ``replace``
+    everything but the replacing runs (a folder is made, and writing into it tried): the caller checks
+    the rest of its input, then calls again to replace.
     """
     path = Path(path)
     name = f"{what} {path}" if what else str(path)
@@ -214,7 +218,7 @@ def prepare_folder(path: str | Path, overwrite: bool = False, resume: bool = Fal
                 raise UserError(f"{name} already exists; {how} to replace it")
             if not has_marker:
                 raise UserError(f"refusing to --overwrite {path}: it is not a {kind}")
-            if create:
+            if create and replace:
                 shutil.rmtree(path)
     if create:
         try:

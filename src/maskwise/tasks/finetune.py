@@ -17,7 +17,7 @@ from maskwise.errors import UserError
 from maskwise.kernels.memory import retain_freed_memory
 from maskwise.runtime import Runtime, announce, precision_setting, resolve
 from maskwise.tasks.reading import device_of
-from maskwise.train.optim import build_optimizer, lr_factor, set_lr
+from maskwise.train.optim import build_optimizer, check_optimization, lr_factor, set_lr
 from maskwise.train.step import OptimizerStep
 
 
@@ -46,9 +46,7 @@ class FinetuneConfig:
         for name in ("steps", "batch_size"):
             if getattr(self, name) <= 0:
                 raise UserError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        for name in ("lr", "head_lr"):
-            if not getattr(self, name) > 0:
-                raise UserError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        check_optimization(self)
         if not 0.0 <= self.warmup < 1.0:
             raise UserError(f"warmup must be a fraction of steps in [0, 1), got {self.warmup}")
         precision_setting(self.precision, self.bf16)

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save as save_safetensors_bytes
 
+from maskwise.errors import UserError
 from maskwise.runs import (
     CHECKPOINTS,
     MANIFEST_FILE,
@@ -44,11 +45,23 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch
 
 
 def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor],
-                      groups: list[dict]) -> None:
+                      groups: list[dict], where: str) -> None:
+    """Load the flattened state into ``optimizer`` after checking that it fits: every state tensor the shape of
+    its parameter (AdamW's fused step on a misfitting one corrupts memory instead of raising)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
     slots: dict[int, dict[str, torch.Tensor]] = {}
     for name, value in tensors.items():
-        index, key = name.split(".", 1)
+        index, _, key = name.partition(".")
+        if not (index.isdigit() and int(index) < len(params) and key):
+            raise UserError(f"{where}: optimizer state {name!r} names no parameter of this model")
+        if value.ndim and value.shape != params[int(index)].shape:
+            raise UserError(f"{where}: optimizer state {name!r} has shape {tuple(value.shape)}, its parameter "
+                            f"{tuple(params[int(index)].shape)}")
         slots.setdefault(int(index), {})[key] = value
+    if not (isinstance(groups, list) and len(groups) == len(optimizer.param_groups)
+            and all(isinstance(g, dict) and len(g.get("params", ())) == len(mine["params"])
+                    for g, mine in zip(groups, optimizer.param_groups))):
+        raise UserError(f"{where}: its optimizer's parameter groups are not this model's")
     optimizer.load_state_dict({"state": slots, "param_groups": groups})
 
 
@@ -91,9 +104,11 @@ def load_checkpoint(path: Path, model: torch.nn.Module,
     load_weights_into(model, read_safetensors(path / MODEL_FILE), str(path / MODEL_FILE))
     tensors = read_safetensors(path / "optimizer.safetensors")
     state = read_json(path / "state.json")
+    if not isinstance(state, dict) or "optimizer_groups" not in state:
+        raise UserError(f"checkpoint {path}: state.json is not a checkpoint's loop state")
     extra = {k[len("extra."):]: v for k, v in tensors.items() if k.startswith("extra.")}
     restore_optimizer(optimizer, {k: v for k, v in tensors.items() if not k.startswith("extra.")},
-                      state.pop("optimizer_groups"))
+                      state.pop("optimizer_groups"), f"checkpoint {path}")
     return state, extra
 
 

@@ -20,6 +20,7 @@ What it guarantees:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import time
@@ -39,7 +40,7 @@ from maskwise.runtime import Runtime, announce, precision_setting, resolve
 from maskwise.train import checkpoint as ckpt
 from maskwise.train.budget import Budget, flops_per_token
 from maskwise.train.events import EventLog
-from maskwise.train.optim import build_optimizer, lr_factor, set_lr
+from maskwise.train.optim import build_optimizer, check_optimization, lr_factor, set_lr
 from maskwise.train.step import OptimizerStep
 
 
@@ -75,8 +76,7 @@ class TrainConfig:
                 raise UserError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.warmup < 0:
             raise UserError(f"warmup must be >= 0, got {self.warmup}")
-        if not self.lr > 0:
-            raise UserError(f"lr must be positive, got {self.lr}")
+        check_optimization(self)
         if not 0 <= self.min_lr_ratio <= 1:
             raise UserError(f"min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")
         Budget.parse(self.budget)
@@ -98,6 +98,15 @@ class Counters:
     flops: float = 0.0
     wall_s: float = 0.0  # training time only (evaluation and checkpointing excluded)
     nonfinite_steps: int = 0
+
+    @classmethod
+    def saved(cls, values, where: str) -> Counters:
+        """The counters a checkpoint's state holds; anything but this class's fields as numbers >= 0 is refused."""
+        kinds = {f.name: (int,) if type(f.default) is int else (int, float) for f in dataclasses.fields(cls)}
+        if not (isinstance(values, dict) and set(values) <= set(kinds) and "step" in values
+                and all(type(v) in kinds[k] and v >= 0 for k, v in values.items())):
+            raise UserError(f"{where}: its loop counters are missing or not numbers")
+        return cls(**values)
     nonfinite_in_a_row: int = 0
 
 
@@ -162,12 +171,16 @@ class Trainer:
         if path is None:
             return False
         state, extra = ckpt.load_checkpoint(path, self.model, self.optimizer)
-        self.counters = Counters(**state["counters"])
+        self.counters = Counters.saved(state.get("counters"), f"checkpoint {path}")
+        try:
+            self.generator.set_state(extra["data_rng"])
+            torch.set_rng_state(extra[f"torch_rng_{self.rank}"] if f"torch_rng_{self.rank}" in extra
+                                else extra["torch_rng_0"])
+        except (KeyError, RuntimeError) as error:
+            raise UserError(f"checkpoint {path}: its random-number states are missing or unreadable "
+                            f"({error})") from None
         if self.rank == 0:
             ckpt.truncate_metrics(self.run_dir, self.counters.step)
-        self.generator.set_state(extra["data_rng"])
-        torch.set_rng_state(extra[f"torch_rng_{self.rank}"] if f"torch_rng_{self.rank}" in extra
-                            else extra["torch_rng_0"])
         # A run resumed on another device keeps its data order and CPU RNG; the CUDA generator
         # (dropout on the GPU) is restored only where the checkpoint was written on CUDA too.
         if self.runtime.device_type == "cuda" and f"cuda_rng_{self.rank}" in extra:

@@ -13,6 +13,27 @@ import math
 import torch
 from torch import nn
 
+from maskwise.errors import UserError
+
+# The numbers a training loop's config hands to AdamW, clipping and the RNG, each with what it must be
+# (NaN fails every test): out of range, torch raises a traceback, or trains a model of NaN.
+_OPTIMIZATION_RANGES = {
+    "lr": (lambda v: 0 < v < math.inf, "positive and finite"),
+    "head_lr": (lambda v: 0 < v < math.inf, "positive and finite"),
+    "weight_decay": (lambda v: 0 <= v < math.inf, ">= 0 and finite"),
+    "beta2": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "grad_clip": (lambda v: v > 0, "positive (inf: no clipping)"),
+    "seed": (lambda v: 0 <= v < 2**63, "in [0, 2**63)"),
+}
+
+
+def check_optimization(config) -> None:
+    """Refuse, in one line, a field of ``config`` (a pretraining or fine-tuning config) out of its range."""
+    for name, (ok, allowed) in _OPTIMIZATION_RANGES.items():
+        value = getattr(config, name, None)
+        if value is not None and not ok(value):
+            raise UserError(f"{name.replace('_', '-')} must be {allowed}, got {value}")
+
 
 def parameter_groups(model: nn.Module, lr: float, weight_decay: float,
                      head_prefixes: tuple[str, ...] = (), head_lr: float | None = None) -> list[dict]:

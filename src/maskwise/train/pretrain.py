@@ -117,6 +117,8 @@ def read_toml(path: str, tables: tuple[str, ...] = ()) -> dict[str, Any]:
             values = tomllib.load(handle)
     except FileNotFoundError:
         raise UserError(f"config file {path}: no such file") from None
+    except OSError as error:
+        raise UserError(f"config file {path}: cannot read it ({error.strerror or error})") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise UserError(f"config file {path}: not valid TOML ({error})") from None
     nested = sorted(k for k, v in values.items() if isinstance(v, dict) and k not in tables)
@@ -147,9 +149,26 @@ def model_config(settings: PretrainConfig, vocab_size: int) -> ModelConfig:
     return preset(settings.preset, **overrides)
 
 
-def prepare_run_dir(settings: PretrainConfig) -> Path:
-    """The run folder, made or kept by the one guard: --resume continues it, --overwrite replaces it."""
-    return runs.prepare_folder(settings.out, settings.overwrite, resume=settings.resume, resume_flag="--resume")
+def prepare_run_dir(settings: PretrainConfig, replace: bool = True) -> Path:
+    """The run folder, made or kept by the one guard: --resume continues it, --overwrite replaces it; without
+    ``replace`` all but the replacing, so that a run checks everything it reads before the old folder goes."""
+    return runs.prepare_folder(settings.out, settings.overwrite, resume=settings.resume, resume_flag="--resume",
+                               replace=replace)
+
+
+def refuse_fresh_start(run_dir: Path) -> None:
+    """Where --resume found no intact checkpoint: starting again from step 0 would replace a finished model
+    or damaged checkpoints the user may still want, so refuse (a run stopped before its first checkpoint
+    holds neither and starts again)."""
+    checkpoints = run_dir / runs.CHECKPOINTS
+    if checkpoints.exists() and not checkpoints.is_dir():
+        raise UserError(f"--resume: {checkpoints} is not a folder; move it away to continue")
+    kept = [name for name, there in ((runs.MODEL_FILE, (run_dir / runs.MODEL_FILE).is_file()),
+                                     ("checkpoints", checkpoints.is_dir() and any(checkpoints.glob("step-*"))))
+            if there]
+    if kept:
+        raise UserError(f"--resume: {run_dir} has no intact checkpoint to continue from; its {' and '.join(kept)} "
+                        f"are left as they are (--overwrite starts it again)")
 
 
 def _flag(key: str) -> str:
@@ -246,9 +265,7 @@ def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = No
     if source is not None:
         runs.load_weights_into(model, runs.read_safetensors(source.weights), source.label)
     if rank == 0:
-        run_dir = prepare_run_dir(settings)
-    if world > 1:
-        dist.barrier()  # the other processes wait until rank 0 has made (or refused) the folder
+        prepare_run_dir(settings, replace=False)  # refused now, replaced (--overwrite) only once all below reads
     progress = settings.train.progress and rank == 0
     train_stream = TokenStream.from_texts(corpus.train_part, tokenizer, f"training data {settings.data}",
                                           cache_key=f"{corpus.fingerprint}/train", progress=progress)
@@ -258,6 +275,12 @@ def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = No
     continued = source.record if source is not None else saved.get("init_from")
     trainer = Trainer(model, objective, train_stream, val_stream, settings.train, run_dir, runtime=runtime,
                       earlier=earlier_totals(continued) if continued else None)
+    if resuming and not trainer.resume():
+        refuse_fresh_start(run_dir)
+    if rank == 0:
+        prepare_run_dir(settings)
+    if world > 1:
+        dist.barrier()  # the other processes wait until rank 0 has made (or refused) the folder
     if trainer.rank == 0 and not resuming:
         tokenizer.save(run_dir / runs.TOKENIZER_FILE)
         runs.write_json(run_dir / runs.CONFIG_FILE, {
@@ -266,8 +289,6 @@ def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = No
             "parameters": sum(p.numel() for p in model.parameters()), "processes": trainer.world,
             "runtime": runtime.to_dict(), **({"init_from": continued} if continued else {}),
         })
-    if resuming:
-        trainer.resume()
     records = trainer.fit(on_eval)
     final = objective.final_model(model)
     if trainer.rank == 0:
