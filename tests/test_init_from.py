@@ -131,6 +131,13 @@ def test_refusals_are_one_line_and_write_nothing(small_text, tmp_path, capsys):
     shutil.copytree(source, cut_short)
     with open(cut_short / runs.METRICS_FILE, "a") as handle:
         handle.write('{"step": 9, "val_lo')
+    no_objective, text_counts = tmp_path / "no-objective", tmp_path / "text-counts"
+    for damaged in (no_objective, text_counts):
+        shutil.copytree(source, damaged)
+    config = json.loads((source / runs.CONFIG_FILE).read_text())
+    (no_objective / runs.CONFIG_FILE).write_text(json.dumps({k: v for k, v in config.items() if k != "objective"}))
+    with open(text_counts / runs.METRICS_FILE, "a") as handle:  # well-formed JSON, the counts not numbers
+        handle.write('{"step": "x", "tokens_seen": "y", "wall_s": null}\n')
     new = tmp_path / "new"
     into_encoder = [*common, "--family", "encoder", "--out", new, "--init-from"]
     for args, needle in [
@@ -139,6 +146,8 @@ def test_refusals_are_one_line_and_write_nothing(small_text, tmp_path, capsys):
         ([tmp_path / "nowhere", "--preset", "gpt2"], "not a maskwise run folder"),
         ([unfinished, "--preset", "gpt2"], "has not finished"),
         ([cut_short, "--preset", "gpt2"], "metrics.jsonl line 3 is not valid JSON"),
+        ([no_objective, "--preset", "gpt2"], "lacks what a pretraining run's holds"),
+        ([text_counts, "--preset", "gpt2"], "does not give tokens_seen and wall_s as numbers"),
         ([source, "--preset", "gpt2", "--tokenizer", "bpe"], "--tokenizer is 'char' there"),
     ]:
         assert_one_line_exit_2(capsys, [*into_encoder, *args], needle)

@@ -81,6 +81,27 @@ def test_a_refused_overwrite_or_resume_leaves_the_run_as_it_was(small_text, tmp_
     assert code == 2 and "is not a folder" in err, err
     assert _files(damaged) == kept
 
+    no_settings = tmp_path / "no-settings"
+    no_settings.mkdir()
+    (no_settings / "config.json").write_text('{"family": "encoder"}')
+    code = main([*resume, "--out", str(no_settings)])
+    err = capsys.readouterr().err
+    assert code == 2 and "holds no run settings" in err and "Traceback" not in err, err
+
+
+@pytest.mark.e2e
+def test_resume_reads_past_garbage_in_metrics_and_an_unreadable_manifest(small_text, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["pretrain", "--data", str(small_text), "--eval-every", "2", "--out", str(out), *TINY]
+    assert main([*args, "--steps", "2"]) == 0
+    assert main([*args, "--steps", "4", "--resume"]) == 0  # two checkpoints: step 2 and step 4
+    (out / "metrics.jsonl").write_bytes(os.urandom(64) + b"\n" + (out / "metrics.jsonl").read_bytes())
+    (out / "checkpoints" / "step-00000004" / runs.MANIFEST_FILE).write_text("[]")  # valid JSON, not a manifest
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match="unreadable manifest"):
+        assert main([*args, "--steps", "6", "--resume"]) == 0  # from step 2; the garbage line dropped
+    assert [r["step"] for r in runs.read_metrics(out)] == [2, 4, 6]
+
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("tamper, needle", [

@@ -167,7 +167,9 @@ def verify_checkpoint(path: Path) -> str | None:
         return "no manifest"
     try:
         manifest = json.loads(manifest_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return "unreadable manifest"
+    if not isinstance(manifest, dict):
         return "unreadable manifest"
     for name, digest in manifest.items():
         file = path / name

@@ -119,7 +119,7 @@ def truncate_metrics(run_dir: str | Path, last_step: int) -> None:
     if not path.is_file():
         return
     kept = []
-    for line in path.read_text().splitlines():
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():  # bytes no record holds: cut
         try:
             if json.loads(line)["step"] <= last_step:
                 kept.append(line)

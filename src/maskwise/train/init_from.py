@@ -19,6 +19,7 @@ from maskwise.errors import UserError
 
 # Record keys a continued run also reports as ``<key>_total``: this phase's value plus every earlier phase's.
 TOTALS = ("tokens_seen", "wall_s")
+SOURCE_SETTINGS = ("tokenizer", "vocab_size", "preset", "d_model")  # what the new run reads of the source's settings
 
 
 @dataclass
@@ -44,12 +45,20 @@ def open_source(path: str) -> Source:
         raise UserError(f"{name}: not a maskwise run folder (no {runs.CONFIG_FILE})")
     config = runs.read_json(folder / runs.CONFIG_FILE)
     records = runs.read_metrics(folder)
-    if "settings" not in config or not records:
+    settings = config.get("settings") if isinstance(config, dict) else None
+    if not isinstance(settings, dict) or not records:
         raise UserError(f"{name}: not a pretraining run (no settings or no metrics records)")
+    if not (all(isinstance(config.get(key), str) for key in ("family", "objective"))
+            and all(key in settings for key in SOURCE_SETTINGS)):
+        raise UserError(f"{name}: its {runs.CONFIG_FILE} lacks what a pretraining run's holds (family, objective, "
+                        f"settings {', '.join(SOURCE_SETTINGS)})")
     if not (folder / runs.MODEL_FILE).is_file():
         raise UserError(f"{name}: the run has not finished (no {runs.MODEL_FILE}); "
                         f"finish it with maskwise pretrain --out {path} --resume")
     last = records[-1]
+    spent = [last.get(key) for key in TOTALS] + [last.get(f"{key}_total", 0) for key in TOTALS]
+    if not all(type(value) in (int, float) and value >= 0 for value in spent):
+        raise UserError(f"{name}: its last metrics record does not give {' and '.join(TOTALS)} as numbers")
     record = {"path": str(path), "family": config["family"], "objective": config["objective"],
               **{key: last[key] for key in TOTALS},
               **{f"{key}_total": last.get(f"{key}_total", last[key]) for key in TOTALS}}

@@ -244,6 +244,8 @@ def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = No
     resuming = settings.resume and (run_dir / runs.CONFIG_FILE).is_file()
     saved = runs.read_json(run_dir / runs.CONFIG_FILE) if resuming else {}
     if resuming:
+        if not (isinstance(saved, dict) and isinstance(saved.get("settings"), dict)):
+            raise UserError(f"--resume: {run_dir / runs.CONFIG_FILE} holds no run settings to continue with")
         settings = resume_settings(settings, saved["settings"], given)
     # On resume the checkpoint holds the weights: the source is read (and applied) only when a run starts.
     source = open_source(settings.init_from) if settings.init_from and not resuming else None
