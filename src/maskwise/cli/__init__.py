@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
+from pathlib import Path
 
 from maskwise.errors import UserError
 
@@ -31,7 +33,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_python_warning = warnings.formatwarning
+
+
+def _warning_line(message, category, filename, lineno, line=None) -> str:
+    """maskwise's own warnings as one line, as its errors are; another package's as Python prints them."""
+    if "maskwise" in Path(filename).parts:
+        return f"maskwise: warning: {' '.join(str(message).split())}\n"
+    return _python_warning(message, category, filename, lineno, line)
+
+
 def main(argv: list[str] | None = None) -> int:
+    warnings.formatwarning = _warning_line
     try:
         args = build_parser().parse_args(argv)
         return int(args.handler(args) or 0)

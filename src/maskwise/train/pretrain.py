@@ -167,8 +167,8 @@ def refuse_fresh_start(run_dir: Path) -> None:
                                      ("checkpoints", checkpoints.is_dir() and any(checkpoints.glob("step-*"))))
             if there]
     if kept:
-        raise UserError(f"--resume: {run_dir} has no intact checkpoint to continue from; its {' and '.join(kept)} "
-                        f"are left as they are (--overwrite starts it again)")
+        raise UserError(f"--resume: {run_dir} has no intact checkpoint to continue from; nothing was changed "
+                        f"(kept: {', '.join(kept)}; --overwrite starts the run again)")
 
 
 def _flag(key: str) -> str:
