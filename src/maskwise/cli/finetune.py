@@ -74,10 +74,11 @@ def run_finetune(args) -> int:
     if getattr(args, "ignore_identical_ids", False) and not is_beir_folder(args.data):
         raise UserError("--ignore-identical-ids compares a BEIR folder's query and document ids: it needs --data FOLDER")
     model, tokenizer, _ = open_model(args.model, args)
-    out = prepare_folder(Path(args.out).expanduser(), args.overwrite)
+    out = prepare_folder(Path(args.out).expanduser(), args.overwrite, replace=False)
     handler = {"classify": _finetune_classify, "embed": _finetune_embed, "rerank": _finetune_rerank,
                "seq2seq": _finetune_seq2seq, "tag": _finetune_tag}[args.task]
     task, results, trained, head = handler(args, model, tokenizer)
+    prepare_folder(out, args.overwrite)  # --overwrite replaces the old run only now that the new one is trained
     task = {"kind": args.task, "base": str(args.model), **task}
     results = {"base": str(args.model), **results}
     _save_run(out, trained, tokenizer, task, head)
