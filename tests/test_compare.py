@@ -141,6 +141,17 @@ def test_compare_bad_options_exit_2_with_one_line(tmp_path, capsys, args, needle
     assert len(err.splitlines()) == 1 and needle in err and not (tmp_path / "x").exists()
 
 
+def test_a_compare_whose_data_does_not_open_is_refused_before_overwrite_replaces_the_folder(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    out.mkdir()
+    (out / "experiment.json").write_text("{}")
+    (out / "report.md").write_text("an earlier compare")
+    assert main(["compare", "--overwrite", "--data", str(tmp_path / "missing.txt"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()  # after the runtime's line, if this process has not printed it yet
+    assert "Traceback" not in err and "no such file or folder" in err.splitlines()[-1]
+    assert (out / "report.md").read_text() == "an earlier compare"
+
+
 @pytest.mark.slow
 def test_compare_with_the_hybrid_column(tmp_path):
     config = tmp_path / "tiny.toml"

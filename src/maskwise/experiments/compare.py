@@ -34,7 +34,9 @@ from pathlib import Path
 
 import torch
 
+from maskwise.data.corpus import SHAKESPEARE
 from maskwise.data.plays import load_plays, render_play, split_plays
+from maskwise.data.sources import open_data
 from maskwise.data.tasks import speaker_examples
 from maskwise.errors import UserError
 from maskwise.experiments.arms import WALL, Arm, Setup
@@ -272,6 +274,8 @@ def run_compare(out: str | Path = "runs/compare", settings: CompareSettings | No
                 runtime: Runtime | None = None, families: Sequence[str] = FAMILIES) -> Path:
     """Pretrain and measure ``families`` (``columns_of``) at ``settings``, and write the report into ``out``."""
     s, columns = settings or CompareSettings(), columns_of(families)
+    if data != SHAKESPEARE:
+        open_data(data)  # a --data that does not open is refused before --overwrite replaces the folder
     exp = Experiment(out, overwrite, runtime)
     other, _ = exp.keep_recipe("compare", {"settings": dataclasses.asdict(s), "data": data, "families": columns})
     if other is not None:
