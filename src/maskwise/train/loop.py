@@ -98,6 +98,7 @@ class Counters:
     flops: float = 0.0
     wall_s: float = 0.0  # training time only (evaluation and checkpointing excluded)
     nonfinite_steps: int = 0
+    nonfinite_in_a_row: int = 0
 
     @classmethod
     def saved(cls, values, where: str) -> Counters:
@@ -107,7 +108,6 @@ class Counters:
                 and all(type(v) in kinds[k] and v >= 0 for k, v in values.items())):
             raise UserError(f"{where}: its loop counters are missing or not numbers")
         return cls(**values)
-    nonfinite_in_a_row: int = 0
 
 
 def distributed_context(runtime: Runtime | None = None) -> tuple[int, int]:
