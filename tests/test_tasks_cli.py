@@ -1,6 +1,7 @@
 """The task commands end to end on tiny run folders (seconds), and bad inputs: exit 2, one line."""
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -87,6 +88,15 @@ def test_finetune_then_evaluate_and_search(runs, tmp_path, capsys):
     assert again["accuracy"] == results["accuracy"]  # the saved head reproduces the fine-tune's score
     code, _, err = cli(capsys, "evaluate", out, "--plays-task", "genre", "--eval-per-label", 2, "--no-progress")
     assert code == 2 and "none of the classifier's (in order, swapped)" in err and err.count("\n") == 1
+    damaged = tmp_path / "damaged"
+    shutil.copytree(out, damaged)
+    config = json.loads((damaged / "config.json").read_text())
+    for field, value in [("labels", None), ("train_labels", 5)]:  # a KeyError and a TypeError before
+        task = {**config["task"], field: value} if value is not None else {
+            k: v for k, v in config["task"].items() if k != field}
+        (damaged / "config.json").write_text(json.dumps({**config, "task": task}))
+        code, _, err = cli(capsys, "evaluate", damaged, "--eval-per-label", 2, "--no-progress")
+        assert code == 2 and f"without its {field}" in err and "Traceback" not in err, err
 
     collection = tmp_path / "docs.txt"
     collection.write_text("To be or not to be\nGood morrow, cousin\nO Romeo, Romeo\n")

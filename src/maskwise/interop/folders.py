@@ -24,6 +24,11 @@ from maskwise.tasks.tag import TokenTagger
 
 # The fine-tunes a folder hands back whole (body and trained head): task kind -> the model they make.
 WITH_HEAD = {"classify": SequenceClassifier, "tag": TokenTagger}
+# What their task record holds to rebuild the head and its baseline: field -> (a list of names, else one name;
+# required).
+HEAD_RECORD = {"classify": {"labels": (True, True), "pooling": (False, True), "train_labels": (True, False),
+                            "plays_task": (False, False)},
+               "tag": {"tags": (True, True)}}
 
 
 class Loaded(NamedTuple):
@@ -77,7 +82,18 @@ def fine_tune_of(path: str | Path) -> FineTune:
     if "model_type" in config:
         return FineTune(*hf_fine_tune(path))
     head = path / HEAD_FILE
-    return FineTune(config.get("task") or {}, read_safetensors(head) if head.is_file() else None)
+    task = (config.get("task") if isinstance(config, dict) else None) or {}
+    if not isinstance(task, dict):
+        raise UserError(f"{path}: the task record in its {CONFIG_FILE} is not an object")
+    for field, (many, required) in HEAD_RECORD.get(task.get("kind"), {}).items():
+        value = task.get(field)
+        if value is None and not required:
+            continue
+        names = isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
+        if not (names if many else isinstance(value, str)):
+            raise UserError(f"{path}: its {CONFIG_FILE} records a {task['kind']} fine-tune without its {field} "
+                            f"({'a list of names' if many else 'a name'})")
+    return FineTune(task, read_safetensors(head) if head.is_file() else None)
 
 
 def load_fine_tuned(path: str | Path) -> Loaded:
