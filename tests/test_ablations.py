@@ -407,6 +407,10 @@ def test_report_over_several_ablations_prints_one_table(shift_bug_run, tmp_path,
     (compare_like / "results.json").write_text(json.dumps({"title": "x", "kind": "compare"}))
     assert main(["report", str(out), str(compare_like)]) == 2
     assert "not an ablation's results (kind 'compare')" in capsys.readouterr().err
+    for field, value in [("table", "x"), ("runs", "x")]:  # a TypeError and an AttributeError before
+        (other / "results.json").write_text(json.dumps({**results, field: value}))
+        assert main(["report", str(other)]) == 2
+        assert f"not a maskwise results file ({field} of another type)" in capsys.readouterr().err
 
 
 @pytest.mark.e2e

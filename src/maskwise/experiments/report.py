@@ -208,6 +208,12 @@ def _html(markdown_text: str, images: list[Path]) -> str:
         body + "\n</body></html>\n"
 
 
+# The types of the fields a results file holds (each may be absent): what the renderer reads them as.
+RESULT_FIELDS = {"title": str, "kind": str, "summary": str, "warning": str, "wall_s": (int, float),
+                 "machine": dict, "metric_meta": dict, "metrics": dict, "parameters": dict, "settings": dict,
+                 "table": dict, "notes": list, "runs": list, "verdicts": list}
+
+
 def write_results(out: str | Path, results: dict) -> None:
     write_json(Path(out) / RESULTS, results)
 
@@ -220,6 +226,14 @@ def read_results(out: str | Path) -> dict:
     results = read_json(out / RESULTS)
     if not isinstance(results, dict) or "title" not in results:
         raise UserError(f"{out / RESULTS}: not a maskwise results file")
+    wrong = [key for key, kind in RESULT_FIELDS.items() if key in results and not isinstance(results[key], kind)]
+    table = results.get("table", {})
+    wrong += [f"table.{key}" for key in ("columns", "rows") if isinstance(table, dict) and key in table
+              and not isinstance(table[key], list)]
+    wrong += [f"{key} items" for key in ("runs", "verdicts") if isinstance(results.get(key), list)
+              and not all(isinstance(item, dict) for item in results[key])]
+    if wrong:
+        raise UserError(f"{out / RESULTS}: not a maskwise results file ({', '.join(wrong)} of another type)")
     return results
 
 
