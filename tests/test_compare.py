@@ -261,3 +261,14 @@ def test_demo_trains_the_models_compare_measures(tmp_path, capsys):
         assert (settings["preset"], settings["d_model"], settings["block_size"]) == (DEFAULT.preset, DEFAULT.d_model,
                                                                                       DEFAULT.block_size)
     assert (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_demo_replaces_only_a_folder_a_demo_wrote(tmp_path, capsys):
+    """`maskwise demo --out runs` would have replaced the user's runs/encoder and runs/decoder without asking."""
+    users = tmp_path / "runs"
+    (users / "encoder").mkdir(parents=True)
+    (users / "encoder" / "config.json").write_text("{}")  # a run folder of the user's
+    assert main(["demo", "--seconds", "1", "--out", str(users), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not a folder maskwise demo wrote (no demo.json)" in err.splitlines()[-1] and "Traceback" not in err
+    assert (users / "encoder" / "config.json").read_text() == "{}"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from maskwise.experiments.report import pyplot
 from maskwise.recipes import DEFAULT, pretrain_settings
+from maskwise.runs import prepare_folder, write_json
 from maskwise.runtime import Runtime, resolve
 from maskwise.tasks.fill_mask import fill_mask
 from maskwise.tasks.generate import GenerationConfig, generate_text
@@ -19,13 +20,17 @@ from maskwise.tasks.reading import seeded_generator
 from maskwise.train.pretrain import PretrainConfig, pretrain
 
 PROMPT = "ROMEO\n"
+MARKER = "demo.json"  # what makes a folder one a demo wrote, and may replace
 BLANK = "To be, or not to be: that is the q[MASK]estion"
 
 
 def run_demo(out: str | Path = "runs/demo", seconds: float = 120.0, progress: bool = True,
              runtime: Runtime | None = None) -> dict:
 
-    out, runtime = Path(out), runtime or resolve()
+    # Each demo replaces the last one, and only a folder a demo wrote: `--out runs` must not wipe runs/encoder.
+    out = prepare_folder(Path(out), overwrite=True, marker=MARKER, kind=f"folder maskwise demo wrote (no {MARKER})")
+    write_json(out / MARKER, {"seconds": seconds})
+    runtime = runtime or resolve()
     runs = {}
     for family in ("decoder", "encoder"):
         recipe = pretrain_settings(DEFAULT, {"family": family}, seed=0, budget=f"seconds={seconds}")
