@@ -5,7 +5,7 @@ import json
 import shutil
 
 import pytest
-from tiny_run import assert_one_line_exit_2, run_cli
+from tiny_run import assert_one_line_exit_2, files_in, run_cli
 from weights import state_dicts_equal
 
 from maskwise import runs
@@ -158,9 +158,9 @@ def test_refusals_are_one_line_and_write_nothing(small_text, tmp_path, capsys):
     assert code == 2 and "checkpoint (" in err and "vs model (" in err  # both shapes
 
     assert run_cli(capsys, *into_encoder, source, "--preset", "gpt2")[0] == 0
-    before = {p: p.read_bytes() for p in sorted(new.rglob("*")) if p.is_file()}
+    before = files_in(new)
     assert_one_line_exit_2(capsys, [*into_encoder, unfinished, "--preset", "gpt2", "--resume", "--steps", "4"],
                            "cannot change --init-from")
-    assert {p: p.read_bytes() for p in sorted(new.rglob("*")) if p.is_file()} == before
+    assert files_in(new) == before
     assert json.loads(run_cli(capsys, *common, "--family", "encoder", "--preset", "gpt2", "--out", new,
                               "--resume", "--steps", "4")[1].splitlines()[-1])["tokens_seen_total"] > 0

@@ -6,6 +6,7 @@ import os
 
 import pytest
 import torch
+from tiny_run import files_in
 
 from maskwise import runs
 from maskwise.cli import main
@@ -41,10 +42,6 @@ def test_disk_full_while_saving_keeps_previous_checkpoint(small_text, tmp_path, 
     assert not list((out / "checkpoints").glob(".tmp-*"))  # no half-written folder left behind
 
 
-def _files(folder):
-    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 @pytest.mark.e2e
 def test_a_refused_overwrite_or_resume_leaves_the_run_as_it_was(small_text, tmp_path, capsys):
     """--overwrite replaces a run only after everything the new run reads has been checked, and --resume
@@ -53,7 +50,7 @@ def test_a_refused_overwrite_or_resume_leaves_the_run_as_it_was(small_text, tmp_
     assert main(["pretrain", "--data", str(small_text), "--steps", "2", "--eval-every", "2",
                  "--out", str(out), *TINY]) == 0
     capsys.readouterr()
-    before = _files(out)
+    before = files_in(out)
     tiny = tmp_path / "tiny.txt"
     tiny.write_text("To be.")
     overwrite = ["pretrain", "--data", str(small_text), "--steps", "2", "--out", str(out), "--overwrite", *TINY]
@@ -62,7 +59,7 @@ def test_a_refused_overwrite_or_resume_leaves_the_run_as_it_was(small_text, tmp_
         code = main([*overwrite, *extra])
         err = capsys.readouterr().err
         assert code == 2 and needle in err and "Traceback" not in err, err
-        assert _files(out) == before
+        assert files_in(out) == before
 
     damaged = tmp_path / "damaged"  # a finished run whose checkpoints are gone
     damaged.mkdir()
@@ -75,11 +72,11 @@ def test_a_refused_overwrite_or_resume_leaves_the_run_as_it_was(small_text, tmp_
     err = capsys.readouterr().err
     assert code == 2 and "no intact checkpoint" in err and "model.safetensors" in err, err
     (damaged / "checkpoints").write_text("not a folder")
-    kept = _files(damaged)
+    kept = files_in(damaged)
     code = main([*resume, "--out", str(damaged)])
     err = capsys.readouterr().err
     assert code == 2 and "is not a folder" in err, err
-    assert _files(damaged) == kept
+    assert files_in(damaged) == kept
 
     no_settings = tmp_path / "no-settings"
     no_settings.mkdir()

@@ -5,6 +5,7 @@ import shutil
 
 import pytest
 import torch
+from tiny_run import files_in
 
 from maskwise.cli import main
 from maskwise.config import preset
@@ -75,13 +76,13 @@ def test_finetune_then_evaluate_and_search(runs, tmp_path, capsys):
     assert results["pooling"] == "cls" and results["mode"] == "finetune" and "baseline" in results
     assert results["plays_task"] == "line-order" and results["n_test"] == 10
     assert (out / "head.safetensors").is_file() and (out / "summary.txt").is_file()
-    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    before = files_in(out)
     unlabelled = tmp_path / "unlabelled.jsonl"
     unlabelled.write_text('{"text": "a line"}\n')
     code, _, err = cli(capsys, "finetune", "classify", runs["encoder"], "--out", out, "--overwrite", "--data",
                        unlabelled, "--steps", 2, "--no-progress")
     assert code == 2 and "label" in err
-    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before  # refused: nothing replaced
+    assert files_in(out) == before  # refused: nothing replaced
     code, stdout, err = cli(capsys, "evaluate", out, "--eval-per-label", 5, "--no-progress")  # the task it was tuned on
     assert code == 0, err
     again = json.loads((out / "results-classify-test.json").read_text())

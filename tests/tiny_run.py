@@ -46,3 +46,8 @@ def assert_one_line_exit_2(capsys, args, needle: str) -> None:
     assert code == 2, (args, err)
     assert len(err.strip().splitlines()) == 1, (args, err)
     assert "Traceback" not in err and needle.lower() in err.lower(), (args, err)
+
+
+def files_in(folder: Path) -> dict[Path, bytes]:
+    """Every file under ``folder`` (relative path -> bytes): compared before and after a refused command."""
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
