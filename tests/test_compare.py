@@ -13,7 +13,7 @@ from maskwise.data.corpus import make_corpus
 from maskwise.data.tokenizers import build_tokenizer
 from maskwise.experiments.arms import Arm
 from maskwise.experiments.compare import COMPARE, FAMILIES, blank_filling, columns_of
-from maskwise.experiments.compare_report import ROWS, Evidence, best_cell, standing
+from maskwise.experiments.compare_report import Evidence, best_cell, rows_of, standing
 from maskwise.model.transformer import build_model
 from maskwise.recipes import DEFAULT
 from tests.report_checks import check_report_html
@@ -67,7 +67,7 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     assert [r["group"] for r in results["runs"]] == list(FAMILIES)
     assert [v["claim"] for v in results["verdicts"]] == [
         "embed, score or classify => encoder", "generate => decoder", "read-then-write => encoder-decoder"]
-    assert all(v["verdict"] in ("held", "falsified", "inconclusive") and v["details"] for v in results["verdicts"])
+    assert all(v["verdict"] in ("held", "falsified", "mixed", "inconclusive") and v["details"] for v in results["verdicts"])
     assert results["warning"].startswith("**Warning: too few pretraining steps")  # min_steps above what 3 s allows
     assert all(r["curve"] and "tokens_seen" in r["curve"][0] and "wall_s" in r["curve"][0] for r in results["runs"])
     params = [results["parameters"][f]["total"] for f in FAMILIES]
@@ -98,7 +98,7 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     html = (out / "report.html").read_text()
     assert "<table>" in html
     page = check_report_html(out)  # every plot decodes, Markdown rendered
-    assert len(page.images) == 2 + len(results["metrics"])  # the two loss curves and one per metric
+    assert len(page.images) == 3 + len(results["metrics"])  # at a glance, the two loss curves, one per metric
     assert max(page.list_depths) == 2  # the verdicts' paired comparisons nest under their verdict
     for meta in results["metric_meta"].values():  # each metric plot has its baseline and intervals
         assert set(meta["baseline"]) == set(meta["intervals"]) and meta["higher"] in (True, False)
@@ -167,7 +167,7 @@ def test_compare_with_the_hybrid_column(tmp_path):
     hybrid = {row[0]: row[4] for row in results["table"]["rows"]}
     assert hybrid["pretraining objective"] == "hybrid"
     assert hybrid["exports to (`maskwise export RUN --to hf OUT`)"] == "`ModernBertDecoderForCausalLM`"
-    measured = [label for label, *_ in ROWS.values()]
+    measured = [row.label for row in rows_of(())]
     timed = next(label for label in hybrid if label.startswith("time to first token"))
     for label in [f"{label} [95% interval]" for label in measured] + [timed]:
         assert re.match(r"\d+\.\d+ \[\d+\.\d+, \d+\.\d+\]", hybrid[label]), (label, hybrid[label])
@@ -181,7 +181,7 @@ def test_compare_with_the_hybrid_column(tmp_path):
                for note in results["notes"])
     assert "| task | encoder | decoder | encoder-decoder | hybrid | best |" in (out / "report.md").read_text()
     page = check_report_html(out)
-    assert len(page.images) == 2 + len(results["metrics"])
+    assert len(page.images) == 3 + len(results["metrics"])
     for meta in results["metric_meta"].values():  # the hybrid's dot and interval on every plot it has a row in
         assert "hybrid" in meta["intervals"] and set(meta["baseline"]) == set(meta["intervals"])
     # Another set of columns in the same folder would read cached steps made for these: refused.
@@ -241,7 +241,7 @@ def test_the_hybrid_is_placed_only_where_its_intervals_separate_it_and_never_nam
         "seq2seq": ({"decoder": same(0.5), "encoder-decoder": same(0.5), "hybrid": same(0.5)},
                     dict.fromkeys(["decoder", "encoder-decoder", "hybrid"], same(0.1))),
     }
-    e = Evidence(gathered, {"decoder": same(5.0, 10), "encoder-decoder": same(5.0, 10), "hybrid": same(5.0, 10)})
+    e = Evidence(rows_of(()), gathered, {"decoder": same(5.0, 10), "encoder-decoder": same(5.0, 10), "hybrid": same(5.0, 10)})
     assert [said.split(" (")[0] for said in standing(e, "hybrid")] == [
         "ahead of the encoder at held-out next-token loss", "behind the decoder at held-out next-token loss",
         "ahead of the encoder at fill a blank", "ahead of the decoder at fill a blank",

@@ -76,15 +76,16 @@ def test_judge_held_falsified_inconclusive():
     assert judge([("a", ahead, base, True, None)])[0] == "held"
     assert judge([("a", base, ahead, True, None)])[0] == "falsified"
     assert judge([("a", noisy, base, True, None)])[0] == "inconclusive"
-    # every part must hold; one reversed part falsifies the whole rule
+    # every part must hold; an undecided part leaves the claim inconclusive, a reversed one makes it mixed
     assert judge([("a", ahead, base, True, None), ("b", noisy, base, True, None)])[0] == "inconclusive"
-    assert judge([("a", ahead, base, True, None), ("b", base, ahead, True, None)])[0] == "falsified"
+    assert judge([("a", ahead, base, True, None), ("b", base, ahead, True, None)])[0] == "mixed"
+    assert judge([("a", base, ahead, True, None), ("b", noisy, base, True, None)])[0] == "falsified"
     # lower is better: the smaller loss wins
     assert judge([("loss", base, ahead, False, None)])[0] == "held"
     # winning while below one's trivial baseline decides nothing
     chance = (2.0, 2.0)  # a baseline neither side reaches
     verdict, details = judge([("a", ahead, base, True, chance)])
-    assert verdict == "inconclusive" and "neither clears" in details[0]
+    assert verdict == "inconclusive" and "neither clears" in details[1]
 
 
 def test_too_few_steps_warns_with_the_numbers_and_the_cause():

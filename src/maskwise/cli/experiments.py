@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 from maskwise.cli.runtime import runtime_flags, runtime_of
+from maskwise.data.user_tasks import TaskSpec, checked_spec, parse_task
 from maskwise.errors import UserError
 from maskwise.experiments.ablations.registry import checked, run_ablation
-from maskwise.experiments.compare import columns_of
+from maskwise.experiments.compare import columns_of, plan_of
 from maskwise.experiments.compare import run_compare as compare_experiment
 from maskwise.experiments.demo import BLANK
 from maskwise.experiments.demo import run_demo as demo_experiment
@@ -15,6 +16,7 @@ from maskwise.experiments.report import RESULTS, ablation_table, render
 from maskwise.families import FAMILIES
 from maskwise.recipes import COMPARE_SCALES
 from maskwise.runs import read_json
+from maskwise.tasks.registry import TASKS
 from maskwise.train.pretrain import read_toml
 
 
@@ -37,7 +39,14 @@ def register(subparsers) -> None:
     compare.add_argument("--seconds", type=float, default=None, help="pretraining seconds per family")
     compare.add_argument("--config", default=None,
                          help="TOML file overriding the experiment's settings (sizes, steps, budgets)")
-    compare.add_argument("--data", default="shakespeare", help="pretraining data (tasks use the plays)")
+    compare.add_argument("--data", default="shakespeare",
+                         help="pretraining data: a text, JSONL, CSV or Parquet file, a folder of them, or an HF "
+                              "dataset folder (default: the plays); its validation part is the held-out text")
+    compare.add_argument("--task", action="append", default=[], metavar="NAME=KIND:PATH[,test=PATH]",
+                         help="a task of your own, repeatable: KIND is classify, tag, embed, rerank or seq2seq; "
+                              "PATH a .jsonl/.csv/.tsv (tag: CoNLL or .jsonl; embed: or a BEIR folder); "
+                              "text=COLUMN, label=COLUMN name a classification file's columns; without test= the "
+                              "last 10%% of the rows test (docs/your-data.md). None: the plays' tasks")
     compare.add_argument("--families", default=",".join(FAMILIES),
                          help="the columns, comma-separated: the three families (the verdicts compare them), "
                               "optionally with hybrid (a decoder pretrained by --objective hybrid, GPT-BERT's)")
@@ -94,18 +103,28 @@ def run_compare(args) -> int:
     if args.seeds < 1:
         raise UserError(f"--seeds must be at least 1, got {args.seeds}")
     families = columns_of(args.families.split(","))  # bad input: its one line before the device's
-    settings = COMPARE_SCALES[scale]
+    settings, tasks = COMPARE_SCALES[scale], [parse_task(value, tuple(TASKS)) for value in args.task]
     if args.config:
-        settings = settings.overridden(read_toml(args.config, ("tasks",)), f"compare config {args.config}")
+        values = read_toml(args.config, ("tasks",))
+        tasks += task_tables(values.pop("task", []), args.config)
+        settings = settings.overridden(values, f"compare config {args.config}")
     if args.seconds is not None:
         if not args.seconds > 0:
             raise UserError(f"--seconds must be positive, got {args.seconds}")
         settings = dataclasses.replace(settings, seconds=args.seconds)
+    plan = plan_of(args.data, tasks, settings)  # every task file read and checked: its one line before the device's
     out = compare_experiment(args.out, settings, args.seeds, args.seed, args.data, args.overwrite, args.progress,
-                             runtime_of(args), families)
+                             runtime_of(args), families, plan=plan)
     print((out / "report.md").read_text())
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     return 0
+
+
+def task_tables(tables, path: str) -> list[TaskSpec]:
+    """A config file's ``[[task]]`` tables (the ``--task`` flag's keys: name, kind, data, test, text, label)."""
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise UserError(f"compare config {path}: task must be an array of tables ([[task]]), got {tables!r}")
+    return [checked_spec(table, tuple(TASKS), f"compare config {path}, task {i + 1}") for i, table in enumerate(tables)]
 
 
 def run_ablate(args) -> int:

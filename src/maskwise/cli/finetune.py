@@ -28,15 +28,8 @@ from maskwise.cli.task_inputs import (
     user_retrieval,
 )
 from maskwise.errors import UserError
-from maskwise.runs import (
-    CONFIG_FILE,
-    HEAD_FILE,
-    MODEL_FILE,
-    TOKENIZER_FILE,
-    prepare_folder,
-    save_weights,
-    write_json,
-)
+from maskwise.runs import prepare_folder, write_json
+from maskwise.tasks.registry import save_fine_tune
 from maskwise.tasks.rerank import default_reranker, training_negatives
 from maskwise.tasks.retrieve import rank
 from maskwise.tasks.run import CONFIGS, plays_rows, run_task
@@ -81,7 +74,7 @@ def run_finetune(args) -> int:
     prepare_folder(out, args.overwrite)  # --overwrite replaces the old run only now that the new one is trained
     task = {"kind": args.task, "base": str(args.model), **task}
     results = {"base": str(args.model), **results}
-    _save_run(out, trained, tokenizer, task, head)
+    save_fine_tune(out, trained, tokenizer, task, head)
     write_json(out / RESULTS_FILE, results)
     summary = summarize(results)
     (out / SUMMARY_FILE).write_text(summary + "\n", encoding="utf-8")
@@ -93,15 +86,6 @@ def run_finetune(args) -> int:
 def _config(args, task: str, **values):
     """The task's config from the flags given; the training draw follows --seed, the test draw stays fixed."""
     return config_from_flags(CONFIGS[task], args, data_seed=args.seed, **values)
-
-
-def _save_run(out: Path, model, tokenizer, task: dict, head=None) -> None:
-    """Lay the fine-tune out as a run folder, so every command opens it like any run."""
-    save_weights(model, out / MODEL_FILE)
-    if head is not None:
-        save_weights(head, out / HEAD_FILE)
-    tokenizer.save(out / TOKENIZER_FILE)
-    write_json(out / CONFIG_FILE, {"model": model.cfg.to_dict(), "task": task})
 
 
 def _run(args, cfg, model, tokenizer, data, label: str = "model"):

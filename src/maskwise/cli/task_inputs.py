@@ -11,9 +11,9 @@ from maskwise.data.task_files import (
     hold_out,
     labelled_texts_from_file,
     retrieval_from_file,
+    retrieval_split,
     seq2seq_from_file,
 )
-from maskwise.data.tasks import RetrievalSet
 from maskwise.errors import UserError
 from maskwise.interop.folders import load
 from maskwise.runs import CONFIG_FILE, read_json
@@ -79,17 +79,8 @@ def classify_data(args, cfg: ClassifyConfig, split: str = "test", training: bool
 
 
 def user_retrieval(args):
-    """(train, eval) retrieval sets from --data / --eval-data; held-out queries search the whole
-    collection (their passages must be in it)."""
-    data = retrieval_from_file(args.data)
-    if args.eval_data is not None:
-        return data, retrieval_from_file(args.eval_data)
-    train_rows, eval_rows = hold_out(range(len(data.queries)))
-
-    def subset(rows):
-        return RetrievalSet(tuple(data.queries[i] for i in rows), data.docs, tuple(data.relevant[i] for i in rows))
-
-    return subset(train_rows), subset(eval_rows)
+    """(train, eval) retrieval sets from --data / --eval-data (``task_files.retrieval_split``)."""
+    return retrieval_split(args.data, args.eval_data)
 
 
 def is_beir_folder(data: str | None) -> bool:

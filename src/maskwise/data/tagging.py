@@ -108,7 +108,9 @@ def _example(words: list[str], tags: list[str], source: str) -> TaggedText:
 
 
 def _conll(path: Path, text: str) -> list[TaggedText]:
-    rows, words, tags, first = [], [], [], 0
+    """Sentences of 'word ... tag' lines (the tag last), blank lines between them; every line as many
+    columns as the first (a line that differs is a broken file, whose tag column would be misread)."""
+    rows, words, tags, first, width = [], [], [], 0, None
     for number, line in enumerate(text.split("\n"), start=1):
         columns = line.split()
         if not columns or columns[0] == "-DOCSTART-":
@@ -118,6 +120,10 @@ def _conll(path: Path, text: str) -> list[TaggedText]:
             continue
         if len(columns) < 2:
             raise UserError(f"tagging data: {path} line {number} has one column; CoNLL lines are 'word ... tag'")
+        width = width or (len(columns), number)
+        if len(columns) != width[0]:
+            raise UserError(f"tagging data: {path} line {number} has {len(columns)} columns, line {width[1]} has "
+                            f"{width[0]}; every CoNLL line needs the same columns, the tag last")
         if not words:
             first = number
         words.append(columns[0])

@@ -15,6 +15,7 @@ from maskwise.data.tasks import LabelledText, RetrievalSet, Seq2SeqExample
 from maskwise.errors import UserError
 
 TABLE_SUFFIXES = (".jsonl", ".csv", ".tsv")
+HOLD_OUT = 0.1  # the share of a user's rows that evaluate when no test file is given (the last ones)
 TASK_FIELDS = {"classify": ("text", "label"), "embed": ("query", "positive"),
                "rerank": ("query", "positive"), "seq2seq": ("source", "target")}
 
@@ -112,10 +113,24 @@ def collection_from_file(path: str | Path) -> tuple[str, ...]:
     return docs
 
 
-def hold_out(items: Sequence, fraction: float = 0.1) -> tuple[list, list]:
+def hold_out(items: Sequence, fraction: float = HOLD_OUT) -> tuple[list, list]:
     """(train, eval): the last ``fraction`` of the user's rows (at least one) evaluate, the rest
     train, the way ``corpus.load_corpus`` splits a user's documents."""
     if len(items) < 2:
         raise UserError(f"task data: need at least 2 rows to hold some out for evaluation, got {len(items)}")
     n_eval = max(1, int(len(items) * fraction))
     return list(items[:-n_eval]), list(items[-n_eval:])
+
+
+def retrieval_split(data: str | Path, test: str | Path | None = None) -> tuple[RetrievalSet, RetrievalSet]:
+    """(train, test) retrieval sets of query/positive rows: ``test``'s rows, else the last ``HOLD_OUT`` of
+    ``data``'s queries, which then search the whole collection (their passages are in it)."""
+    rows = retrieval_from_file(data)
+    if test is not None:
+        return rows, retrieval_from_file(test)
+    train_rows, test_rows = hold_out(range(len(rows.queries)))
+
+    def subset(indices):
+        return RetrievalSet(tuple(rows.queries[i] for i in indices), rows.docs, tuple(rows.relevant[i] for i in indices))
+
+    return subset(train_rows), subset(test_rows)

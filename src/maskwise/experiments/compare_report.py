@@ -2,20 +2,23 @@
 rule of thumb, a summary that names a "best" only where the intervals separate it, and a warning
 when a pretraining run got too few steps to be evidence.
 
-The rule of thumb (design notes, section 2.6 and Ablation 4), each part judged by a coded rule:
+The rows are the held-out text's (next-token loss, filling a blank) and one per task: the plays' four
+(punctuation tagging, line order, ICT retrieval, passage -> speakers) or the user's (``--task``). Each
+task belongs to one claim of the rule of thumb (``tasks.registry``, fixed before any number is seen):
 
-1. embed / score / classify => encoder: the encoder beats the decoder at tagging (punctuation
-   restoration, per text) and at retrieval (paired over the same test items); sequence classification
-   (line order) is a row the rule does not read, since a decoder's last position sees the whole text too;
+1. embed / score / classify => encoder: the encoder beats the decoder at every classify, tag, embed and
+   rerank task (paired over the same test items);
 2. generate => decoder: the decoder's held-out next-token loss is below the encoder's "generation"
    by repeated ``[MASK]`` (paired over the same blocks of text);
-3. read-then-write => encoder-decoder: the encoder-decoder beats the decoder-only model at
-   passage -> speakers, and its time to the first token on a long source is lower.
+3. read-then-write => encoder-decoder: the encoder-decoder beats the decoder-only model at every seq2seq
+   task, and its time to the first token on a long source is lower.
 
-A part is ``held`` when every comparison it names separates in the predicted direction,
-``falsified`` when any separates the other way, and ``inconclusive`` otherwise. A column beyond the
-three families (the hybrid) gets every row its model can do, with intervals; the rules and the "best"
-column read the three families only, and the summary says where that column separates from them.
+Each task gets its own verdict (``judge_part``); a claim's verdict comes from all of its tasks by one
+rule (``claim_verdict``) that drops none: ``held`` when every task held, ``mixed`` when some held and
+some were falsified (naming them), ``falsified`` when some were and none held, ``inconclusive``
+otherwise, and ``not measured`` when no task of its job was given. A column beyond the three families
+(the hybrid) gets every row its model can do, with intervals; the rules and the "best" column read the
+three families only, and the summary says where that column separates from them.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from maskwise.data.user_tasks import UserTask
 from maskwise.experiments.arms import WALL, Arm, run_name
 from maskwise.experiments.framework import Measured, Rule
 from maskwise.experiments.intervals import (
@@ -35,11 +40,26 @@ from maskwise.experiments.intervals import (
     interval,
     separation,
 )
-from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, mean_and_spread
+from maskwise.experiments.verdict import (
+    FALSIFIED,
+    HELD,
+    INCONCLUSIVE,
+    MIXED,
+    NOT_MEASURED,
+    mean_and_spread,
+)
 from maskwise.families import FAMILIES, Family
+from maskwise.tasks.registry import (
+    CLAIMS,
+    ENCODER_JOBS,
+    GENERATE,
+    READ_THEN_WRITE,
+    TASKS,
+    Row,
+)
 
-# What a family cannot be measured on, asked of the family (``ModelConfig.kind``): measure or row -> (whether
-# it cannot, the cell that says so). Every skipped measure and every report cell reads it.
+# What a family cannot be measured on, asked of the family (``ModelConfig.kind``): measure or row kind ->
+# (whether it cannot, the cell that says so). Every skipped measure and every report cell reads it.
 CANNOT: dict[str, tuple[Callable[[Family], bool], str]] = {
     "seq2seq": (lambda kind: not kind.writes,
                 "cannot: no decoder to write the answer (an encoder labels positions it is given)"),
@@ -55,46 +75,59 @@ def cannot(kind: Family, what: str) -> str | None:
     return why if unable(kind) else None
 
 
-# ---- the per-item measurements, gathered over seeds -----------------------------------------------
-
-# row key -> (label, higher is better, how to read a family's per-item scores, its trivial baseline)
-ROWS = {
-    "next_token": ("held-out next-token loss (nats/char)", False,
-                   lambda m: m["lm"].get("nats_blocks"), lambda m: m["lm"]["unigram_blocks"], "unigram"),
-    "fill": ("fill a blank (token accuracy)", True,
-             lambda m: m["lm"]["blank_filling"]["correct"],
-             lambda m: m["lm"]["blank_filling"]["baseline"]["correct"], "most frequent token"),
-    # Per text, paired with the verse rule on the same text: whether a mark follows a word is decided by
-    # what comes after it, which only a bidirectional reader has seen.
-    "tag": ("punctuation restoration F1 per text (tagging)", True, lambda m: m["tag"]["per_example"]["f1"],
-            lambda m: m["tag"]["line_break_rule"]["per_example"]["f1"], "a mark before every line break"),
-    # Reported, not judged: a decoder's last position reads the whole text as well, so whether a sequence's
-    # label needs both sides of every position is what this row measures, not what a rule assumes.
-    "classify": ("line order accuracy (classification)", True, lambda m: m["classify"]["correct"],
-                 lambda m: m["classify"]["baseline"]["correct"], "majority class"),
-    "embed": ("retrieval recall@10 (ICT)", True,
-                 lambda m: m["embed"]["per_query"]["recall@10"],
-                 lambda m: m["embed"]["baseline"]["expected"]["recall@10"], "random"),
-    "seq2seq": ("passage -> speakers F1", True,
-                lambda m: m["seq2seq"]["per_example"]["items_f1"],
-                lambda m: m["seq2seq"]["baseline"]["per_example"]["items_f1"], "copy the first line"),
-}
+# ---- the rows, and the per-item measurements gathered over seeds ---------------------------------
 
 
-def gather(measured: Mapping[int, Mapping[str, dict]], row: str) -> tuple[dict[str, PerSeed], dict]:
+@dataclass(frozen=True)
+class CompareRow:
+    """One row of the report: what a run's measures give per test item, its baseline, and its claim."""
+
+    key: str  # unique within a compare: "next_token", "fill", or a task's name (the plays': its kind)
+    kind: str  # what ``cannot`` is asked: the measure, or the task's kind
+    label: str
+    higher: bool
+    scores: Callable[[dict], Any]  # a run's measures -> its per-item scores (None: not measured)
+    baseline: Callable[[dict], Any]  # per item (paired) or a constant
+    baseline_name: str
+    claim: str | None  # the claim that judges it; None: reported beside the claims
+
+
+HELD_OUT_ROWS = (
+    CompareRow("next_token", "next_token", "held-out next-token loss (nats/char)", False,
+               lambda m: m["lm"].get("nats_blocks"), lambda m: m["lm"]["unigram_blocks"], "unigram", GENERATE),
+    # Filling a blank is MLM's own pretraining task, not a job of the rule of thumb: reported, not judged.
+    CompareRow("fill", "fill", "fill a blank (token accuracy)", True, lambda m: m["lm"]["blank_filling"]["correct"],
+               lambda m: m["lm"]["blank_filling"]["baseline"]["correct"], "most frequent token", None),
+)
+PLAYS_TASKS = ("tag", "classify", "embed", "seq2seq")  # compare's tasks when it is given none
+
+
+def task_row(key: str, kind: str, row: Row) -> CompareRow:
+    """A task's ``Row`` (read from its record, the run's measure ``key``) as a compare row under its claim."""
+    return CompareRow(key, kind, row.label, row.higher, lambda m: row.scores(m[key]), lambda m: row.baseline(m[key]),
+                      row.baseline_name, TASKS[kind].claim)
+
+
+def rows_of(tasks: Sequence[UserTask]) -> tuple[CompareRow, ...]:
+    """Compare's rows: the held-out text's, then each user task's, or the plays' when there is none."""
+    if not tasks:
+        return HELD_OUT_ROWS + tuple(task_row(kind, kind, TASKS[kind].plays_row) for kind in PLAYS_TASKS)
+    return HELD_OUT_ROWS + tuple(task_row(t.spec.name, t.spec.kind, TASKS[t.spec.kind].user_row(t)) for t in tasks)
+
+
+def gather(measured: Mapping[int, Mapping[str, dict]], row: CompareRow) -> tuple[dict[str, PerSeed], dict]:
     """Per column that has the row, its per-item scores of every seed, and its baseline (per item, or a
     constant)."""
-    _, _, scores_of, baseline_of, _ = ROWS[row]
     scores, baselines = {}, {}
     for family in next(iter(measured.values())):
         try:
-            per_seed = [scores_of(measured[seed][family]) for seed in measured]
+            per_seed = [row.scores(measured[seed][family]) for seed in measured]
         except KeyError:
             continue
         if any(values is None for values in per_seed):
             continue
         scores[family] = per_seed
-        base = [baseline_of(measured[seed][family]) for seed in measured]
+        base = [row.baseline(measured[seed][family]) for seed in measured]
         baselines[family] = sum(base) / len(base) if isinstance(base[0], (int, float)) else base
     return scores, baselines
 
@@ -105,80 +138,97 @@ def gather(measured: Mapping[int, Mapping[str, dict]], row: str) -> tuple[dict[s
 Part = tuple  # (what, predicted winner's scores, the other's, higher is better, their baselines or None)
 
 
-def judge(parts: Sequence[Part]) -> tuple[str, list[str]]:
-    """``held`` if every part separates the predicted way, ``falsified`` if any separates the other
-    way. A side wins a part only if it also clears its own trivial baseline (``baselines``: the
-    predicted side's and the other's, per item or constants): beating a model that is at chance,
-    while at chance oneself, is not evidence for either family."""
-    outcomes, details = [], []
-    for what, predicted, other, higher, baselines in parts:
-        base_p, base_o = baselines if baselines is not None else (None, None)
-        clears_p = base_p is None or beats(predicted, base_p, higher)
-        clears_o = base_o is None or beats(other, base_o, higher)
-        order, gap = separation(predicted, other, higher)
-        if order > 0 and clears_p:
-            outcomes.append(HELD)
-        elif order < 0 and clears_o:
-            outcomes.append(FALSIFIED)
-        else:
-            outcomes.append(INCONCLUSIVE)
-        stated = f"{what}: {interval(predicted).text()} vs {interval(other).text()}"
-        if gap is not None:
-            stated += f", paired difference {gap.text()}"
-        if not (clears_p or clears_o):
-            stated += "; neither clears its trivial baseline"
-        elif not clears_p:
-            stated += "; the predicted winner does not clear its trivial baseline"
-        details.append(f"{stated} ({outcomes[-1]})")
-    if FALSIFIED in outcomes:
-        return FALSIFIED, details
-    return (HELD if all(o == HELD for o in outcomes) else INCONCLUSIVE), details
+def judge_part(part: Part) -> tuple[str, str]:
+    """One task's verdict and its sentence: ``held`` if it separates the predicted way with the predicted side
+    clearing its trivial baseline (``baselines``: the predicted side's and the other's, per item or constants),
+    ``falsified`` if it separates the other way with the other side clearing its own: beating a model that is
+    at chance, while at chance oneself, is not evidence for either family."""
+    what, predicted, other, higher, baselines = part
+    base_p, base_o = baselines if baselines is not None else (None, None)
+    clears_p = base_p is None or beats(predicted, base_p, higher)
+    clears_o = base_o is None or beats(other, base_o, higher)
+    order, gap = separation(predicted, other, higher)
+    outcome = HELD if order > 0 and clears_p else FALSIFIED if order < 0 and clears_o else INCONCLUSIVE
+    stated = f"{what}: {interval(predicted).text()} vs {interval(other).text()}"
+    if gap is not None:
+        stated += f", paired difference {gap.text()}"
+    if not (clears_p or clears_o):
+        stated += "; neither clears its trivial baseline"
+    elif not clears_p:
+        stated += "; the predicted winner does not clear its trivial baseline"
+    return outcome, f"{stated} ({outcome})"
+
+
+def claim_verdict(outcomes: Sequence[tuple[str, str]], other: str) -> tuple[str, str]:
+    """A claim's verdict from its tasks' (name, verdict), none dropped, and the line that names them."""
+    if not outcomes:
+        return NOT_MEASURED, "not measured: no task of this job was given"
+    by = {v: [name for name, verdict in outcomes if verdict == v] for v in (HELD, FALSIFIED, INCONCLUSIVE)}
+    said = "; ".join(f"{v} on {', '.join(names)}" + (f" (the {other} ahead)" if v == FALSIFIED else "")
+                     for v, names in by.items() if names)
+    if not by[FALSIFIED] and not by[INCONCLUSIVE]:
+        return HELD, said
+    if by[HELD] and by[FALSIFIED]:
+        return MIXED, said
+    return (FALSIFIED if by[FALSIFIED] else INCONCLUSIVE), said
+
+
+def judge(parts: Sequence[Part], other: str = "other family") -> tuple[str, list[str]]:
+    """Each part judged (``judge_part``), then the claim (``claim_verdict``): its line, then each part's."""
+    judged = [judge_part(part) for part in parts]
+    verdict, said = claim_verdict([(part[0].split(":")[0], outcome) for part, (outcome, _) in zip(parts, judged)],
+                                  other)
+    return verdict, [f"{verdict}: {said}", *[line for _, line in judged]]
 
 
 def ttft_milliseconds(ttft: Mapping[int, dict]) -> dict[str, PerSeed]:
-    """Each writing column's timed first tokens, per seed, in milliseconds."""
-    timed = next(iter(ttft.values()))["seconds"]
-    return {f: [[1000 * t for t in ttft[seed]["seconds"][f]] for seed in ttft] for f in timed}
+    """Each writing column's timed first tokens, per seed, in milliseconds (none when no source was timed)."""
+    first = next(iter(ttft.values()), {})
+    if not first.get("seconds"):
+        return {}
+    return {f: [[1000 * t for t in ttft[seed]["seconds"][f]] for seed in ttft] for f in first["seconds"]}
 
 
 @dataclass(frozen=True)
 class Evidence:
-    """What the three rules read: every row's per-item scores and baselines, and the first-token times."""
+    """What the three rules read: the rows, every row's per-item scores and baselines, the first-token times."""
 
-    gathered: Mapping[str, tuple[dict, dict]]  # row -> (column -> per-seed scores, column -> baseline)
+    rows: tuple[CompareRow, ...]
+    gathered: Mapping[str, tuple[dict, dict]]  # row key -> (column -> per-seed scores, column -> baseline)
     ttft_ms: Mapping[str, PerSeed]
 
-    def part(self, what: str, row: str, predicted: str, other: str) -> Part:
-        scores, baselines = self.gathered[row]
-        return what, scores[predicted], scores[other], ROWS[row][1], (baselines[predicted], baselines[other])
+    def parts(self, claim: str) -> list[Part]:
+        """Every row of ``claim``: the predicted family against the other, on the same items."""
+        predicted, other = CLAIMS[claim]
+        parts = []
+        for row in self.rows:
+            if row.claim != claim:
+                continue
+            scores, baselines = self.gathered[row.key]
+            parts.append((row.label, scores[predicted], scores[other], row.higher,
+                          (baselines[predicted], baselines[other])))
+        if claim == READ_THEN_WRITE and parts and predicted in self.ttft_ms and other in self.ttft_ms:
+            parts.append(("time to first token (ms) on a long source", self.ttft_ms[predicted], self.ttft_ms[other],
+                          False, None))
+        return parts
 
 
-def _tag_and_retrieval(e: Evidence, arms=None) -> tuple[str, list[str]]:
-    return judge([e.part("punctuation F1 per text, encoder vs decoder", "tag", "encoder", "decoder"),
-                  e.part("retrieval recall@10, encoder vs decoder", "embed", "encoder", "decoder")])
+def claim_rule(claim: str) -> Callable[[Evidence, Any], tuple[str, list[str]]]:
+    return lambda e, arms=None: judge(e.parts(claim), CLAIMS[claim][1])
 
 
-def _next_token(e: Evidence, arms=None) -> tuple[str, list[str]]:
-    return judge([e.part("nats/char, decoder vs encoder (left context through [MASK])", "next_token", "decoder",
-                         "encoder")])
-
-
-def _read_then_write(e: Evidence, arms=None) -> tuple[str, list[str]]:
-    return judge([e.part("speakers F1, encoder-decoder vs decoder", "seq2seq", "encoder-decoder", "decoder"),
-                  ("time to first token (ms), encoder-decoder vs decoder", e.ttft_ms["encoder-decoder"],
-                   e.ttft_ms["decoder"], False, None)])
-
-
-PAIRED = ("held if every comparison separates the predicted way (paired 95% interval of the difference over the "
-          "same test items) and the predicted winner clears its trivial baseline; falsified if any separates "
-          "the other way with the other side clearing its baseline; inconclusive otherwise")
+PAIRED = ("each task: held if it separates the predicted way (paired 95% interval of the difference over the "
+          "same test items) and the predicted winner clears its trivial baseline; falsified if it separates the "
+          "other way with the other side clearing its baseline; inconclusive otherwise. The claim, from all of "
+          "its tasks: held if every task held; mixed if some held and some were falsified; falsified if some "
+          "were and none held; inconclusive otherwise; not measured without a task of its job")
 RULES = (
-    Rule("the encoder beats the decoder at tagging (punctuation restoration) and retrieval", PAIRED,
-         _tag_and_retrieval, claim="embed, score or classify => encoder"),
-    Rule("the decoder's held-out next-token loss is below the encoder's by repeated [MASK]", PAIRED, _next_token,
-         claim="generate => decoder"),
-    Rule("the encoder-decoder beats the decoder-only model at passage -> speakers and reaches its first token "
-         "sooner on a long source", PAIRED, _read_then_write, claim="read-then-write => encoder-decoder"),
+    Rule("the encoder beats the decoder at every classify, tag, retrieval (embed) and rerank task", PAIRED,
+         claim_rule(ENCODER_JOBS), claim=ENCODER_JOBS),
+    Rule("the decoder's held-out next-token loss is below the encoder's by repeated [MASK]", PAIRED,
+         claim_rule(GENERATE), claim=GENERATE),
+    Rule("the encoder-decoder beats the decoder-only model at every seq2seq task and reaches its first token "
+         "sooner on a long source", PAIRED, claim_rule(READ_THEN_WRITE), claim=READ_THEN_WRITE),
 )
 
 
@@ -211,7 +261,7 @@ def best_cell(scores: Mapping[str, PerSeed], baselines: Mapping[str, PerSeed | f
 def standing(e: Evidence, column: str) -> list[str]:
     """Where ``column`` (one beside the families) separates from a family, by the rules' own test: a paired
     interval of the difference that excludes 0, with the side ahead clearing its trivial baseline."""
-    rows = {**{row: (ROWS[row][0], ROWS[row][1], *e.gathered[row]) for row in ROWS},
+    rows = {**{row.key: (row.label, row.higher, *e.gathered[row.key]) for row in e.rows},
             "ttft": ("time to first token (ms)", False, e.ttft_ms, {})}
     said = []
     for label, higher, scores, baselines in rows.values():
@@ -258,7 +308,8 @@ def by_seed(m: Measured) -> dict[int, dict[str, dict]]:
 
 def evidence(m: Measured, metrics: dict | None = None) -> Evidence:
     measured = by_seed(m)
-    return Evidence({row: gather(measured, row) for row in ROWS}, ttft_milliseconds(m.per_seed))
+    rows = m.setup.plan.rows
+    return Evidence(rows, {row.key: gather(measured, row) for row in rows}, ttft_milliseconds(m.per_seed))
 
 
 def _last_points(m: Measured, family: str) -> list[dict]:
@@ -302,36 +353,39 @@ def tabulate(m: Measured) -> tuple[dict, list]:
         ["final validation loss (own objective)", *[f"{mean_of(a.key, 'val_loss'):.3f}" for a in arms], ""],
     ]
     metrics = {}
-    for row, (label, higher, _, _, baseline_name) in ROWS.items():
-        scores, baselines = e.gathered[row]
+    for row in e.rows:
+        label, higher, baseline_name = row.label, row.higher, row.baseline_name
+        scores, baselines = e.gathered[row.key]
         cells = []
         for arm in arms:
             column, kind = arm.key, kind_of[arm.key]
             if column not in scores:
-                cells.append(cannot(kind, row) or "n/a")
+                cells.append(cannot(kind, row.kind) or "n/a")
                 continue
             cell = f"{interval(scores[column]).text()} ({baseline_name} {_baseline_text(baselines[column])})"
             if len(seeds) > 1:
                 _, spread = mean_and_spread([sum(v) / len(v) for v in scores[column]])
                 cell += f" (sd over seeds {spread:.3f})"
-            if row == "next_token" and kind.encoder_only:
+            if row.kind == "next_token" and kind.encoder_only:
                 both = interval([measured[seed][column]["lm"]["both_sides_blocks"] for seed in measured])
                 cell += f"; left context only, through [MASK] ({both.text()} with both sides)"
-            elif row == "next_token" and kind.reads_bidirectionally:
+            elif row.kind == "next_token" and kind.reads_bidirectionally:
                 cell += "; read causally"
-            elif row == "fill" and kind.reads_bidirectionally:
+            elif row.kind == "fill" and kind.reads_bidirectionally:
                 cell += "; both sides, its [MASK] answered from the position before it"
-            elif row == "fill" and kind.causal:
+            elif row.kind == "fill" and kind.causal:
                 cell += "; left side only"
-            elif row == "fill" and kind.two_stacks:
+            elif row.kind == "fill" and kind.two_stacks:
                 cell += ("; rewriting the source up to the blank" if _objective(m, arm) == "denoise"
                          else "; via sentinel span")
-            elif row == "classify":  # where the label is read: [CLS], the last position, or the mean of them all
-                cell += f"; {measured[seeds[0]][column]['classify']['pooling']} pooling"
+            elif row.kind == "classify":  # where the label is read: [CLS], the last position, or the mean of them all
+                cell += f"; {measured[seeds[0]][column][row.key]['pooling']} pooling"
             cells.append(cell)
         rows.append([label + " [95% interval]", *cells, best_cell(scores, baselines, higher)])
         metrics[label] = {f: [sum(v) / len(v) for v in scores[f]] for f in scores}
     first = m.per_seed[seeds[0]]
+    if not e.ttft_ms:  # no seq2seq task, so no source to time
+        return metrics, rows
     rows.append([(f"time to first token, {first['source_tokens']}-token sources, batch {first['batch']} "
                   "(ms, mean [95% interval])"),
                  *[interval(e.ttft_ms[a.key]).text(2) if a.key in e.ttft_ms else cannot(kind_of[a.key], "ttft")
@@ -341,13 +395,17 @@ def tabulate(m: Measured) -> tuple[dict, list]:
 
 def meta(m: Measured, metrics: dict) -> dict:
     """Each row's direction, per-family baseline and 95% intervals, for its plot."""
-    out, gathered = {}, evidence(m).gathered
-    for row, (label, higher, _, _, baseline_name) in ROWS.items():
-        scores, baselines = gathered[row]
+    out, e = {}, evidence(m)
+    for row in e.rows:
+        label, higher, baseline_name = row.label, row.higher, row.baseline_name
+        scores, baselines = e.gathered[row.key]
         out[label] = {"higher": higher, "baseline_name": baseline_name,
                       "baseline": {f: _baseline_mean(baselines[f]) for f in scores},
                       "intervals": {f: [iv.mean, iv.low, iv.high] for f, iv in
-                                    ((f, interval(scores[f])) for f in scores)}}
+                                    ((f, interval(scores[f])) for f in scores)},
+                      # for the figure at a glance: the family the row's claim predicts, and the one that won
+                      "predicted": CLAIMS[row.claim][0] if row.claim else None,
+                      "winner": best_family(scores, baselines, higher)}
     return out
 
 
@@ -364,14 +422,14 @@ def summary(m: Measured, metrics: dict) -> str:
     verdicts = [(rule.claim, rule.judge(e, m.arms)[0]) for rule in RULES]
     scope = (f"{len(seeds)} seeds (intervals over seeds and test items)" if len(seeds) > 1 else
              "a single seed (intervals over test items only; `--seeds 3` adds the spread between seeds)")
-    best = {row: best_family(*e.gathered[row], ROWS[row][1]) for row in ROWS}
+    best = {row.label: best_family(*e.gathered[row.key], row.higher) for row in e.rows}
     beside = [f" The {arm.label}, beside the families: {'; '.join(said)}." for arm in m.arms
               if arm.key not in FAMILIES and (said := standing(e, arm.key))]
     return (f"{'Not evidence (too few pretraining steps, see the warning). ' if warning(m) else ''}"
             f"At {s.seconds:.0f} s of pretraining per family on this machine, {scope}: "
             + "; ".join(f"{claim} {verdict}" for claim, verdict in verdicts) + ". "
             + "Best (95% intervals separate it from the other families and from the trivial baseline): "
-            + "; ".join(f"{ROWS[r][0]}: {best[r]}" for r in ROWS) + "." + "".join(beside))
+            + "; ".join(f"{label}: {winner}" for label, winner in best.items()) + "." + "".join(beside))
 
 
 def samples(m: Measured) -> dict:
@@ -379,8 +437,21 @@ def samples(m: Measured) -> dict:
     return {f"{a.label} sample (seed {first})": m.measured[WALL][a.key][0]["lm"]["sample"] for a in m.arms}
 
 
+def data_notes(described: dict) -> list[str]:
+    """The report's lines on its data: the corpus, then each task's files, rows, labels and how it is read."""
+    lines = [f"Data: pretraining on {described['corpus']}; the held-out text rows read its validation part."]
+    for t in described["tasks"]:
+        files = ", ".join(f"`{path}` (sha256 {digest})" for path, digest in t["files"].items())
+        extra = "".join(f"; {key.replace('_', ' ')}: {t[key]}" for key in ("labels", "why_metric", "read_out",
+                                                                           "first_stage", "collection") if key in t)
+        lines.append(f"Task {t['name']} ({t['kind']}, `--task {t['flag']}`): {files}; {t['train_rows']:,} training "
+                     f"and {t['test_rows']:,} test rows ({t['split']}){extra}.")
+    return lines
+
+
 def notes(m: Measured) -> list[str]:
     return [
+        *data_notes(m.setup.plan.describe()),
         ("Validation losses of different objectives are not comparable to each other (MLM: per masked "
          "token; CLM: per token; span corruption and denoising: per target token); the held-out nats/char "
          "row is."),

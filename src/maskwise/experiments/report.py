@@ -54,6 +54,53 @@ def pyplot():
     return plt
 
 
+# One colour per family (and compare's hybrid column) in every plot; other groups take matplotlib's cycle.
+COLOURS = {"encoder": "#4c72b0", "decoder": "#dd8452", "encoder-decoder": "#55a868", "hybrid": "#8172b3"}
+
+
+def ordered(names) -> list[str]:
+    """The families first, in one order (``COLOURS``'), then any other group in the order given."""
+    names = list(names)
+    return [n for n in COLOURS if n in names] + [n for n in names if n not in COLOURS]
+
+
+def _plot_overview(results: dict, out: Path) -> list[Path]:
+    """The figure at a glance: rows by families, each cell the mean and 95% interval, the family the row's
+    claim predicts framed, the one whose intervals separate it from the others and the baseline filled."""
+    rows = {metric: meta for metric, meta in results.get("metric_meta", {}).items() if "winner" in meta}
+    if not rows:
+        return []
+    plt = pyplot()
+    families = ordered({f for meta in rows.values() for f in meta["intervals"]})
+    fig, ax = plt.subplots(figsize=(2.3 * len(families) + 4.2, 0.62 * len(rows) + 1.3))
+    for y, (metric, meta) in enumerate(rows.items()):
+        for x, family in enumerate(families):
+            won = meta["winner"] == family
+            ax.add_patch(plt.Rectangle((x, y), 1, 1, facecolor=COLOURS.get(family, "#999999") if won else "white",
+                                       alpha=0.35 if won else 1.0, edgecolor="#dddddd"))
+            if family == meta.get("predicted"):
+                ax.add_patch(plt.Rectangle((x + 0.03, y + 0.06), 0.94, 0.88, fill=False, linewidth=2,
+                                           edgecolor=COLOURS.get(family, "black")))
+            cell = meta["intervals"].get(family)
+            text = f"{cell[0]:.3f}\n[{cell[1]:.3f}, {cell[2]:.3f}]" if cell else "cannot"
+            ax.text(x + 0.5, y + 0.5, text, ha="center", va="center", fontsize=8)
+    ax.set_xlim(0, len(families))
+    ax.set_ylim(len(rows), 0)
+    ax.set_xticks([x + 0.5 for x in range(len(families))], families, fontsize=9)
+    ax.xaxis.tick_top()
+    labels = [textwrap.shorten(m, 48) + ("  (lower is better)" if not meta["higher"] else "")
+              for m, meta in rows.items()]
+    ax.set_yticks([y + 0.5 for y in range(len(rows))], labels, fontsize=8)
+    ax.tick_params(length=0)
+    ax.set_title("framed: the family the claim predicts; filled: the winner (intervals separate it from the other "
+                 "families and the trivial baseline)", fontsize=8, pad=22)
+    fig.tight_layout()
+    path = out / "overview.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
+
+
 def _plot_curves(results: dict, out: Path) -> list[Path]:
     plt = pyplot()
     runs = [r for r in results.get("runs", []) if r.get("curve")]
@@ -67,7 +114,7 @@ def _plot_curves(results: dict, out: Path) -> list[Path]:
                       if r.get("val_loss") is not None]
             if points:
                 xs, ys = zip(*points)
-                ax.plot(xs, ys, marker=".", label=run["label"])
+                ax.plot(xs, ys, marker=".", label=run["label"], color=COLOURS.get(run.get("group")))
         ax.set_xlabel(label)
         ax.set_ylabel("validation loss (per loss-carrying position)")
         ax.set_title(f"validation loss vs {label}")
@@ -102,7 +149,7 @@ def _plot_metrics(results: dict, out: Path) -> list[Path]:
     plt = pyplot()
     paths = []
     for metric, groups in results.get("metrics", {}).items():
-        names = [g for g, values in groups.items() if values]
+        names = ordered(g for g, values in groups.items() if values)
         if not names:
             continue
         meta = results.get("metric_meta", {}).get(metric, {})
@@ -110,10 +157,10 @@ def _plot_metrics(results: dict, out: Path) -> list[Path]:
         stats = [tuple(given[g]) if g in given else metric_interval(groups[g]) for g in names]
         fig, ax = plt.subplots(figsize=(max(6.0, 1.4 * len(names) + 4.0), 3.6))  # room for the legend beside
         xs = range(len(names))
-        means = [m for m, _, _ in stats]
-        ax.errorbar(xs, means, yerr=[[m - lo for m, lo, _ in stats], [hi - m for m, _, hi in stats]],
-                    fmt="o", color="#4c72b0", ecolor="#4c72b0", elinewidth=2, capsize=0, markersize=7,
-                    label="mean [95% interval]")
+        for x, name, (mean, low, high) in zip(xs, names, stats):
+            colour = COLOURS.get(name, "#4c72b0")
+            ax.errorbar([x], [mean], yerr=[[mean - low], [high - mean]], fmt="o", color=colour, ecolor=colour,
+                        elinewidth=2, capsize=0, markersize=7, label="mean [95% interval]" if x == 0 else None)
         baselines = meta.get("baseline", {})
         drawn = False
         for x, name in zip(xs, names):
@@ -152,6 +199,9 @@ def _markdown(results: dict, images: list[Path]) -> str:
         lines.append("")
     if results.get("summary"):
         lines += ["## Summary", "", results["summary"], ""]
+    glance = [p for p in images if p.name == "overview.png"]
+    lines += [f"![{p.stem}]({p.name})\n" for p in glance]
+    images = [p for p in images if p not in glance]
     if results.get("verdicts"):
         seeds = len(results.get("settings", {}).get("seeds", [])) or 1
         scope = "one seed" if seeds == 1 else f"over {seeds} seeds"
@@ -271,7 +321,7 @@ def render(out: str | Path) -> Path:
     """(Re-)render report.md, report.html and the PNGs of ``out`` from its results.json."""
     out = Path(out)
     results = read_results(out)
-    images = _plot_curves(results, out) + _plot_metrics(results, out)
+    images = _plot_overview(results, out) + _plot_curves(results, out) + _plot_metrics(results, out)
     markdown_text = _markdown(results, images)
     atomic_write(out / REPORT_MD, markdown_text.encode())
     atomic_write(out / REPORT_HTML, _html(markdown_text, images).encode())

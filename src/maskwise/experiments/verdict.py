@@ -16,6 +16,8 @@ import statistics
 from dataclasses import dataclass
 
 HELD, FALSIFIED, INCONCLUSIVE = "held", "falsified", "inconclusive"
+# A claim judged over several tasks: some held and some falsified; or no task of its kind was given.
+MIXED, NOT_MEASURED = "mixed", "not measured"
 
 # Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom; above 30 the normal's 1.960
 # is within 4% of them.

@@ -18,6 +18,7 @@ baseline, so a number never travels without what it should be compared to.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -161,6 +162,10 @@ def classification_results(predicted: Sequence[str], gold: Sequence[str], train_
     labels = sorted(set(gold) | set(train_labels))
     majority = majority_label(train_labels)
     baseline = [majority] * len(gold)
+    per_label = Counter(gold)
+    # Each item's 0/1 weighted by n / (labels x its label's count): their mean is balanced accuracy (the mean of
+    # per-label recalls), so an interval over items can be drawn for it as for accuracy.
+    weight = [len(gold) / (len(per_label) * per_label[g]) for g in gold]
     return {
         "task": "classify",
         **settings,
@@ -168,9 +173,11 @@ def classification_results(predicted: Sequence[str], gold: Sequence[str], train_
         "accuracy": accuracy(predicted, gold),
         "macro_f1": macro_f1(predicted, gold, labels),
         "correct": [int(p == g) for p, g in zip(predicted, gold)],
+        "balanced_correct": [w * (p == g) for w, p, g in zip(weight, predicted, gold)],
         "baseline": {"name": "majority class", "label": majority,
                      "accuracy": accuracy(baseline, gold), "macro_f1": macro_f1(baseline, gold, labels),
-                     "correct": [int(majority == g) for g in gold]},
+                     "correct": [int(majority == g) for g in gold],
+                     "balanced_correct": [w * (majority == g) for w, g in zip(weight, gold)]},
     }
 
 

@@ -51,7 +51,12 @@ from maskwise.tasks.retrieve import (
     evaluate_graded_retrieval,
     evaluate_retrieval,
 )
-from maskwise.tasks.seq2seq import Seq2SeqConfig, evaluate_seq2seq, train_seq2seq
+from maskwise.tasks.seq2seq import (
+    Seq2SeqConfig,
+    evaluate_seq2seq,
+    lead_words,
+    train_seq2seq,
+)
 from maskwise.tasks.tag import TagConfig, evaluate_tagger, tag_counts, train_tagger
 
 
@@ -141,8 +146,9 @@ def _seq2seq(model, tokenizer, cfg: Seq2SeqConfig, runtime: Runtime, data, label
     train_seq2seq(model, tokenizer, train, cfg, augment=rename_speakers, augment_prob=cfg.rename_speakers,
                   runtime=runtime)
     generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)  # target, [EOS]
+    lead = None if data is None else lead_words(train)  # a user's rows: the lead baseline, not the first speaker
     return model, lambda: evaluate_seq2seq(model, tokenizer, test, generation, max_target_len=cfg.max_target_len,
-                                           progress=cfg.progress, source_edges=cfg.source_edges,
+                                           progress=cfg.progress, source_edges=cfg.source_edges, lead=lead,
                                            train_examples=len(train)), test
 
 

@@ -145,12 +145,22 @@ def generation_scores(predicted: Sequence[str], examples: Sequence[Seq2SeqExampl
     }
 
 
+def lead_words(train: Sequence[Seq2SeqExample]) -> int:
+    """How many of the source's first words the lead baseline copies: the training targets' mean word count."""
+    return max(1, round(sum(len(e.target.split()) for e in train) / max(len(train), 1)))
+
+
 def evaluate_seq2seq(model: nn.Module, tokenizer, test: Sequence[Seq2SeqExample], gen: GenerationConfig,
                      max_target_len: int = 64, progress: bool = True, source_edges: Sequence[int] = SOURCE_EDGES,
-                     **settings) -> dict:
+                     lead: int | None = None, **settings) -> dict:
+    """Generate each test target and score it beside a baseline: the source's first ``lead`` words (a user's
+    rows: the lead of a summary, the classic floor), else its first line (the plays: the first speaker)."""
     predicted = predict_seq2seq(model, tokenizer, [e.source for e in test], gen, max_target_len,
                                 progress=progress)
-    baseline = [first_speaker_baseline(e.source) for e in test]
+    if lead is None:
+        baseline, baseline_name = [first_speaker_baseline(e.source) for e in test], "copy the first line of the source"
+    else:
+        baseline, baseline_name = [" ".join(e.source.split()[:lead]) for e in test], f"the source's first {lead} words"
     return {
         "task": "seq2seq",
         "family": model.cfg.family,
@@ -158,7 +168,7 @@ def evaluate_seq2seq(model: nn.Module, tokenizer, test: Sequence[Seq2SeqExample]
         **settings,
         "n_test": len(test),
         **generation_scores(predicted, test, source_edges),
-        "baseline": {"name": "copy the first line of the source", **generation_scores(baseline, test, source_edges)},
+        "baseline": {"name": baseline_name, **generation_scores(baseline, test, source_edges)},
         "examples": [{"source": e.source, "target": e.target, "predicted": p}
                      for e, p in list(zip(test, predicted))[:5]],
     }

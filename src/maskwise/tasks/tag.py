@@ -156,7 +156,8 @@ def tagging_results(predicted: Sequence[Sequence[str]], test: Sequence[TaggedTex
         "correct": [int(p == g) for p, g in zip(flat, gold)],
         "per_example": {"f1": window_f1(predicted, test)},
         "baseline": {"name": "most frequent tag", "tag": majority,
-                     **tag_scores([majority] * len(gold), gold, OUTSIDE)},
+                     **tag_scores([majority] * len(gold), gold, OUTSIDE),
+                     "per_example": {"f1": window_f1([[majority] * len(e.tags) for e in test], test)}},
         "line_break_rule": {"name": f"{rule_tag!r} before every line break", **tag_scores(rule, gold, OUTSIDE),
                             "per_example": {"f1": window_f1(rule_rows, test)}},
     }

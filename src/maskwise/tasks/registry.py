@@ -1,0 +1,292 @@
+"""Every task kind ``compare`` can judge, declared once: how a user's files are read and checked, how its
+fine-tune is configured for them, which claim of the rule of thumb it belongs to, and its row (the
+per-item scores, the trivial baseline, the direction) on the plays and on a user's rows.
+
+The claims are the design notes' three; each task belongs to one, fixed here before any number is
+seen: classify, tag, embed (retrieval) and rerank are the encoder's jobs; seq2seq is read-then-write.
+(Generation is read on held-out next-token loss of the corpus itself, which every compare measures.)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from maskwise.data.beir import beir_splits, open_beir
+from maskwise.data.tagging import tagged_from_file
+from maskwise.data.task_files import (
+    hold_out,
+    labelled_texts_from_file,
+    retrieval_split,
+    seq2seq_from_file,
+)
+from maskwise.data.user_tasks import TaskSpec, UserTask, distribution
+from maskwise.errors import UserError
+from maskwise.runs import (
+    CONFIG_FILE,
+    HEAD_FILE,
+    MODEL_FILE,
+    TOKENIZER_FILE,
+    save_weights,
+    write_json,
+)
+from maskwise.tasks.finetune import FinetuneConfig
+from maskwise.tasks.rerank import hard_negatives
+from maskwise.tasks.retrieve import bm25_ranking
+
+ENCODER_JOBS = "embed, score or classify => encoder"
+GENERATE = "generate => decoder"
+READ_THEN_WRITE = "read-then-write => encoder-decoder"
+# claim -> (the family it predicts wins, the family it is compared with)
+CLAIMS: dict[str, tuple[str, str]] = {ENCODER_JOBS: ("encoder", "decoder"), GENERATE: ("decoder", "encoder"),
+                                      READ_THEN_WRITE: ("encoder-decoder", "decoder")}
+# A classification test set whose most frequent label has this many times the rows of its rarest is read by
+# balanced accuracy (the mean of per-label recalls), where accuracy would reward always answering the majority.
+IMBALANCE = 1.5
+
+
+@dataclass(frozen=True)
+class Row:
+    """How one task's evaluation record becomes a compare row: per-item scores and a baseline to clear."""
+
+    label: str
+    higher: bool
+    scores: Callable[[dict], list[float]]  # the record -> one score per test item
+    baseline: Callable[[dict], list[float] | float]  # per item (paired), or a constant
+    baseline_name: str
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task kind: its claim, its rows, and how a user's files become its rows."""
+
+    kind: str  # the fine-tune's name (``recipes.TASKS``, ``maskwise finetune KIND``)
+    claim: str
+    plays_row: Row | None  # its row when compare reads the plays (None: the plays' compare has none)
+    user_row: Callable[[UserTask], Row]
+    read: Callable[[TaskSpec], UserTask]  # reads and checks every file, or raises a one-line UserError
+    # The scale's config adjusted to the user's rows (settings that only the plays' rows have turned off);
+    # (config, task, tokens of context the smallest family's stack holds) -> config, or a one-line UserError.
+    configure: Callable[[FinetuneConfig, UserTask, int], FinetuneConfig] = lambda cfg, task, context: cfg
+    # What ``run_task`` is given as the caller's rows (``tasks.run.run_task``'s ``data``).
+    run_data: Callable[[UserTask, FinetuneConfig], Any] = lambda task, cfg: (task.train, task.test)
+    # What a fine-tune folder keeps: (what ``run_task`` trained, its record, its config) -> (the config.json
+    # task record ``interop.folders`` reads back, the module saved as the model, the head saved beside it or None).
+    kept: Callable[[Any, dict, FinetuneConfig], tuple[dict, Any, Any]] = lambda trained, record, cfg: ({}, trained,
+                                                                                                        None)
+    # The text of each test item a model reads (to warn when the pretraining corpus holds it verbatim).
+    test_texts: Callable[[UserTask], list[str]] = lambda task: [e.text for e in task.test]
+
+
+def save_fine_tune(out: Path, model, tokenizer, task: dict, head=None) -> None:
+    """Lay a fine-tune out as a run folder (``maskwise finetune``'s and compare's), so that every command and
+    ``maskwise export`` open it like any run."""
+    save_weights(model, out / MODEL_FILE)
+    if head is not None:
+        save_weights(head, out / HEAD_FILE)
+    tokenizer.save(out / TOKENIZER_FILE)
+    write_json(out / CONFIG_FILE, {"model": model.cfg.to_dict(), "task": task})
+
+
+def keep_fine_tune(out: Path, kind: str, trained, record: dict, cfg: FinetuneConfig, tokenizer, base: str) -> None:
+    """Write what ``run_task`` trained for task ``kind`` into the fine-tune folder ``out`` (created)."""
+    task, model, head = TASKS[kind].kept(trained, record, cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    save_fine_tune(out, model, tokenizer, {"kind": kind, "base": base, **task}, head)
+
+
+def _split(spec: TaskSpec, read: Callable[[str], list]) -> tuple[list, list]:
+    rows = read(spec.data)
+    return (rows, read(spec.test)) if spec.test else hold_out(rows)
+
+
+def _unseen(spec: TaskSpec, train: Counter, test: Counter, what: str) -> None:
+    """Refuse test labels that no training row has: no head can answer them, and they would be scored as misses."""
+    unseen = {label: n for label, n in test.items() if label not in train}
+    if unseen:
+        shown = ", ".join(f"{label!r} ({n})" for label, n in sorted(unseen.items())[:5])
+        raise UserError(f"task {spec.name}: {sum(unseen.values())} test row(s) of {spec.test or spec.data} have "
+                        f"{what} no training row has: {shown}; add training rows of them or drop those rows")
+
+
+# ---- classify --------------------------------------------------------------------------------------
+
+
+def _read_classify(spec: TaskSpec) -> UserTask:
+    train, test = _split(spec, lambda path: labelled_texts_from_file(path, (spec.text, spec.label)))
+    classes, tested = Counter(e.label for e in train), Counter(e.label for e in test)
+    if len(classes) < 2:
+        raise UserError(f"task {spec.name}: the training rows' {spec.label!r} column holds one label "
+                        f"({next(iter(classes))!r}); classification needs at least 2")
+    _unseen(spec, classes, tested, "labels")
+    balanced = max(tested.values()) >= IMBALANCE * min(tested.values()) and len(tested) > 1
+    metric = "balanced accuracy" if balanced else "accuracy"
+    return UserTask(spec, train, test, len(train), len(test), distribution([e.label for e in train]),
+                    {"metric": metric, "why_metric": (
+                        f"test labels imbalanced (largest/smallest {max(tested.values()) / min(tested.values()):.1f}"
+                        f" >= {IMBALANCE}): balanced accuracy, the mean of per-label recalls" if balanced else
+                        f"test labels balanced within {IMBALANCE}x: accuracy")})
+
+
+def _classify_row(task: UserTask) -> Row:
+    key = "balanced_correct" if task.details["metric"] == "balanced accuracy" else "correct"
+    return Row(f"{task.spec.name}: {task.details['metric']} (classify)", True, lambda r: r[key],
+               lambda r: r["baseline"][key], "majority class")
+
+
+CLASSIFY = Task("classify", ENCODER_JOBS,
+                Row("line order accuracy (classification)", True, lambda r: r["correct"],
+                    lambda r: r["baseline"]["correct"], "majority class"),
+                _classify_row, _read_classify,
+                kept=lambda model, record, cfg: ({"labels": model.labels, "pooling": model.pooling,
+                                                  "freeze": cfg.freeze}, model.body, model.head))
+
+
+# ---- tag -------------------------------------------------------------------------------------------
+
+
+def _read_tag(spec: TaskSpec) -> UserTask:
+    train, test = _split(spec, tagged_from_file)
+    tags = Counter(t for e in train for t in e.tags)
+    _unseen(spec, tags, Counter(t for e in test for t in e.tags), "tags")
+    return UserTask(spec, train, test, len(train), len(test), distribution([t for e in train for t in e.tags]),
+                    {"read_out": "each word's last token (a causal reader has then read the whole word)"})
+
+
+TAG = Task("tag", ENCODER_JOBS,
+           # Per text, paired with the verse rule on the same text: whether a mark follows a word is decided by
+           # what comes after it, which only a bidirectional reader has seen.
+           Row("punctuation restoration F1 per text (tagging)", True, lambda r: r["per_example"]["f1"],
+               lambda r: r["line_break_rule"]["per_example"]["f1"], "a mark before every line break"),
+           lambda task: Row(f"{task.spec.name}: F1 per sentence (tag)", True, lambda r: r["per_example"]["f1"],
+                            lambda r: r["baseline"]["per_example"]["f1"], "most frequent tag"),
+           _read_tag, test_texts=lambda task: [" ".join(e.words) for e in task.test],
+           kept=lambda model, record, cfg: ({"tags": model.tags, "train_counts": record["train_counts"]}, model.body,
+                                            model.head))
+
+
+# ---- embed (retrieval) and rerank ------------------------------------------------------------------
+
+
+def _read_retrieval(spec: TaskSpec) -> UserTask:
+    if Path(spec.data).expanduser().is_dir():  # a BEIR folder: its train qrels, then test (else dev)
+        if spec.test:
+            raise UserError(f"task {spec.name}: a BEIR folder is tested on its own test (or dev) qrels; drop test=")
+        splits = beir_splits(spec.data)
+        held_out = next((s for s in ("test", "dev") if s in splits), None)
+        if "train" not in splits or held_out is None:
+            raise UserError(f"task {spec.name}: BEIR folder {spec.data} needs qrels/train.tsv and qrels/test.tsv "
+                            f"(or dev.tsv); it has {', '.join(splits) or 'none'}")
+        folder = open_beir(spec.data, ("train", held_out))
+        train, test = folder.split("train"), folder.split(held_out)
+        return UserTask(spec, train, test, len(train.queries), len(test.queries),
+                        details={"collection": len(folder.docs), "metric": "nDCG@10", "beir_split": held_out})
+    train, test = retrieval_split(spec.data, spec.test)
+    return UserTask(spec, train, test, len(train.queries), len(test.queries),
+                    details={"collection": len(test.docs), "metric": "recall@10"})
+
+
+def _embed_row(task: UserTask) -> Row:
+    metric = task.details["metric"].lower()
+    if metric == "ndcg@10":  # graded judgements: the random ranking's own nDCG@10 over the same queries
+        return Row(f"{task.spec.name}: nDCG@10 (embed, retrieval)", True, lambda r: r["per_query"]["ndcg@10"],
+                   lambda r: r["baseline"]["ndcg@10"], "random ranking")
+    return Row(f"{task.spec.name}: recall@10 (embed, retrieval)", True, lambda r: r["per_query"]["recall@10"],
+               lambda r: r["baseline"]["expected"]["recall@10"], "random")
+
+
+EMBED = Task("embed", ENCODER_JOBS,
+             Row("retrieval recall@10 (ICT)", True, lambda r: r["per_query"]["recall@10"],
+                 lambda r: r["baseline"]["expected"]["recall@10"], "random"),
+             _embed_row, _read_retrieval, run_data=lambda task, cfg: (task.train.pairs(), task.test),
+             test_texts=lambda task: list(task.test.queries),
+             kept=lambda model, record, cfg: ({"pooling": model.pooling, "normalize": True, "max_len": record["max_len"],
+                                               "temperature": record["temperature"]}, model.body, None))
+
+
+def _read_rerank(spec: TaskSpec) -> UserTask:
+    if Path(spec.data).expanduser().is_dir():
+        raise UserError(f"task {spec.name}: rerank reads query/positive rows (.jsonl, .csv or .tsv); a BEIR "
+                        f"folder serves an embed task")
+    task = _read_retrieval(spec)
+    return replace(task, details={**task.details, "first_stage": "BM25", "metric": "nDCG@10"})
+
+
+def _rerank_data(task: UserTask, cfg) -> tuple:
+    """BM25's near misses as training negatives, and its top ``cfg.candidates`` as each test query's candidates."""
+    negatives = hard_negatives(bm25_ranking(task.train, cfg.n_negatives + 1), task.train.relevant, cfg.n_negatives)
+    return task.train, negatives, task.test, bm25_ranking(task.test, cfg.candidates)
+
+
+RERANK = Task("rerank", ENCODER_JOBS, None,
+              lambda task: Row(f"{task.spec.name}: nDCG@10 over BM25's top candidates (rerank)", True,
+                               lambda r: r["per_query"]["ndcg@10"], lambda r: r["per_query"]["first_stage_ndcg@10"],
+                               "BM25's own order"),
+              _read_rerank, run_data=_rerank_data, test_texts=lambda task: list(task.test.queries),
+              kept=lambda model, record, cfg: ({"reranker": record["kind"], "first_stage": "BM25", "negatives": "bm25",
+                                                "max_len": record["max_len"]},
+                                               *((model.body, model.head) if record["kind"] == "cross" else (model, None))))
+
+
+# ---- seq2seq ---------------------------------------------------------------------------------------
+
+
+def _read_seq2seq(spec: TaskSpec) -> UserTask:
+    train, test = _split(spec, seq2seq_from_file)
+    lengths = sorted(len(e.source) for e in test)
+    # Three source-length buckets of the test rows (terciles), so that the read-then-write claim can read the
+    # longest third, where the seed predicts the encoder-decoder's lead.
+    edges = (0, lengths[len(lengths) // 3], lengths[2 * len(lengths) // 3])
+    return UserTask(spec, train, test, len(train), len(test),
+                    details={"metric": "token F1", "source_edges": list(dict.fromkeys(edges)),
+                             "longest_target_chars": max(len(e.target) for e in [*train, *test])})
+
+
+def _configure_seq2seq(cfg, task: UserTask, context: int):
+    """No speaker renaming (the plays' augmentation); room for the longest target, a character a token at worst."""
+    longest = task.details["longest_target_chars"]
+    if longest + 2 > context // 2:
+        where = max([*task.train, *task.test], key=lambda e: len(e.target)).origin
+        raise UserError(f"task {task.spec.name}: {where} has a target of {longest} characters; at most "
+                        f"{context // 2 - 2} fit (half the smallest context, {context} tokens, a character a "
+                        "token at worst): shorten it or drop the row")
+    return replace(cfg, rename_speakers=0.0, mid_speech=False, max_target_len=max(8, longest + 1),
+                   source_edges=tuple(task.details["source_edges"]))
+
+
+SEQ2SEQ = Task("seq2seq", READ_THEN_WRITE,
+               Row("passage -> speakers F1", True, lambda r: r["per_example"]["items_f1"],
+                   lambda r: r["baseline"]["per_example"]["items_f1"], "copy the first line"),
+               lambda task: Row(f"{task.spec.name}: token F1 (seq2seq)", True, lambda r: r["per_example"]["token_f1"],
+                                lambda r: r["baseline"]["per_example"]["token_f1"], "lead (the source's first words)"),
+               _read_seq2seq, _configure_seq2seq, test_texts=lambda task: [e.source for e in task.test],
+               kept=lambda model, record, cfg: ({"max_target_len": cfg.max_target_len}, model, None))
+
+# The registry: every kind a user's --task may name, in the report's order.
+TASKS: dict[str, Task] = {t.kind: t for t in (TAG, CLASSIFY, EMBED, RERANK, SEQ2SEQ)}
+
+
+def read_tasks(specs: list[TaskSpec]) -> list[UserTask]:
+    """Every spec read and checked (names distinct), in the order given."""
+    names = [s.name for s in specs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UserError(f"--task names {', '.join(twice)} more than once; each task needs its own name")
+    return [TASKS[s.kind].read(s) for s in specs]
+
+
+LEAK_MIN_CHARS = 20  # shorter test texts (a two-word query) occur in any corpus by chance, not by a leak
+
+
+def leaked(tasks: list[UserTask], corpus: str) -> dict[str, int]:
+    """Per task, how many of its test items' texts (of ``LEAK_MIN_CHARS`` or more) occur verbatim in ``corpus``."""
+    counts = {}
+    for task in tasks:
+        texts = [t.strip() for t in TASKS[task.spec.kind].test_texts(task) if len(t.strip()) >= LEAK_MIN_CHARS]
+        found = sum(text in corpus for text in texts)
+        if found:
+            counts[task.spec.name] = found
+    return counts

@@ -1,0 +1,239 @@
+"""`maskwise compare` on a user's corpus and task files: every kind end to end, the per-task verdicts and
+the claim rule on injected measurements, and every bad file refused in one line before anything is written."""
+
+import json
+import random
+import time
+
+import pytest
+
+from maskwise.data.user_tasks import TaskSpec, parse_task
+from maskwise.errors import UserError
+from maskwise.experiments.compare_report import Evidence, claim_verdict, rows_of
+from maskwise.experiments.verdict import (
+    FALSIFIED,
+    HELD,
+    INCONCLUSIVE,
+    MIXED,
+    NOT_MEASURED,
+)
+from maskwise.tasks.registry import (
+    ENCODER_JOBS,
+    GENERATE,
+    READ_THEN_WRITE,
+    TASKS,
+    read_tasks,
+)
+from tests.test_compare import TINY
+from tests.tiny_run import assert_one_line_exit_2, files_in, run_cli
+
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "while", "dogs", "ran", "far", "from", "home", "and", "birds", "sang", "in", "tall", "trees", "near", "quiet", "rivers"]
+
+
+def sentence(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def write_task_files(folder):
+    """A small file of every kind a --task reads, and a corpus: {kind: path}."""
+    rng = random.Random(0)
+    folder.mkdir(exist_ok=True)
+    files = {kind: folder / name for kind, name in (("corpus", "corpus.txt"), ("classify", "topics.csv"),
+                                                    ("tag", "pos.conll"), ("embed", "pairs.jsonl"),
+                                                    ("seq2seq", "heads.jsonl"))}
+    files["corpus"].write_text("\n".join(sentence(rng, 20) for _ in range(300)))
+    rows = []
+    for i in range(48):
+        label = ("calm", "busy")[i % 2]  # the held-out last 10% balanced: read by accuracy
+        rows.append(f'"{sentence(rng, 6)} {"quiet" if label == "calm" else "dogs"}",{label}')
+    files["classify"].write_text("text,label\n" + "\n".join(rows) + "\n")
+    files["tag"].write_text("\n\n".join("\n".join(f"{w}\t{'DET' if w in ('the', 'a') else 'W'}"
+                                                  for w in sentence(rng, 6).split()) for _ in range(40)) + "\n")
+    pairs = [sentence(rng, 10) for _ in range(40)]
+    files["embed"].write_text("\n".join(json.dumps({"query": " ".join(p.split()[:3]), "positive": p}) for p in pairs))
+    heads = [sentence(rng, 12) for _ in range(40)]
+    files["seq2seq"].write_text("\n".join(json.dumps({"source": h, "target": " ".join(h.split()[:3])})
+                                          for h in heads))
+    return files
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_compare_judges_a_task_of_every_kind_from_the_users_files(tmp_path, capsys):
+    files = write_task_files(tmp_path / "data")
+    config = tmp_path / "tiny.toml"  # the seq2seq task in the config file's form, the others as flags
+    config.write_text(TINY + f'\n[[task]]\nname = "heads"\nkind = "seq2seq"\ndata = "{files["seq2seq"]}"\n')
+    out = tmp_path / "cmp"
+    code, _, err = run_cli(
+        capsys, "compare", "--quick", "--config", config, "--out", out, "--no-progress", "--data", files["corpus"],
+        "--task", f"topics=classify:{files['classify']}", "--task", f"pos=tag:{files['tag']}",
+        "--task", f"find=embed:{files['embed']}", "--task", f"order=rerank:{files['embed']}")
+    assert code == 0, err
+    results = json.loads((out / "results.json").read_text())
+    rows = {row[0]: row[1:] for row in results["table"]["rows"]}
+    for label in ("topics: accuracy (classify)", "pos: F1 per sentence (tag)", "find: recall@10 (embed, retrieval)",
+                  "order: nDCG@10 over BM25's top candidates (rerank)", "heads: token F1 (seq2seq)"):
+        assert f"{label} [95% interval]" in rows, label
+    assert "punctuation restoration F1 per text (tagging) [95% interval]" not in rows  # the plays are not read
+    assert rows["heads: token F1 (seq2seq) [95% interval]"][0].startswith("cannot")
+    assert "the source's first 3 words" in json.dumps(json.loads((out / "steps" / "heads-decoder-seed0.json")
+                                                                   .read_text())["baseline"])
+    verdicts = {v["claim"]: v for v in results["verdicts"]}
+    encoder = verdicts[ENCODER_JOBS]["details"]
+    assert [line.split(":")[0] for line in encoder[1:]] == ["topics", "pos", "find", "order"]  # none dropped
+    assert encoder[0].startswith(verdicts[ENCODER_JOBS]["verdict"] + ": ")
+    assert "heads" in verdicts[READ_THEN_WRITE]["details"][1]
+    assert results["settings"]["task_flags"][-1] == f"heads=seq2seq:{files['seq2seq']}"
+    assert results["data"]["tasks"][0]["labels"].startswith(("busy", "calm"))
+    data_notes = [n for n in results["notes"] if n.startswith(("Data:", "Task "))]
+    assert len(data_notes) == 6 and str(files["corpus"]) in data_notes[0] and "sha256" in data_notes[1]
+    prompt = results["samples"]["decoder sample (seed 0)"].split()[:4]  # the held-out text's, not Hamlet's
+    assert "HAMLET" not in json.dumps(results["samples"]) and all(word in WORDS for word in prompt)
+    # The same folder with other tasks would read steps cached for these: refused, nothing changed.
+    before = files_in(out)
+    code, _, err = run_cli(capsys, "compare", "--quick", "--config", config, "--out", out, "--no-progress",
+                           "--data", files["corpus"], "--task", f"topics=classify:{files['classify']}")
+    assert code == 2 and "tasks" in err and files_in(out) == before
+
+
+@pytest.mark.unit
+def test_the_task_flag_reads_name_kind_path_and_options():
+    kinds = tuple(TASKS)
+    spec = parse_task("sst=classify:train.tsv,test=dev.tsv,text=sentence", kinds)
+    assert spec == TaskSpec("sst", "classify", "train.tsv", "dev.tsv", "sentence")
+    assert parse_task(spec.flag(), kinds) == spec
+    for bad, needle in (("classify:x.jsonl", "expected --task NAME=KIND:PATH"), ("a=sort:x.jsonl", "unknown task kind"),
+                        ("a=tag:x.conll,split=0.2", "not one of test=..."), ("a b=tag:x.conll", "letters, digits"),
+                        ("lm=tag:x.conll", "compare's own measures")):
+        with pytest.raises(UserError, match=needle):
+            parse_task(bad, kinds)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("outcomes, verdict, said", [
+    ([("tag", HELD), ("retrieval", HELD)], HELD, "held on tag, retrieval"),
+    ([("tag", HELD), ("line order", FALSIFIED)], MIXED, "held on tag; falsified on line order (the decoder ahead)"),
+    ([("tag", FALSIFIED), ("line order", INCONCLUSIVE)], FALSIFIED, "falsified on tag"),
+    ([("tag", HELD), ("line order", INCONCLUSIVE)], INCONCLUSIVE, "inconclusive on line order"),
+    ([], NOT_MEASURED, "no task of this job was given"),
+])
+def test_a_claim_is_judged_from_every_one_of_its_tasks(outcomes, verdict, said):
+    found, line = claim_verdict(outcomes, "decoder")
+    assert found == verdict and said in line
+
+
+@pytest.mark.unit
+def test_injected_measurements_force_each_claims_verdict():
+    """The three rules on made-up per-item scores: an undecided task is named, never counted as support."""
+
+    def same(value, n=60):
+        return [[value] * n]
+
+    def noisy(mean, n=60):
+        rng = random.Random(mean)
+        return [[mean + rng.uniform(-0.5, 0.5) for _ in range(n)]]
+
+    fams = ("encoder", "decoder", "encoder-decoder")
+    gathered = {
+        "next_token": ({"encoder": same(3.0), "decoder": same(1.5)}, dict.fromkeys(fams, same(3.5))),
+        "fill": ({f: same(0.5) for f in fams}, dict.fromkeys(fams, same(0.1))),
+        "tag": ({"encoder": same(0.8), "decoder": same(0.2), "encoder-decoder": same(0.5)}, dict.fromkeys(fams, same(0.1))),
+        "classify": ({"encoder": same(0.55), "decoder": same(0.7), "encoder-decoder": same(0.6)},
+                     dict.fromkeys(fams, same(0.5))),
+        "embed": ({"encoder": noisy(0.3), "decoder": noisy(0.3), "encoder-decoder": noisy(0.3)}, dict.fromkeys(fams, 0.1)),
+        "seq2seq": ({"decoder": same(0.2), "encoder-decoder": same(0.6)}, dict.fromkeys(fams, same(0.1))),
+    }
+    rules = {rule.claim: rule for rule in __import__("maskwise.experiments.compare_report", fromlist=["RULES"]).RULES}
+    fast = {"decoder": same(9.0, 10), "encoder-decoder": same(5.0, 10)}
+    e = Evidence(rows_of(()), gathered, fast)
+    verdict, details = rules[ENCODER_JOBS].judge(e, None)
+    assert verdict == MIXED and details[0].startswith("mixed: held on punctuation")
+    assert "falsified on line order accuracy (classification) (the decoder ahead)" in details[0]
+    assert "inconclusive on retrieval recall@10 (ICT)" in details[0]
+    assert rules[GENERATE].judge(e, None)[0] == HELD
+    assert rules[READ_THEN_WRITE].judge(e, None)[0] == HELD
+    slow = Evidence(rows_of(()), gathered, {"decoder": same(5.0, 10), "encoder-decoder": same(9.0, 10)})
+    assert rules[READ_THEN_WRITE].judge(slow, None)[0] == MIXED  # better answers, later first token
+    no_seq2seq = Evidence(tuple(r for r in rows_of(()) if r.key != "seq2seq"), gathered, fast)
+    assert rules[READ_THEN_WRITE].judge(no_seq2seq, None)[0] == NOT_MEASURED
+
+
+def _bad_files(tmp_path):
+    """(--task value, the words its one line must hold) for each edge case a user's files can hit."""
+    files = write_task_files(tmp_path / "data")
+    one_label = tmp_path / "one.jsonl"
+    one_label.write_text("\n".join(json.dumps({"text": f"row {i}", "label": "a"}) for i in range(5)))
+    unseen = tmp_path / "unseen.jsonl"
+    unseen.write_text(json.dumps({"text": "x", "label": "never"}))
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    long_target = tmp_path / "long.jsonl"
+    long_target.write_text("\n".join(json.dumps({"source": "s", "target": "t" * (n * 400 + 1)}) for n in range(3)))
+    columns = tmp_path / "columns.conll"
+    columns.write_text("the DT B-NP\ncat NN\n")
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("text,label\ncaf\xe9,a\n".encode("latin-1"))
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text(json.dumps({"_id": "d1", "text": "a doc"}) + "\n")
+    (beir / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "a query"}) + "\n")
+    (beir / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td9\t1\n")
+    return files, [
+        (f"t=classify:{one_label}", "one label"),
+        (f"t=classify:{files['classify']},test={unseen}", "'never' (1)"),
+        (f"t=classify:{files['classify']},test={empty}", "has no rows"),
+        (f"t=classify:{files['classify']},label=topic", "lacks column(s) topic"),
+        (f"t=seq2seq:{long_target}", "long.jsonl:3 has a target of 801 characters"),
+        (f"t=tag:{columns}", "line 2 has 2 columns, line 1 has 3"),
+        (f"t=classify:{latin}", "not UTF-8"),
+        (f"t=embed:{beir}", "names document 'd9'"),
+        (f"t=rerank:{beir}", "a BEIR folder serves an embed task"),
+        (f"t=tag:{tmp_path / 'missing.conll'}", "no such file"),
+    ]
+
+
+@pytest.mark.e2e
+def test_a_bad_task_file_is_one_line_within_seconds_and_out_is_untouched(tmp_path, capsys):
+    files, cases = _bad_files(tmp_path)
+    out = tmp_path / "cmp"
+    out.mkdir()
+    (out / "report.md").write_text("an earlier compare")
+    for value, needle in cases:
+        started = time.perf_counter()
+        assert_one_line_exit_2(capsys, ["compare", "--overwrite", "--data", files["corpus"], "--out", out,
+                                        "--task", value], needle)
+        assert time.perf_counter() - started < 5
+        assert files_in(out) == {out.relative_to(out) / "report.md": b"an earlier compare"}
+    twice = f"a=tag:{files['tag']}"
+    assert_one_line_exit_2(capsys, ["compare", "--out", out, "--task", twice, "--task", twice], "more than once")
+
+
+@pytest.mark.unit
+def test_imbalanced_labels_are_read_by_balanced_accuracy_chosen_from_the_test_split(tmp_path):
+    rows = [{"text": f"t{i}", "label": "rare" if i % 5 == 0 else "common"} for i in range(50)]
+    path = tmp_path / "imbalanced.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    [task] = read_tasks([TaskSpec("skew", "classify", str(path))])
+    assert task.details["metric"] == "balanced accuracy" and "imbalanced" in task.details["why_metric"]
+    row = TASKS["classify"].user_row(task)
+    # always answering the majority: accuracy 0.8, balanced accuracy 0.5 (its per-item mean)
+    from maskwise.tasks.classify import classification_results
+    record = classification_results(["common"] * 10, ["rare", "rare", *["common"] * 8], ["common", "rare"])
+    assert sum(row.scores(record)) / 10 == pytest.approx(0.5) and record["accuracy"] == 0.8
+
+
+@pytest.mark.unit
+def test_test_items_found_verbatim_in_the_pretraining_corpus_are_counted_in_one_warning(tmp_path):
+    from maskwise.experiments.compare import plan_of
+    from maskwise.recipes import SMOKE
+
+    leak = "a sentence from the corpus that the test split holds too"
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(leak + "\n" + "\n".join(f"filler line number {i}" for i in range(200)))
+    rows = [{"text": f"training row {i}", "label": "ab"[i % 2]} for i in range(18)] + [
+        {"text": leak, "label": "a"}, {"text": "short", "label": "b"}]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    with pytest.warns(UserWarning, match=r"task t: 1 test item\(s\) occur verbatim"):
+        plan_of(str(corpus), [TaskSpec("t", "classify", str(path))], SMOKE)
