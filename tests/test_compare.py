@@ -12,8 +12,9 @@ from maskwise.config import preset
 from maskwise.data.corpus import make_corpus
 from maskwise.data.tokenizers import build_tokenizer
 from maskwise.experiments.arms import Arm
+from maskwise.experiments.claims import Evidence, rows_of
 from maskwise.experiments.compare import COMPARE, FAMILIES, blank_filling, columns_of
-from maskwise.experiments.compare_report import Evidence, best_cell, rows_of, standing
+from maskwise.experiments.compare_report import best_cell, standing
 from maskwise.model.transformer import build_model
 from maskwise.recipes import DEFAULT
 from tests.report_checks import check_report_html

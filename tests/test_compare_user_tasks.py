@@ -9,7 +9,7 @@ import pytest
 
 from maskwise.data.user_tasks import TaskSpec, parse_task
 from maskwise.errors import UserError
-from maskwise.experiments.compare_report import Evidence, claim_verdict, rows_of
+from maskwise.experiments.claims import RULES, Evidence, claim_verdict, rows_of
 from maskwise.experiments.verdict import (
     FALSIFIED,
     HELD,
@@ -143,7 +143,7 @@ def test_injected_measurements_force_each_claims_verdict():
         "embed": ({"encoder": noisy(0.3), "decoder": noisy(0.3), "encoder-decoder": noisy(0.3)}, dict.fromkeys(fams, 0.1)),
         "seq2seq": ({"decoder": same(0.2), "encoder-decoder": same(0.6)}, dict.fromkeys(fams, same(0.1))),
     }
-    rules = {rule.claim: rule for rule in __import__("maskwise.experiments.compare_report", fromlist=["RULES"]).RULES}
+    rules = {rule.claim: rule for rule in RULES}
     fast = {"decoder": same(9.0, 10), "encoder-decoder": same(5.0, 10)}
     e = Evidence(rows_of(()), gathered, fast)
     verdict, details = rules[ENCODER_JOBS].judge(e, None)

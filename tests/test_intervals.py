@@ -4,7 +4,8 @@ import random
 
 import pytest
 
-from maskwise.experiments.compare_report import judge, too_few_steps, warning_text
+from maskwise.experiments.claims import judge
+from maskwise.experiments.compare_report import too_few_steps, warning_text
 from maskwise.experiments.intervals import (
     AT_CHANCE,
     WITHIN_NOISE,

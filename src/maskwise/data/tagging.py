@@ -51,6 +51,21 @@ class TaggedText:
         return ends
 
 
+def windows_of(examples: list[TaggedText], chars: int) -> list[TaggedText]:
+    """Each text cut at word boundaries into pieces of at most ``chars`` characters (a longer word alone), so
+    that every word is read and tagged by a model whose context holds ``chars`` (a character a token at worst)."""
+    pieces = []
+    for e in examples:
+        start, length = 0, 0
+        for i, (word, separator) in enumerate(zip(e.words, e.separators)):
+            if i > start and length + len(word) > chars:
+                pieces.append(TaggedText(e.words[start:i], e.tags[start:i], e.separators[start:i], e.source))
+                start, length = i, 0
+            length += len(word) + len(separator)
+        pieces.append(TaggedText(e.words[start:], e.tags[start:], e.separators[start:], e.source))
+    return pieces
+
+
 def punctuated_words(text: str) -> tuple[list[str], list[str], list[str]]:
     """(words without their trailing marks, each word's tag: its first mark or ``O``, the whitespace after it)."""
     words, tags, separators = [], [], []

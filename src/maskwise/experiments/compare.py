@@ -42,14 +42,12 @@ from maskwise.data.tasks import speaker_examples
 from maskwise.data.user_tasks import TaskSpec, UserTask, fingerprint
 from maskwise.errors import UserError
 from maskwise.experiments.arms import WALL, Arm, Setup
+from maskwise.experiments.claims import PLAYS_TASKS, RULES, rows_of
 from maskwise.experiments.compare_report import (
-    PLAYS_TASKS,
-    RULES,
     cannot,
     evidence,
     meta,
     notes,
-    rows_of,
     samples,
     summary,
     tabulate,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from maskwise.data.beir import beir_splits, open_beir
-from maskwise.data.tagging import tagged_from_file
+from maskwise.data.tagging import tagged_from_file, windows_of
 from maskwise.data.task_files import (
     hold_out,
     labelled_texts_from_file,
@@ -98,6 +98,12 @@ def keep_fine_tune(out: Path, kind: str, trained, record: dict, cfg: FinetuneCon
     save_fine_tune(out, model, tokenizer, {"kind": kind, "base": base, **task}, head)
 
 
+def _within(cfg, task: UserTask, context: int):
+    """Every family reads at most the smallest family's context (the encoder-decoder's encoder holds half the
+    block), so that no family sees more of a text than another."""
+    return replace(cfg, max_len=min(cfg.max_len or context, context))
+
+
 def _split(spec: TaskSpec, read: Callable[[str], list]) -> tuple[list, list]:
     rows = read(spec.data)
     return (rows, read(spec.test)) if spec.test else hold_out(rows)
@@ -140,7 +146,7 @@ def _classify_row(task: UserTask) -> Row:
 CLASSIFY = Task("classify", ENCODER_JOBS,
                 Row("line order accuracy (classification)", True, lambda r: r["correct"],
                     lambda r: r["baseline"]["correct"], "majority class"),
-                _classify_row, _read_classify,
+                _classify_row, _read_classify, _within,
                 kept=lambda model, record, cfg: ({"labels": model.labels, "pooling": model.pooling,
                                                   "freeze": cfg.freeze}, model.body, model.head))
 
@@ -161,9 +167,11 @@ TAG = Task("tag", ENCODER_JOBS,
            # what comes after it, which only a bidirectional reader has seen.
            Row("punctuation restoration F1 per text (tagging)", True, lambda r: r["per_example"]["f1"],
                lambda r: r["line_break_rule"]["per_example"]["f1"], "a mark before every line break"),
-           lambda task: Row(f"{task.spec.name}: F1 per sentence (tag)", True, lambda r: r["per_example"]["f1"],
+           lambda task: Row(f"{task.spec.name}: F1 per text (tag)", True, lambda r: r["per_example"]["f1"],
                             lambda r: r["baseline"]["per_example"]["f1"], "most frequent tag"),
            _read_tag, test_texts=lambda task: [" ".join(e.words) for e in task.test],
+           configure=lambda cfg, task, context: replace(cfg, window_chars=context - 2),  # room for [CLS], [SEP]
+           run_data=lambda task, cfg: (windows_of(task.train, cfg.window_chars), windows_of(task.test, cfg.window_chars)),
            kept=lambda model, record, cfg: ({"tags": model.tags, "train_counts": record["train_counts"]}, model.body,
                                             model.head))
 
@@ -201,7 +209,7 @@ def _embed_row(task: UserTask) -> Row:
 EMBED = Task("embed", ENCODER_JOBS,
              Row("retrieval recall@10 (ICT)", True, lambda r: r["per_query"]["recall@10"],
                  lambda r: r["baseline"]["expected"]["recall@10"], "random"),
-             _embed_row, _read_retrieval, run_data=lambda task, cfg: (task.train.pairs(), task.test),
+             _embed_row, _read_retrieval, _within, run_data=lambda task, cfg: (task.train.pairs(), task.test),
              test_texts=lambda task: list(task.test.queries),
              kept=lambda model, record, cfg: ({"pooling": model.pooling, "normalize": True, "max_len": record["max_len"],
                                                "temperature": record["temperature"]}, model.body, None))
@@ -225,7 +233,7 @@ RERANK = Task("rerank", ENCODER_JOBS, None,
               lambda task: Row(f"{task.spec.name}: nDCG@10 over BM25's top candidates (rerank)", True,
                                lambda r: r["per_query"]["ndcg@10"], lambda r: r["per_query"]["first_stage_ndcg@10"],
                                "BM25's own order"),
-              _read_rerank, run_data=_rerank_data, test_texts=lambda task: list(task.test.queries),
+              _read_rerank, _within, run_data=_rerank_data, test_texts=lambda task: list(task.test.queries),
               kept=lambda model, record, cfg: ({"reranker": record["kind"], "first_stage": "BM25", "negatives": "bm25",
                                                 "max_len": record["max_len"]},
                                                *((model.body, model.head) if record["kind"] == "cross" else (model, None))))
@@ -254,7 +262,16 @@ def _configure_seq2seq(cfg, task: UserTask, context: int):
                         f"{context // 2 - 2} fit (half the smallest context, {context} tokens, a character a "
                         "token at worst): shorten it or drop the row")
     return replace(cfg, rename_speakers=0.0, mid_speech=False, max_target_len=max(8, longest + 1),
-                   source_edges=tuple(task.details["source_edges"]))
+                   source_edges=tuple(task.details["source_edges"]), max_chars=context - 2)
+
+
+def _seq2seq_data(task: UserTask, cfg) -> tuple[list, list]:
+    """The rows with each source cut to ``cfg.max_chars`` characters: every family reads the same source (the
+    encoder-decoder's encoder holds the smallest context; a decoder-only model reads it with the target)."""
+    def cut(rows):
+        return [replace(e, source=e.source[:cfg.max_chars]) for e in rows]
+
+    return cut(task.train), cut(task.test)
 
 
 SEQ2SEQ = Task("seq2seq", READ_THEN_WRITE,
@@ -262,7 +279,7 @@ SEQ2SEQ = Task("seq2seq", READ_THEN_WRITE,
                    lambda r: r["baseline"]["per_example"]["items_f1"], "copy the first line"),
                lambda task: Row(f"{task.spec.name}: token F1 (seq2seq)", True, lambda r: r["per_example"]["token_f1"],
                                 lambda r: r["baseline"]["per_example"]["token_f1"], "lead (the source's first words)"),
-               _read_seq2seq, _configure_seq2seq, test_texts=lambda task: [e.source for e in task.test],
+               _read_seq2seq, _configure_seq2seq, _seq2seq_data, test_texts=lambda task: [e.source for e in task.test],
                kept=lambda model, record, cfg: ({"max_target_len": cfg.max_target_len}, model, None))
 
 # The registry: every kind a user's --task may name, in the report's order.

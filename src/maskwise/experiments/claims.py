@@ -1,0 +1,199 @@
+"""The rule of thumb as code: compare's rows, each task under its claim, and the three coded verdicts.
+
+The rows are the held-out text's (next-token loss, filling a blank) and one per task: the plays' four
+(punctuation tagging, line order, ICT retrieval, passage -> speakers) or the user's (``--task``). Each
+task belongs to one claim of the rule of thumb (``tasks.registry``, fixed before any number is seen):
+
+1. embed / score / classify => encoder: the encoder beats the decoder at every classify, tag, embed and
+   rerank task (paired over the same test items);
+2. generate => decoder: the decoder's held-out next-token loss is below the encoder's "generation"
+   by repeated ``[MASK]`` (paired over the same blocks of text);
+3. read-then-write => encoder-decoder: the encoder-decoder beats the decoder-only model at every seq2seq
+   task, and its time to the first token on a long source is lower.
+
+Each task gets its own verdict (``judge_part``); a claim's verdict comes from all of its tasks by one
+rule (``claim_verdict``) that drops none: ``held`` when every task held, ``mixed`` when some held and
+some were falsified (naming them), ``falsified`` when some were and none held, ``inconclusive``
+otherwise, and ``not measured`` when no task of its job was given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from maskwise.data.user_tasks import UserTask
+from maskwise.experiments.framework import Rule
+from maskwise.experiments.intervals import PerSeed, beats, interval, separation
+from maskwise.experiments.verdict import (
+    FALSIFIED,
+    HELD,
+    INCONCLUSIVE,
+    MIXED,
+    NOT_MEASURED,
+)
+from maskwise.tasks.registry import (
+    CLAIMS,
+    ENCODER_JOBS,
+    GENERATE,
+    READ_THEN_WRITE,
+    TASKS,
+    Row,
+)
+
+# ---- the rows, and the per-item measurements gathered over seeds ---------------------------------
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    """One row of the report: what a run's measures give per test item, its baseline, and its claim."""
+
+    key: str  # unique within a compare: "next_token", "fill", or a task's name (the plays': its kind)
+    kind: str  # what ``cannot`` is asked: the measure, or the task's kind
+    label: str
+    higher: bool
+    scores: Callable[[dict], Any]  # a run's measures -> its per-item scores (None: not measured)
+    baseline: Callable[[dict], Any]  # per item (paired) or a constant
+    baseline_name: str
+    claim: str | None  # the claim that judges it; None: reported beside the claims
+
+
+HELD_OUT_ROWS = (
+    CompareRow("next_token", "next_token", "held-out next-token loss (nats/char)", False,
+               lambda m: m["lm"].get("nats_blocks"), lambda m: m["lm"]["unigram_blocks"], "unigram", GENERATE),
+    # Filling a blank is MLM's own pretraining task, not a job of the rule of thumb: reported, not judged.
+    CompareRow("fill", "fill", "fill a blank (token accuracy)", True, lambda m: m["lm"]["blank_filling"]["correct"],
+               lambda m: m["lm"]["blank_filling"]["baseline"]["correct"], "most frequent token", None),
+)
+PLAYS_TASKS = ("tag", "classify", "embed", "seq2seq")  # compare's tasks when it is given none
+
+
+def task_row(key: str, kind: str, row: Row) -> CompareRow:
+    """A task's ``Row`` (read from its record, the run's measure ``key``) as a compare row under its claim."""
+    return CompareRow(key, kind, row.label, row.higher, lambda m: row.scores(m[key]), lambda m: row.baseline(m[key]),
+                      row.baseline_name, TASKS[kind].claim)
+
+
+def rows_of(tasks: Sequence[UserTask]) -> tuple[CompareRow, ...]:
+    """Compare's rows: the held-out text's, then each user task's, or the plays' when there is none."""
+    if not tasks:
+        return HELD_OUT_ROWS + tuple(task_row(kind, kind, TASKS[kind].plays_row) for kind in PLAYS_TASKS)
+    return HELD_OUT_ROWS + tuple(task_row(t.spec.name, t.spec.kind, TASKS[t.spec.kind].user_row(t)) for t in tasks)
+
+
+def gather(measured: Mapping[int, Mapping[str, dict]], row: CompareRow) -> tuple[dict[str, PerSeed], dict]:
+    """Per column that has the row, its per-item scores of every seed, and its baseline (per item, or a
+    constant)."""
+    scores, baselines = {}, {}
+    for family in next(iter(measured.values())):
+        try:
+            per_seed = [row.scores(measured[seed][family]) for seed in measured]
+        except KeyError:
+            continue
+        if any(values is None for values in per_seed):
+            continue
+        scores[family] = per_seed
+        base = [row.baseline(measured[seed][family]) for seed in measured]
+        baselines[family] = sum(base) / len(base) if isinstance(base[0], (int, float)) else base
+    return scores, baselines
+
+
+# ---- the three verdicts ----------------------------------------------------------------------------
+
+
+Part = tuple  # (what, predicted winner's scores, the other's, higher is better, their baselines or None)
+
+
+def judge_part(part: Part) -> tuple[str, str]:
+    """One task's verdict and its sentence: ``held`` if it separates the predicted way with the predicted side
+    clearing its trivial baseline (``baselines``: the predicted side's and the other's, per item or constants),
+    ``falsified`` if it separates the other way with the other side clearing its own: beating a model that is
+    at chance, while at chance oneself, is not evidence for either family."""
+    what, predicted, other, higher, baselines = part
+    base_p, base_o = baselines if baselines is not None else (None, None)
+    clears_p = base_p is None or beats(predicted, base_p, higher)
+    clears_o = base_o is None or beats(other, base_o, higher)
+    order, gap = separation(predicted, other, higher)
+    outcome = HELD if order > 0 and clears_p else FALSIFIED if order < 0 and clears_o else INCONCLUSIVE
+    stated = f"{what}: {interval(predicted).text()} vs {interval(other).text()}"
+    if gap is not None:
+        stated += f", paired difference {gap.text()}"
+    if not (clears_p or clears_o):
+        stated += "; neither clears its trivial baseline"
+    elif not clears_p:
+        stated += "; the predicted winner does not clear its trivial baseline"
+    return outcome, f"{stated} ({outcome})"
+
+
+def claim_verdict(outcomes: Sequence[tuple[str, str]], other: str) -> tuple[str, str]:
+    """A claim's verdict from its tasks' (name, verdict), none dropped, and the line that names them."""
+    if not outcomes:
+        return NOT_MEASURED, "not measured: no task of this job was given"
+    by = {v: [name for name, verdict in outcomes if verdict == v] for v in (HELD, FALSIFIED, INCONCLUSIVE)}
+    said = "; ".join(f"{v} on {', '.join(names)}" + (f" (the {other} ahead)" if v == FALSIFIED else "")
+                     for v, names in by.items() if names)
+    if not by[FALSIFIED] and not by[INCONCLUSIVE]:
+        return HELD, said
+    if by[HELD] and by[FALSIFIED]:
+        return MIXED, said
+    return (FALSIFIED if by[FALSIFIED] else INCONCLUSIVE), said
+
+
+def judge(parts: Sequence[Part], other: str = "other family") -> tuple[str, list[str]]:
+    """Each part judged (``judge_part``), then the claim (``claim_verdict``): its line, then each part's."""
+    judged = [judge_part(part) for part in parts]
+    verdict, said = claim_verdict([(part[0].split(":")[0], outcome) for part, (outcome, _) in zip(parts, judged)],
+                                  other)
+    return verdict, [f"{verdict}: {said}", *[line for _, line in judged]]
+
+
+def ttft_milliseconds(ttft: Mapping[int, dict]) -> dict[str, PerSeed]:
+    """Each writing column's timed first tokens, per seed, in milliseconds (none when no source was timed)."""
+    first = next(iter(ttft.values()), {})
+    if not first.get("seconds"):
+        return {}
+    return {f: [[1000 * t for t in ttft[seed]["seconds"][f]] for seed in ttft] for f in first["seconds"]}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the three rules read: the rows, every row's per-item scores and baselines, the first-token times."""
+
+    rows: tuple[CompareRow, ...]
+    gathered: Mapping[str, tuple[dict, dict]]  # row key -> (column -> per-seed scores, column -> baseline)
+    ttft_ms: Mapping[str, PerSeed]
+
+    def parts(self, claim: str) -> list[Part]:
+        """Every row of ``claim``: the predicted family against the other, on the same items."""
+        predicted, other = CLAIMS[claim]
+        parts = []
+        for row in self.rows:
+            if row.claim != claim:
+                continue
+            scores, baselines = self.gathered[row.key]
+            parts.append((row.label, scores[predicted], scores[other], row.higher,
+                          (baselines[predicted], baselines[other])))
+        if claim == READ_THEN_WRITE and parts and predicted in self.ttft_ms and other in self.ttft_ms:
+            parts.append(("time to first token (ms) on a long source", self.ttft_ms[predicted], self.ttft_ms[other],
+                          False, None))
+        return parts
+
+
+def claim_rule(claim: str) -> Callable[[Evidence, Any], tuple[str, list[str]]]:
+    return lambda e, arms=None: judge(e.parts(claim), CLAIMS[claim][1])
+
+
+PAIRED = ("each task: held if it separates the predicted way (paired 95% interval of the difference over the "
+          "same test items) and the predicted winner clears its trivial baseline; falsified if it separates the "
+          "other way with the other side clearing its baseline; inconclusive otherwise. The claim, from all of "
+          "its tasks: held if every task held; mixed if some held and some were falsified; falsified if some "
+          "were and none held; inconclusive otherwise; not measured without a task of its job")
+RULES = (
+    Rule("the encoder beats the decoder at every classify, tag, retrieval (embed) and rerank task", PAIRED,
+         claim_rule(ENCODER_JOBS), claim=ENCODER_JOBS),
+    Rule("the decoder's held-out next-token loss is below the encoder's by repeated [MASK]", PAIRED,
+         claim_rule(GENERATE), claim=GENERATE),
+    Rule("the encoder-decoder beats the decoder-only model at every seq2seq task and reaches its first token "
+         "sooner on a long source", PAIRED, claim_rule(READ_THEN_WRITE), claim=READ_THEN_WRITE),
+)
