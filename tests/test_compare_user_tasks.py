@@ -71,7 +71,7 @@ def test_compare_judges_a_task_of_every_kind_from_the_users_files(tmp_path, caps
     assert code == 0, err
     results = json.loads((out / "results.json").read_text())
     rows = {row[0]: row[1:] for row in results["table"]["rows"]}
-    for label in ("topics: accuracy (classify)", "pos: F1 per sentence (tag)", "find: recall@10 (embed, retrieval)",
+    for label in ("topics: accuracy (classify)", "pos: F1 per text (tag)", "find: recall@10 (embed, retrieval)",
                   "order: nDCG@10 over BM25's top candidates (rerank)", "heads: token F1 (seq2seq)"):
         assert f"{label} [95% interval]" in rows, label
     assert "punctuation restoration F1 per text (tagging) [95% interval]" not in rows  # the plays are not read
