@@ -69,13 +69,15 @@ def test_compare_judges_a_task_of_every_kind_from_the_users_files(tmp_path, caps
         "--task", f"topics=classify:{files['classify']}", "--task", f"pos=tag:{files['tag']}",
         "--task", f"find=embed:{files['embed']}", "--task", f"order=rerank:{files['embed']}")
     assert code == 0, err
+    assert "plan: 3 columns x 1 seed(s): pretraining 3 s each" in err and "3 steps (topics)" in err  # said first
     results = json.loads((out / "results.json").read_text())
     rows = {row[0]: row[1:] for row in results["table"]["rows"]}
     for label in ("topics: accuracy (classify)", "pos: F1 per text (tag)", "find: recall@10 (embed, retrieval)",
-                  "order: nDCG@10 over BM25's top candidates (rerank)", "heads: token F1 (seq2seq)"):
+                  "order: nDCG@10 over BM25's top candidates (rerank)"):
         assert f"{label} [95% interval]" in rows, label
     assert "punctuation restoration F1 per text (tagging) [95% interval]" not in rows  # the plays are not read
-    assert rows["heads: token F1 (seq2seq) [95% interval]"][0].startswith("cannot")
+    heads = [label for label in rows if label.startswith("heads: token F1, ")]  # by source length, the longest first
+    assert heads and heads[0].startswith("heads: token F1, sources of ") and rows[heads[0]][0].startswith("cannot")
     assert "the source's first 3 words" in json.dumps(json.loads((out / "steps" / "heads-decoder-seed0.json")
                                                                    .read_text())["baseline"])
     verdicts = {v["claim"]: v for v in results["verdicts"]}
@@ -89,6 +91,14 @@ def test_compare_judges_a_task_of_every_kind_from_the_users_files(tmp_path, caps
     assert len(data_notes) == 6 and str(files["corpus"]) in data_notes[0] and "sha256" in data_notes[1]
     prompt = results["samples"]["decoder sample (seed 0)"].split()[:4]  # the held-out text's, not Hamlet's
     assert "HAMLET" not in json.dumps(results["samples"]) and all(word in WORDS for word in prompt)
+    # Every fine-tune is kept as a run folder: the encoder's classifier exports as its HF task class.
+    record = json.loads((out / "steps" / "topics-encoder-seed0.json").read_text())
+    assert record["folder"] == "fine-tuned/topics-encoder-seed0"
+    code, _, err = run_cli(capsys, "export", out / record["folder"], "--to", "hf", tmp_path / "hf")
+    assert code == 0, err
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == [
+        "ModernBertForSequenceClassification"]
+    assert (out / "fine-tuned" / "heads-encoder-decoder-seed0" / "model.safetensors").is_file()
     # The same folder with other tasks would read steps cached for these: refused, nothing changed.
     before = files_in(out)
     code, _, err = run_cli(capsys, "compare", "--quick", "--config", config, "--out", out, "--no-progress",
@@ -216,7 +226,7 @@ def test_imbalanced_labels_are_read_by_balanced_accuracy_chosen_from_the_test_sp
     path.write_text("\n".join(json.dumps(r) for r in rows))
     [task] = read_tasks([TaskSpec("skew", "classify", str(path))])
     assert task.details["metric"] == "balanced accuracy" and "imbalanced" in task.details["why_metric"]
-    row = TASKS["classify"].user_row(task)
+    [row] = TASKS["classify"].user_rows(task, None)
     # always answering the majority: accuracy 0.8, balanced accuracy 0.5 (its per-item mean)
     from maskwise.tasks.classify import classification_results
     record = classification_results(["common"] * 10, ["rare", "rare", *["common"] * 8], ["common", "rare"])

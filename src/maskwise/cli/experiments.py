@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 from maskwise.cli.runtime import runtime_flags, runtime_of
 from maskwise.data.user_tasks import TaskSpec, checked_spec, parse_task
 from maskwise.errors import UserError
 from maskwise.experiments.ablations.registry import checked, run_ablation
-from maskwise.experiments.compare import columns_of, plan_of
+from maskwise.experiments.compare import columns_of, plan_of, time_plan
 from maskwise.experiments.compare import run_compare as compare_experiment
 from maskwise.experiments.demo import BLANK
 from maskwise.experiments.demo import run_demo as demo_experiment
@@ -113,8 +114,10 @@ def run_compare(args) -> int:
             raise UserError(f"--seconds must be positive, got {args.seconds}")
         settings = dataclasses.replace(settings, seconds=args.seconds)
     plan = plan_of(args.data, tasks, settings)  # every task file read and checked: its one line before the device's
+    runtime = runtime_of(args)  # a device that is not there: its one line before the plan's
+    print(time_plan(plan, settings, families, args.seeds), file=sys.stderr)
     out = compare_experiment(args.out, settings, args.seeds, args.seed, args.data, args.overwrite, args.progress,
-                             runtime_of(args), families, plan=plan)
+                             runtime, families, plan=plan)
     print((out / "report.md").read_text())
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     return 0

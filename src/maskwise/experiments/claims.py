@@ -69,17 +69,24 @@ HELD_OUT_ROWS = (
 PLAYS_TASKS = ("tag", "classify", "embed", "seq2seq")  # compare's tasks when it is given none
 
 
-def task_row(key: str, kind: str, row: Row) -> CompareRow:
-    """A task's ``Row`` (read from its record, the run's measure ``key``) as a compare row under its claim."""
-    return CompareRow(key, kind, row.label, row.higher, lambda m: row.scores(m[key]), lambda m: row.baseline(m[key]),
-                      row.baseline_name, TASKS[kind].claim)
+def task_row(key: str, kind: str, row: Row, judged: bool = True, label: str = "") -> CompareRow:
+    """A task's ``Row`` (read from its record, the run's measure ``key``) as a compare row: under its claim when
+    ``judged``, else reported beside it (``label`` names a reported row apart from the judged one's key)."""
+    return CompareRow(label or key, kind, row.label, row.higher, lambda m: row.scores(m[key]),
+                      lambda m: row.baseline(m[key]), row.baseline_name, TASKS[kind].claim if judged else None)
 
 
-def rows_of(tasks: Sequence[UserTask]) -> tuple[CompareRow, ...]:
-    """Compare's rows: the held-out text's, then each user task's, or the plays' when there is none."""
+def rows_of(tasks: Sequence[UserTask], configs: Mapping[str, Any] | None = None) -> tuple[CompareRow, ...]:
+    """Compare's rows: the held-out text's, then each user task's at its config (``configs``: task name -> its
+    fine-tune's config; its first row judged, the others reported), or the plays' when there is none."""
     if not tasks:
         return HELD_OUT_ROWS + tuple(task_row(kind, kind, TASKS[kind].plays_row) for kind in PLAYS_TASKS)
-    return HELD_OUT_ROWS + tuple(task_row(t.spec.name, t.spec.kind, TASKS[t.spec.kind].user_row(t)) for t in tasks)
+    rows = []
+    for t in tasks:
+        first, *others = TASKS[t.spec.kind].user_rows(t, (configs or {})[t.spec.name])
+        rows += [task_row(t.spec.name, t.spec.kind, first),
+                 *[task_row(t.spec.name, t.spec.kind, row, False, f"{t.spec.name}/{i}") for i, row in enumerate(others)]]
+    return HELD_OUT_ROWS + tuple(rows)
 
 
 def gather(measured: Mapping[int, Mapping[str, dict]], row: CompareRow) -> tuple[dict[str, PerSeed], dict]:

@@ -93,6 +93,18 @@ class ComparePlan:
         return {"corpus": corpus, "tasks": [t.describe() for t in self.tasks]}
 
 
+def time_plan(plan: ComparePlan, s: CompareSettings, columns: Sequence[str], seeds: int) -> str:
+    """What the command will spend, said before it starts: the pretraining clock exactly, each fine-tune's steps
+    (their seconds depend on the machine and are timed as they run)."""
+    runs = len(columns) * seeds
+    steps = ({t.spec.name: plan.configs[t.spec.name].steps for t in plan.tasks} if plan.tasks else
+             {kind: s.tasks[kind].steps for kind in PLAYS_TASKS})
+    return (f"plan: {len(columns)} columns x {seeds} seed(s): pretraining {s.seconds:.0f} s each "
+            f"({runs * s.seconds / 60:.0f} min in all), then per run fine-tunes of "
+            + ", ".join(f"{n} steps ({name})" for name, n in steps.items())
+            + ", each evaluated on its test rows, and the held-out text's measures")
+
+
 def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings) -> ComparePlan:
     """Every task file read and checked, and its fine-tune configured for this scale's context: all before
     anything is written or pretrained, so that a bad file costs seconds."""
@@ -103,7 +115,7 @@ def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings) -> Compare
         for name, count in leaked(list(tasks), pretraining_text(data, LEAK_CHARS)).items():
             warnings.warn(f"task {name}: {count} test item(s) occur verbatim in the pretraining corpus {data} (its "
                           f"first {LEAK_CHARS:,} characters): the models may have read the answers in pretraining")
-    return ComparePlan(data, tasks, configs, rows_of(tasks))
+    return ComparePlan(data, tasks, configs, rows_of(tasks, configs))
 
 
 def pretraining_text(data: str, chars: int) -> str:

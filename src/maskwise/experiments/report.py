@@ -70,6 +70,9 @@ def _plot_overview(results: dict, out: Path) -> list[Path]:
     rows = {metric: meta for metric, meta in results.get("metric_meta", {}).items() if "winner" in meta}
     if not rows:
         return []
+    table = [str(row[0]) for row in results.get("table", {}).get("rows", [])]
+    rows = dict(sorted(rows.items(), key=lambda item: next((i for i, label in enumerate(table)  # the table's order
+                                                            if label.startswith(item[0])), len(table))))
     plt = pyplot()
     families = ordered({f for meta in rows.values() for f in meta["intervals"]})
     fig, ax = plt.subplots(figsize=(2.3 * len(families) + 4.2, 0.62 * len(rows) + 1.3))

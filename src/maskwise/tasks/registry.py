@@ -66,7 +66,9 @@ class Task:
     kind: str  # the fine-tune's name (``recipes.TASKS``, ``maskwise finetune KIND``)
     claim: str
     plays_row: Row | None  # its row when compare reads the plays (None: the plays' compare has none)
-    user_row: Callable[[UserTask], Row]
+    # Its rows on a user's file at its configured settings: the first is judged under its claim, any others are
+    # reported beside it (seq2seq: every source-length bucket, the longest judged).
+    user_rows: Callable[[UserTask, FinetuneConfig], tuple[Row, ...]]
     read: Callable[[TaskSpec], UserTask]  # reads and checks every file, or raises a one-line UserError
     # The scale's config adjusted to the user's rows (settings that only the plays' rows have turned off);
     # (config, task, tokens of context the smallest family's stack holds) -> config, or a one-line UserError.
@@ -146,7 +148,7 @@ def _classify_row(task: UserTask) -> Row:
 CLASSIFY = Task("classify", ENCODER_JOBS,
                 Row("line order accuracy (classification)", True, lambda r: r["correct"],
                     lambda r: r["baseline"]["correct"], "majority class"),
-                _classify_row, _read_classify, _within,
+                lambda task, cfg: (_classify_row(task),), _read_classify, _within,
                 kept=lambda model, record, cfg: ({"labels": model.labels, "pooling": model.pooling,
                                                   "freeze": cfg.freeze}, model.body, model.head))
 
@@ -167,8 +169,8 @@ TAG = Task("tag", ENCODER_JOBS,
            # what comes after it, which only a bidirectional reader has seen.
            Row("punctuation restoration F1 per text (tagging)", True, lambda r: r["per_example"]["f1"],
                lambda r: r["line_break_rule"]["per_example"]["f1"], "a mark before every line break"),
-           lambda task: Row(f"{task.spec.name}: F1 per text (tag)", True, lambda r: r["per_example"]["f1"],
-                            lambda r: r["baseline"]["per_example"]["f1"], "most frequent tag"),
+           lambda task, cfg: (Row(f"{task.spec.name}: F1 per text (tag)", True, lambda r: r["per_example"]["f1"],
+                                  lambda r: r["baseline"]["per_example"]["f1"], "most frequent tag"),),
            _read_tag, test_texts=lambda task: [" ".join(e.words) for e in task.test],
            configure=lambda cfg, task, context: replace(cfg, window_chars=context - 2),  # room for [CLS], [SEP]
            run_data=lambda task, cfg: (windows_of(task.train, cfg.window_chars), windows_of(task.test, cfg.window_chars)),
@@ -209,7 +211,7 @@ def _embed_row(task: UserTask) -> Row:
 EMBED = Task("embed", ENCODER_JOBS,
              Row("retrieval recall@10 (ICT)", True, lambda r: r["per_query"]["recall@10"],
                  lambda r: r["baseline"]["expected"]["recall@10"], "random"),
-             _embed_row, _read_retrieval, _within, run_data=lambda task, cfg: (task.train.pairs(), task.test),
+             lambda task, cfg: (_embed_row(task),), _read_retrieval, _within, run_data=lambda task, cfg: (task.train.pairs(), task.test),
              test_texts=lambda task: list(task.test.queries),
              kept=lambda model, record, cfg: ({"pooling": model.pooling, "normalize": True, "max_len": record["max_len"],
                                                "temperature": record["temperature"]}, model.body, None))
@@ -230,9 +232,9 @@ def _rerank_data(task: UserTask, cfg) -> tuple:
 
 
 RERANK = Task("rerank", ENCODER_JOBS, None,
-              lambda task: Row(f"{task.spec.name}: nDCG@10 over BM25's top candidates (rerank)", True,
-                               lambda r: r["per_query"]["ndcg@10"], lambda r: r["per_query"]["first_stage_ndcg@10"],
-                               "BM25's own order"),
+              lambda task, cfg: (Row(f"{task.spec.name}: nDCG@10 over BM25's top candidates (rerank)", True,
+                                     lambda r: r["per_query"]["ndcg@10"],
+                                     lambda r: r["per_query"]["first_stage_ndcg@10"], "BM25's own order"),),
               _read_rerank, _within, run_data=_rerank_data, test_texts=lambda task: list(task.test.queries),
               kept=lambda model, record, cfg: ({"reranker": record["kind"], "first_stage": "BM25", "negatives": "bm25",
                                                 "max_len": record["max_len"]},
@@ -256,10 +258,10 @@ def _configure_seq2seq(cfg, task: UserTask, context: int):
         raise UserError(f"task {task.spec.name}: {where} has a target of {longest} characters; at most "
                         f"{context // 2 - 2} fit (half the smallest context, {context} tokens, a character a "
                         "token at worst): shorten it or drop the row")
-    # Three source-length buckets of the test rows as every family reads them (terciles), the quality by length
-    # that the seed predicts grows in the encoder-decoder's favour.
+    # Up to three source-length buckets of the test rows as every family reads them (terciles; each edge a length a
+    # test source has, so that no bucket is empty): the seed predicts the encoder-decoder's lead grows with the source.
     lengths = sorted(min(len(e.source), context - 2) for e in task.test)
-    edges = tuple(dict.fromkeys((0, lengths[len(lengths) // 3], lengths[2 * len(lengths) // 3])))
+    edges = tuple(dict.fromkeys((lengths[0], lengths[len(lengths) // 3], lengths[2 * len(lengths) // 3])))
     return replace(cfg, rename_speakers=0.0, mid_speech=False, max_target_len=max(8, longest + 1),
                    source_edges=edges, max_chars=context - 2)
 
@@ -273,11 +275,33 @@ def _seq2seq_data(task: UserTask, cfg) -> tuple[list, list]:
     return cut(task.train), cut(task.test)
 
 
+def _seq2seq_rows(task: UserTask, cfg) -> tuple[Row, ...]:
+    """Token F1 on the longest sources (judged: where the seed predicts the encoder-decoder ahead), then on each
+    shorter bucket and on all sources (reported), each beside the lead baseline on the same sources."""
+    spans = list(zip(cfg.source_edges, [*cfg.source_edges[1:], None]))
+
+    def row(low: int | None, high: int | None, name: str) -> Row:
+        def within(key: str):
+            def scores(record: dict) -> list[float]:
+                values = (record["baseline"] if key == "baseline" else record)["per_example"]["token_f1"]
+                return [v for v, n in zip(values, record["source_chars"])
+                        if (low is None or n >= low) and (high is None or n < high)]
+            return scores
+        return Row(f"{task.spec.name}: token F1, {name} (seq2seq)", True, within("model"), within("baseline"),
+                   "lead (the source's first words)")
+
+    def named(low: int, high: int | None) -> str:
+        return f"sources of {low}+ characters" if high is None else f"sources of {low}-{high - 1} characters"
+
+    judged = row(*spans[-1], named(*spans[-1]))
+    shorter = tuple(row(low, high, named(low, high)) for low, high in spans[:-1])
+    return (judged, *shorter, row(None, None, "all sources")) if shorter else (judged,)
+
+
 SEQ2SEQ = Task("seq2seq", READ_THEN_WRITE,
                Row("passage -> speakers F1", True, lambda r: r["per_example"]["items_f1"],
                    lambda r: r["baseline"]["per_example"]["items_f1"], "copy the first line"),
-               lambda task: Row(f"{task.spec.name}: token F1 (seq2seq)", True, lambda r: r["per_example"]["token_f1"],
-                                lambda r: r["baseline"]["per_example"]["token_f1"], "lead (the source's first words)"),
+               _seq2seq_rows,
                _read_seq2seq, _configure_seq2seq, _seq2seq_data, test_texts=lambda task: [e.source for e in task.test],
                kept=lambda model, record, cfg: ({"max_target_len": cfg.max_target_len}, model, None))
 

@@ -167,6 +167,7 @@ def evaluate_seq2seq(model: nn.Module, tokenizer, test: Sequence[Seq2SeqExample]
         "decoding": f"beam {gen.num_beams}" if gen.num_beams > 1 else "greedy",
         **settings,
         "n_test": len(test),
+        "source_chars": [len(e.source) for e in test],  # each item's, for rows by source length
         **generation_scores(predicted, test, source_edges),
         "baseline": {"name": baseline_name, **generation_scores(baseline, test, source_edges)},
         "examples": [{"source": e.source, "target": e.target, "predicted": p}
