@@ -430,6 +430,7 @@ def test_a_folder_keeps_its_ablation_and_scale(shift_bug_run, capsys):
     (["ablate", "hybrid", "--share", "0.5"], "ablation hybrid does not take share"),
     (["ablate", "shift-bug", "--seeds", "1"], "seeds must be at least 2"),
     (["ablate", "shift-bug", "--scale", "huge"], "unknown scale 'huge'; known: default, quick, smoke"),
+    (["ablate", "shift-bug", "--quick", "--scale", "gpu"], "--quick is --scale quick"),  # compare's vocabulary
 ])
 @pytest.mark.e2e
 def test_bad_inputs_exit_2_with_one_line(argv, message, tmp_path, capsys):

@@ -69,10 +69,11 @@ def test_compare_judges_a_task_of_every_kind_from_the_users_files(tmp_path, caps
         "--task", f"topics=classify:{files['classify']}", "--task", f"pos=tag:{files['tag']}",
         "--task", f"find=embed:{files['embed']}", "--task", f"order=rerank:{files['embed']}")
     assert code == 0, err
-    assert "plan: 3 columns x 1 seed(s): pretraining 3 s each" in err and "3 steps (topics)" in err  # said first
+    assert "plan: 3 columns x 1 seed(s): pretraining 3 s each" in err and "3 steps (pos.first)" in err  # said first
     results = json.loads((out / "results.json").read_text())
     rows = {row[0]: row[1:] for row in results["table"]["rows"]}
-    for label in ("topics: accuracy (classify)", "pos: F1 per text (tag)", "find: recall@10 (embed, retrieval)",
+    for label in ("topics: accuracy (classify)", "pos: F1 per text, read at each word's last character (tag)",
+                  "pos: F1 per text, read at each word's first character (tag)", "find: recall@10 (embed, retrieval)",
                   "order: nDCG@10 over BM25's top candidates (rerank)"):
         assert f"{label} [95% interval]" in rows, label
     assert "punctuation restoration F1 per text (tagging) [95% interval]" not in rows  # the plays are not read
@@ -83,6 +84,9 @@ def test_compare_judges_a_task_of_every_kind_from_the_users_files(tmp_path, caps
     verdicts = {v["claim"]: v for v in results["verdicts"]}
     encoder = verdicts[ENCODER_JOBS]["details"]
     assert [line.split(":")[0] for line in encoder[1:]] == ["topics", "pos", "find", "order"]  # none dropped
+    assert "pos.first" not in json.dumps(results["verdicts"])  # the read-out's other choice: reported, not judged
+    tagger = json.loads((out / "fine-tuned" / "pos.first-decoder-seed0" / "config.json").read_text())["task"]
+    assert tagger["read_out"] == "first"
     assert encoder[0].startswith(verdicts[ENCODER_JOBS]["verdict"] + ": ")
     assert "heads" in verdicts[READ_THEN_WRITE]["details"][1]
     assert results["settings"]["task_flags"][-1] == f"heads=seq2seq:{files['seq2seq']}"

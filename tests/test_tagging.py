@@ -63,6 +63,10 @@ def test_a_word_is_read_at_its_last_token_after_the_frame(tokenizer):
     assert ids[0] == tokenizer.cls_id and where == [2, 5, 8]  # [CLS] shifts every position by one
     _, where = word_positions(tokenizer, example, "decoder", 6)
     assert where == [1, 4, -1]  # the cut leaves the last word unread
+    _, where = word_positions(tokenizer, example, "decoder", 64, read_out="first")
+    assert where == [0, 3, 6]  # each word's first character: "T", "b", "o"
+    _, where = word_positions(tokenizer, example, "encoder", 64, read_out="first")
+    assert where == [1, 4, 7]
 
 
 @pytest.mark.unit

@@ -61,9 +61,10 @@ def register(subparsers) -> None:
     ablate = subparsers.add_parser(
         "ablate", help="change one design choice, hold the rest, and judge a prediction by a coded rule")
     ablate.add_argument("name", help="the ablation to run (an unknown name lists the known ones)")
-    ablate.add_argument("--scale", default="default",
+    ablate.add_argument("--scale", default=None,
                         help="default (compare's default recipe at the tokens its 120 s read on 2 CPU cores), "
                              "quick, or gpu (compare's gpu recipe, sized for one modern GPU)")
+    ablate.add_argument("--quick", action="store_true", help="the same report at a smaller scale (= --scale quick)")
     ablate.add_argument("--seeds", type=int, default=3, help="seeds per arm (default 3, at least 2)")
     ablate.add_argument("--out", default=None, help="output folder (default runs/ablate-NAME)")
     ablate.add_argument("--overwrite", action="store_true", help="start over instead of continuing")
@@ -95,10 +96,15 @@ def run_demo(args) -> int:
     return 0
 
 
-def run_compare(args) -> int:
+def scale_of(args) -> str:
+    """--quick or --scale (compare's and ablate's one vocabulary), refused in one line when they disagree."""
     if args.quick and args.scale not in (None, "quick"):
         raise UserError(f"--quick is --scale quick; it cannot be combined with --scale {args.scale}")
-    scale = "quick" if args.quick else args.scale or "default"
+    return "quick" if args.quick else args.scale or "default"
+
+
+def run_compare(args) -> int:
+    scale = scale_of(args)
     if scale not in COMPARE_SCALES:
         raise UserError(f"unknown scale {scale!r}; known: {', '.join(COMPARE_SCALES)}")
     if args.seeds < 1:
@@ -142,8 +148,9 @@ def run_ablate(args) -> int:
             options["share"] = float(args.share)
         except ValueError:
             raise UserError(f"--share must be a number, got {args.share!r}") from None
-    checked(args.name, args.scale, args.seeds, options)  # bad input: its one line before the device's
-    out = run_ablation(args.name, args.out, args.scale, args.seeds, args.overwrite, args.progress,
+    scale = scale_of(args)
+    checked(args.name, scale, args.seeds, options)  # bad input: its one line before the device's
+    out = run_ablation(args.name, args.out, scale, args.seeds, args.overwrite, args.progress,
                        runtime_of(args), **options)
     results = read_json(out / RESULTS)
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")

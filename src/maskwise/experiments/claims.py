@@ -81,12 +81,22 @@ def rows_of(tasks: Sequence[UserTask], configs: Mapping[str, Any] | None = None)
     fine-tune's config; its first row judged, the others reported), or the plays' when there is none."""
     if not tasks:
         return HELD_OUT_ROWS + tuple(task_row(kind, kind, TASKS[kind].plays_row) for kind in PLAYS_TASKS)
-    rows = []
+    rows, configs = [], configs or {}
     for t in tasks:
-        first, *others = TASKS[t.spec.kind].user_rows(t, (configs or {})[t.spec.name])
-        rows += [task_row(t.spec.name, t.spec.kind, first),
-                 *[task_row(t.spec.name, t.spec.kind, row, False, f"{t.spec.name}/{i}") for i, row in enumerate(others)]]
+        name, declared = t.spec.name, TASKS[t.spec.kind]
+        first, *others = declared.user_rows(t, configs[name])
+        rows += [task_row(name, t.spec.kind, first),
+                 *[task_row(name, t.spec.kind, row, False, f"{name}/{i}") for i, row in enumerate(others)]]
+        for variant in declared.variants:  # reported beside it: the choice's effect
+            key = variant_key(name, variant)
+            row = declared.user_rows(t, configs[key])[0]
+            rows.append(task_row(key, t.spec.kind, row, False))
     return HELD_OUT_ROWS + tuple(rows)
+
+
+def variant_key(name: str, variant: str) -> str:
+    """The measure (and fine-tune folder) name of a task's variant (``tasks.registry.Task.variants``)."""
+    return f"{name}.{variant}"
 
 
 def gather(measured: Mapping[int, Mapping[str, dict]], row: CompareRow) -> tuple[dict[str, PerSeed], dict]:

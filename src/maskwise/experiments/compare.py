@@ -42,7 +42,7 @@ from maskwise.data.tasks import speaker_examples
 from maskwise.data.user_tasks import TaskSpec, UserTask, fingerprint
 from maskwise.errors import UserError
 from maskwise.experiments.arms import WALL, Arm, Setup
-from maskwise.experiments.claims import PLAYS_TASKS, RULES, rows_of
+from maskwise.experiments.claims import PLAYS_TASKS, RULES, rows_of, variant_key
 from maskwise.experiments.compare_report import (
     cannot,
     evidence,
@@ -65,7 +65,13 @@ from maskwise.tasks.fill_mask import mlm_continue, nats_per_char_blocks, per_cha
 from maskwise.tasks.finetune import FinetuneConfig
 from maskwise.tasks.generate import GenerationConfig, generate, generate_text
 from maskwise.tasks.reading import device_of, frame, frame_extra, seeded_generator
-from maskwise.tasks.registry import TASKS, keep_fine_tune, leaked, read_tasks
+from maskwise.tasks.registry import (
+    READ_THEN_WRITE,
+    TASKS,
+    keep_fine_tune,
+    leaked,
+    read_tasks,
+)
 from maskwise.tasks.run import run_task
 from maskwise.tasks.seq2seq import source_ids
 
@@ -97,7 +103,7 @@ def time_plan(plan: ComparePlan, s: CompareSettings, columns: Sequence[str], see
     """What the command will spend, said before it starts: the pretraining clock exactly, each fine-tune's steps
     (their seconds depend on the machine and are timed as they run)."""
     runs = len(columns) * seeds
-    steps = ({t.spec.name: plan.configs[t.spec.name].steps for t in plan.tasks} if plan.tasks else
+    steps = ({name: cfg.steps for name, cfg in plan.configs.items()} if plan.tasks else
              {kind: s.tasks[kind].steps for kind in PLAYS_TASKS})
     return (f"plan: {len(columns)} columns x {seeds} seed(s): pretraining {s.seconds:.0f} s each "
             f"({runs * s.seconds / 60:.0f} min in all), then per run fine-tunes of "
@@ -111,6 +117,8 @@ def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings) -> Compare
     tasks = tuple(read_tasks(list(specs)))
     context = s.block_size // 2 if s.split_context else s.block_size  # the encoder-decoder's, when it is halved
     configs = {t.spec.name: TASKS[t.spec.kind].configure(s.tasks[t.spec.kind], t, context) for t in tasks}
+    configs.update({variant_key(t.spec.name, v): replace(configs[t.spec.name], **changes) for t in tasks
+                    for v, changes in TASKS[t.spec.kind].variants.items()})
     if tasks and data != SHAKESPEARE:
         for name, count in leaked(list(tasks), pretraining_text(data, LEAK_CHARS)).items():
             warnings.warn(f"task {name}: {count} test item(s) occur verbatim in the pretraining corpus {data} (its "
@@ -263,11 +271,11 @@ def language_modelling(exp: Experiment, run: str, s: CompareSettings, seed: int,
 @torch.no_grad()
 def ttft_sources(plan: ComparePlan, s: CompareSettings) -> tuple[list[str], int]:
     """(sources to time the first token on, the answer's room in tokens): the plays' longest test passages,
-    or the longest test sources of the user's first seq2seq task; none without one."""
+    or the longest test sources of the user's first read-then-write (seq2seq) task; none without one."""
     if not plan.tasks:
         passages = speaker_examples("test", max_chars=4 * s.block_size, limit=50, seed=0)
         return [e.source for e in passages], s.tasks["seq2seq"].max_target_len
-    task = next((t for t in plan.tasks if t.spec.kind == "seq2seq"), None)
+    task = next((t for t in plan.tasks if TASKS[t.spec.kind].claim == READ_THEN_WRITE), None)
     if task is None:
         return [], 0
     return [e.source for e in task.test], plan.configs[task.spec.name].max_target_len
@@ -347,8 +355,9 @@ def _fine_tune(key: str, kind: str, task: UserTask | None) -> Callable[[Setup, s
 def measures(plan: ComparePlan) -> dict[str, tuple[str, Callable[[Setup, str, int], dict]]]:
     """What one family's run is measured on, measure name -> (what ``cannot`` is asked, how): the held-out
     text, each task with a row in the report (the user's, else the plays'), and its HF export class."""
-    tasks = ({t.spec.name: (t.spec.kind, _fine_tune(t.spec.name, t.spec.kind, t)) for t in plan.tasks} if plan.tasks
-             else {kind: (kind, _fine_tune(kind, kind, None)) for kind in PLAYS_TASKS})
+    tasks = ({key: (t.spec.kind, _fine_tune(key, t.spec.kind, t)) for t in plan.tasks
+              for key in (t.spec.name, *(variant_key(t.spec.name, v) for v in TASKS[t.spec.kind].variants))}
+             if plan.tasks else {kind: (kind, _fine_tune(kind, kind, None)) for kind in PLAYS_TASKS})
     return {"lm": ("lm", lambda setup, name, seed: language_modelling(setup.exp, name, setup.scale, seed, plan.data)),
             **tasks, "export": ("export", hf_export_class)}
 

@@ -26,13 +26,12 @@ from maskwise.experiments.verdict import (
     mean_and_spread,
 )
 from maskwise.families import FAMILIES, Family
-from maskwise.tasks.registry import CLAIMS
+from maskwise.tasks.registry import CLAIMS, TASKS
 
 # What a family cannot be measured on, asked of the family (``ModelConfig.kind``): measure or row kind ->
 # (whether it cannot, the cell that says so). Every skipped measure and every report cell reads it.
 CANNOT: dict[str, tuple[Callable[[Family], bool], str]] = {
-    "seq2seq": (lambda kind: not kind.writes,
-                "cannot: no decoder to write the answer (an encoder labels positions it is given)"),
+    **{kind: task.cannot for kind, task in TASKS.items() if task.cannot is not None},  # the tasks' own
     "ttft": (lambda kind: not kind.writes, "cannot: writes no answer"),
     "next_token": (lambda kind: kind.two_stacks, ("conditional only: its decoder models targets given a source, "
                                                   "not the text itself (its own objective's loss in the curves)")),
@@ -191,7 +190,7 @@ def tabulate(m: Measured) -> tuple[dict, list]:
             elif row.kind == "fill" and kind.two_stacks:
                 cell += ("; rewriting the source up to the blank" if _objective(m, arm) == "denoise"
                          else "; via sentinel span")
-            elif row.kind == "classify":  # where the label is read: [CLS], the last position, or the mean of them all
+            elif "pooling" in measured[seeds[0]][column].get(row.key, {}):  # where a text is read: [CLS], last, mean
                 cell += f"; {measured[seeds[0]][column][row.key]['pooling']} pooling"
             cells.append(cell)
         rows.append([label + " [95% interval]", *cells, best_cell(scores, baselines, higher)])

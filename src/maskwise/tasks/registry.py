@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from maskwise.data.task_files import (
 )
 from maskwise.data.user_tasks import TaskSpec, UserTask, distribution
 from maskwise.errors import UserError
+from maskwise.families import Family
 from maskwise.runs import (
     CONFIG_FILE,
     HEAD_FILE,
@@ -81,6 +82,11 @@ class Task:
                                                                                                         None)
     # The text of each test item a model reads (to warn when the pretraining corpus holds it verbatim).
     test_texts: Callable[[UserTask], list[str]] = lambda task: [e.text for e in task.test]
+    # Whether a family cannot do it (asked of ``ModelConfig.kind``), and the report's cell that says why.
+    cannot: tuple[Callable[[Family], bool], str] | None = None
+    # Choices that could decide its verdict, fixed before any number is seen: name -> its config's changes (its row's
+    # label says which). compare fine-tunes each variant too and reports it beside the judged row: its effect shows.
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def save_fine_tune(out: Path, model, tokenizer, task: dict, head=None) -> None:
@@ -161,7 +167,8 @@ def _read_tag(spec: TaskSpec) -> UserTask:
     tags = Counter(t for e in train for t in e.tags)
     _unseen(spec, tags, Counter(t for e in test for t in e.tags), "tags")
     return UserTask(spec, train, test, len(train), len(test), distribution([t for e in train for t in e.tags]),
-                    {"read_out": "each word's last token (a causal reader has then read the whole word)"})
+                    {"read_out": "each word's last character, where a causal reader has read the whole word "
+                                 "(judged); its first character reported beside it (`.first`)"})
 
 
 TAG = Task("tag", ENCODER_JOBS,
@@ -169,13 +176,17 @@ TAG = Task("tag", ENCODER_JOBS,
            # what comes after it, which only a bidirectional reader has seen.
            Row("punctuation restoration F1 per text (tagging)", True, lambda r: r["per_example"]["f1"],
                lambda r: r["line_break_rule"]["per_example"]["f1"], "a mark before every line break"),
-           lambda task, cfg: (Row(f"{task.spec.name}: F1 per text (tag)", True, lambda r: r["per_example"]["f1"],
-                                  lambda r: r["baseline"]["per_example"]["f1"], "most frequent tag"),),
+           lambda task, cfg: (Row(f"{task.spec.name}: F1 per text, read at each word's {cfg.read_out} character (tag)",
+                                  True, lambda r: r["per_example"]["f1"], lambda r: r["baseline"]["per_example"]["f1"],
+                                  "most frequent tag"),),
            _read_tag, test_texts=lambda task: [" ".join(e.words) for e in task.test],
            configure=lambda cfg, task, context: replace(cfg, window_chars=context - 2),  # room for [CLS], [SEP]
            run_data=lambda task, cfg: (windows_of(task.train, cfg.window_chars), windows_of(task.test, cfg.window_chars)),
-           kept=lambda model, record, cfg: ({"tags": model.tags, "train_counts": record["train_counts"]}, model.body,
-                                            model.head))
+           kept=lambda model, record, cfg: ({"tags": model.tags, "train_counts": record["train_counts"],
+                                             "read_out": model.read_out}, model.body, model.head),
+           # Read at the last character, a causal reader has read the whole word; at the first it has seen one
+           # character of it: on tags that the word itself decides (part of speech) this can decide the verdict.
+           variants={"first": {"read_out": "first"}})
 
 
 # ---- embed (retrieval) and rerank ------------------------------------------------------------------
@@ -303,7 +314,9 @@ SEQ2SEQ = Task("seq2seq", READ_THEN_WRITE,
                    lambda r: r["baseline"]["per_example"]["items_f1"], "copy the first line"),
                _seq2seq_rows,
                _read_seq2seq, _configure_seq2seq, _seq2seq_data, test_texts=lambda task: [e.source for e in task.test],
-               kept=lambda model, record, cfg: ({"max_target_len": cfg.max_target_len}, model, None))
+               kept=lambda model, record, cfg: ({"max_target_len": cfg.max_target_len}, model, None),
+               cannot=(lambda kind: not kind.writes,
+                       "cannot: no decoder to write the answer (an encoder labels positions it is given)"))
 
 # The registry: every kind a user's --task may name, in the report's order.
 TASKS: dict[str, Task] = {t.kind: t for t in (TAG, CLASSIFY, EMBED, RERANK, SEQ2SEQ)}

@@ -42,14 +42,25 @@ class TagConfig(FinetuneConfig):
     train_windows: int = 4000  # the plays' punctuation windows (``tasks.run.plays_rows``)
     test_windows: int = 1000
     window_chars: int | None = None  # None: what fits the model's context
+    # Where a word's tag is read: its last token (a causal reader has then read the whole word; the default) or its
+    # first (HF's convention for word labels; a causal reader has then seen only the word's start).
+    read_out: str = "last"
+
+    def validate(self) -> TagConfig:
+        if self.read_out not in READ_OUTS:
+            raise UserError(f"read_out must be one of {', '.join(READ_OUTS)}, got {self.read_out!r}")
+        return super().validate()
+
+
+READ_OUTS = ("last", "first")
 
 
 class TokenTagger(nn.Module):
     """A body of any family plus a per-position ``ClassifierHead``: ``(B, T)`` ids -> ``(B, T, tags)``."""
 
-    def __init__(self, body: nn.Module, tags: Sequence[str], dropout: float = 0.1):
+    def __init__(self, body: nn.Module, tags: Sequence[str], dropout: float = 0.1, read_out: str = "last"):
         super().__init__()
-        self.body, self.tags = body, list(tags)
+        self.body, self.tags, self.read_out = body, list(tags), read_out
         self.head = ClassifierHead.for_body(body.cfg, len(self.tags), dropout).to(device_of(body))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -60,27 +71,29 @@ class TokenTagger(nn.Module):
                        where: str) -> TokenTagger:
         """The tagger a fine-tune left (``interop.folders.fine_tune_of``: a run's or an HF task class's
         record of tags, and its head's tensors) on ``body``, in eval mode."""
-        model = cls(body, task["tags"])
+        model = cls(body, task["tags"], read_out=task.get("read_out", "last"))
         load_weights_into(model.head, head or {}, f"tagger head of {where}")
         return model.eval()
 
 
-def word_positions(tokenizer, example: TaggedText, family: str, max_len: int) -> tuple[list[int], list[int]]:
+def word_positions(tokenizer, example: TaggedText, family: str, max_len: int,
+                   read_out: str = "last") -> tuple[list[int], list[int]]:
     """The framed ids of ``example`` (cut to ``max_len``) and, per word, the position of the token
-    that holds its last character (-1 where the cut left the word out)."""
+    that holds its last character (``read_out`` "first": its first), -1 where the cut left that token out."""
     ids, offsets = tokenizer.encode_offsets(example.text)
     shift = frame_extra(family)
     room = max_len - shift
     positions, token = [], 0
-    for end in example.word_ends():
-        while token < len(offsets) and offsets[token][1] < end:
+    for word, end in zip(example.words, example.word_ends()):
+        char = end if read_out == "last" else end - len(word) + 1  # offsets end past their last character
+        while token < len(offsets) and offsets[token][1] < char:
             token += 1
         positions.append(token + shift if token < min(room, len(offsets)) else -1)
     return frame(tokenizer, ids[:room], family), positions
 
 
-def _batch(tokenizer, examples: Sequence[TaggedText], family: str, max_len: int, device):
-    framed, positions = zip(*(word_positions(tokenizer, e, family, max_len) for e in examples))
+def _batch(tokenizer, examples: Sequence[TaggedText], family: str, max_len: int, device, read_out: str = "last"):
+    framed, positions = zip(*(word_positions(tokenizer, e, family, max_len, read_out) for e in examples))
     ids, mask = pad(list(framed), tokenizer.pad_id, "right", device)
     return ids, mask, positions
 
@@ -97,12 +110,12 @@ def train_tagger(body: nn.Module, tokenizer, train: Sequence[TaggedText], cfg: T
         raise UserError(f"tagging needs at least 2 tags, got {tags}")
     index = {tag: i for i, tag in enumerate(tags)}
     torch.manual_seed(cfg.seed)  # the fresh head's initialisation is part of the seeded run
-    model = TokenTagger(body, tags, cfg.dropout)
+    model = TokenTagger(body, tags, cfg.dropout, cfg.read_out)
     max_len, device = context_len(body, cfg.max_len), device_of(body)
 
     def step_loss(rng: random.Random) -> torch.Tensor:
         chosen = [train[rng.randrange(len(train))] for _ in range(cfg.batch_size)]
-        ids, mask, positions = _batch(tokenizer, chosen, body.cfg.family, max_len, device)
+        ids, mask, positions = _batch(tokenizer, chosen, body.cfg.family, max_len, device, cfg.read_out)
         labels = torch.full(ids.shape, IGNORE_INDEX, dtype=torch.long)  # (B, T): a label at each word's last token
         for row, (example, where) in enumerate(zip(chosen, positions)):
             for tag, position in zip(example.tags, where):
@@ -124,7 +137,8 @@ def predict_tags(model: TokenTagger, tokenizer, examples: Sequence[TaggedText], 
     outside = OUTSIDE if OUTSIDE in model.tags else model.tags[0]
     predicted, truncated = [], 0
     for chunk in batches(len(examples), batch_size):
-        ids, mask, positions = _batch(tokenizer, [examples[i] for i in chunk], model.body.cfg.family, max_len, device)
+        ids, mask, positions = _batch(tokenizer, [examples[i] for i in chunk], model.body.cfg.family, max_len, device,
+                                      model.read_out)
         best = model(ids, mask).argmax(dim=-1).cpu()  # (B, T)
         for row, where in enumerate(positions):
             predicted.append([model.tags[best[row, p]] if p >= 0 else outside for p in where])

@@ -25,7 +25,7 @@ class Budget:
     amount: float
 
     @classmethod
-    def parse(cls, text: str) -> "Budget | None":
+    def parse(cls, text: str) -> Budget | None:
         """``"tokens=1e6"``, ``"seconds=120"`` or ``"flops=1e13"``; empty -> no budget."""
         if not text:
             return None
