@@ -29,7 +29,7 @@ from maskwise.cli.task_inputs import (
 )
 from maskwise.errors import UserError
 from maskwise.runs import prepare_folder, write_json
-from maskwise.tasks.registry import save_fine_tune
+from maskwise.tasks.registry import TASKS, save_fine_tune
 from maskwise.tasks.rerank import default_reranker, training_negatives
 from maskwise.tasks.retrieve import rank
 from maskwise.tasks.run import CONFIGS, plays_rows, run_task
@@ -98,9 +98,9 @@ def _finetune_classify(args, model, tokenizer):
     cfg = _config(args, "classify")
     train, test = classify_data(args, cfg, training=True)
     classifier, record = _run(args, cfg, model, tokenizer, (train, test))
-    task = {"labels": classifier.labels, "pooling": classifier.pooling, "freeze": cfg.freeze,
-            "train_labels": [e.label for e in train], **({"plays_task": cfg.plays_task} if args.data is None else {})}
-    return task, record, classifier.body, classifier.head
+    task, body, head = TASKS["classify"].kept(classifier, record, cfg)
+    task.update(train_labels=[e.label for e in train], **({"plays_task": cfg.plays_task} if args.data is None else {}))
+    return task, record, body, head
 
 
 def _finetune_embed(args, model, tokenizer):
@@ -116,9 +116,8 @@ def _finetune_embed(args, model, tokenizer):
         data = plays_rows(cfg, model)
     bi_encoder, record = _run(args, cfg, model, tokenizer, data, "fine-tuned bi-encoder")
     results = {"data": str(args.data), "split": split, **record} if beir else record
-    task = {"pooling": bi_encoder.pooling, "normalize": True, "max_len": record["max_len"],
-            "temperature": record["temperature"]}
-    return task, results, bi_encoder.body, None
+    task, body, head = TASKS["embed"].kept(bi_encoder, record, cfg)
+    return task, results, body, head
 
 
 def _finetune_rerank(args, model, tokenizer):
@@ -130,11 +129,9 @@ def _finetune_rerank(args, model, tokenizer):
     negatives = training_negatives(train, cfg.n_negatives, args.negatives, embedder, args.seed)
     candidates, _ = rank(embedder, test, k=cfg.candidates)
     reranker, record = _run(args, cfg, model, tokenizer, (train, negatives, test, candidates), f"{kind} reranker")
-    trained, head = (reranker.body, reranker.head) if kind == "cross" else (reranker, None)
-    results = {**record, "first_stage": first_stage}
-    task = {"reranker": kind, "first_stage": str(first_stage_path), "negatives": args.negatives,
-            "max_len": record["max_len"]}
-    return task, results, trained, head
+    task, trained, head = TASKS["rerank"].kept(reranker, record, cfg)
+    task.update(first_stage=str(first_stage_path), negatives=args.negatives)  # this command's own first stage
+    return task, {**record, "first_stage": first_stage}, trained, head
 
 
 def _finetune_seq2seq(args, model, tokenizer):
@@ -143,7 +140,7 @@ def _finetune_seq2seq(args, model, tokenizer):
         raise UserError("--rename-speakers renames the plays' speakers: it needs the embedded passages, not --data")
     train, test = task_rows(args, cfg, model, training=True)
     trained, record = _run(args, cfg, model, tokenizer, (train, test))
-    task = {"max_target_len": cfg.max_target_len}
+    task, trained, _ = TASKS["seq2seq"].kept(trained, record, cfg)
     if args.data is None:  # what the plays' passages were
         task.update(hide_speakers=cfg.hide_speakers, mid_speech=cfg.mid_speech, rename_speakers=cfg.rename_speakers)
         record = {**record, "hide_speakers": cfg.hide_speakers, "mid_speech": cfg.mid_speech}
@@ -154,5 +151,5 @@ def _finetune_tag(args, model, tokenizer):
     cfg = _config(args, "tag")
     train, test = task_rows(args, cfg, model, training=True)
     tagger, record = _run(args, cfg, model, tokenizer, (train, test))
-    task = {"tags": tagger.tags, "train_counts": record["train_counts"]}
-    return task, record, tagger.body, tagger.head
+    task, body, head = TASKS["tag"].kept(tagger, record, cfg)
+    return task, record, body, head

@@ -126,10 +126,10 @@ def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings) -> Compare
     return ComparePlan(data, tasks, configs, rows_of(tasks, configs))
 
 
-def pretraining_text(data: str, chars: int) -> str:
-    """The first ``chars`` characters of the corpus' training part, documents joined by blank lines."""
+def opening(documents, chars: int) -> str:
+    """The first ``chars`` characters of ``documents`` joined by blank lines, reading no more of them than that."""
     parts, read = [], 0
-    for document in load_corpus(data).iter_train():
+    for document in documents:
         parts.append(document)
         read += len(document)
         if read >= chars:
@@ -137,16 +137,16 @@ def pretraining_text(data: str, chars: int) -> str:
     return "\n\n".join(parts)[:chars]
 
 
+def pretraining_text(data: str, chars: int) -> str:
+    """The first ``chars`` characters of the corpus' training part."""
+    return opening(load_corpus(data).iter_train(), chars)
+
+
 def held_out_text(chars: int, data: str = SHAKESPEARE) -> str:
     """The opening of text no model saw in pretraining: the first test-split play, or the corpus' validation part."""
     if data == SHAKESPEARE:
         return render_play(split_plays(load_plays())["test"][0])[:chars]
-    text = ""
-    for document in load_corpus(data).iter_val():
-        text += ("\n\n" if text else "") + document
-        if len(text) >= chars:
-            break
-    return text[:chars]
+    return opening(load_corpus(data).iter_val(), chars)
 
 
 def train_token_counts(tokenizer, data: str = SHAKESPEARE) -> Counter[int]:
@@ -268,7 +268,6 @@ def language_modelling(exp: Experiment, run: str, s: CompareSettings, seed: int,
     return result
 
 
-@torch.no_grad()
 def ttft_sources(plan: ComparePlan, s: CompareSettings) -> tuple[list[str], int]:
     """(sources to time the first token on, the answer's room in tokens): the plays' longest test passages,
     or the longest test sources of the user's first read-then-write (seq2seq) task; none without one."""
@@ -281,10 +280,11 @@ def ttft_sources(plan: ComparePlan, s: CompareSettings) -> tuple[list[str], int]
     return [e.source for e in task.test], plan.configs[task.spec.name].max_target_len
 
 
+@torch.no_grad()
 def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSettings, plan: ComparePlan) -> dict:
     """Seconds from a batch of sources to the first token of their answers (``s.ttft_batch`` of the longest
-    test sources (``ttft_sources``), cut to one length that fills the decoder's room before its answer), for every column
-    that writes (``runs``: column -> run name), timed in turns so that a change in the machine's load falls
+    test sources, ``ttft_sources``, cut to one length that fills the decoder's room before its answer), for every
+    column that writes (``runs``: column -> run name), timed in turns so that a change in the machine's load falls
     on all of them. A batch, because at batch 1 a model this small spends the time on dispatch, not on
     reading the source (docs/results.md)."""
 
@@ -411,7 +411,8 @@ def run_compare(out: str | Path = "runs/compare", settings: CompareSettings | No
                                            "tasks": described["tasks"]})
     if other is not None:
         raise UserError(f"{exp.out} holds a compare at scale {other['settings']['name']} with other settings, "
-                        f"families or tasks than now ({s.name}: {', '.join(columns)}); use --overwrite or another --out")
+                        f"families or tasks than now ({s.name}: {', '.join(columns)}); use --overwrite or another "
+                        "--out")
     seed_list = tuple(range(first_seed, first_seed + seeds))
     results = conduct(COMPARE, Setup(exp, s, seed_list, progress, plan), data=data, families=columns)
     return write(exp, {**results, "data": described}, "compare",

@@ -181,7 +181,8 @@ TAG = Task("tag", ENCODER_JOBS,
                                   "most frequent tag"),),
            _read_tag, test_texts=lambda task: [" ".join(e.words) for e in task.test],
            configure=lambda cfg, task, context: replace(cfg, window_chars=context - 2),  # room for [CLS], [SEP]
-           run_data=lambda task, cfg: (windows_of(task.train, cfg.window_chars), windows_of(task.test, cfg.window_chars)),
+           run_data=lambda task, cfg: (windows_of(task.train, cfg.window_chars),
+                                       windows_of(task.test, cfg.window_chars)),
            kept=lambda model, record, cfg: ({"tags": model.tags, "train_counts": record["train_counts"],
                                              "read_out": model.read_out}, model.body, model.head),
            # Read at the last character, a causal reader has read the whole word; at the first it has seen one
@@ -222,10 +223,12 @@ def _embed_row(task: UserTask) -> Row:
 EMBED = Task("embed", ENCODER_JOBS,
              Row("retrieval recall@10 (ICT)", True, lambda r: r["per_query"]["recall@10"],
                  lambda r: r["baseline"]["expected"]["recall@10"], "random"),
-             lambda task, cfg: (_embed_row(task),), _read_retrieval, _within, run_data=lambda task, cfg: (task.train.pairs(), task.test),
+             lambda task, cfg: (_embed_row(task),), _read_retrieval, _within,
+             run_data=lambda task, cfg: (task.train.pairs(), task.test),
              test_texts=lambda task: list(task.test.queries),
-             kept=lambda model, record, cfg: ({"pooling": model.pooling, "normalize": True, "max_len": record["max_len"],
-                                               "temperature": record["temperature"]}, model.body, None))
+             kept=lambda model, record, cfg: ({"pooling": model.pooling, "normalize": True,
+                                               "max_len": record["max_len"], "temperature": record["temperature"]},
+                                              model.body, None))
 
 
 def _read_rerank(spec: TaskSpec) -> UserTask:
@@ -249,7 +252,8 @@ RERANK = Task("rerank", ENCODER_JOBS, None,
               _read_rerank, _within, run_data=_rerank_data, test_texts=lambda task: list(task.test.queries),
               kept=lambda model, record, cfg: ({"reranker": record["kind"], "first_stage": "BM25", "negatives": "bm25",
                                                 "max_len": record["max_len"]},
-                                               *((model.body, model.head) if record["kind"] == "cross" else (model, None))))
+                                               *((model.body, model.head) if record["kind"] == "cross"
+                                                 else (model, None))))
 
 
 # ---- seq2seq ---------------------------------------------------------------------------------------
