@@ -19,6 +19,7 @@ from maskwise.errors import UserError
 from maskwise.tasks.metrics import tag_scores
 from maskwise.tasks.tag import (
     TagConfig,
+    TokenTagger,
     evaluate_tagger,
     predict_tags,
     tag_counts,
@@ -67,6 +68,18 @@ def test_a_word_is_read_at_its_last_token_after_the_frame(tokenizer):
     assert where == [0, 3, 6]  # each word's first character: "T", "b", "o"
     _, where = word_positions(tokenizer, example, "encoder", 64, read_out="first")
     assert where == [1, 4, 7]
+
+
+@pytest.mark.unit
+def test_a_saved_taggers_read_out_is_kept_and_checked(tokenizer):
+    body = tiny("encoder", tokenizer)
+    head = TokenTagger(body, ["O", ","]).head.state_dict()
+    assert TokenTagger.from_fine_tune(body, {"tags": ["O", ","]}, head, "old").read_out == "last"  # before it was kept
+    assert TokenTagger.from_fine_tune(body, {"tags": ["O", ","], "read_out": "first"}, head, "f").read_out == "first"
+    with pytest.raises(UserError, match="reads words at 'middle'"):
+        TokenTagger.from_fine_tune(body, {"tags": ["O", ","], "read_out": "middle"}, head, "damaged")
+    with pytest.raises(UserError, match="read_out must be one of last, first"):
+        TagConfig(read_out="middle").validate()
 
 
 @pytest.mark.unit

@@ -71,7 +71,10 @@ class TokenTagger(nn.Module):
                        where: str) -> TokenTagger:
         """The tagger a fine-tune left (``interop.folders.fine_tune_of``: a run's or an HF task class's
         record of tags, and its head's tensors) on ``body``, in eval mode."""
-        model = cls(body, task["tags"], read_out=task.get("read_out", "last"))
+        read_out = task.get("read_out", "last")  # folders written before it was recorded read at the last token
+        if read_out not in READ_OUTS:
+            raise UserError(f"{where}: its task record reads words at {read_out!r}; known: {', '.join(READ_OUTS)}")
+        model = cls(body, task["tags"], read_out=read_out)
         load_weights_into(model.head, head or {}, f"tagger head of {where}")
         return model.eval()
 
