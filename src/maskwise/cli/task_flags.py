@@ -10,7 +10,7 @@ from maskwise.tasks.classify import PLAYS_TASKS, ClassifyConfig
 from maskwise.tasks.embed import EmbedConfig
 from maskwise.tasks.rerank import RerankConfig
 from maskwise.tasks.seq2seq import Seq2SeqConfig
-from maskwise.tasks.tag import TagConfig
+from maskwise.tasks.tag import READ_OUTS, TagConfig
 
 
 def positive(text: str) -> int:
@@ -99,6 +99,9 @@ def add_task_flags(parser, task: str, evaluating: bool = False) -> None:
         parser.add_argument("--window-chars", type=positive, default=None,
                             help="the plays' windows, in characters (default: what fits the model's context)")
         if not evaluating:
+            parser.add_argument("--read-out", dest="read_out", choices=READ_OUTS, default=None,
+                                help="where a word's tag is read: its last token (default; a causal reader has "
+                                     "then read the whole word) or its first (HF's convention)")
             parser.add_argument("--train-windows", type=positive, default=None,
                                 help=f"training windows of the plays (default {TagConfig.train_windows})")
         parser.add_argument("--eval-windows", dest="test_windows", type=positive, default=None,
