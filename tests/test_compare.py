@@ -87,9 +87,11 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     assert "genre" not in json.dumps(results["table"])  # six test plays decide nothing: not a row here
     assert rows["held-out next-token loss (nats/char) [95% interval]"][2].startswith("conditional only")
     assert "through [MASK]" in rows["held-out next-token loss (nats/char) [95% interval]"][0]
-    ttft = json.loads((out / "steps" / "ttft-seed0.json").read_text())  # both writers, timed on 3 sources at once
-    assert ttft["batch"] == 3 and [len(ttft["seconds"][f]) for f in ("decoder", "encoder-decoder")] == [2, 2]
-    assert f"time to first token, {ttft['source_tokens']}-token sources, batch 3 (ms, mean [95% interval])" in rows
+    ttft = json.loads((out / "steps" / "ttft-seed0.json").read_text())["buckets"]  # the plays': one bucket
+    assert len(ttft) == 1 and ttft[0]["batch"] == 3  # both writers, timed on 3 sources at once
+    assert [len(ttft[0]["seconds"][f]) for f in ("decoder", "encoder-decoder")] == [2, 2]
+    assert (f"time to first token, the longest test passages: {ttft[0]['source_tokens']}-token sources, batch 3 "
+            "(ms, mean [95% interval])") in rows
     report = (out / "report.md").read_text()
     assert report.split("\n")[2].startswith("**Warning")
     for section in ("## Results", "## Where the parameters go", "## Plots", "## Summary",
@@ -242,7 +244,8 @@ def test_the_hybrid_is_placed_only_where_its_intervals_separate_it_and_never_nam
         "seq2seq": ({"decoder": same(0.5), "encoder-decoder": same(0.5), "hybrid": same(0.5)},
                     dict.fromkeys(["decoder", "encoder-decoder", "hybrid"], same(0.1))),
     }
-    e = Evidence(rows_of(()), gathered, {"decoder": same(5.0, 10), "encoder-decoder": same(5.0, 10), "hybrid": same(5.0, 10)})
+    e = Evidence(rows_of(()), gathered, {"the longest test passages": {
+        "decoder": same(5.0, 10), "encoder-decoder": same(5.0, 10), "hybrid": same(5.0, 10)}})
     assert [said.split(" (")[0] for said in standing(e, "hybrid")] == [
         "ahead of the encoder at held-out next-token loss", "behind the decoder at held-out next-token loss",
         "ahead of the encoder at fill a blank", "ahead of the decoder at fill a blank",

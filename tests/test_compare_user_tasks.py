@@ -79,6 +79,8 @@ def test_compare_judges_a_task_of_every_kind_from_the_users_files(tmp_path, caps
     assert "punctuation restoration F1 per text (tagging) [95% interval]" not in rows  # the plays are not read
     heads = [label for label in rows if label.startswith("heads: token F1, ")]  # by source length, the longest first
     assert heads and heads[0].startswith("heads: token F1, sources of ") and rows[heads[0]][0].startswith("cannot")
+    timed = [label for label in rows if label.startswith("time to first token, sources of ")]  # per bucket
+    assert len(timed) == len(heads) - (len(heads) > 1) and rows[timed[0]][0].startswith("cannot")
     assert "the source's first 3 words" in json.dumps(json.loads((out / "steps" / "heads-decoder-seed0.json")
                                                                    .read_text())["baseline"])
     verdicts = {v["claim"]: v for v in results["verdicts"]}
@@ -158,7 +160,8 @@ def test_injected_measurements_force_each_claims_verdict():
         "seq2seq": ({"decoder": same(0.2), "encoder-decoder": same(0.6)}, dict.fromkeys(fams, same(0.1))),
     }
     rules = {rule.claim: rule for rule in RULES}
-    fast = {"decoder": same(9.0, 10), "encoder-decoder": same(5.0, 10)}
+    fast = {"sources of 0-9 characters": {"decoder": same(9.0, 10), "encoder-decoder": same(9.0, 10)},
+            "sources of 10+ characters": {"decoder": same(9.0, 10), "encoder-decoder": same(5.0, 10)}}
     e = Evidence(rows_of(()), gathered, fast)
     verdict, details = rules[ENCODER_JOBS].judge(e, None)
     assert verdict == MIXED and details[0].startswith("mixed: held on punctuation")
@@ -166,8 +169,10 @@ def test_injected_measurements_force_each_claims_verdict():
     assert "inconclusive on retrieval recall@10 (ICT)" in details[0]
     assert rules[GENERATE].judge(e, None)[0] == HELD
     assert rules[READ_THEN_WRITE].judge(e, None)[0] == HELD
-    slow = Evidence(rows_of(()), gathered, {"decoder": same(5.0, 10), "encoder-decoder": same(9.0, 10)})
-    assert rules[READ_THEN_WRITE].judge(slow, None)[0] == MIXED  # better answers, later first token
+    slow = Evidence(rows_of(()), gathered, {"sources of 10+ characters": {"decoder": same(5.0, 10),
+                                                                          "encoder-decoder": same(9.0, 10)}})
+    verdict, details = rules[READ_THEN_WRITE].judge(slow, None)
+    assert verdict == MIXED and "time to first token (ms), sources of 10+ characters" in details[0]  # the longest
     no_seq2seq = Evidence(tuple(r for r in rows_of(()) if r.key != "seq2seq"), gathered, fast)
     assert rules[READ_THEN_WRITE].judge(no_seq2seq, None)[0] == NOT_MEASURED
 

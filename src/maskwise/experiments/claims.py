@@ -165,12 +165,13 @@ def judge(parts: Sequence[Part], other: str = "other family") -> tuple[str, list
     return verdict, [f"{verdict}: {said}", *[line for _, line in judged]]
 
 
-def ttft_milliseconds(ttft: Mapping[int, dict]) -> dict[str, PerSeed]:
-    """Each writing column's timed first tokens, per seed, in milliseconds (none when no source was timed)."""
+def ttft_milliseconds(ttft: Mapping[int, dict]) -> dict[str, dict[str, PerSeed]]:
+    """Per source-length bucket (shortest first), each writing column's timed first tokens per seed, in
+    milliseconds (none when no source was timed)."""
     first = next(iter(ttft.values()), {})
-    if not first.get("seconds"):
-        return {}
-    return {f: [[1000 * t for t in ttft[seed]["seconds"][f]] for seed in ttft] for f in first["seconds"]}
+    return {bucket["name"]: {f: [[1000 * t for t in ttft[seed]["buckets"][i]["seconds"][f]] for seed in ttft]
+                             for f in bucket["seconds"]}
+            for i, bucket in enumerate(first.get("buckets", []))}
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,12 @@ class Evidence:
 
     rows: tuple[CompareRow, ...]
     gathered: Mapping[str, tuple[dict, dict]]  # row key -> (column -> per-seed scores, column -> baseline)
-    ttft_ms: Mapping[str, PerSeed]
+    ttft_ms: Mapping[str, Mapping[str, PerSeed]]  # source-length bucket (shortest first) -> column -> per seed
+
+    @property
+    def longest_ttft(self) -> tuple[str, Mapping[str, PerSeed]] | None:
+        """(its name, its times) of the longest sources timed: where the claim reads the first token."""
+        return next(reversed(self.ttft_ms.items()), None)
 
     def parts(self, claim: str) -> list[Part]:
         """Every row of ``claim``: the predicted family against the other, on the same items."""
@@ -191,9 +197,10 @@ class Evidence:
             scores, baselines = self.gathered[row.key]
             parts.append((row.label, scores[predicted], scores[other], row.higher,
                           (baselines[predicted], baselines[other])))
-        if claim == READ_THEN_WRITE and parts and predicted in self.ttft_ms and other in self.ttft_ms:
-            parts.append(("time to first token (ms) on a long source", self.ttft_ms[predicted], self.ttft_ms[other],
-                          False, None))
+        longest = self.longest_ttft
+        if claim == READ_THEN_WRITE and parts and longest and predicted in longest[1] and other in longest[1]:
+            name, times = longest
+            parts.append((f"time to first token (ms), {name}", times[predicted], times[other], False, None))
         return parts
 
 

@@ -270,48 +270,60 @@ def language_modelling(exp: Experiment, run: str, s: CompareSettings, seed: int,
     return result
 
 
-def ttft_sources(plan: ComparePlan, s: CompareSettings) -> tuple[list[str], int]:
-    """(sources to time the first token on, the answer's room in tokens): the plays' longest test passages,
-    or the longest test sources of the user's first read-then-write (seq2seq) task; none without one."""
+def ttft_buckets(plan: ComparePlan, s: CompareSettings) -> tuple[list[tuple[str, list[str]]], int]:
+    """([(bucket name, its sources)], the answer's room in tokens): the sources to time the first token on, shortest
+    bucket first: the plays' longest test passages (one bucket), or the test sources of the user's first
+    read-then-write (seq2seq) task in its source-length buckets (the seed predicts the encoder-decoder's lead grows
+    with the source); none without such a task."""
     if not plan.tasks:
         passages = speaker_examples("test", max_chars=4 * s.block_size, limit=50, seed=0)
-        return [e.source for e in passages], s.tasks["seq2seq"].max_target_len
+        return [("the longest test passages", [e.source for e in passages])], s.tasks["seq2seq"].max_target_len
     task = next((t for t in plan.tasks if TASKS[t.spec.kind].claim == READ_THEN_WRITE), None)
     if task is None:
         return [], 0
-    return [e.source for e in task.test], plan.configs[task.spec.name].max_target_len
+    cfg = plan.configs[task.spec.name]
+    sources = [e.source[:cfg.max_chars] for e in task.test]  # as every family reads them (``_seq2seq_data``)
+    edges = cfg.source_edges or (0,)
+    buckets = []
+    for low, high in zip(edges, [*edges[1:], None]):
+        name = f"sources of {low}+ characters" if high is None else f"sources of {low}-{high - 1} characters"
+        buckets.append((name, [x for x in sources if len(x) >= low and (high is None or len(x) < high)]))
+    return [(name, inside) for name, inside in buckets if inside], cfg.max_target_len
 
 
 @torch.no_grad()
 def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSettings, plan: ComparePlan) -> dict:
-    """Seconds from a batch of sources to the first token of their answers (``s.ttft_batch`` of the longest
-    test sources, ``ttft_sources``, cut to one length that fills the decoder's room before its answer), for every
-    column that writes (``runs``: column -> run name), timed in turns so that a change in the machine's load falls
-    on all of them. A batch, because at batch 1 a model this small spends the time on dispatch, not on
-    reading the source (docs/results.md)."""
+    """Seconds from a batch of sources to the first token of their answers, per source-length bucket
+    (``ttft_buckets``: the longest ``s.ttft_batch`` sources of each, cut to one length for every family, a
+    decoder's prompt keeping room for its answer), for every column that writes (``runs``: column -> run name),
+    timed in turns so that a change in the machine's load falls on all of them. A batch, because at batch 1 a model
+    this small spends the time on dispatch, not on reading the source (docs/results.md)."""
 
-    sources, room = ttft_sources(plan, s)
-    if not sources:
+    buckets, room = ttft_buckets(plan, s)
+    if not buckets:
         return {}
     loaded = {column: exp.load(run) for column, run in runs.items() if cannot(exp.kind(run), "ttft") is None}
     for run in loaded.values():
         run.model.eval()
     tok = next(iter(loaded.values())).tokenizer
-    longest = sorted(sources, key=len, reverse=True)[:s.ttft_batch]
-    batches = {f: [source_ids(r.model, tok, source, room) for source in longest] for f, r in loaded.items()}
-    length = min(len(p) for batch in batches.values() for p in batch)
-    # the same source length for all, a causal prompt keeping its closing [SEP]
-    batches = {f: [p[:length - 1] + p[-1:] if loaded[f].model.cfg.kind.causal else p[:length] for p in batch]
-               for f, batch in batches.items()}
     one = GenerationConfig(max_new_tokens=1)
-    seconds: dict[str, list[float]] = {f: [] for f in loaded}
-    for repeat in range(s.ttft_repeats + 2):  # two warm-up turns, not kept
-        for family, run in loaded.items():
-            started = time.perf_counter()
-            generate(run.model, batches[family], one, tok.eos_id, tok.pad_id, decoder_start_id(tok))
-            if repeat >= 2:
-                seconds[family].append(time.perf_counter() - started)
-    return {"source_tokens": length, "batch": len(longest), "seconds": seconds}
+    timed = []
+    for name, sources in buckets:
+        chosen = sorted(sources, key=len, reverse=True)[:s.ttft_batch]
+        batches = {f: [source_ids(r.model, tok, source, room) for source in chosen] for f, r in loaded.items()}
+        length = min(len(p) for batch in batches.values() for p in batch)
+        # the same source length for all, a causal prompt keeping its closing [SEP]
+        batches = {f: [p[:length - 1] + p[-1:] if loaded[f].model.cfg.kind.causal else p[:length] for p in batch]
+                   for f, batch in batches.items()}
+        seconds: dict[str, list[float]] = {f: [] for f in loaded}
+        for repeat in range(s.ttft_repeats + 2):  # two warm-up turns, not kept
+            for family, run in loaded.items():
+                started = time.perf_counter()
+                generate(run.model, batches[family], one, tok.eos_id, tok.pad_id, decoder_start_id(tok))
+                if repeat >= 2:
+                    seconds[family].append(time.perf_counter() - started)
+        timed.append({"name": name, "source_tokens": length, "batch": len(chosen), "seconds": seconds})
+    return {"buckets": timed}
 
 
 def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:

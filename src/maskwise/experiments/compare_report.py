@@ -74,7 +74,8 @@ def standing(e: Evidence, column: str) -> list[str]:
     """Where ``column`` (one beside the families) separates from a family, by the rules' own test: a paired
     interval of the difference that excludes 0, with the side ahead clearing its trivial baseline."""
     rows = {**{row.key: (row.label, row.higher, *e.gathered[row.key]) for row in e.rows},
-            "ttft": ("time to first token (ms)", False, e.ttft_ms, {})}
+            **{f"ttft {name}": (f"time to first token (ms), {name}", False, times, {})
+               for name, times in e.ttft_ms.items()}}
     said = []
     for label, higher, scores, baselines in rows.values():
         for family in (f for f in FAMILIES if column in scores and f in scores):
@@ -195,13 +196,13 @@ def tabulate(m: Measured) -> tuple[dict, list]:
             cells.append(cell)
         rows.append([label + " [95% interval]", *cells, best_cell(scores, baselines, higher)])
         metrics[label] = {f: [sum(v) / len(v) for v in scores[f]] for f in scores}
-    first = m.per_seed[seeds[0]]
-    if not e.ttft_ms:  # no seq2seq task, so no source to time
-        return metrics, rows
-    rows.append([(f"time to first token, {first['source_tokens']}-token sources, batch {first['batch']} "
-                  "(ms, mean [95% interval])"),
-                 *[interval(e.ttft_ms[a.key]).text(2) if a.key in e.ttft_ms else cannot(kind_of[a.key], "ttft")
-                   or "n/a" for a in arms], best_cell(e.ttft_ms, {}, higher=False)])
+    # Per source-length bucket (none without a seq2seq task, so no source to time): the longest is judged.
+    for timed in m.per_seed[seeds[0]].get("buckets", []):
+        times = e.ttft_ms[timed["name"]]
+        rows.append([(f"time to first token, {timed['name']}: {timed['source_tokens']}-token sources, batch "
+                      f"{timed['batch']} (ms, mean [95% interval])"),
+                     *[interval(times[a.key]).text(2) if a.key in times else cannot(kind_of[a.key], "ttft")
+                       or "n/a" for a in arms], best_cell(times, {}, higher=False)])
     return metrics, rows
 
 
