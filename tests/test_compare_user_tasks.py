@@ -4,12 +4,16 @@ the claim rule on injected measurements, and every bad file refused in one line 
 import json
 import random
 import time
+from dataclasses import replace
 
 import pytest
 
 from maskwise.data.user_tasks import TaskSpec, parse_task
 from maskwise.errors import UserError
+from maskwise.experiments import compare as compare_module
 from maskwise.experiments.claims import RULES, Evidence, claim_verdict, rows_of
+from maskwise.experiments.compare import plan_of, time_plan
+from maskwise.experiments.eta import Expected, Ledger, Speeds
 from maskwise.experiments.verdict import (
     FALSIFIED,
     HELD,
@@ -17,6 +21,9 @@ from maskwise.experiments.verdict import (
     MIXED,
     NOT_MEASURED,
 )
+from maskwise.families import FAMILIES
+from maskwise.recipes import SMOKE
+from maskwise.runtime import resolve
 from maskwise.tasks.registry import (
     ENCODER_JOBS,
     GENERATE,
@@ -69,7 +76,8 @@ def test_compare_judges_a_task_of_every_kind_from_the_users_files(tmp_path, caps
         "--task", f"topics=classify:{files['classify']}", "--task", f"pos=tag:{files['tag']}",
         "--task", f"find=embed:{files['embed']}", "--task", f"order=rerank:{files['embed']}")
     assert code == 0, err
-    assert "plan: 3 columns x 1 seed(s): pretraining 3 s each" in err and "3 steps (pos.first)" in err  # said first
+    assert "plan: 3 columns x 1 seed(s): pretraining 3 s each" in err and "pos.first ~" in err  # said first
+    assert "min in all" in err  # the whole command's estimate, at this machine's probed speed
     results = json.loads((out / "results.json").read_text())
     rows = {row[0]: row[1:] for row in results["table"]["rows"]}
     for label in ("topics: accuracy (classify)", "pos: F1 per text, read at each word's last character (tag)",
@@ -256,3 +264,40 @@ def test_test_items_found_verbatim_in_the_pretraining_corpus_are_counted_in_one_
     path.write_text("\n".join(json.dumps(r) for r in rows))
     with pytest.warns(UserWarning, match=r"task t: 1 test item\(s\) occur verbatim"):
         plan_of(str(corpus), [TaskSpec("t", "classify", str(path))], SMOKE)
+
+
+@pytest.mark.unit
+def test_the_time_left_is_re_estimated_from_each_measured_step():
+    ledger = Ledger([Expected("pretrain", 3, 129.0), Expected("topics", 3, 10.0), Expected("heads", 2, 20.0)],
+                    progress=False, what="compare")
+    assert ledger.remaining() == 3 * 129 + 3 * 10 + 2 * 20
+    ledger.finished("pretrain-encoder-seed0", 131.0)
+    ledger.finished("pretrain-decoder-seed0", 0.0, reused=True)  # an earlier invocation's: done, not timed
+    ledger.finished("measures-encoder-seed0", 99.0)  # not a kind of step the plan counts: ignored
+    assert ledger.remaining() == 131 + 3 * 10 + 2 * 20
+    ledger.finished("topics-encoder-seed0", 30.0)  # three times its estimate: heads, not yet run, scaled alike
+    assert ledger.remaining() == pytest.approx(131 + 2 * 30 + 2 * 20 * 3)
+    assert ledger.kind_of("heads-decoder-seed0") == "heads" and ledger.kind_of("headsx-decoder-seed0") is None
+
+
+@pytest.mark.unit
+def test_a_budget_the_users_tasks_would_overrun_shortens_pretraining_to_fit(tmp_path, monkeypatch):
+    files = write_task_files(tmp_path / "data")
+    s = replace(SMOKE, seconds=100.0, minutes=10.0)
+    plan = plan_of(str(files["corpus"]), [parse_task(f"topics=classify:{files['classify']}", tuple(TASKS))], s)
+
+    def timed(speeds: Speeds):
+        monkeypatch.setattr(compare_module, "probe", lambda settings, runtime: speeds)
+        timing = time_plan(plan, s, FAMILIES, 1, resolve("cpu", "fp32"))
+        assert timing.total == pytest.approx(sum(e.count * e.seconds for e in timing.expected))
+        return timing
+
+    unit = sum(e.count * e.seconds for e in timed(Speeds(1.0, 1.0, 1.0)).expected if e.prefix == "topics")
+    cheap, dear = timed(Speeds(1e-9, 1e-9, 0.0)), timed(Speeds(*[350 / unit] * 3))
+    assert (cheap.settings.seconds, cheap.fitted_from) == (100, None)  # fits: the scale's clock
+    assert dear.fitted_from == 100 and 50 < dear.settings.seconds < 100  # shortened to fit
+    assert dear.total <= 600 + 3 and "shortened from the scale's 100 s" in dear.text(FAMILIES, 1)
+    dearest = timed(Speeds(1.0, 1.0, 1.0))
+    assert dearest.settings.seconds == 50  # never below half the scale's clock, however dear the fine-tunes
+    unfitted = time_plan(plan, s, FAMILIES, 1, resolve("cpu", "fp32"), fit=False)
+    assert unfitted.settings.seconds == 100  # --seconds given: the user's clock

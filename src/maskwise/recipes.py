@@ -57,6 +57,9 @@ class CompareSettings:
 
     name: str = "default"
     seconds: float = 120.0  # pretraining wall-clock per family
+    # The whole command's budget with a user's tasks: where their fine-tunes, estimated at the machine's probed
+    # speed, would take it past this, pretraining is shortened to fit (``compare.time_plan``).
+    minutes: float = 15.0
     # ModernBERT's block for every family (pre-norm, RoPE, GeGLU): rotary positions take a character MLM
     # encoder off its unigram plateau in about a hundred steps, and the encoder and the decoder export to HF
     # classes (ModernBertForMaskedLM, ModernBertDecoderForCausalLM); at equal tokens it measured as good as

@@ -121,9 +121,10 @@ def run_compare(args) -> int:
         settings = dataclasses.replace(settings, seconds=args.seconds)
     plan = plan_of(args.data, tasks, settings)  # every task file read and checked: its one line before the device's
     runtime = runtime_of(args)  # a device that is not there: its one line before the plan's
-    print(time_plan(plan, settings, families, args.seeds), file=sys.stderr)
+    timing = time_plan(plan, settings, families, args.seeds, runtime, fit=args.seconds is None)
+    print(timing.text(families, args.seeds), file=sys.stderr)
     out = compare_experiment(args.out, settings, args.seeds, args.seed, args.data, args.overwrite, args.progress,
-                             runtime, families, plan=plan)
+                             runtime, families, plan=plan, timing=timing)
     print((out / "report.md").read_text())
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     return 0

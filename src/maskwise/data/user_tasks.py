@@ -20,7 +20,7 @@ from maskwise.data.task_files import HOLD_OUT
 from maskwise.errors import UserError
 
 OPTIONS = ("test", "text", "label")  # what may follow the path, as key=value
-RESERVED = ("lm", "export", "ttft", "next_token", "fill")  # compare's own measures and rows, named like tasks
+RESERVED = ("lm", "export", "ttft", "next_token", "fill", "pretrain", "measures", "compare")  # its own steps and rows
 
 
 @dataclass(frozen=True)

@@ -54,13 +54,21 @@ from maskwise.experiments.compare_report import (
     tabulate,
     warning,
 )
+from maskwise.experiments.eta import (
+    Expected,
+    Ledger,
+    Sizes,
+    Speeds,
+    fine_tune_work,
+    probe,
+)
 from maskwise.experiments.framework import Study, conduct, write
 from maskwise.experiments.runner import Experiment
-from maskwise.families import FAMILIES
+from maskwise.families import FAMILIES, family_of
 from maskwise.interop.hf_export import hf_config
 from maskwise.objectives.span import decoder_start_id
 from maskwise.padding import pad
-from maskwise.recipes import CompareSettings
+from maskwise.recipes import CompareSettings, pretrain_settings
 from maskwise.runtime import Runtime
 from maskwise.tasks.fill_mask import mlm_continue, nats_per_char_blocks, per_char_blocks
 from maskwise.tasks.finetune import FinetuneConfig
@@ -101,16 +109,78 @@ class ComparePlan:
         return {"corpus": corpus, "tasks": [t.describe() for t in self.tasks]}
 
 
-def time_plan(plan: ComparePlan, s: CompareSettings, columns: Sequence[str], seeds: int) -> str:
-    """What the command will spend, said before it starts: the pretraining clock exactly, each fine-tune's steps
-    (their seconds depend on the machine and are timed as they run)."""
+# A pretraining run's seconds beyond its clock (setup, evaluations, checkpoints: 128-132 s for 120 on 2 cores), and
+# the held-out text's measures and the first-token timing of a run before any has been timed (2-12 s measured).
+PRETRAIN_OVERHEAD_S, HELD_OUT_S, TTFT_S = 9.0, 6.0, 3.0
+MIN_PRETRAIN_SHARE = 0.5  # the budget never shortens pretraining below this share of the scale's clock
+
+
+@dataclass(frozen=True)
+class TimePlan:
+    """What the command will spend, estimated before it starts: the pretraining clock (fitted to the budget when the
+    user's tasks would overrun it), and each fine-tune's seconds at this machine's probed speeds."""
+
+    settings: CompareSettings  # the scale, its ``seconds`` fitted
+    expected: tuple[Expected, ...]  # every kind of step, how many, the seconds of each
+    speeds: Speeds
+    fitted_from: float | None = None  # the scale's own pretraining seconds, where the budget shortened them
+
+    @property
+    def total(self) -> float:
+        return sum(e.count * e.seconds for e in self.expected)
+
+    def text(self, columns: Sequence[str], seeds: int) -> str:
+        s, each = self.settings, {e.prefix: e for e in self.expected}
+        tasks = [e for e in self.expected if e.prefix not in ("pretrain", "lm", "ttft", "export")]
+        fitted = (f", shortened from the scale's {self.fitted_from:.0f} s so that the estimate fits the "
+                  f"{s.minutes:.0f}-minute budget (--seconds sets it yourself)" if self.fitted_from else "")
+        return (f"plan: {len(columns)} columns x {seeds} seed(s): pretraining {s.seconds:.0f} s each{fitted}; then per "
+                "run, estimated at this machine's speed (probed: "
+                f"{1 / self.speeds.train_s_per_token / 1000:.0f}k tokens/s training, "
+                f"{1 / self.speeds.read_s_per_token / 1000:.0f}k reading): "
+                + ", ".join(f"{e.prefix} ~{e.seconds:.0f} s" for e in tasks)
+                + f", held-out text ~{each['lm'].seconds:.0f} s; about {self.total / 60:.0f} min in all")
+
+
+def _sizes(kind: str, cfg: FinetuneConfig, task: UserTask | None, tokens_per_char: float) -> Sizes:
+    """A task's test sizes: the user's rows as read, or the plays' slice as the scale configures it."""
+    if task is not None:
+        texts = TASKS[kind].test_texts(task)
+        tokens = tokens_per_char * sum(map(len, texts)) / max(len(texts), 1) + 2
+        collection = {"embed": lambda: len(task.test.docs), "rerank": lambda: cfg.candidates}.get(kind, lambda: 0)()
+        return Sizes(task.test_rows, tokens, collection)
+    return {"classify": lambda: Sizes(2 * cfg.test_per_label, 80 * tokens_per_char),  # two lines of verse, two orders
+            "embed": lambda: Sizes(cfg.test_queries or 0, 200 * tokens_per_char, cfg.test_docs or 0),  # speeches
+            "tag": lambda: Sizes(cfg.test_windows, (cfg.window_chars or 120) * tokens_per_char),
+            "seq2seq": lambda: Sizes(cfg.test_passages, (cfg.max_chars or 120) * tokens_per_char),
+            "rerank": lambda: Sizes(cfg.test_queries, 200 * tokens_per_char, cfg.candidates)}[kind]()
+
+
+def time_plan(plan: ComparePlan, s: CompareSettings, columns: Sequence[str], seeds: int, runtime: Runtime,
+              fit: bool = True) -> TimePlan:
+    """The time plan at this machine's probed speeds; with the user's tasks and ``fit``, the pretraining clock
+    shortened (to no less than ``MIN_PRETRAIN_SHARE`` of the scale's) where the estimate would pass ``s.minutes``."""
+    speeds = probe(pretrain_settings(s, {"family": "decoder"}, 0), runtime)
+    tokens_per_char = 1.0 if s.tokenizer == "char" else 0.25
+    kinds = {c: family_of(COLUMNS[c]["family"]) for c in columns}
     runs = len(columns) * seeds
-    steps = ({name: cfg.steps for name, cfg in plan.configs.items()} if plan.tasks else
-             {kind: s.tasks[kind].steps for kind in PLAYS_TASKS})
-    return (f"plan: {len(columns)} columns x {seeds} seed(s): pretraining {s.seconds:.0f} s each "
-            f"({runs * s.seconds / 60:.0f} min in all), then per run fine-tunes of "
-            + ", ".join(f"{n} steps ({name})" for name, n in steps.items())
-            + ", each evaluated on its test rows, and the held-out text's measures")
+    measured = ({key: (t.spec.kind, plan.configs[key], t) for t in plan.tasks
+                 for key in (t.spec.name, *(variant_key(t.spec.name, v) for v in TASKS[t.spec.kind].variants))}
+                if plan.tasks else {kind: (kind, s.tasks[kind], None) for kind in PLAYS_TASKS})
+    tasks = [Expected(key, seeds * sum(cannot(k, kind) is None for k in kinds.values()),
+                      fine_tune_work(kind, cfg, _sizes(kind, cfg, task, tokens_per_char)).seconds(speeds))
+             for key, (kind, cfg, task) in measured.items()]
+    writers = any(TASKS[kind].claim == READ_THEN_WRITE for kind, _, _ in measured.values())
+    others = [Expected("lm", runs, HELD_OUT_S), *tasks, Expected("export", runs, 0.0),
+              *([Expected("ttft", seeds, TTFT_S)] if writers else [])]
+    rest = sum(e.count * e.seconds for e in others)
+    fitted, seconds = None, s.seconds
+    if fit and plan.tasks and runs * (s.seconds + PRETRAIN_OVERHEAD_S) + rest > 60 * s.minutes:
+        fitted = s.seconds
+        seconds = max(MIN_PRETRAIN_SHARE * s.seconds, (60 * s.minutes - rest) / runs - PRETRAIN_OVERHEAD_S)
+    settings = replace(s, seconds=round(seconds))
+    return TimePlan(settings, (Expected("pretrain", runs, settings.seconds + PRETRAIN_OVERHEAD_S), *others), speeds,
+                    fitted)
 
 
 def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings) -> ComparePlan:
@@ -411,15 +481,23 @@ COMPARE = Study(
 def run_compare(out: str | Path = "runs/compare", settings: CompareSettings | None = None, seeds: int = 1,
                 first_seed: int = 0, data: str = "shakespeare", overwrite: bool = False, progress: bool = True,
                 runtime: Runtime | None = None, families: Sequence[str] = FAMILIES,
-                tasks: Sequence[TaskSpec] = (), plan: ComparePlan | None = None) -> Path:
+                tasks: Sequence[TaskSpec] = (), plan: ComparePlan | None = None,
+                timing: TimePlan | None = None) -> Path:
     """Pretrain and measure ``families`` (``columns_of``) at ``settings`` on ``data``, fine-tune each on
     ``tasks`` (the user's; none: the plays'), and write the report into ``out``. ``plan``: ``plan_of`` those,
-    already read (the CLI reads the files before it sets up the device)."""
+    already read (the CLI reads the files before it sets up the device); ``timing``: their ``time_plan``, whose
+    settings (the pretraining clock fitted to the budget) replace ``settings``."""
     s, columns = settings or CompareSettings(), columns_of(families)
     plan = plan or plan_of(data, tasks, s)  # every task file checked before --overwrite replaces the folder
     if data != SHAKESPEARE:
         open_data(data)  # a --data that does not open is refused before --overwrite replaces the folder
     exp = Experiment(out, overwrite, runtime)
+    timing = timing or time_plan(plan, s, columns, seeds, exp.runtime)
+    s = timing.settings
+    kept = exp.cached("compare")
+    if timing.fitted_from is not None and kept is not None:  # a resumed compare keeps the clock it was planned with
+        s = replace(s, seconds=kept["settings"]["seconds"])
+    exp.ledger = Ledger(list(timing.expected), progress, "compare")
     described = plan.described
     other, _ = exp.keep_recipe("compare", {"settings": dataclasses.asdict(s), "data": data, "families": columns,
                                            "tasks": described["tasks"]})
@@ -428,7 +506,10 @@ def run_compare(out: str | Path = "runs/compare", settings: CompareSettings | No
                         f"families or tasks than now ({s.name}: {', '.join(columns)}); use --overwrite or another "
                         "--out")
     seed_list = tuple(range(first_seed, first_seed + seeds))
-    results = conduct(COMPARE, Setup(exp, s, seed_list, progress, plan), data=data, families=columns)
+    try:
+        results = conduct(COMPARE, Setup(exp, s, seed_list, progress, plan), data=data, families=columns)
+    finally:
+        exp.ledger.close()
     return write(exp, {**results, "data": described}, "compare",
                  {**dataclasses.asdict(s), "seeds": list(seed_list), "data": data, "families": list(columns),
                   "task_flags": [t.spec.flag() for t in plan.tasks]})

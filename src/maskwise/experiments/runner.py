@@ -21,6 +21,7 @@ import torch
 
 from maskwise import runs
 from maskwise.config import ModelConfig
+from maskwise.experiments.eta import Ledger
 from maskwise.families import Family
 from maskwise.runtime import Runtime, detect_hardware, resolve
 from maskwise.train.pretrain import PretrainConfig, pretrain
@@ -50,6 +51,7 @@ class Experiment:
         # A busy machine when the experiment started explains a slow one (the report's warning).
         self.load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         self.reused_s = 0.0  # what the steps this invocation found finished had taken
+        self.ledger: Ledger | None = None  # the whole command's progress, told of every step that finishes
         self._timed: set[str] = set()  # steps whose seconds elapsed() already holds (read twice, counted once)
 
     def _step_path(self, name: str) -> Path:
@@ -64,13 +66,22 @@ class Experiment:
             if name not in self._timed:
                 self.reused_s += result.get("step_s", 0.0)
                 self._timed.add(name)
+                if self.ledger is not None:
+                    self.ledger.finished(name, 0.0, reused=True)
             return result
         started = time.perf_counter()
         result = compute()
         result["step_s"] = time.perf_counter() - started
         runs.write_json(path, result)
         self._timed.add(name)  # this invocation's clock holds it
+        if self.ledger is not None:
+            self.ledger.finished(name, result["step_s"])
         return result
+
+    def cached(self, name: str) -> dict | None:
+        """Step ``name``'s result where an earlier invocation finished it, else None."""
+        path = self._step_path(name)
+        return runs.read_json(path) if path.is_file() else None
 
     def keep_recipe(self, name: str, recipe: dict) -> tuple[dict | None, bool]:
         """Store ``recipe`` as step ``name`` when the folder is new. Returns the recipe the folder was

@@ -1,0 +1,172 @@
+"""The whole command's progress: one bar over every step an experiment will take, and the time left, estimated
+before anything runs from a measured probe of this machine and re-estimated from each step's measured seconds.
+
+Pretraining runs on a clock, so its minutes are known; a fine-tune's are not. Before the first one runs they are
+estimated from the work it will do (tokens trained, tokens read to evaluate, small forward calls such as a decoding
+step) at the speeds a few seconds' probe measures on this machine; once a kind of step has run, its own measured
+seconds replace the estimate, and the others are scaled by how far the estimates of those that ran were off.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+
+from maskwise.model.transformer import build_model
+from maskwise.runtime import Runtime
+from maskwise.train.pretrain import PretrainConfig, model_config
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a fine-tune and its evaluation compute: the seconds follow from this machine's ``Speeds``."""
+
+    trained_tokens: float  # tokens through forward and backward
+    read_tokens: float  # tokens through forward only (evaluation, scoring candidates, embedding a collection)
+    calls: float  # forward calls too small for their tokens to matter (a decoding step, a small batch)
+
+    def seconds(self, speeds: Speeds) -> float:
+        return (self.trained_tokens * speeds.train_s_per_token + self.read_tokens * speeds.read_s_per_token
+                + self.calls * speeds.call_s)
+
+
+@dataclass(frozen=True)
+class Speeds:
+    """This machine's measured speeds at the scale's block (``probe``)."""
+
+    train_s_per_token: float
+    read_s_per_token: float
+    call_s: float
+
+
+def probe(settings: dict, runtime: Runtime, rows: int = 16, length: int = 128) -> Speeds:
+    """A few steps of the scale's fresh body (``settings``: flat pretraining settings): training (forward, backward,
+    AdamW) and reading ``rows`` x ``length`` tokens, and a one-token call; each after a warm-up turn, a second or
+    two in all on 2 cores at the default scale."""
+    model = build_model(model_config(PretrainConfig.from_flat(settings), 256)).to(runtime.torch_device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 256, (rows, length), generator=generator).to(runtime.torch_device)  # (rows, length)
+    mask = torch.ones_like(ids)
+
+    def timed(fn, turns: int = 3) -> float:
+        fn()  # warm-up, not kept
+        started = time.perf_counter()
+        for _ in range(turns):
+            fn()
+        return (time.perf_counter() - started) / turns
+
+    def train() -> None:
+        with runtime.autocast():
+            loss = model.read(ids, mask).float().pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    one = ids[:, :1]  # (rows, 1): a decoding step's input
+    model.eval()
+    with torch.no_grad(), runtime.inference().autocast():
+        reading = timed(lambda: model.read(ids, mask))
+        call = timed(lambda: model.read(one, mask[:, :1]), turns=5)
+    model.train()
+    training = timed(train)
+    return Speeds(training / ids.numel(), reading / ids.numel(), call)
+
+
+@dataclass
+class Expected:
+    """A kind of step the command takes: its step names' prefix, how many, and the seconds of each as estimated."""
+
+    prefix: str
+    count: int
+    seconds: float
+
+
+class Ledger:
+    """Every step of the command as it finishes, and the time left (``remaining``) on one progress bar."""
+
+    def __init__(self, expected: list[Expected], progress: bool, what: str):
+        self.expected = {e.prefix: e for e in expected}
+        self.measured: dict[str, list[float]] = {e.prefix: [] for e in expected}
+        self.reused: dict[str, int] = {e.prefix: 0 for e in expected}
+        self.started = time.perf_counter()
+        self.bar = tqdm(total=sum(e.count for e in expected), desc=what, unit="step", dynamic_ncols=True,
+                        disable=not progress, postfix=[""], bar_format="{desc}: {n}/{total} steps |{bar}| {postfix[0]}")
+        self._show()
+
+    def kind_of(self, name: str) -> str | None:
+        """The expected kind a step name belongs to (the longest prefix it starts with), or None."""
+        kinds = [p for p in self.expected if name == p or name.startswith(p + "-")]
+        return max(kinds, key=len, default=None)
+
+    def finished(self, name: str, seconds: float, reused: bool = False) -> None:
+        """Step ``name`` done: its ``seconds`` measured, or found finished by an earlier invocation (``reused``)."""
+        kind = self.kind_of(name)
+        if kind is None:
+            return
+        if reused:
+            self.reused[kind] += 1
+        else:
+            self.measured[kind].append(seconds)
+        self.bar.update(1)
+        self._show()
+
+    def remaining(self) -> float:
+        """Seconds left: each kind's mean measured seconds where it has run, else its estimate scaled by how far
+        the estimates of the kinds that ran were off (the clock-bound pretraining aside, whose seconds are set)."""
+        ran = [k for k, seconds in self.measured.items() if seconds and k != "pretrain"]
+        scale = (sum(sum(self.measured[k]) / len(self.measured[k]) for k in ran)
+                 / max(sum(self.expected[k].seconds for k in ran), 1e-9)) if ran else 1.0
+        left = 0.0
+        for kind, e in self.expected.items():
+            count = e.count - len(self.measured[kind]) - self.reused[kind]
+            if count <= 0:
+                continue
+            done = self.measured[kind]
+            each = sum(done) / len(done) if done else e.seconds * (1.0 if kind == "pretrain" else scale)
+            left += count * each
+        return left
+
+    def _show(self) -> None:
+        if self.bar.disable:
+            return
+        elapsed = time.perf_counter() - self.started
+        self.bar.postfix[0] = f"{_clock(elapsed)} elapsed, about {_clock(self.remaining())} left"
+        self.bar.refresh()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _clock(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes}:{rest:02d}"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What a task's work is counted from: its test items, their mean length in tokens, and a retrieval collection."""
+
+    n_test: int
+    tokens: float  # mean tokens a test item (a text, a window, a query, a source) is read as
+    collection: int = 0  # documents a retrieval test set embeds (embed) or candidates a query brings (rerank)
+
+
+def fine_tune_work(kind: str, cfg, sizes: Sizes) -> Work:
+    """The work of fine-tuning and evaluating task ``kind`` at ``cfg`` on test items of ``sizes``."""
+    room = getattr(cfg, "max_len", None) or 256  # seq2seq reads its source whole (its length is the sizes')
+    length = min(sizes.tokens, room)
+    if kind == "embed":  # a query and its passage a pair; every query and document read once to evaluate
+        return Work(2 * cfg.steps * cfg.batch_size * length, (sizes.n_test + sizes.collection) * length,
+                    (sizes.n_test + sizes.collection) / 64)
+    if kind == "rerank":  # each query with its positive and negatives; each candidate pair scored
+        pair = room
+        return Work(cfg.steps * cfg.batch_size * (1 + cfg.n_negatives) * pair, sizes.n_test * sizes.collection * pair,
+                    sizes.n_test * sizes.collection / cfg.score_batch)
+    if kind == "seq2seq":  # a source and its target; one decoding call a target token for each batch of 32
+        return Work(cfg.steps * cfg.batch_size * (length + cfg.max_target_len), sizes.n_test * length,
+                    -(-sizes.n_test // 32) * cfg.max_target_len)
+    return Work(cfg.steps * cfg.batch_size * length, sizes.n_test * length, sizes.n_test / 64)  # classify, tag
