@@ -50,6 +50,7 @@ from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE
 from maskwise.recipes import SCALES
 from maskwise.train.pretrain import PretrainConfig
 from tests.report_checks import check_report_html
+from tests.test_compare_user_tasks import write_task_files
 from tests.weights import state_dicts_equal
 
 
@@ -194,11 +195,11 @@ def test_electra_rule():
 @pytest.mark.parametrize("scale", SCALES)
 def test_a_study_sets_what_it_fine_tunes_on_and_its_batch_the_scale_how_long(scale):
     recipe = SCALES[scale].recipe
-    _, pooled = registry.checked("pooling", scale, 2, {})
+    _, pooled, _ = registry.checked("pooling", scale, 2, {})
     classify = pooled.recipe.tasks["classify"]
     assert (classify.plays_task, classify.steps) == ("word-order", recipe.tasks["classify"].steps)
     assert pooled.recipe.tasks["tag"] == recipe.tasks["tag"] and pooled.recipe.batch_size == recipe.batch_size
-    _, electra_scale = registry.checked("electra", scale, 2, {})  # no task of its own, half the batch
+    _, electra_scale, _ = registry.checked("electra", scale, 2, {})  # no task of its own, half the batch
     assert electra_scale.recipe.tasks == recipe.tasks
     assert electra_scale.recipe.batch_size == recipe.batch_size // electra.ABLATION.steps_factor
 
@@ -717,3 +718,34 @@ def test_a_two_phase_arm_continues_from_its_first_phase_and_counts_both(tmp_path
     one, two = run_files.read_metrics(first)[-1], run["curve"][-1]
     assert tokens_seen(run) == two["tokens_seen_total"] == one["tokens_seen"] + two["tokens_seen"]
     assert train_seconds(run) == two["wall_s_total"] == pytest.approx(one["wall_s"] + two["wall_s"], abs=1e-3)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_an_ablation_pretrains_on_the_users_corpus_and_reads_the_users_task(tmp_path):
+    """mask-ratio's tagging job on a user's CoNLL file, every arm pretrained on the user's corpus."""
+    files = write_task_files(tmp_path / "data")
+    out = tmp_path / "mask-ratio"
+    results = smoke_run("mask-ratio", out, "--data", str(files["corpus"]), "--task", f"pos=tag:{files['tag']}")
+    [data] = [note for note in results["notes"] if note.startswith("Data: ")]
+    assert data.startswith(f"Data: pretraining on {files['corpus']}") and "the tag job reads the user's task pos" in data
+    tag = json.loads((out / "steps" / "mask-ratio0.15-seed0.json").read_text())
+    assert tag["baseline"]["name"] == "most frequent tag" and tag["n_test"] < 40  # the file's held-out rows
+    assert set(tag["tags"]) == {"DET", "W"}
+    settings = json.loads((out / "runs" / "ratio0.15-seed0" / "config.json").read_text())["settings"]
+    assert settings["data"] == str(files["corpus"])
+    assert results["settings"]["task_flags"] == [f"pos=tag:{files['tag']}"]
+
+
+@pytest.mark.parametrize("name, task, message", [
+    ("seq2seq", "h=seq2seq:{seq2seq}", "ablation seq2seq reads the plays' tasks only; --task h=seq2seq:"),
+    ("embedder", "p=tag:{tag}", "ablation embedder reads a task of kind embed; --task p=tag:"),
+    ("mask-ratio", "p=tag:{tag}", "ablation mask-ratio reads one task of each kind; --task gives tag more than once"),
+])
+@pytest.mark.e2e
+def test_an_ablation_refuses_a_task_it_does_not_read_in_one_line(name, task, message, tmp_path, capsys):
+    files = write_task_files(tmp_path / "data")
+    tasks = ["--task", task.format(**files)] * (2 if "more than once" in message else 1)
+    assert main(["ablate", name, "--scale", "smoke", "--out", str(tmp_path / "out"), *tasks]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and not (tmp_path / "out").exists()

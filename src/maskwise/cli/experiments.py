@@ -71,6 +71,11 @@ def register(subparsers) -> None:
     ablate.add_argument("--ratios", default=None, help="mask-ratio only: comma-separated ratios (default 0.15,0.3)")
     ablate.add_argument("--share", default=None, help="cross-objective and clm-then-mlm only: the first objective's "
                                                       "share of the budget (default 0.75 and 0.5)")
+    ablate.add_argument("--data", default="shakespeare",
+                        help="the corpus every arm pretrains on, as compare's --data (default: the plays)")
+    ablate.add_argument("--task", action="append", default=[], metavar="NAME=KIND:PATH[,test=PATH]",
+                        help="as compare's --task: a user's task replacing the plays' rows in the ablation's job of "
+                             "that kind (the report names what each job read); repeatable, one of each kind")
     ablate.add_argument("--no-progress", dest="progress", action="store_false")
     runtime_flags(ablate)
     ablate.set_defaults(handler=run_ablate)
@@ -150,9 +155,10 @@ def run_ablate(args) -> int:
         except ValueError:
             raise UserError(f"--share must be a number, got {args.share!r}") from None
     scale = scale_of(args)
-    checked(args.name, scale, args.seeds, options)  # bad input: its one line before the device's
+    tasks = [parse_task(value, tuple(TASKS)) for value in args.task]
+    checked(args.name, scale, args.seeds, options, args.data, tasks)  # bad input: its one line before the device's
     out = run_ablation(args.name, args.out, scale, args.seeds, args.overwrite, args.progress,
-                       runtime_of(args), **options)
+                       runtime_of(args), args.data, tasks, **options)
     results = read_json(out / RESULTS)
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     for verdict in results["verdicts"]:

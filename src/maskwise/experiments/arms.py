@@ -53,6 +53,11 @@ class Setup:
     plan: Any = None  # what a study reads beyond its scale (compare: its data, tasks and rows)
 
     @property
+    def corpus(self) -> dict:
+        """The pretraining corpus every arm reads: the plan's (``--data``), else each arm's own setting."""
+        return {"data": self.plan.data} if self.plan is not None else {}
+
+    @property
     def recipe(self) -> CompareSettings:
         """The block and the fine-tunes: an ablation scale's recipe, or compare's scale itself."""
         return self.scale.recipe if isinstance(self.scale, Scale) else self.scale
@@ -112,14 +117,16 @@ def pretrain_arms(setup: Setup, arms: Sequence[Arm], axes: Sequence[str] = AXES,
 
     def pretrain(arm: Arm, seed: int, suffix: str = "", budget: str = "") -> dict:
         """The arm's run on ``budget`` (the scale's when empty), which it keeps as ``budget`` (both phases')."""
-        name, settings = f"{arm.key}-seed{seed}{suffix}", pretrain_settings(setup.scale, arm.settings, seed, budget)
+        name = f"{arm.key}-seed{seed}{suffix}"
+        settings = pretrain_settings(setup.scale, {**setup.corpus, **arm.settings}, seed, budget)
         if arm.before is None:
             return {**setup.exp.pretrain(name, progress=setup.progress, **settings), "budget": settings["budget"]}
         first, rest = split_budget(settings["budget"], arm.before.share)
         before = setup.exp.pretrain(f"{name}-phase1", progress=setup.progress,
-                                    **pretrain_settings(setup.scale, arm.before.settings, seed, first))
+                                    **pretrain_settings(setup.scale, {**setup.corpus, **arm.before.settings}, seed,
+                                                        first))
         run = setup.exp.pretrain(name, progress=setup.progress, init_from=before["run_dir"],
-                                 **pretrain_settings(setup.scale, arm.settings, seed, rest))
+                                 **pretrain_settings(setup.scale, {**setup.corpus, **arm.settings}, seed, rest))
         return {**run, "budget": settings["budget"], "before": before}
 
     def pretrain_group(group: Sequence[Arm], seed: int) -> None:

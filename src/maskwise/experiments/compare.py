@@ -98,6 +98,19 @@ class ComparePlan:
     configs: dict[str, FinetuneConfig] = field(default_factory=dict)  # user task name -> its config at seed 0
     rows: tuple = rows_of(())
 
+    def task_of(self, kind: str) -> UserTask | None:
+        """The user's task of ``kind`` (an ablation reads at most one of each), or None: the plays'."""
+        return next((t for t in self.tasks if t.spec.kind == kind), None)
+
+    def fine_tune(self, key: str, kind: str, task: UserTask | None, recipe: CompareSettings, seed: int,
+                  progress: bool) -> tuple[FinetuneConfig, object]:
+        """(the config, the rows ``run_task`` is given) of a fine-tune for ``seed``: the user's ``task`` at its
+        configured settings (``configs[key]``), else the plays' at the recipe's (the seed draws their rows)."""
+        if task is None:
+            return recipe.task(kind, seed, progress), None
+        cfg = replace(self.configs[key], seed=seed, data_seed=seed, test_seed=seed, progress=progress)
+        return cfg, TASKS[kind].run_data(task, cfg)
+
     @cached_property  # its files hashed once: the settings record and the report's notes both read it
     def described(self) -> dict:
         """The report's data section: the corpus and every task's files, rows, labels and fingerprints."""
@@ -422,11 +435,7 @@ def _fine_tune(key: str, kind: str, task: UserTask | None) -> Callable[[Setup, s
     under ``FINE_TUNED`` so that the winner can be evaluated again or exported (``maskwise export``)."""
 
     def fine_tune(setup: Setup, name: str, seed: int) -> dict:
-        if task is None:
-            cfg, data = setup.recipe.task(kind, seed, setup.progress), None
-        else:
-            cfg = replace(setup.plan.configs[key], seed=seed, data_seed=seed, test_seed=seed, progress=setup.progress)
-            data = TASKS[kind].run_data(task, cfg)
+        cfg, data = setup.plan.fine_tune(key, kind, task, setup.recipe, seed, setup.progress)
         run = setup.exp.load(name)
         result = run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, data=data, label=name)
         folder = setup.exp.out / FINE_TUNED / f"{key}-{name}"

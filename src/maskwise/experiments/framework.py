@@ -121,6 +121,8 @@ class Study:
     # Pretraining tokens per arm as a multiple of the ablation scale's: a skill that emerges later (copying)
     # needs more of them for the baseline arm to learn at all.
     tokens_factor: float = 1.0
+    # The task kinds whose fine-tuned jobs a user's ``--task`` of that kind may replace the plays' slice in.
+    reads: tuple[str, ...] = ()
     # Optimizer steps per pretraining token as a multiple of the recipe's (its batch divided by this): a
     # sparser learning signal (replaced-token detection's one bit a token) needs more updates to start.
     steps_factor: int = 1
@@ -176,11 +178,17 @@ def fine_tuned(setup: Setup, task: str, name: str, seed: int, pooling: str | Non
 def fine_tuned_body(setup: Setup, task: str, model, tokenizer, seed: int, label: str,
                     pooling: str | None = None) -> dict:
     """The record of ``task`` fine-tuned on ``model`` (``run_task`` moves it to the experiment's device) at the
-    setup's scale."""
-    cfg = setup.recipe.task(task, seed, setup.progress)
+    setup's scale: on the user's task of that kind where the setup's plan holds one (``ablate --task``), else on
+    the plays' slice."""
+    if setup.plan is None:
+        cfg, data = setup.recipe.task(task, seed, setup.progress), None
+    else:
+        user = setup.plan.task_of(task)
+        cfg, data = setup.plan.fine_tune(user.spec.name if user else task, task, user, setup.recipe, seed,
+                                         setup.progress)
     if pooling is not None:
         cfg = replace(cfg, pooling=pooling)
-    return run_task(cfg, model, tokenizer, setup.exp.runtime, label=label).record
+    return run_task(cfg, model, tokenizer, setup.exp.runtime, data=data, label=label).record
 
 
 # ---- tables, verdicts and sentences -----------------------------------------------------------------

@@ -72,6 +72,7 @@ def notes(m: Measured) -> list[str]:
 
 
 ABLATION = Study(
+    reads=("tag",),  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
     about="MLM alone vs CLM for half the budget, then MLM, for the same encoder (tagging)",
     title="Ablation clm-then-mlm: MLM alone vs CLM first, then MLM",
     rules=(Rule(("At the same budget, an encoder pretrained with CLM first and MLM after is ahead of one pretrained "

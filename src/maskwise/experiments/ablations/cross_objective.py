@@ -119,6 +119,7 @@ def notes(m: Measured) -> list[str]:
 
 
 ABLATION = Study(
+    reads=("tag",),  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
     about="native MLM/CLM vs the other objective for 75% of the budget, then continued in the native one (Ettin)",
     title="Ablation cross-objective: native pretraining vs the other objective first, then continued",
     rules=(Rule(("An encoder pretrained with MLM for the whole budget is ahead of a CLM decoder continued as an MLM "

@@ -111,6 +111,7 @@ def notes(m: Measured) -> list[str]:
 
 
 ABLATION = Study(
+    reads=("tag",),  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
     about="ELECTRA vs MLM pretraining, then the same tagging fine-tuning",
     title="Ablation electra: replaced-token detection vs masked language modelling",
     rules=(Rule(("ELECTRA (replaced-token detection) pretrains a better encoder than MLM at equal compute, "

@@ -134,6 +134,7 @@ def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
 
 
 ABLATION = Study(
+    reads=("embed",),  # a user's retrieval rows replace the plays' ICT pairs (ablate --task)
     about="bidirectional encoder vs causal decoder as bi-encoders (ICT retrieval)",
     title="Ablation embedder: bidirectional encoder vs causal decoder as a bi-encoder",
     rules=(Rule(("A bidirectional encoder makes a better bi-encoder than a causal decoder of the same size and "

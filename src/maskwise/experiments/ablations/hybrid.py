@@ -96,6 +96,7 @@ def notes(m: Measured) -> list[str]:
 
 
 ABLATION = Study(
+    reads=("tag",),  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
     about="a hybrid decoder (GPT-BERT) vs an MLM encoder and a CLM decoder, each on the specialist's own job",
     title="Ablation hybrid: one decoder trained both ways vs the two specialists",
     rules=(Rule(("A hybrid trained with masked next-token prediction is within noise of each specialist on its "

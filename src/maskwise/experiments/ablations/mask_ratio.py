@@ -127,6 +127,7 @@ def notes(m: Measured) -> list[str]:
 
 
 ABLATION = Study(
+    reads=("tag",),  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
     about="MLM mask ratio 0.15 vs 0.30: pretraining loss and downstream tagging",
     title="Ablation mask-ratio: how much to mask in MLM",
     rules=(Rule(("Masking 30% instead of 15% gives a lower pretraining loss per step (twice the predictions "

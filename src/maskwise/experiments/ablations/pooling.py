@@ -125,6 +125,7 @@ def notes(m: Measured) -> list[str]:
 
 
 ABLATION = Study(
+    reads=("classify", "embed"),  # a user's classify or retrieval rows replace the plays' (ablate --task)
     about="[CLS] vs mean pooling for classification and retrieval",
     title="Ablation pooling: [CLS] vs mean pooling on one encoder",
     rules=(Rule(("On one pretrained encoder, [CLS] and mean pooling are close on classification, and mean "

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
+from maskwise.data.corpus import SHAKESPEARE
+from maskwise.data.sources import open_data
+from maskwise.data.user_tasks import TaskSpec
 from maskwise.errors import UserError
 from maskwise.experiments.ablations import (
     clm_then_mlm,
@@ -19,6 +23,7 @@ from maskwise.experiments.ablations import (
     shift_bug,
 )
 from maskwise.experiments.arms import Setup
+from maskwise.experiments.compare import ComparePlan, plan_of
 from maskwise.experiments.framework import Study, conduct, write
 from maskwise.experiments.runner import Experiment
 from maskwise.recipes import SCALES, Scale
@@ -38,8 +43,10 @@ ABLATIONS: dict[str, Study] = {
 }
 
 
-def checked(name: str, scale: str, seeds: int, options: dict) -> tuple[Study, Scale]:
-    """The ablation and scale named, or a UserError naming what is wrong (before anything runs)."""
+def checked(name: str, scale: str, seeds: int, options: dict, data: str = SHAKESPEARE,
+            tasks: Sequence[TaskSpec] = ()) -> tuple[Study, Scale, ComparePlan]:
+    """The ablation, the scale and the plan (``--data``, the ``--task`` files read and checked) named, or a UserError
+    naming what is wrong (before anything runs)."""
     if name not in ABLATIONS:
         raise UserError(f"unknown ablation {name!r}; known: {', '.join(ABLATIONS)}")
     ablation = ABLATIONS[name]
@@ -55,24 +62,43 @@ def checked(name: str, scale: str, seeds: int, options: dict) -> tuple[Study, Sc
     chosen = SCALES[scale]
     batch = max(1, chosen.recipe.batch_size // ablation.steps_factor)
     recipe = chosen.recipe.retuned(chosen.recipe.name, ablation.tasks, batch_size=batch)
-    return ablation, dataclasses.replace(chosen, tokens=round(chosen.tokens * ablation.tokens_factor), recipe=recipe)
+    kinds = [t.kind for t in tasks]
+    unread = [t.flag() for t in tasks if t.kind not in ablation.reads]
+    if unread:
+        reads = f"a task of kind {' or '.join(ablation.reads)}" if ablation.reads else "the plays' tasks only"
+        raise UserError(f"ablation {name} reads {reads}; --task {', '.join(unread)} is not one (compare reads every "
+                        "kind)")
+    twice = sorted({k for k in kinds if kinds.count(k) > 1})
+    if twice:
+        raise UserError(f"ablation {name} reads one task of each kind; --task gives {', '.join(twice)} more than once")
+    if data != SHAKESPEARE:
+        open_data(data)  # a --data that does not open: its one line now
+    return (ablation, dataclasses.replace(chosen, tokens=round(chosen.tokens * ablation.tokens_factor), recipe=recipe),
+            plan_of(data, tasks, recipe))
 
 
 def run_ablation(name: str, out: str | Path | None = None, scale: str = "default", seeds: int = 3,
                  overwrite: bool = False, progress: bool = False, runtime: Runtime | None = None,
-                 **options) -> Path:
+                 data: str = SHAKESPEARE, tasks: Sequence[TaskSpec] = (), **options) -> Path:
     """Run (or continue) ablation ``name`` at ``scale`` (a name in ``recipes.SCALES``) in ``out``
     (default ``runs/ablate-<name>``), write its results.json and render the report; returns the
-    folder. ``options``: the ablation's own (``ratios`` for mask-ratio, ``share`` for cross-objective and
-    clm-then-mlm)."""
-    ablation, chosen = checked(name, scale, seeds, options)
+    folder. ``data``: the corpus every arm pretrains on; ``tasks``: the user's, each replacing the plays' slice
+    in the job of its kind (``Study.reads``). ``options``: the ablation's own (``ratios`` for mask-ratio,
+    ``share`` for cross-objective and clm-then-mlm)."""
+    ablation, chosen, plan = checked(name, scale, seeds, options, data, tasks)
     exp = Experiment(out or f"runs/ablate-{name}", overwrite, runtime)
-    recipe = {"ablation": name, "scale": dataclasses.asdict(chosen)}
+    described = plan.described
+    recipe = {"ablation": name, "scale": dataclasses.asdict(chosen), "data": data, "tasks": described["tasks"]}
     other, created = exp.keep_recipe("ablation", recipe)
     if other is not None:
         raise UserError(f"{exp.out} holds ablation {other['ablation']} at scale {other['scale']['name']} with "
-                        f"other settings than {name} at scale {chosen.name} now; use --overwrite or another --out")
-    results = conduct(ablation, Setup(exp, chosen, tuple(range(seeds)), progress), **options)
+                        f"other settings, corpus or tasks than {name} at scale {chosen.name} now; use --overwrite or "
+                        "another --out")
+    results = conduct(ablation, Setup(exp, chosen, tuple(range(seeds)), progress, plan), **options)
+    results["notes"].insert(0, "Data: pretraining on " + described["corpus"] + "; " + "; ".join(
+        [f"the {kind} job reads " + (f"the user's task {t.spec.name} ({t.spec.flag()})" if (t := plan.task_of(kind))
+                                      else "the plays' own rows") for kind in ablation.reads]
+        or ["the tasks: the plays' own rows"]) + ".")
     results["title"] += f" [{chosen.name} scale]"
     if chosen.name == "smoke":
         results["notes"].insert(0, "Smoke scale (--scale smoke): a few steps to check the plumbing; the numbers "
@@ -80,4 +106,5 @@ def run_ablation(name: str, out: str | Path | None = None, scale: str = "default
     if not created:
         results["notes"].append("This call continued an earlier one in the same folder, reusing its finished steps: "
                                 "the total time above adds their recorded time to this call's.")
-    return write(exp, results, "ablation", {**recipe, "seeds": list(range(seeds)), **options})
+    return write(exp, {**results, "data": described}, "ablation",
+                 {**recipe, "seeds": list(range(seeds)), "task_flags": [t.spec.flag() for t in plan.tasks], **options})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from maskwise.data.corpus import SHAKESPEARE
 from maskwise.experiments.arms import AXES, TOKENS, Arm, Setup
 from maskwise.experiments.compare import held_out_text
 from maskwise.experiments.framework import (
@@ -67,7 +68,7 @@ def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
     prompts: their copy rate and the first one as text."""
 
     run = setup.exp.load(name)
-    tok, text = run.tokenizer, held_out_text(setup.scale.held_out_chars)
+    tok, text = run.tokenizer, held_out_text(setup.scale.held_out_chars, setup.corpus.get("data", SHAKESPEARE))
     ids = tok.encode(text)
     room = max(1, len(ids) - PROMPT_TOKENS)
     prompts = [ids[i * room // SAMPLE_PROMPTS:][:PROMPT_TOKENS] for i in range(SAMPLE_PROMPTS)]
