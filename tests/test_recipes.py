@@ -10,7 +10,7 @@ from maskwise.recipes import (
     matched_ffn_width,
     pretrain_settings,
 )
-from maskwise.tasks.run import CONFIGS
+from maskwise.tasks.registry import TASKS
 from maskwise.train.pretrain import PretrainConfig, model_config
 
 pytestmark = pytest.mark.unit
@@ -48,7 +48,7 @@ def test_compare_fine_tunes_with_the_shared_recipe():
                 "seq2seq": {"max_target_len": 64, "rename_speakers": 0.5, "max_chars": 120, "mid_speech": True}}
     for task, values in expected.items():  # the recipe's numbers, written out: what compare and every ablation use
         cfg = s.task(task, seed=1, progress=False)
-        assert isinstance(cfg, CONFIGS[task])
+        assert isinstance(cfg, TASKS[task].config)
         assert {key: getattr(cfg, key) for key in values} == values
         assert cfg.seed == cfg.data_seed == cfg.test_seed == 1 and not cfg.progress
 
@@ -59,7 +59,7 @@ def test_a_retuned_scale_changes_only_what_it_names():
     assert quick.name == "q" and quick.seconds == 5.0 and quick.d_model == s.d_model
     assert quick.tasks["tag"].steps == 7 and quick.tasks["tag"].train_windows == s.tasks["tag"].train_windows
     assert quick.tasks["embed"] == s.tasks["embed"] and s.tasks["tag"].steps == 150  # the original is untouched
-    assert set(s.tasks) == set(CONFIGS)  # every task has its recipe, by the CLI's names
+    assert set(s.tasks) == set(TASKS)  # every task has its recipe, by the CLI's names
 
 
 def test_the_encoder_decoder_reads_the_block_split_between_its_stacks():

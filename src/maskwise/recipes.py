@@ -16,39 +16,41 @@ from maskwise.families import family_of
 from maskwise.tasks.classify import ClassifyConfig
 from maskwise.tasks.embed import EmbedConfig
 from maskwise.tasks.finetune import FinetuneConfig
+from maskwise.tasks.registry import task_of
 from maskwise.tasks.rerank import RerankConfig
 from maskwise.tasks.seq2seq import Seq2SeqConfig
 from maskwise.tasks.tag import TagConfig
 
 # ---- the named scales --------------------------------------------------------------------------
 
-# The default scale's fine-tunes, by the CLI's task names. Rerank: 8 queries x 3 negatives x 192 tokens,
+# The default scale's fine-tunes, by their task's kind (``tasks.registry``): how long each trains and on how many rows
+# is the scale's choice, beside its block and clock, not the task's. Rerank: 8 queries x 3 negatives x 192 tokens,
 # a third of RerankConfig's 7 x 256, which these bodies learned no more from (docs/results.md).
-TASKS: dict[str, FinetuneConfig] = {
+TASKS: dict[str, FinetuneConfig] = {task_of(cfg).kind: cfg for cfg in (
     # Line order (compare's classification row): the train plays hold 14,098 pairs an order, the test plays 3,255.
     # 400 steps: at 100 an ablation's 1.4 M-token encoder stayed near chance (docs/results.md).
-    "classify": ClassifyConfig(steps=400, batch_size=32, lr=1e-3, head_lr=3e-3, plays_task="line-order",
-                               train_per_label=2000, test_per_label=500),
+    ClassifyConfig(steps=400, batch_size=32, lr=1e-3, head_lr=3e-3, plays_task="line-order",
+                   train_per_label=2000, test_per_label=500),
     # Pairs drawn among every train speech; the collection: 500 of the test plays' ~2,000 speeches (in
     # all of them one relevant speech is a needle a minutes-old model does not find), each a query.
-    "embed": EmbedConfig(steps=100, batch_size=32, lr=1e-3, train_pairs=3000, test_queries=500, test_docs=500),
+    EmbedConfig(steps=100, batch_size=32, lr=1e-3, train_pairs=3000, test_queries=500, test_docs=500),
     # Passages of up to 120 characters (the encoder-decoder's half of the block holds them whole), opened
     # inside a speech so that the answer is never the first line; half the training draws with the cast
     # renamed: the names must be copied from the source, not recalled. 600 steps: enough for the copying
     # encoder-decoder to write a name whole (the step counts tried: docs/results.md). Three length buckets
     # of the test plays' 369 such passages: 72 under 60 characters, 135 of 60-89, 162 from 90.
-    "seq2seq": Seq2SeqConfig(steps=600, batch_size=16, lr=1e-3, train_passages=2000, test_passages=200,
-                             max_chars=120, mid_speech=True, max_target_len=64, rename_speakers=0.5,
-                             source_edges=(0, 60, 90)),
+    Seq2SeqConfig(steps=600, batch_size=16, lr=1e-3, train_passages=2000, test_passages=200,
+                  max_chars=120, mid_speech=True, max_target_len=64, rename_speakers=0.5,
+                  source_edges=(0, 60, 90)),
     # 1,000 test windows of whole words from the six test plays, 120 characters: within every family's
     # context, the encoder-decoder's half of the block included, with room for [CLS].
-    "tag": TagConfig(steps=150, batch_size=16, lr=1e-3, head_lr=3e-3, train_windows=4000, test_windows=1000,
-                     window_chars=120),
+    TagConfig(steps=150, batch_size=16, lr=1e-3, head_lr=3e-3, train_windows=4000, test_windows=1000,
+              window_chars=120),
     # The reranker ablation (compare has no reranking row): 60 test queries, each over its BM25 top 100,
     # read three ways a seed: what fits its 30 minutes on 2 CPU cores.
-    "rerank": RerankConfig(steps=100, batch_size=8, lr=1e-3, head_lr=3e-3, n_negatives=3, max_len=192,
-                           train_queries=1000, test_queries=60),
-}
+    RerankConfig(steps=100, batch_size=8, lr=1e-3, head_lr=3e-3, n_negatives=3, max_len=192,
+                 train_queries=1000, test_queries=60),
+)}
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,10 @@
-"""``maskwise <command>``: parse, call the library, print. Nothing imports this package.
+"""``maskwise <command>``: parse, call the library, print. Nothing imports this package but the task modules
+(``tasks/<kind>.py``), whose command hooks (``Task.flags``, ``finetune_command``, ``evaluate_command``) use its
+flag types and input helpers.
 
 Each command group lives in its own module with a ``register(subparsers)`` function that adds its
-parsers and sets ``handler``. Errors the user can fix (``UserError``, bad flags) become one line on
+parsers and sets ``handler``, built per call of ``build_parser`` (``finetune`` and ``evaluate`` list the tasks
+``tasks.registry.TASKS`` holds then). Errors the user can fix (``UserError``, bad flags) become one line on
 stderr and exit code 2; anything else is a bug and keeps its traceback.
 """
 

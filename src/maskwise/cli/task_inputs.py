@@ -6,12 +6,10 @@ from pathlib import Path
 
 from maskwise.cli.runtime import runtime_of
 from maskwise.data.beir import beir_splits, open_beir
-from maskwise.data.tagging import tagged_from_file
 from maskwise.data.task_files import (
     labelled_texts_from_file,
     retrieval_from_file,
     retrieval_split,
-    seq2seq_from_file,
     user_split,
 )
 from maskwise.errors import UserError
@@ -19,10 +17,9 @@ from maskwise.interop.folders import load
 from maskwise.runs import CONFIG_FILE, read_json
 from maskwise.tasks.classify import ClassifyConfig
 from maskwise.tasks.embed import BiEncoder, EmbedConfig, Embedder
+from maskwise.tasks.finetune import FinetuneConfig
 from maskwise.tasks.rerank import RerankConfig
 from maskwise.tasks.run import plays_rows
-from maskwise.tasks.seq2seq import Seq2SeqConfig
-from maskwise.tasks.tag import TagConfig
 
 # ---- models ----------------------------------------------------------------------------------
 
@@ -113,16 +110,11 @@ def beir_finetune_data(args, cfg: EmbedConfig):
     return folder.split("train", args.train_queries, args.seed), folder.split(held_out, args.test_queries), held_out
 
 
-# How a user's --data file is read, for the tasks whose rows need no more than their file.
-FILE_READERS = {Seq2SeqConfig: seq2seq_from_file, TagConfig: tagged_from_file}
-
-
-def task_rows(args, cfg: Seq2SeqConfig | TagConfig, model, split: str = "test", training: bool = True):
+def task_rows(args, cfg: FinetuneConfig, model, read, split: str = "test", training: bool = True):
     """(training rows, or None when only evaluating; evaluation rows): the plays' slice ``cfg`` names
-    (passages -> speakers, punctuation windows), or the rows of --data (--eval-data)."""
+    (passages -> speakers, punctuation windows), or the rows of --data (--eval-data) as ``read`` reads a file."""
     if args.data is None:
         return plays_rows(cfg, model, split, training)
-    reader = FILE_READERS[type(cfg)]
     if training:
-        return _user_rows(args, reader)
-    return None, reader(args.data)
+        return _user_rows(args, read)
+    return None, read(args.data)

@@ -16,8 +16,11 @@ from maskwise.errors import UserError
 
 TABLE_SUFFIXES = (".jsonl", ".csv", ".tsv")
 HOLD_OUT = 0.1  # the share of a user's rows that evaluate when no test file is given (the last ones)
-TASK_FIELDS = {"classify": ("text", "label"), "embed": ("query", "positive"),
-               "rerank": ("query", "positive"), "seq2seq": ("source", "target")}
+# The fields of each row format, read by its reader below (a task module reads its files through one): labelled texts
+# (a classification file may name its own columns), query/positive pairs, source/target pairs.
+LABELLED_FIELDS = ("text", "label")
+RETRIEVAL_FIELDS = ("query", "positive")
+SEQ2SEQ_FIELDS = ("source", "target")
 
 
 def read_task_file(path: str | Path, fields: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
@@ -75,7 +78,7 @@ def _csv_rows(path: Path, text: str, fields: Sequence[str], tabs: bool = False):
         raise UserError(f"task data: {path} line {reader.line_num} is not valid CSV ({error})") from None
 
 
-def labelled_texts_from_file(path: str | Path, fields: tuple[str, str] = TASK_FIELDS["classify"]) -> list[LabelledText]:
+def labelled_texts_from_file(path: str | Path, fields: tuple[str, str] = LABELLED_FIELDS) -> list[LabelledText]:
     """Rows of the (text, label) ``fields``; the label is kept as text (a GLUE "0"/"1" stays a string)."""
     text, label = fields
     return [LabelledText(r[text], r[label], f"{Path(path).name}:{line}") for line, r in read_task_file(path, fields)]
@@ -83,7 +86,7 @@ def labelled_texts_from_file(path: str | Path, fields: tuple[str, str] = TASK_FI
 
 def retrieval_from_file(path: str | Path) -> RetrievalSet:
     """Query/positive rows -> a retrieval set whose collection is the distinct positives."""
-    rows = read_task_file(path, TASK_FIELDS["embed"])
+    rows = read_task_file(path, RETRIEVAL_FIELDS)
     doc_index: dict[str, int] = {}
     for _, r in rows:
         doc_index.setdefault(r["positive"], len(doc_index))
@@ -93,7 +96,7 @@ def retrieval_from_file(path: str | Path) -> RetrievalSet:
 
 def seq2seq_from_file(path: str | Path) -> list[Seq2SeqExample]:
     return [Seq2SeqExample(r["source"], r["target"], f"{Path(path).name}:{line}")
-            for line, r in read_task_file(path, TASK_FIELDS["seq2seq"])]
+            for line, r in read_task_file(path, SEQ2SEQ_FIELDS)]
 
 
 def collection_from_file(path: str | Path) -> tuple[str, ...]:

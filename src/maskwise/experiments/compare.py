@@ -57,9 +57,7 @@ from maskwise.experiments.compare_report import (
 from maskwise.experiments.eta import (
     Expected,
     Ledger,
-    Sizes,
     Speeds,
-    fine_tune_work,
     probe,
 )
 from maskwise.experiments.framework import Study, conduct, write
@@ -155,20 +153,6 @@ class TimePlan:
                 + f", held-out text ~{each['lm'].seconds:.0f} s; about {self.total / 60:.0f} min in all")
 
 
-def _sizes(kind: str, cfg: FinetuneConfig, task: UserTask | None, tokens_per_char: float) -> Sizes:
-    """A task's test sizes: the user's rows as read, or the plays' slice as the scale configures it."""
-    if task is not None:
-        texts = TASKS[kind].test_texts(task)
-        tokens = tokens_per_char * sum(map(len, texts)) / max(len(texts), 1) + 2
-        collection = {"embed": lambda: len(task.test.docs), "rerank": lambda: cfg.candidates}.get(kind, lambda: 0)()
-        return Sizes(task.test_rows, tokens, collection)
-    return {"classify": lambda: Sizes(2 * cfg.test_per_label, 80 * tokens_per_char),  # two lines of verse, two orders
-            "embed": lambda: Sizes(cfg.test_queries or 0, 200 * tokens_per_char, cfg.test_docs or 0),  # speeches
-            "tag": lambda: Sizes(cfg.test_windows, (cfg.window_chars or 120) * tokens_per_char),
-            "seq2seq": lambda: Sizes(cfg.test_passages, (cfg.max_chars or 120) * tokens_per_char),
-            "rerank": lambda: Sizes(cfg.test_queries, 200 * tokens_per_char, cfg.candidates)}[kind]()
-
-
 def time_plan(plan: ComparePlan, s: CompareSettings, columns: Sequence[str], seeds: int, runtime: Runtime,
               fit: bool = True) -> TimePlan:
     """The time plan at this machine's probed speeds; with the user's tasks and ``fit``, the pretraining clock
@@ -181,7 +165,7 @@ def time_plan(plan: ComparePlan, s: CompareSettings, columns: Sequence[str], see
                  for key in (t.spec.name, *(variant_key(t.spec.name, v) for v in TASKS[t.spec.kind].variants))}
                 if plan.tasks else {kind: (kind, s.tasks[kind], None) for kind in PLAYS_TASKS})
     tasks = [Expected(key, seeds * sum(cannot(k, kind) is None for k in kinds.values()),
-                      fine_tune_work(kind, cfg, _sizes(kind, cfg, task, tokens_per_char)).seconds(speeds))
+                      TASKS[kind].work(cfg, task, tokens_per_char).seconds(speeds))
              for key, (kind, cfg, task) in measured.items()]
     writers = any(TASKS[kind].claim == READ_THEN_WRITE for kind, _, _ in measured.values())
     others = [Expected("lm", runs, HELD_OUT_S), *tasks, Expected("export", runs, 0.0),

@@ -21,19 +21,6 @@ from maskwise.train.pretrain import PretrainConfig, model_config
 
 
 @dataclass(frozen=True)
-class Work:
-    """What a fine-tune and its evaluation compute: the seconds follow from this machine's ``Speeds``."""
-
-    trained_tokens: float  # tokens through forward and backward
-    read_tokens: float  # tokens through forward only (evaluation, scoring candidates, embedding a collection)
-    calls: float  # forward calls too small for their tokens to matter (a decoding step, a small batch)
-
-    def seconds(self, speeds: Speeds) -> float:
-        return (self.trained_tokens * speeds.train_s_per_token + self.read_tokens * speeds.read_s_per_token
-                + self.calls * speeds.call_s)
-
-
-@dataclass(frozen=True)
 class Speeds:
     """This machine's measured speeds at the scale's block (``probe``)."""
 
@@ -145,28 +132,3 @@ def _clock(seconds: float) -> str:
     minutes, rest = divmod(round(seconds), 60)
     return f"{minutes}:{rest:02d}"
 
-
-@dataclass(frozen=True)
-class Sizes:
-    """What a task's work is counted from: its test items, their mean length in tokens, and a retrieval collection."""
-
-    n_test: int
-    tokens: float  # mean tokens a test item (a text, a window, a query, a source) is read as
-    collection: int = 0  # documents a retrieval test set embeds (embed) or candidates a query brings (rerank)
-
-
-def fine_tune_work(kind: str, cfg, sizes: Sizes) -> Work:
-    """The work of fine-tuning and evaluating task ``kind`` at ``cfg`` on test items of ``sizes``."""
-    room = getattr(cfg, "max_len", None) or 256  # seq2seq reads its source whole (its length is the sizes')
-    length = min(sizes.tokens, room)
-    if kind == "embed":  # a query and its passage a pair; every query and document read once to evaluate
-        return Work(2 * cfg.steps * cfg.batch_size * length, (sizes.n_test + sizes.collection) * length,
-                    (sizes.n_test + sizes.collection) / 64)
-    if kind == "rerank":  # each query with its positive and negatives; each candidate pair scored
-        pair = room
-        return Work(cfg.steps * cfg.batch_size * (1 + cfg.n_negatives) * pair, sizes.n_test * sizes.collection * pair,
-                    sizes.n_test * sizes.collection / cfg.score_batch)
-    if kind == "seq2seq":  # a source and its target; one decoding call a target token for each batch of 32
-        return Work(cfg.steps * cfg.batch_size * (length + cfg.max_target_len), sizes.n_test * length,
-                    -(-sizes.n_test // 32) * cfg.max_target_len)
-    return Work(cfg.steps * cfg.batch_size * length, sizes.n_test * length, sizes.n_test / 64)  # classify, tag

@@ -19,16 +19,7 @@ from maskwise.runs import (
     read_json,
     read_safetensors,
 )
-from maskwise.tasks.classify import SequenceClassifier
-from maskwise.tasks.tag import TokenTagger
-
-# The fine-tunes a folder hands back whole (body and trained head): task kind -> the model they make.
-WITH_HEAD = {"classify": SequenceClassifier, "tag": TokenTagger}
-# What their task record holds to rebuild the head and its baseline: field -> (a list of names, else one name;
-# required).
-HEAD_RECORD = {"classify": {"labels": (True, True), "pooling": (False, True), "train_labels": (True, False),
-                            "plays_task": (False, False)},
-               "tag": {"tags": (True, True)}}
+from maskwise.tasks.registry import TASKS
 
 
 class Loaded(NamedTuple):
@@ -85,7 +76,9 @@ def fine_tune_of(path: str | Path) -> FineTune:
     task = (config.get("task") if isinstance(config, dict) else None) or {}
     if not isinstance(task, dict):
         raise UserError(f"{path}: the task record in its {CONFIG_FILE} is not an object")
-    for field, (many, required) in HEAD_RECORD.get(task.get("kind"), {}).items():
+    declared = TASKS.get(task.get("kind"))  # the fine-tunes a folder hands back whole declare their ``Task.head``
+    record = declared.head.record if declared is not None and declared.head is not None else {}
+    for field, (many, required) in record.items():
         value = task.get(field)
         if value is None and not required:
             continue
@@ -104,6 +97,7 @@ def load_fine_tuned(path: str | Path) -> Loaded:
     body, tokenizer = load(path)
     fine_tune = fine_tune_of(path)
     kind = fine_tune.task.get("kind")
-    if kind not in WITH_HEAD:
-        raise UserError(f"{path}: not a fine-tuned {' or '.join(WITH_HEAD)} model (its task: {kind or 'none'})")
-    return Loaded(WITH_HEAD[kind].from_fine_tune(body, fine_tune.task, fine_tune.head, str(path)), tokenizer)
+    with_head = {t.kind: t.head.model for t in TASKS.values() if t.head is not None}
+    if kind not in with_head:
+        raise UserError(f"{path}: not a fine-tuned {' or '.join(sorted(with_head))} model (its task: {kind or 'none'})")
+    return Loaded(with_head[kind].from_fine_tune(body, fine_tune.task, fine_tune.head, str(path)), tokenizer)

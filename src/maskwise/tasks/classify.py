@@ -17,15 +17,19 @@ baseline, so a number never travels without what it should be compared to.
 
 from __future__ import annotations
 
+import argparse
 import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from maskwise.cli.task_flags import config_from_flags, finetune_config, positive
+from maskwise.data.task_files import labelled_texts_from_file, user_split
 from maskwise.data.tasks import (
     LabelledText,
     genre_examples,
@@ -33,6 +37,7 @@ from maskwise.data.tasks import (
     sentence_mark_examples,
     word_order_examples,
 )
+from maskwise.data.user_tasks import TaskSpec, UserTask, distribution
 from maskwise.errors import UserError
 from maskwise.families import Family
 from maskwise.model.heads import POOLINGS, ClassifierHead, pool
@@ -47,6 +52,20 @@ from maskwise.tasks.reading import (
     encode_texts,
 )
 from maskwise.tasks.scoring import continuation_logprobs, start_id_of
+from maskwise.tasks.unit import (
+    ENCODER_JOBS,
+    IMBALANCE,
+    Head,
+    Row,
+    Task,
+    Work,
+    mean_tokens,
+    refuse_unseen,
+    within_context,
+)
+
+if TYPE_CHECKING:
+    from maskwise.interop.folders import FineTune
 
 HEAD_PREFIX = "head."
 # The plays' classification tasks: (split, texts per label, seed=) -> the labelled texts.
@@ -220,3 +239,129 @@ def zero_shot_classify(model: nn.Module, tokenizer, texts: Sequence[str], labels
         scores = scores / torch.tensor([len(ids) for ids in pairs_label], dtype=scores.dtype, device=scores.device)
     best = scores.view(len(texts), len(labels)).argmax(dim=-1)
     return [labels[i] for i in best.tolist()]
+
+
+# ---- the unit: its plays' rows, its run, its commands and its compare rows ---------------------------
+
+
+def _plays_rows(cfg: ClassifyConfig, model: nn.Module | None, split: str, training: bool):
+    """The plays' labelled texts ``cfg.plays_task`` names, ``train_per_label`` / ``test_per_label`` of each."""
+    examples = PLAYS_TASKS[cfg.plays_task]
+    train = examples("train", cfg.train_per_label, seed=cfg.data_seed) if training else None
+    return train, examples(split, cfg.test_per_label, seed=cfg.test_seed)
+
+
+def _run(model, tokenizer, cfg: ClassifyConfig, runtime: Runtime, data, label: str):
+    train, test = data or _plays_rows(cfg, model, "test", True)
+    classifier = train_classifier(model, tokenizer, train, cfg, runtime=runtime)
+    return classifier, lambda: evaluate_classifier(classifier, tokenizer, test, [e.label for e in train],
+                                                   **settings_of(cfg)), test
+
+
+def _add_flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
+    parser.add_argument("--pooling", choices=("cls", "mean", "last"), default=None,
+                        help="retrieval embedding pooling (a fine-tuned classifier keeps its own)"
+                        if evaluating else "default: cls (encoder), last (decoder), mean (encoder-decoder)")
+    if not evaluating:
+        parser.add_argument("--freeze", action="store_true", default=None, help="linear probe: train the head only")
+        parser.add_argument("--per-label", dest="train_per_label", type=positive, default=None,
+                            help=f"the plays' training texts per label (default {ClassifyConfig.train_per_label})")
+    parser.add_argument("--plays-task", choices=tuple(PLAYS_TASKS), default=None,
+                        help="without --data: the plays' genre windows, line-order pairs (two consecutive "
+                        "lines, in order or swapped), lines as written or with their words after the first "
+                        "shuffled (word-order), or sentences without their marks (statement, question or "
+                        "exclamation); default " + ClassifyConfig.plays_task
+                        + (", or the one the classifier was fine-tuned on" if evaluating else ""))
+    parser.add_argument("--eval-per-label", dest="test_per_label", type=positive, default=None,
+                        help=f"the plays' evaluation texts per label (default {ClassifyConfig.test_per_label})")
+    parser.add_argument("--text-column", default="text",
+                        help="--data's column (CSV, TSV) or field (JSONL) holding the text")
+    parser.add_argument("--label-column", default="label",
+                        help="--data's column or field holding the label (any text; ids follow sorted order)")
+
+
+def _kept(model: SequenceClassifier, record: dict, cfg: ClassifyConfig) -> tuple[dict, nn.Module, nn.Module]:
+    return {"labels": model.labels, "pooling": model.pooling, "freeze": cfg.freeze}, model.body, model.head
+
+
+def _finetune_command(args, model, tokenizer, run):
+    from maskwise.cli.task_inputs import classify_data  # at call time: see ``Task``
+
+    cfg = finetune_config(ClassifyConfig, args)
+    train, test = classify_data(args, cfg, training=True)
+    classifier, record = run(cfg, (train, test))
+    task, body, head = _kept(classifier, record, cfg)
+    task.update(train_labels=[e.label for e in train], **({"plays_task": cfg.plays_task} if args.data is None else {}))
+    return task, record, body, head
+
+
+def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> dict:
+    from maskwise.cli.task_inputs import classify_data  # at call time: see ``Task``
+
+    saved = fine_tune.task
+    trained_on = {"plays_task": saved["plays_task"]} if args.plays_task is None and "plays_task" in saved else {}
+    _, test = classify_data(args, config_from_flags(ClassifyConfig, args, **trained_on), args.split, training=False)
+    if saved.get("kind") == "classify":
+        classifier = SequenceClassifier.from_fine_tune(model, saved, fine_tune.head, args.model)
+        if not {e.label for e in test} & set(classifier.labels):
+            raise UserError(f"the evaluation rows' labels ({', '.join(sorted({e.label for e in test}))}) are none of "
+                            f"the classifier's ({', '.join(classifier.labels)})")
+        # An HF-fine-tuned folder records no training labels: the baseline is the test set's majority (stricter).
+        return evaluate_classifier(classifier, tokenizer, test, saved.get("train_labels") or [e.label for e in test])
+    if model.cfg.kind.encoder_only:
+        raise UserError("an encoder classifies through a trained head: run `maskwise finetune classify` first "
+                        "(zero-shot prompting needs a decoder or encoder-decoder)")
+    gold = [e.label for e in test]
+    predicted = zero_shot_classify(model, tokenizer, [e.text for e in test], sorted(set(gold)))
+    # No training set: the baseline predicts the evaluation set's own majority label (a stricter bar).
+    return classification_results(predicted, gold, gold, mode="zero-shot", family=model.cfg.family)
+
+
+def _summary(r: dict) -> str:
+    base = r["baseline"]
+    how = "zero-shot prompting" if r.get("mode") == "zero-shot" else f"{r['mode']}, {r['pooling']} pooling"
+    return (f"classify ({how}) on {r['n_test']} examples: accuracy {r['accuracy']:.3f} "
+            f"(majority class {base['accuracy']:.3f}), macro-F1 {r['macro_f1']:.3f} ({base['macro_f1']:.3f})")
+
+
+def _read_user_task(spec: TaskSpec) -> UserTask:
+    train, test = user_split(lambda path: labelled_texts_from_file(path, (spec.text, spec.label)), spec.data,
+                             spec.test)
+    classes, tested = Counter(e.label for e in train), Counter(e.label for e in test)
+    if len(classes) < 2:
+        raise UserError(f"task {spec.name}: the training rows' {spec.label!r} column holds one label "
+                        f"({next(iter(classes))!r}); classification needs at least 2")
+    refuse_unseen(spec, classes, tested, "labels")
+    balanced = max(tested.values()) >= IMBALANCE * min(tested.values()) and len(tested) > 1
+    metric = "balanced accuracy" if balanced else "accuracy"
+    return UserTask(spec, train, test, len(train), len(test), distribution([e.label for e in train]),
+                    {"metric": metric, "why_metric": (
+                        f"test labels imbalanced (largest/smallest {max(tested.values()) / min(tested.values()):.1f}"
+                        f" >= {IMBALANCE}): balanced accuracy, the mean of per-label recalls" if balanced else
+                        f"test labels balanced within {IMBALANCE}x: accuracy")})
+
+
+def _user_row(task: UserTask) -> Row:
+    key = "balanced_correct" if task.details["metric"] == "balanced accuracy" else "correct"
+    return Row(f"{task.spec.name}: {task.details['metric']} (classify)", True, lambda r: r[key],
+               lambda r: r["baseline"][key], "majority class")
+
+
+def _work(cfg: ClassifyConfig, task: UserTask | None, per_char: float) -> Work:
+    """Each step's batch of texts trained; each test text read once (the plays': two lines of verse)."""
+    n, length = (task.test_rows, mean_tokens([e.text for e in task.test], per_char)) if task else (
+        2 * cfg.test_per_label, 80 * per_char)
+    length = min(length, cfg.max_len or length)
+    return Work(cfg.steps * cfg.batch_size * length, n * length, n / 64)
+
+
+TASK = Task(
+    kind="classify", claim=ENCODER_JOBS, config=ClassifyConfig, plays=_plays_rows, run=_run, flags=_add_flags,
+    finetune_command=_finetune_command, evaluate_command=_evaluate_command, summary=_summary,
+    plays_row=Row("line order accuracy (classification)", True, lambda r: r["correct"],
+                  lambda r: r["baseline"]["correct"], "majority class"),
+    user_rows=lambda task, cfg: (_user_row(task),), read=_read_user_task, work=_work, configure=within_context,
+    kept=_kept,
+    head=Head(SequenceClassifier, {"labels": (True, True), "pooling": (False, True), "train_labels": (True, False),
+                                   "plays_task": (False, False)},
+              classes_key="labels", hf_classes={"modernbert": "ModernBertForSequenceClassification"}))

@@ -14,15 +14,23 @@ nearly flat and the gradient tiny.
 
 from __future__ import annotations
 
+import argparse
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
+from maskwise.cli.task_flags import config_from_flags, finetune_config, positive
+from maskwise.data.beir import GradedRetrievalSet, beir_splits, open_beir
+from maskwise.data.task_files import retrieval_split
+from maskwise.data.tasks import ict_retrieval
+from maskwise.data.user_tasks import TaskSpec, UserTask
 from maskwise.errors import UserError
 from maskwise.model.heads import pool
 from maskwise.runtime import Runtime
@@ -34,8 +42,18 @@ from maskwise.tasks.reading import (
     device_of,
     encode_texts,
 )
+from maskwise.tasks.retrieve import evaluate_graded_retrieval, evaluate_retrieval
+from maskwise.tasks.unit import (
+    ENCODER_JOBS,
+    Row,
+    Task,
+    Work,
+    mean_tokens,
+    within_context,
+)
 
-EmbedFn = Callable[[Sequence[str]], torch.Tensor]
+if TYPE_CHECKING:
+    from maskwise.interop.folders import FineTune
 
 # Mean pooling is the default for every family except the causal decoder: an untrained [CLS] state is a
 # poor summary, while the mean of the token states works zero-shot (Sentence-BERT's finding).
@@ -123,3 +141,154 @@ def train_bi_encoder(body: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]
 
     fine_tune(model, step_loss, cfg, desc="embed", runtime=runtime)
     return model
+
+
+# ---- the unit: its plays' rows, its run, its commands and its compare rows ---------------------------
+
+
+def _plays_rows(cfg: EmbedConfig, model: nn.Module | None, split: str, training: bool):
+    """The plays' ICT rows: a random subset of every train speech's pair, and the split's queries and speeches."""
+    train = None
+    if training:
+        pairs = ict_retrieval("train", seed=cfg.data_seed).pairs()
+        count = len(pairs) if cfg.train_pairs is None else min(cfg.train_pairs, len(pairs))
+        train = random.Random(cfg.data_seed).sample(pairs, count)
+    return train, ict_retrieval(split, max_queries=cfg.test_queries, max_docs=cfg.test_docs, seed=cfg.test_seed)
+
+
+def _run(model, tokenizer, cfg: EmbedConfig, runtime: Runtime, data, label: str):
+    pairs, test = data or _plays_rows(cfg, model, "test", True)
+    encoder = train_bi_encoder(model, tokenizer, pairs, cfg, runtime)
+    embedder = Embedder(encoder, tokenizer, max_len=cfg.max_len, progress=cfg.progress)
+
+    def evaluate() -> dict:
+        name = f"{label} ({encoder.pooling} pooling)"
+        if isinstance(test, GradedRetrievalSet):  # a BEIR folder's graded judgements
+            record = evaluate_graded_retrieval(embedder, test, name=name, ignore_identical_ids=cfg.ignore_identical_ids)
+        else:
+            record = evaluate_retrieval(embedder, test, name=name)
+        return {**record, "pooling": encoder.pooling, "train_pairs": len(pairs), "max_len": cfg.max_len,
+                "temperature": cfg.temperature}
+
+    return encoder, evaluate, test
+
+
+def _add_flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
+    if not evaluating:
+        parser.add_argument("--pooling", choices=("cls", "mean", "last"), default=None,
+                            help="default: mean (last for a decoder)")
+        parser.add_argument("--temperature", type=float, default=None,
+                            help=f"InfoNCE temperature (default {EmbedConfig.temperature})")
+        parser.add_argument("--train-queries", type=positive, default=None,
+                            help="limit training queries (a random subset; a BEIR query brings all its positives)")
+    parser.add_argument("--max-queries", dest="test_queries", type=positive, default=None,
+                        help="evaluation queries, a seeded random subset (all passages stay); default: "
+                             f"{EmbedConfig.test_queries} of the plays', every query of a BEIR folder")
+    parser.add_argument("--ignore-identical-ids", action="store_true", default=None,
+                        help="BEIR folder: never retrieve a document whose id is the query's own (BEIR's "
+                             "default; MTEB's for ArguAna and Quora, whose queries are in the corpus)")
+
+
+def _kept(model: BiEncoder, record: dict, cfg: EmbedConfig) -> tuple[dict, nn.Module, None]:
+    return ({"pooling": model.pooling, "normalize": True, "max_len": record["max_len"],
+             "temperature": record["temperature"]}, model.body, None)
+
+
+def _finetune_command(args, model, tokenizer, run):
+    from maskwise.cli.task_inputs import (  # at call time: see ``Task``
+        beir_finetune_data,
+        is_beir_folder,
+        user_retrieval,
+    )
+
+    cfg = finetune_config(EmbedConfig, args, train_pairs=args.train_queries)  # on the plays one pair a query
+    beir, split = is_beir_folder(args.data), None
+    if beir:
+        train, test, split = beir_finetune_data(args, cfg)
+        data = (train.pairs(), test)
+    elif args.data is not None:
+        train, test = user_retrieval(args)
+        data = (train.pairs(), test)
+    else:
+        data = _plays_rows(cfg, model, "test", True)
+    bi_encoder, record = run(cfg, data, "fine-tuned bi-encoder")
+    results = {"data": str(args.data), "split": split, **record} if beir else record
+    task, body, head = _kept(bi_encoder, record, cfg)
+    return task, results, body, head
+
+
+def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> dict:
+    """Retrieval over a BEIR folder's graded judgements (--data FOLDER), else over --data's rows or the plays'."""
+    from maskwise.cli.task_inputs import (  # at call time: see ``Task``
+        beir_data,
+        embedder_of,
+        is_beir_folder,
+        retrieval_data,
+    )
+
+    if is_beir_folder(args.data):
+        test = beir_data(args, args.split)
+        embedder, name = embedder_of(args.model, args, args.progress, args.pooling)
+        return evaluate_graded_retrieval(embedder, test, name=name, ignore_identical_ids=bool(args.ignore_identical_ids))
+    embedder, name = embedder_of(args.model, args, args.progress, args.pooling)
+    test = retrieval_data(args, config_from_flags(EmbedConfig, args), args.split)
+    return evaluate_retrieval(embedder, test, name=name)
+
+
+def _summary(r: dict) -> str:
+    base = r["baseline"]
+    mrr = "mrr@10" if "mrr@10" in r else "mrr"  # a benchmark's (BEIR, MTEB) MRR is cut at 10
+    return (f"retrieve ({r['embedder']}) {r['n_queries']} queries over {r['n_docs']} passages: "
+            f"nDCG@10 {r['ndcg@10']:.3f} (random {base['ndcg@10']:.3f}), {mrr.upper()} {r[mrr]:.3f} "
+            f"({base[mrr]:.3f}), recall@100 {r['recall@100']:.3f} ({base['recall@100']:.3f})")
+
+
+def read_retrieval_task(spec: TaskSpec) -> UserTask:
+    """A compare ``--task`` of query/positive rows, or a BEIR folder (its train qrels, then test, else dev)."""
+    if Path(spec.data).expanduser().is_dir():
+        if spec.test:
+            raise UserError(f"task {spec.name}: a BEIR folder is tested on its own test (or dev) qrels; drop test=")
+        splits = beir_splits(spec.data)
+        held_out = next((s for s in ("test", "dev") if s in splits), None)
+        if "train" not in splits or held_out is None:
+            raise UserError(f"task {spec.name}: BEIR folder {spec.data} needs qrels/train.tsv and qrels/test.tsv "
+                            f"(or dev.tsv); it has {', '.join(splits) or 'none'}")
+        folder = open_beir(spec.data, ("train", held_out))
+        train, test = folder.split("train"), folder.split(held_out)
+        return UserTask(spec, train, test, len(train.queries), len(test.queries),
+                        details={"collection": len(folder.docs), "metric": "nDCG@10", "beir_split": held_out})
+    train, test = retrieval_split(spec.data, spec.test)
+    return UserTask(spec, train, test, len(train.queries), len(test.queries),
+                    details={"collection": len(test.docs), "metric": "recall@10"})
+
+
+def _user_row(task: UserTask) -> Row:
+    metric = task.details["metric"].lower()
+    if metric == "ndcg@10":  # graded judgements: the random ranking's own nDCG@10 over the same queries
+        return Row(f"{task.spec.name}: nDCG@10 (embed, retrieval)", True, lambda r: r["per_query"]["ndcg@10"],
+                   lambda r: r["baseline"]["ndcg@10"], "random ranking")
+    return Row(f"{task.spec.name}: recall@10 (embed, retrieval)", True, lambda r: r["per_query"]["recall@10"],
+               lambda r: r["baseline"]["expected"]["recall@10"], "random")
+
+
+def _work(cfg: EmbedConfig, task: UserTask | None, per_char: float) -> Work:
+    """Each step's batch of query-passage pairs trained; every test query and document embedded once (the plays'
+    queries and passages: speeches)."""
+    if task is not None:
+        queries, docs = task.test_rows, len(task.test.docs)
+        length = mean_tokens([*task.test.queries, *task.test.docs[:1000]], per_char)
+    else:
+        queries, docs, length = cfg.test_queries or 0, cfg.test_docs or 0, 200 * per_char
+    length = min(length, cfg.max_len or length)
+    return Work(2 * cfg.steps * cfg.batch_size * length, (queries + docs) * length, (queries + docs) / 64)
+
+
+TASK = Task(
+    kind="embed", claim=ENCODER_JOBS, config=EmbedConfig, plays=_plays_rows, run=_run, flags=_add_flags,
+    finetune_command=_finetune_command, evaluate_command=_evaluate_command, summary=_summary,
+    plays_row=Row("retrieval recall@10 (ICT)", True, lambda r: r["per_query"]["recall@10"],
+                  lambda r: r["baseline"]["expected"]["recall@10"], "random"),
+    user_rows=lambda task, cfg: (_user_row(task),), read=read_retrieval_task, work=_work,
+    configure=within_context,
+    run_data=lambda task, cfg: (task.train.pairs(), task.test), test_texts=lambda task: list(task.test.queries),
+    kept=_kept, evaluated_as="retrieve", data_help=", or a BEIR folder with qrels/train.tsv")

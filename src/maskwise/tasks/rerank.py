@@ -20,29 +20,37 @@ bootstrap interval on each nDCG@10 gain.
 
 from __future__ import annotations
 
+import argparse
 import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from maskwise.data.tasks import RetrievalSet
+from maskwise.cli.task_flags import config_from_flags, positive
+from maskwise.data.tasks import RetrievalSet, ict_retrieval
+from maskwise.data.user_tasks import TaskSpec, UserTask
 from maskwise.errors import UserError
 from maskwise.families import family_of
 from maskwise.model.heads import ClassifierHead, pool
 from maskwise.padding import pad
+from maskwise.runs import load_weights_into
 from maskwise.runtime import Runtime
-from maskwise.tasks.embed import EmbedFn
+from maskwise.tasks.embed import read_retrieval_task
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.generate import GenerationConfig, generate
 from maskwise.tasks.metrics import latency_ms, paired_bootstrap
 from maskwise.tasks.reading import batches, context_len, device_of
 from maskwise.tasks.retrieve import (
+    EmbedFn,
+    bm25_ranking,
     per_query_metrics,
     random_ranking,
     rank,
@@ -53,6 +61,16 @@ from maskwise.tasks.scoring import (
     continuation_logprobs,
     start_id_of,
 )
+from maskwise.tasks.unit import (
+    ENCODER_JOBS,
+    Row,
+    Task,
+    Work,
+    within_context,
+)
+
+if TYPE_CHECKING:
+    from maskwise.interop.folders import FineTune
 
 ScoreFn = Callable[[str, Sequence[str]], torch.Tensor]  # (query, candidates) -> (n,) scores
 HEAD_PREFIX = "head."
@@ -326,3 +344,148 @@ def random_order_per_query(candidates: Sequence[Sequence[int]], relevant: Sequen
         result["ndcg@10"].append(sum(1 / math.log2(rank + 1) for rank in range(1, min(10, n) + 1)) / n
                                  if hit else 0.0)
     return result
+
+
+# ---- the unit: its plays' rows, its run, its commands and its compare rows ---------------------------
+
+
+def _plays_rows(cfg: RerankConfig, model: nn.Module | None, split: str, training: bool):
+    """The plays' ICT queries: ``train_queries`` of the train split's, ``test_queries`` of the split's."""
+    train = ict_retrieval("train", max_queries=cfg.train_queries, seed=cfg.data_seed) if training else None
+    return train, ict_retrieval(split, max_queries=cfg.test_queries, seed=cfg.test_seed)
+
+
+def _run(model, tokenizer, cfg: RerankConfig, runtime: Runtime, data, label: str):
+    if data is not None:
+        train, negatives, test, candidates = data
+    else:  # the plays' ICT queries with BM25 as the first stage, and its near misses as negatives
+        train, test = _plays_rows(cfg, model, "test", True)
+        negatives = hard_negatives(bm25_ranking(train, cfg.n_negatives + 1), train.relevant, cfg.n_negatives)
+        candidates = bm25_ranking(test, cfg.candidates)
+    kind = cfg.reranker or default_reranker(model.cfg.family)
+    if kind == "cross":
+        trained = train_cross_encoder(model, tokenizer, train, negatives, cfg, runtime)
+        score = cross_encoder_scorer(trained, tokenizer, cfg.max_len, cfg.score_batch)
+    else:
+        trained = train_generative_reranker(model, tokenizer, train, negatives, cfg, runtime)
+        score = generative_scorer(trained, tokenizer, cfg.max_len, cfg.score_batch)
+    return trained, lambda: {**evaluate_reranker(score, test, candidates, label, cfg.progress, cfg.seed),
+                             "kind": kind, "max_len": cfg.max_len}, (test, candidates)
+
+
+def _add_flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
+    if not evaluating:
+        parser.add_argument("--reranker", choices=("cross", "generative"), default=None,
+                            help="default: cross for an encoder, generative otherwise")
+        parser.add_argument("--n-negatives", type=positive, default=None,
+                            help=f"negatives per query (default {RerankConfig.n_negatives})")
+        parser.add_argument("--negatives", choices=("first-stage", "random"), default="first-stage",
+                            help="training negatives: the first stage's top-ranked wrong documents, or random "
+                                 "ones (cheaper, and better for the small body measured in the README)")
+        parser.add_argument("--train-queries", type=positive, default=None, help="limit training queries")
+    parser.add_argument("--first-stage", default=None,
+                        help="bi-encoder run for the candidates (default: the model itself, mean-pooled)")
+    parser.add_argument("--candidates", type=positive, default=None,
+                        help=f"first-stage candidates (default {RerankConfig.candidates})")
+    parser.add_argument("--rerank-queries", dest="rerank_queries", type=positive, default=None,
+                        help=f"evaluation queries (default {RerankConfig.test_queries})")
+
+
+def rerank_config(args, **values) -> RerankConfig:
+    """The reranker's config from the flags: ``--rerank-queries`` (its own dest, beside retrieval's
+    ``--max-queries`` on evaluate's one parser) sets its test queries."""
+    queries = {} if args.rerank_queries is None else {"test_queries": args.rerank_queries}
+    return config_from_flags(RerankConfig, args, **queries, **values)
+
+
+def _kept(model: nn.Module, record: dict, cfg: RerankConfig) -> tuple[dict, nn.Module, nn.Module | None]:
+    """A cross-encoder keeps its body and head; a generative reranker is the whole model."""
+    task = {"reranker": record["kind"], "first_stage": "BM25", "negatives": "bm25", "max_len": record["max_len"]}
+    return (task, model.body, model.head) if record["kind"] == "cross" else (task, model, None)
+
+
+def _finetune_command(args, model, tokenizer, run):
+    from maskwise.cli.task_inputs import (  # at call time: see ``Task``
+        embedder_of,
+        user_retrieval,
+    )
+
+    cfg = rerank_config(args, data_seed=args.seed)
+    kind = cfg.reranker or default_reranker(model.cfg.family)
+    first_stage_path = args.first_stage or args.model
+    embedder, first_stage = embedder_of(first_stage_path, args, args.progress)
+    train, test = user_retrieval(args) if args.data is not None else _plays_rows(cfg, model, "test", True)
+    negatives = training_negatives(train, cfg.n_negatives, args.negatives, embedder, args.seed)
+    candidates, _ = rank(embedder, test, k=cfg.candidates)
+    reranker, record = run(cfg, (train, negatives, test, candidates), f"{kind} reranker")
+    task, trained, head = _kept(reranker, record, cfg)
+    task.update(first_stage=str(first_stage_path), negatives=args.negatives)  # this command's own first stage
+    return task, {**record, "first_stage": first_stage}, trained, head
+
+
+def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> dict:
+    from maskwise.cli.task_inputs import (  # at call time: see ``Task``
+        embedder_of,
+        retrieval_data,
+    )
+
+    saved = fine_tune.task
+    kind = saved.get("reranker") if saved.get("kind") == "rerank" else None
+    if kind is None and model.cfg.kind.encoder_only:
+        raise UserError("an encoder reranks through a trained head: run `maskwise finetune rerank` first")
+    if kind == "cross":
+        reranker = CrossEncoder(model)
+        load_weights_into(reranker.head, fine_tune.head or {}, f"cross-encoder head of {args.model}")
+        score = cross_encoder_scorer(reranker, tokenizer, saved.get("max_len"))
+    else:
+        score = generative_scorer(model, tokenizer, saved.get("max_len"))
+        kind = kind or "generative (zero-shot)"
+    first_stage = args.first_stage or saved.get("first_stage") or args.model
+    embedder, name = embedder_of(first_stage, args, args.progress)
+    cfg = rerank_config(args)
+    test = retrieval_data(args, cfg, args.split)
+    candidates, _ = rank(embedder, test, k=cfg.candidates)
+    results = evaluate_reranker(score, test, candidates, f"{kind} reranker", args.progress)
+    results["first_stage"] = name
+    return results
+
+
+def _summary(r: dict) -> str:
+    base, lat = r["baseline"], r["latency"]
+    return (f"rerank ({r['reranker']}) {r['n_queries']} queries x {r['candidates_per_query']} candidates: "
+            f"nDCG@10 {r['ndcg@10']:.3f} (first stage {base['ndcg@10']:.3f}, random order "
+            f"{r['random_order']['ndcg@10']:.3f}), MRR {r['mrr']:.3f} ({base['mrr']:.3f}); "
+            f"latency p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms per query\n{gain_summary(r)}")
+
+
+def _read_user_task(spec: TaskSpec) -> UserTask:
+    if Path(spec.data).expanduser().is_dir():
+        raise UserError(f"task {spec.name}: rerank reads query/positive rows (.jsonl, .csv or .tsv); a BEIR "
+                        f"folder serves an embed task")
+    task = read_retrieval_task(spec)
+    return replace(task, details={**task.details, "first_stage": "BM25", "metric": "nDCG@10"})
+
+
+def _user_data(task: UserTask, cfg: RerankConfig) -> tuple:
+    """BM25's near misses as training negatives, and its top ``cfg.candidates`` as each test query's candidates."""
+    negatives = hard_negatives(bm25_ranking(task.train, cfg.n_negatives + 1), task.train.relevant, cfg.n_negatives)
+    return task.train, negatives, task.test, bm25_ranking(task.test, cfg.candidates)
+
+
+def _work(cfg: RerankConfig, task: UserTask | None, per_char: float) -> Work:
+    """Each step's queries trained with their positive and negatives; every candidate pair of every test query
+    scored, ``score_batch`` pairs a call."""
+    queries = task.test_rows if task is not None else cfg.test_queries
+    pair = cfg.max_len or 256  # a query and a passage: near the cut
+    pairs = queries * cfg.candidates
+    return Work(cfg.steps * cfg.batch_size * (1 + cfg.n_negatives) * pair, pairs * pair, pairs / cfg.score_batch)
+
+
+TASK = Task(
+    kind="rerank", claim=ENCODER_JOBS, config=RerankConfig, plays=_plays_rows, run=_run, flags=_add_flags,
+    finetune_command=_finetune_command, evaluate_command=_evaluate_command, summary=_summary, plays_row=None,
+    user_rows=lambda task, cfg: (Row(f"{task.spec.name}: nDCG@10 over BM25's top candidates (rerank)", True,
+                                     lambda r: r["per_query"]["ndcg@10"],
+                                     lambda r: r["per_query"]["first_stage_ndcg@10"], "BM25's own order"),),
+    read=_read_user_task, work=_work, configure=within_context, run_data=_user_data,
+    test_texts=lambda task: list(task.test.queries), kept=_kept)

@@ -15,14 +15,16 @@ import random
 import re
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from maskwise.data.beir import GradedRetrievalSet
 from maskwise.data.tasks import RetrievalSet
-from maskwise.tasks.embed import EmbedFn
 from maskwise.tasks.metrics import Relevance, bucketed, mrr, ndcg_at_k, recall_at_k
+
+# An embedder: texts in, one vector each out (``tasks.embed.Embedder``, or an external model's callable).
+EmbedFn = Callable[[Sequence[str]], torch.Tensor]
 
 RECALL_KS = (1, 5, 10, 100)
 # Passage length buckets in characters; ICT passages are speeches of 4+ lines (~150 chars and up).

@@ -15,15 +15,30 @@ speakers are shown).
 
 from __future__ import annotations
 
+import argparse
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from tqdm import tqdm
 
-from maskwise.data.tasks import Seq2SeqExample, first_speaker_baseline
+from maskwise.cli.task_flags import (
+    config_from_flags,
+    finetune_config,
+    positive,
+    probability,
+)
+from maskwise.data.task_files import seq2seq_from_file, user_split
+from maskwise.data.tasks import (
+    Seq2SeqExample,
+    first_speaker_baseline,
+    rename_speakers,
+    speaker_examples,
+)
+from maskwise.data.user_tasks import TaskSpec, UserTask
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
 from maskwise.objectives.span import decoder_start_id
@@ -33,6 +48,10 @@ from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.generate import GenerationConfig, check_generative, generate
 from maskwise.tasks.metrics import bucketed, exact_match, set_f1, token_f1
 from maskwise.tasks.reading import batches, device_of
+from maskwise.tasks.unit import READ_THEN_WRITE, Row, Task, Work, mean_tokens
+
+if TYPE_CHECKING:
+    from maskwise.interop.folders import FineTune
 
 # Source length buckets in characters (the speakers passages run up to ~600 by default).
 SOURCE_EDGES = (0, 150, 300, 450, 600)
@@ -173,3 +192,171 @@ def evaluate_seq2seq(model: nn.Module, tokenizer, test: Sequence[Seq2SeqExample]
         "examples": [{"source": e.source, "target": e.target, "predicted": p}
                      for e, p in list(zip(test, predicted))[:5]],
     }
+
+
+# ---- the unit: its plays' rows, its run, its commands and its compare rows ---------------------------
+
+
+def _plays_source_chars(cfg: Seq2SeqConfig, model: nn.Module) -> int:
+    """The config's longest source, else one that fits whatever the tokenizer: a character per token at
+    worst, less the target's room for a decoder, which reads source and target in one sequence."""
+    if cfg.max_chars is not None:
+        return cfg.max_chars
+    room = model.cfg.max_seq_len if model.cfg.kind.two_stacks else model.cfg.max_seq_len - (cfg.max_target_len + 2)
+    return max(32, room)
+
+
+def _plays_rows(cfg: Seq2SeqConfig, model: nn.Module | None, split: str, training: bool):
+    """The plays' passage -> speakers rows: ``train_passages`` of the train split's, ``test_passages`` of the split's."""
+    options = {"max_chars": _plays_source_chars(cfg, model), "hide_speakers": cfg.hide_speakers,
+               "mid_speech": cfg.mid_speech}
+    train = speaker_examples("train", limit=cfg.train_passages, seed=cfg.data_seed, **options) if training else None
+    return train, speaker_examples(split, limit=cfg.test_passages, seed=cfg.test_seed, **options)
+
+
+def _run(model, tokenizer, cfg: Seq2SeqConfig, runtime: Runtime, data, label: str):
+    train, test = data or _plays_rows(cfg, model, "test", True)
+    train_seq2seq(model, tokenizer, train, cfg, augment=rename_speakers, augment_prob=cfg.rename_speakers,
+                  runtime=runtime)
+    generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)  # target, [EOS]
+    lead = None if data is None else lead_words(train)  # a user's rows: the lead baseline, not the first speaker
+    return model, lambda: evaluate_seq2seq(model, tokenizer, test, generation, max_target_len=cfg.max_target_len,
+                                           progress=cfg.progress, source_edges=cfg.source_edges, lead=lead,
+                                           train_examples=len(train)), test
+
+
+def _add_flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
+    parser.add_argument("--hide-speakers", action="store_true", default=None,
+                        help="remove speaker lines from the source")
+    parser.add_argument("--mid-speech", action="store_true", default=None,
+                        help="open each passage inside a speech, its speaker line left out (compare's "
+                             "read-then-write task): the answer is never the source's first line")
+    parser.add_argument("--max-chars", type=positive, default=None,
+                        help="longest source in characters (default: what fits the model's context)")
+    parser.add_argument("--num-beams", type=positive, default=None, help="beam width (default 1: greedy)")
+    parser.add_argument("--eval-limit", dest="test_passages", type=positive, default=None,
+                        help=f"evaluation passages (default {Seq2SeqConfig.test_passages})")
+    if not evaluating:
+        parser.add_argument("--max-target-len", type=positive, default=None,
+                            help=f"target tokens (default {Seq2SeqConfig.max_target_len})")
+        parser.add_argument("--rename-speakers", type=probability, default=None,
+                            help="fraction of training draws whose speakers get random names, so that "
+                                 "copying them from the source is the only way to answer (embedded data)")
+
+
+def _kept(model: nn.Module, record: dict, cfg: Seq2SeqConfig) -> tuple[dict, nn.Module, None]:
+    return {"max_target_len": cfg.max_target_len}, model, None
+
+
+def _finetune_command(args, model, tokenizer, run):
+    from maskwise.cli.task_inputs import task_rows  # at call time: see ``Task``
+
+    cfg = finetune_config(Seq2SeqConfig, args)
+    if cfg.rename_speakers and args.data is not None:
+        raise UserError("--rename-speakers renames the plays' speakers: it needs the embedded passages, not --data")
+    train, test = task_rows(args, cfg, model, seq2seq_from_file, training=True)
+    trained, record = run(cfg, (train, test))
+    task, trained, _ = _kept(trained, record, cfg)
+    if args.data is None:  # what the plays' passages were
+        task.update(hide_speakers=cfg.hide_speakers, mid_speech=cfg.mid_speech, rename_speakers=cfg.rename_speakers)
+        record = {**record, "hide_speakers": cfg.hide_speakers, "mid_speech": cfg.mid_speech}
+    return task, record, trained, None
+
+
+def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> dict:
+    from maskwise.cli.task_inputs import task_rows  # at call time: see ``Task``
+
+    saved = fine_tune.task
+    # the fine-tune's own target room and passages, unless a flag says otherwise
+    own = {k: saved[k] for k in ("max_target_len", "hide_speakers", "mid_speech", "source_edges")
+           if k in saved and getattr(args, k, None) is None}
+    cfg = config_from_flags(Seq2SeqConfig, args, **own)
+    _, test = task_rows(args, cfg, model, seq2seq_from_file, args.split, training=False)
+    generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)
+    plays = {"hide_speakers": cfg.hide_speakers, "mid_speech": cfg.mid_speech} if args.data is None else {}
+    return evaluate_seq2seq(model, tokenizer, test, generation, cfg.max_target_len, args.progress,
+                            cfg.source_edges, **plays)
+
+
+def _summary(r: dict) -> str:
+    base = r["baseline"]
+    return (f"seq2seq ({r['family']}, {r['decoding']}) on {r['n_test']} passages: exact match "
+            f"{r['exact_match']:.3f} (copy first line {base['exact_match']:.3f}), items F1 "
+            f"{r['items_f1']:.3f} ({base['items_f1']:.3f}), token F1 {r['token_f1']:.3f} "
+            f"({base['token_f1']:.3f})")
+
+
+def _read_user_task(spec: TaskSpec) -> UserTask:
+    train, test = user_split(seq2seq_from_file, spec.data, spec.test)
+    return UserTask(spec, train, test, len(train), len(test),
+                    details={"metric": "token F1", "longest_target_chars": max(len(e.target) for e in [*train, *test])})
+
+
+def _configure_user_task(cfg: Seq2SeqConfig, task: UserTask, context: int) -> Seq2SeqConfig:
+    """No speaker renaming (the plays' augmentation); room for the longest target, a character a token at worst."""
+    longest = task.details["longest_target_chars"]
+    if longest + 2 > context // 2:
+        where = max([*task.train, *task.test], key=lambda e: len(e.target)).origin
+        raise UserError(f"task {task.spec.name}: {where} has a target of {longest} characters; at most "
+                        f"{context // 2 - 2} fit (half the smallest context, {context} tokens, a character a "
+                        "token at worst): shorten it or drop the row")
+    # Up to three source-length buckets of the test rows as every family reads them (terciles; each edge a length a
+    # test source has, so that no bucket is empty): the seed predicts the encoder-decoder's lead grows with the source.
+    lengths = sorted(min(len(e.source), context - 2) for e in task.test)
+    edges = tuple(dict.fromkeys((lengths[0], lengths[len(lengths) // 3], lengths[2 * len(lengths) // 3])))
+    return replace(cfg, rename_speakers=0.0, mid_speech=False, max_target_len=max(8, longest + 1),
+                   source_edges=edges, max_chars=context - 2)
+
+
+def _user_data(task: UserTask, cfg: Seq2SeqConfig) -> tuple[list, list]:
+    """The rows with each source cut to ``cfg.max_chars`` characters: every family reads the same source (the
+    encoder-decoder's encoder holds the smallest context; a decoder-only model reads it with the target)."""
+    def cut(rows):
+        return [replace(e, source=e.source[:cfg.max_chars]) for e in rows]
+
+    return cut(task.train), cut(task.test)
+
+
+def _user_rows(task: UserTask, cfg: Seq2SeqConfig) -> tuple[Row, ...]:
+    """Token F1 on the longest sources (judged: where the seed predicts the encoder-decoder ahead), then on each
+    shorter bucket and on all sources (reported), each beside the lead baseline on the same sources."""
+    spans = list(zip(cfg.source_edges, [*cfg.source_edges[1:], None]))
+
+    def row(low: int | None, high: int | None, name: str) -> Row:
+        def within(key: str):
+            def scores(record: dict) -> list[float]:
+                values = (record["baseline"] if key == "baseline" else record)["per_example"]["token_f1"]
+                return [v for v, n in zip(values, record["source_chars"])
+                        if (low is None or n >= low) and (high is None or n < high)]
+            return scores
+        return Row(f"{task.spec.name}: token F1, {name} (seq2seq)", True, within("model"), within("baseline"),
+                   "lead (the source's first words)")
+
+    def named(low: int, high: int | None) -> str:
+        return f"sources of {low}+ characters" if high is None else f"sources of {low}-{high - 1} characters"
+
+    judged = row(*spans[-1], named(*spans[-1]))
+    shorter = tuple(row(low, high, named(low, high)) for low, high in spans[:-1])
+    return (judged, *shorter, row(None, None, "all sources")) if shorter else (judged,)
+
+
+def _work(cfg: Seq2SeqConfig, task: UserTask | None, per_char: float) -> Work:
+    """Each step's batch of sources with their targets trained; each test source read, then one decoding call a
+    target token for each batch of 32 sources (``predict_seq2seq``'s)."""
+    n, length = (task.test_rows, mean_tokens([e.source for e in task.test], per_char)) if task else (
+        cfg.test_passages, (cfg.max_chars or 120) * per_char)
+    if cfg.max_chars:
+        length = min(length, cfg.max_chars * per_char + 2)
+    return Work(cfg.steps * cfg.batch_size * (length + cfg.max_target_len), n * length,
+                -(-n // 32) * cfg.max_target_len)
+
+
+TASK = Task(
+    kind="seq2seq", claim=READ_THEN_WRITE, config=Seq2SeqConfig, plays=_plays_rows, run=_run, flags=_add_flags,
+    finetune_command=_finetune_command, evaluate_command=_evaluate_command, summary=_summary,
+    plays_row=Row("passage -> speakers F1", True, lambda r: r["per_example"]["items_f1"],
+                  lambda r: r["baseline"]["per_example"]["items_f1"], "copy the first line"),
+    user_rows=_user_rows, read=_read_user_task, work=_work, configure=_configure_user_task, run_data=_user_data,
+    test_texts=lambda task: [e.source for e in task.test], kept=_kept,
+    cannot=(lambda kind: not kind.writes,
+            "cannot: no decoder to write the answer (an encoder labels positions it is given)"))

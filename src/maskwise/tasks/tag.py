@@ -13,16 +13,27 @@ and the saved files. Words cut off by ``max_len`` are predicted ``O`` and counte
 
 from __future__ import annotations
 
+import argparse
 import random
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from maskwise.data.tagging import OUTSIDE, TaggedText
+from maskwise.cli.task_flags import config_from_flags, finetune_config, positive
+from maskwise.data.tagging import (
+    OUTSIDE,
+    TaggedText,
+    punctuation_examples,
+    tagged_from_file,
+    windows_of,
+)
+from maskwise.data.task_files import user_split
+from maskwise.data.user_tasks import TaskSpec, UserTask, distribution
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX, ClassifierHead
 from maskwise.padding import pad
@@ -31,6 +42,18 @@ from maskwise.runtime import Runtime
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.metrics import accuracy, tag_scores
 from maskwise.tasks.reading import batches, context_len, device_of, frame, frame_extra
+from maskwise.tasks.unit import (
+    ENCODER_JOBS,
+    Head,
+    Row,
+    Task,
+    Work,
+    mean_tokens,
+    refuse_unseen,
+)
+
+if TYPE_CHECKING:
+    from maskwise.interop.folders import FineTune
 
 HEAD_PREFIX = "head."
 
@@ -190,3 +213,113 @@ def evaluate_tagger(model: TokenTagger, tokenizer, test: Sequence[TaggedText], t
     predicted, truncated = predict_tags(model, tokenizer, test, batch_size, max_len)
     return tagging_results(predicted, test, train_counts, family=model.body.cfg.family, tags=model.tags,
                            truncated_words=truncated)
+
+
+# ---- the unit: its plays' rows, its run, its commands and its compare rows ---------------------------
+
+
+def _window_chars(cfg: TagConfig, model: nn.Module) -> int:
+    """The config's window, else what fits the context: a character a token at worst, and [CLS]."""
+    return cfg.window_chars or max(20, model.cfg.max_seq_len - 1)
+
+
+def _plays_rows(cfg: TagConfig, model: nn.Module | None, split: str, training: bool):
+    """The plays' punctuation windows: ``train_windows`` of the train split's, ``test_windows`` of the split's."""
+    chars = _window_chars(cfg, model)
+    train = punctuation_examples("train", chars, limit=cfg.train_windows, seed=cfg.data_seed) if training else None
+    return train, punctuation_examples(split, chars, limit=cfg.test_windows, seed=cfg.test_seed)
+
+
+def _run(model, tokenizer, cfg: TagConfig, runtime: Runtime, data, label: str):
+    train, test = data or _plays_rows(cfg, model, "test", True)
+    tagger = train_tagger(model, tokenizer, train, cfg, runtime=runtime)
+    counts = tag_counts(train)
+    return tagger, lambda: {**evaluate_tagger(tagger, tokenizer, test, counts, cfg.max_len),
+                            "train_counts": counts}, test
+
+
+def _add_flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
+    parser.add_argument("--window-chars", type=positive, default=None,
+                        help="the plays' windows, in characters (default: what fits the model's context)")
+    if not evaluating:
+        parser.add_argument("--read-out", dest="read_out", choices=READ_OUTS, default=None,
+                            help="where a word's tag is read: its last token (default; a causal reader has "
+                                 "then read the whole word) or its first (HF's convention)")
+        parser.add_argument("--train-windows", type=positive, default=None,
+                            help=f"training windows of the plays (default {TagConfig.train_windows})")
+    parser.add_argument("--eval-windows", dest="test_windows", type=positive, default=None,
+                        help=f"evaluation windows of the plays (default {TagConfig.test_windows})")
+
+
+def _kept(model: TokenTagger, record: dict, cfg: TagConfig) -> tuple[dict, nn.Module, nn.Module]:
+    return ({"tags": model.tags, "train_counts": record["train_counts"], "read_out": model.read_out}, model.body,
+            model.head)
+
+
+def _finetune_command(args, model, tokenizer, run):
+    from maskwise.cli.task_inputs import task_rows  # at call time: see ``Task``
+
+    cfg = finetune_config(TagConfig, args)
+    train, test = task_rows(args, cfg, model, tagged_from_file, training=True)
+    tagger, record = run(cfg, (train, test))
+    task, body, head = _kept(tagger, record, cfg)
+    return task, record, body, head
+
+
+def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> dict:
+    from maskwise.cli.task_inputs import task_rows  # at call time: see ``Task``
+
+    saved = fine_tune.task
+    if saved.get("kind") != "tag":
+        raise UserError(f"{args.model} has no tagging head: run `maskwise finetune tag` first")
+    _, test = task_rows(args, config_from_flags(TagConfig, args), model, tagged_from_file, args.split, training=False)
+    tagger = TokenTagger.from_fine_tune(model, saved, fine_tune.head, args.model)
+    # An HF-fine-tuned folder records no training counts: the baselines are drawn from the test set's.
+    return evaluate_tagger(tagger, tokenizer, test, saved.get("train_counts") or tag_counts(test))
+
+
+def _summary(r: dict) -> str:
+    base, rule = r["baseline"], r["line_break_rule"]
+    return (f"tag ({r['family']}) {r['n_words']} words of {r['n_test']} texts: F1 {r['micro']['f1']:.3f} "
+            f"(most frequent tag {base['micro']['f1']:.3f}, {rule['name']} {rule['micro']['f1']:.3f}), "
+            f"detection F1 {r['detection']['f1']:.3f} ({base['detection']['f1']:.3f}, "
+            f"{rule['detection']['f1']:.3f}), macro-F1 {r['macro_f1']:.3f}")
+
+
+def _read_user_task(spec: TaskSpec) -> UserTask:
+    train, test = user_split(tagged_from_file, spec.data, spec.test)
+    tags = Counter(t for e in train for t in e.tags)
+    refuse_unseen(spec, tags, Counter(t for e in test for t in e.tags), "tags")
+    return UserTask(spec, train, test, len(train), len(test), distribution([t for e in train for t in e.tags]),
+                    {"read_out": "each word's last character, where a causal reader has read the whole word "
+                                 "(judged); its first character reported beside it (`.first`)"})
+
+
+def _work(cfg: TagConfig, task: UserTask | None, per_char: float) -> Work:
+    """Each step's batch of windows trained; each test window read once."""
+    window = cfg.window_chars or 120
+    n, length = (task.test_rows, mean_tokens([" ".join(e.words) for e in task.test], per_char)) if task else (
+        cfg.test_windows, window * per_char)
+    length = min(length, window * per_char + 2)
+    return Work(cfg.steps * cfg.batch_size * length, n * length, n / 64)
+
+
+TASK = Task(
+    kind="tag", claim=ENCODER_JOBS, config=TagConfig, plays=_plays_rows, run=_run, flags=_add_flags,
+    finetune_command=_finetune_command, evaluate_command=_evaluate_command, summary=_summary,
+    # Per text, paired with the verse rule on the same text: whether a mark follows a word is decided by
+    # what comes after it, which only a bidirectional reader has seen.
+    plays_row=Row("punctuation restoration F1 per text (tagging)", True, lambda r: r["per_example"]["f1"],
+                  lambda r: r["line_break_rule"]["per_example"]["f1"], "a mark before every line break"),
+    user_rows=lambda task, cfg: (Row(f"{task.spec.name}: F1 per text, read at each word's {cfg.read_out} character "
+                                     "(tag)", True, lambda r: r["per_example"]["f1"],
+                                     lambda r: r["baseline"]["per_example"]["f1"], "most frequent tag"),),
+    read=_read_user_task, work=_work, test_texts=lambda task: [" ".join(e.words) for e in task.test],
+    configure=lambda cfg, task, context: replace(cfg, window_chars=context - 2),  # room for [CLS], [SEP]
+    run_data=lambda task, cfg: (windows_of(task.train, cfg.window_chars), windows_of(task.test, cfg.window_chars)),
+    kept=_kept,
+    # Read at the last character, a causal reader has read the whole word; at the first it has seen one
+    # character of it: on tags that the word itself decides (part of speech) this can decide the verdict.
+    variants={"first": {"read_out": "first"}},
+    head=Head(TokenTagger, {"tags": (True, True)}, classes_key="tags",
+              hf_classes={"bert": "BertForTokenClassification", "modernbert": "ModernBertForTokenClassification"}))

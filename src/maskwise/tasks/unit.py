@@ -1,0 +1,156 @@
+"""What a task is: the ``Task`` each task module declares once (``TASK = Task(...)`` at its bottom), and what
+those declarations share. ``tasks.registry`` lists them; this module imports none of them, so each can import it.
+
+The claims are the design notes' three; each task belongs to one, fixed in its declaration before any number is
+seen: classify, tag, embed (retrieval) and rerank are the encoder's jobs; seq2seq is read-then-write.
+(Generation is read on held-out next-token loss of the corpus itself, which every compare measures.)
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+from maskwise.data.user_tasks import TaskSpec, UserTask
+from maskwise.errors import UserError
+from maskwise.families import Family
+from maskwise.tasks.finetune import FinetuneConfig
+
+if TYPE_CHECKING:
+    from maskwise.experiments.eta import Speeds
+    from maskwise.interop.folders import FineTune
+
+ENCODER_JOBS = "embed, score or classify => encoder"
+GENERATE = "generate => decoder"
+READ_THEN_WRITE = "read-then-write => encoder-decoder"
+# claim -> (the family it predicts wins, the family it is compared with)
+CLAIMS: dict[str, tuple[str, str]] = {ENCODER_JOBS: ("encoder", "decoder"), GENERATE: ("decoder", "encoder"),
+                                      READ_THEN_WRITE: ("encoder-decoder", "decoder")}
+# A classification test set whose most frequent label has this many times the rows of its rarest is read by
+# balanced accuracy (the mean of per-label recalls), where accuracy would reward always answering the majority.
+IMBALANCE = 1.5
+
+
+@dataclass(frozen=True)
+class Row:
+    """How one task's evaluation record becomes a compare row: per-item scores and a baseline to clear."""
+
+    label: str
+    higher: bool
+    scores: Callable[[dict], list[float]]  # the record -> one score per test item
+    baseline: Callable[[dict], list[float] | float]  # per item (paired), or a constant
+    baseline_name: str
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a fine-tune and its evaluation compute, counted before they run: their seconds follow from a machine's
+    measured speeds (``experiments.eta.probe``), so that compare can plan its minutes."""
+
+    trained_tokens: float  # tokens through forward and backward
+    read_tokens: float  # tokens through forward only (evaluation, scoring candidates, embedding a collection)
+    calls: float  # forward calls too small for their tokens to matter (a decoding step, a small batch)
+
+    def seconds(self, speeds: Speeds) -> float:
+        return (self.trained_tokens * speeds.train_s_per_token + self.read_tokens * speeds.read_s_per_token
+                + self.calls * speeds.call_s)
+
+
+def mean_tokens(texts: list[str], tokens_per_char: float) -> float:
+    """The mean length of ``texts`` in tokens, at ``tokens_per_char``, with [CLS] and [SEP]."""
+    return tokens_per_char * sum(map(len, texts)) / max(len(texts), 1) + 2
+
+
+@dataclass(frozen=True)
+class Head:
+    """A trained head that a fine-tune folder hands back whole on its body (``maskwise.load_fine_tuned``), and
+    that ``maskwise export`` writes as an HF task class."""
+
+    model: type[nn.Module]  # what ``load_fine_tuned`` rebuilds, through its ``from_fine_tune``
+    # The task record's fields that rebuild it and its baseline: field -> (a list of names, else one name; required).
+    record: dict[str, tuple[bool, bool]]
+    classes_key: str  # the record's field holding its classes, in the head's output order
+    hf_classes: dict[str, str]  # HF's class for it, per body column of ``interop.hf_keys`` (none: no export)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task kind, whole: its config and plays' rows, how it fine-tunes, its CLI command, its compare rows and
+    how a user's files become them, and the head interop hands back.
+
+    Its module imports the CLI's input helpers (``cli.task_inputs``) inside its command hooks, not at the top:
+    they open folders through ``interop``, whose HF tables (``interop.hf_keys``) are read off ``tasks.registry``,
+    which imports every task module."""
+
+    kind: str  # the fine-tune's name (``recipes.TASKS``, ``maskwise finetune KIND``, a compare ``--task``'s kind)
+    claim: str
+    config: type[FinetuneConfig]  # its settings: ``run_task`` finds the task by its config's type
+    # (config, model or None, split, training) -> (training rows or None when not training, the split's rows): the
+    # plays' slice it reads when it is given no rows of its own, drawn with ``cfg.data_seed`` and ``cfg.test_seed``.
+    plays: Callable[[FinetuneConfig, nn.Module | None, str, bool], tuple[Any, Any]]
+    # (model, tokenizer, config, runtime, the caller's rows or None, label) -> (what fine-tuning produced, a function
+    # that evaluates it, the rows it evaluates): what ``run_task`` times and runs.
+    run: Callable[..., tuple[Any, Callable[[], dict], Any]]
+    # (parser, evaluating) -> None: its flags on ``finetune KIND`` (evaluating: only those ``evaluate`` reads, all on
+    # its one parser). A flag that sets a config field has that field's name as its dest and None as its default.
+    flags: Callable[[argparse.ArgumentParser, bool], None]
+    # (args, model, tokenizer, run) -> (task record, results, module saved as the model, head or None): what
+    # ``maskwise finetune KIND`` trains and keeps; ``run(cfg, data, label)`` fine-tunes on the command's runtime.
+    finetune_command: Callable[..., tuple[dict, dict, Any, Any]]
+    # (args, model, tokenizer, the folder's FineTune) -> results: ``maskwise evaluate --task NAME``.
+    evaluate_command: Callable[[argparse.Namespace, nn.Module, Any, FineTune], dict]
+    summary: Callable[[dict], str]  # its results -> the lines a task command prints (the JSON holds the rest)
+    plays_row: Row | None  # its row when compare reads the plays (None: the plays' compare has none)
+    # Its rows on a user's file at its configured settings: the first is judged under its claim, any others are
+    # reported beside it (seq2seq: every source-length bucket, the longest judged).
+    user_rows: Callable[[UserTask, FinetuneConfig], tuple[Row, ...]]
+    read: Callable[[TaskSpec], UserTask]  # reads and checks every file, or raises a one-line UserError
+    # (config, the user's task or None for the plays' slice, tokens a character) -> the work its fine-tune and
+    # evaluation will do: what compare's time plan estimates its seconds from.
+    work: Callable[[FinetuneConfig, UserTask | None, float], Work]
+    # The scale's config adjusted to the user's rows (settings that only the plays' rows have turned off);
+    # (config, task, tokens of context the smallest family's stack holds) -> config, or a one-line UserError.
+    configure: Callable[[FinetuneConfig, UserTask, int], FinetuneConfig] = lambda cfg, task, context: cfg
+    # What ``run_task`` is given as the caller's rows (``tasks.run.run_task``'s ``data``).
+    run_data: Callable[[UserTask, FinetuneConfig], Any] = lambda task, cfg: (task.train, task.test)
+    # What a fine-tune folder keeps: (what ``run_task`` trained, its record, its config) -> (the config.json
+    # task record ``interop.folders`` reads back, the module saved as the model, the head saved beside it or None).
+    kept: Callable[[Any, dict, FinetuneConfig], tuple[dict, Any, Any]] = lambda trained, record, cfg: ({}, trained,
+                                                                                                        None)
+    # The text of each test item a model reads (to warn when the pretraining corpus holds it verbatim).
+    test_texts: Callable[[UserTask], list[str]] = lambda task: [e.text for e in task.test]
+    # Whether a family cannot do it (asked of ``ModelConfig.kind``), and the report's cell that says why.
+    cannot: tuple[Callable[[Family], bool], str] | None = None
+    # Choices that could decide its verdict, fixed before any number is seen: name -> its config's changes (its row's
+    # label says which). compare fine-tunes each variant too and reports it beside the judged row: its effect shows.
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Its name under ``maskwise evaluate --task`` and in its results' ``task`` when not its kind: what it is scored
+    # as (embed's fine-tune is scored as retrieval, which a model never fine-tuned can be scored on too).
+    evaluated_as: str | None = None
+    head: Head | None = None  # the trained head a folder hands back whole (None: its folder holds none of its own)
+    data_help: str = ""  # what ``finetune KIND --data`` may name besides a file of rows, appended to its help
+
+    @property
+    def evaluate_name(self) -> str:
+        """Its name under ``maskwise evaluate --task`` and in its results' ``task``."""
+        return self.evaluated_as or self.kind
+
+
+def within_context(cfg, task: UserTask, context: int):
+    """Every family reads at most the smallest family's context (the encoder-decoder's encoder holds half the
+    block), so that no family sees more of a text than another."""
+    return replace(cfg, max_len=min(cfg.max_len or context, context))
+
+
+def refuse_unseen(spec: TaskSpec, train: Counter, test: Counter, what: str) -> None:
+    """Refuse test labels that no training row has: no head can answer them, and they would be scored as misses."""
+    unseen = {label: n for label, n in test.items() if label not in train}
+    if unseen:
+        shown = ", ".join(f"{label!r} ({n})" for label, n in sorted(unseen.items())[:5])
+        raise UserError(f"task {spec.name}: {sum(unseen.values())} test row(s) of {spec.test or spec.data} have "
+                        f"{what} no training row has: {shown}; add training rows of them or drop those rows")

@@ -1,0 +1,85 @@
+"""A task is one unit: its module's ``TASK`` declares all of it, and the CLI, ``run_task``, interop and the
+recipes read the registry, so one module and one line of ``tasks.registry.TASKS`` are enough."""
+
+import dataclasses
+import re
+
+import pytest
+
+from maskwise.cli import build_parser
+from maskwise.cli.finetune import run_finetune
+from maskwise.errors import UserError
+from maskwise.interop.hf_keys import TASK_CLASS, TASK_CLASSES_KEY
+from maskwise.recipes import COMPARE_SCALES, SCALES, SMOKE
+from maskwise.tasks.finetune import FinetuneConfig
+from maskwise.tasks.registry import CLAIMS, TASKS, by_evaluate_name, task_of
+from maskwise.tasks.unit import Head, Task
+
+pytestmark = pytest.mark.unit
+
+# The fields a task may leave None, and what None says there.
+MAY_BE_NONE = {"plays_row": "the plays' compare has no row of it", "cannot": "every family can do it",
+               "evaluated_as": "evaluate names it by its kind", "head": "its folder holds no head of its own"}
+
+
+def help_of(capsys, *argv) -> str:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*argv, "--help"])
+    return capsys.readouterr().out
+
+
+def choices_in(text: str, before: str) -> set[str]:
+    """The ``{a,b,c}`` choices argparse prints right after ``before`` in a help text."""
+    return set(re.search(re.escape(before) + r"\{([^}]*)\}", text).group(1).split(","))
+
+
+@pytest.mark.parametrize("kind", sorted(TASKS))
+def test_every_registered_task_declares_every_field(kind):
+    task = TASKS[kind]
+    assert task.kind == kind and task.claim in CLAIMS
+    for f in dataclasses.fields(Task):
+        value = getattr(task, f.name)
+        assert value is not None or f.name in MAY_BE_NONE, f"{kind} leaves {f.name} undeclared"
+    assert issubclass(task.config, FinetuneConfig) and task_of(task.config()) is task  # one task per config type
+    for hook in ("plays", "run", "flags", "finetune_command", "evaluate_command", "summary", "user_rows", "read",
+                 "configure", "run_data", "kept", "test_texts"):
+        assert callable(getattr(task, hook)), f"{kind}.{hook}"
+    if task.head is not None:
+        assert isinstance(task.head, Head) and task.head.classes_key in task.head.record
+
+
+def test_interop_reads_the_heads_the_tasks_declare():
+    with_head = {kind for kind, task in TASKS.items() if task.head is not None}
+    assert set(TASK_CLASSES_KEY) == with_head == {"classify", "tag"}
+    assert {kind for _, kind in TASK_CLASS} == with_head
+
+
+def test_the_help_lists_exactly_the_registered_tasks(capsys):
+    assert choices_in(help_of(capsys, "finetune"), "usage: maskwise finetune [-h] ") == set(TASKS)
+    evaluated = {task.evaluate_name for task in TASKS.values()}
+    assert evaluated == {"classify", "retrieve", "rerank", "seq2seq", "tag"}  # embed is scored as retrieval
+    assert choices_in(help_of(capsys, "evaluate"), "--task ") == evaluated
+
+
+def test_a_task_registered_at_runtime_gets_its_commands(monkeypatch, capsys):
+    # a copy of classify under another kind: one module's TASK and one registry line, nothing else
+    toy = dataclasses.replace(TASKS["classify"], kind="toy", flags=lambda parser, evaluating: None)
+    monkeypatch.setitem(TASKS, "toy", toy)
+    assert "toy" in choices_in(help_of(capsys, "finetune"), "usage: maskwise finetune [-h] ")
+    assert "toy" in choices_in(help_of(capsys, "evaluate"), "--task ")
+    args = build_parser().parse_args(["finetune", "toy", "run", "--out", "fine-tuned"])
+    assert (args.task, args.handler) == ("toy", run_finetune)
+    assert by_evaluate_name()["toy"] is toy
+    monkeypatch.delitem(TASKS, "toy")
+    with pytest.raises(UserError, match="invalid choice: 'toy'"):
+        build_parser().parse_args(["finetune", "toy", "run", "--out", "fine-tuned"])
+
+
+@pytest.mark.parametrize("scale", [f"compare {n}" for n in sorted(COMPARE_SCALES)]
+                         + [f"ablate {n}" for n in sorted(SCALES)] + ["smoke"])
+def test_every_scale_sets_every_registered_task(scale):
+    kind, _, name = scale.partition(" ")
+    recipe = SMOKE if kind == "smoke" else COMPARE_SCALES[name] if kind == "compare" else SCALES[name].recipe
+    assert set(recipe.tasks) == set(TASKS)
+    for task_kind, cfg in recipe.tasks.items():
+        assert type(cfg) is TASKS[task_kind].config
