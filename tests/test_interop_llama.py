@@ -51,6 +51,10 @@ HF_LLAMAS = {  # name: LlamaConfig options
     "untied": {"rope_theta": 500.0, "rms_norm_eps": 1e-5},
     "tied": {"tie_word_embeddings": True},
     "biases-and-wide-heads": {"attention_bias": True, "mlp_bias": True, "head_dim": 16},
+    # grouped-query attention: 2 key/value heads for 4 query heads; multi-query: 1 for all 4
+    "grouped-query": {"num_key_value_heads": 2},
+    "multi-query-biases-and-wide-heads": {"num_key_value_heads": 1, "attention_bias": True, "mlp_bias": True,
+                                          "head_dim": 16},
 }
 
 
@@ -61,10 +65,12 @@ def test_llama_import_matches_hf_logits_with_padding(name):
     with torch.no_grad():
         expected, got = hf(input_ids=IDS, attention_mask=MASK).logits, ours(IDS, MASK).logits
     torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
-    assert ours.cfg.tie_embeddings == (name == "tied") and ours.cfg.bias == (name == "biases-and-wide-heads")
+    options = HF_LLAMAS[name]
+    assert ours.cfg.tie_embeddings == (name == "tied") and ours.cfg.bias == options.get("attention_bias", False)
+    assert ours.cfg.n_kv_heads == options.get("num_key_value_heads") and not ours.cfg.qkv_bias
     if name == "untied":
         assert ours.cfg.rope_theta == 500.0 and ours.cfg.norm_eps == 1e-5
-    if name == "biases-and-wide-heads":
+    if "head_dim" in options:
         assert ours.cfg.head_dim == 16 and ours.cfg.d_head == 16
 
 
@@ -83,6 +89,8 @@ MODERN = {  # name: maskwise settings on top of the modern preset
     "untied": {},
     "tied": {"tie_embeddings": True, "rope_theta": 1000.0},
     "biases-and-wide-heads": {"bias": True, "d_head": 16, "activation": "gelu"},
+    "grouped-query": {"n_kv_heads": 2},
+    "multi-query-wide-heads": {"n_kv_heads": 1, "d_head": 16, "tie_embeddings": True},
 }
 
 
@@ -92,7 +100,8 @@ def test_modern_decoder_exports_as_llama_and_round_trips(name, tmp_path, word_to
     out = export_hf(ours, tmp_path / "hf", tokenizer=word_tokenizer)
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "llama" and config["architectures"] == ["LlamaForCausalLM"]
-    assert config["num_key_value_heads"] == 4 and config["rms_norm_eps"] == ours.cfg.norm_eps
+    assert config["num_key_value_heads"] == MODERN[name].get("n_kv_heads", 4)
+    assert config["rms_norm_eps"] == ours.cfg.norm_eps
     assert config["rope_theta"] == ours.cfg.rope_theta and config["max_position_embeddings"] == 32
     assert config["tie_word_embeddings"] == ours.cfg.tie_embeddings
     assert (config["bos_token_id"], config["eos_token_id"]) == (word_tokenizer.bos_id, word_tokenizer.eos_id)
@@ -100,8 +109,9 @@ def test_modern_decoder_exports_as_llama_and_round_trips(name, tmp_path, word_to
     check_export(out, ours, tf.AutoModelForCausalLM, "LlamaForCausalLM", word_tokenizer, IDS, MASK, ATOL)
 
 
-def test_text_generation_pipeline_greedy_matches_maskwise(tmp_path, word_tokenizer):
-    ours = randomized(build_model(preset("modern", **SMALL)), seed=4)
+@pytest.mark.parametrize("kv_heads", [None, 2])
+def test_text_generation_pipeline_greedy_matches_maskwise(kv_heads, tmp_path, word_tokenizer):
+    ours = randomized(build_model(preset("modern", **SMALL, n_kv_heads=kv_heads)), seed=4)
     out = export_hf(ours, tmp_path / "hf", tokenizer=word_tokenizer)
     prompt = "w3 w9 w12 w40"
     pipe = tf.pipeline("text-generation", model=str(out))
@@ -127,7 +137,7 @@ def test_older_config_with_top_level_rope_theta(tmp_path):
 
 
 @pytest.mark.parametrize("options, problem", [
-    ({"num_key_value_heads": 2}, "grouped-query attention"),
+    ({"num_key_value_heads": 3}, "n_kv_heads 3 does not divide n_heads 4"),
     ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}}, "rope_type 'linear'"),
     ({"attention_bias": True}, "one bias setting"),
     ({"hidden_act": "gelu_fast"}, "gelu_fast"),

@@ -133,6 +133,9 @@ def test_torch_matches_reference_prefix_lm(name):
         # T5's explicit d_kv: inner width H * hd = 64 != d_model; unequal stack depths
         ("t5", "encoder-decoder", {"d_head": 16, "n_decoder_layers": 3}),
         ("modern", "decoder", {"d_head": 16, "rope_theta": 500.0}),
+        # grouped-query attention (2 key/value heads for 4 query heads) with Qwen2's q/k/v-only biases
+        ("modern", "decoder", {"n_kv_heads": 2, "qkv_bias": True}),
+        ("t5", "encoder-decoder", {"n_kv_heads": 1}),
         # BART with scale_embedding
         ("bart", "encoder-decoder", {"embedding_scale": math.sqrt(32)}),
         ("bert", "encoder", {"activation": "silu", "lm_head_input_scale": 0.5}),

@@ -30,6 +30,9 @@ class ModelConfig:
     n_layers: int = 4  # encoder layers, or decoder layers for the decoder family
     n_decoder_layers: int | None = None  # encoder-decoder only; None = same as n_layers
     n_heads: int = 4
+    # Grouped-query attention (Llama 2/3, Qwen2): each key/value head serves n_heads / n_kv_heads query
+    # heads, so the KV cache holds n_kv_heads heads. None = n_heads (ordinary multi-head attention).
+    n_kv_heads: int | None = None
     d_head: int | None = None  # None = d_model // n_heads; T5 sets it explicitly (d_kv)
     d_ff: int = 1024
     max_seq_len: int = 256  # learned positions table size; also the generation context limit
@@ -42,6 +45,7 @@ class ModelConfig:
     activation: str = "gelu"
     gated_ffn: bool = False  # SwiGLU / GEGLU: act(x W_gate) * (x W_up)
     bias: bool = True  # biases in attention/FFN projections and norms (T5 and modern: none)
+    qkv_bias: bool = False  # Qwen2: biases on the q/k/v projections alone, in a model without other biases
     position: str = "learned"
     position_offset: int = 0  # BART's learned positions start at index 2
     relative_buckets: int = 32  # T5 relative attention bias
@@ -72,6 +76,11 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads per attention: n_kv_heads, or n_heads without grouped-query attention."""
+        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
 
     @property
     def embedding_width(self) -> int:
@@ -116,7 +125,7 @@ class ModelConfig:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
             if getattr(self, name) <= 0:
                 raise UserError(f"model config: {name} must be positive, got {getattr(self, name)}")
-        for name in ("n_decoder_layers", "d_head", "embedding_size"):
+        for name in ("n_decoder_layers", "n_kv_heads", "d_head", "embedding_size"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise UserError(f"model config: {name} must be positive, got {getattr(self, name)}")
         if not self.norm_eps > 0:
@@ -130,6 +139,12 @@ class ModelConfig:
             raise UserError(
                 f"model config: d_model {self.d_model} is not divisible by n_heads {self.n_heads}"
             )
+        if self.n_heads % self.kv_heads:
+            raise UserError(f"model config: n_kv_heads {self.n_kv_heads} does not divide n_heads {self.n_heads} "
+                            f"(each key/value head serves an equal group of query heads)")
+        if self.qkv_bias and self.bias:
+            raise UserError("model config: qkv_bias=true with bias=true (qkv_bias adds q/k/v biases to a model "
+                            "without biases; with bias=true they are there already)")
         if self.cross_rope and (self.position != "rope" or not self.kind.two_stacks):
             raise UserError("model config: cross_rope needs an encoder-decoder with position 'rope'")
         if not self.first_attn_norm and not self.pre_norm:

@@ -36,6 +36,7 @@ from maskwise.interop.hf_keys import (
     TASK_UNMAPPED,
     TO_HF_ACTIVATION,
     Architecture,
+    fused_rows,
     head_fixed,
     key_map,
     source_of,
@@ -56,7 +57,7 @@ from maskwise.runs import (
 
 # Per family, the (column, head) pairs of the key tables that can describe its models, most likely first.
 EXPORT_CANDIDATES = {"encoder": (("bert", "mlm"), ("electra", "mlm"), ("modernbert", "mlm")),
-                     "decoder": (("gpt2", "lm"), ("llama", "lm"), ("modernbert-decoder", "mlm")),
+                     "decoder": (("gpt2", "lm"), ("llama", "lm"), ("qwen2", "lm"), ("modernbert-decoder", "mlm")),
                      "encoder-decoder": (("t5", "lm"), ("bart", "lm"))}
 # The same for a part exported alone: an encoder-decoder's encoder half is a base model (its vocabulary
 # head reads the decoder's output, so it has none of its own).
@@ -81,7 +82,7 @@ def _hf_config_or_problems(cfg: ModelConfig, column: str, head: str) -> tuple[di
     for field, needed in fixed.items():
         if getattr(cfg, field) != needed:
             problems.append(f"{field}={getattr(cfg, field)!r} (needs {needed!r})")
-    if column not in ("t5", "llama") and cfg.head_dim * cfg.n_heads != cfg.d_model:
+    if column not in ("t5", "llama", "qwen2") and cfg.head_dim * cfg.n_heads != cfg.d_model:
         problems.append(f"d_head={cfg.d_head} (needs d_model / n_heads)")
     if cfg.factorised_embeddings and column != "electra":
         problems.append(f"embedding_size={cfg.embedding_size} (only ELECTRA has factorised embeddings)")
@@ -101,11 +102,16 @@ def _hf_config_or_problems(cfg: ModelConfig, column: str, head: str) -> tuple[di
             hf["embedding_size"] = cfg.embedding_width
             if head == "mlm" and cfg.activation != "gelu":
                 problems.append(f"activation={cfg.activation!r} (ELECTRA's generator head is always gelu)")
-    elif column == "llama":
-        # bos/eos spelled out (None unless the tokenizer has them): LlamaConfig would otherwise assume 1 and 2.
-        hf.update(num_key_value_heads=cfg.n_heads, head_dim=cfg.head_dim, attention_bias=cfg.bias,
-                  mlp_bias=cfg.bias, rope_theta=cfg.rope_theta, bos_token_id=None, eos_token_id=None,
+    elif column in ("llama", "qwen2"):
+        # bos/eos spelled out (None unless the tokenizer has them): LlamaConfig would otherwise assume 1 and 2;
+        # head_dim and num_key_value_heads as numbers, never None: Qwen2's attention takes a head_dim of None as given.
+        hf.update(num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim, rope_theta=cfg.rope_theta,
+                  bos_token_id=None, eos_token_id=None,
                   rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta})
+        if column == "llama":
+            hf.update(attention_bias=cfg.bias, mlp_bias=cfg.bias)
+        else:
+            hf.update(use_sliding_window=False, sliding_window=None)
     elif column == "t5":
         hf.update(d_kv=cfg.head_dim, num_decoder_layers=cfg.decoder_layers, is_encoder_decoder=True)
         if cfg.gated_ffn and cfg.activation == "gelu":
@@ -168,9 +174,10 @@ def hf_config(model: nn.Module, preferred: str | None = None,
     _, class_name, problems = min(attempts)
     family = model.cfg.family if part is None else f"encoder-decoder's {part} half"
     as_decoder = dataclasses.replace(model.cfg, family="decoder")
-    if not model.cfg.kind.causal and not _hf_config_or_problems(as_decoder, "llama", "lm")[1]:
-        raise UserError(f"this {family} has Llama's layout but no HF equivalent: LlamaForCausalLM is causal-only, "
-                        f"so it cannot compute bidirectional attention")
+    for name, column in (("Llama", "llama"), ("Qwen2", "qwen2")):
+        if not model.cfg.kind.causal and not _hf_config_or_problems(as_decoder, column, "lm")[1]:
+            raise UserError(f"this {family} has {name}'s layout but no HF equivalent: {EXPORT_CLASS[column, 'lm']} "
+                            f"is causal-only, so it cannot compute bidirectional attention")
     half_column, half_head = PART_CANDIDATES["encoder"][0]
     if model.cfg.kind.two_stacks and not _hf_config_or_problems(encoder_half_config(model.cfg), half_column,
                                                                 half_head)[1]:
@@ -207,7 +214,7 @@ def hf_state_dict(model: nn.Module, arch: Architecture) -> dict[str, torch.Tenso
     tensors = {}
     for key, value in model.state_dict().items():
         source, suffix = source_of(key, mapping)
-        parts = value.detach().cpu().chunk(len(source.names), dim=0)
+        parts = value.detach().cpu().split(fused_rows(model.cfg, key, value.shape[0], len(source.names)), dim=0)
         for name, part in zip(source.names, parts):
             if source.conv1d and part.dim() == 2:
                 part = part.t()
@@ -226,7 +233,8 @@ def export_hf(run_or_model: Any, out_dir: str | Path, overwrite: bool = False, t
     ``run_or_model``: a run folder, a loaded ``Run``, or a model. Encoders export as BERT unless
     ``architecture="electra"``, the run's preset is "electra" or the embeddings are factorised, or
     with the "modernbert" layout as ``ModernBertForMaskedLM``; decoders as GPT-2 or, with the "modern"
-    layout (RMSNorm, RoPE, SwiGLU), as ``LlamaForCausalLM``, with the "modernbert" layout as
+    layout (RMSNorm, RoPE, SwiGLU; grouped-query attention or not), as ``LlamaForCausalLM`` (with
+    ``qkv_bias``, as ``Qwen2ForCausalLM``), with the "modernbert" layout as
     ``ModernBertDecoderForCausalLM``. A classify or tag run goes with the head it trained, as the HF
     task class of ``hf_keys.TASK_CLASS`` (e.g. ``ModernBertForSequenceClassification``).
     ``part="encoder"``: an encoder-decoder's encoder half alone (``encoder_half``), with the "modernbert"

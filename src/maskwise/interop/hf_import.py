@@ -30,6 +30,7 @@ from maskwise.interop.hf_keys import (
     HEAD_KEYS,
     KEY_MAP,
     MODERNBERTS,
+    REFUSED_ARCHITECTURES,
     TASK_CLASSES_KEY,
     TASK_OF,
     UNUSED,
@@ -95,6 +96,8 @@ def read_pytorch_bin(path: str | Path) -> dict[str, torch.Tensor]:
 def _architecture(name: str | None, model_type: str | None) -> Architecture:
     if name in ARCHITECTURES:
         return ARCHITECTURES[name]
+    if name in REFUSED_ARCHITECTURES:
+        raise UserError(f"{name} is not supported: it has {REFUSED_ARCHITECTURES[name]}")
     known = ", ".join(ARCHITECTURES)
     if name is None:
         raise UserError(f"HF config names no architecture (model_type {model_type!r}); "
@@ -149,17 +152,17 @@ def config_from_hf(hf: dict[str, Any], arch: Architecture, tensors: dict[str, to
         values["activation"] = _activation(column, _get(hf, "activation_function", "gelu_new"))
         values["d_ff"] = values["d_ff"] or 4 * values["d_model"]
     elif column == "llama":
-        heads, kv_heads = values["n_heads"], _get(hf, "num_key_value_heads", values["n_heads"])
-        if kv_heads != heads:
-            raise UserError(f"llama: num_key_value_heads {kv_heads} != num_attention_heads {heads} "
-                            f"(grouped-query attention) is not supported")
         biases = (_get(hf, "attention_bias", False), _get(hf, "mlp_bias", False))
         if biases[0] != biases[1]:
             raise UserError(f"llama: attention_bias={biases[0]} with mlp_bias={biases[1]} is not supported "
                             f"(maskwise has one bias setting for all projections)")
         values["bias"] = biases[0]
         values["activation"] = _activation(column, _get(hf, "hidden_act", "silu"))
-        values["rope_theta"] = _llama_rope_theta(hf)
+        values["rope_theta"] = _llama_rope_theta(column, hf)
+    elif column == "qwen2":
+        _reject_qwen2_sliding_window(hf, values["n_layers"], values["max_seq_len"])
+        values["activation"] = _activation(column, _get(hf, "hidden_act", "silu"))
+        values["rope_theta"] = _llama_rope_theta(column, hf)
     elif column == "t5":
         proj = _get(hf, "feed_forward_proj", "relu")
         gated, _, act = proj.rpartition("-")
@@ -204,20 +207,43 @@ def config_from_hf(hf: dict[str, Any], arch: Architecture, tensors: dict[str, to
         values["n_decoder_layers"] = None
     if values.get("d_head") is not None and values["d_head"] * values["n_heads"] == values["d_model"]:
         values["d_head"] = None
+    if values.get("n_kv_heads") == values["n_heads"]:
+        values["n_kv_heads"] = None  # every query head its own key/value head: no grouping
     return ModelConfig.from_dict(values)
 
 
-def _llama_rope_theta(hf: dict[str, Any]) -> float:
-    """RoPE's base from ``rope_parameters`` (transformers 5) or the older top-level ``rope_theta``
-    and ``rope_scaling``; any rescaled RoPE (linear, dynamic, llama3, yarn, ...) is refused."""
+def _llama_rope_theta(column: str, hf: dict[str, Any]) -> float:
+    """Llama's or Qwen2's RoPE base from ``rope_parameters`` (transformers 5) or the older top-level
+    ``rope_theta`` and ``rope_scaling``; any rescaled RoPE (linear, dynamic, llama3, yarn, ...) is refused."""
     rope = {**(hf.get("rope_scaling") or {}), **(hf.get("rope_parameters") or {})}
     kind = rope.get("rope_type", rope.get("type", "default"))
     if kind != "default":
-        raise UserError(f"llama: rope_type {kind!r} is not supported (only 'default': plain RoPE)")
+        raise UserError(f"{column}: rope_type {kind!r} is not supported (only 'default': plain RoPE)")
     partial = rope.get("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0))
     if partial != 1.0:
-        raise UserError(f"llama: partial_rotary_factor={partial} is not supported (only 1.0)")
+        raise UserError(f"{column}: partial_rotary_factor={partial} is not supported (only 1.0)")
     return float(rope.get("rope_theta") or hf.get("rope_theta") or 10000.0)
+
+
+def _reject_qwen2_sliding_window(hf: dict[str, Any], n_layers: int, max_positions: int) -> None:
+    """Refuse a Qwen2 whose sliding window hides any key: ``use_sliding_window`` with a ``sliding_window``
+    shorter than ``max_position_embeddings`` in any layer of type sliding_attention (``layer_types``,
+    else layers ``max_window_layers`` on, as Qwen2Config derives them). Why: maskwise's local layers are
+    all but layers 0, n, 2n, ..., and Qwen2's are a run from one layer to the last; Qwen2's published
+    configs leave the window off."""
+    window = _get(hf, "sliding_window", 4096) if _get(hf, "use_sliding_window", False) else None
+    first_sliding = _get(hf, "max_window_layers", 28)
+    types = hf.get("layer_types") or ["sliding_attention" if window is not None and i >= first_sliding
+                                      else "full_attention" for i in range(n_layers)]
+    unknown = sorted(set(types) - {"full_attention", "sliding_attention"})
+    if unknown:
+        raise UserError(f"qwen2: layer type {unknown[0]!r} is not supported (only full_attention and "
+                        f"sliding_attention)")
+    sliding = [i for i, kind in enumerate(types) if kind == "sliding_attention"]
+    if sliding and window is not None and window < max_positions:
+        raise UserError(f"qwen2: use_sliding_window with sliding_window {window} < max_position_embeddings "
+                        f"{max_positions} (in {len(sliding)} layer(s) from layer {sliding[0]}) is not supported "
+                        f"(maskwise's sliding-window layers are all but every n-th, not a run to the last layer)")
 
 
 def _modernbert_layers(column: str, hf: dict[str, Any], n_layers: int) -> dict[str, Any]:

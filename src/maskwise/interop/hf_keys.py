@@ -1,4 +1,4 @@
-"""Hugging Face interop tables: BERT, ELECTRA, GPT-2, Llama, T5, BART, ModernBERT and ModernBERT-decoder
+"""Hugging Face interop tables: BERT, ELECTRA, GPT-2, Llama, Qwen2, T5, BART, ModernBERT and ModernBERT-decoder
 as settings of the one block.
 
 The architectures are the one maskwise block with different settings, so converting is two
@@ -9,11 +9,13 @@ tables and no model code (``hf_import`` reads them one way, ``hf_export`` the ot
   Import fills a ``ModelConfig`` from them; export checks a ``ModelConfig`` against them and names every
   setting that has no HF equivalent.
 * ``KEY_MAP``: where each maskwise tensor lives in each architecture's state dict, side by side.
-  The only layout work is fusing q/k/v (and T5's and Llama's gate/up) into one matrix, transposing
-  GPT-2's Conv1D weights, and BART's (1, V) ``final_logits_bias``. Llama's and ModernBERT's q/k rows
-  need no permutation: maskwise's RoPE rotates the halves (x[:hd/2], x[hd/2:]) of each head, their
-  ``rotate_half`` convention, not interleaved pairs. ModernBERT's ``Wqkv`` is q;k;v already, and its
-  ``Wi`` is (activated half; multiplying half), maskwise's gate;up order.
+  The only layout work is fusing q/k/v (and T5's and Llama's gate/up) into one matrix (with grouped-query
+  attention k and v have fewer rows than q: ``fused_rows``), transposing GPT-2's Conv1D weights, and
+  BART's (1, V) ``final_logits_bias``. Qwen2 is Llama's rows with biases on q/k/v alone (``qkv_bias``).
+  Llama's and ModernBERT's q/k rows need no permutation: maskwise's RoPE rotates the halves
+  (x[:hd/2], x[hd/2:]) of each head, their ``rotate_half`` convention, not interleaved pairs.
+  ModernBERT's ``Wqkv`` is q;k;v already, and its ``Wi`` is (activated half; multiplying half),
+  maskwise's gate;up order.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from torch import nn
 
 from maskwise.config import ModelConfig
 from maskwise.errors import UserError
+from maskwise.tasks.registry import TASKS
 
 # ---- the architectures ----------------------------------------------------------------------
 
@@ -35,7 +38,7 @@ class Architecture:
     variant leaves off (``BertModel`` saves ``embeddings.*`` where ``BertForMaskedLM`` saves
     ``bert.embeddings.*``)."""
 
-    column: str  # "bert", "electra", "gpt2", "llama", "t5", "bart", "modernbert" or "modernbert-decoder"
+    column: str  # "bert", "electra", "gpt2", "llama", "qwen2", "t5", "bart", "modernbert" or "modernbert-decoder"
     # "mlm": a dense+act+norm transform before the vocabulary (BERT's, with a vocab bias; ModernBERT's
     # encoder and decoder both predict through one); "rtd"; "lm": a plain projection; "task": a fine-tuned
     # task class (TASK_CLASS), its body read with no vocabulary head and its classifier apart
@@ -45,11 +48,9 @@ class Architecture:
 
 # A fine-tune's head (``model.heads.ClassifierHead``, saved beside its body) goes into the HF class of
 # (the body's column, the task kind), and such a folder imports back as the body and the head.
-TASK_CLASS = {
-    ("bert", "tag"): "BertForTokenClassification",
-    ("modernbert", "classify"): "ModernBertForSequenceClassification",
-    ("modernbert", "tag"): "ModernBertForTokenClassification",
-}
+# Each task declares its own (``Task.head.hf_classes``).
+TASK_CLASS = dict(sorted(((column, t.kind), name) for t in TASKS.values() if t.head is not None
+                         for column, name in t.head.hf_classes.items()))
 TASK_OF = {name: key for key, name in TASK_CLASS.items()}  # HF task class -> (column, task kind)
 
 ARCHITECTURES = {
@@ -62,6 +63,8 @@ ARCHITECTURES = {
     "GPT2Model": Architecture("gpt2", "lm", base_prefix="transformer."),
     "LlamaForCausalLM": Architecture("llama", "lm"),
     "LlamaModel": Architecture("llama", "lm", base_prefix="model."),
+    "Qwen2ForCausalLM": Architecture("qwen2", "lm"),
+    "Qwen2Model": Architecture("qwen2", "lm", base_prefix="model."),
     "T5ForConditionalGeneration": Architecture("t5", "lm"),
     "BartForConditionalGeneration": Architecture("bart", "lm"),
     "ModernBertForMaskedLM": Architecture("modernbert", "mlm"),
@@ -69,6 +72,20 @@ ARCHITECTURES = {
     "ModernBertDecoderForCausalLM": Architecture("modernbert-decoder", "mlm"),
     "ModernBertDecoderModel": Architecture("modernbert-decoder", "lm", base_prefix="model."),
     **{name: Architecture(column, "task") for name, (column, _) in TASK_OF.items()},
+}
+
+# Decoders users have whose block is not maskwise's, and what it lacks (import names it instead of
+# "unsupported"). Checked against transformers' modeling code, not against any pretrained weights.
+_QK_NORM = "per-head RMSNorm of queries and keys (q_norm, k_norm), which maskwise's attention does not have"
+_GEMMA_NORM = "RMSNorm scaled by 1 + weight (maskwise's scales by weight)"
+_MOE = "mixture-of-experts MLPs (maskwise has one dense FFN per layer)"
+REFUSED_ARCHITECTURES = {
+    "Qwen3ForCausalLM": _QK_NORM, "Qwen3Model": _QK_NORM,
+    "Qwen2MoeForCausalLM": _MOE, "Qwen3MoeForCausalLM": _MOE, "MixtralForCausalLM": _MOE,
+    "GemmaForCausalLM": _GEMMA_NORM, "GemmaModel": _GEMMA_NORM,
+    "Gemma2ForCausalLM": f"{_GEMMA_NORM}, a norm after each attention and MLP as well as before, and tanh "
+                         f"soft-capping of attention scores and logits",
+    "Gemma3ForCausalLM": f"{_GEMMA_NORM}, a norm after each attention and MLP as well as before, and {_QK_NORM}",
 }
 
 # Export writes the task class (the one AutoModelForMaskedLM / CausalLM / Seq2SeqLM loads), and an
@@ -79,6 +96,7 @@ EXPORT_CLASS = {
     ("electra", "rtd"): "ElectraForPreTraining",
     ("gpt2", "lm"): "GPT2LMHeadModel",
     ("llama", "lm"): "LlamaForCausalLM",
+    ("qwen2", "lm"): "Qwen2ForCausalLM",
     ("t5", "lm"): "T5ForConditionalGeneration",
     ("bart", "lm"): "BartForConditionalGeneration",
     ("modernbert", "mlm"): "ModernBertForMaskedLM",
@@ -86,50 +104,56 @@ EXPORT_CLASS = {
     ("modernbert", "lm"): "ModernBertModel",
 }
 
-MODEL_TYPE = {"bert": "bert", "electra": "electra", "gpt2": "gpt2", "llama": "llama", "t5": "t5", "bart": "bart",
-              "modernbert": "modernbert", "modernbert-decoder": "modernbert-decoder"}
+MODEL_TYPE = {"bert": "bert", "electra": "electra", "gpt2": "gpt2", "llama": "llama", "qwen2": "qwen2", "t5": "t5",
+              "bart": "bart", "modernbert": "modernbert", "modernbert-decoder": "modernbert-decoder"}
 MODERNBERTS = ("modernbert", "modernbert-decoder")  # one layout: the encoder and its decoder twin
 
 # ---- config: what each architecture fixes, and where its config keeps the rest --------------
 
 _GLOBAL_ONLY = {"global_every": 1, "local_window": None}  # no sliding-window layers outside ModernBERT
+# Every key/value head its own (no grouped-query attention outside Llama and Qwen2), and q/k/v biased
+# exactly where the other projections are (Qwen2 alone biases q/k/v only).
+_PLAIN_ATTENTION = {"n_kv_heads": None, "qkv_bias": False}
 _BERT_BODY = {
-    **_GLOBAL_ONLY, "family": "encoder", "pre_norm": False, "final_norm": False, "embedding_norm": True,
-    "norm": "layernorm", "gated_ffn": False, "bias": True, "position": "learned", "position_offset": 0,
-    "attention_scale": True, "embedding_scale": 1.0, "lm_head_input_scale": 1.0,
+    **_GLOBAL_ONLY, **_PLAIN_ATTENTION, "family": "encoder", "pre_norm": False, "final_norm": False,
+    "embedding_norm": True, "norm": "layernorm", "gated_ffn": False, "bias": True, "position": "learned",
+    "position_offset": 0, "attention_scale": True, "embedding_scale": 1.0, "lm_head_input_scale": 1.0,
 }
 # ModernBERT: its one bias setting (attention, MLP and norms alike), decoder_bias and its layer pattern
 # (layer_types, local_attention, per-type RoPE bases) are read by hand.
 _MODERNBERT_BODY = {
-    "pre_norm": True, "final_norm": True, "embedding_norm": True, "first_attn_norm": False, "norm": "layernorm",
-    "gated_ffn": True, "position": "rope", "position_offset": 0, "cross_rope": False, "attention_scale": True,
-    "embedding_scale": 1.0, "type_vocab_size": 0, "lm_head_input_scale": 1.0,
+    **_PLAIN_ATTENTION, "pre_norm": True, "final_norm": True, "embedding_norm": True, "first_attn_norm": False,
+    "norm": "layernorm", "gated_ffn": True, "position": "rope", "position_offset": 0, "cross_rope": False,
+    "attention_scale": True, "embedding_scale": 1.0, "type_vocab_size": 0, "lm_head_input_scale": 1.0,
+}
+_LLAMA_BODY = {
+    **_GLOBAL_ONLY, "family": "decoder", "pre_norm": True, "final_norm": True, "embedding_norm": False,
+    "norm": "rmsnorm", "gated_ffn": True, "position": "rope", "position_offset": 0, "cross_rope": False,
+    "attention_scale": True, "embedding_scale": 1.0, "type_vocab_size": 0, "lm_head_transform": False,
+    "lm_head_bias": False, "lm_head_input_scale": 1.0, "qkv_bias": False,
 }
 FIXED: dict[str, dict[str, Any]] = {
     "bert": _BERT_BODY,
     "electra": _BERT_BODY,  # ELECTRA's body is BERT's; only the embedding factorisation and heads differ
     # Llama = maskwise's "modern" preset: pre-norm RMSNorm, RoPE, gated FFN, untied head by default.
-    "llama": {
-        **_GLOBAL_ONLY, "family": "decoder", "pre_norm": True, "final_norm": True, "embedding_norm": False,
-        "norm": "rmsnorm", "gated_ffn": True, "position": "rope", "position_offset": 0, "cross_rope": False,
-        "attention_scale": True, "embedding_scale": 1.0, "type_vocab_size": 0, "lm_head_transform": False,
+    "llama": _LLAMA_BODY,
+    # Qwen2 = Llama with biases on q/k/v and on no other projection.
+    "qwen2": {**_LLAMA_BODY, "bias": False, "qkv_bias": True},
+    "gpt2": {
+        **_GLOBAL_ONLY, **_PLAIN_ATTENTION, "family": "decoder", "pre_norm": True, "final_norm": True,
+        "embedding_norm": False, "norm": "layernorm", "gated_ffn": False, "bias": True, "position": "learned",
+        "position_offset": 0, "embedding_scale": 1.0, "type_vocab_size": 0, "lm_head_transform": False,
         "lm_head_bias": False, "lm_head_input_scale": 1.0,
     },
-    "gpt2": {
-        **_GLOBAL_ONLY, "family": "decoder", "pre_norm": True, "final_norm": True, "embedding_norm": False,
-        "norm": "layernorm", "gated_ffn": False, "bias": True, "position": "learned", "position_offset": 0,
-        "embedding_scale": 1.0, "type_vocab_size": 0, "lm_head_transform": False, "lm_head_bias": False,
-        "lm_head_input_scale": 1.0,
-    },
     "t5": {
-        **_GLOBAL_ONLY, "family": "encoder-decoder", "pre_norm": True, "final_norm": True, "embedding_norm": False,
-        "norm": "rmsnorm", "bias": False, "position": "relative", "attention_scale": False, "embedding_scale": 1.0,
-        "type_vocab_size": 0, "lm_head_transform": False, "lm_head_bias": False,
+        **_GLOBAL_ONLY, **_PLAIN_ATTENTION, "family": "encoder-decoder", "pre_norm": True, "final_norm": True,
+        "embedding_norm": False, "norm": "rmsnorm", "bias": False, "position": "relative", "attention_scale": False,
+        "embedding_scale": 1.0, "type_vocab_size": 0, "lm_head_transform": False, "lm_head_bias": False,
     },
     "bart": {
-        **_GLOBAL_ONLY, "family": "encoder-decoder", "pre_norm": False, "final_norm": False, "embedding_norm": True,
-        "norm": "layernorm", "norm_eps": 1e-5, "gated_ffn": False, "bias": True, "position": "learned",
-        "position_offset": 2,
+        **_GLOBAL_ONLY, **_PLAIN_ATTENTION, "family": "encoder-decoder", "pre_norm": False, "final_norm": False,
+        "embedding_norm": True, "norm": "layernorm", "norm_eps": 1e-5, "gated_ffn": False, "bias": True,
+        "position": "learned", "position_offset": 2,
         "attention_scale": True, "type_vocab_size": 0, "lm_head_transform": False, "lm_head_bias": True,
         "lm_head_input_scale": 1.0,
     },
@@ -180,12 +204,21 @@ CONFIG_KEYS: dict[str, dict[str, tuple[str, Any]]] = {
         "attention_scale": ("scale_attn_weights", True),
     },
     # Llama's rope_theta (nested in rope_parameters since transformers 5) and its two bias flags are
-    # read and written by hand (hf_import / hf_export); num_key_value_heads is always n_heads.
+    # read and written by hand (hf_import / hf_export), as are Qwen2's rope_theta and sliding window;
+    # num_key_value_heads equal to num_attention_heads imports as n_kv_heads None (no grouping).
     "llama": {
         "vocab_size": ("vocab_size", 32000), "d_model": ("hidden_size", 4096), "n_layers": ("num_hidden_layers", 32),
-        "n_heads": ("num_attention_heads", 32), "d_head": ("head_dim", None), "d_ff": ("intermediate_size", 11008),
+        "n_heads": ("num_attention_heads", 32), "n_kv_heads": ("num_key_value_heads", None),
+        "d_head": ("head_dim", None), "d_ff": ("intermediate_size", 11008),
         "max_seq_len": ("max_position_embeddings", 2048), "norm_eps": ("rms_norm_eps", 1e-6),
         "init_std": ("initializer_range", 0.02),
+    },
+    "qwen2": {
+        "vocab_size": ("vocab_size", 151936), "d_model": ("hidden_size", 4096),
+        "n_layers": ("num_hidden_layers", 32), "n_heads": ("num_attention_heads", 32),
+        "n_kv_heads": ("num_key_value_heads", None), "d_head": ("head_dim", None),
+        "d_ff": ("intermediate_size", 22016), "max_seq_len": ("max_position_embeddings", 32768),
+        "norm_eps": ("rms_norm_eps", 1e-6), "init_std": ("initializer_range", 0.02),
     },
     "t5": {
         "vocab_size": ("vocab_size", 32128), "d_model": ("d_model", 512), "n_layers": ("num_layers", 6),
@@ -210,16 +243,18 @@ DROPOUT_KEYS = {
     "electra": ("hidden_dropout_prob", "attention_probs_dropout_prob"),
     "gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
     "llama": ("attention_dropout",),  # Llama has no other dropout
+    "qwen2": ("attention_dropout",),
     "t5": ("dropout_rate",),
     "bart": ("dropout", "attention_dropout", "activation_dropout"),
     "modernbert": ("embedding_dropout", "attention_dropout", "mlp_dropout", "classifier_dropout"),
     "modernbert-decoder": ("embedding_dropout", "attention_dropout", "mlp_dropout", "classifier_dropout"),
 }
 # The rate an HF config means when it omits its first dropout key.
-DROPOUT_DEFAULT = {"bert": 0.1, "electra": 0.1, "gpt2": 0.1, "llama": 0.0, "t5": 0.1, "bart": 0.1, "modernbert": 0.0,
-                   "modernbert-decoder": 0.0}
+DROPOUT_DEFAULT = {"bert": 0.1, "electra": 0.1, "gpt2": 0.1, "llama": 0.0, "qwen2": 0.0, "t5": 0.1, "bart": 0.1,
+                   "modernbert": 0.0, "modernbert-decoder": 0.0}
 ACTIVATION_KEY = {"bert": "hidden_act", "electra": "hidden_act", "gpt2": "activation_function",
-                  "llama": "hidden_act", "bart": "activation_function", "modernbert": "hidden_activation",
+                  "llama": "hidden_act", "qwen2": "hidden_act", "bart": "activation_function",
+                  "modernbert": "hidden_activation",
                   "modernbert-decoder": "hidden_activation"}  # T5 spells it in feed_forward_proj
 
 # HF activation names -> maskwise, and back. "gelu_new" is the tanh approximation.
@@ -239,7 +274,8 @@ TASK_HEAD_TRANSFORM = {"bert": False, "modernbert": True}
 # ClassifierHead's modules under their HF names (BERT's and ModernBERT's task classes name them alike).
 HEAD_KEYS = {"transform.0": "head.dense", "transform.2": "head.norm", "proj": "classifier"}
 CLASSIFIER_POOLINGS = ("cls", "mean")  # ModernBertForSequenceClassification's classifier_pooling
-TASK_CLASSES_KEY = {"classify": "labels", "tag": "tags"}  # where a task's record keeps its classes
+# Where a task's record keeps its classes (its ``Task.head.classes_key``).
+TASK_CLASSES_KEY = {t.kind: t.head.classes_key for t in TASKS.values() if t.head is not None}
 
 # ---- weights: where each maskwise tensor lives, side by side -----------------------------------
 
@@ -267,7 +303,8 @@ def conv1d(name: str) -> Source:
 # the task model (BODY_PREFIX); {i} the layer; {ffn} T5's FFN sub-layer (1 in the encoder, 2 after
 # the decoder's cross-attention). ELECTRA's body rows are BERT's (under {body} = "electra"), so body
 # rows list BERT only; the head rows and the embedding projection list ELECTRA apart. Likewise
-# ModernBERT-decoder's rows are ModernBERT's except its separate q/k/v and its head's name.
+# ModernBERT-decoder's rows are ModernBERT's except its separate q/k/v and its head's name, and Qwen2's
+# rows are all Llama's (``ROWS_OF``).
 KEY_MAP: dict[str, dict[str, str | Source]] = {
     # embeddings
     "embed": {"bert": "{body}.embeddings.word_embeddings", "gpt2": "{body}.wte", "llama": "{body}.embed_tokens",
@@ -345,8 +382,10 @@ KEY_MAP: dict[str, dict[str, str | Source]] = {
 # T5 v1.1's gated FFN: wi_0 is the gate, wi_1 the up projection; maskwise fuses them gate first.
 T5_GATED_UP = fused("{side}.block.{i}.layer.{ffn}.DenseReluDense.wi_0",
                     "{side}.block.{i}.layer.{ffn}.DenseReluDense.wi_1")
-BODY_PREFIX = {"bert": "bert", "electra": "electra", "gpt2": "transformer", "llama": "model", "t5": "",
-               "bart": "model", "modernbert": "model", "modernbert-decoder": "model"}
+BODY_PREFIX = {"bert": "bert", "electra": "electra", "gpt2": "transformer", "llama": "model", "qwen2": "model",
+               "t5": "", "bart": "model", "modernbert": "model", "modernbert-decoder": "model"}
+# Columns whose KEY_MAP rows, where they have no entry of their own, are another column's.
+ROWS_OF = {"electra": "bert", "modernbert-decoder": "modernbert", "qwen2": "llama"}
 
 # HF tensors that are copies of another (tied weights saved twice, an alias): skipped on import when
 # equal to the original, an error when not.
@@ -356,6 +395,7 @@ COPIES = {
     "electra": {"generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"},
     "gpt2": {"lm_head.weight": "transformer.wte.weight"},
     "llama": {"lm_head.weight": "model.embed_tokens.weight"},
+    "qwen2": {"lm_head.weight": "model.embed_tokens.weight"},
     "t5": {"encoder.embed_tokens.weight": "shared.weight", "decoder.embed_tokens.weight": "shared.weight",
            "lm_head.weight": "shared.weight"},
     "bart": {"model.encoder.embed_tokens.weight": "model.shared.weight",
@@ -369,16 +409,26 @@ UNUSED = {
     "electra": r"embeddings\.position_ids$",
     "gpt2": r"\.attn\.(masked_)?bias$",
     "llama": r"\.rotary_emb\.inv_freq$",
+    "qwen2": r"\.rotary_emb\.inv_freq$",
 }
 
 
 def column_entry(arch: Architecture, row: dict[str, str | Source]) -> str | Source | None:
-    """``arch``'s entry in one ``KEY_MAP`` row (ELECTRA's and ModernBERT-decoder's shared rows included)."""
-    if arch.column == "electra" and "electra" not in row:
-        return row.get("bert")  # a body row
-    if arch.column == "modernbert-decoder" and "modernbert-decoder" not in row:
-        return row.get("modernbert")  # a row the decoder twin shares with the encoder
-    return row.get(arch.column)
+    """``arch``'s entry in one ``KEY_MAP`` row, or the entry of the column whose rows it shares (``ROWS_OF``:
+    ELECTRA's body rows are BERT's, ModernBERT-decoder's ModernBERT's, Qwen2's Llama's)."""
+    if arch.column in row:
+        return row[arch.column]
+    return row.get(ROWS_OF.get(arch.column, arch.column))
+
+
+def fused_rows(cfg: ModelConfig, key: str, rows: int, parts: int) -> list[int]:
+    """How many of the ``rows`` of maskwise tensor ``key`` each of its ``parts`` HF tensors holds:
+    self-attention's q;k;v by head count (grouped-query attention's k and v have fewer heads than q),
+    anything else fused (cross-attention's k;v, gate;up) in equal parts."""
+    if parts == 3 and key.rpartition(".")[0].endswith(".attn.qkv"):
+        q_rows, kv_rows = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+        return [q_rows, kv_rows, kv_rows]
+    return [rows // parts] * parts
 
 
 def key_map(model: nn.Module, arch: Architecture) -> dict[str, Source]:

@@ -1,6 +1,7 @@
 """Where the parameters go: the textbook formulas beside the model's real count.
 
-Per layer, attention has 4 d^2 (Q, K, V, output), a plain FFN 2 x d x d_ff = 8 d^2 at d_ff = 4d,
+Per layer, attention has 4 d^2 (Q, K, V, output; with grouped-query attention K and V shrink by
+n_kv_heads / n_heads, so 2 d^2 (1 + n_kv_heads / n_heads)), a plain FFN 2 x d x d_ff = 8 d^2 at d_ff = 4d,
 a gated FFN 3 x d x d_ff (= 8 d^2 at d_ff = 8d/3), and every decoder layer of an encoder-decoder
 adds 4 d^2 of cross-attention. Embeddings are V x d (plus positions); biases and norms are the small
 remainder. Comparing families "at equal size" means equal totals here, not equal layer counts.
@@ -17,8 +18,8 @@ CATEGORIES = ("embeddings", "attention", "cross_attention", "ffn", "norms", "lm_
 
 def formula_breakdown(cfg: ModelConfig) -> dict[str, int]:
     """Matrix parameters by the textbook formulas (weights only, no biases or norms)."""
-    d, inner = cfg.d_model, cfg.n_heads * cfg.head_dim
-    attention_per_layer = 4 * d * inner
+    attention_per_layer = _attention_per_layer(cfg)
+    d = cfg.d_model
     ffn_per_layer = (3 if cfg.gated_ffn else 2) * d * cfg.d_ff
     layers = cfg.total_layers
     n_stacks = 2 if cfg.kind.two_stacks else 1
@@ -33,6 +34,12 @@ def formula_breakdown(cfg: ModelConfig) -> dict[str, int]:
         "ffn": ffn_per_layer * layers,
         "lm_head": 0 if cfg.tie_embeddings else cfg.vocab_size * head_width,
     }
+
+
+def _attention_per_layer(cfg: ModelConfig) -> int:
+    """One attention's matrix parameters: Q and output d x H hd each, K and V d x Hkv hd each."""
+    inner, kv_inner = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    return 2 * cfg.d_model * (inner + kv_inner)
 
 
 def _category(name: str, module: nn.Module) -> str:
@@ -71,9 +78,10 @@ def breakdown_table(cfg: ModelConfig, model: nn.Module) -> str:
         expected = formula.get(category)
         lines.append(f"{category:<16}{'' if expected is None else f'{expected:,}':>14}{real[category]:>14,}")
     lines.append(f"{'total':<16}{sum(formula.values()):>14,}{real['total']:>14,}")
-    per_layer_attn = 4 * cfg.d_model * cfg.n_heads * cfg.head_dim
+    per_layer_attn = _attention_per_layer(cfg)
+    attn_rule = "4d^2" if cfg.kv_heads == cfg.n_heads else f"2d^2 (1 + {cfg.kv_heads}/{cfg.n_heads} kv heads)"
     ffn_rule = f"{3 if cfg.gated_ffn else 2} x d x d_ff = {(3 if cfg.gated_ffn else 2) * cfg.d_model * cfg.d_ff:,}"
-    lines.append(f"per layer: attention 4d^2 = {per_layer_attn:,}; FFN {ffn_rule}"
-                 + (f"; cross-attention 4d^2 = {per_layer_attn:,} per decoder layer"
+    lines.append(f"per layer: attention {attn_rule} = {per_layer_attn:,}; FFN {ffn_rule}"
+                 + (f"; cross-attention {attn_rule} = {per_layer_attn:,} per decoder layer"
                     if cfg.kind.two_stacks else ""))
     return "\n".join(lines)

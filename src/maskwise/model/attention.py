@@ -17,9 +17,12 @@ class Attention(nn.Module):
     """Multi-head attention for self-attention (``context=None``) and cross-attention.
 
     Self-attention projects q, k, v with one fused matrix; cross-attention projects q from ``x`` and
-    k, v (fused) from ``context``. Scores go through ``kernels.attention`` with the mask from
-    ``maskwise.masks`` or, for T5, an additive relative position bias into which the stack has
-    already folded that mask (``bias`` replaces ``mask`` when given).
+    k, v (fused) from ``context``. With grouped-query attention (``cfg.n_kv_heads``) k and v have fewer
+    heads than q, so the fused matrix is uneven (H + 2 Hkv heads wide); the cache keeps the Hkv heads
+    and each is repeated for its group of query heads only when the scores are computed. Scores go
+    through ``kernels.attention`` with the mask from ``maskwise.masks`` or, for T5, an additive
+    relative position bias into which the stack has already folded that mask (``bias`` replaces
+    ``mask`` when given).
 
     Rotary positions (RoPE) rotate self-attention's queries and keys; with ``cross_rope`` they also
     rotate cross-attention's (queries at decoder positions, keys at source positions 0..S-1), so
@@ -30,26 +33,37 @@ class Attention(nn.Module):
 
     def __init__(self, cfg: ModelConfig, cross: bool = False, local: bool = False):
         super().__init__()
-        self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
-        inner = cfg.n_heads * cfg.head_dim
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.head_dim
+        inner, kv_inner = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+        qkv_bias = cfg.bias or cfg.qkv_bias
         self.cross = cross
         if cross:
-            self.q = Linear(cfg.d_model, inner, bias=cfg.bias)
-            self.kv = Linear(cfg.d_model, 2 * inner, bias=cfg.bias)
+            self.q = Linear(cfg.d_model, inner, bias=qkv_bias)
+            self.kv = Linear(cfg.d_model, 2 * kv_inner, bias=qkv_bias)
         else:
-            self.qkv = Linear(cfg.d_model, 3 * inner, bias=cfg.bias)
+            self.qkv = Linear(cfg.d_model, inner + 2 * kv_inner, bias=qkv_bias)
+            self.qkv_heads = (cfg.n_heads, cfg.kv_heads, cfg.kv_heads)  # the fused output's q;k;v, in heads
         self.out = Linear(inner, cfg.d_model, bias=cfg.bias)
         self.scale = None if cfg.attention_scale else 1.0
         self.dropout = cfg.dropout
         theta = cfg.local_rope_theta if local else cfg.rope_theta
         self.rope_theta = theta if cfg.position == "rope" and (cfg.cross_rope or not cross) else None
 
-    def _heads(self, x: torch.Tensor, parts: int = 1) -> tuple[torch.Tensor, ...]:
-        """(B, T, parts*H*hd) -> ``parts`` views (B, H, T, hd): a fused projection's outputs (q, k, v
-        side by side) split into heads in one reshape, no copy."""
+    def _heads(self, x: torch.Tensor, *counts: int) -> tuple[torch.Tensor, ...]:
+        """(B, T, sum(counts)*hd) -> one (B, count, T, hd) view per count: a fused projection's outputs
+        (q, k, v side by side, of H, Hkv, Hkv heads) split into heads in one reshape, no copy."""
         B, T, _ = x.shape
-        split = x.view(B, T, parts, self.n_heads, self.head_dim)  # (B, T, parts, H, hd)
-        return split.permute(2, 0, 3, 1, 4).unbind(0)  # parts x (B, H, T, hd)
+        heads = x.view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, sum(counts), T, hd)
+        return heads.split_with_sizes(counts, dim=1)  # count x (B, count, T, hd)
+
+    def _grouped(self, kv: torch.Tensor) -> torch.Tensor:
+        """(B, Hkv, S, hd) -> (B, H, S, hd): each key/value head repeated for the query heads of its
+        group (query head h reads key/value head h // (H / Hkv)). A copy made here rather than SDPA's
+        ``enable_gqa``: CUDA's memory-efficient kernel refuses unequal head counts, so a masked or
+        fp32 call would silently fall back to the math kernel."""
+        if self.n_kv_heads == self.n_heads:
+            return kv
+        return kv.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)  # (B, H, S, hd)
 
     def forward(
         self,
@@ -63,12 +77,12 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         B, T, _ = x.shape
         if self.cross:
-            q = self._heads(self.q(x))[0]
+            q = self._heads(self.q(x), self.n_heads)[0]  # (B, H, T, hd)
             if self.rope_theta is not None:  # cross_rope: the query's offset from each source key
                 q = rotate(q, positions, self.rope_theta)
             cached = cache.cross[layer] if cache is not None else None
             if cached is None:
-                k, v = self._heads(self.kv(context), 2)  # 2 x (B, H, S, hd)
+                k, v = self._heads(self.kv(context), self.n_kv_heads, self.n_kv_heads)  # 2 x (B, Hkv, S, hd)
                 if self.rope_theta is not None:
                     k = rotate(k, torch.arange(k.shape[2], device=k.device), self.rope_theta)
                 if cache is not None:
@@ -76,13 +90,14 @@ class Attention(nn.Module):
             else:
                 k, v = cached
         else:
-            q, k, v = self._heads(self.qkv(x), 3)  # 3 x (B, H, T, hd)
+            q, k, v = self._heads(self.qkv(x), *self.qkv_heads)  # (B, H, T, hd), 2 x (B, Hkv, T, hd)
             if self.rope_theta is not None:
                 q, k = rotate(q, positions, self.rope_theta), rotate(k, positions, self.rope_theta)
             if cache is not None:
-                k, v = cache.append(layer, k, v)  # (B, H, cached + T, hd)
+                k, v = cache.append(layer, k, v)  # (B, Hkv, cached + T, hd)
 
         dropout_p = self.dropout if self.training else 0.0
+        k, v = self._grouped(k), self._grouped(v)  # (B, H, S, hd)
         y = kernels.attention(q, k, v, mask, bias, dropout_p, self.scale)  # (B, H, T, hd)
         y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*hd)
         return self.out(y)

@@ -11,15 +11,16 @@ from maskwise.config import ModelConfig
 class KVCache:
     """Static key/value buffers for decoding, allocated once for the whole generation.
 
-    Self-attention keys/values of every layer live in ``(L, B, H, max_len, hd)`` tensors written in
-    place, so a decoding step allocates nothing and costs O(current length), not O(length^2).
+    Self-attention keys/values of every layer live in ``(L, B, Hkv, max_len, hd)`` tensors written in
+    place (Hkv = ``cfg.kv_heads``: grouped-query attention's fewer key/value heads, the point of it), so
+    a decoding step allocates nothing and costs O(current length), not O(length^2).
     Cross-attention keys/values (encoder-decoder) are computed from the encoder output on the first
     step and reused: the source is read once. Sliding-window (local) layers keep every key as well:
     their mask hides the ones beyond the window, so one buffer shape serves every layer.
     """
 
     def __init__(self, cfg: ModelConfig, n_layers: int, batch: int, max_len: int, dtype, device):
-        shape = (n_layers, batch, cfg.n_heads, max_len, cfg.head_dim)
+        shape = (n_layers, batch, cfg.kv_heads, max_len, cfg.head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.cross: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layers
@@ -27,7 +28,7 @@ class KVCache:
         self.max_len = max_len
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write this step's (B, H, T, hd) keys/values; return all keys/values so far."""
+        """Write this step's (B, Hkv, T, hd) keys/values; return all keys/values so far."""
         end = self.length + k.shape[2]
         if end > self.max_len:
             raise ValueError(f"KV cache full: {end} tokens > max_len {self.max_len}")

@@ -39,7 +39,8 @@ MASK_RATIO, P_MASK, P_RANDOM = 0.15, 0.85, 0.0
 
 def generator_config(cfg: ModelConfig, fraction: float = 0.25, n_layers: int | None = None) -> ModelConfig:
     """The generator's body: width d * fraction, heads H * fraction (so the head width stays about
-    d / H, and always an integer), FFN d_ff * fraction, the discriminator's depth unless ``n_layers``.
+    d / H, and always an integer; each its own key/value head, as a grouped discriminator's groups
+    need not divide them), FFN d_ff * fraction, the discriminator's depth unless ``n_layers``.
 
     It reads the discriminator's embeddings (positions and segments included) through a projection,
     so its own stack has no learned position table, segment table or embedding norm; rotary or
@@ -53,7 +54,7 @@ def generator_config(cfg: ModelConfig, fraction: float = 0.25, n_layers: int | N
         raise UserError(f"generator width round({cfg.d_model} x {fraction}) = {d_gen} does not split into "
                         f"{heads} heads of integer width")
     return dataclasses.replace(
-        cfg, d_model=d_gen, n_heads=heads, d_head=None, d_ff=max(1, round(cfg.d_ff * fraction)),
+        cfg, d_model=d_gen, n_heads=heads, n_kv_heads=None, d_head=None, d_ff=max(1, round(cfg.d_ff * fraction)),
         n_layers=n_layers or cfg.n_layers, position="none" if cfg.position == "learned" else cfg.position,
         type_vocab_size=0, embedding_norm=False,
     ).validate()

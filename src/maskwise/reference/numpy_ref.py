@@ -200,16 +200,20 @@ def _attention(w: _Weights, name: str, cfg: ModelConfig, x: np.ndarray, may_atte
     """Self-attention (context None) or cross-attention; x: (B, T, d), may_attend: (B, T, T_k);
     ``rope_theta``: this layer's RoPE base (a local layer's differs)."""
     H = cfg.n_heads
+    H_kv = cfg.n_kv_heads if cfg.n_kv_heads is not None else H  # grouped-query attention: fewer k/v heads
     hd = cfg.d_head if cfg.d_head is not None else cfg.d_model // H
-    inner = H * hd
+    inner, kv_inner = H * hd, H_kv * hd
+    qkv_bias = cfg.bias or cfg.qkv_bias
     if context is None:
-        qkv = _linear(w, f"{name}.qkv", x, cfg.bias)  # (B, T, 3 * inner), rows q | k | v
-        q, k, v = qkv[..., :inner], qkv[..., inner:2 * inner], qkv[..., 2 * inner:]
+        qkv = _linear(w, f"{name}.qkv", x, qkv_bias)  # (B, T, inner + 2 * kv_inner), rows q | k | v
+        q, k, v = qkv[..., :inner], qkv[..., inner:inner + kv_inner], qkv[..., inner + kv_inner:]
     else:
-        q = _linear(w, f"{name}.q", x, cfg.bias)  # (B, T, inner)
-        kv = _linear(w, f"{name}.kv", context, cfg.bias)  # (B, S, 2 * inner), rows k | v
-        k, v = kv[..., :inner], kv[..., inner:]
-    q, k, v = _heads(q, H), _heads(k, H), _heads(v, H)  # (B, H, T or S, hd)
+        q = _linear(w, f"{name}.q", x, qkv_bias)  # (B, T, inner)
+        kv = _linear(w, f"{name}.kv", context, qkv_bias)  # (B, S, 2 * kv_inner), rows k | v
+        k, v = kv[..., :kv_inner], kv[..., kv_inner:]
+    q, k, v = _heads(q, H), _heads(k, H_kv), _heads(v, H_kv)  # (B, H or H_kv, T or S, hd)
+    # query head h reads key/value head h // (H / H_kv)
+    k, v = np.repeat(k, H // H_kv, axis=1), np.repeat(v, H // H_kv, axis=1)  # (B, H, T or S, hd)
     if cfg.position == "rope" and context is None:
         positions = np.arange(x.shape[1], dtype=np.float64)
         q, k = _rope(q, positions, rope_theta), _rope(k, positions, rope_theta)
