@@ -12,6 +12,13 @@ import os
 import pytest
 import torch
 from weights import (
+    ATOL,
+    DECODER_IDS,
+    DECODER_MASK,
+    DECODER_SIZES,
+    DECODER_VOCAB,
+    DECODER_WIDTH,
+    HF_DECODER_SIZES,
     check_export,
     make_run,
     randomized,
@@ -33,13 +40,8 @@ tf = pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.integration
 
-V, D = 64, 32
-ATOL = 1e-4
-IDS = torch.randint(7, V, (3, 7), generator=torch.Generator().manual_seed(3))
-MASK = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
-SMALL = {"vocab_size": V, "d_model": D, "n_heads": 4, "n_layers": 2, "max_seq_len": 32}
-LLAMA_SIZES = {"vocab_size": V, "hidden_size": D, "num_hidden_layers": 2, "num_attention_heads": 4,
-               "intermediate_size": 96, "max_position_embeddings": 32}
+V, D, IDS, MASK, SMALL, LLAMA_SIZES = (DECODER_VOCAB, DECODER_WIDTH, DECODER_IDS, DECODER_MASK, DECODER_SIZES,
+                                      HF_DECODER_SIZES)
 
 
 @pytest.fixture(scope="module")

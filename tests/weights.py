@@ -40,6 +40,17 @@ def check_export(out, ours, auto_class, class_name, tokenizer, ids, mask, atol=1
     assert loaded_tokenizer.encode("w1 w2") == tokenizer.encode("w1 w2")
 
 
+# The tiny decoder checkpoints the Llama-layout tests (Llama, Qwen2) build: a padded batch, maskwise's sizes, HF's.
+ATOL = 1e-4  # logits against HF's, fp32
+DECODER_VOCAB, DECODER_WIDTH = 64, 32
+DECODER_IDS = torch.randint(7, DECODER_VOCAB, (3, 7), generator=torch.Generator().manual_seed(3))
+DECODER_MASK = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
+DECODER_SIZES = {"vocab_size": DECODER_VOCAB, "d_model": DECODER_WIDTH, "n_heads": 4, "n_layers": 2,
+                 "max_seq_len": 32}
+HF_DECODER_SIZES = {"vocab_size": DECODER_VOCAB, "hidden_size": DECODER_WIDTH, "num_hidden_layers": 2,
+                    "num_attention_heads": 4, "intermediate_size": 96, "max_position_embeddings": 32}
+
+
 def make_run(folder, model, tokenizer, preset_name):
     """A run folder as pretraining writes one (config, final weights, tokenizer)."""
     folder.mkdir()
