@@ -9,6 +9,16 @@ from maskwise.cli.runtime import runtime_flags, runtime_of
 from maskwise.data.user_tasks import TaskSpec, checked_spec, parse_task
 from maskwise.errors import UserError
 from maskwise.experiments.ablations.registry import checked, run_ablation
+from maskwise.experiments.candidates import (
+    ModelSpec,
+    expected_steps,
+    model_tables,
+    open_models,
+    parse_model,
+    plan_text,
+    run_models,
+    with_models,
+)
 from maskwise.experiments.compare import columns_of, plan_of, time_plan
 from maskwise.experiments.compare import run_compare as compare_experiment
 from maskwise.experiments.demo import BLANK
@@ -48,9 +58,14 @@ def register(subparsers) -> None:
                               "PATH a .jsonl/.csv/.tsv (tag: CoNLL or .jsonl; embed: or a BEIR folder); "
                               "text=COLUMN, label=COLUMN name a classification file's columns; without test= the "
                               "last 10%% of the rows test (docs/your-data.md). None: the plays' tasks")
-    compare.add_argument("--families", default=",".join(FAMILIES),
+    compare.add_argument("--families", default=None,
                          help="the columns, comma-separated: the three families (the verdicts compare them), "
                               "optionally with hybrid (a decoder pretrained by --objective hybrid, GPT-BERT's)")
+    compare.add_argument("--model", action="append", default=[], metavar="NAME=PATH[,family=F][,body=B]",
+                         help="a model of your own instead of pretraining, repeatable: a maskwise run folder, an HF "
+                              "folder maskwise imports (sentence-transformers too) or an org/name in the local HF "
+                              "cache; family= overrides the family read from it, body=scratch fine-tunes an HF "
+                              "folder at the scale's rates (docs/your-candidates.md)")
     compare.add_argument("--seed", type=int, default=0, help="the first seed")
     compare.add_argument("--out", default="runs/compare")
     compare.add_argument("--overwrite", action="store_true", help="start over instead of continuing")
@@ -114,12 +129,16 @@ def run_compare(args) -> int:
         raise UserError(f"unknown scale {scale!r}; known: {', '.join(COMPARE_SCALES)}")
     if args.seeds < 1:
         raise UserError(f"--seeds must be at least 1, got {args.seeds}")
-    families = columns_of(args.families.split(","))  # bad input: its one line before the device's
     settings, tasks = COMPARE_SCALES[scale], [parse_task(value, tuple(TASKS)) for value in args.task]
+    models = [parse_model(value) for value in args.model]
     if args.config:
         values = read_toml(args.config, ("tasks",))
         tasks += task_tables(values.pop("task", []), args.config)
+        models += model_tables(values.pop("model", []), args.config)
         settings = settings.overridden(values, f"compare config {args.config}")
+    if models:
+        return compare_models(args, settings, tasks, models)
+    families = columns_of(args.families.split(",") if args.families else FAMILIES)  # its one line before the device's
     if args.seconds is not None:
         if not args.seconds > 0:
             raise UserError(f"--seconds must be positive, got {args.seconds}")
@@ -130,6 +149,23 @@ def run_compare(args) -> int:
     print(timing.text(families, args.seeds), file=sys.stderr)
     out = compare_experiment(args.out, settings, args.seeds, args.seed, args.data, args.overwrite, args.progress,
                              runtime, families, plan=plan, timing=timing)
+    print((out / "report.md").read_text())
+    print(f"report: {out / 'report.md'} and {out / 'report.html'}")
+    return 0
+
+
+def compare_models(args, settings, tasks: list[TaskSpec], models: list[ModelSpec]) -> int:
+    """``compare --model``: the given models instead of pretraining, every folder and task file checked first."""
+    for flag, given in (("--families", args.families), ("--seconds", args.seconds)):
+        if given is not None:
+            raise UserError(f"{flag} sets what is pretrained; --model measures the models given instead")
+    candidates = open_models(models)  # a folder that does not open: its one line before anything runs
+    plan = with_models(plan_of(args.data, tasks, settings, context=min(c.context for c in candidates)), candidates)
+    runtime = runtime_of(args)
+    expected = expected_steps(plan, settings, args.seeds, runtime)
+    print(plan_text(plan, args.seeds, expected), file=sys.stderr)
+    out = run_models(args.out, settings, plan, args.seeds, args.seed, args.overwrite, args.progress, runtime,
+                     expected)
     print((out / "report.md").read_text())
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     return 0

@@ -20,7 +20,7 @@ otherwise, and ``not measured`` when no task of its job was given.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from maskwise.data.user_tasks import UserTask
@@ -33,6 +33,7 @@ from maskwise.experiments.verdict import (
     MIXED,
     NOT_MEASURED,
 )
+from maskwise.families import FAMILIES
 from maskwise.tasks.registry import (
     CLAIMS,
     ENCODER_JOBS,
@@ -176,11 +177,15 @@ def ttft_milliseconds(ttft: Mapping[int, dict]) -> dict[str, dict[str, PerSeed]]
 
 @dataclass(frozen=True)
 class Evidence:
-    """What the three rules read: the rows, every row's per-item scores and baselines, the first-token times."""
+    """What the three rules read: the rows, every row's per-item scores and baselines, the first-token times, and
+    which column stands for each family (compare: the family's own; ``compare --model``: its first model)."""
 
     rows: tuple[CompareRow, ...]
     gathered: Mapping[str, tuple[dict, dict]]  # row key -> (column -> per-seed scores, column -> baseline)
     ttft_ms: Mapping[str, Mapping[str, PerSeed]]  # source-length bucket (shortest first) -> column -> per seed
+    judged: Mapping[str, str] = field(default_factory=lambda: {f: f for f in FAMILIES})  # family -> its column
+    # The columns the "best" cell chooses among: the three families, or every model given
+    contenders: tuple[str, ...] = FAMILIES
 
     @property
     def longest_ttft(self) -> tuple[str, Mapping[str, PerSeed]] | None:
@@ -188,13 +193,14 @@ class Evidence:
         return next(reversed(self.ttft_ms.items()), None)
 
     def parts(self, claim: str) -> list[Part]:
-        """Every row of ``claim``: the predicted family against the other, on the same items."""
-        predicted, other = CLAIMS[claim]
+        """Every row of ``claim`` both of its columns were measured on: the predicted family's against the
+        other's, on the same items."""
+        predicted, other = (self.judged.get(f) for f in CLAIMS[claim])
         parts = []
         for row in self.rows:
-            if row.claim != claim:
-                continue
             scores, baselines = self.gathered[row.key]
+            if row.claim != claim or predicted not in scores or other not in scores:
+                continue
             parts.append((row.label, scores[predicted], scores[other], row.higher,
                           (baselines[predicted], baselines[other])))
         longest = self.longest_ttft
@@ -203,9 +209,26 @@ class Evidence:
             parts.append((f"time to first token (ms), {name}", times[predicted], times[other], False, None))
         return parts
 
+    def unmeasured(self, claim: str) -> str | None:
+        """Why ``claim`` has no part although a row of its job was given: a family with no column, or a column
+        that cannot take the job's rows (a model without an LM head); None otherwise."""
+        rows = [row for row in self.rows if row.claim == claim]
+        if not rows or self.parts(claim):
+            return None
+        missing = [f for f in CLAIMS[claim] if f not in self.judged]
+        if missing:
+            return f"not measured: no {' and no '.join(missing)} model was given"
+        unable = [f"the {f} ({self.judged[f]})" for f in CLAIMS[claim]
+                  if not any(self.judged[f] in self.gathered[row.key][0] for row in rows)]
+        return f"not measured: {' and '.join(unable) or 'a side'} cannot take its rows (its cells say why)"
+
 
 def claim_rule(claim: str) -> Callable[[Evidence, Any], tuple[str, list[str]]]:
-    return lambda e, arms=None: judge(e.parts(claim), CLAIMS[claim][1])
+    def rule(e: Evidence, arms=None) -> tuple[str, list[str]]:
+        why = e.unmeasured(claim)
+        return (NOT_MEASURED, [why]) if why else judge(e.parts(claim), CLAIMS[claim][1])
+
+    return rule
 
 
 PAIRED = ("each task: held if it separates the predicted way (paired 95% interval of the difference over the "

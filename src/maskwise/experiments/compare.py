@@ -89,12 +89,33 @@ LEAK_CHARS = 50_000_000  # of a user's training text searched for the test items
 @dataclass(frozen=True)
 class ComparePlan:
     """What a compare reads beyond its scale: its corpus, the user's tasks (none: the plays'), each task's
-    fine-tune config, and the report's rows."""
+    fine-tune config, the report's rows, and the models given instead of pretraining (``compare --model``)."""
 
     data: str
     tasks: tuple[UserTask, ...] = ()
     configs: dict[str, FinetuneConfig] = field(default_factory=dict)  # user task name -> its config at seed 0
     rows: tuple = rows_of(())
+    models: tuple = ()  # ``candidates.Candidate``s, in the order given; none: the families are pretrained
+
+    @property
+    def judged(self) -> dict[str, str]:
+        """Family -> the column the rules read for it: the family's own, or the first model given of that family
+        (fixed before any number is seen; the others are columns beside it, ``candidates``' docstring says why)."""
+        if not self.models:
+            return {f: f for f in FAMILIES}
+        return {f: next(c.name for c in self.models if c.family == f) for f in FAMILIES
+                if any(c.family == f for c in self.models)}
+
+    @property
+    def contenders(self) -> tuple[str, ...]:
+        """The columns a row's "best" is chosen among: the three families, or every model given."""
+        return tuple(c.name for c in self.models) or FAMILIES
+
+    def for_model(self, column: str, cfg: FinetuneConfig) -> FinetuneConfig:
+        """``cfg`` for the model of ``column``: as it is for a family pretrained here, by the model's fine-tuning
+        rule for a model given (``candidates.Candidate.fine_tuning``)."""
+        model = next((c for c in self.models if c.name == column), None)
+        return cfg if model is None else model.fine_tuning(cfg)
 
     def task_of(self, kind: str) -> UserTask | None:
         """The user's task of ``kind`` (an ablation reads at most one of each), or None: the plays'."""
@@ -180,11 +201,13 @@ def time_plan(plan: ComparePlan, s: CompareSettings, columns: Sequence[str], see
                     fitted)
 
 
-def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings) -> ComparePlan:
-    """Every task file read and checked, and its fine-tune configured for this scale's context: all before
-    anything is written or pretrained, so that a bad file costs seconds."""
+def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings, context: int | None = None) -> ComparePlan:
+    """Every task file read and checked, and its fine-tune configured for this scale's context (``context``: the
+    smallest given model's instead): all before anything is written or pretrained, so that a bad file costs
+    seconds."""
     tasks = tuple(read_tasks(list(specs)))
-    context = s.block_size // 2 if s.split_context else s.block_size  # the encoder-decoder's, when it is halved
+    if context is None:  # the encoder-decoder's, when it is halved
+        context = s.block_size // 2 if s.split_context else s.block_size
     configs = {t.spec.name: TASKS[t.spec.kind].configure(s.tasks[t.spec.kind], t, context) for t in tasks}
     configs.update({variant_key(t.spec.name, v): replace(configs[t.spec.name], **changes) for t in tasks
                     for v, changes in TASKS[t.spec.kind].variants.items()})
@@ -364,7 +387,8 @@ def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSetting
     (``ttft_buckets``: the longest ``s.ttft_batch`` sources of each, cut to one length for every family, a
     decoder's prompt keeping room for its answer), for every column that writes (``runs``: column -> run name),
     timed in turns so that a change in the machine's load falls on all of them. A batch, because at batch 1 a model
-    this small spends the time on dispatch, not on reading the source (docs/results.md)."""
+    this small spends the time on dispatch, not on reading the source (docs/results.md). Each reads through its own
+    tokenizer (a given model's may not be the scale's)."""
 
     buckets, room = ttft_buckets(plan, s)
     if not buckets:
@@ -372,12 +396,11 @@ def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSetting
     loaded = {column: exp.load(run) for column, run in runs.items() if cannot(exp.kind(run), "ttft") is None}
     for run in loaded.values():
         run.model.eval()
-    tok = next(iter(loaded.values())).tokenizer
     one = GenerationConfig(max_new_tokens=1)
     timed = []
     for name, sources in buckets:
         chosen = sorted(sources, key=len, reverse=True)[:s.ttft_batch]
-        batches = {f: [source_ids(r.model, tok, source, room) for source in chosen] for f, r in loaded.items()}
+        batches = {f: [source_ids(r.model, r.tokenizer, source, room) for source in chosen] for f, r in loaded.items()}
         length = min(len(p) for batch in batches.values() for p in batch)
         # the same source length for all, a causal prompt keeping its closing [SEP]
         batches = {f: [p[:length - 1] + p[-1:] if loaded[f].model.cfg.kind.causal else p[:length] for p in batch]
@@ -385,7 +408,7 @@ def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSetting
         seconds: dict[str, list[float]] = {f: [] for f in loaded}
         for repeat in range(s.ttft_repeats + 2):  # two warm-up turns, not kept
             for family, run in loaded.items():
-                started = time.perf_counter()
+                tok, started = run.tokenizer, time.perf_counter()
                 generate(run.model, batches[family], one, tok.eos_id, tok.pad_id, decoder_start_id(tok))
                 if repeat >= 2:
                     seconds[family].append(time.perf_counter() - started)
@@ -410,6 +433,11 @@ def hf_export_class(setup: Setup, name: str, seed: int) -> dict:
     return {"hf_class": hf["architectures"][0]}
 
 
+def column_of(name: str) -> str:
+    """The column of run ``name``: ``arms.pretrain_arms`` names a column's run for a seed ``<column>-seed<N>``."""
+    return name.rsplit("-seed", 1)[0]
+
+
 FINE_TUNED = "fine-tuned"  # the experiment's folder of fine-tunes, one run folder each: <task>-<run>
 
 
@@ -420,6 +448,7 @@ def _fine_tune(key: str, kind: str, task: UserTask | None) -> Callable[[Setup, s
 
     def fine_tune(setup: Setup, name: str, seed: int) -> dict:
         cfg, data = setup.plan.fine_tune(key, kind, task, setup.recipe, seed, setup.progress)
+        cfg = setup.plan.for_model(column_of(name), cfg)
         run = setup.exp.load(name)
         result = run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, data=data, label=name)
         folder = setup.exp.out / FINE_TUNED / f"{key}-{name}"
@@ -429,14 +458,19 @@ def _fine_tune(key: str, kind: str, task: UserTask | None) -> Callable[[Setup, s
     return fine_tune
 
 
-def measures(plan: ComparePlan) -> dict[str, tuple[str, Callable[[Setup, str, int], dict]]]:
-    """What one family's run is measured on, measure name -> (what ``cannot`` is asked, how): the held-out
-    text, each task with a row in the report (the user's, else the plays'), and its HF export class."""
+def task_measures(plan: ComparePlan) -> dict[str, tuple[str, Callable[[Setup, str, int], dict]]]:
+    """What one run is measured on, measure name -> (what ``cannot`` is asked, how): the held-out text, and each
+    task with a row in the report (the user's, else the plays')."""
     tasks = ({key: (t.spec.kind, _fine_tune(key, t.spec.kind, t)) for t in plan.tasks
               for key in (t.spec.name, *(variant_key(t.spec.name, v) for v in TASKS[t.spec.kind].variants))}
              if plan.tasks else {kind: (kind, _fine_tune(kind, kind, None)) for kind in PLAYS_TASKS})
     return {"lm": ("lm", lambda setup, name, seed: language_modelling(setup.exp, name, setup.scale, seed, plan.data)),
-            **tasks, "export": ("export", hf_export_class)}
+            **tasks}
+
+
+def measures(plan: ComparePlan) -> dict[str, tuple[str, Callable[[Setup, str, int], dict]]]:
+    """What one family's pretraining run is measured on: ``task_measures``, and its HF export class."""
+    return {**task_measures(plan), "export": ("export", hf_export_class)}
 
 # compare's columns, what ``--families`` may name: each family pretrained by the scale's objective for it, and
 # the hybrid (GPT-BERT: a decoder pretrained by masked next-token prediction, which reads bidirectionally).

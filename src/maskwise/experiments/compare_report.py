@@ -60,32 +60,39 @@ def _baseline_mean(baseline: PerSeed | float) -> float:
     return sum(sum(items) / len(items) for items in baseline) / len(baseline)
 
 
-def best_family(scores: Mapping[str, PerSeed], baselines: Mapping[str, PerSeed | float], higher: bool) -> str:
-    """``best_of`` the three families: a column beside them (the hybrid) is not in the running."""
-    return best_of({f: scores[f] for f in FAMILIES if f in scores}, baselines, higher)
+def best_family(scores: Mapping[str, PerSeed], baselines: Mapping[str, PerSeed | float], higher: bool,
+                contenders: Sequence[str] = FAMILIES) -> str:
+    """``best_of`` the ``contenders`` (the three families: a column beside them, the hybrid, is not in the
+    running; ``compare --model``: every model)."""
+    return best_of({f: scores[f] for f in contenders if f in scores}, baselines, higher)
 
 
-def best_cell(scores: Mapping[str, PerSeed], baselines: Mapping[str, PerSeed | float], higher: bool) -> str:
-    winner = best_family(scores, baselines, higher)
+def best_cell(scores: Mapping[str, PerSeed], baselines: Mapping[str, PerSeed | float], higher: bool,
+              contenders: Sequence[str] = FAMILIES) -> str:
+    winner = best_family(scores, baselines, higher, contenders)
     return winner if winner in (AT_CHANCE, WITHIN_NOISE) else f"**{winner}**"
 
 
 def standing(e: Evidence, column: str) -> list[str]:
-    """Where ``column`` (one beside the families) separates from a family, by the rules' own test: a paired
-    interval of the difference that excludes 0, with the side ahead clearing its trivial baseline."""
+    """Where ``column`` (one beside the families) separates from the column judged for a family
+    (``Evidence.judged``), by the rules' own test: a paired interval of the difference that excludes 0, with the
+    side ahead clearing its trivial baseline."""
     rows = {**{row.key: (row.label, row.higher, *e.gathered[row.key]) for row in e.rows},
             **{f"ttft {name}": (f"time to first token (ms), {name}", False, times, {})
                for name, times in e.ttft_ms.items()}}
     said = []
     for label, higher, scores, baselines in rows.values():
-        for family in (f for f in FAMILIES if column in scores and f in scores):
-            order, gap = separation(scores[column], scores[family], higher)
-            ahead = column if order > 0 else family
+        for family, judged in e.judged.items():
+            if column not in scores or judged not in scores or judged == column:
+                continue
+            order, gap = separation(scores[column], scores[judged], higher)
+            ahead = column if order > 0 else judged
             if order == 0 or (ahead in baselines and not beats(scores[ahead], baselines[ahead], higher)):
                 continue
             difference = (f"paired difference {gap.text()}" if gap is not None else
-                          f"{interval(scores[column]).text()} vs {interval(scores[family]).text()}")
-            said.append(f"{'ahead of' if order > 0 else 'behind'} the {family} at {label}, {difference}")
+                          f"{interval(scores[column]).text()} vs {interval(scores[judged]).text()}")
+            who = family if judged == family else f"{family} ({judged})"
+            said.append(f"{'ahead of' if order > 0 else 'behind'} the {who} at {label}, {difference}")
     return said
 
 
@@ -122,7 +129,8 @@ def by_seed(m: Measured) -> dict[int, dict[str, dict]]:
 def evidence(m: Measured, metrics: dict | None = None) -> Evidence:
     measured = by_seed(m)
     rows = m.setup.plan.rows
-    return Evidence(rows, {row.key: gather(measured, row) for row in rows}, ttft_milliseconds(m.per_seed))
+    return Evidence(rows, {row.key: gather(measured, row) for row in rows}, ttft_milliseconds(m.per_seed),
+                    m.setup.plan.judged, m.setup.plan.contenders)
 
 
 def _last_points(m: Measured, family: str) -> list[dict]:
@@ -148,7 +156,8 @@ def export_cell(export: dict) -> str:
 def tabulate(m: Measured) -> tuple[dict, list]:
     """(per-seed means of every row, by column; the table: pretraining, every row with its intervals and
     baseline, the time to first token)."""
-    seeds, measured, e, kind_of, arms = m.setup.seeds, by_seed(m), evidence(m), kinds(m), m.arms
+    e, kind_of, arms = evidence(m), kinds(m), m.arms
+    seeds, measured = m.setup.seeds, by_seed(m)
 
     def mean_of(family: str, key: str) -> float:
         points = _last_points(m, family)
@@ -165,7 +174,15 @@ def tabulate(m: Measured) -> tuple[dict, list]:
         ["pretraining wall-clock (s)", *[f"{mean_of(a.key, 'wall_s'):.0f}" for a in arms], ""],
         ["final validation loss (own objective)", *[f"{mean_of(a.key, 'val_loss'):.3f}" for a in arms], ""],
     ]
-    metrics = {}
+    metrics, measured_rows = result_rows(m, e, lambda column, what: cannot(kind_of[column], what))
+    return metrics, rows + measured_rows
+
+
+def result_rows(m: Measured, e: Evidence, why_not: Callable[[str, str], str | None]) -> tuple[dict, list]:
+    """(per-seed means of every row, by column; a table row per measured row and per timed source-length
+    bucket): each cell its interval and baseline, or why its column cannot (``why_not(column, row kind)``)."""
+    seeds, measured, kind_of, arms = m.setup.seeds, by_seed(m), kinds(m), m.arms
+    rows, metrics = [], {}
     for row in e.rows:
         label, higher, baseline_name = row.label, row.higher, row.baseline_name
         scores, baselines = e.gathered[row.key]
@@ -173,7 +190,7 @@ def tabulate(m: Measured) -> tuple[dict, list]:
         for arm in arms:
             column, kind = arm.key, kind_of[arm.key]
             if column not in scores:
-                cells.append(cannot(kind, row.kind) or "n/a")
+                cells.append(why_not(column, row.kind) or "n/a")
                 continue
             cell = f"{interval(scores[column]).text()} ({baseline_name} {_baseline_text(baselines[column])})"
             if len(seeds) > 1:
@@ -194,15 +211,15 @@ def tabulate(m: Measured) -> tuple[dict, list]:
             elif "pooling" in measured[seeds[0]][column].get(row.key, {}):  # where a text is read: [CLS], last, mean
                 cell += f"; {measured[seeds[0]][column][row.key]['pooling']} pooling"
             cells.append(cell)
-        rows.append([label + " [95% interval]", *cells, best_cell(scores, baselines, higher)])
+        rows.append([label + " [95% interval]", *cells, best_cell(scores, baselines, higher, e.contenders)])
         metrics[label] = {f: [sum(v) / len(v) for v in scores[f]] for f in scores}
     # Per source-length bucket (none without a seq2seq task, so no source to time): the longest is judged.
     for timed in m.per_seed[seeds[0]].get("buckets", []):
         times = e.ttft_ms[timed["name"]]
         rows.append([(f"time to first token, {timed['name']}: {timed['source_tokens']}-token sources, batch "
                       f"{timed['batch']} (ms, mean [95% interval])"),
-                     *[interval(times[a.key]).text(2) if a.key in times else cannot(kind_of[a.key], "ttft")
-                       or "n/a" for a in arms], best_cell(times, {}, higher=False)])
+                     *[interval(times[a.key]).text(2) if a.key in times else why_not(a.key, "ttft")
+                       or "n/a" for a in arms], best_cell(times, {}, False, e.contenders)])
     return metrics, rows
 
 
@@ -217,8 +234,8 @@ def meta(m: Measured, metrics: dict) -> dict:
                       "intervals": {f: [iv.mean, iv.low, iv.high] for f, iv in
                                     ((f, interval(scores[f])) for f in scores)},
                       # for the figure at a glance: the family the row's claim predicts, and the one that won
-                      "predicted": CLAIMS[row.claim][0] if row.claim else None,
-                      "winner": best_family(scores, baselines, higher)}
+                      "predicted": e.judged.get(CLAIMS[row.claim][0]) if row.claim else None,
+                      "winner": best_family(scores, baselines, higher, e.contenders)}
     return out
 
 
@@ -231,17 +248,22 @@ def warning(m: Measured) -> str:
 
 
 def summary(m: Measured, metrics: dict) -> str:
-    s, seeds, e = m.setup.scale, m.setup.seeds, evidence(m)
+    return (f"{'Not evidence (too few pretraining steps, see the warning). ' if warning(m) else ''}"
+            f"At {m.setup.scale.seconds:.0f} s of pretraining per family on this machine, {verdicts_said(m)}")
+
+
+def verdicts_said(m: Measured, others: str = "the other families") -> str:
+    """The summary after its opening: the seeds, each claim's verdict, each row's best, and where a column beside
+    the judged ones separates from them."""
+    seeds, e = m.setup.seeds, evidence(m)
     verdicts = [(rule.claim, rule.judge(e, m.arms)[0]) for rule in RULES]
     scope = (f"{len(seeds)} seeds (intervals over seeds and test items)" if len(seeds) > 1 else
              "a single seed (intervals over test items only; `--seeds 3` adds the spread between seeds)")
-    best = {row.label: best_family(*e.gathered[row.key], row.higher) for row in e.rows}
-    beside = [f" The {arm.label}, beside the families: {'; '.join(said)}." for arm in m.arms
-              if arm.key not in FAMILIES and (said := standing(e, arm.key))]
-    return (f"{'Not evidence (too few pretraining steps, see the warning). ' if warning(m) else ''}"
-            f"At {s.seconds:.0f} s of pretraining per family on this machine, {scope}: "
-            + "; ".join(f"{claim} {verdict}" for claim, verdict in verdicts) + ". "
-            + "Best (95% intervals separate it from the other families and from the trivial baseline): "
+    best = {row.label: best_family(*e.gathered[row.key], row.higher, e.contenders) for row in e.rows}
+    beside = [f" The {arm.label}, beside the judged columns: {'; '.join(said)}." for arm in m.arms
+              if arm.key not in e.judged.values() and (said := standing(e, arm.key))]
+    return (f"{scope}: " + "; ".join(f"{claim} {verdict}" for claim, verdict in verdicts) + ". "
+            + f"Best (95% intervals separate it from {others} and from the trivial baseline): "
             + "; ".join(f"{label}: {winner}" for label, winner in best.items()) + "." + "".join(beside))
 
 

@@ -132,6 +132,8 @@ class Study:
     # Optional: the arms the rules compare with one another, each group on its own equal-wall-clock budget
     # (``arms.pretrain_arms``), so that one arm's speed does not set the clock of arms it is never compared with.
     clock_groups: Callable[[Sequence[Arm]], Sequence[Sequence[Arm]]] | None = None
+    # Optional: results keys beyond the shared ones, each rendered by the report (compare --model: its cost table).
+    sections: Callable[[Measured], dict] | None = None
 
 
 def measure(setup: Setup, runs: Runs, arms: Sequence[Arm], task: str, fn: Callable[[Arm, str, int], dict]) -> Runs:
@@ -175,17 +177,20 @@ def fine_tuned(setup: Setup, task: str, name: str, seed: int, pooling: str | Non
     return fine_tuned_body(setup, task, run.model, run.tokenizer, seed, name, pooling)
 
 
+def task_setting(setup: Setup, task: str, seed: int) -> tuple[Any, Any]:
+    """(config, the rows ``run_task`` is given) of fine-tune ``task`` for ``seed`` at the setup's scale: the user's
+    task of that kind where the setup's plan holds one (``ablate --task``), else the plays' slice (rows None)."""
+    if setup.plan is None:
+        return setup.recipe.task(task, seed, setup.progress), None
+    user = setup.plan.task_of(task)
+    return setup.plan.fine_tune(user.spec.name if user else task, task, user, setup.recipe, seed, setup.progress)
+
+
 def fine_tuned_body(setup: Setup, task: str, model, tokenizer, seed: int, label: str,
                     pooling: str | None = None) -> dict:
     """The record of ``task`` fine-tuned on ``model`` (``run_task`` moves it to the experiment's device) at the
-    setup's scale: on the user's task of that kind where the setup's plan holds one (``ablate --task``), else on
-    the plays' slice."""
-    if setup.plan is None:
-        cfg, data = setup.recipe.task(task, seed, setup.progress), None
-    else:
-        user = setup.plan.task_of(task)
-        cfg, data = setup.plan.fine_tune(user.spec.name if user else task, task, user, setup.recipe, seed,
-                                         setup.progress)
+    setup's scale (``task_setting``)."""
+    cfg, data = task_setting(setup, task, seed)
     if pooling is not None:
         cfg = replace(cfg, pooling=pooling)
     return run_task(cfg, model, tokenizer, setup.exp.runtime, data=data, label=label).record
@@ -328,6 +333,8 @@ def conduct(study: Study, setup: Setup, **options) -> dict:
     }
     if study.samples is not None:
         results["samples"] = study.samples(m)
+    if study.sections is not None:
+        results.update(study.sections(m))
     return results
 
 

@@ -14,6 +14,8 @@ The results layout (all keys optional except ``title``)::
     table:   {"columns": [...], "rows": [[cell, ...], ...]}            -> the main table
     parameters: {group: {category: count}}                             -> where the parameters go
     verdicts: [{claim, prediction, rule, verdict, details: [text]}]   -> each coded rule, judged
+    costs:   {"columns": [...], "rows": [[cell, ...], ...]}            -> what each model costs to serve
+    quality_cost: {task: {higher, latency, points: {model: [quality, p99 ms]}}} -> quality against p99 latency
     summary, warning, samples: {name: text}, notes: [text]
 """
 
@@ -187,6 +189,35 @@ def _plot_metrics(results: dict, out: Path) -> list[Path]:
     return paths
 
 
+def _plot_quality_cost(results: dict, out: Path) -> list[Path]:
+    """One panel per task: each model's quality (its mean over test items) against its p99 latency per item at
+    batch 1 (reading, or the first token of an answer for a writing task), the latency axis logarithmic, since
+    checkpoints differ in cost by orders of magnitude."""
+    tasks = {task: meta for task, meta in results.get("quality_cost", {}).items() if meta.get("points")}
+    if not tasks:
+        return []
+    plt = pyplot()
+    from matplotlib.ticker import FuncFormatter  # deferred: as pyplot
+
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.8), squeeze=False)
+    for ax, (task, meta) in zip(axes[0], tasks.items()):
+        for i, (model, (quality, p99)) in enumerate(meta["points"].items()):
+            ax.scatter([p99], [quality], color=COLOURS.get(model, f"C{i}"), s=40, zorder=3)
+            ax.annotate(model, (p99, quality), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # 10, not 10^1
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda value, _: ""))  # minor ticks unlabelled: they overlap
+        ax.set_xlabel(f"p99 latency per item, batch 1, {meta['latency']} (ms)", fontsize=8)
+        ax.set_ylabel(f"mean over test items ({'higher' if meta['higher'] else 'lower'} is better)", fontsize=8)
+        ax.set_title("\n".join(textwrap.wrap(task, 40)), fontsize=9)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = out / "quality_vs_p99_latency.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
+
+
 def _markdown(results: dict, images: list[Path]) -> str:
     lines = [f"# {results['title']}", ""]
     if results.get("warning"):
@@ -221,6 +252,14 @@ def _markdown(results: dict, images: list[Path]) -> str:
                   "|" + "---|" * len(table["columns"])]
         lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in table["rows"]]
         lines.append("")
+    costs = results.get("costs")
+    if costs:
+        lines += ["## What each costs to serve", "", "| " + " | ".join(costs["columns"]) + " |",
+                  "|" + "---|" * len(costs["columns"])]
+        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in costs["rows"]]
+        lines.append("")
+        lines += [f"![{p.stem}]({p.name})\n" for p in images if p.name == "quality_vs_p99_latency.png"]
+    images = [p for p in images if p.name != "quality_vs_p99_latency.png"]
     if results.get("parameters"):
         categories = sorted({c for counts in results["parameters"].values() for c in counts})
         lines += ["## Where the parameters go", "", "| model | " + " | ".join(categories) + " |",
@@ -264,7 +303,7 @@ def _html(markdown_text: str, images: list[Path]) -> str:
 # The types of the fields a results file holds (each may be absent): what the renderer reads them as.
 RESULT_FIELDS = {"title": str, "kind": str, "summary": str, "warning": str, "wall_s": (int, float),
                  "machine": dict, "metric_meta": dict, "metrics": dict, "parameters": dict, "settings": dict,
-                 "table": dict, "notes": list, "runs": list, "verdicts": list}
+                 "table": dict, "notes": list, "runs": list, "verdicts": list, "costs": dict, "quality_cost": dict}
 
 
 def write_results(out: str | Path, results: dict) -> None:
@@ -324,7 +363,8 @@ def render(out: str | Path) -> Path:
     """(Re-)render report.md, report.html and the PNGs of ``out`` from its results.json."""
     out = Path(out)
     results = read_results(out)
-    images = _plot_overview(results, out) + _plot_curves(results, out) + _plot_metrics(results, out)
+    images = (_plot_overview(results, out) + _plot_quality_cost(results, out) + _plot_curves(results, out)
+              + _plot_metrics(results, out))
     markdown_text = _markdown(results, images)
     atomic_write(out / REPORT_MD, markdown_text.encode())
     atomic_write(out / REPORT_HTML, _html(markdown_text, images).encode())

