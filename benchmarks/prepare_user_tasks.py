@@ -279,25 +279,35 @@ def write_pos_files(out: Path) -> list[str]:
     ]
 
 
-def main(argv: list[str]) -> int:
+def news_articles(argv: list[str]):
+    """(OUT_DIR, the distribution, its unique articles) from the command line; exits 2 on a bad command line and 1
+    when no package ships the articles (the other scripts that build sets from them read them here too)."""
     if len(argv) != 2:
         print(f"usage: python {Path(argv[0]).name} OUT_DIR", file=sys.stderr)
-        return 2
+        sys.exit(2)
     found = find_news_distribution()
     if found is None:
         print(f"BBC news data not installed; run: {INSTALL_HINT}", file=sys.stderr)
-        return 1
+        sys.exit(1)
     dist, fragment, files = found
-    out = Path(argv[1])
-    out.mkdir(parents=True, exist_ok=True)
+    return Path(argv[1]), dist, files, load_articles(fragment, files)
 
-    articles = load_articles(fragment, files)
+
+def split_articles(articles: list[dict]) -> tuple[list[dict], list[dict], int]:
+    """(train, test, test stories moved to train): shuffled with SEED, TEST_FRACTION held out (at most TEST_CAP),
+    near-duplicates of a training story moved to train."""
     order = list(range(len(articles)))  # articles are already sorted by path
     random.Random(SEED).shuffle(order)
     n_test = round(len(articles) * TEST_FRACTION)
     test = [articles[i] for i in order[:n_test]][:TEST_CAP]
     train = [articles[i] for i in order[n_test:]]
-    train, test, n_moved = move_near_duplicates(train, test)
+    return move_near_duplicates(train, test)
+
+
+def main(argv: list[str]) -> int:
+    out, dist, files, articles = news_articles(argv)
+    out.mkdir(parents=True, exist_ok=True)
+    train, test, n_moved = split_articles(articles)
 
     counts: dict[str, int] = {}
     # Pretraining corpus: training articles only (headline line + paragraphs).

@@ -429,6 +429,7 @@ def test_a_folder_keeps_its_ablation_and_scale(shift_bug_run, capsys):
     (["ablate", "cross-objective", "--share", "1.5"], "share: the first phase's share of the budget must be in (0, 1)"),
     (["ablate", "clm-then-mlm", "--share", "half"], "--share must be a number, got 'half'"),
     (["ablate", "hybrid", "--share", "0.5"], "ablation hybrid does not take share"),
+    (["ablate", "pooling", "--model", "cross=all-MiniLM-L6-v2"], "ablation pooling does not take models"),
     (["ablate", "shift-bug", "--seeds", "1"], "seeds must be at least 2"),
     (["ablate", "shift-bug", "--scale", "huge"], "unknown scale 'huge'; known: default, quick, smoke"),
     (["ablate", "shift-bug", "--quick", "--scale", "gpu"], "--quick is --scale quick"),  # compare's vocabulary

@@ -215,7 +215,7 @@ def _bad_files(tmp_path):
         (f"t=tag:{columns}", "line 2 has 2 columns, line 1 has 3"),
         (f"t=classify:{latin}", "not UTF-8"),
         (f"t=embed:{beir}", "names document 'd9'"),
-        (f"t=rerank:{beir}", "a BEIR folder serves an embed task"),
+        (f"t=rerank:{beir}", "names document 'd9'"),
         (f"t=tag:{tmp_path / 'missing.conll'}", "no such file"),
     ]
 

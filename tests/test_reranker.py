@@ -81,3 +81,61 @@ def test_judging_scorer_writes_and_counts_yes(small_text):
                                max_seq_len=64))
     scores = judging_scorer(model, tokenizer, max_len=64)("a line", ["one passage", "another"])
     assert scores.shape == (2,) and set(scores.tolist()) <= {0.0, 1.0}
+
+
+@pytest.fixture
+def bert_folder(tmp_path, small_text):
+    """A random tiny HF ``BertModel`` folder (no MLM head, as all-MiniLM-L6-v2) with a character tokenizer.json."""
+    import transformers
+
+    from maskwise.data.corpus import load_corpus
+    from maskwise.data.tokenizers import build_tokenizer
+
+    tokenizer = build_tokenizer("char", load_corpus(str(small_text)))
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=64, max_position_embeddings=160)
+    transformers.BertModel(config).save_pretrained(tmp_path / "bert")
+    tokenizer.save(tmp_path / "bert" / "tokenizer.json")
+    return tmp_path / "bert"
+
+
+@pytest.mark.integration
+def test_models_option_is_checked_in_one_line_before_anything_runs(bert_folder, tmp_path):
+    from maskwise.errors import UserError
+    from maskwise.experiments.ablations.registry import checked
+
+    assert reranker.arms(f"cross={bert_folder}") == (reranker.CLM_DECODER,)  # only the decoder is pretrained here
+    assert reranker.arms({"cross": str(bert_folder)}) == (reranker.CLM_DECODER,)
+    for models, needle in ((f"cross={tmp_path / 'nope'}", "no such folder"), ("judge=x", "expected cross=FOLDER"),
+                           (f"cross={bert_folder},cross={bert_folder}", "expected cross=FOLDER"),
+                           (f"generative={bert_folder}", "holds a model of family encoder")):
+        with pytest.raises(UserError, match=needle) as error:
+            checked("reranker", "smoke", 2, {"models": models})
+        assert "\n" not in str(error.value)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_reranker_ablation_starts_its_cross_encoder_from_a_folder_on_a_beir_task(bert_folder, tmp_path):
+    import json
+
+    from maskwise.data.user_tasks import parse_task
+    from maskwise.experiments.ablations.registry import run_ablation
+    from maskwise.tasks.registry import TASKS
+    from tests.test_beir import TEST_QRELS, TRAIN_QRELS, write_beir
+
+    beir = write_beir(tmp_path / "beir", {"train": TRAIN_QRELS, "test": TEST_QRELS})
+    out = run_ablation("reranker", tmp_path / "out", "smoke", 2, tasks=[parse_task(f"t=rerank:{beir}", tuple(TASKS))],
+                       models=f"cross={bert_folder}")
+    results = json.loads((out / "results.json").read_text())
+    assert "the 3 test queries of the user's task t" in " ".join(results["notes"])
+    assert set(results["parameters"]) == {reranker.CLM_DECODER.label}  # no encoder pretrained
+    ndcg = results["metrics"][key(reranker.NDCG, TOKENS)]
+    assert all(len(ndcg[system]) == 2 for system in reranker.SYSTEMS)
+    folders = json.loads((out / "steps" / "rerank-folders-seed1.json").read_text())
+    cross = folders["systems"][reranker.CROSS]
+    assert folders["bodies"]["cross"]["folder"] == str(bert_folder.resolve())
+    assert cross["settings"]["lr"] == 2e-5 and cross["settings"]["head_lr"] == 1e-3  # a pretrained body's rates
+    assert any(f"the folder {bert_folder.resolve()}" in note for note in results["notes"])
+    assert results["settings"]["models"] == f"cross={bert_folder}"

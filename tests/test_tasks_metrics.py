@@ -23,7 +23,7 @@ from maskwise.tasks.metrics import (
     split_list,
     token_f1,
 )
-from maskwise.tasks.rerank import random_order_per_query
+from maskwise.tasks.rerank_eval import random_order_per_query
 from maskwise.tasks.retrieve import per_query_metrics
 
 pytestmark = pytest.mark.unit

@@ -86,6 +86,9 @@ def register(subparsers) -> None:
     ablate.add_argument("--ratios", default=None, help="mask-ratio only: comma-separated ratios (default 0.15,0.3)")
     ablate.add_argument("--share", default=None, help="cross-objective and clm-then-mlm only: the first objective's "
                                                       "share of the budget (default 0.75 and 0.5)")
+    ablate.add_argument("--model", action="append", default=[], metavar="ROLE=FOLDER",
+                        help="reranker only: cross=FOLDER (an encoder, or all-MiniLM-L6-v2) and/or generative=FOLDER "
+                             "start that reranker from a folder instead of pretraining it here")
     ablate.add_argument("--data", default="shakespeare",
                         help="the corpus every arm pretrains on, as compare's --data (default: the plays)")
     ablate.add_argument("--task", action="append", default=[], metavar="NAME=KIND:PATH[,test=PATH]",
@@ -190,6 +193,8 @@ def run_ablate(args) -> int:
             options["share"] = float(args.share)
         except ValueError:
             raise UserError(f"--share must be a number, got {args.share!r}") from None
+    if args.model:
+        options["models"] = ",".join(args.model)
     scale = scale_of(args)
     tasks = [parse_task(value, tuple(TASKS)) for value in args.task]
     checked(args.name, scale, args.seeds, options, args.data, tasks)  # bad input: its one line before the device's

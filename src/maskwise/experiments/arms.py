@@ -6,7 +6,7 @@ in another objective (``Phase``); a run's totals (tokens, seconds) count every p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ class Setup:
     seeds: tuple[int, ...]
     progress: bool
     plan: Any = None  # what a study reads beyond its scale (compare: its data, tasks and rows)
+    options: dict[str, Any] = field(default_factory=dict)  # the study's own options (``Study.options``), as given
 
     @property
     def corpus(self) -> dict:

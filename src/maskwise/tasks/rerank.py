@@ -15,26 +15,24 @@ it only sees the first stage's top 100:
 
 Both are evaluated on the same candidates with nDCG@10, MRR and per-query latency (p50/p99), beside
 the first stage's own ordering of those candidates and a random order of them, with a paired
-bootstrap interval on each nDCG@10 gain.
+bootstrap interval on each nDCG@10 gain (``tasks.rerank_eval``). A user's task reads what retrieval
+reads (query/positive rows or a BEIR folder, whose graded qrels are the gains), first-staged by BM25.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import random
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
 from maskwise.cli.task_flags import config_from_flags, positive
+from maskwise.data.beir import GradedRetrievalSet
 from maskwise.data.tasks import RetrievalSet, ict_retrieval
 from maskwise.data.user_tasks import TaskSpec, UserTask
 from maskwise.errors import UserError
@@ -46,16 +44,14 @@ from maskwise.runtime import Runtime
 from maskwise.tasks.embed import read_retrieval_task
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.generate import GenerationConfig, generate
-from maskwise.tasks.metrics import latency_ms, paired_bootstrap
 from maskwise.tasks.reading import batches, context_len, device_of
-from maskwise.tasks.retrieve import (
-    EmbedFn,
-    bm25_ranking,
-    per_query_metrics,
-    random_ranking,
-    rank,
-    ranking_metrics,
+from maskwise.tasks.rerank_eval import (
+    ScoreFn,
+    evaluate_reranker,
+    gain_summary,
+    judgements,
 )
+from maskwise.tasks.retrieve import EmbedFn, bm25_ranking, random_ranking, rank
 from maskwise.tasks.scoring import (
     continuation_batch,
     continuation_logprobs,
@@ -72,7 +68,6 @@ from maskwise.tasks.unit import (
 if TYPE_CHECKING:
     from maskwise.interop.folders import FineTune
 
-ScoreFn = Callable[[str, Sequence[str]], torch.Tensor]  # (query, candidates) -> (n,) scores
 HEAD_PREFIX = "head."
 
 
@@ -122,6 +117,22 @@ def training_negatives(data: RetrievalSet, n: int, source: str, embedder: EmbedF
         return random_negatives(data, n, seed)
     ranked, _ = rank(embedder, data, k=n + 1)
     return hard_negatives(ranked, data.relevant, n)
+
+
+def bm25_training_rows(data: RetrievalSet | GradedRetrievalSet, n: int) -> tuple[RetrievalSet, list[list[int]]]:
+    """One training row per (query, relevant document), each with BM25's top ``n`` documents that are none of
+    its query's relevant ones as negatives: the first stage's near misses, the mistakes a reranker must fix. A
+    BEIR query judged relevant to several documents trains once on each."""
+    judged = judgements(data)
+    ranked = bm25_ranking(data, n + max(map(len, judged), default=0))
+    queries, relevant, negatives = [], [], []
+    for query, grades, ranking in zip(data.queries, judged, ranked):
+        wrong = [d for d in ranking if d not in grades][:n]
+        for doc in grades:
+            queries.append(query)
+            relevant.append(doc)
+            negatives.append(wrong)
+    return RetrievalSet(tuple(queries), data.docs, tuple(relevant)), negatives
 
 
 # ---- cross-encoder --------------------------------------------------------------------------------
@@ -271,81 +282,6 @@ def train_generative_reranker(model: nn.Module, tokenizer, data: RetrievalSet,
     return model
 
 
-# ---- evaluation ----------------------------------------------------------------------------------
-
-
-def evaluate_reranker(score: ScoreFn, data: RetrievalSet, candidates: Sequence[Sequence[int]],
-                      name: str, progress: bool = True, seed: int = 0) -> dict:
-    """Rerank each query's candidates by ``score`` and report metrics and per-query latency, beside
-    two baselines over the same candidates: the first stage's order (what a reranker must improve
-    on to be worth its latency) and a random order (the trivial floor, its expected metrics). The
-    nDCG@10 gain over each comes with a paired bootstrap over queries (``seed``): its 95% interval
-    says whether the gain is more than the luck of which queries were drawn. ``recall@k`` of the
-    first stage at the candidate depth bounds what any reranker can reach."""
-    if len(candidates) != len(data.queries):
-        raise ValueError(f"{len(candidates)} candidate lists for {len(data.queries)} queries")
-    relevant = [{d} for d in data.relevant]
-    reranked, seconds = [], []
-    for query, cands in tqdm(list(zip(data.queries, candidates)), desc=f"rerank ({name})", unit="query",
-                             leave=False, disable=not progress):
-        started = time.perf_counter()
-        scores = score(query, [data.docs[d] for d in cands])
-        order = scores.argsort(descending=True, stable=True).tolist()
-        seconds.append(time.perf_counter() - started)
-        reranked.append([cands[i] for i in order])
-    depth = max((len(c) for c in candidates), default=0)
-    ks = tuple(sorted({1, 10, depth}))
-    ndcg = per_query_metrics(reranked, relevant)["ndcg@10"]
-    random_order = random_order_per_query(candidates, data.relevant, ks)
-    return {
-        "task": "rerank",
-        "reranker": name,
-        "n_queries": len(data.queries),
-        "candidates_per_query": depth,
-        **ranking_metrics(reranked, relevant, ks),
-        "per_query": {"ndcg@10": ndcg, "seconds": seconds,
-                      "first_stage_ndcg@10": per_query_metrics(candidates, relevant)["ndcg@10"],
-                      "random_order_ndcg@10": random_order["ndcg@10"]},
-        "latency": latency_ms(seconds),
-        "baseline": {"name": "first-stage order", **ranking_metrics(candidates, relevant, ks)},
-        "random_order": {"name": "random order of the same candidates (expected value)",
-                         **{metric: sum(values) / len(values) for metric, values in random_order.items()}},
-        "ndcg@10_gain": {
-            "over_random_order": paired_bootstrap(ndcg, random_order["ndcg@10"], seed=seed),
-            "over_first_stage": paired_bootstrap(ndcg, per_query_metrics(candidates, relevant)["ndcg@10"],
-                                                 seed=seed),
-        },
-    }
-
-
-def gain_summary(result: dict) -> str:
-    """One line for people: the nDCG@10 gain over each baseline with its 95% interval."""
-    parts = []
-    for key, label in (("over_random_order", "random order"), ("over_first_stage", "first stage")):
-        g = result["ndcg@10_gain"][key]
-        parts.append(f"{g['difference']:+.3f} over {label} (95% CI {g['ci95_low']:+.3f}..{g['ci95_high']:+.3f})")
-    return "nDCG@10 gain " + ", ".join(parts)
-
-
-def random_order_per_query(candidates: Sequence[Sequence[int]], relevant: Sequence[int],
-                           ks: Sequence[int]) -> dict[str, list[float]]:
-    """Each query's expected recall@k, reciprocal rank and nDCG@10 when its candidates are put in a
-    uniformly random order; ``relevant[i]`` is query i's one relevant document. Exact, not sampled:
-    the relevant document, if among the n candidates, sits at each rank 1..n with probability
-    1/n, so each metric is its mean over those n ranks (reciprocal rank: H_n / n); a query whose
-    relevant document is not a candidate scores 0 in any order."""
-    result: dict[str, list[float]] = {**{f"recall@{k}": [] for k in ks}, "mrr": [], "ndcg@10": []}
-    for cands, rel in zip(candidates, relevant, strict=True):
-        n = len(cands)
-        hit = n > 0 and rel in cands
-        for k in ks:
-            result[f"recall@{k}"].append(min(k, n) / n if hit else 0.0)
-        result["mrr"].append(sum(1 / rank for rank in range(1, n + 1)) / n if hit else 0.0)
-        result["ndcg@10"].append(sum(1 / math.log2(rank + 1) for rank in range(1, min(10, n) + 1)) / n
-                                 if hit else 0.0)
-    return result
-
-
 # ---- the unit: its plays' rows, its run, its commands and its compare rows ---------------------------
 
 
@@ -360,7 +296,7 @@ def _run(model, tokenizer, cfg: RerankConfig, runtime: Runtime, data, label: str
         train, negatives, test, candidates = data
     else:  # the plays' ICT queries with BM25 as the first stage, and its near misses as negatives
         train, test = _plays_rows(cfg, model, "test", True)
-        negatives = hard_negatives(bm25_ranking(train, cfg.n_negatives + 1), train.relevant, cfg.n_negatives)
+        train, negatives = bm25_training_rows(train, cfg.n_negatives)
         candidates = bm25_ranking(test, cfg.candidates)
     kind = cfg.reranker or default_reranker(model.cfg.family)
     if kind == "cross":
@@ -459,17 +395,16 @@ def _summary(r: dict) -> str:
 
 
 def _read_user_task(spec: TaskSpec) -> UserTask:
-    if Path(spec.data).expanduser().is_dir():
-        raise UserError(f"task {spec.name}: rerank reads query/positive rows (.jsonl, .csv or .tsv); a BEIR "
-                        f"folder serves an embed task")
+    """The rows retrieval reads (query/positive rows, or a BEIR folder's train and test qrels), first-staged by BM25."""
     task = read_retrieval_task(spec)
     return replace(task, details={**task.details, "first_stage": "BM25", "metric": "nDCG@10"})
 
 
 def _user_data(task: UserTask, cfg: RerankConfig) -> tuple:
-    """BM25's near misses as training negatives, and its top ``cfg.candidates`` as each test query's candidates."""
-    negatives = hard_negatives(bm25_ranking(task.train, cfg.n_negatives + 1), task.train.relevant, cfg.n_negatives)
-    return task.train, negatives, task.test, bm25_ranking(task.test, cfg.candidates)
+    """BM25's near misses as training negatives, and its top ``cfg.candidates`` as each test query's candidates
+    (a BEIR folder's qrels grades are the gains of nDCG@10 over them)."""
+    train, negatives = bm25_training_rows(task.train, cfg.n_negatives)
+    return train, negatives, task.test, bm25_ranking(task.test, cfg.candidates)
 
 
 def _work(cfg: RerankConfig, task: UserTask | None, per_char: float) -> Work:

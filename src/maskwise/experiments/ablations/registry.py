@@ -94,7 +94,7 @@ def run_ablation(name: str, out: str | Path | None = None, scale: str = "default
         raise UserError(f"{exp.out} holds ablation {other['ablation']} at scale {other['scale']['name']} with "
                         f"other settings, corpus or tasks than {name} at scale {chosen.name} now; use --overwrite or "
                         "another --out")
-    results = conduct(ablation, Setup(exp, chosen, tuple(range(seeds)), progress, plan), **options)
+    results = conduct(ablation, Setup(exp, chosen, tuple(range(seeds)), progress, plan, options), **options)
     results["notes"].insert(0, "Data: pretraining on " + described["corpus"] + "; " + "; ".join(
         [f"the {kind} job reads " + (f"the user's task {t.spec.name} ({t.spec.flag()})" if (t := plan.task_of(kind))
                                       else "the plays' own rows") for kind in ablation.reads]

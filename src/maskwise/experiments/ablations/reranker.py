@@ -7,15 +7,27 @@ encoder, one parallel pass per candidate), and one fine-tuned decoder read two w
 relevance token (one pass, like the cross-encoder but causal) and writing its judgement (a few
 greedy tokens per candidate, as LLM rerankers that answer in words do), so that what generation
 costs shows up apart from what a decoder costs.
+
+Its ``models`` option starts a reranker from a folder instead of a body pretrained here ("cross=FOLDER,
+generative=FOLDER", either alone): the template is about pretrained models, and a d-64 character encoder
+pretrained for minutes never ranked above BM25's own order. An HF folder (all-MiniLM-L6-v2, say) is fine-tuned
+at a pretrained body's rates (``PRETRAINED``), a maskwise run at the scale's own; a role without a folder is the
+arm pretrained here, as before.
 """
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
 from statistics import fmean as mean
 
+from torch import nn
+
+from maskwise.errors import UserError
 from maskwise.experiments.ablations.jobs import CLM_DECODER, MLM_ENCODER
 from maskwise.experiments.arms import TOKENS, Arm, Setup
+from maskwise.experiments.candidates import FRESH_HEAD_LR, PRETRAINED_BODY_LR
 from maskwise.experiments.framework import (
     Measured,
     Rule,
@@ -23,8 +35,13 @@ from maskwise.experiments.framework import (
     claims_verdict,
     key,
     table_row,
+    task_setting,
 )
 from maskwise.experiments.verdict import INCONCLUSIVE, compare
+from maskwise.interop.folders import load
+from maskwise.interop.pretrained import resolve_model
+from maskwise.model.accounting import parameter_breakdown
+from maskwise.runs import CONFIG_FILE, read_json
 from maskwise.tasks.rerank import evaluate_reranker, judging_scorer
 from maskwise.tasks.run import run_task
 
@@ -33,6 +50,7 @@ FIRST, RANDOM = "BM25 order", "random order"
 SYSTEMS = (CROSS, FIRST, RANDOM, SCORES, WRITES)  # the table's columns: the last column compares the first and last
 CANDIDATES = 100  # per query, from the first stage
 NDCG, P50, P99 = "nDCG@10", "latency p50 (ms/query)", "latency p99 (ms/query)"
+SIZE_RATIO = 4  # bodies further apart in parameters than this: the report says its verdict compares checkpoints
 
 RULE = ("On the same queries and candidates, paired by seed. First, the cross-encoder must clear the random "
         "order of the candidates on nDCG@10 (otherwise nothing was learned to compare) and the first stage's own "
@@ -63,30 +81,107 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
     ])
 
 
-def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
-    """The arm's rerankers on the seed's queries: ``{system: evaluate_reranker record}``; the
-    decoder, fine-tuned once, is read both ways."""
+# ---- the rerankers' bodies: pretrained here (the arms), or folders given (``models``) -------------------------
 
-    run = setup.exp.load(name)
-    cfg = dataclasses.replace(setup.recipe.task("rerank", seed, setup.progress), candidates=CANDIDATES)
-    label = CROSS if arm is MLM_ENCODER else SCORES
-    result = run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, label=label)
-    measured = {label: result.record}
-    if arm is CLM_DECODER:
+ROLES = {"cross": MLM_ENCODER, "generative": CLM_DECODER}  # each role's arm, pretrained here when no folder is given
+MODELS_USAGE = "cross=FOLDER,generative=FOLDER (either alone; a folder or all-MiniLM-L6-v2)"
+# A body pretrained elsewhere (an HF folder) moves at BERT's fine-tuning rate, its fresh head 50 times faster, as in
+# compare --model (the design notes' pitfall). ``max_len`` counts its word pieces (the plays' ICT passages: 53 at the
+# median, 143 at the 90th percentile), where 192 cost MiniLM four times 128's; the steps are the scale's.
+PRETRAINED = {"lr": PRETRAINED_BODY_LR, "head_lr": FRESH_HEAD_LR, "max_len": 128}
+
+
+def checkpoints(models: str | Mapping[str, str] | None) -> dict[str, Path]:
+    """``models`` (``MODELS_USAGE``, or a mapping of role to folder) as role -> folder, or one line naming what is
+    wrong; {} when None: both arms are pretrained here. ``arms`` checks that each folder opens as its role reads."""
+    if models is None:
+        return {}
+    pairs = models.items() if isinstance(models, Mapping) else [part.partition("=")[::2] for part in models.split(",")]
+    found: dict[str, Path] = {}
+    for role, folder in ((str(r).strip(), str(f).strip()) for r, f in pairs):
+        if role not in ROLES or not folder or role in found:
+            raise UserError(f"models {models!r}: expected {MODELS_USAGE}")
+        found[role] = resolve_model(folder).resolve()
+    return found
+
+
+def opened(role: str, folder: Path) -> tuple[nn.Module, object]:
+    """The model and tokenizer of ``folder``, refused in one line where ``role`` cannot read it."""
+    model, tokenizer = load(folder)
+    if tokenizer is None:
+        raise UserError(f"models: {role}={folder} has no tokenizer.json, so no text can be read")
+    if model.cfg.kind.encoder_only != (role == "cross"):
+        raise UserError(f"models: {role}={folder} holds a model of family {model.cfg.family} (the cross-encoder "
+                        "reads an encoder, the generative reranker a decoder or an encoder-decoder)")
+    return model, tokenizer
+
+
+def recipe_of(folder: Path) -> dict:
+    """The fine-tune settings a folder gets beyond the scale's: a pretrained body's where it is an HF folder."""
+    return PRETRAINED if "model_type" in read_json(folder / CONFIG_FILE) else {}
+
+
+def arms(models: str | Mapping[str, str] | None = None) -> tuple[Arm, ...]:
+    """The arms still to pretrain here: each role's, unless ``models`` gives it a folder."""
+    given = checkpoints(models)
+    for role, folder in given.items():
+        opened(role, folder)  # a folder that does not load, or a body its role cannot read: one line, before anything
+    return tuple(arm for role, arm in ROLES.items() if role not in given)
+
+
+def rerankers(setup: Setup, seed: int, model: nn.Module, tokenizer, role: str, settings: dict) -> dict:
+    """``{system: evaluate_reranker record}`` of ``model`` fine-tuned as ``role`` on the seed's queries (the
+    user's rerank task, else the plays'), over the same top-``CANDIDATES``; a generative one is read both ways."""
+    cfg, data = task_setting(setup, "rerank", seed)
+    cfg = replace(cfg, candidates=CANDIDATES, reranker=role, **settings)
+    label = CROSS if role == "cross" else SCORES
+    result = run_task(cfg, model, tokenizer, setup.exp.runtime, data=data, label=label)
+    measured = {label: {**result.record, "settings": {"lr": cfg.lr, "head_lr": cfg.head_lr, "steps": cfg.steps,
+                                                      "batch_size": cfg.batch_size, "max_len": cfg.max_len}}}
+    if role == "generative":
         test, candidates = result.test
-        writes = judging_scorer(result.model, run.tokenizer, result.record["max_len"])
+        writes = judging_scorer(result.model, tokenizer, result.record["max_len"])
         measured[WRITES] = evaluate_reranker(writes, test, candidates, WRITES, progress=False, seed=seed)
     return measured
 
 
+def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
+    """The arm's rerankers on the seed's queries: the encoder a cross-encoder, the decoder both generative ways."""
+    run = setup.exp.load(name)
+    role = next(role for role, of in ROLES.items() if of.key == arm.key)
+    return rerankers(setup, seed, run.model, run.tokenizer, role, {})
+
+
+def measure_folders(setup: Setup, names: dict[str, str], seed: int) -> dict:
+    """The rerankers started from the folders given (``models``) for ``seed``, and which folders those were."""
+    given = checkpoints(setup.options.get("models"))
+    systems, bodies = {}, {}
+    for role, folder in given.items():
+        model, tokenizer = opened(role, folder)
+        bodies[role] = {"folder": str(folder), "parameters": parameter_breakdown(model)["total"]}
+        systems.update(rerankers(setup, seed, model, tokenizer, role, recipe_of(folder)))
+    return {"bodies": bodies, "systems": systems}
+
+
+def by_system(m: Measured) -> dict[str, list[dict]]:
+    """Each reranker's records, one a seed, from the arm pretrained here or the folder given."""
+    measured = [records for arm in m.arms for records in m.measured[TOKENS][arm.key]]
+    given = {role: str(folder) for role, folder in checkpoints(m.setup.options.get("models")).items()} \
+        if m.per_seed else {}
+    for seed, joint in sorted(m.per_seed.items()):
+        if {role: body["folder"] for role, body in joint["bodies"].items()} != given:  # a folder's earlier steps
+            raise UserError(f"{m.setup.exp.out} holds seed {seed}'s rerankers from other folders than models "
+                            f"{given or 'none'}; use --overwrite or another --out")
+        measured.append(joint["systems"])
+    return {system: [records[system] for records in measured if system in records] for system in (CROSS, SCORES, WRITES)}
+
+
 def tabulate(m: Measured) -> tuple[dict, list]:
-    runs = {arm.key: m.measured[TOKENS][arm.key] for arm in m.arms}
-    by_system = {CROSS: [r[CROSS] for r in runs[MLM_ENCODER.key]], SCORES: [r[SCORES] for r in runs[CLM_DECODER.key]],
-                 WRITES: [r[WRITES] for r in runs[CLM_DECODER.key]]}
-    first = by_system[CROSS]  # the baselines are the same candidates whoever reranks them
+    records = by_system(m)
+    first = records[CROSS]  # the baselines are the same candidates whoever reranks them
 
     def per_system(get, baselines: dict | None = None) -> dict[str, list[float]]:
-        values = {system: [get(r) for r in records] for system, records in by_system.items()}
+        values = {system: [get(r) for r in records] for system, records in records.items()}
         return {system: values.get(system, (baselines or {}).get(system, [])) for system in SYSTEMS}
 
     ndcg = per_system(lambda r: r["ndcg@10"], {FIRST: [mean(r["per_query"]["first_stage_ndcg@10"]) for r in first],
@@ -121,14 +216,38 @@ def summary(m: Measured, metrics: dict) -> str:
 
 
 def notes(m: Measured) -> list[str]:
+    user = m.setup.plan.task_of("rerank") if m.setup.plan is not None else None
+    queries = (f"the {user.test_rows} test queries of the user's task {user.spec.name} ({user.spec.flag()})" if user
+               else f"{m.setup.recipe.tasks['rerank'].test_queries} ICT queries of the test plays per seed")
     return [
-        (f"First stage: BM25 over lowercased words, top {CANDIDATES} of the test plays' speeches for "
-         f"{m.setup.recipe.tasks['rerank'].test_queries} ICT queries per seed; the same candidates for every reranker. "
-         "Training negatives: BM25's top wrong speeches for the train queries."),
+        (f"First stage: BM25 over lowercased words, its top {CANDIDATES} for {queries}; the same candidates for "
+         "every reranker. Training negatives: BM25's top wrong documents for the train queries."),
+        *bodies(m, by_system(m)),
         ("The writing reranker generates up to 4 tokens greedily after each candidate's prompt and counts 'yes' "
          "as relevant; ties keep BM25's order. Latency: wall-clock per query over all its candidates, batch 50, "
          "on this machine."),
     ]
+
+
+def bodies(m: Measured, records: dict[str, list[dict]]) -> list[str]:
+    """Where each reranker's body came from, its size and its fine-tuning recipe; the size ratio where they differ."""
+    sizes, lines = {}, []
+    for role, system, name in (("cross", CROSS, "cross-encoder"), ("generative", SCORES, "generative reranker")):
+        joint = next(iter(m.per_seed.values()), {"bodies": {}})["bodies"].get(role)
+        arm = ROLES[role]
+        sizes[role] = joint["parameters"] if joint else m.parameters[arm.label]["total"]
+        origin = f"the folder {joint['folder']}" if joint else f"the {arm.label} pretrained here at this scale"
+        recipe = records[system][0]["settings"]
+        head = f" and its fresh head at {recipe['head_lr']:g}" if role == "cross" else ""  # a decoder scores a token
+        lines.append(f"The {name}'s body: {origin}, {sizes[role] / 1e6:.2f} M parameters, fine-tuned "
+                     f"{recipe['steps']} steps of {recipe['batch_size']} queries at lr {recipe['lr']:g}{head}, reading "
+                     f"at most {recipe['max_len']} tokens a pair.")
+    ratio = max(sizes.values()) / max(min(sizes.values()), 1)
+    if ratio > SIZE_RATIO:
+        lines.append(f"The two bodies differ in size by a factor of {ratio:.0f}: the verdict compares these "
+                     "checkpoints, not the families. No pretrained decoder ships on this machine, so without a "
+                     "generative folder the decoder is the one pretrained here.")
+    return lines
 
 
 ABLATION = Study(
@@ -136,6 +255,7 @@ ABLATION = Study(
     title="Ablation reranker: a cross-encoder vs a generative reranker over the same candidates",
     rules=(Rule(("Over the same top-100 candidates, a cross-encoder reranks at least as well as a generative "
                 "reranker that writes its judgement, at a much lower p99 latency."), RULE, judge),),
-    step="rerank", arms=lambda: (MLM_ENCODER, CLM_DECODER), measure=measure, tabulate=tabulate, summary=summary,
-    notes=notes, axes=(TOKENS,), columns=lambda arms: list(SYSTEMS), extra_rows=False,
+    step="rerank", arms=arms, measure=measure, tabulate=tabulate, summary=summary, notes=notes, options=("models",),
+    per_seed=("rerank-folders", measure_folders), reads=("rerank",), axes=(TOKENS,),
+    columns=lambda arms: list(SYSTEMS), extra_rows=False,
     meaning=lambda m: {NDCG: (True, None), P99: (False, None)})  # the baselines are columns (random order, first stage)
