@@ -13,8 +13,9 @@ from maskwise.data.corpus import make_corpus
 from maskwise.data.tokenizers import build_tokenizer
 from maskwise.experiments.arms import Arm
 from maskwise.experiments.claims import Evidence, rows_of
-from maskwise.experiments.compare import COMPARE, FAMILIES, blank_filling, columns_of
+from maskwise.experiments.compare import COMPARE, FAMILIES, columns_of
 from maskwise.experiments.compare_report import best_cell, standing
+from maskwise.experiments.held_out import blank_filling
 from maskwise.model.transformer import build_model
 from maskwise.recipes import DEFAULT
 from tests.report_checks import check_report_html

@@ -14,18 +14,18 @@ from maskwise.config import preset
 from maskwise.data.corpus import make_corpus
 from maskwise.data.tokenizers import build_tokenizer
 from maskwise.errors import UserError
-from maskwise.experiments.candidates import (
+from maskwise.experiments.candidates import size_warning
+from maskwise.experiments.checkpoints import (
     PRETRAINED_BODY_LR,
     ModelsExperiment,
     ModelSpec,
     model_tables,
     open_models,
     parse_model,
-    size_warning,
 )
 from maskwise.experiments.claims import RULES, Evidence, rows_of
-from maskwise.experiments.compare import language_modelling
 from maskwise.experiments.compare_report import best_cell, standing
+from maskwise.experiments.held_out import language_modelling
 from maskwise.experiments.verdict import HELD, NOT_MEASURED
 from maskwise.interop.hf_export import export_hf
 from maskwise.model.transformer import build_model

@@ -10,14 +10,16 @@ from maskwise.data.user_tasks import TaskSpec, checked_spec, parse_task
 from maskwise.errors import UserError
 from maskwise.experiments.ablations.registry import checked, run_ablation
 from maskwise.experiments.candidates import (
-    ModelSpec,
     expected_steps,
-    model_tables,
-    open_models,
-    parse_model,
     plan_text,
     run_models,
     with_models,
+)
+from maskwise.experiments.checkpoints import (
+    ModelSpec,
+    model_tables,
+    open_models,
+    parse_model,
 )
 from maskwise.experiments.compare import columns_of, plan_of, time_plan
 from maskwise.experiments.compare import run_compare as compare_experiment

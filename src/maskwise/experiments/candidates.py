@@ -28,32 +28,29 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import random
-import re
 import statistics
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
-import torch
-from torch.profiler import ProfilerActivity, profile
-
-from maskwise import runs
 from maskwise.data.corpus import SHAKESPEARE
 from maskwise.data.sources import open_data
 from maskwise.data.user_tasks import UserTask
 from maskwise.errors import UserError
 from maskwise.experiments.arms import WALL, Arm, Setup
+from maskwise.experiments.checkpoints import (
+    FRESH_HEAD_LR,
+    PRETRAINED_BODY_LR,
+    Candidate,
+    ModelsExperiment,
+)
 from maskwise.experiments.claims import PLAYS_TASKS, CompareRow, variant_key
 from maskwise.experiments.compare import (
     COMPARE,
     HELD_OUT_S,
     TTFT_S,
     ComparePlan,
-    column_of,
-    held_out_text,
     task_measures,
 )
 from maskwise.experiments.compare_report import (
@@ -66,317 +63,25 @@ from maskwise.experiments.compare_report import (
 )
 from maskwise.experiments.eta import Expected, Ledger, probe
 from maskwise.experiments.framework import Measured, conduct, write
-from maskwise.experiments.runner import Experiment
-from maskwise.families import FAMILIES, Family
-from maskwise.interop import folders
-from maskwise.interop.hf_keys import ARCHITECTURES
-from maskwise.interop.pretrained import MINILM_NAMES, resolve_model
+from maskwise.experiments.serving import (
+    COST_BATCH,
+    COST_CHARS,
+    percentile,
+    serving_costs,
+)
 from maskwise.model.accounting import parameter_breakdown
 from maskwise.model.transformer import build_model
-from maskwise.objectives.span import decoder_start_id
-from maskwise.padding import pad
 from maskwise.recipes import CompareSettings, pretrain_settings
 from maskwise.runtime import Runtime
 from maskwise.tasks.classify import zero_shot_classify
-from maskwise.tasks.finetune import FinetuneConfig
-from maskwise.tasks.generate import GenerationConfig, generate
-from maskwise.tasks.reading import frame
 from maskwise.tasks.registry import READ_THEN_WRITE, TASKS
-from maskwise.tasks.seq2seq import source_ids
 from maskwise.train.pretrain import PretrainConfig, model_config
 
-PRETRAINED_BODY_LR = 2e-5  # BERT's fine-tuning range is 1e-5 to 5e-5; higher erases what pretraining learned
-FRESH_HEAD_LR = 1e-3  # a head initialised from nothing takes steps this large from the start
-BODIES = ("pretrained", "scratch")
 SIZE_FACTOR = 3.0  # models further apart in parameters than this: the verdicts compare checkpoints, not families
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a column, a file name and a step name at once
-HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 ORDERS = {1: "one order of magnitude", 2: "two orders of magnitude", 3: "three orders of magnitude"}
-COST_CHARS = 200  # characters of held-out text per timed item: a sentence or two, what one request carries
-COST_BATCH = 32  # items per call when throughput is timed
-WARM_UP = 3  # calls before any timing, not kept (the first calls allocate and pick kernels)
-LATENCY_CALLS = 100  # timed calls at batch 1: p99 is then the second slowest, not the slowest alone
 PROMPT = "{text}\nlabel:"  # a classification by prompting: each label scored as the continuation " <label>"
 SHOTS = 1  # training examples per label ahead of the text in the few-shot prompt
 PROMPTED = ("zero-shot", "few-shot")
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """One ``--model NAME=PATH[,family=F][,body=B]`` (or a config file's ``[[model]]`` table), not yet opened."""
-
-    name: str
-    path: str
-    family: str | None = None  # None: the model's own
-    body: str | None = None  # "pretrained" or "scratch"; None: by the folder (an HF folder pretrained, a run scratch)
-
-    def flag(self) -> str:
-        return self.name + "=" + ",".join([self.path, *(f"{key}={getattr(self, key)}" for key in ("family", "body")
-                                                        if getattr(self, key) is not None)])
-
-
-def checked_model(values: dict, where: str) -> ModelSpec:
-    """A model's keys (name, path, family, body) checked: one line naming ``where`` for any fault."""
-    unknown = sorted(set(values) - {"name", "path", "family", "body"})
-    if unknown:
-        raise UserError(f"{where}: unknown key(s) {', '.join(unknown)} (known: name, path, family, body)")
-    if not all(isinstance(values.get(key), str) and values[key] for key in ("name", "path")):
-        raise UserError(f"{where}: needs a name and a path, as NAME=PATH")
-    if not NAME.fullmatch(values["name"]):
-        raise UserError(f"{where}: name {values['name']!r} must be letters, digits, '.', '_' or '-'")
-    if values.get("family") is not None and values["family"] not in FAMILIES:
-        raise UserError(f"{where}: family must be one of {', '.join(FAMILIES)}, got {values['family']!r}")
-    if values.get("body") is not None and values["body"] not in BODIES:
-        raise UserError(f"{where}: body must be one of {', '.join(BODIES)}, got {values['body']!r}")
-    return ModelSpec(values["name"], values["path"], values.get("family"), values.get("body"))
-
-
-def parse_model(value: str) -> ModelSpec:
-    """``NAME=PATH[,family=F][,body=B]`` as a ``ModelSpec``."""
-    name, equals, rest = value.partition("=")
-    path, *options = rest.split(",")
-    values: dict = {"name": name, "path": path} if equals else {}
-    for option in options:
-        key, equals, setting = option.partition("=")
-        if not equals:
-            raise UserError(f"--model {value}: {option!r} is not KEY=VALUE (family=, body=)")
-        values[key] = setting
-    return checked_model(values, f"--model {value}")
-
-
-def model_tables(tables, path: str) -> list[ModelSpec]:
-    """A config file's ``[[model]]`` tables (the ``--model`` flag's keys: name, path, family, body)."""
-    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
-        raise UserError(f"compare config {path}: model must be an array of tables ([[model]]), got {tables!r}")
-    return [checked_model(table, f"compare config {path}, model {i + 1}") for i, table in enumerate(tables)]
-
-
-def hub_cache() -> Path:
-    """Where HF keeps downloaded models: ``HF_HUB_CACHE``, else ``HF_HOME``/hub, else ~/.cache/huggingface/hub."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")) / "huggingface"
-    return Path(home).expanduser() / "hub"
-
-
-def cached_snapshot(name: str) -> Path | None:
-    """The folder of hub model ``org/name`` in the local HF cache (the revision ``refs/main`` names, else its one
-    snapshot), or None: read from disk only, nothing downloads."""
-    folder = hub_cache() / f"models--{name.replace('/', '--')}"
-    main = folder / "refs" / "main"
-    if main.is_file():
-        snapshot = folder / "snapshots" / main.read_text().strip()
-        return snapshot if snapshot.is_dir() else None
-    snapshots = sorted(p for p in (folder / "snapshots").glob("*") if p.is_dir())
-    return snapshots[0] if len(snapshots) == 1 else None
-
-
-def resolve_folder(spec: ModelSpec) -> Path:
-    """The folder behind a model's path: a path that exists, all-MiniLM-L6-v2 by name (its package's folder), or a
-    hub name in the local HF cache."""
-    path = Path(spec.path).expanduser()
-    if path.exists():
-        if not path.is_dir():
-            raise UserError(f"--model {spec.name}: {spec.path} is a file; give a model's folder")
-        return path
-    if spec.path in MINILM_NAMES:
-        return resolve_model(spec.path)
-    if HUB_NAME.fullmatch(spec.path):
-        found = cached_snapshot(spec.path)
-        if found is None:
-            raise UserError(f"--model {spec.name}: {spec.path} is neither a folder nor in the local HF cache "
-                            f"({hub_cache()}); maskwise downloads nothing: give the model's folder")
-        return found
-    raise UserError(f"--model {spec.name}: no such folder {spec.path}")
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A model given to compare, opened and checked: what its column needs without holding its weights."""
-
-    name: str
-    folder: Path
-    family: str  # the family the claims count it as: its model's, or the one ``family=`` gave
-    kind: Family  # how its model reads (``ModelConfig.kind``)
-    hf: bool  # an HF folder (else a maskwise run folder)
-    scratch: bool  # its body was trained from scratch: fine-tuned at the recipe's rates
-    objective: str  # how its pretraining asked for a blank (an encoder-decoder's: span for T5, denoise for BART)
-    no_lm_head: str | None  # the report's cell for the rows that need a vocabulary head it lacks; None: it has one
-    parameters: dict  # ``parameter_breakdown`` of its model
-    context: int  # the tokens its (encoder) stack reads
-
-    def fine_tuning(self, cfg: FinetuneConfig) -> FinetuneConfig:
-        """The one rule (the module docstring): the scale's config, its rates replaced for a pretrained body."""
-        return cfg if self.scratch else replace(cfg, lr=PRETRAINED_BODY_LR, head_lr=FRESH_HEAD_LR)
-
-    @property
-    def rate(self) -> str:
-        return ("the scale's rates (a body trained from scratch)" if self.scratch else
-                f"body {PRETRAINED_BODY_LR:g}, fresh head {FRESH_HEAD_LR:g} (a pretrained body)")
-
-    def described(self) -> dict:
-        return {"name": self.name, "folder": str(self.folder), "family": self.family, "reads_as": self.kind.name,
-                "hf": self.hf, "scratch": self.scratch}
-
-
-def lm_head_of(folder: Path, config: dict) -> str | None:
-    """Why an HF folder's class has no vocabulary head (a base model such as ``BertModel``, a task class, an RTD
-    discriminator: its tied projection onto the vocabulary was never trained to predict), or None."""
-    if "model_type" not in config:
-        return None  # a maskwise run: its pretraining objective trained its head
-    name = (config.get("architectures") or [""])[0]
-    arch = ARCHITECTURES.get(name)
-    if arch is None or arch.base_prefix or arch.head in ("task", "rtd"):
-        return f"cannot: no LM head (an HF {name or 'base model'} folder)"
-    return None
-
-
-def open_model(spec: ModelSpec) -> Candidate:
-    """``spec``'s folder opened as compare will open it (``interop.folders.load``) and checked, or one line."""
-    folder = resolve_folder(spec)
-    try:
-        model, tokenizer = folders.load(folder)
-    except UserError as error:
-        raise UserError(f"--model {spec.name}: {error}") from None
-    if tokenizer is None:
-        raise UserError(f"--model {spec.name}: {folder} has no tokenizer.json, so no task can be read by it")
-    if not hasattr(model, "read"):
-        raise UserError(f"--model {spec.name}: {folder} holds no body that reads a text (an ELECTRA discriminator)")
-    config = runs.read_json(folder / runs.CONFIG_FILE)
-    hf, kind = "model_type" in config, model.cfg.kind
-    objective = (("denoise" if config["model_type"] == "bart" else kind.objective) if hf
-                 else config.get("objective", kind.objective))
-    return Candidate(spec.name, folder, spec.family or kind.name, kind, hf,
-                     spec.body == "scratch" if spec.body else not hf, objective, lm_head_of(folder, config),
-                     parameter_breakdown(model), model.cfg.max_seq_len)
-
-
-def open_models(specs: Sequence[ModelSpec]) -> tuple[Candidate, ...]:
-    """Every model opened and checked, names distinct: all before anything is written or run."""
-    names = [s.name for s in specs]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise UserError(f"--model names {', '.join(twice)} more than once; each model needs its own name")
-    return tuple(open_model(spec) for spec in specs)
-
-
-class ModelsExperiment(Experiment):
-    """compare's experiment folder with the given models in place of its pretraining runs: a column's run for a seed
-    (``<name>-seed<N>``) is its model's folder, opened as it is; nothing is pretrained."""
-
-    def __init__(self, out, overwrite: bool, runtime: Runtime | None, models: Sequence[Candidate]):
-        super().__init__(out, overwrite, runtime)
-        self.models = {c.name: c for c in models}
-
-    def model_of(self, name: str) -> Candidate:
-        return self.models[column_of(name)]
-
-    def pretrain(self, name: str, progress: bool = False, **settings) -> dict:
-        """The column's "run": no curve; its ``run_dir`` names the run (``arms.run_name``), its folder is the model's."""
-        model = self.model_of(name)
-        return self.step(f"model-{name}", lambda: {
-            "name": name, "run_dir": str(super(ModelsExperiment, self).run_dir(name)), "curve": [],
-            "parameters": model.parameters["total"],
-            "settings": {"seed": settings["seed"], "family": model.family, "objective": model.objective,
-                         "folder": str(model.folder)}})
-
-    def run_dir(self, name: str) -> Path:
-        return self.model_of(name).folder
-
-    def load(self, name: str) -> runs.Run:
-        model = self.model_of(name)
-        body, tokenizer = folders.load(model.folder)
-        body.to(self.runtime.torch_device)
-        return runs.Run(model.folder, body, tokenizer, {"objective": model.objective})
-
-    def kind(self, name: str) -> Family:
-        return self.model_of(name).kind
-
-
-# ---- what each costs to serve ------------------------------------------------------------------------
-
-
-def _percentile(values: Sequence[float], share: float) -> float:
-    """The nearest-rank percentile: of 100 timings, p99 is the second slowest."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(share * len(ordered)) - 1))]
-
-
-def _timed(call, repeats: int, device: torch.device) -> list[float]:
-    """Seconds of each of ``repeats`` calls after ``WARM_UP`` untimed ones, a GPU's queue drained in each."""
-
-    def done() -> None:
-        call()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)  # the call has only queued its kernels until then
-
-    for _ in range(WARM_UP):
-        done()
-    seconds = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        done()
-        seconds.append(time.perf_counter() - started)
-    return seconds
-
-
-def peak_memory(call, device: torch.device) -> tuple[float, str]:
-    """(MB of tensors ``call`` allocated, at their peak, beyond what was held before; how it was measured): the CUDA
-    allocator's peak on a GPU; on a CPU the running sum of the profiler's allocation and free events in time order
-    (the process' resident set says nothing here: a batch reuses memory earlier fine-tunes left resident)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        before = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        call()
-        torch.cuda.synchronize(device)
-        return ((torch.cuda.max_memory_allocated(device) - before) / 2**20,
-                "CUDA allocator peak above what it held before: the weights")
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiled:
-        call()
-    live = peak = 0
-    for event in sorted(profiled.events(), key=lambda e: e.time_range.start):
-        # a free outside any op is its own "[memory]" event; an op's own allocations less its frees, its self usage
-        live += event.cpu_memory_usage if event.name == "[memory]" else event.self_cpu_memory_usage
-        peak = max(peak, live)
-    return peak / 2**20, "peak of the tensors allocated during the batch, from torch.profiler's memory events"
-
-
-@torch.no_grad()
-def serving_costs(setup: Setup, name: str, seed: int) -> dict:
-    """What the model costs to serve, measured here, warmed up (``WARM_UP`` calls first), on items of
-    ``COST_CHARS`` characters of the held-out text, each read through its own tokenizer and cut to its context:
-    latency per item at batch 1 (p50, p99 of ``LATENCY_CALLS`` calls: reading for every model, the first token
-    of an answer for a writer), throughput at batch ``COST_BATCH`` (items/s), and the peak memory of one such batch."""
-    s, run = setup.scale, setup.exp.load(name)
-    model, tok, device = run.model.eval(), run.tokenizer, setup.exp.runtime.torch_device
-    text = held_out_text(s.held_out_chars, setup.plan.data)
-    items = [text[i:i + COST_CHARS] for i in range(0, max(len(text) - COST_CHARS // 2, 1), COST_CHARS)]
-    family = model.cfg.kind.name
-    reads = [frame(tok, tok.encode(item)[:model.cfg.max_seq_len - 2], family) for item in items]
-    batch = [reads[i % len(reads)] for i in range(COST_BATCH)]
-    ids, mask = pad(batch, tok.pad_id, "right", device)  # (B, T) each
-    at = iter(range(10**9))
-
-    def read_one() -> None:
-        x, m = pad([reads[next(at) % len(reads)]], tok.pad_id, "right", device)  # (1, T) each
-        model.read(x, m)
-
-    with setup.exp.runtime.inference().autocast():
-        latency = _timed(read_one, LATENCY_CALLS, device)
-        batches = _timed(lambda: model.read(ids, mask), 5, device)
-        memory, how = peak_memory(lambda: model.read(ids, mask), device)
-        costs = {"read_ms": [1000 * t for t in latency], "items_per_s": COST_BATCH / statistics.median(batches),
-                 "peak_mb": memory, "memory_measured": how, "items": len(items),
-                 "weights_mb": sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20}
-        if cannot(model.cfg.kind, "ttft") is None:
-            one = GenerationConfig(max_new_tokens=1)
-            sources = [source_ids(model, tok, item, 8) for item in items]
-            first = iter(range(10**9))
-            costs["first_token_ms"] = [1000 * t for t in _timed(
-                lambda: generate(model, [sources[next(first) % len(sources)]], one, tok.eos_id, tok.pad_id,
-                                 decoder_start_id(tok)), LATENCY_CALLS, device)]
-    return costs
 
 
 # ---- a writer classifies by prompting ------------------------------------------------------------------
@@ -569,7 +274,7 @@ def notes(m: Measured) -> list[str]:
 
 
 def _ms(values: Sequence[float]) -> str:
-    return f"{_percentile(values, 0.5):.2f} / {_percentile(values, 0.99):.2f}"
+    return f"{percentile(values, 0.5):.2f} / {percentile(values, 0.99):.2f}"
 
 
 def sections(m: Measured) -> dict:
@@ -607,7 +312,7 @@ def sections(m: Measured) -> dict:
                    if ("first_token_ms" if writes else "read_ms") in costs[n]}
         points[row.label] = {"higher": row.higher, "latency": "first token" if writes else "reading",
                              "points": {n: [sum(map(sum, scores[n])) / sum(map(len, scores[n])),
-                                            _percentile(latency[n], 0.99)] for n in latency}}
+                                            percentile(latency[n], 0.99)] for n in latency}}
     return {"costs": {"columns": ["cost", *names], "rows": rows}, "quality_cost": points}
 
 

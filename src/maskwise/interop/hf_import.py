@@ -30,7 +30,6 @@ from maskwise.interop.hf_keys import (
     HEAD_KEYS,
     KEY_MAP,
     MODERNBERTS,
-    REFUSED_ARCHITECTURES,
     TASK_CLASSES_KEY,
     TASK_OF,
     UNUSED,
@@ -47,6 +46,21 @@ from maskwise.runs import CONFIG_FILE, load_weights_into, read_json, read_safete
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
+
+
+# Decoders users have whose block is not maskwise's, and what it lacks (import names it instead of
+# "unsupported"). Checked against transformers' modeling code, not against any pretrained weights.
+_QK_NORM = "per-head RMSNorm of queries and keys (q_norm, k_norm), which maskwise's attention does not have"
+_GEMMA_NORM = "RMSNorm scaled by 1 + weight (maskwise's scales by weight)"
+_MOE = "mixture-of-experts MLPs (maskwise has one dense FFN per layer)"
+REFUSED_ARCHITECTURES = {
+    "Qwen3ForCausalLM": _QK_NORM, "Qwen3Model": _QK_NORM,
+    "Qwen2MoeForCausalLM": _MOE, "Qwen3MoeForCausalLM": _MOE, "MixtralForCausalLM": _MOE,
+    "GemmaForCausalLM": _GEMMA_NORM, "GemmaModel": _GEMMA_NORM,
+    "Gemma2ForCausalLM": f"{_GEMMA_NORM}, a norm after each attention and MLP as well as before, and tanh "
+                         f"soft-capping of attention scores and logits",
+    "Gemma3ForCausalLM": f"{_GEMMA_NORM}, a norm after each attention and MLP as well as before, and {_QK_NORM}",
+}
 
 
 def read_hf_folder(folder: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:

@@ -74,20 +74,6 @@ ARCHITECTURES = {
     **{name: Architecture(column, "task") for name, (column, _) in TASK_OF.items()},
 }
 
-# Decoders users have whose block is not maskwise's, and what it lacks (import names it instead of
-# "unsupported"). Checked against transformers' modeling code, not against any pretrained weights.
-_QK_NORM = "per-head RMSNorm of queries and keys (q_norm, k_norm), which maskwise's attention does not have"
-_GEMMA_NORM = "RMSNorm scaled by 1 + weight (maskwise's scales by weight)"
-_MOE = "mixture-of-experts MLPs (maskwise has one dense FFN per layer)"
-REFUSED_ARCHITECTURES = {
-    "Qwen3ForCausalLM": _QK_NORM, "Qwen3Model": _QK_NORM,
-    "Qwen2MoeForCausalLM": _MOE, "Qwen3MoeForCausalLM": _MOE, "MixtralForCausalLM": _MOE,
-    "GemmaForCausalLM": _GEMMA_NORM, "GemmaModel": _GEMMA_NORM,
-    "Gemma2ForCausalLM": f"{_GEMMA_NORM}, a norm after each attention and MLP as well as before, and tanh "
-                         f"soft-capping of attention scores and logits",
-    "Gemma3ForCausalLM": f"{_GEMMA_NORM}, a norm after each attention and MLP as well as before, and {_QK_NORM}",
-}
-
 # Export writes the task class (the one AutoModelForMaskedLM / CausalLM / Seq2SeqLM loads), and an
 # encoder-decoder's encoder half (no vocabulary head of its own) as the base class.
 EXPORT_CLASS = {

@@ -14,11 +14,6 @@ from dataclasses import dataclass
 
 from maskwise.data.corpus import SHAKESPEARE
 from maskwise.experiments.arms import Arm, Setup
-from maskwise.experiments.compare import (
-    held_out_text,
-    train_token_counts,
-    unigram_nats_per_char,
-)
 from maskwise.experiments.framework import (
     RECALL,
     TAG_F1,
@@ -29,6 +24,11 @@ from maskwise.experiments.framework import (
     key,
     table_row,
     winner_text,
+)
+from maskwise.experiments.held_out import (
+    held_out_text,
+    train_token_counts,
+    unigram_nats_per_char,
 )
 from maskwise.experiments.report import fmt_stat
 from maskwise.experiments.verdict import compare, mean_and_spread

@@ -27,7 +27,7 @@ from torch import nn
 from maskwise.errors import UserError
 from maskwise.experiments.ablations.jobs import CLM_DECODER, MLM_ENCODER
 from maskwise.experiments.arms import TOKENS, Arm, Setup
-from maskwise.experiments.candidates import FRESH_HEAD_LR, PRETRAINED_BODY_LR
+from maskwise.experiments.checkpoints import FRESH_HEAD_LR, PRETRAINED_BODY_LR
 from maskwise.experiments.framework import (
     Measured,
     Rule,

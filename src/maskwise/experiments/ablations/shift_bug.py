@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 from maskwise.data.corpus import SHAKESPEARE
 from maskwise.experiments.arms import AXES, TOKENS, Arm, Setup
-from maskwise.experiments.compare import held_out_text
 from maskwise.experiments.framework import (
     Measured,
     Rule,
@@ -18,6 +17,7 @@ from maskwise.experiments.framework import (
     on_both_axes,
     table_row,
 )
+from maskwise.experiments.held_out import held_out_text
 from maskwise.experiments.verdict import compare
 from maskwise.tasks.fill_mask import decoder_nats_per_char
 from maskwise.tasks.generate import GenerationConfig, generate

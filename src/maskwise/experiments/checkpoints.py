@@ -1,0 +1,224 @@
+"""The checkpoints ``compare --model`` measures: ``--model NAME=PATH[,family=F][,body=B]`` read and checked, a hub
+name found in the local HF cache (offline), each folder opened before anything runs, and the experiment folder whose
+"runs" are those folders, opened as they are (nothing is pretrained). ``ablate reranker --model`` opens its folders
+and takes its learning rates here too."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from maskwise import runs
+from maskwise.errors import UserError
+from maskwise.experiments.compare import (
+    column_of,
+)
+from maskwise.experiments.runner import Experiment
+from maskwise.families import FAMILIES, Family
+from maskwise.interop import folders
+from maskwise.interop.hf_keys import ARCHITECTURES
+from maskwise.interop.pretrained import MINILM_NAMES, resolve_model
+from maskwise.model.accounting import parameter_breakdown
+from maskwise.runtime import Runtime
+from maskwise.tasks.finetune import FinetuneConfig
+
+PRETRAINED_BODY_LR = 2e-5  # BERT's fine-tuning range is 1e-5 to 5e-5; higher erases what pretraining learned
+FRESH_HEAD_LR = 1e-3  # a head initialised from nothing takes steps this large from the start
+BODIES = ("pretrained", "scratch")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a column, a file name and a step name at once
+HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One ``--model NAME=PATH[,family=F][,body=B]`` (or a config file's ``[[model]]`` table), not yet opened."""
+
+    name: str
+    path: str
+    family: str | None = None  # None: the model's own
+    body: str | None = None  # "pretrained" or "scratch"; None: by the folder (an HF folder pretrained, a run scratch)
+
+    def flag(self) -> str:
+        return self.name + "=" + ",".join([self.path, *(f"{key}={getattr(self, key)}" for key in ("family", "body")
+                                                        if getattr(self, key) is not None)])
+
+
+def checked_model(values: dict, where: str) -> ModelSpec:
+    """A model's keys (name, path, family, body) checked: one line naming ``where`` for any fault."""
+    unknown = sorted(set(values) - {"name", "path", "family", "body"})
+    if unknown:
+        raise UserError(f"{where}: unknown key(s) {', '.join(unknown)} (known: name, path, family, body)")
+    if not all(isinstance(values.get(key), str) and values[key] for key in ("name", "path")):
+        raise UserError(f"{where}: needs a name and a path, as NAME=PATH")
+    if not NAME.fullmatch(values["name"]):
+        raise UserError(f"{where}: name {values['name']!r} must be letters, digits, '.', '_' or '-'")
+    if values.get("family") is not None and values["family"] not in FAMILIES:
+        raise UserError(f"{where}: family must be one of {', '.join(FAMILIES)}, got {values['family']!r}")
+    if values.get("body") is not None and values["body"] not in BODIES:
+        raise UserError(f"{where}: body must be one of {', '.join(BODIES)}, got {values['body']!r}")
+    return ModelSpec(values["name"], values["path"], values.get("family"), values.get("body"))
+
+
+def parse_model(value: str) -> ModelSpec:
+    """``NAME=PATH[,family=F][,body=B]`` as a ``ModelSpec``."""
+    name, equals, rest = value.partition("=")
+    path, *options = rest.split(",")
+    values: dict = {"name": name, "path": path} if equals else {}
+    for option in options:
+        key, equals, setting = option.partition("=")
+        if not equals:
+            raise UserError(f"--model {value}: {option!r} is not KEY=VALUE (family=, body=)")
+        values[key] = setting
+    return checked_model(values, f"--model {value}")
+
+
+def model_tables(tables, path: str) -> list[ModelSpec]:
+    """A config file's ``[[model]]`` tables (the ``--model`` flag's keys: name, path, family, body)."""
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise UserError(f"compare config {path}: model must be an array of tables ([[model]]), got {tables!r}")
+    return [checked_model(table, f"compare config {path}, model {i + 1}") for i, table in enumerate(tables)]
+
+
+def hub_cache() -> Path:
+    """Where HF keeps downloaded models: ``HF_HUB_CACHE``, else ``HF_HOME``/hub, else ~/.cache/huggingface/hub."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")) / "huggingface"
+    return Path(home).expanduser() / "hub"
+
+
+def cached_snapshot(name: str) -> Path | None:
+    """The folder of hub model ``org/name`` in the local HF cache (the revision ``refs/main`` names, else its one
+    snapshot), or None: read from disk only, nothing downloads."""
+    folder = hub_cache() / f"models--{name.replace('/', '--')}"
+    main = folder / "refs" / "main"
+    if main.is_file():
+        snapshot = folder / "snapshots" / main.read_text().strip()
+        return snapshot if snapshot.is_dir() else None
+    snapshots = sorted(p for p in (folder / "snapshots").glob("*") if p.is_dir())
+    return snapshots[0] if len(snapshots) == 1 else None
+
+
+def resolve_folder(spec: ModelSpec) -> Path:
+    """The folder behind a model's path: a path that exists, all-MiniLM-L6-v2 by name (its package's folder), or a
+    hub name in the local HF cache."""
+    path = Path(spec.path).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise UserError(f"--model {spec.name}: {spec.path} is a file; give a model's folder")
+        return path
+    if spec.path in MINILM_NAMES:
+        return resolve_model(spec.path)
+    if HUB_NAME.fullmatch(spec.path):
+        found = cached_snapshot(spec.path)
+        if found is None:
+            raise UserError(f"--model {spec.name}: {spec.path} is neither a folder nor in the local HF cache "
+                            f"({hub_cache()}); maskwise downloads nothing: give the model's folder")
+        return found
+    raise UserError(f"--model {spec.name}: no such folder {spec.path}")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A model given to compare, opened and checked: what its column needs without holding its weights."""
+
+    name: str
+    folder: Path
+    family: str  # the family the claims count it as: its model's, or the one ``family=`` gave
+    kind: Family  # how its model reads (``ModelConfig.kind``)
+    hf: bool  # an HF folder (else a maskwise run folder)
+    scratch: bool  # its body was trained from scratch: fine-tuned at the recipe's rates
+    objective: str  # how its pretraining asked for a blank (an encoder-decoder's: span for T5, denoise for BART)
+    no_lm_head: str | None  # the report's cell for the rows that need a vocabulary head it lacks; None: it has one
+    parameters: dict  # ``parameter_breakdown`` of its model
+    context: int  # the tokens its (encoder) stack reads
+
+    def fine_tuning(self, cfg: FinetuneConfig) -> FinetuneConfig:
+        """The one rule (the module docstring): the scale's config, its rates replaced for a pretrained body."""
+        return cfg if self.scratch else replace(cfg, lr=PRETRAINED_BODY_LR, head_lr=FRESH_HEAD_LR)
+
+    @property
+    def rate(self) -> str:
+        return ("the scale's rates (a body trained from scratch)" if self.scratch else
+                f"body {PRETRAINED_BODY_LR:g}, fresh head {FRESH_HEAD_LR:g} (a pretrained body)")
+
+    def described(self) -> dict:
+        return {"name": self.name, "folder": str(self.folder), "family": self.family, "reads_as": self.kind.name,
+                "hf": self.hf, "scratch": self.scratch}
+
+
+def lm_head_of(folder: Path, config: dict) -> str | None:
+    """Why an HF folder's class has no vocabulary head (a base model such as ``BertModel``, a task class, an RTD
+    discriminator: its tied projection onto the vocabulary was never trained to predict), or None."""
+    if "model_type" not in config:
+        return None  # a maskwise run: its pretraining objective trained its head
+    name = (config.get("architectures") or [""])[0]
+    arch = ARCHITECTURES.get(name)
+    if arch is None or arch.base_prefix or arch.head in ("task", "rtd"):
+        return f"cannot: no LM head (an HF {name or 'base model'} folder)"
+    return None
+
+
+def open_model(spec: ModelSpec) -> Candidate:
+    """``spec``'s folder opened as compare will open it (``interop.folders.load``) and checked, or one line."""
+    folder = resolve_folder(spec)
+    try:
+        model, tokenizer = folders.load(folder)
+    except UserError as error:
+        raise UserError(f"--model {spec.name}: {error}") from None
+    if tokenizer is None:
+        raise UserError(f"--model {spec.name}: {folder} has no tokenizer.json, so no task can be read by it")
+    if not hasattr(model, "read"):
+        raise UserError(f"--model {spec.name}: {folder} holds no body that reads a text (an ELECTRA discriminator)")
+    config = runs.read_json(folder / runs.CONFIG_FILE)
+    hf, kind = "model_type" in config, model.cfg.kind
+    objective = (("denoise" if config["model_type"] == "bart" else kind.objective) if hf
+                 else config.get("objective", kind.objective))
+    return Candidate(spec.name, folder, spec.family or kind.name, kind, hf,
+                     spec.body == "scratch" if spec.body else not hf, objective, lm_head_of(folder, config),
+                     parameter_breakdown(model), model.cfg.max_seq_len)
+
+
+def open_models(specs: Sequence[ModelSpec]) -> tuple[Candidate, ...]:
+    """Every model opened and checked, names distinct: all before anything is written or run."""
+    names = [s.name for s in specs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UserError(f"--model names {', '.join(twice)} more than once; each model needs its own name")
+    return tuple(open_model(spec) for spec in specs)
+
+
+class ModelsExperiment(Experiment):
+    """compare's experiment folder with the given models in place of its pretraining runs: a column's run for a seed
+    (``<name>-seed<N>``) is its model's folder, opened as it is; nothing is pretrained."""
+
+    def __init__(self, out, overwrite: bool, runtime: Runtime | None, models: Sequence[Candidate]):
+        super().__init__(out, overwrite, runtime)
+        self.models = {c.name: c for c in models}
+
+    def model_of(self, name: str) -> Candidate:
+        return self.models[column_of(name)]
+
+    def pretrain(self, name: str, progress: bool = False, **settings) -> dict:
+        """The column's "run": no curve; its ``run_dir`` names the run (``arms.run_name``), its folder is the model's."""
+        model = self.model_of(name)
+        return self.step(f"model-{name}", lambda: {
+            "name": name, "run_dir": str(super(ModelsExperiment, self).run_dir(name)), "curve": [],
+            "parameters": model.parameters["total"],
+            "settings": {"seed": settings["seed"], "family": model.family, "objective": model.objective,
+                         "folder": str(model.folder)}})
+
+    def run_dir(self, name: str) -> Path:
+        return self.model_of(name).folder
+
+    def load(self, name: str) -> runs.Run:
+        model = self.model_of(name)
+        body, tokenizer = folders.load(model.folder)
+        body.to(self.runtime.torch_device)
+        return runs.Run(model.folder, body, tokenizer, {"objective": model.objective})
+
+    def kind(self, name: str) -> Family:
+        return self.model_of(name).kind
