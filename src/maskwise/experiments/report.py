@@ -218,6 +218,12 @@ def _plot_quality_cost(results: dict, out: Path) -> list[Path]:
     return [path]
 
 
+def markdown_table(columns: list[str], rows: list[list]) -> list[str]:
+    """A Markdown table's lines: its header, the rule under it, one line a row."""
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
+            *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
+
+
 def _markdown(results: dict, images: list[Path]) -> str:
     lines = [f"# {results['title']}", ""]
     if results.get("warning"):
@@ -246,27 +252,17 @@ def _markdown(results: dict, images: list[Path]) -> str:
             # four spaces: a nested list in every renderer
             lines += [f"    - Falsification rule (coded): {v['rule']}", *[f"    - {d}" for d in v["details"]]]
         lines.append("")
-    table = results.get("table")
-    if table:
-        lines += ["## Results", "", "| " + " | ".join(table["columns"]) + " |",
-                  "|" + "---|" * len(table["columns"])]
-        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in table["rows"]]
-        lines.append("")
-    costs = results.get("costs")
-    if costs:
-        lines += ["## What each costs to serve", "", "| " + " | ".join(costs["columns"]) + " |",
-                  "|" + "---|" * len(costs["columns"])]
-        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in costs["rows"]]
-        lines.append("")
+    for key, heading in (("table", "Results"), ("costs", "What each costs to serve")):
+        table = results.get(key)
+        if table:
+            lines += [f"## {heading}", "", *markdown_table(table["columns"], table["rows"]), ""]
+    if results.get("costs"):
         lines += [f"![{p.stem}]({p.name})\n" for p in images if p.name == "quality_vs_p99_latency.png"]
     images = [p for p in images if p.name != "quality_vs_p99_latency.png"]
     if results.get("parameters"):
         categories = sorted({c for counts in results["parameters"].values() for c in counts})
-        lines += ["## Where the parameters go", "", "| model | " + " | ".join(categories) + " |",
-                  "|" + "---|" * (len(categories) + 1)]
-        for group, counts in results["parameters"].items():
-            lines.append(f"| {group} | " + " | ".join(f"{counts.get(c, 0):,}" for c in categories) + " |")
-        lines.append("")
+        rows = [[group, *(f"{counts.get(c, 0):,}" for c in categories)] for group, counts in results["parameters"].items()]
+        lines += ["## Where the parameters go", "", *markdown_table(["model", *categories], rows), ""]
     for name, text in results.get("samples", {}).items():
         lines += [f"### {name}", "", "```", text.strip(), "```", ""]
     for note in results.get("notes", []):
