@@ -34,8 +34,7 @@ def use(family: str, objective: str, model, tokenizer, runtime) -> dict:
         cfg = ClassifyConfig(steps=150, batch_size=32, lr=3e-4, pooling="mean", train_per_label=150, test_per_label=50,
                              progress=False)
         result = run_task(cfg, model, tokenizer, runtime).record
-        return {"genre_accuracy": round(result["accuracy"], 3),
-                "majority_baseline": round(result["baseline"]["accuracy"], 3)}
+        return {"genre_accuracy": round(result.accuracy, 3), "majority_baseline": round(result.baseline.accuracy, 3)}
     if family == "encoder":
         return {"fill_mask": fill_mask(model, tokenizer, "To be, or not to [MASK], that is the question", 3)}
     sentinel = tokenizer.id_to_token(tokenizer.sentinel_ids[0])

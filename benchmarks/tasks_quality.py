@@ -23,6 +23,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -42,6 +43,7 @@ from maskwise.tasks.classify import (
 from maskwise.tasks.embed import BiEncoder, EmbedConfig, Embedder
 from maskwise.tasks.fill_mask import break_exercise
 from maskwise.tasks.generate import GenerationConfig
+from maskwise.tasks.record import Fields
 from maskwise.tasks.rerank import (
     NEGATIVE_SOURCES,
     RerankConfig,
@@ -101,18 +103,16 @@ def task_classify(args, runs, results):
         cfg = ClassifyConfig(steps=args.finetune_steps, batch_size=16, lr=args.body_lr, freeze=freeze, pooling=pooling,
                              train_per_label=args.per_genre, test_per_label=args.eval_per_genre, progress=args.progress)
         r = run_task(cfg, model, tok, runtime_of(args)).record
-        results[f"classify/{family}/{r['mode']}"] = r
-        report(f"classify {family} {r['mode']} ({r['pooling']})", "accuracy", r["accuracy"], "majority",
-               r["baseline"]["accuracy"])
-        report(f"classify {family} {r['mode']} ({r['pooling']})", "macro-F1", r["macro_f1"], "majority",
-               r["baseline"]["macro_f1"])
+        results[f"classify/{family}/{r.mode}"] = r
+        report(f"classify {family} {r.mode} ({r.pooling})", "accuracy", r.accuracy, "majority", r.baseline.accuracy)
+        report(f"classify {family} {r.mode} ({r.pooling})", "macro-F1", r.macro_f1, "majority", r.baseline.macro_f1)
     model, tok = open_run(runs["decoder"], args.device)
     labels = sorted(set(train_labels))
     subset = test[::4]
     predicted = zero_shot_classify(model, tok, [e.text for e in subset], labels)
-    r = classification_results(predicted, [e.label for e in subset], train_labels, mode="zero-shot")
+    r = classification_results(predicted, [e.label for e in subset], train_labels, family="decoder", mode="zero-shot")
     results["classify/decoder/zero-shot"] = r
-    report("classify decoder zero-shot prompting", "accuracy", r["accuracy"], "majority", r["baseline"]["accuracy"])
+    report("classify decoder zero-shot prompting", "accuracy", r.accuracy, "majority", r.baseline.accuracy)
 
 
 def runtime_of(args):
@@ -138,22 +138,24 @@ def task_retrieve(args, runs, results, shared):
     zero = evaluate_retrieval(Embedder(BiEncoder(model, "mean"), tok, max_len=args.block_size), test,
                               name="encoder zero-shot mean")
     results["retrieve/encoder/zero-shot"] = zero
-    report("retrieve encoder zero-shot (mean)", "nDCG@10", zero["ndcg@10"], "random", zero["baseline"]["ndcg@10"])
+    report("retrieve encoder zero-shot (mean)", "nDCG@10", zero.ndcg_at_10, "random", zero.baseline.ndcg_at_10)
     cfg = EmbedConfig(steps=args.finetune_steps, lr=args.body_lr, max_len=args.block_size, train_pairs=args.train_queries,
                       test_queries=args.max_queries, progress=args.progress)
     result = run_task(cfg, model, tok, runtime_of(args), label="encoder fine-tuned bi-encoder")
     embedder = Embedder(result.model, tok, max_len=args.block_size)
     tuned = result.record
     results["retrieve/encoder/fine-tuned"] = tuned
-    for metric in ("ndcg@10", "mrr", "recall@100"):
-        report("retrieve encoder fine-tuned bi-encoder", metric, tuned[metric], "random", tuned["baseline"][metric])
+    base = tuned.baseline
+    for metric, value, random_value in (("ndcg@10", tuned.ndcg_at_10, base.ndcg_at_10), ("mrr", tuned.mrr, base.mrr),
+                                        ("recall@100", tuned.recall_at_100, base.recall_at_100)):
+        report("retrieve encoder fine-tuned bi-encoder", metric, value, "random", random_value)
     shared["embedder"] = embedder
     minilm = minilm_embedder()
     if minilm is not None:
         external = evaluate_retrieval(minilm, test, name="all-MiniLM-L6-v2")
         results["retrieve/all-MiniLM-L6-v2"] = external
-        report("retrieve all-MiniLM-L6-v2 (external)", "nDCG@10", external["ndcg@10"], "random",
-               external["baseline"]["ndcg@10"])
+        report("retrieve all-MiniLM-L6-v2 (external)", "nDCG@10", external.ndcg_at_10, "random",
+               external.baseline.ndcg_at_10)
 
 
 def task_rerank(args, runs, results, shared):
@@ -170,9 +172,9 @@ def task_rerank(args, runs, results, shared):
                            max_len=args.block_size, reranker=kind, progress=args.progress)
         r = run_task(cfg, model, tok, runtime_of(args), data=(train, negatives, test, candidates), label=what).record
         results[f"rerank/{kind}"] = r
-        report(f"rerank {what} (top 100)", "nDCG@10", r["ndcg@10"], "bi-encoder", r["baseline"]["ndcg@10"])
-        report(f"rerank {what} (top 100)", "nDCG@10", r["ndcg@10"], "random order", r["random_order"]["ndcg@10"])
-        print(f"    latency p50 {r['latency']['p50_ms']:.0f} ms, p99 {r['latency']['p99_ms']:.0f} ms per query; "
+        report(f"rerank {what} (top 100)", "nDCG@10", r.ndcg_at_10, "bi-encoder", r.baseline.ndcg_at_10)
+        report(f"rerank {what} (top 100)", "nDCG@10", r.ndcg_at_10, "random order", r.random_order.ndcg_at_10)
+        print(f"    latency p50 {r.latency.p50_ms:.0f} ms, p99 {r.latency.p99_ms:.0f} ms per query; "
               f"{gain_summary(r)}")
 
 
@@ -186,12 +188,11 @@ def task_seq2seq(args, runs, results):
             model, tok = open_run(runs[family], args.device)
             cfg = Seq2SeqConfig(steps=args.seq2seq_steps, batch_size=16, lr=args.seq2seq_lr, max_target_len=max_target,
                                 rename_speakers=args.rename_speakers, progress=args.progress)
-            r = run_task(cfg, model, tok, runtime_of(args), data=(train, test)).record
-            r["hide_speakers"] = hide
+            r = replace(run_task(cfg, model, tok, runtime_of(args), data=(train, test)).record, hide_speakers=hide)
             name = f"seq2seq {family}{' hidden speakers' if hide else ''}"
             results[name.replace(" ", "/")] = r
-            report(name, "exact match", r["exact_match"], "copy 1st", r["baseline"]["exact_match"])
-            report(name, "speakers F1", r["items_f1"], "copy 1st", r["baseline"]["items_f1"])
+            report(name, "exact match", r.exact_match, "copy 1st", r.baseline.exact_match)
+            report(name, "speakers F1", r.items_f1, "copy 1st", r.baseline.items_f1)
 
 
 def task_break(args, runs, results):
@@ -278,7 +279,7 @@ def main() -> None:
         else:
             globals()[f"task_{task}"](args, runs, results)
         print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
-        (Path(args.out) / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+        (Path(args.out) / "results.json").write_text(json.dumps(results, indent=2, default=lambda v: v.to_json() if isinstance(v, Fields) else str(v)) + "\n")
     print(f"\n{'task':<46} {'metric':<12} {'model':>7}   baseline")
     for what, metric, value, base_name, base in ROWS:
         print(f"{what:<46} {metric:<12} {value:7.3f}   {base_name} {base:.3f}")

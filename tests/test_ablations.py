@@ -250,19 +250,19 @@ def test_hybrid_rule():
 
     assert hybrid.judge(metrics((0.30, 0.32), (2.2, 2.2)))[0] == HELD  # within noise or ahead
     verdict, detail = hybrid.judge(metrics((0.30, 0.25), (2.2, 2.2)))
-    assert verdict == FALSIFIED and "the hybrid is behind the encoder (MLM) on punctuation F1" in detail
+    assert verdict == FALSIFIED and "the hybrid is behind the encoder (MLM) on tagging F1" in detail
     assert hybrid.judge(metrics((0.30, 0.30), (2.2, 2.4)))[0] == FALSIFIED  # a higher loss is behind
     verdict, detail = hybrid.judge(metrics((0.30, 0.30), (2.2, 2.2), loss_baseline=2.0))
     assert verdict == INCONCLUSIVE and "not cleared by decoder (CLM) on held-out next-token loss" in detail
     # behind a specialist that does not clear its own baseline: nothing learned to be behind
     verdict, detail = hybrid.judge(metrics((0.15, 0.10), (2.2, 2.2)))
-    assert verdict == INCONCLUSIVE and "not cleared by encoder (MLM) on punctuation F1" in detail
+    assert verdict == INCONCLUSIVE and "not cleared by encoder (MLM) on tagging F1" in detail
     # above the verse rule but not above the untrained body fine-tuned the same way: pretraining added nothing seen
     untrained = metrics((0.30, 0.30), (2.2, 2.2))
     for axis in AXES:
         untrained[key(TAG_F1, axis)][jobs.UNTRAINED] = seeds(0.30)
     verdict, detail = hybrid.judge(untrained)
-    assert verdict == INCONCLUSIVE and "not cleared by encoder (MLM) on punctuation F1" in detail
+    assert verdict == INCONCLUSIVE and "not cleared by encoder (MLM) on tagging F1" in detail
 
 
 @pytest.mark.unit
@@ -495,7 +495,7 @@ def test_pooling_ablation_end_to_end_at_smoke_scale(tmp_path):
     assert pooling.ORDER_ACC in results["summary"] and "never pretrained" in results["summary"]
     for seed in (0, 1):  # the study's own task, at the scale's steps, for both poolings and the control
         classify = json.loads((out / "steps" / f"pool-mlm-seed{seed}.json").read_text())["classify"]
-        assert {(r["plays_task"], r["steps"]) for r in (classify["cls"], classify["mean"], classify["cls"][jobs.UNTRAINED])
+        assert {(r["settings"]["plays_task"], r["settings"]["steps"]) for r in (classify["cls"], classify["mean"], classify["cls"][jobs.UNTRAINED])
                 } == {("word-order", SCALES["smoke"].recipe.tasks["classify"].steps)}
 
 
@@ -509,7 +509,7 @@ def test_encoder_pretraining_ablations_judge_on_tagging(name, module, tmp_path):
     assert [(v["verdict"], v["details"]) for v in results["verdicts"]] == [(verdict, [detail])]
     assert {key(TAG_F1, axis) for axis in AXES} <= set(results["metrics"])
     assert not any(RECALL in metric or pooling.ORDER_ACC in metric for metric in results["metrics"])
-    assert "punctuation F1" in results["summary"] and "before every line break" in results["summary"]
+    assert "tagging F1" in results["summary"] and "before every line break" in results["summary"]
     tagging = results["metric_meta"][key(TAG_F1, AXES[0])]  # its plot draws the verse rule
     assert tagging["higher"] is True and tagging["baseline_name"].endswith("before every line break")
     assert set(results["metrics"][key(TAG_F1, AXES[0])]) == {arm.label for arm in module.ABLATION.arms()} | {

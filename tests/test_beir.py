@@ -11,7 +11,11 @@ from tiny_run import assert_one_line_exit_2, encoder_run, run_cli
 
 from maskwise.data.beir import GradedRetrievalSet, open_beir
 from maskwise.tasks.metrics import mrr, ndcg_at_k, recall_at_k
-from maskwise.tasks.retrieve import benchmark_metrics, evaluate_graded_retrieval
+from maskwise.tasks.retrieve import (
+    RetrievalRecord,
+    benchmark_metrics,
+    evaluate_graded_retrieval,
+)
 
 DOCS = [  # _id, title, text
     ("d1", "Rome", "The eternal city on the Tiber."),
@@ -136,10 +140,11 @@ def test_evaluate_graded_retrieval_scores_a_known_ranking(tmp_path):
     results = evaluate_graded_retrieval(lookup_embedder(vectors), data, name="lookup")
     # q3 over the whole collection finds D4 at rank 6: (1/log2(3) + 1/log2(7)) / (1 + 1/log2(3))
     #   = (0.6309298 + 0.3562072) / 1.6309298 = 0.9871369 / 1.6309298 = 0.6052602
-    assert results["per_query"]["ndcg@10"] == pytest.approx([0.6433224, 0.9502344, 0.6052602], abs=1e-7)
-    assert results["per_query"]["query_id"] == ["q1", "q2", "q3"]
-    assert results["mrr@10"] == pytest.approx(2 / 3) and results["recall@100"] == 1.0
-    assert results["n_queries"] == 3 and results["n_docs"] == 6 and results["queries_without_relevant"] == 1
+    assert results.per_query.ndcg_at_10 == pytest.approx([0.6433224, 0.9502344, 0.6052602], abs=1e-7)
+    assert results.per_query.query_id == ["q1", "q2", "q3"]
+    assert results.mrr_at_10 == pytest.approx(2 / 3) and results.recall_at_100 == 1.0
+    assert results.n_queries == 3 and results.n_docs == 6 and results.queries_without_relevant == 1
+    assert RetrievalRecord.from_json(results.to_json()) == results  # what a results.json holds reads back whole
 
 
 @pytest.mark.unit
@@ -147,8 +152,8 @@ def test_ignore_identical_ids_drops_the_query_s_own_document():
     data = GradedRetrievalSet(query_ids=("d2",), queries=("q",), doc_ids=("d1", "d2"), docs=("one", "two"),
                               qrels=({0: 1},))
     embedder = lookup_embedder({"q": [1.0], "one": [0.5], "two": [0.9]})  # its own id first
-    assert evaluate_graded_retrieval(embedder, data)["mrr@10"] == 0.5
-    assert evaluate_graded_retrieval(embedder, data, ignore_identical_ids=True)["mrr@10"] == 1.0
+    assert evaluate_graded_retrieval(embedder, data).mrr_at_10 == 0.5
+    assert evaluate_graded_retrieval(embedder, data, ignore_identical_ids=True).mrr_at_10 == 1.0
 
 
 # ---- the CLI ------------------------------------------------------------------------------------

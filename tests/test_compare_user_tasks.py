@@ -246,8 +246,9 @@ def test_imbalanced_labels_are_read_by_balanced_accuracy_chosen_from_the_test_sp
     [row] = TASKS["classify"].user_rows(task, None)
     # always answering the majority: accuracy 0.8, balanced accuracy 0.5 (its per-item mean)
     from maskwise.tasks.classify import classification_results
-    record = classification_results(["common"] * 10, ["rare", "rare", *["common"] * 8], ["common", "rare"])
-    assert sum(row.scores(record)) / 10 == pytest.approx(0.5) and record["accuracy"] == 0.8
+    record = classification_results(["common"] * 10, ["rare", "rare", *["common"] * 8], ["common", "rare"],
+                                    family="encoder", mode="finetune")
+    assert sum(row.scores(record)) / 10 == pytest.approx(0.5) and record.accuracy == 0.8
 
 
 @pytest.mark.unit
@@ -297,7 +298,9 @@ def test_a_budget_the_users_tasks_would_overrun_shortens_pretraining_to_fit(tmp_
     assert (cheap.settings.seconds, cheap.fitted_from) == (100, None)  # fits: the scale's clock
     assert dear.fitted_from == 100 and 50 < dear.settings.seconds < 100  # shortened to fit
     assert dear.total <= 600 + 3 and "shortened from the scale's 100 s" in dear.text(FAMILIES, 1)
+    assert "over the 10-minute budget" not in dear.text(FAMILIES, 1)
     dearest = timed(Speeds(1.0, 1.0, 1.0))
     assert dearest.settings.seconds == 50  # never below half the scale's clock, however dear the fine-tunes
+    assert "over the 10-minute budget even with pretraining at its floor (50%" in dearest.text(FAMILIES, 1)
     unfitted = time_plan(plan, s, FAMILIES, 1, resolve("cpu", "fp32"), fit=False)
     assert unfitted.settings.seconds == 100  # --seconds given: the user's clock

@@ -47,11 +47,11 @@ def test_a_reranker_fine_tunes_on_a_beir_folder_and_is_scored_by_graded_ndcg_per
     record = run_task(cfg, model, tokenizer, resolve("cpu"), data=data, label="cross").record
     candidates, qrels = data[3], task.test.qrels
     first_stage = [ndcg_at_k([c], [grades]) for c, grades in zip(candidates, qrels)]
-    assert record["per_query"]["first_stage_ndcg@10"] == pytest.approx(first_stage)
-    assert len(record["per_query"]["ndcg@10"]) == len(record["per_query"]["seconds"]) == 3  # paired per query
-    assert record["baseline"]["ndcg@10"] == pytest.approx(ndcg_at_k(candidates, qrels))  # grades are the gains
+    assert record.per_query.first_stage_ndcg_at_10 == pytest.approx(first_stage)
+    assert len(record.per_query.ndcg_at_10) == len(record.per_query.seconds) == 3  # paired per query
+    assert record.baseline.ndcg_at_10 == pytest.approx(ndcg_at_k(candidates, qrels))  # grades are the gains
     (row,) = TASKS["rerank"].user_rows(task, cfg)
-    assert row.scores(record) == record["per_query"]["ndcg@10"] and row.baseline(record) == first_stage
+    assert row.scores(record) == record.per_query.ndcg_at_10 and row.baseline(record) == first_stage
 
 
 @pytest.mark.unit

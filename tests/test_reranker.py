@@ -7,6 +7,14 @@ from maskwise.data.tasks import RetrievalSet
 from maskwise.experiments.ablations import reranker
 from maskwise.experiments.arms import TOKENS
 from maskwise.experiments.framework import Measured, key
+from maskwise.tasks.rerank_eval import (
+    Latency,
+    NdcgGains,
+    OrderBaseline,
+    PairedGain,
+    PerQuery,
+    RerankRecord,
+)
 from maskwise.tasks.retrieve import bm25_ranking
 
 pytestmark = pytest.mark.unit
@@ -21,11 +29,18 @@ def test_bm25_puts_the_document_sharing_the_rare_words_first():
     assert all(len(r) == 2 for r in ranked)
 
 
-def record(ndcg: float, p50_ms: float, p99_ms: float, seconds: list[float] | None = None) -> dict:
-    return {"ndcg@10": ndcg, "mrr": ndcg, "latency": {"p50_ms": p50_ms, "p99_ms": p99_ms},
-            "baseline": {"mrr": 0.10}, "random_order": {"mrr": 0.02},
-            "per_query": {"first_stage_ndcg@10": [0.10, 0.12], "random_order_ndcg@10": [0.02, 0.02],
-                          "seconds": seconds or []}}
+def record(ndcg: float, p50_ms: float, p99_ms: float) -> dict:
+    """A reranker's record as the ablation stores it (JSON) over two queries: BM25's order at nDCG@10 0.11 (MRR
+    0.10), a random order at 0.02."""
+    recall, no_gain = {"recall@100": 1.0}, PairedGain(difference=0.0, ci95_low=0.0, ci95_high=0.0, p_not_better=1.0)
+    return RerankRecord(
+        recall=recall, mrr=ndcg, ndcg_at_10=ndcg, reranker="cross", n_queries=2, candidates_per_query=100,
+        per_query=PerQuery(ndcg_at_10=[ndcg, ndcg], seconds=[p50_ms / 1000] * 2, first_stage_ndcg_at_10=[0.10, 0.12],
+                           random_order_ndcg_at_10=[0.02, 0.02]),
+        latency=Latency(p50_ms=p50_ms, p99_ms=p99_ms),
+        baseline=OrderBaseline(recall=recall, mrr=0.10, ndcg_at_10=0.11, name="first-stage order"),
+        random_order=OrderBaseline(recall=recall, mrr=0.02, ndcg_at_10=0.02, name="random order"),
+        ndcg_at_10_gain=NdcgGains(over_random_order=no_gain, over_first_stage=no_gain)).to_json()
 
 
 def measured(cross: list[tuple], scores: list[tuple], writes: list[tuple]) -> Measured:

@@ -138,9 +138,10 @@ def test_tag_end_to_end(tokenizer, family):
     assert [len(p) for p in predicted] == [len(e.words) for e in test] and truncated == 0
     result = evaluate_tagger(tagger, tokenizer, test, tag_counts(train))
     flat = [t for row in predicted for t in row]
-    assert result["n_words"] == len(flat) and result["family"] == family
-    assert result["micro"] == tag_scores(flat, [t for e in test for t in e.tags], OUTSIDE)["micro"]
-    assert result["baseline"]["tag"] == OUTSIDE and result["baseline"]["detection"]["f1"] == 0.0
+    assert result.n_words == len(flat) and result.family == family
+    assert result.micro.to_json() == tag_scores(flat, [t for e in test for t in e.tags], OUTSIDE)["micro"]
+    assert result.baseline.tag == OUTSIDE and result.baseline.detection.f1 == 0.0
+    assert type(result).from_json(result.to_json()) == result  # its JSON reads back as the same record
 
 
 # ---- through the CLI --------------------------------------------------------------------------------

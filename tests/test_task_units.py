@@ -12,6 +12,7 @@ from maskwise.errors import UserError
 from maskwise.interop.hf_keys import TASK_CLASS, TASK_CLASSES_KEY
 from maskwise.recipes import COMPARE_SCALES, SCALES, SMOKE
 from maskwise.tasks.finetune import FinetuneConfig
+from maskwise.tasks.record import Record
 from maskwise.tasks.registry import CLAIMS, TASKS, by_evaluate_name, task_of
 from maskwise.tasks.unit import Head, Task
 
@@ -46,6 +47,8 @@ def test_every_registered_task_declares_every_field(kind):
         assert callable(getattr(task, hook)), f"{kind}.{hook}"
     if task.head is not None:
         assert isinstance(task.head, Head) and task.head.classes_key in task.head.record
+    # Its evaluation's record is its own type, named as ``evaluate`` names the task.
+    assert issubclass(task.record, Record) and task.record is not Record and task.record.task == task.evaluate_name
 
 
 def test_interop_reads_the_heads_the_tasks_declare():

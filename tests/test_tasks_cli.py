@@ -74,7 +74,7 @@ def test_finetune_then_evaluate_and_search(runs, tmp_path, capsys):
     assert "accuracy" in stdout and "majority class" in stdout
     results = json.loads((out / "results.json").read_text())
     assert results["pooling"] == "cls" and results["mode"] == "finetune" and "baseline" in results
-    assert results["plays_task"] == "line-order" and results["n_test"] == 10
+    assert results["settings"]["plays_task"] == "line-order" and results["n_test"] == 10
     assert (out / "head.safetensors").is_file() and (out / "summary.txt").is_file()
     before = files_in(out)
     unlabelled = tmp_path / "unlabelled.jsonl"

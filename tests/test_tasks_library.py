@@ -41,6 +41,7 @@ from maskwise.tasks.finetune import FinetuneConfig, fine_tune, finetune_optimize
 from maskwise.tasks.generate import GenerationConfig
 from maskwise.tasks.rerank import (
     RerankConfig,
+    RerankRecord,
     cross_encoder_scorer,
     evaluate_reranker,
     generative_scorer,
@@ -181,8 +182,8 @@ def test_classify_end_to_end(tokenizer, family, freeze):
     train, test = genre_examples("train", per_genre=4), genre_examples("test", per_genre=2)
     model = train_classifier(tiny(family, tokenizer), tokenizer, train, ClassifyConfig(freeze=freeze, **QUICK))
     result = evaluate_classifier(model, tokenizer, test, [e.label for e in train])
-    assert result["mode"] == ("probe" if freeze else "finetune") and result["pooling"] == model.pooling
-    assert 0 <= result["accuracy"] <= 1 and result["baseline"]["accuracy"] == pytest.approx(1 / 6)
+    assert result.mode == ("probe" if freeze else "finetune") and result.pooling == model.pooling
+    assert 0 <= result.accuracy <= 1 and result.baseline.accuracy == pytest.approx(1 / 6)
 
 
 @pytest.mark.unit
@@ -243,15 +244,15 @@ def test_embed_and_retrieve_end_to_end(tokenizer, retrieval):
     pairs = ict_retrieval("train", max_queries=20).pairs()
     bi = train_bi_encoder(tiny("encoder", tokenizer), tokenizer, pairs, EmbedConfig(max_len=48, **QUICK))
     result = evaluate_retrieval(Embedder(bi, tokenizer, max_len=48), retrieval, k=10)
-    assert result["n_queries"] == 12 and 0 <= result["ndcg@10"] <= 1
-    assert sum(b["n"] for b in result["by_passage_chars"].values()) == 12
-    assert "recall@10" in result["baseline"]
+    assert result.n_queries == 12 and 0 <= result.ndcg_at_10 <= 1
+    assert sum(b.n for b in result.by_passage_chars.values()) == 12
+    assert 0 <= result.baseline.recall_at_10 <= 1 and result.baseline.expected.recall_at_10 == 10 / 40
 
     def external(texts):  # any callable embedder is a baseline: here, letter counts
         return torch.stack([torch.tensor([t.lower().count(c) for c in "etaoinshr"], dtype=torch.float32)
                             for t in texts])
 
-    assert evaluate_retrieval(external, retrieval, k=10)["n_docs"] == 40
+    assert evaluate_retrieval(external, retrieval, k=10).n_docs == 40
     _, index = search(torch.eye(3), torch.tensor([[0.0, 1, 0], [1, 0, 0], [0.5, 0.5, 0]]), k=2)
     assert index.tolist() == [[1, 2], [0, 2], [0, 1]]
 
@@ -271,12 +272,16 @@ def test_rerank_end_to_end(tokenizer, retrieval, family):
         score = generative_scorer(train_generative_reranker(model, tokenizer, retrieval, negatives, cfg), tokenizer)
     candidates, _ = rank(embedder, retrieval, k=5)
     result = evaluate_reranker(score, retrieval, candidates, family, progress=False)
-    assert result["candidates_per_query"] == 5 and result["latency"]["p99_ms"] >= result["latency"]["p50_ms"]
-    assert result["recall@5"] == result["baseline"]["recall@5"] == result["random_order"]["recall@5"]  # reorders
-    for baseline, gain in (("random_order", "over_random_order"), ("baseline", "over_first_stage")):
-        g = result["ndcg@10_gain"][gain]
-        assert g["difference"] == pytest.approx(result["ndcg@10"] - result[baseline]["ndcg@10"])
-        assert g["ci95_low"] <= g["difference"] <= g["ci95_high"] and 0 <= g["p_not_better"] <= 1
+    assert result.candidates_per_query == 5 and result.latency.p99_ms >= result.latency.p50_ms
+    assert result.recall["recall@5"] == result.baseline.recall["recall@5"] == result.random_order.recall["recall@5"]
+    for baseline, g in ((result.random_order, result.ndcg_at_10_gain.over_random_order),
+                        (result.baseline, result.ndcg_at_10_gain.over_first_stage)):
+        assert g.difference == pytest.approx(result.ndcg_at_10 - baseline.ndcg_at_10)
+        assert g.ci95_low <= g.difference <= g.ci95_high and 0 <= g.p_not_better <= 1
+    written = result.to_json()  # each recall beside mrr and ndcg@10, as ranking_metrics writes them
+    assert {"recall@1", "recall@5", "recall@10", "mrr", "ndcg@10"} <= set(written) and "recall" not in written
+    assert set(written["baseline"]) == {"name", "recall@1", "recall@5", "recall@10", "mrr", "ndcg@10"}
+    assert RerankRecord.from_json(written) == result
 
 
 @pytest.mark.unit
@@ -313,8 +318,8 @@ def test_seq2seq_end_to_end(tokenizer, family):
     for beams in (1, 2):
         result = evaluate_seq2seq(model, tokenizer, test, GenerationConfig(max_new_tokens=17, num_beams=beams),
                                   cfg.max_target_len, progress=False)
-        assert result["n_test"] == 4 and 0 <= result["items_f1"] <= 1
-    assert result["baseline"]["items_f1"] > 0.4  # the first line names one of the passage's speakers
+        assert result.n_test == 4 and 0 <= result.items_f1 <= 1
+    assert result.baseline.items_f1 > 0.4  # the first line names one of the passage's speakers
 
 
 @pytest.mark.unit

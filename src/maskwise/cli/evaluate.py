@@ -47,10 +47,10 @@ def run_evaluate(args) -> int:
     task = args.task or (TASKS[kind].evaluate_name if kind in TASKS else None)
     if task is None:
         raise UserError(f"{args.model} was not fine-tuned for a task: say which with --task")
-    results = by_evaluate_name()[task].evaluate_command(args, model, tokenizer, fine_tune)
+    record = by_evaluate_name()[task].evaluate_command(args, model, tokenizer, fine_tune)
     where = {"data": str(args.data), "split": args.split} if beir else {
         "split": args.split if args.data is None else args.data}
-    results = {"model": str(args.model), **where, **results}
+    results = {"model": str(args.model), **where, **record.to_json()}
     name = f"{task}-{Path(args.data).name}-{args.split}" if beir else f"{task}-{args.split}"  # one file per benchmark
     path = Path(args.results) if args.results else Path(args.model).expanduser() / f"results-{name}.json"
     write_json(path, results)

@@ -59,10 +59,10 @@ def run_finetune(args) -> int:
         result = run_task(cfg, model, tokenizer, runtime_of(args), data=data, label=label)
         return result.model, result.record
 
-    task, results, trained, head = TASKS[args.task].finetune_command(args, model, tokenizer, run)
+    task, record, beside, trained, head = TASKS[args.task].finetune_command(args, model, tokenizer, run)
     prepare_folder(out, args.overwrite)  # --overwrite replaces the old run only now that the new one is trained
     task = {"kind": args.task, "base": str(args.model), **task}
-    results = {"base": str(args.model), **results}
+    results = {"base": str(args.model), **beside, **record.to_json()}
     save_fine_tune(out, trained, tokenizer, task, head)
     write_json(out / RESULTS_FILE, results)
     summary = summarize(results)

@@ -12,7 +12,7 @@ def summarize(r: dict) -> str:
     task = r["task"]
     tasks = by_evaluate_name()
     if task in tasks:
-        return tasks[task].summary(r)
+        return tasks[task].summary(tasks[task].record.from_json(r))
     if task == "break":
         enc, dec = r["encoder"], r["decoder"]
         return "\n".join([

@@ -73,8 +73,9 @@ PLAYS_TASKS = ("tag", "classify", "embed", "seq2seq")  # compare's tasks when it
 def task_row(key: str, kind: str, row: Row, judged: bool = True, label: str = "") -> CompareRow:
     """A task's ``Row`` (read from its record, the run's measure ``key``) as a compare row: under its claim when
     ``judged``, else reported beside it (``label`` names a reported row apart from the judged one's key)."""
-    return CompareRow(label or key, kind, row.label, row.higher, lambda m: row.scores(m[key]),
-                      lambda m: row.baseline(m[key]), row.baseline_name, TASKS[kind].claim if judged else None)
+    record = TASKS[kind].record.from_json  # a run's measures hold it as JSON
+    return CompareRow(label or key, kind, row.label, row.higher, lambda m: row.scores(record(m[key])),
+                      lambda m: row.baseline(record(m[key])), row.baseline_name, TASKS[kind].claim if judged else None)
 
 
 def rows_of(tasks: Sequence[UserTask], configs: Mapping[str, Any] | None = None) -> tuple[CompareRow, ...]:

@@ -164,7 +164,10 @@ class TimePlan:
                 f"{1 / self.speeds.train_s_per_token / 1000:.0f}k tokens/s training, "
                 f"{1 / self.speeds.read_s_per_token / 1000:.0f}k reading): "
                 + ", ".join(f"{e.prefix} ~{e.seconds:.0f} s" for e in tasks)
-                + f", held-out text ~{each['lm'].seconds:.0f} s; about {self.total / 60:.0f} min in all")
+                + f", held-out text ~{each['lm'].seconds:.0f} s; about {self.total / 60:.0f} min in all"
+                + (f", over the {s.minutes:.0f}-minute budget even with pretraining at its floor "
+                   f"({MIN_PRETRAIN_SHARE:.0%} of the scale's clock): fewer or smaller tasks (rows, steps) fit it"
+                   if self.fitted_from and self.total > 60 * s.minutes else ""))
 
 
 def time_plan(plan: ComparePlan, s: CompareSettings, columns: Sequence[str], seeds: int, runtime: Runtime,
@@ -304,7 +307,7 @@ def _fine_tune(key: str, kind: str, task: UserTask | None) -> Callable[[Setup, s
         result = run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, data=data, label=name)
         folder = setup.exp.out / FINE_TUNED / f"{key}-{name}"
         keep_fine_tune(folder, kind, result.model, result.record, cfg, run.tokenizer, str(setup.exp.run_dir(name)))
-        return {**result.record, "folder": f"{FINE_TUNED}/{folder.name}"}
+        return {**result.record.to_json(), "folder": f"{FINE_TUNED}/{folder.name}"}
 
     return fine_tune
 

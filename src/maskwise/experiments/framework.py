@@ -44,7 +44,7 @@ from maskwise.tasks.run import run_task
 SHARED = "equal tokens and wall-clock"  # the axis name when every arm reads the same pretrained model
 MIN_BUCKET = 10  # a length bucket needs this many test items before a rule reads it
 RECALL = "recall@10"  # ICT retrieval over the test plays' speeches
-TAG_F1 = "punctuation F1 (tagging)"  # micro F1 over the test words: the right mark after the right word
+TAG_F1 = "tagging F1"  # micro F1 over the test words: the right tag on the right word (the plays: the mark after it)
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,8 @@ def parameters(setup: Setup, runs: Runs, arms: Sequence[Arm]) -> dict:
 
 
 def fine_tuned(setup: Setup, task: str, name: str, seed: int, pooling: str | None = None) -> dict:
-    """The record of ``task`` (``tasks.run.run_task``) fine-tuned on run ``name`` at the setup's scale."""
+    """The record of ``task`` (``tasks.run.run_task``) fine-tuned on run ``name`` at the setup's scale, as JSON (what
+    an experiment caches; its task's ``Record.from_json`` reads it back)."""
     run = setup.exp.load(name)
     return fine_tuned_body(setup, task, run.model, run.tokenizer, seed, name, pooling)
 
@@ -189,11 +190,11 @@ def task_setting(setup: Setup, task: str, seed: int) -> tuple[Any, Any]:
 def fine_tuned_body(setup: Setup, task: str, model, tokenizer, seed: int, label: str,
                     pooling: str | None = None) -> dict:
     """The record of ``task`` fine-tuned on ``model`` (``run_task`` moves it to the experiment's device) at the
-    setup's scale (``task_setting``)."""
+    setup's scale (``task_setting``), as JSON."""
     cfg, data = task_setting(setup, task, seed)
     if pooling is not None:
         cfg = replace(cfg, pooling=pooling)
-    return run_task(cfg, model, tokenizer, setup.exp.runtime, data=data, label=label).record
+    return run_task(cfg, model, tokenizer, setup.exp.runtime, data=data, label=label).record.to_json()
 
 
 # ---- tables, verdicts and sentences -----------------------------------------------------------------

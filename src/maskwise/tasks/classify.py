@@ -12,7 +12,7 @@ zero-shot by prompting.
 pretraining put into the representation; ``freeze=False`` fine-tunes everything, the body at ``lr``
 (default 2e-5) and the fresh head at ``head_lr`` (default 1e-3) through ``build_optimizer``'s head
 group. Results always carry the pooling and mode used, accuracy, macro-F1 and the majority-class
-baseline, so a number never travels without what it should be compared to.
+baseline (``ClassifyRecord``), so a number never travels without what it should be compared to.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import argparse
 import random
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -51,6 +51,7 @@ from maskwise.tasks.reading import (
     device_of,
     encode_texts,
 )
+from maskwise.tasks.record import Fields, Record
 from maskwise.tasks.scoring import continuation_logprobs, start_id_of
 from maskwise.tasks.unit import (
     ENCODER_JOBS,
@@ -173,39 +174,70 @@ def predict(model: SequenceClassifier, tokenizer, texts: Sequence[str], batch_si
     return predicted
 
 
-def classification_results(predicted: Sequence[str], gold: Sequence[str], train_labels: Sequence[str],
-                           **settings) -> dict:
-    """Accuracy and macro-F1 beside the majority-class baseline (the train set's most frequent label
-    predicted for every test example), plus whatever ``settings`` say about how they were made.
-    ``correct`` holds each test example's 0/1, so that intervals and paired comparisons can be drawn."""
-    labels = sorted(set(gold) | set(train_labels))
-    majority = majority_label(train_labels)
-    baseline = [majority] * len(gold)
+@dataclass(frozen=True)
+class ClassifyScores(Fields):
+    """One predictor's accuracy and macro-F1, and each test item's 0/1 (``correct``) and its weight towards
+    balanced accuracy (``balanced_correct``: their mean is the mean of per-label recalls), for intervals."""
+
+    accuracy: float
+    macro_f1: float
+    correct: list[int]
+    balanced_correct: list[float]
+
+
+@dataclass(frozen=True)
+class MajorityBaseline(ClassifyScores):
+    """The training set's most frequent label predicted for every test item."""
+
+    name: str
+    label: str
+
+
+@dataclass(frozen=True)
+class ClassifyRecord(ClassifyScores, Record):
+    """A classifier's scores beside the majority-class baseline, with how they were made (``mode``: finetune,
+    probe or zero-shot; ``settings``: the fine-tune's config, empty when it was not fine-tuned here)."""
+
+    task: ClassVar[str] = "classify"
+    family: str
+    mode: str
+    pooling: str | None
+    n_test: int
+    baseline: MajorityBaseline
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def scores_of(predicted: Sequence[str], gold: Sequence[str], labels: Sequence[str]) -> dict[str, Any]:
+    """``ClassifyScores``' fields for ``predicted`` against ``gold``."""
     per_label = Counter(gold)
     # Each item's 0/1 weighted by n / (labels x its label's count): their mean is balanced accuracy (the mean of
     # per-label recalls), so an interval over items can be drawn for it as for accuracy.
     weight = [len(gold) / (len(per_label) * per_label[g]) for g in gold]
-    return {
-        "task": "classify",
-        **settings,
-        "n_test": len(gold),
-        "accuracy": accuracy(predicted, gold),
-        "macro_f1": macro_f1(predicted, gold, labels),
-        "correct": [int(p == g) for p, g in zip(predicted, gold)],
-        "balanced_correct": [w * (p == g) for w, p, g in zip(weight, predicted, gold)],
-        "baseline": {"name": "majority class", "label": majority,
-                     "accuracy": accuracy(baseline, gold), "macro_f1": macro_f1(baseline, gold, labels),
-                     "correct": [int(majority == g) for g in gold],
-                     "balanced_correct": [w * (majority == g) for w, g in zip(weight, gold)]},
-    }
+    return {"accuracy": accuracy(predicted, gold), "macro_f1": macro_f1(predicted, gold, labels),
+            "correct": [int(p == g) for p, g in zip(predicted, gold)],
+            "balanced_correct": [w * (p == g) for w, p, g in zip(weight, predicted, gold)]}
+
+
+def classification_results(predicted: Sequence[str], gold: Sequence[str], train_labels: Sequence[str], *,
+                           family: str, mode: str, pooling: str | None = None,
+                           settings: dict[str, Any] | None = None) -> ClassifyRecord:
+    """Accuracy and macro-F1 beside the majority-class baseline (the train set's most frequent label
+    predicted for every test example), with how they were made."""
+    labels = sorted(set(gold) | set(train_labels))
+    majority = majority_label(train_labels)
+    baseline = MajorityBaseline(**scores_of([majority] * len(gold), gold, labels), name="majority class",
+                                label=majority)
+    return ClassifyRecord(**scores_of(predicted, gold, labels), family=family, mode=mode, pooling=pooling,
+                          n_test=len(gold), baseline=baseline, settings=settings or {})
 
 
 def evaluate_classifier(model: SequenceClassifier, tokenizer, test: Sequence[LabelledText],
-                        train_labels: Sequence[str], batch_size: int = 64, **settings) -> dict:
+                        train_labels: Sequence[str], batch_size: int = 64,
+                        settings: dict[str, Any] | None = None) -> ClassifyRecord:
     predicted = predict(model, tokenizer, [e.text for e in test], batch_size)
-    return classification_results(predicted, [e.label for e in test], train_labels, **{
-        **settings, "pooling": model.pooling, "mode": "probe" if model.freeze else "finetune",
-        "family": model.body.cfg.family})
+    return classification_results(predicted, [e.label for e in test], train_labels, family=model.body.cfg.family,
+                                  mode="probe" if model.freeze else "finetune", pooling=model.pooling,
+                                  settings=settings)
 
 
 def settings_of(cfg: ClassifyConfig) -> dict:
@@ -255,7 +287,7 @@ def _run(model, tokenizer, cfg: ClassifyConfig, runtime: Runtime, data, label: s
     train, test = data or _plays_rows(cfg, model, "test", True)
     classifier = train_classifier(model, tokenizer, train, cfg, runtime=runtime)
     return classifier, lambda: evaluate_classifier(classifier, tokenizer, test, [e.label for e in train],
-                                                   **settings_of(cfg)), test
+                                                   settings=settings_of(cfg)), test
 
 
 def _add_flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
@@ -280,7 +312,7 @@ def _add_flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
                         help="--data's column or field holding the label (any text; ids follow sorted order)")
 
 
-def _kept(model: SequenceClassifier, record: dict, cfg: ClassifyConfig) -> tuple[dict, nn.Module, nn.Module]:
+def _kept(model: SequenceClassifier, record: ClassifyRecord, cfg: ClassifyConfig) -> tuple[dict, nn.Module, nn.Module]:
     return {"labels": model.labels, "pooling": model.pooling, "freeze": cfg.freeze}, model.body, model.head
 
 
@@ -292,10 +324,10 @@ def _finetune_command(args, model, tokenizer, run):
     classifier, record = run(cfg, (train, test))
     task, body, head = _kept(classifier, record, cfg)
     task.update(train_labels=[e.label for e in train], **({"plays_task": cfg.plays_task} if args.data is None else {}))
-    return task, record, body, head
+    return task, record, {}, body, head
 
 
-def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> dict:
+def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> ClassifyRecord:
     from maskwise.cli.task_inputs import classify_data  # at call time: see ``Task``
 
     saved = fine_tune.task
@@ -317,11 +349,10 @@ def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> dict:
     return classification_results(predicted, gold, gold, mode="zero-shot", family=model.cfg.family)
 
 
-def _summary(r: dict) -> str:
-    base = r["baseline"]
-    how = "zero-shot prompting" if r.get("mode") == "zero-shot" else f"{r['mode']}, {r['pooling']} pooling"
-    return (f"classify ({how}) on {r['n_test']} examples: accuracy {r['accuracy']:.3f} "
-            f"(majority class {base['accuracy']:.3f}), macro-F1 {r['macro_f1']:.3f} ({base['macro_f1']:.3f})")
+def _summary(r: ClassifyRecord) -> str:
+    how = "zero-shot prompting" if r.mode == "zero-shot" else f"{r.mode}, {r.pooling} pooling"
+    return (f"classify ({how}) on {r.n_test} examples: accuracy {r.accuracy:.3f} "
+            f"(majority class {r.baseline.accuracy:.3f}), macro-F1 {r.macro_f1:.3f} ({r.baseline.macro_f1:.3f})")
 
 
 def _read_user_task(spec: TaskSpec) -> UserTask:
@@ -343,8 +374,8 @@ def _read_user_task(spec: TaskSpec) -> UserTask:
 
 def _user_row(task: UserTask) -> Row:
     key = "balanced_correct" if task.details["metric"] == "balanced accuracy" else "correct"
-    return Row(f"{task.spec.name}: {task.details['metric']} (classify)", True, lambda r: r[key],
-               lambda r: r["baseline"][key], "majority class")
+    return Row(f"{task.spec.name}: {task.details['metric']} (classify)", True, lambda r: getattr(r, key),
+               lambda r: getattr(r.baseline, key), "majority class")
 
 
 def _work(cfg: ClassifyConfig, task: UserTask | None, per_char: float) -> Work:
@@ -356,10 +387,10 @@ def _work(cfg: ClassifyConfig, task: UserTask | None, per_char: float) -> Work:
 
 
 TASK = Task(
-    kind="classify", claim=ENCODER_JOBS, config=ClassifyConfig, plays=_plays_rows, run=_run, flags=_add_flags,
+    kind="classify", claim=ENCODER_JOBS, config=ClassifyConfig, record=ClassifyRecord, plays=_plays_rows, run=_run, flags=_add_flags,
     finetune_command=_finetune_command, evaluate_command=_evaluate_command, summary=_summary,
-    plays_row=Row("line order accuracy (classification)", True, lambda r: r["correct"],
-                  lambda r: r["baseline"]["correct"], "majority class"),
+    plays_row=Row("line order accuracy (classification)", True, lambda r: r.correct, lambda r: r.baseline.correct,
+                  "majority class"),
     user_rows=lambda task, cfg: (_user_row(task),), read=_read_user_task, work=_work, configure=within_context,
     kept=_kept,
     head=Head(SequenceClassifier, {"labels": (True, True), "pooling": (False, True), "train_labels": (True, False),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,7 +42,11 @@ from maskwise.tasks.reading import (
     device_of,
     encode_texts,
 )
-from maskwise.tasks.retrieve import evaluate_graded_retrieval, evaluate_retrieval
+from maskwise.tasks.retrieve import (
+    RetrievalRecord,
+    evaluate_graded_retrieval,
+    evaluate_retrieval,
+)
 from maskwise.tasks.unit import (
     ENCODER_JOBS,
     Row,
@@ -161,14 +165,14 @@ def _run(model, tokenizer, cfg: EmbedConfig, runtime: Runtime, data, label: str)
     encoder = train_bi_encoder(model, tokenizer, pairs, cfg, runtime)
     embedder = Embedder(encoder, tokenizer, max_len=cfg.max_len, progress=cfg.progress)
 
-    def evaluate() -> dict:
+    def evaluate() -> RetrievalRecord:
         name = f"{label} ({encoder.pooling} pooling)"
         if isinstance(test, GradedRetrievalSet):  # a BEIR folder's graded judgements
             record = evaluate_graded_retrieval(embedder, test, name=name, ignore_identical_ids=cfg.ignore_identical_ids)
         else:
             record = evaluate_retrieval(embedder, test, name=name)
-        return {**record, "pooling": encoder.pooling, "train_pairs": len(pairs), "max_len": cfg.max_len,
-                "temperature": cfg.temperature}
+        return replace(record, pooling=encoder.pooling, train_pairs=len(pairs), max_len=cfg.max_len,
+                       temperature=cfg.temperature)
 
     return encoder, evaluate, test
 
@@ -189,9 +193,9 @@ def _add_flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
                              "default; MTEB's for ArguAna and Quora, whose queries are in the corpus)")
 
 
-def _kept(model: BiEncoder, record: dict, cfg: EmbedConfig) -> tuple[dict, nn.Module, None]:
-    return ({"pooling": model.pooling, "normalize": True, "max_len": record["max_len"],
-             "temperature": record["temperature"]}, model.body, None)
+def _kept(model: BiEncoder, record: RetrievalRecord, cfg: EmbedConfig) -> tuple[dict, nn.Module, None]:
+    return ({"pooling": model.pooling, "normalize": True, "max_len": record.max_len,
+             "temperature": record.temperature}, model.body, None)
 
 
 def _finetune_command(args, model, tokenizer, run):
@@ -212,12 +216,12 @@ def _finetune_command(args, model, tokenizer, run):
     else:
         data = _plays_rows(cfg, model, "test", True)
     bi_encoder, record = run(cfg, data, "fine-tuned bi-encoder")
-    results = {"data": str(args.data), "split": split, **record} if beir else record
+    beside = {"data": str(args.data), "split": split} if beir else {}
     task, body, head = _kept(bi_encoder, record, cfg)
-    return task, results, body, head
+    return task, record, beside, body, head
 
 
-def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> dict:
+def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> RetrievalRecord:
     """Retrieval over a BEIR folder's graded judgements (--data FOLDER), else over --data's rows or the plays'."""
     from maskwise.cli.task_inputs import (  # at call time: see ``Task``
         beir_data,
@@ -235,12 +239,13 @@ def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> dict:
     return evaluate_retrieval(embedder, test, name=name)
 
 
-def _summary(r: dict) -> str:
-    base = r["baseline"]
-    mrr = "mrr@10" if "mrr@10" in r else "mrr"  # a benchmark's (BEIR, MTEB) MRR is cut at 10
-    return (f"retrieve ({r['embedder']}) {r['n_queries']} queries over {r['n_docs']} passages: "
-            f"nDCG@10 {r['ndcg@10']:.3f} (random {base['ndcg@10']:.3f}), {mrr.upper()} {r[mrr]:.3f} "
-            f"({base[mrr]:.3f}), recall@100 {r['recall@100']:.3f} ({base['recall@100']:.3f})")
+def _summary(r: RetrievalRecord) -> str:
+    base = r.baseline
+    graded = r.mrr_at_10 is not None  # a benchmark's (BEIR, MTEB) MRR is cut at 10
+    mrr, base_mrr = (r.mrr_at_10, base.mrr_at_10) if graded else (r.mrr, base.mrr)
+    return (f"retrieve ({r.embedder}) {r.n_queries} queries over {r.n_docs} passages: "
+            f"nDCG@10 {r.ndcg_at_10:.3f} (random {base.ndcg_at_10:.3f}), {'MRR@10' if graded else 'MRR'} {mrr:.3f} "
+            f"({base_mrr:.3f}), recall@100 {r.recall_at_100:.3f} ({base.recall_at_100:.3f})")
 
 
 def read_retrieval_task(spec: TaskSpec) -> UserTask:
@@ -265,10 +270,10 @@ def read_retrieval_task(spec: TaskSpec) -> UserTask:
 def _user_row(task: UserTask) -> Row:
     metric = task.details["metric"].lower()
     if metric == "ndcg@10":  # graded judgements: the random ranking's own nDCG@10 over the same queries
-        return Row(f"{task.spec.name}: nDCG@10 (embed, retrieval)", True, lambda r: r["per_query"]["ndcg@10"],
-                   lambda r: r["baseline"]["ndcg@10"], "random ranking")
-    return Row(f"{task.spec.name}: recall@10 (embed, retrieval)", True, lambda r: r["per_query"]["recall@10"],
-               lambda r: r["baseline"]["expected"]["recall@10"], "random")
+        return Row(f"{task.spec.name}: nDCG@10 (embed, retrieval)", True, lambda r: r.per_query.ndcg_at_10,
+                   lambda r: r.baseline.ndcg_at_10, "random ranking")
+    return Row(f"{task.spec.name}: recall@10 (embed, retrieval)", True, lambda r: r.per_query.recall_at_10,
+               lambda r: r.baseline.expected.recall_at_10, "random")
 
 
 def _work(cfg: EmbedConfig, task: UserTask | None, per_char: float) -> Work:
@@ -284,10 +289,11 @@ def _work(cfg: EmbedConfig, task: UserTask | None, per_char: float) -> Work:
 
 
 TASK = Task(
-    kind="embed", claim=ENCODER_JOBS, config=EmbedConfig, plays=_plays_rows, run=_run, flags=_add_flags,
+    kind="embed", claim=ENCODER_JOBS, config=EmbedConfig, record=RetrievalRecord, plays=_plays_rows, run=_run,
+    flags=_add_flags,
     finetune_command=_finetune_command, evaluate_command=_evaluate_command, summary=_summary,
-    plays_row=Row("retrieval recall@10 (ICT)", True, lambda r: r["per_query"]["recall@10"],
-                  lambda r: r["baseline"]["expected"]["recall@10"], "random"),
+    plays_row=Row("retrieval recall@10 (ICT)", True, lambda r: r.per_query.recall_at_10,
+                  lambda r: r.baseline.expected.recall_at_10, "random"),
     user_rows=lambda task, cfg: (_user_row(task),), read=read_retrieval_task, work=_work,
     configure=within_context,
     run_data=lambda task, cfg: (task.train.pairs(), task.test), test_texts=lambda task: list(task.test.queries),

@@ -19,6 +19,7 @@ from maskwise.runs import (
 )
 from maskwise.tasks import classify, embed, rerank, seq2seq, tag
 from maskwise.tasks.finetune import FinetuneConfig
+from maskwise.tasks.record import Record
 from maskwise.tasks.unit import (
     CLAIMS,
     ENCODER_JOBS,
@@ -65,7 +66,7 @@ def save_fine_tune(out: Path, model, tokenizer, task: dict, head=None) -> None:
     write_json(out / CONFIG_FILE, {"model": model.cfg.to_dict(), "task": task})
 
 
-def keep_fine_tune(out: Path, kind: str, trained, record: dict, cfg: FinetuneConfig, tokenizer, base: str) -> None:
+def keep_fine_tune(out: Path, kind: str, trained, record: Record, cfg: FinetuneConfig, tokenizer, base: str) -> None:
     """Write what ``run_task`` trained for task ``kind`` into the fine-tune folder ``out`` (created)."""
     task, model, head = TASKS[kind].kept(trained, record, cfg)
     out.mkdir(parents=True, exist_ok=True)

@@ -46,6 +46,7 @@ from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.generate import GenerationConfig, generate
 from maskwise.tasks.reading import batches, context_len, device_of
 from maskwise.tasks.rerank_eval import (
+    RerankRecord,
     ScoreFn,
     evaluate_reranker,
     gain_summary,
@@ -305,8 +306,8 @@ def _run(model, tokenizer, cfg: RerankConfig, runtime: Runtime, data, label: str
     else:
         trained = train_generative_reranker(model, tokenizer, train, negatives, cfg, runtime)
         score = generative_scorer(trained, tokenizer, cfg.max_len, cfg.score_batch)
-    return trained, lambda: {**evaluate_reranker(score, test, candidates, label, cfg.progress, cfg.seed),
-                             "kind": kind, "max_len": cfg.max_len}, (test, candidates)
+    return trained, lambda: replace(evaluate_reranker(score, test, candidates, label, cfg.progress, cfg.seed),
+                                    kind=kind, max_len=cfg.max_len), (test, candidates)
 
 
 def _add_flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
@@ -334,10 +335,10 @@ def rerank_config(args, **values) -> RerankConfig:
     return config_from_flags(RerankConfig, args, **queries, **values)
 
 
-def _kept(model: nn.Module, record: dict, cfg: RerankConfig) -> tuple[dict, nn.Module, nn.Module | None]:
+def _kept(model: nn.Module, record: RerankRecord, cfg: RerankConfig) -> tuple[dict, nn.Module, nn.Module | None]:
     """A cross-encoder keeps its body and head; a generative reranker is the whole model."""
-    task = {"reranker": record["kind"], "first_stage": "BM25", "negatives": "bm25", "max_len": record["max_len"]}
-    return (task, model.body, model.head) if record["kind"] == "cross" else (task, model, None)
+    task = {"reranker": record.kind, "first_stage": "BM25", "negatives": "bm25", "max_len": record.max_len}
+    return (task, model.body, model.head) if record.kind == "cross" else (task, model, None)
 
 
 def _finetune_command(args, model, tokenizer, run):
@@ -356,10 +357,10 @@ def _finetune_command(args, model, tokenizer, run):
     reranker, record = run(cfg, (train, negatives, test, candidates), f"{kind} reranker")
     task, trained, head = _kept(reranker, record, cfg)
     task.update(first_stage=str(first_stage_path), negatives=args.negatives)  # this command's own first stage
-    return task, {**record, "first_stage": first_stage}, trained, head
+    return task, replace(record, first_stage=first_stage), {}, trained, head
 
 
-def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> dict:
+def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> RerankRecord:
     from maskwise.cli.task_inputs import (  # at call time: see ``Task``
         embedder_of,
         retrieval_data,
@@ -381,17 +382,15 @@ def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> dict:
     cfg = rerank_config(args)
     test = retrieval_data(args, cfg, args.split)
     candidates, _ = rank(embedder, test, k=cfg.candidates)
-    results = evaluate_reranker(score, test, candidates, f"{kind} reranker", args.progress)
-    results["first_stage"] = name
-    return results
+    return replace(evaluate_reranker(score, test, candidates, f"{kind} reranker", args.progress), first_stage=name)
 
 
-def _summary(r: dict) -> str:
-    base, lat = r["baseline"], r["latency"]
-    return (f"rerank ({r['reranker']}) {r['n_queries']} queries x {r['candidates_per_query']} candidates: "
-            f"nDCG@10 {r['ndcg@10']:.3f} (first stage {base['ndcg@10']:.3f}, random order "
-            f"{r['random_order']['ndcg@10']:.3f}), MRR {r['mrr']:.3f} ({base['mrr']:.3f}); "
-            f"latency p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms per query\n{gain_summary(r)}")
+def _summary(r: RerankRecord) -> str:
+    base, lat = r.baseline, r.latency
+    return (f"rerank ({r.reranker}) {r.n_queries} queries x {r.candidates_per_query} candidates: "
+            f"nDCG@10 {r.ndcg_at_10:.3f} (first stage {base.ndcg_at_10:.3f}, random order "
+            f"{r.random_order.ndcg_at_10:.3f}), MRR {r.mrr:.3f} ({base.mrr:.3f}); "
+            f"latency p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms per query\n{gain_summary(r)}")
 
 
 def _read_user_task(spec: TaskSpec) -> UserTask:
@@ -417,10 +416,11 @@ def _work(cfg: RerankConfig, task: UserTask | None, per_char: float) -> Work:
 
 
 TASK = Task(
-    kind="rerank", claim=ENCODER_JOBS, config=RerankConfig, plays=_plays_rows, run=_run, flags=_add_flags,
-    finetune_command=_finetune_command, evaluate_command=_evaluate_command, summary=_summary, plays_row=None,
+    kind="rerank", claim=ENCODER_JOBS, config=RerankConfig, record=RerankRecord, plays=_plays_rows, run=_run,
+    flags=_add_flags, finetune_command=_finetune_command, evaluate_command=_evaluate_command, summary=_summary,
+    plays_row=None,
     user_rows=lambda task, cfg: (Row(f"{task.spec.name}: nDCG@10 over BM25's top candidates (rerank)", True,
-                                     lambda r: r["per_query"]["ndcg@10"],
-                                     lambda r: r["per_query"]["first_stage_ndcg@10"], "BM25's own order"),),
+                                     lambda r: r.per_query.ndcg_at_10,
+                                     lambda r: r.per_query.first_stage_ndcg_at_10, "BM25's own order"),),
     read=_read_user_task, work=_work, configure=within_context, run_data=_user_data,
     test_texts=lambda task: list(task.test.queries), kept=_kept)

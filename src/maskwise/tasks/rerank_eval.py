@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import torch
 from tqdm import tqdm
@@ -17,6 +19,7 @@ from tqdm import tqdm
 from maskwise.data.beir import GradedRetrievalSet
 from maskwise.data.tasks import RetrievalSet
 from maskwise.tasks.metrics import Relevance, gains, latency_ms, paired_bootstrap
+from maskwise.tasks.record import Fields, R, Record, key
 from maskwise.tasks.retrieve import per_query_metrics, ranking_metrics
 
 ScoreFn = Callable[[str, Sequence[str]], torch.Tensor]  # (query, candidates) -> (n,) scores
@@ -29,8 +32,95 @@ def judgements(data: RetrievalSet | GradedRetrievalSet) -> list[Relevance]:
     return [{d} for d in data.relevant]
 
 
+RECALL = "recall@"  # how each recall's JSON key starts (``retrieve.ranking_metrics``)
+
+
+@dataclass(frozen=True)
+class RankingScores(Fields):
+    """An order's ``retrieve.ranking_metrics`` over each query's candidates, alike for a reranker and a baseline."""
+
+    # Recall at 1, 10 and the candidate depth: the depth's key (``recall@100``) is known only at run time, so the
+    # recalls are held by their JSON keys, and the JSON spreads them beside ``mrr`` as ``ranking_metrics`` does.
+    recall: dict[str, float]  # "recall@k" -> recall at k; at the depth it bounds what any reranker can reach
+    mrr: float
+    ndcg_at_10: float = field(metadata=key("ndcg@10"))
+
+    def to_json(self) -> dict[str, Any]:
+        """Its fields, each recall under its own key in ``recall``'s place."""
+        spread: dict[str, Any] = {}
+        for name, value in super().to_json().items():
+            spread.update(value if name == "recall" else {name: value})
+        return spread
+
+    @classmethod
+    def from_json(cls: type[R], data: dict[str, Any]) -> R:
+        return super().from_json({**data, "recall": {k: v for k, v in data.items() if k.startswith(RECALL)}})
+
+
+@dataclass(frozen=True)
+class OrderBaseline(RankingScores):
+    """An order of the same candidates that no reranker chose: what a reranker must beat to be worth its latency."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class PerQuery(Fields):
+    """Each query's own numbers, paired across orders by query: what a compare row and the bootstrap resample."""
+
+    ndcg_at_10: list[float] = field(metadata=key("ndcg@10"))
+    seconds: list[float]
+    first_stage_ndcg_at_10: list[float] = field(metadata=key("first_stage_ndcg@10"))
+    random_order_ndcg_at_10: list[float] = field(metadata=key("random_order_ndcg@10"))  # expected, not sampled
+
+
+@dataclass(frozen=True)
+class Latency(Fields):
+    """Per-query wall-clock (``metrics.latency_ms``): the median a user usually waits, p99 the slow tail."""
+
+    p50_ms: float
+    p99_ms: float
+
+
+@dataclass(frozen=True)
+class PairedGain(Fields):
+    """``metrics.paired_bootstrap`` of two orders on the same queries: a gain with the luck of the queries drawn."""
+
+    difference: float  # the mean per-query gain
+    ci95_low: float
+    ci95_high: float
+    p_not_better: float  # the fraction of resamples without a gain
+
+
+@dataclass(frozen=True)
+class NdcgGains(Fields):
+    """The reranker's nDCG@10 gain over each baseline order, so that neither is read without its interval."""
+
+    over_random_order: PairedGain
+    over_first_stage: PairedGain
+
+
+@dataclass(frozen=True)
+class RerankRecord(RankingScores, Record):
+    """A reranker's metrics and latency over fixed candidates beside two orders of the same candidates: the first
+    stage's (``baseline``) and a random one (``random_order``), with each nDCG@10 gain's interval."""
+
+    task: ClassVar[str] = "rerank"
+    reranker: str  # its label
+    n_queries: int
+    candidates_per_query: int  # the depth: the most candidates a query has
+    per_query: PerQuery
+    latency: Latency
+    baseline: OrderBaseline
+    random_order: OrderBaseline
+    ndcg_at_10_gain: NdcgGains = field(metadata=key("ndcg@10_gain"))
+    kind: str | None = None  # "cross" or "generative", where fine-tuned here (``rerank._run``)
+    max_len: int | None = None  # tokens a (query, candidate) pair is cut to, where fine-tuned here
+    first_stage: str | None = None  # the bi-encoder that drew the candidates (the CLI's commands)
+
+
 def evaluate_reranker(score: ScoreFn, data: RetrievalSet | GradedRetrievalSet, candidates: Sequence[Sequence[int]],
-                      name: str, progress: bool = True, seed: int = 0) -> dict:
+                      name: str, progress: bool = True, seed: int = 0) -> RerankRecord:
     """Rerank each query's candidates by ``score`` and report metrics and per-query latency, beside
     two baselines over the same candidates: the first stage's order (what a reranker must improve
     on to be worth its latency) and a random order (the trivial floor, its expected metrics). The
@@ -53,8 +143,7 @@ def evaluate_reranker(score: ScoreFn, data: RetrievalSet | GradedRetrievalSet, c
     ndcg = per_query_metrics(reranked, relevant)["ndcg@10"]
     first_stage = per_query_metrics(candidates, relevant)["ndcg@10"]
     random_order = random_order_per_query(candidates, relevant, ks)
-    return {
-        "task": "rerank",
+    return RerankRecord.from_json({
         "reranker": name,
         "n_queries": len(data.queries),
         "candidates_per_query": depth,
@@ -69,16 +158,15 @@ def evaluate_reranker(score: ScoreFn, data: RetrievalSet | GradedRetrievalSet, c
             "over_random_order": paired_bootstrap(ndcg, random_order["ndcg@10"], seed=seed),
             "over_first_stage": paired_bootstrap(ndcg, first_stage, seed=seed),
         },
-    }
+    })
 
 
-def gain_summary(result: dict) -> str:
+def gain_summary(record: RerankRecord) -> str:
     """One line for people: the nDCG@10 gain over each baseline with its 95% interval."""
-    parts = []
-    for key, label in (("over_random_order", "random order"), ("over_first_stage", "first stage")):
-        g = result["ndcg@10_gain"][key]
-        parts.append(f"{g['difference']:+.3f} over {label} (95% CI {g['ci95_low']:+.3f}..{g['ci95_high']:+.3f})")
-    return "nDCG@10 gain " + ", ".join(parts)
+    over = record.ndcg_at_10_gain
+    return "nDCG@10 gain " + ", ".join(
+        f"{g.difference:+.3f} over {label} (95% CI {g.ci95_low:+.3f}..{g.ci95_high:+.3f})"
+        for g, label in ((over.over_random_order, "random order"), (over.over_first_stage, "first stage")))
 
 
 def random_order_per_query(candidates: Sequence[Sequence[int]], relevant: Sequence[int | Relevance],

@@ -16,12 +16,15 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
 from maskwise.data.beir import GradedRetrievalSet
 from maskwise.data.tasks import RetrievalSet
 from maskwise.tasks.metrics import Relevance, bucketed, mrr, ndcg_at_k, recall_at_k
+from maskwise.tasks.record import Fields, Record, key
 
 # An embedder: texts in, one vector each out (``tasks.embed.Embedder``, or an external model's callable).
 EmbedFn = Callable[[Sequence[str]], torch.Tensor]
@@ -114,26 +117,101 @@ def rank(embedder: EmbedFn, data: RetrievalSet, k: int = 100) -> tuple[list[list
     return indices.tolist(), timing
 
 
+@dataclass(frozen=True)
+class RankingScores(Fields):
+    """One ranking's means over the queries: ``ranking_metrics``' (one relevant passage a query) or
+    ``benchmark_metrics``' (graded judgements, MRR cut at 10 as BEIR and MTEB cut it); the other's are None."""
+
+    ndcg_at_10: float = field(metadata=key("ndcg@10"))
+    recall_at_10: float = field(metadata=key("recall@10"))
+    recall_at_100: float = field(metadata=key("recall@100"))
+    recall_at_1: float | None = field(default=None, kw_only=True, metadata=key("recall@1"))
+    recall_at_5: float | None = field(default=None, kw_only=True, metadata=key("recall@5"))
+    mrr: float | None = field(default=None, kw_only=True)
+    mrr_at_10: float | None = field(default=None, kw_only=True, metadata=key("mrr@10"))
+
+
+@dataclass(frozen=True)
+class ExpectedRandom(Fields):
+    """A random ranking's scores in expectation (``expected_random``): the chance level, free of one draw's luck."""
+
+    recall_at_10: float = field(metadata=key("recall@10"))
+    ndcg_at_10: float = field(metadata=key("ndcg@10"))
+
+
+@dataclass(frozen=True)
+class RandomRanking(RankingScores):
+    """One seeded random ranking of the collection: the floor any embedder has to clear."""
+
+    name: str
+    expected: ExpectedRandom | None = field(default=None, kw_only=True)  # one relevant passage a query only
+
+
+@dataclass(frozen=True)
+class PerQuery(Fields):
+    """Each query's own scores, in query order: the items an interval over queries resamples."""
+
+    recall_at_10: list[float] = field(metadata=key("recall@10"))
+    ndcg_at_10: list[float] = field(metadata=key("ndcg@10"))
+    mrr: list[float] | None = field(default=None, kw_only=True)
+    recall_at_100: list[float] | None = field(default=None, kw_only=True, metadata=key("recall@100"))
+    mrr_at_10: list[float] | None = field(default=None, kw_only=True, metadata=key("mrr@10"))
+    query_id: list[str] | None = field(default=None, kw_only=True)  # graded judgements name their queries
+
+
+@dataclass(frozen=True)
+class LengthBucket(Fields):
+    """The queries whose relevant passage falls in one length bucket: how many, and their mean scores."""
+
+    n: int
+    recall_at_10: float = field(metadata=key("recall@10"))
+    mrr: float
+    ndcg_at_10: float = field(metadata=key("ndcg@10"))
+
+
+@dataclass(frozen=True)
+class RetrievalRecord(RankingScores, Record):
+    """An embedder's ranking of a collection beside a random ranking's, per query and (one relevant passage a
+    query) by the relevant passage's length; a fine-tune's settings where it was fine-tuned here."""
+
+    task: ClassVar[str] = "retrieve"
+    embedder: str
+    n_queries: int
+    n_docs: int
+    per_query: PerQuery
+    baseline: RandomRanking
+    embed_s: float
+    search_s: float
+    # By the relevant passage's length in characters; empty for graded judgements (many relevant documents a query).
+    by_passage_chars: dict[str, LengthBucket] = field(default_factory=dict, kw_only=True)
+    queries_without_relevant: int | None = field(default=None, kw_only=True)  # graded judgements: no grade above 0
+    ignore_identical_ids: bool | None = field(default=None, kw_only=True)  # graded judgements only
+    pooling: str | None = field(default=None, kw_only=True)  # the fine-tune's (``tasks.embed``), else None
+    train_pairs: int | None = field(default=None, kw_only=True)
+    max_len: int | None = field(default=None, kw_only=True)
+    temperature: float | None = field(default=None, kw_only=True)
+
+
 def evaluate_retrieval(embedder: EmbedFn, data: RetrievalSet, k: int = 100, name: str = "embedder",
-                       seed: int = 0) -> dict:
+                       seed: int = 0) -> RetrievalRecord:
     """Embed the collection and the queries, search, and report metrics overall, by passage length,
     and for a random ranking; plus embedding and search time."""
     ranked, timing = rank(embedder, data, k)
     relevant = [{d} for d in data.relevant]
     lengths = [len(data.docs[d]) for d in data.relevant]
     baseline = random_ranking(len(ranked), len(data.docs), k, seed)
-    return {
-        "task": "retrieve",
+    per_query = per_query_metrics(ranked, relevant)
+    return RetrievalRecord.from_json({
         "embedder": name,
         "n_queries": len(data.queries),
         "n_docs": len(data.docs),
         **ranking_metrics(ranked, relevant),
-        "per_query": per_query_metrics(ranked, relevant),
-        "by_passage_chars": bucketed(lengths, per_query_metrics(ranked, relevant), LENGTH_EDGES),
+        "per_query": per_query,
+        "by_passage_chars": bucketed(lengths, per_query, LENGTH_EDGES),
         "baseline": {"name": "random ranking", **ranking_metrics(baseline, relevant),
                      "expected": expected_random(len(data.docs))},
         **timing,
-    }
+    })
 
 
 def benchmark_metrics(ranked: Sequence[Sequence[int]], qrels: Sequence[Relevance]) -> dict[str, float]:
@@ -143,7 +221,7 @@ def benchmark_metrics(ranked: Sequence[Sequence[int]], qrels: Sequence[Relevance
 
 
 def evaluate_graded_retrieval(embedder: EmbedFn, data: GradedRetrievalSet, k: int = 100, name: str = "embedder",
-                              ignore_identical_ids: bool = False, seed: int = 0) -> dict:
+                              ignore_identical_ids: bool = False, seed: int = 0) -> RetrievalRecord:
     """``evaluate_retrieval`` for graded, multi-document judgements (a BEIR folder's split): the
     benchmark's metrics overall and per query (with its id), and for a random ranking.
 
@@ -156,8 +234,7 @@ def evaluate_graded_retrieval(embedder: EmbedFn, data: GradedRetrievalSet, k: in
         ranked = [[d for d in r if data.doc_ids[d] != query][:k] for r, query in zip(ranked, data.query_ids)]
     per_query = [benchmark_metrics([r], [grades]) for r, grades in zip(ranked, data.qrels)]
     baseline = random_ranking(len(ranked), len(data.docs), k, seed)
-    return {
-        "task": "retrieve",
+    return RetrievalRecord.from_json({
         "embedder": name,
         "n_queries": len(data.queries),
         "n_docs": len(data.docs),
@@ -168,4 +245,4 @@ def evaluate_graded_retrieval(embedder: EmbedFn, data: GradedRetrievalSet, k: in
                       **{metric: [q[metric] for q in per_query] for metric in benchmark_metrics([], [])}},
         "baseline": {"name": "random ranking", **benchmark_metrics(baseline, data.qrels)},
         **timing,
-    }
+    })

@@ -18,12 +18,13 @@ from torch import nn
 
 from maskwise.runtime import Runtime
 from maskwise.tasks.finetune import FinetuneConfig
+from maskwise.tasks.record import Record
 from maskwise.tasks.registry import task_of
 
 
 @dataclass
 class TaskResult:
-    record: dict  # the evaluation, plus finetune_s
+    record: Record  # the evaluation, its finetune_s set
     model: nn.Module  # what fine-tuning produced (classifier, bi-encoder, reranker, tagger, or the model itself)
     test: Any  # the rows it was evaluated on
 
@@ -40,7 +41,7 @@ def run_task(cfg: FinetuneConfig, model: nn.Module, tokenizer, runtime: Runtime,
     ``cfg`` configures and evaluate it. ``data``: the caller's rows instead of the plays' (classify:
     ``LabelledText`` lists ``(train, test)``; embed: query/passage pairs and a ``RetrievalSet``;
     seq2seq: ``Seq2SeqExample`` lists; tag: ``TaggedText`` lists; rerank: ``(train set, its negatives,
-    test set, its first-stage candidates)``); ``label`` names the model in the record."""
+    test set, its first-stage candidates)``); ``label`` names the model in the record (the task's ``Record``)."""
     run = task_of(cfg).run
     cfg.validate()  # before any rows are drawn from its settings
     model.to(runtime.torch_device)
@@ -49,4 +50,4 @@ def run_task(cfg: FinetuneConfig, model: nn.Module, tokenizer, runtime: Runtime,
     seconds = time.perf_counter() - started
     with runtime.inference().autocast():  # as `maskwise evaluate` will score the saved model
         record = evaluate()
-    return TaskResult({**record, "finetune_s": seconds}, trained, test)
+    return TaskResult(record.timed(seconds), trained, test)

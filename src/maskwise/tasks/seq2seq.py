@@ -19,7 +19,7 @@ import argparse
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import nn
@@ -48,6 +48,7 @@ from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.generate import GenerationConfig, check_generative, generate
 from maskwise.tasks.metrics import bucketed, exact_match, set_f1, token_f1
 from maskwise.tasks.reading import batches, device_of
+from maskwise.tasks.record import Fields, Record
 from maskwise.tasks.unit import READ_THEN_WRITE, Row, Task, Work, mean_tokens
 
 if TYPE_CHECKING:
@@ -147,10 +148,75 @@ def predict_seq2seq(model: nn.Module, tokenizer, sources: Sequence[str], gen: Ge
     return outputs
 
 
+@dataclass(frozen=True)
+class PerExample(Fields):
+    """Each test item's scores: the items an interval over the test rows resamples."""
+
+    exact_match: list[float]
+    items_f1: list[float]
+    token_f1: list[float]
+
+
+@dataclass(frozen=True)
+class BucketScores(Fields):
+    """The mean scores of the test items whose source length falls in one bucket (``metrics.bucketed``)."""
+
+    n: int
+    exact_match: float
+    items_f1: float
+    token_f1: float
+
+
+@dataclass(frozen=True)
+class Seq2SeqScores(Fields):
+    """One writer's (or baseline's) scores: their means, each item's, and their means by source length in characters
+    (bucket label -> its scores, empty buckets left out)."""
+
+    exact_match: float
+    items_f1: float
+    token_f1: float
+    per_example: PerExample
+    by_source_chars: dict[str, BucketScores]
+
+
+@dataclass(frozen=True)
+class Seq2SeqBaseline(Seq2SeqScores):
+    """Copying from the source, with no model: its first line (the plays: the first speaker) or its first words."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class ShownExample(Fields):
+    """One test item with what the model wrote: what a reader checks the scores against."""
+
+    source: str
+    target: str
+    predicted: str
+
+
+@dataclass(frozen=True)
+class Seq2SeqRecord(Seq2SeqScores, Record):
+    """A writer's scores beside copying from the source (``baseline``), with how it decoded, each test source's length
+    (for rows by source length) and the first few items written; the plays' passages say how they were cut."""
+
+    task: ClassVar[str] = "seq2seq"
+    family: str
+    decoding: str  # greedy, or beam N
+    n_test: int
+    source_chars: list[int]  # each test item's, for rows by source length
+    baseline: Seq2SeqBaseline
+    examples: list[ShownExample]
+    train_examples: int | None = None  # the rows it was fine-tuned on (None: scored by ``maskwise evaluate``)
+    # How the plays' passages were cut (None: a user's rows).
+    hide_speakers: bool | None = None
+    mid_speech: bool | None = None
+
+
 def generation_scores(predicted: Sequence[str], examples: Sequence[Seq2SeqExample],
                       source_edges: Sequence[int]) -> dict:
-    """Exact match, F1 over the set of comma-separated items (on the plays: the speakers) and token F1:
-    overall, per example and by source length."""
+    """``Seq2SeqScores``' fields: exact match, F1 over the set of comma-separated items (on the plays: the speakers)
+    and token F1, overall, per example and by source length."""
     per_example = {
         "exact_match": [exact_match(p, e.target) for p, e in zip(predicted, examples)],
         "items_f1": [set_f1(p, e.target) for p, e in zip(predicted, examples)],  # the speakers, on the plays
@@ -171,7 +237,8 @@ def lead_words(train: Sequence[Seq2SeqExample]) -> int:
 
 def evaluate_seq2seq(model: nn.Module, tokenizer, test: Sequence[Seq2SeqExample], gen: GenerationConfig,
                      max_target_len: int = 64, progress: bool = True, source_edges: Sequence[int] = SOURCE_EDGES,
-                     lead: int | None = None, **settings) -> dict:
+                     lead: int | None = None, train_examples: int | None = None, hide_speakers: bool | None = None,
+                     mid_speech: bool | None = None) -> Seq2SeqRecord:
     """Generate each test target and score it beside a baseline: the source's first ``lead`` words (a user's
     rows: the lead of a summary, the classic floor), else its first line (the plays: the first speaker)."""
     predicted = predict_seq2seq(model, tokenizer, [e.source for e in test], gen, max_target_len,
@@ -180,18 +247,17 @@ def evaluate_seq2seq(model: nn.Module, tokenizer, test: Sequence[Seq2SeqExample]
         baseline, baseline_name = [first_speaker_baseline(e.source) for e in test], "copy the first line of the source"
     else:
         baseline, baseline_name = [" ".join(e.source.split()[:lead]) for e in test], f"the source's first {lead} words"
-    return {
-        "task": "seq2seq",
+    return Seq2SeqRecord.from_json({
         "family": model.cfg.family,
         "decoding": f"beam {gen.num_beams}" if gen.num_beams > 1 else "greedy",
-        **settings,
+        "train_examples": train_examples, "hide_speakers": hide_speakers, "mid_speech": mid_speech,
         "n_test": len(test),
-        "source_chars": [len(e.source) for e in test],  # each item's, for rows by source length
+        "source_chars": [len(e.source) for e in test],
         **generation_scores(predicted, test, source_edges),
         "baseline": {"name": baseline_name, **generation_scores(baseline, test, source_edges)},
         "examples": [{"source": e.source, "target": e.target, "predicted": p}
                      for e, p in list(zip(test, predicted))[:5]],
-    }
+    })
 
 
 # ---- the unit: its plays' rows, its run, its commands and its compare rows ---------------------------
@@ -244,7 +310,7 @@ def _add_flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
                                  "copying them from the source is the only way to answer (embedded data)")
 
 
-def _kept(model: nn.Module, record: dict, cfg: Seq2SeqConfig) -> tuple[dict, nn.Module, None]:
+def _kept(model: nn.Module, record: Seq2SeqRecord, cfg: Seq2SeqConfig) -> tuple[dict, nn.Module, None]:
     return {"max_target_len": cfg.max_target_len}, model, None
 
 
@@ -259,11 +325,11 @@ def _finetune_command(args, model, tokenizer, run):
     task, trained, _ = _kept(trained, record, cfg)
     if args.data is None:  # what the plays' passages were
         task.update(hide_speakers=cfg.hide_speakers, mid_speech=cfg.mid_speech, rename_speakers=cfg.rename_speakers)
-        record = {**record, "hide_speakers": cfg.hide_speakers, "mid_speech": cfg.mid_speech}
-    return task, record, trained, None
+        record = replace(record, hide_speakers=cfg.hide_speakers, mid_speech=cfg.mid_speech)
+    return task, record, {}, trained, None
 
 
-def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> dict:
+def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> Seq2SeqRecord:
     from maskwise.cli.task_inputs import task_rows  # at call time: see ``Task``
 
     saved = fine_tune.task
@@ -278,12 +344,12 @@ def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> dict:
                             cfg.source_edges, **plays)
 
 
-def _summary(r: dict) -> str:
-    base = r["baseline"]
-    return (f"seq2seq ({r['family']}, {r['decoding']}) on {r['n_test']} passages: exact match "
-            f"{r['exact_match']:.3f} (copy first line {base['exact_match']:.3f}), items F1 "
-            f"{r['items_f1']:.3f} ({base['items_f1']:.3f}), token F1 {r['token_f1']:.3f} "
-            f"({base['token_f1']:.3f})")
+def _summary(r: Seq2SeqRecord) -> str:
+    base = r.baseline
+    return (f"seq2seq ({r.family}, {r.decoding}) on {r.n_test} passages: exact match "
+            f"{r.exact_match:.3f} (copy first line {base.exact_match:.3f}), items F1 "
+            f"{r.items_f1:.3f} ({base.items_f1:.3f}), token F1 {r.token_f1:.3f} "
+            f"({base.token_f1:.3f})")
 
 
 def _read_user_task(spec: TaskSpec) -> UserTask:
@@ -323,14 +389,11 @@ def _user_rows(task: UserTask, cfg: Seq2SeqConfig) -> tuple[Row, ...]:
     spans = list(zip(cfg.source_edges, [*cfg.source_edges[1:], None]))
 
     def row(low: int | None, high: int | None, name: str) -> Row:
-        def within(key: str):
-            def scores(record: dict) -> list[float]:
-                values = (record["baseline"] if key == "baseline" else record)["per_example"]["token_f1"]
-                return [v for v, n in zip(values, record["source_chars"])
-                        if (low is None or n >= low) and (high is None or n < high)]
-            return scores
-        return Row(f"{task.spec.name}: token F1, {name} (seq2seq)", True, within("model"), within("baseline"),
-                   "lead (the source's first words)")
+        def within(record: Seq2SeqRecord, scored: Seq2SeqScores) -> list[float]:
+            return [v for v, n in zip(scored.per_example.token_f1, record.source_chars)
+                    if (low is None or n >= low) and (high is None or n < high)]
+        return Row(f"{task.spec.name}: token F1, {name} (seq2seq)", True, lambda r: within(r, r),
+                   lambda r: within(r, r.baseline), "lead (the source's first words)")
 
     def named(low: int, high: int | None) -> str:
         return f"sources of {low}+ characters" if high is None else f"sources of {low}-{high - 1} characters"
@@ -352,10 +415,11 @@ def _work(cfg: Seq2SeqConfig, task: UserTask | None, per_char: float) -> Work:
 
 
 TASK = Task(
-    kind="seq2seq", claim=READ_THEN_WRITE, config=Seq2SeqConfig, plays=_plays_rows, run=_run, flags=_add_flags,
+    kind="seq2seq", claim=READ_THEN_WRITE, config=Seq2SeqConfig, record=Seq2SeqRecord, plays=_plays_rows, run=_run,
+    flags=_add_flags,
     finetune_command=_finetune_command, evaluate_command=_evaluate_command, summary=_summary,
-    plays_row=Row("passage -> speakers F1", True, lambda r: r["per_example"]["items_f1"],
-                  lambda r: r["baseline"]["per_example"]["items_f1"], "copy the first line"),
+    plays_row=Row("passage -> speakers F1", True, lambda r: r.per_example.items_f1,
+                  lambda r: r.baseline.per_example.items_f1, "copy the first line"),
     user_rows=_user_rows, read=_read_user_task, work=_work, configure=_configure_user_task, run_data=_user_data,
     test_texts=lambda task: [e.source for e in task.test], kept=_kept,
     cannot=(lambda kind: not kind.writes,

@@ -17,8 +17,8 @@ import argparse
 import random
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +42,7 @@ from maskwise.runtime import Runtime
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.metrics import accuracy, tag_scores
 from maskwise.tasks.reading import batches, context_len, device_of, frame, frame_extra
+from maskwise.tasks.record import Fields, Record
 from maskwise.tasks.unit import (
     ENCODER_JOBS,
     Head,
@@ -177,8 +178,68 @@ def tag_counts(examples: Sequence[TaggedText]) -> dict[str, int]:
     return dict(Counter(t for e in examples for t in e.tags))
 
 
+@dataclass(frozen=True)
+class PRF(Fields):
+    precision: float
+    recall: float
+    f1: float
+    support: int
+
+
+@dataclass(frozen=True)
+class PerText(Fields):
+    f1: list[float]  # each text's micro F1: the items an interval over texts resamples
+
+
+@dataclass(frozen=True)
+class TagScores(Fields):
+    """One tagger's (or baseline's) ``metrics.tag_scores`` over every word, and each text's own micro F1."""
+
+    micro: PRF
+    macro_f1: float
+    detection: PRF
+    per_tag: dict[str, PRF]
+    per_example: PerText
+
+
+@dataclass(frozen=True)
+class TagBaseline(TagScores):
+    name: str
+    tag: str | None = None  # the one tag it places everywhere (the most frequent tag's)
+
+
+@dataclass(frozen=True)
+class TagRecord(TagScores, Record):
+    """A tagger's scores beside two trivial baselines: the most frequent tag everywhere (``baseline``) and a mark
+    before every line break (``line_break_rule``); ``correct`` holds each word's 0/1."""
+
+    task: ClassVar[str] = "tag"
+    family: str
+    tags: list[str]
+    truncated_words: int  # words the length cut left unread (tagged as outside)
+    n_test: int
+    n_words: int
+    accuracy: float
+    correct: list[int]
+    baseline: TagBaseline
+    line_break_rule: TagBaseline
+    train_counts: dict[str, int] = field(default_factory=dict)  # the training tags' counts the baselines drew on
+
+    def stronger_baseline(self) -> TagBaseline:
+        """The stronger of the two baselines: the line-break rule on the plays' punctuation, the most frequent tag
+        on a user's tags (where the rule, with no line breaks to read, marks nothing)."""
+        return max((self.line_break_rule, self.baseline), key=lambda b: b.micro.f1)
+
+
+def scored(predicted: Sequence[Sequence[str]], test: Sequence[TaggedText]) -> dict:
+    """``TagScores``' fields of per-text ``predicted`` tags."""
+    flat = [t for row in predicted for t in row]
+    return {**tag_scores(flat, [t for e in test for t in e.tags], OUTSIDE),
+            "per_example": {"f1": window_f1(predicted, test)}}
+
+
 def tagging_results(predicted: Sequence[Sequence[str]], test: Sequence[TaggedText], train_counts: dict[str, int],
-                    **settings) -> dict:
+                    family: str, tags: Sequence[str], truncated_words: int = 0) -> TagRecord:
     """Per-word scores (``tag_scores``) beside two trivial baselines: every word tagged with the
     training set's most frequent tag, and the most frequent other tag placed before every line
     break (the verse rule, strong for punctuation), and each word's 0/1 for intervals."""
@@ -189,18 +250,13 @@ def tagging_results(predicted: Sequence[Sequence[str]], test: Sequence[TaggedTex
     marked = Counter({t: n for t, n in counts.items() if t != OUTSIDE}).most_common(1)
     rule_tag = marked[0][0] if marked else OUTSIDE
     rule_rows = [[rule_tag if s == "\n" else OUTSIDE for s in e.separators] for e in test]
-    rule = [t for row in rule_rows for t in row]
-    return {
-        "task": "tag", **settings, "n_test": len(test), "n_words": len(gold),
-        "accuracy": accuracy(flat, gold), **tag_scores(flat, gold, OUTSIDE),
-        "correct": [int(p == g) for p, g in zip(flat, gold)],
-        "per_example": {"f1": window_f1(predicted, test)},
-        "baseline": {"name": "most frequent tag", "tag": majority,
-                     **tag_scores([majority] * len(gold), gold, OUTSIDE),
-                     "per_example": {"f1": window_f1([[majority] * len(e.tags) for e in test], test)}},
-        "line_break_rule": {"name": f"{rule_tag!r} before every line break", **tag_scores(rule, gold, OUTSIDE),
-                            "per_example": {"f1": window_f1(rule_rows, test)}},
-    }
+    return TagRecord.from_json({
+        **scored(predicted, test), "family": family, "tags": list(tags), "truncated_words": truncated_words,
+        "n_test": len(test), "n_words": len(gold), "accuracy": accuracy(flat, gold),
+        "correct": [int(p == g) for p, g in zip(flat, gold)], "train_counts": dict(train_counts),
+        "baseline": {**scored([[majority] * len(e.tags) for e in test], test), "name": "most frequent tag",
+                     "tag": majority},
+        "line_break_rule": {**scored(rule_rows, test), "name": f"{rule_tag!r} before every line break"}})
 
 
 def window_f1(predicted: Sequence[Sequence[str]], test: Sequence[TaggedText]) -> list[float]:
@@ -209,7 +265,7 @@ def window_f1(predicted: Sequence[Sequence[str]], test: Sequence[TaggedText]) ->
 
 
 def evaluate_tagger(model: TokenTagger, tokenizer, test: Sequence[TaggedText], train_counts: dict[str, int],
-                    max_len: int | None = None, batch_size: int = 64) -> dict:
+                    max_len: int | None = None, batch_size: int = 64) -> TagRecord:
     predicted, truncated = predict_tags(model, tokenizer, test, batch_size, max_len)
     return tagging_results(predicted, test, train_counts, family=model.body.cfg.family, tags=model.tags,
                            truncated_words=truncated)
@@ -234,8 +290,7 @@ def _run(model, tokenizer, cfg: TagConfig, runtime: Runtime, data, label: str):
     train, test = data or _plays_rows(cfg, model, "test", True)
     tagger = train_tagger(model, tokenizer, train, cfg, runtime=runtime)
     counts = tag_counts(train)
-    return tagger, lambda: {**evaluate_tagger(tagger, tokenizer, test, counts, cfg.max_len),
-                            "train_counts": counts}, test
+    return tagger, lambda: evaluate_tagger(tagger, tokenizer, test, counts, cfg.max_len), test
 
 
 def _add_flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
@@ -251,8 +306,8 @@ def _add_flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
                         help=f"evaluation windows of the plays (default {TagConfig.test_windows})")
 
 
-def _kept(model: TokenTagger, record: dict, cfg: TagConfig) -> tuple[dict, nn.Module, nn.Module]:
-    return ({"tags": model.tags, "train_counts": record["train_counts"], "read_out": model.read_out}, model.body,
+def _kept(model: TokenTagger, record: TagRecord, cfg: TagConfig) -> tuple[dict, nn.Module, nn.Module]:
+    return ({"tags": model.tags, "train_counts": record.train_counts, "read_out": model.read_out}, model.body,
             model.head)
 
 
@@ -263,10 +318,10 @@ def _finetune_command(args, model, tokenizer, run):
     train, test = task_rows(args, cfg, model, tagged_from_file, training=True)
     tagger, record = run(cfg, (train, test))
     task, body, head = _kept(tagger, record, cfg)
-    return task, record, body, head
+    return task, record, {}, body, head
 
 
-def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> dict:
+def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> TagRecord:
     from maskwise.cli.task_inputs import task_rows  # at call time: see ``Task``
 
     saved = fine_tune.task
@@ -278,12 +333,12 @@ def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> dict:
     return evaluate_tagger(tagger, tokenizer, test, saved.get("train_counts") or tag_counts(test))
 
 
-def _summary(r: dict) -> str:
-    base, rule = r["baseline"], r["line_break_rule"]
-    return (f"tag ({r['family']}) {r['n_words']} words of {r['n_test']} texts: F1 {r['micro']['f1']:.3f} "
-            f"(most frequent tag {base['micro']['f1']:.3f}, {rule['name']} {rule['micro']['f1']:.3f}), "
-            f"detection F1 {r['detection']['f1']:.3f} ({base['detection']['f1']:.3f}, "
-            f"{rule['detection']['f1']:.3f}), macro-F1 {r['macro_f1']:.3f}")
+def _summary(r: TagRecord) -> str:
+    base, rule = r.baseline, r.line_break_rule
+    return (f"tag ({r.family}) {r.n_words} words of {r.n_test} texts: F1 {r.micro.f1:.3f} "
+            f"(most frequent tag {base.micro.f1:.3f}, {rule.name} {rule.micro.f1:.3f}), "
+            f"detection F1 {r.detection.f1:.3f} ({base.detection.f1:.3f}, {rule.detection.f1:.3f}), "
+            f"macro-F1 {r.macro_f1:.3f}")
 
 
 def _read_user_task(spec: TaskSpec) -> UserTask:
@@ -305,15 +360,15 @@ def _work(cfg: TagConfig, task: UserTask | None, per_char: float) -> Work:
 
 
 TASK = Task(
-    kind="tag", claim=ENCODER_JOBS, config=TagConfig, plays=_plays_rows, run=_run, flags=_add_flags,
+    kind="tag", claim=ENCODER_JOBS, config=TagConfig, record=TagRecord, plays=_plays_rows, run=_run, flags=_add_flags,
     finetune_command=_finetune_command, evaluate_command=_evaluate_command, summary=_summary,
     # Per text, paired with the verse rule on the same text: whether a mark follows a word is decided by
     # what comes after it, which only a bidirectional reader has seen.
-    plays_row=Row("punctuation restoration F1 per text (tagging)", True, lambda r: r["per_example"]["f1"],
-                  lambda r: r["line_break_rule"]["per_example"]["f1"], "a mark before every line break"),
+    plays_row=Row("punctuation restoration F1 per text (tagging)", True, lambda r: r.per_example.f1,
+                  lambda r: r.line_break_rule.per_example.f1, "a mark before every line break"),
     user_rows=lambda task, cfg: (Row(f"{task.spec.name}: F1 per text, read at each word's {cfg.read_out} character "
-                                     "(tag)", True, lambda r: r["per_example"]["f1"],
-                                     lambda r: r["baseline"]["per_example"]["f1"], "most frequent tag"),),
+                                     "(tag)", True, lambda r: r.per_example.f1, lambda r: r.baseline.per_example.f1,
+                                     "most frequent tag"),),
     read=_read_user_task, work=_work, test_texts=lambda task: [" ".join(e.words) for e in task.test],
     configure=lambda cfg, task, context: replace(cfg, window_chars=context - 2),  # room for [CLS], [SEP]
     run_data=lambda task, cfg: (windows_of(task.train, cfg.window_chars), windows_of(task.test, cfg.window_chars)),

@@ -20,6 +20,7 @@ from maskwise.data.user_tasks import TaskSpec, UserTask
 from maskwise.errors import UserError
 from maskwise.families import Family
 from maskwise.tasks.finetune import FinetuneConfig
+from maskwise.tasks.record import Record
 
 if TYPE_CHECKING:
     from maskwise.experiments.eta import Speeds
@@ -42,8 +43,8 @@ class Row:
 
     label: str
     higher: bool
-    scores: Callable[[dict], list[float]]  # the record -> one score per test item
-    baseline: Callable[[dict], list[float] | float]  # per item (paired), or a constant
+    scores: Callable[[Any], list[float]]  # the task's record -> one score per test item
+    baseline: Callable[[Any], list[float] | float]  # per item (paired), or a constant
     baseline_name: str
 
 
@@ -90,21 +91,23 @@ class Task:
     kind: str  # the fine-tune's name (``recipes.TASKS``, ``maskwise finetune KIND``, a compare ``--task``'s kind)
     claim: str
     config: type[FinetuneConfig]  # its settings: ``run_task`` finds the task by its config's type
+    record: type[Record]  # what its evaluation returns (its JSON: ``to_json``, read back by ``from_json``)
     # (config, model or None, split, training) -> (training rows or None when not training, the split's rows): the
     # plays' slice it reads when it is given no rows of its own, drawn with ``cfg.data_seed`` and ``cfg.test_seed``.
     plays: Callable[[FinetuneConfig, nn.Module | None, str, bool], tuple[Any, Any]]
     # (model, tokenizer, config, runtime, the caller's rows or None, label) -> (what fine-tuning produced, a function
-    # that evaluates it, the rows it evaluates): what ``run_task`` times and runs.
-    run: Callable[..., tuple[Any, Callable[[], dict], Any]]
+    # that evaluates it into its record, the rows it evaluates): what ``run_task`` times and runs.
+    run: Callable[..., tuple[Any, Callable[[], Record], Any]]
     # (parser, evaluating) -> None: its flags on ``finetune KIND`` (evaluating: only those ``evaluate`` reads, all on
     # its one parser). A flag that sets a config field has that field's name as its dest and None as its default.
     flags: Callable[[argparse.ArgumentParser, bool], None]
-    # (args, model, tokenizer, run) -> (task record, results, module saved as the model, head or None): what
-    # ``maskwise finetune KIND`` trains and keeps; ``run(cfg, data, label)`` fine-tunes on the command's runtime.
-    finetune_command: Callable[..., tuple[dict, dict, Any, Any]]
-    # (args, model, tokenizer, the folder's FineTune) -> results: ``maskwise evaluate --task NAME``.
-    evaluate_command: Callable[[argparse.Namespace, nn.Module, Any, FineTune], dict]
-    summary: Callable[[dict], str]  # its results -> the lines a task command prints (the JSON holds the rest)
+    # (args, model, tokenizer, run) -> (the folder's task record, the evaluation's record, what its results.json
+    # holds beside it, module saved as the model, head or None): what ``maskwise finetune KIND`` trains and keeps;
+    # ``run(cfg, data, label)`` fine-tunes on the command's runtime.
+    finetune_command: Callable[..., tuple[dict, Record, dict, Any, Any]]
+    # (args, model, tokenizer, the folder's FineTune) -> its record: ``maskwise evaluate --task NAME``.
+    evaluate_command: Callable[[argparse.Namespace, nn.Module, Any, FineTune], Record]
+    summary: Callable[[Any], str]  # its record -> the lines a task command prints (the JSON holds the rest)
     plays_row: Row | None  # its row when compare reads the plays (None: the plays' compare has none)
     # Its rows on a user's file at its configured settings: the first is judged under its claim, any others are
     # reported beside it (seq2seq: every source-length bucket, the longest judged).
@@ -118,9 +121,9 @@ class Task:
     configure: Callable[[FinetuneConfig, UserTask, int], FinetuneConfig] = lambda cfg, task, context: cfg
     # What ``run_task`` is given as the caller's rows (``tasks.run.run_task``'s ``data``).
     run_data: Callable[[UserTask, FinetuneConfig], Any] = lambda task, cfg: (task.train, task.test)
-    # What a fine-tune folder keeps: (what ``run_task`` trained, its record, its config) -> (the config.json
+    # What a fine-tune folder keeps: (what ``run_task`` trained, its Record, its config) -> (the config.json
     # task record ``interop.folders`` reads back, the module saved as the model, the head saved beside it or None).
-    kept: Callable[[Any, dict, FinetuneConfig], tuple[dict, Any, Any]] = lambda trained, record, cfg: ({}, trained,
+    kept: Callable[[Any, Any, FinetuneConfig], tuple[dict, Any, Any]] = lambda trained, record, cfg: ({}, trained,
                                                                                                         None)
     # The text of each test item a model reads (to warn when the pretraining corpus holds it verbatim).
     test_texts: Callable[[UserTask], list[str]] = lambda task: [e.text for e in task.test]

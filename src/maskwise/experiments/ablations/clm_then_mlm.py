@@ -35,7 +35,7 @@ from maskwise.experiments.framework import (
 
 DEFAULT_SHARE = 0.5  # of the budget in CLM before MLM
 
-RULE = ("Paired by seed, CLM then MLM (a) against MLM alone (b) on punctuation F1 after the same fine-tuning. "
+RULE = ("Paired by seed, CLM then MLM (a) against MLM alone (b) on tagging F1 after the same fine-tuning. "
         "Falsified if MLM alone is ahead, separated. Held if CLM then MLM is ahead, separated. Otherwise "
         "inconclusive. Applied at equal tokens and at equal wall-clock (both phases counted); the verdict is the "
         "common outcome, inconclusive if they differ.")
@@ -55,7 +55,7 @@ def summary(m: Measured, metrics: dict) -> str:
     mlm, first_clm = (arm.label for arm in m.arms)
     tag, tag_w = (metrics[key(TAGGING.name, axis)] for axis in (TOKENS, WALL))
     return (f"We replaced MLM for the whole budget with CLM for its first {m.arms[1].before.share:.0%} and MLM for "
-            f"the rest: punctuation F1 {moved(tag[mlm], tag[first_clm])} at equal tokens "
+            f"the rest: tagging F1 {moved(tag[mlm], tag[first_clm])} at equal tokens "
             f"({moved(tag_w[mlm], tag_w[first_clm])} at equal wall-clock; trivial baselines: "
             f"{baselines(m, metrics, TOKENS)}).")
 

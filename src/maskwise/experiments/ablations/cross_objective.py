@@ -45,7 +45,7 @@ TIE = ("a tie is not shown to be a match: a paired mean-difference test over a f
        "from a gap too small for them to see")
 
 RULE = ("Within each pair, paired by seed, the native model (a) against the continued one (b) on the pair's measures: "
-        "the encoders' punctuation F1, the decoders' held-out next-token loss. Falsified if the continued model is "
+        "the encoders' tagging F1, the decoders' held-out next-token loss. Falsified if the continued model is "
         "ahead, separated. Held if the native model is ahead, separated. Otherwise inconclusive (" + TIE + "). "
         "Applied at equal tokens and at equal wall-clock (both phases counted, each pair at its faster arm's "
         "seconds); the verdict is the common outcome, inconclusive if they differ.")
@@ -92,7 +92,7 @@ def summary(m: Measured, metrics: dict) -> str:
     tag, loss = (metrics[key(job.name, TOKENS)] for job in (TAGGING, NEXT_TOKEN_LOSS))
     share = m.arms[1].before.share
     return (f"We replaced pretraining in the model's own objective with {share:.0%} of the budget in the other one "
-            f"before its own: at equal tokens the encoder's punctuation F1 {moved(tag[mlm], tag[from_clm])}, "
+            f"before its own: at equal tokens the encoder's tagging F1 {moved(tag[mlm], tag[from_clm])}, "
             f"while the decoder's held-out next-token loss "
             f"{moved(loss[clm], loss[from_mlm])} nats/char (trivial baselines: {baselines(m, metrics, TOKENS)}).")
 

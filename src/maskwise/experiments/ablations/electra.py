@@ -34,7 +34,7 @@ ELECTRA = Arm("electra", "ELECTRA", {"family": "encoder", "objective": "electra"
 MLM = Arm("mlm", "MLM", {"family": "encoder", "objective": "mlm"})
 DETECTION_GAIN = "replaced-token detection: validation loss below the base rate's (nats/token)"
 
-RULE = ("Compare punctuation F1 after identical tagging fine-tuning of the ELECTRA "
+RULE = ("Compare tagging F1 after identical tagging fine-tuning of the ELECTRA "
         "discriminator (a) and the MLM encoder (b), both of the same size: inconclusive if either is not ahead "
         "of tagging's trivial baseline and of the untrained body fine-tuned the same way; else held if ELECTRA "
         "is ahead, falsified if MLM is ahead, inconclusive within noise. Applied at equal tokens and at equal "
@@ -81,9 +81,9 @@ def tabulate(m: Measured) -> tuple[dict, list]:
 
 def summary(m: Measured, metrics: dict) -> str:
     tagging, tagging_w = metrics[key(TAG_F1, TOKENS)], metrics[key(TAG_F1, WALL)]
-    rule, rule_f1 = TAGGING.baseline(m.first(MLM))
+    rule, rule_f1 = TAGGING.baseline_of(m.first(MLM))
     speed = {arm.label: [tokens_per_second(r) for r in m.runs[TOKENS][arm.key]] for arm in m.arms}
-    return (f"We replaced MLM with ELECTRA's replaced-token detection for the same encoder: punctuation F1 "
+    return (f"We replaced MLM with ELECTRA's replaced-token detection for the same encoder: tagging F1 "
             f"{moved(tagging[MLM.label], tagging[ELECTRA.label])} at equal tokens "
             f"({moved(tagging_w[MLM.label], tagging_w[ELECTRA.label])} at equal wall-clock; {rule} {rule_f1:.3f}), "
             f"while pretraining throughput {moved(speed[MLM.label], speed[ELECTRA.label], 0)} tokens/s.")
@@ -97,7 +97,8 @@ def notes(m: Measured) -> list[str]:
          "spends more per token, see the FLOPs row). The FLOPs estimate counts both of ELECTRA's stacks (weights "
          "and attention) and the generator's head."),
         ("What fine-tunes is the discriminator (the run's model.safetensors), a plain encoder of the same size "
-         "as the MLM one, with a fresh per-token head on the train plays' punctuation windows; the same steps, "
+         "as the MLM one, with a fresh per-token head on the tagging job's training rows (the train plays' punctuation windows, or "
+         "the user's tag task); the same steps, "
          "batch and learning rates."),
         "One model size only: the 'most clearly for small models' part of the prediction is not tested here.",
         (f"Both arms pretrain on {ABLATION.tokens_factor:g}x the scale's tokens at 1/{ABLATION.steps_factor} of "
@@ -117,4 +118,4 @@ ABLATION = Study(
     rules=(Rule(("ELECTRA (replaced-token detection) pretrains a better encoder than MLM at equal compute, "
                 "most clearly for small models (Clark et al., 2020)."), RULE, judge),),
     step="tag", arms=lambda: (ELECTRA, MLM), measure=measure, tabulate=tabulate, summary=summary, notes=notes,
-    meaning=lambda m: {TAG_F1: (True, TAGGING.baseline(m.first(MLM)))}, tokens_factor=2.0, steps_factor=2)
+    meaning=lambda m: {TAG_F1: (True, TAGGING.baseline_of(m.first(MLM)))}, tokens_factor=2.0, steps_factor=2)

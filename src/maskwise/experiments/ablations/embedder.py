@@ -26,6 +26,7 @@ from maskwise.experiments.framework import (
     table_row,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
+from maskwise.tasks.retrieve import RetrievalRecord
 
 ENCODER = Arm("mlm", "encoder (MLM, mean)", {"family": "encoder", "objective": "mlm"})
 DECODER = Arm("clm", "decoder (CLM, last)", {"family": "decoder", "objective": "clm"})
@@ -80,16 +81,17 @@ def tabulate(m: Measured) -> tuple[dict, list]:
     buckets = common_buckets(m, "by_passage_chars")
     metrics, rows = {}, []
     for axis in AXES:
-        recall = m.per_arm(axis, lambda r: r["recall@10"])
+        recall = m.per_arm(axis, RETRIEVAL.score_of)
         bars = RETRIEVAL.bars(m.measured[axis][ENCODER.key])  # per seed: the random ranking and the control
         metrics[key("recall@10", axis)] = {**recall, **bars}
         rows += [table_row("recall@10", axis, recall, True),
                  table_row(f"recall@10, {UNTRAINED} (control)", axis, {ENCODER.label: bars[UNTRAINED]}, True)]
         for bucket in buckets:
             name = f"{BUCKET}{bucket} chars"
-            metrics[key(name, axis)] = m.per_arm(axis, lambda r, b=bucket: r["by_passage_chars"][b]["recall@10"])
+            metrics[key(name, axis)] = m.per_arm(
+                axis, lambda r, b=bucket: RetrievalRecord.from_json(r).by_passage_chars[b].recall_at_10)
             rows.append(table_row(name, axis, metrics[key(name, axis)], True))
-        rows.append(table_row("MRR", axis, m.per_arm(axis, lambda r: r["mrr"]), True))
+        rows.append(table_row("MRR", axis, m.per_arm(axis, lambda r: RetrievalRecord.from_json(r).mrr), True))
     return metrics, rows
 
 

@@ -35,11 +35,11 @@ from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 HYBRID = Arm("hybrid", "hybrid (GPT-BERT)", {"family": "decoder", "objective": "hybrid"})
 ARMS = (MLM_ENCODER, CLM_DECODER, HYBRID)
 
-RULE = ("Paired by seed, the hybrid against each specialist on the specialist's own job: the encoder's punctuation "
-        "F1, the decoder's held-out next-token loss (the hybrid read left to right). Falsified if the hybrid is "
+RULE = ("Paired by seed, the hybrid against each specialist on the specialist's own job: the encoder's tagging F1 "
+        "(the plays' punctuation, or the user's tag task), the decoder's held-out next-token loss (the hybrid read left to right). Falsified if the hybrid is "
         "behind a specialist, separated, where that specialist clears its baselines. Held if it is behind on "
-        "neither and every arm clears its baselines on each of its jobs (tagging: a mark before every line break "
-        "and the untrained body; loss: the unigram). Otherwise inconclusive, naming the baselines not cleared. "
+        "neither and every arm clears its baselines on each of its jobs (tagging: the stronger of a mark before every "
+        "line break and the most frequent tag, and the untrained body; loss: the unigram). Otherwise inconclusive, naming the baselines not cleared. "
         "Applied at equal tokens and at equal wall-clock; the verdict is the common outcome, inconclusive if they "
         "differ.")
 
@@ -73,9 +73,9 @@ def summary(m: Measured, metrics: dict) -> str:
     tag, loss = (metrics[key(job.name, TOKENS)] for job in (TAGGING, NEXT_TOKEN_LOSS))
     tag_w, loss_w = metrics[key(TAGGING.name, WALL)], metrics[key(NEXT_TOKEN_LOSS.name, WALL)]
     return (f"We replaced the two specialists, an MLM encoder and a CLM decoder, with one decoder trained both ways "
-            f"(GPT-BERT's masked next-token prediction): against the encoder, punctuation F1 "
+            f"(GPT-BERT's masked next-token prediction): against the encoder, tagging F1 "
             f"{moved(tag[enc], tag[hybrid])} at equal tokens "
-            f"(punctuation F1 {moved(tag_w[enc], tag_w[hybrid])} at equal wall-clock); against the decoder, held-out "
+            f"(tagging F1 {moved(tag_w[enc], tag_w[hybrid])} at equal wall-clock); against the decoder, held-out "
             f"next-token loss {moved(loss[dec], loss[hybrid])} nats/char ({moved(loss_w[dec], loss_w[hybrid])} at "
             f"equal wall-clock; trivial baselines: {baselines(m, metrics, TOKENS)}).")
 

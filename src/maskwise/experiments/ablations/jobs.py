@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from maskwise.data.corpus import SHAKESPEARE
 from maskwise.experiments.arms import Arm, Setup
@@ -34,6 +35,9 @@ from maskwise.experiments.report import fmt_stat
 from maskwise.experiments.verdict import compare, mean_and_spread
 from maskwise.recipes import pretrain_settings
 from maskwise.tasks.fill_mask import decoder_nats_per_char
+from maskwise.tasks.record import Fields
+from maskwise.tasks.retrieve import RetrievalRecord
+from maskwise.tasks.tag import TagRecord
 from maskwise.train.pretrain import PretrainConfig, untrained
 
 # The two specialists several ablations pit something against, each in its family's own objective.
@@ -48,30 +52,52 @@ NEXT_TOKEN = "held-out next-token loss (nats/char)"
 
 @dataclass(frozen=True)
 class Job:
-    """One thing a pretrained run is measured on: the record it takes, the score the rules read, the
-    trivial baseline in the same record, and the table's further rows from it."""
+    """One thing a pretrained run is measured on: the record it takes (cached as JSON, read back as ``record``), the
+    score the rules read, the trivial baseline in the same record, and the table's further rows from it."""
 
     name: str  # the measure in metrics and tables
     step: str  # its record's key in a run's measures, and the prefix of its cached step
     higher: bool
-    take: Callable[[Setup, str, int], dict]  # (setup, run name, seed) -> the record
-    score: Callable[[dict], float]
-    baseline: Callable[[dict], tuple[str, float]]  # the record -> the trivial baseline's name and score
-    more: tuple[tuple[str, Callable[[dict], float]], ...] = ()  # (row name, its value in the record)
+    take: Callable[[Setup, str, int], dict]  # (setup, run name, seed) -> the record, as JSON
+    record: type[Fields]  # what the JSON is read back as
+    score: Callable[[Any], float]  # of the record
+    baseline: Callable[[Any], tuple[str, float]]  # the record -> the trivial baseline's name and score
+    more: tuple[tuple[str, Callable[[Any], float]], ...] = ()  # (row name, its value in the record)
     fine_tuned: bool = False  # it fine-tunes task ``step``: an untrained body fine-tuned so is its control
 
+    def score_of(self, stored: dict) -> float:
+        return self.score(self.record.from_json(stored))
+
+    def baseline_of(self, stored: dict) -> tuple[str, float]:
+        return self.baseline(self.record.from_json(stored))
+
+    def readers(self) -> list[tuple[str, Callable[[dict], float]]]:
+        """(row name, its value in a stored record): the score's row, then ``more``'s."""
+        return [(self.name, self.score_of), *((row, lambda stored, read=read: read(self.record.from_json(stored)))
+                                              for row, read in self.more)]
+
     def bars(self, records: Sequence[dict]) -> dict[str, list[float]]:
-        """What every arm must clear, per seed, from one arm's ``records``: the trivial baseline and the control."""
-        return {BASELINE: [self.baseline(r)[1] for r in records],
-                **({UNTRAINED: [self.score(r[UNTRAINED]) for r in records]} if self.fine_tuned else {})}
+        """What every arm must clear, per seed, from one arm's stored ``records``: the trivial baseline and the
+        control."""
+        return {BASELINE: [self.baseline_of(r)[1] for r in records],
+                **({UNTRAINED: [self.score_of(r[UNTRAINED]) for r in records]} if self.fine_tuned else {})}
 
     def rows(self, m: Measured, axis: str) -> tuple[dict[str, list[float]], list[list[str]]]:
         """Where every arm's measures are this job's record (``with_control``; mask-ratio, electra): its metric
         at ``axis`` (the arms' scores, the first arm's trivial baseline and the control), and its rows."""
-        scores = m.per_arm(axis, self.score)
+        (_, score), *more = self.readers()
+        scores = m.per_arm(axis, score)
         rows = [table_row(self.name, axis, scores, self.higher),
-                *(table_row(row, axis, m.per_arm(axis, read), self.higher) for row, read in self.more)]
+                *(table_row(row, axis, m.per_arm(axis, read), self.higher) for row, read in more)]
         return {**scores, **self.bars(m.measured[axis][m.arms[0].key])}, rows
+
+
+@dataclass(frozen=True)
+class NextTokenLoss(Fields):
+    """A run's nats per character of held-out text read left to right, and the unigram's on the same text."""
+
+    nats_per_char: float
+    unigram_nats_per_char: float
 
 
 def next_token_loss(setup: Setup, name: str, seed: int) -> dict:
@@ -81,24 +107,24 @@ def next_token_loss(setup: Setup, name: str, seed: int) -> dict:
     data = setup.corpus.get("data", SHAKESPEARE)
     text = held_out_text(setup.scale.held_out_chars, data)
     [unigram] = unigram_nats_per_char(run.tokenizer, train_token_counts(run.tokenizer, data), text, 1)
-    return {"nats_per_char": decoder_nats_per_char(run.model, run.tokenizer, text), "unigram_nats_per_char": unigram}
+    return NextTokenLoss(decoder_nats_per_char(run.model, run.tokenizer, text), unigram).to_json()
 
 
-def stronger_tag_baseline(record: dict) -> tuple[str, float]:
-    """The stronger of a tagging record's two trivial baselines: the line-break rule on the plays' punctuation, the
-    most frequent tag on a user's tags (where the rule, with no line breaks to read, marks nothing)."""
-    return max(((b["name"], b["micro"]["f1"]) for b in (record["line_break_rule"], record["baseline"])),
-               key=lambda named: named[1])
+def stronger_tag_baseline(record: TagRecord) -> tuple[str, float]:
+    """The stronger of a tagging record's two trivial baselines, named, and its F1."""
+    stronger = record.stronger_baseline()
+    return stronger.name, stronger.micro.f1
 
 
-TAGGING = Job(TAG_F1, "tag", True, lambda setup, name, seed: fine_tuned(setup, "tag", name, seed),
-              lambda r: r["micro"]["f1"], stronger_tag_baseline,
-              (("punctuation detection F1 (a mark here or not)", lambda r: r["detection"]["f1"]),), fine_tuned=True)
+TAGGING = Job(TAG_F1, "tag", True, lambda setup, name, seed: fine_tuned(setup, "tag", name, seed), TagRecord,
+              lambda r: r.micro.f1, stronger_tag_baseline,
+              (("tag detection F1 (some tag or none)", lambda r: r.detection.f1),), fine_tuned=True)
 RETRIEVAL = Job(RECALL, "embed", True, lambda setup, name, seed: fine_tuned(setup, "embed", name, seed),
-                lambda r: r["recall@10"], lambda r: ("random ranking", r["baseline"]["expected"]["recall@10"]),
-                (("MRR", lambda r: r["mrr"]),), fine_tuned=True)
-NEXT_TOKEN_LOSS = Job(NEXT_TOKEN, "next_token", False, next_token_loss, lambda r: r["nats_per_char"],
-                      lambda r: ("unigram", r["unigram_nats_per_char"]))
+                RetrievalRecord, lambda r: r.recall_at_10,
+                lambda r: ("random ranking", r.baseline.expected.recall_at_10), (("MRR", lambda r: r.mrr),),
+                fine_tuned=True)
+NEXT_TOKEN_LOSS = Job(NEXT_TOKEN, "next_token", False, next_token_loss, NextTokenLoss, lambda r: r.nats_per_char,
+                      lambda r: ("unigram", r.unigram_nats_per_char))
 
 # By the objective an arm ends with: an MLM encoder is for reading a text with both sides, a CLM decoder
 # for predicting the next token, and GPT-BERT's hybrid claims both. Not retrieval: at 1.4 M tokens no
@@ -156,7 +182,7 @@ def tabulate(m: Measured, pairs: Sequence[tuple[Arm, Arm]]) -> tuple[dict, list]
             records = {arm.label: [r[job.step] for r in m.measured[axis][arm.key]] for arm in m.arms
                        if job in jobs_of(arm)}
             first = next(iter(records.values()))
-            for row, read in ((job.name, job.score), *job.more):
+            for row, read in job.readers():
                 groups = {label: [read(r) for r in records[label]] for label in records}
                 compared = [f"{a.label} vs {b.label}: "
                             f"{winner_text(compare(groups[a.label], groups[b.label], job.higher), a.label, b.label)}"
@@ -164,7 +190,7 @@ def tabulate(m: Measured, pairs: Sequence[tuple[Arm, Arm]]) -> tuple[dict, list]
                 if row == job.name:
                     bars = job.bars(first)
                     metrics[key(job.name, axis)] = {**groups, **bars}
-                    compared.extend(f"{job.baseline(first[0])[0] if bar == BASELINE else bar} {fmt_stat(scores)}"
+                    compared.extend(f"{job.baseline_of(first[0])[0] if bar == BASELINE else bar} {fmt_stat(scores)}"
                                     for bar, scores in bars.items())
                 rows.append([row, axis, *(fmt_stat(groups[a.label]) if a.label in groups else "—" for a in m.arms),
                              "; ".join(compared)])
@@ -179,7 +205,7 @@ def meaning(m: Measured) -> dict[str, tuple[bool, None]]:
 def baselines(m: Measured, metrics: dict, axis: str) -> str:
     """Each job's trivial baseline (and control) at ``axis``, named, for a summary: "random ranking 0.014
     (untrained body 0.031), unigram 3.037"."""
-    named = {job: job.baseline(m.first(next(a for a in m.arms if job in jobs_of(a)))[job.step])[0]
+    named = {job: job.baseline_of(m.first(next(a for a in m.arms if job in jobs_of(a)))[job.step])[0]
              for job in taken(m.arms)}
 
     def mean(job: Job, group: str) -> str:

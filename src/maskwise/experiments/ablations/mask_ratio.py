@@ -33,9 +33,9 @@ DEFAULT_RATIOS = (0.15, 0.30)
 RULE = ("Compare the lowest ratio (a) and the highest (b). The loss is MLM loss per masked token on "
         "held-out text with the same 15% masks for every model (a loss at each model's own ratio would "
         "compare different tasks), after the same steps (equal tokens: the batches are the same size). "
-        "Downstream: punctuation F1 after the same tagging fine-tuning. "
+        "Downstream: tagging F1 after the same tagging fine-tuning. "
         "Inconclusive if either is not ahead of tagging's trivial baseline and of the untrained body fine-tuned the "
-        "same way. Falsified if b is ahead on punctuation F1. Held if a is ahead on it and b has the lower "
+        "same way. Falsified if b is ahead on tagging F1. Held if a is ahead on it and b has the lower "
         "loss. Otherwise inconclusive. Applied at equal tokens and at equal wall-clock; the verdict is "
         "the common outcome, inconclusive if they differ.")
 
@@ -58,7 +58,7 @@ def judge(metrics: dict, arms: Sequence[Arm]) -> tuple[str, str]:
     def one_axis(axis: str) -> tuple[str, str]:
         loss = compare(metrics[key(MASK_LOSS, axis)][low], metrics[key(MASK_LOSS, axis)][high], higher_is_better=False)
         tagging = compare(metrics[key(TAG_F1, axis)][low], metrics[key(TAG_F1, axis)][high])
-        text = f"loss {loss.describe(low, high)}; punctuation F1 {tagging.describe(low, high)}"
+        text = f"loss {loss.describe(low, high)}; tagging F1 {tagging.describe(low, high)}"
         short = short_of(metrics, axis, (low, high), TAGGING)
         if short:
             return INCONCLUSIVE, f"{' and '.join(short)} not ahead of the tagging baselines, so no evidence; {text}"
@@ -105,10 +105,10 @@ def summary(m: Measured, metrics: dict) -> str:
     low, high = m.arms[0].label, m.arms[-1].label
     loss, tagging = metrics[key(MASK_LOSS, TOKENS)], metrics[key(TAG_F1, TOKENS)]
     loss_w, tagging_w = metrics[key(MASK_LOSS, WALL)], metrics[key(TAG_F1, WALL)]
-    rule, rule_f1 = TAGGING.baseline(m.first(m.arms[0]))
+    rule, rule_f1 = TAGGING.baseline_of(m.first(m.arms[0]))
     return (f"We replaced mask ratio {low.split()[-1]} with {high.split()[-1]}: held-out MLM loss at 15% masking "
             f"{moved(loss[low], loss[high])} after the same steps ({moved(loss_w[low], loss_w[high])} at equal "
-            f"wall-clock), while punctuation F1 {moved(tagging[low], tagging[high])} "
+            f"wall-clock), while tagging F1 {moved(tagging[low], tagging[high])} "
             f"({moved(tagging_w[low], tagging_w[high])} at equal wall-clock; {rule} {rule_f1:.3f}).")
 
 
@@ -121,8 +121,8 @@ def notes(m: Measured) -> list[str]:
         ("Wettig et al. (2023, 'Should You Mask 15% in Masked Language Modeling?') found 40% masking beating "
          "15% downstream for BERT-large-sized models with an efficient recipe; the tiny models here are far "
          "from that regime, and the verdict is reported either way."),
-        ("Tagging: a fresh per-token head on the body, fine-tuned on the train plays' punctuation windows with the "
-         "same steps, batch and learning rates for every ratio, scored on the same test windows."),
+        ("Tagging: a fresh per-token head on the body, fine-tuned on the train plays' punctuation windows (or the user's tag task) "
+         "with the same steps, batch and learning rates for every ratio, scored on the same test rows."),
     ]
 
 
@@ -131,8 +131,8 @@ ABLATION = Study(
     about="MLM mask ratio 0.15 vs 0.30: pretraining loss and downstream tagging",
     title="Ablation mask-ratio: how much to mask in MLM",
     rules=(Rule(("Masking 30% instead of 15% gives a lower pretraining loss per step (twice the predictions "
-                "per step) but a worse downstream score (here: punctuation restoration as tagging)."), RULE, judge),),
+                "per step) but a worse downstream score (here: tagging, punctuation restoration on the plays)."), RULE, judge),),
     step="mask", arms=arms, measure=measure, tabulate=tabulate, summary=summary,
     notes=notes, options=("ratios",),
     meaning=lambda m: {MASK_LOSS: (False, None),
-                       TAG_F1: (True, TAGGING.baseline(m.first(m.arms[0])))})
+                       TAG_F1: (True, TAGGING.baseline_of(m.first(m.arms[0])))})

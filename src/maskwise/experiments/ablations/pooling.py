@@ -3,7 +3,9 @@ printed as written or with its words after the first shuffled) and retrieval."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from statistics import fmean as mean
+from typing import Any
 
 from maskwise.experiments.ablations.jobs import (
     BASELINE,
@@ -30,13 +32,15 @@ from maskwise.experiments.framework import (
 )
 from maskwise.experiments.report import fmt_stat
 from maskwise.experiments.verdict import compare
+from maskwise.tasks.classify import ClassifyRecord
 
 POOLINGS = ("cls", "mean")
 CLOSE = 0.02  # accuracy difference that still counts as "close" when the paired interval excludes zero
 ORDER_ACC = "word-order accuracy"
 # Its control fine-tunes with the encoder's default pooling, [CLS], so it rides on [CLS]'s record.
 WORD_ORDER = Job(ORDER_ACC, "classify", True, lambda setup, name, seed: fine_tuned(setup, "classify", name, seed),
-                 lambda r: r["accuracy"], lambda r: ("majority class", r["baseline"]["accuracy"]), fine_tuned=True)
+                 ClassifyRecord, lambda r: r.accuracy, lambda r: ("majority class", r.baseline.accuracy),
+                 fine_tuned=True)
 
 RULE = (f"Two claims, on the same pretrained encoders (so equal tokens and equal wall-clock coincide). "
         f"(1) Word-order accuracy (a line of a speech as written, or its words after the first shuffled) with [CLS] "
@@ -79,26 +83,28 @@ def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
 def tabulate(m: Measured) -> tuple[dict, list]:
     runs = m.measured[TOKENS][MLM_ENCODER.key]
 
-    def groups(task: str, field: str) -> dict[str, list[float]]:
-        return {p: [r[task][p][field] for r in runs] for p in POOLINGS}
+    def groups(job: Job, read: Callable[[Any], float]) -> dict[str, list[float]]:
+        """``read`` of every run's record of ``job``'s task, by pooling."""
+        return {p: [read(job.record.from_json(r[job.step][p])) for r in runs] for p in POOLINGS}
 
-    metrics = {key(ORDER_ACC, SHARED): {**groups("classify", "accuracy"),
+    metrics = {key(ORDER_ACC, SHARED): {**groups(WORD_ORDER, WORD_ORDER.score),
                                         **WORD_ORDER.bars([r["classify"]["cls"] for r in runs])},
-               key(RECALL, SHARED): {**groups("embed", "recall@10"),
+               key(RECALL, SHARED): {**groups(RETRIEVAL, RETRIEVAL.score),
                                      **RETRIEVAL.bars([r["embed"]["mean"] for r in runs])}}
 
     def control_row(name: str, pooling: str) -> list[str]:  # under the pooling it was fine-tuned with
         cells = {p: fmt_stat(metrics[key(name, SHARED)][UNTRAINED]) if p == pooling else "—" for p in POOLINGS}
         return [f"{name}, {UNTRAINED} (control)", SHARED, *cells.values(), ""]
 
-    rows = [table_row(ORDER_ACC, SHARED, groups("classify", "accuracy"), True),
+    rows = [table_row(ORDER_ACC, SHARED, groups(WORD_ORDER, WORD_ORDER.score), True),
             control_row(ORDER_ACC, "cls"),
-            table_row("word-order macro-F1", SHARED, groups("classify", "macro_f1"), True),
-            table_row(RECALL, SHARED, groups("embed", "recall@10"), True),
+            table_row("word-order macro-F1", SHARED, groups(WORD_ORDER, lambda r: r.macro_f1), True),
+            table_row(RECALL, SHARED, groups(RETRIEVAL, RETRIEVAL.score), True),
             control_row(RECALL, "mean"),
-            table_row("MRR", SHARED, groups("embed", "mrr"), True),
-            table_row("classification fine-tuning seconds", SHARED, groups("classify", "finetune_s"), None, 1),
-            table_row("retrieval fine-tuning seconds", SHARED, groups("embed", "finetune_s"), None, 1)]
+            table_row("MRR", SHARED, groups(RETRIEVAL, lambda r: r.mrr), True),
+            table_row("classification fine-tuning seconds", SHARED, groups(WORD_ORDER, lambda r: r.finetune_s), None,
+                      1),
+            table_row("retrieval fine-tuning seconds", SHARED, groups(RETRIEVAL, lambda r: r.finetune_s), None, 1)]
     return metrics, rows
 
 

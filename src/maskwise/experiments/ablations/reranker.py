@@ -42,7 +42,7 @@ from maskwise.interop.folders import load
 from maskwise.interop.pretrained import resolve_model
 from maskwise.model.accounting import parameter_breakdown
 from maskwise.runs import CONFIG_FILE, read_json
-from maskwise.tasks.rerank import evaluate_reranker, judging_scorer
+from maskwise.tasks.rerank import RerankRecord, evaluate_reranker, judging_scorer
 from maskwise.tasks.run import run_task
 
 CROSS, SCORES, WRITES = "cross-encoder", "generative, scores ' yes'", "generative, writes its judgement"
@@ -130,18 +130,20 @@ def arms(models: str | Mapping[str, str] | None = None) -> tuple[Arm, ...]:
 
 
 def rerankers(setup: Setup, seed: int, model: nn.Module, tokenizer, role: str, settings: dict) -> dict:
-    """``{system: evaluate_reranker record}`` of ``model`` fine-tuned as ``role`` on the seed's queries (the
-    user's rerank task, else the plays'), over the same top-``CANDIDATES``; a generative one is read both ways."""
+    """``{system: evaluate_reranker record as JSON}`` of ``model`` fine-tuned as ``role`` on the seed's queries (the
+    user's rerank task, else the plays'), over the same top-``CANDIDATES``; a generative one is read both ways. A
+    fine-tuned one's JSON holds its fine-tune's ``settings`` beside the record."""
     cfg, data = task_setting(setup, "rerank", seed)
     cfg = replace(cfg, candidates=CANDIDATES, reranker=role, **settings)
     label = CROSS if role == "cross" else SCORES
     result = run_task(cfg, model, tokenizer, setup.exp.runtime, data=data, label=label)
-    measured = {label: {**result.record, "settings": {"lr": cfg.lr, "head_lr": cfg.head_lr, "steps": cfg.steps,
-                                                      "batch_size": cfg.batch_size, "max_len": cfg.max_len}}}
+    measured = {label: {**result.record.to_json(), "settings": {"lr": cfg.lr, "head_lr": cfg.head_lr,
+                                                                "steps": cfg.steps, "batch_size": cfg.batch_size,
+                                                                "max_len": cfg.max_len}}}
     if role == "generative":
         test, candidates = result.test
-        writes = judging_scorer(result.model, tokenizer, result.record["max_len"])
-        measured[WRITES] = evaluate_reranker(writes, test, candidates, WRITES, progress=False, seed=seed)
+        writes = judging_scorer(result.model, tokenizer, result.record.max_len)
+        measured[WRITES] = evaluate_reranker(writes, test, candidates, WRITES, progress=False, seed=seed).to_json()
     return measured
 
 
@@ -164,7 +166,7 @@ def measure_folders(setup: Setup, names: dict[str, str], seed: int) -> dict:
 
 
 def by_system(m: Measured) -> dict[str, list[dict]]:
-    """Each reranker's records, one a seed, from the arm pretrained here or the folder given."""
+    """Each reranker's records as stored (JSON), one a seed, from the arm pretrained here or the folder given."""
     measured = [records for arm in m.arms for records in m.measured[TOKENS][arm.key]]
     given = {role: str(folder) for role, folder in checkpoints(m.setup.options.get("models")).items()} \
         if m.per_seed else {}
@@ -177,19 +179,19 @@ def by_system(m: Measured) -> dict[str, list[dict]]:
 
 
 def tabulate(m: Measured) -> tuple[dict, list]:
-    records = by_system(m)
+    records = {system: [RerankRecord.from_json(r) for r in stored] for system, stored in by_system(m).items()}
     first = records[CROSS]  # the baselines are the same candidates whoever reranks them
 
     def per_system(get, baselines: dict | None = None) -> dict[str, list[float]]:
         values = {system: [get(r) for r in records] for system, records in records.items()}
         return {system: values.get(system, (baselines or {}).get(system, [])) for system in SYSTEMS}
 
-    ndcg = per_system(lambda r: r["ndcg@10"], {FIRST: [mean(r["per_query"]["first_stage_ndcg@10"]) for r in first],
-                                               RANDOM: [mean(r["per_query"]["random_order_ndcg@10"]) for r in first]})
-    mrr = per_system(lambda r: r["mrr"], {FIRST: [r["baseline"]["mrr"] for r in first],
-                                          RANDOM: [r["random_order"]["mrr"] for r in first]})
-    p50 = per_system(lambda r: r["latency"]["p50_ms"])
-    p99 = per_system(lambda r: r["latency"]["p99_ms"])
+    ndcg = per_system(lambda r: r.ndcg_at_10, {FIRST: [mean(r.per_query.first_stage_ndcg_at_10) for r in first],
+                                               RANDOM: [mean(r.per_query.random_order_ndcg_at_10) for r in first]})
+    mrr = per_system(lambda r: r.mrr, {FIRST: [r.baseline.mrr for r in first],
+                                       RANDOM: [r.random_order.mrr for r in first]})
+    p50 = per_system(lambda r: r.latency.p50_ms)
+    p99 = per_system(lambda r: r.latency.p99_ms)
     metrics = {key(NDCG, TOKENS): ndcg, key(P99, TOKENS): p99}
     rows = [table_row(NDCG, TOKENS, ndcg, True), table_row("MRR", TOKENS, mrr, True),
             _cost_row(P50, p50), _cost_row(P99, p99)]

@@ -24,7 +24,7 @@ from maskwise.objectives.span import decoder_start_id
 from maskwise.tasks.generate import GenerationConfig, generate
 from maskwise.tasks.metrics import bucket_label
 from maskwise.tasks.run import run_task
-from maskwise.tasks.seq2seq import source_ids
+from maskwise.tasks.seq2seq import Seq2SeqRecord, source_ids
 
 # Both at the scale's block and by the same denoising (the decoder reads noise [SEP] text, the layout it
 # fine-tunes in), so structure alone differs; the encoder-decoder splits its layers and narrows its FFN
@@ -88,7 +88,7 @@ def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
     cfg = setup.recipe.task("seq2seq", seed, setup.progress)
     result = run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, label=name)
     cost = generation_cost(result.model, run.tokenizer, result.test, cfg.max_target_len, cfg.source_edges)
-    return {**result.record, "cost": cost}
+    return {**result.record.to_json(), "cost": cost}
 
 
 def judge(metrics: dict, arms=None) -> tuple[str, str]:
@@ -116,11 +116,12 @@ def tabulate(m: Measured) -> tuple[dict, list]:
     buckets = common_buckets(m, "by_source_chars")
     metrics, rows = {}, []
     for axis in AXES:
-        metrics[key(F1, axis)] = m.per_arm(axis, lambda r: r["items_f1"])
+        metrics[key(F1, axis)] = m.per_arm(axis, lambda r: Seq2SeqRecord.from_json(r).items_f1)
         rows += [table_row(F1, axis, metrics[key(F1, axis)], True),
-                 table_row("exact match", axis, m.per_arm(axis, lambda r: r["exact_match"]), True)]
+                 table_row("exact match", axis, m.per_arm(axis, lambda r: Seq2SeqRecord.from_json(r).exact_match),
+                           True)]
         for i, bucket in enumerate(buckets):
-            groups = m.per_arm(axis, lambda r, b=bucket: r["by_source_chars"][b]["items_f1"])
+            groups = m.per_arm(axis, lambda r, b=bucket: Seq2SeqRecord.from_json(r).by_source_chars[b].items_f1)
             rows.append(table_row(f"{F1_BUCKET}{bucket} chars", axis, groups, True))
             if i in (0, len(buckets) - 1):  # the rule reads the shortest and the longest
                 metrics[key(f"{F1_BUCKET}{bucket} chars", axis)] = groups
@@ -142,7 +143,7 @@ def summary(m: Measured, metrics: dict) -> str:
     f1 = metrics[key(F1, TOKENS)]
     buckets = common_buckets(m, "by_source_chars")
     if buckets:
-        long = m.per_arm(TOKENS, lambda r: r["by_source_chars"][buckets[-1]]["items_f1"])
+        long = m.per_arm(TOKENS, lambda r: Seq2SeqRecord.from_json(r).by_source_chars[buckets[-1]].items_f1)
         ttft = m.per_arm(TOKENS, lambda r: r["cost"][buckets[-1]]["ttft_ms"])
         longest = (f", on sources of {buckets[-1]} characters it {moved(long[encdec.label], long[DECODER.label])}, "
                    f"while the time to first token there {moved(ttft[encdec.label], ttft[DECODER.label], 1)} ms")
@@ -151,7 +152,7 @@ def summary(m: Measured, metrics: dict) -> str:
     return (f"We replaced the encoder-decoder ({encdec_params:,} parameters) with a decoder-only model reading the "
             f"source in its prompt ({decoder_params:,} parameters): speakers F1 "
             f"{moved(f1[encdec.label], f1[DECODER.label])} at equal tokens{longest} (copying the first line scores "
-            f"F1 {m.first(encdec)['baseline']['items_f1']:.3f}).")
+            f"F1 {Seq2SeqRecord.from_json(m.first(encdec)).baseline.items_f1:.3f}).")
 
 
 def notes(m: Measured) -> list[str]:
@@ -182,7 +183,8 @@ ABLATION = Study(
                 "encoder-decoder pulls ahead as sources grow, with a lower prefill cost."), RULE, judge),),
     step="seq2seq", arms=lambda: (ENCODER_DECODER, DECODER), measure=measure,
     tabulate=tabulate, summary=summary, notes=notes,
-    meaning=lambda m: {F1: (True, ("copy the first line", m.first(ENCODER_DECODER)["baseline"]["items_f1"])),
+    meaning=lambda m: {F1: (True, ("copy the first line",
+                                   Seq2SeqRecord.from_json(m.first(ENCODER_DECODER)).baseline.items_f1)),
                        F1_BUCKET: (True, None), TTFT_BUCKET: (False, None)},
     # at the scale's 1.4 M tokens neither structure had learned to copy from its source (copy probe 0.93 and
     # 0.98); at twice that one encoder-decoder seed of three had not, nor the decoder on its clock (docs/results.md)
