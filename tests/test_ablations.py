@@ -738,8 +738,27 @@ def test_an_ablation_pretrains_on_the_users_corpus_and_reads_the_users_task(tmp_
     assert results["settings"]["task_flags"] == [f"pos=tag:{files['tag']}"]
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_the_seq2seq_ablation_reads_the_users_seq2seq_task_by_token_f1(tmp_path):
+    """Both structures fine-tune on the user's source/target rows, scored by token F1 beside the lead baseline."""
+    files = write_task_files(tmp_path / "data")
+    rows = [json.loads(line) for line in files["seq2seq"].read_text().splitlines()]
+    short = tmp_path / "data" / "first-word.jsonl"  # targets the smoke scale's halved context holds
+    short.write_text("\n".join(json.dumps({"source": r["source"], "target": r["source"].split()[0]}) for r in rows))
+    out = tmp_path / "seq2seq"
+    results = smoke_run("seq2seq", out, "--data", str(files["corpus"]), "--task", f"heads=seq2seq:{short}")
+    [data] = [note for note in results["notes"] if note.startswith("Data: ")]
+    assert "the seq2seq job reads the user's task heads" in data
+    stored = json.loads(next((out / "steps").glob("seq2seq-encdec*-seed0.json")).read_text())
+    assert stored["baseline"]["name"].startswith("the source's first") and "speaker" not in json.dumps(stored["baseline"])
+    [f1] = [m for key_, m in results["metrics"].items() if key_.startswith("target F1 at equal tokens")]
+    assert f1["encoder-decoder"][0] == stored["token_f1"]  # the user's rows are read by token F1
+    assert "token F1" in " ".join(results["notes"])
+
+
 @pytest.mark.parametrize("name, task, message", [
-    ("seq2seq", "h=seq2seq:{seq2seq}", "ablation seq2seq reads the plays' tasks only; --task h=seq2seq:"),
+    ("shift-bug", "h=seq2seq:{seq2seq}", "ablation shift-bug reads no task; --task h=seq2seq:"),
     ("embedder", "p=tag:{tag}", "ablation embedder reads a task of kind embed; --task p=tag:"),
     ("mask-ratio", "p=tag:{tag}", "ablation mask-ratio reads one task of each kind; --task gives tag more than once"),
 ])

@@ -65,7 +65,7 @@ def checked(name: str, scale: str, seeds: int, options: dict, data: str = SHAKES
     kinds = [t.kind for t in tasks]
     unread = [t.flag() for t in tasks if t.kind not in ablation.reads]
     if unread:
-        reads = f"a task of kind {' or '.join(ablation.reads)}" if ablation.reads else "the plays' tasks only"
+        reads = f"a task of kind {' or '.join(ablation.reads)}" if ablation.reads else "no task"
         raise UserError(f"ablation {name} reads {reads}; --task {', '.join(unread)} is not one (compare reads every "
                         "kind)")
     twice = sorted({k for k in kinds if kinds.count(k) > 1})

@@ -1,4 +1,5 @@
-"""Ablation seq2seq: a decoder-only model vs an encoder-decoder of equal size on passage -> speakers."""
+"""Ablation seq2seq: a decoder-only model vs an encoder-decoder of equal size on passage -> speakers, or on the
+user's seq2seq task (``ablate seq2seq --task NAME=seq2seq:PATH``)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from maskwise.experiments.framework import (
     moved,
     on_both_axes,
     table_row,
+    task_setting,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 from maskwise.objectives.span import decoder_start_id
@@ -31,13 +33,13 @@ from maskwise.tasks.seq2seq import Seq2SeqRecord, source_ids
 # to the decoder's parameter count (recipes.CompareSettings.shape).
 DECODER = Arm("decoder", "decoder-only", {"family": "decoder", "objective": "denoise"})
 ENCODER_DECODER = Arm("encdec", "encoder-decoder", {"family": "encoder-decoder", "objective": "denoise"})
-F1 = "speakers F1"
-F1_BUCKET = "speakers F1, sources of "
+F1 = "target F1"  # the plays: F1 over the set of speakers; a user's task: token F1 (``target_f1``)
+F1_BUCKET = "target F1, sources of "
 TTFT_BUCKET = "time to first token (ms), sources of "
 COST_BATCH, COST_TOKENS, COST_REPEATS = 8, 32, 3
 
 RULE = ("Compare the encoder-decoder (a) with the decoder-only model (b) in the shortest and the longest "
-        "source-length bucket (at least 10 test passages): speakers F1, and time to first token at a "
+        "source-length bucket (at least 10 test passages): target F1, and time to first token at a "
         "fixed batch, paired by seed. Falsified if at the longest sources the decoder-only model is ahead "
         "on F1 or faster to the first token (a tie is no evidence either way: two models that both write "
         "nothing correct do not contradict the prediction). Held if F1 is within noise on the shortest "
@@ -83,10 +85,17 @@ def generation_cost(model, tokenizer, examples, max_target_len: int,
     return result
 
 
+def target_f1(setup: Setup) -> str:
+    """The F1 the rule reads, a field of the record and of each source-length bucket: on the plays the F1 over the set
+    of speakers (their order does not matter), on a user's task token F1 (SQuAD's bag-of-words overlap), as compare
+    reads each."""
+    return "token_f1" if setup.plan is not None and setup.plan.task_of("seq2seq") is not None else "items_f1"
+
+
 def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
     run = setup.exp.load(name)
-    cfg = setup.recipe.task("seq2seq", seed, setup.progress)
-    result = run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, label=name)
+    cfg, data = task_setting(setup, "seq2seq", seed)
+    result = run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, data=data, label=name)
     cost = generation_cost(result.model, run.tokenizer, result.test, cfg.max_target_len, cfg.source_edges)
     return {**result.record.to_json(), "cost": cost}
 
@@ -113,15 +122,15 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
 
 
 def tabulate(m: Measured) -> tuple[dict, list]:
-    buckets = common_buckets(m, "by_source_chars")
+    buckets, f1 = common_buckets(m, "by_source_chars"), target_f1(m.setup)
     metrics, rows = {}, []
     for axis in AXES:
-        metrics[key(F1, axis)] = m.per_arm(axis, lambda r: Seq2SeqRecord.from_json(r).items_f1)
+        metrics[key(F1, axis)] = m.per_arm(axis, lambda r: getattr(Seq2SeqRecord.from_json(r), f1))
         rows += [table_row(F1, axis, metrics[key(F1, axis)], True),
                  table_row("exact match", axis, m.per_arm(axis, lambda r: Seq2SeqRecord.from_json(r).exact_match),
                            True)]
         for i, bucket in enumerate(buckets):
-            groups = m.per_arm(axis, lambda r, b=bucket: Seq2SeqRecord.from_json(r).by_source_chars[b].items_f1)
+            groups = m.per_arm(axis, lambda r, b=bucket: getattr(Seq2SeqRecord.from_json(r).by_source_chars[b], f1))
             rows.append(table_row(f"{F1_BUCKET}{bucket} chars", axis, groups, True))
             if i in (0, len(buckets) - 1):  # the rule reads the shortest and the longest
                 metrics[key(f"{F1_BUCKET}{bucket} chars", axis)] = groups
@@ -141,18 +150,19 @@ def summary(m: Measured, metrics: dict) -> str:
     encdec = ENCODER_DECODER
     encdec_params, decoder_params = (m.parameters[arm.label]["total"] for arm in (encdec, DECODER))
     f1 = metrics[key(F1, TOKENS)]
-    buckets = common_buckets(m, "by_source_chars")
+    buckets, f1_name = common_buckets(m, "by_source_chars"), target_f1(m.setup)
+    baseline = Seq2SeqRecord.from_json(m.first(encdec)).baseline
     if buckets:
-        long = m.per_arm(TOKENS, lambda r: Seq2SeqRecord.from_json(r).by_source_chars[buckets[-1]].items_f1)
+        long = m.per_arm(TOKENS, lambda r: getattr(Seq2SeqRecord.from_json(r).by_source_chars[buckets[-1]], f1_name))
         ttft = m.per_arm(TOKENS, lambda r: r["cost"][buckets[-1]]["ttft_ms"])
         longest = (f", on sources of {buckets[-1]} characters it {moved(long[encdec.label], long[DECODER.label])}, "
                    f"while the time to first token there {moved(ttft[encdec.label], ttft[DECODER.label], 1)} ms")
     else:
         longest = " (no length bucket had enough passages to break it down)"
     return (f"We replaced the encoder-decoder ({encdec_params:,} parameters) with a decoder-only model reading the "
-            f"source in its prompt ({decoder_params:,} parameters): speakers F1 "
-            f"{moved(f1[encdec.label], f1[DECODER.label])} at equal tokens{longest} (copying the first line scores "
-            f"F1 {Seq2SeqRecord.from_json(m.first(encdec)).baseline.items_f1:.3f}).")
+            f"source in its prompt ({decoder_params:,} parameters): target F1 "
+            f"{moved(f1[encdec.label], f1[DECODER.label])} at equal tokens{longest} ({baseline.name} scores "
+            f"F1 {getattr(baseline, f1_name):.3f}).")
 
 
 def notes(m: Measured) -> list[str]:
@@ -167,7 +177,9 @@ def notes(m: Measured) -> list[str]:
         (f"Tokens seen count what a model reads, its noised inputs plus its targets: {m.setup.scale.tokens:,} an arm, "
          f"{ABLATION.tokens_factor:g}x the scale's, for copying from the source to emerge in both."),
         ("Fine-tuning: the same steps, batch and learning rate; the decoder-only model reads 'source [SEP] target' "
-         "with the loss on the target only. Greedy decoding for quality."),
+         "with the loss on the target only. Greedy decoding for quality. Target F1: on the plays' passage -> "
+         "speakers the F1 over the set of speakers written, on a user's seq2seq task (ablate --task) token F1 of "
+         "the written target against the reference."),
         (f"Cost at a fixed batch of {COST_BATCH} passages from one length bucket, KV cache on, medians of "
          f"{COST_REPEATS}: time to first token = prefill + one step; decode tokens/s over {COST_TOKENS - 1} more "
          "forced tokens. Measured on a shared machine: compare within a row, not across reports."),
@@ -176,6 +188,7 @@ def notes(m: Measured) -> list[str]:
 
 
 ABLATION = Study(
+    reads=("seq2seq",),  # a user's seq2seq rows replace the plays' passage -> speakers (ablate --task)
     about="decoder-only vs encoder-decoder at equal size on passage -> speakers",
     title="Ablation seq2seq: decoder-only vs encoder-decoder for passage -> speakers",
     rules=(Rule(("At the same parameter count, a decoder-only model with the source in its prompt and an "
@@ -183,8 +196,9 @@ ABLATION = Study(
                 "encoder-decoder pulls ahead as sources grow, with a lower prefill cost."), RULE, judge),),
     step="seq2seq", arms=lambda: (ENCODER_DECODER, DECODER), measure=measure,
     tabulate=tabulate, summary=summary, notes=notes,
-    meaning=lambda m: {F1: (True, ("copy the first line",
-                                   Seq2SeqRecord.from_json(m.first(ENCODER_DECODER)).baseline.items_f1)),
+    meaning=lambda m: {F1: (True, (Seq2SeqRecord.from_json(m.first(ENCODER_DECODER)).baseline.name,
+                                   getattr(Seq2SeqRecord.from_json(m.first(ENCODER_DECODER)).baseline,
+                                           target_f1(m.setup)))),
                        F1_BUCKET: (True, None), TTFT_BUCKET: (False, None)},
     # at the scale's 1.4 M tokens neither structure had learned to copy from its source (copy probe 0.93 and
     # 0.98); at twice that one encoder-decoder seed of three had not, nor the decoder on its clock (docs/results.md)
