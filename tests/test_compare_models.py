@@ -26,6 +26,7 @@ from maskwise.experiments.checkpoints import (
 from maskwise.experiments.claims import RULES, Evidence, rows_of
 from maskwise.experiments.compare_report import best_cell, standing
 from maskwise.experiments.held_out import language_modelling
+from maskwise.experiments.serving import percentile
 from maskwise.experiments.verdict import HELD, NOT_MEASURED
 from maskwise.interop.hf_export import export_hf
 from maskwise.model.transformer import build_model
@@ -231,7 +232,7 @@ def test_compare_models_runs_end_to_end_with_its_cost_table(models, tmp_path, ca
     code, _, err = run_cli(
         capsys, "compare", "--quick", "--config", config, "--out", out, "--no-progress", "--data", files["corpus"],
         "--task", f"topics=classify:{files['classify']}", "--task", f"heads=seq2seq:{files['seq2seq']}",
-        "--model", f"bert={models['encoder']}", "--model", f"dec={models['decoder']}",
+        "--task", f"order=rerank:{files['embed']}", "--model", f"bert={models['encoder']}", "--model", f"dec={models['decoder']}",
         "--model", f"dec-hf={models['decoder-hf']},body=scratch")
     assert code == 0, err
     assert "plan: 4 models x 1 fine-tuning seed(s), nothing pretrained; about " in err
@@ -252,6 +253,13 @@ def test_compare_models_runs_end_to_end_with_its_cost_table(models, tmp_path, ca
     assert costs["time to first token at batch 1 (ms, p50 / p99)"][0] == "cannot: writes no answer"
     assert all(" / " in cell for cell in costs["latency per item at batch 1, reading (ms, p50 / p99)"])
     assert set(results["quality_cost"]["topics: accuracy (classify)"]["points"]) == {"bert", "dec", "dec-hf", "ed"}
+    # a reranker's latency is a query's: its candidates scored, as its evaluation timed each query
+    assert all(" / " in cell for cell in costs["order: rerank latency per query (ms, p50 / p99)"])
+    order = results["quality_cost"]["order: nDCG@10 over BM25's top candidates (rerank)"]
+    stored = json.loads((out / "steps" / "order-bert-seed0.json").read_text())
+    assert order["latency"] == "per query, its candidates scored"
+    assert order["points"]["bert"][1] == pytest.approx(percentile([1000 * t for t in stored["per_query"]["seconds"]],
+                                                                   0.99))
     assert any("(encoder: bert, decoder: dec, encoder-decoder: ed); beside them: dec-hf" in n for n in results["notes"])
     report = (out / "report.md").read_text()
     assert "## What each costs to serve" in report and (out / "quality_vs_p99_latency.png").is_file()

@@ -75,6 +75,7 @@ from maskwise.recipes import CompareSettings, pretrain_settings
 from maskwise.runtime import Runtime
 from maskwise.tasks.classify import zero_shot_classify
 from maskwise.tasks.registry import READ_THEN_WRITE, TASKS
+from maskwise.tasks.rerank_eval import RerankRecord
 from maskwise.train.pretrain import PretrainConfig, model_config
 
 SIZE_FACTOR = 3.0  # models further apart in parameters than this: the verdicts compare checkpoints, not families
@@ -308,9 +309,17 @@ def sections(m: Measured) -> dict:
             continue
         writes = row.claim == READ_THEN_WRITE
         scores, _ = e.gathered[row.key]
-        latency = {n: costs[n]["first_token_ms" if writes else "read_ms"] for n in scores
-                   if ("first_token_ms" if writes else "read_ms") in costs[n]}
-        points[row.label] = {"higher": row.higher, "latency": "first token" if writes else "reading",
+        if row.kind == "rerank":  # a query's latency: scoring its candidates, timed as the reranker was evaluated
+            latency = {n: [1000 * t for t in RerankRecord.from_json(measured[n][row.key]).per_query.seconds]
+                       for n in scores}
+            rows.append([f"{row.key}: rerank latency per query (ms, p50 / p99)", *[
+                _ms(latency[n]) if n in latency else "—" for n in names]])
+            how = "per query, its candidates scored"
+        else:
+            latency = {n: costs[n]["first_token_ms" if writes else "read_ms"] for n in scores
+                       if ("first_token_ms" if writes else "read_ms") in costs[n]}
+            how = "per item, its first token" if writes else "per item, reading"
+        points[row.label] = {"higher": row.higher, "latency": how,
                              "points": {n: [sum(map(sum, scores[n])) / sum(map(len, scores[n])),
                                             percentile(latency[n], 0.99)] for n in latency}}
     return {"costs": {"columns": ["cost", *names], "rows": rows}, "quality_cost": points}

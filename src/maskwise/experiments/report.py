@@ -207,7 +207,7 @@ def _plot_quality_cost(results: dict, out: Path) -> list[Path]:
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # 10, not 10^1
         ax.xaxis.set_minor_formatter(FuncFormatter(lambda value, _: ""))  # minor ticks unlabelled: they overlap
-        ax.set_xlabel(f"p99 latency per item, batch 1, {meta['latency']} (ms)", fontsize=8)
+        ax.set_xlabel(f"p99 latency, batch 1, {meta['latency']} (ms)", fontsize=8)
         ax.set_ylabel(f"mean over test items ({'higher' if meta['higher'] else 'lower'} is better)", fontsize=8)
         ax.set_title("\n".join(textwrap.wrap(task, 40)), fontsize=9)
         ax.grid(alpha=0.3)
