@@ -1,7 +1,7 @@
 """Run every side-by-side benchmark and print one Markdown report: one table, then the decoding cost
 curve and the bf16 quality check.
 
-    python benchmarks/run_all.py [--quick] [--only train,decode,embed,bf16] [--out report.md] [--device auto]
+    python benchmarks/run_all.py [--quick] [--only train,decode,embed,bf16,finetune] [--out report.md] [--device auto]
 
 Each benchmark runs as its own process, one after the other (two at once would time each other).
 ``--quick`` uses fewer rounds and steps: for checking that everything runs, not for numbers. Exit
@@ -36,6 +36,7 @@ BENCHES = {
                 ["--rounds", "2", "--new-tokens", "32", "--curve", "16,32,64"])],
     "embed": [(["bench_embed.py", "--lines", "512"], ["--rounds", "2", "--lines", "256"])],
     "bf16": [(["bench_bf16.py"], ["--steps", "20", "--eval-batches", "4"])],
+    "finetune": [(["bench_finetune.py", "--shape", "compare"], ["--quick"])],
 }
 
 
