@@ -94,7 +94,8 @@ def _generation_config(args, max_new_tokens: int, **extra):
 
 
 def run_generate(args) -> int:
-    model, tokenizer, _ = open_model(args.model, args, check=check_generative)
+    model, tokenizer, _ = open_model(args.model, args)
+    check_generative(model)
     cfg = _generation_config(args, args.max_new_tokens, num_beams=args.num_beams, use_cache=args.use_cache)
     generator = torch.Generator(device=device_of(model)).manual_seed(args.seed)
     texts = generate_text(model, tokenizer, args.prompt, cfg, generator, args.stop)

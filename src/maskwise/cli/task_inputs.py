@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-
-from torch import nn
 
 from maskwise.cli.runtime import runtime_of
 from maskwise.data.beir import beir_splits, open_beir
@@ -27,15 +24,13 @@ from maskwise.tasks.run import plays_rows
 # ---- models ----------------------------------------------------------------------------------
 
 
-def open_model(path: str, args, check: Callable[[nn.Module], None] | None = None):
-    """(model, tokenizer, config dict) of a run folder or an HF model folder, on ``args``' device; ``check`` refuses a
-    model the command cannot use before the device is chosen, so that its error is the only line printed."""
+def open_model(path: str, args):
+    """(model, tokenizer, config dict) of a run folder or an HF model folder, on ``args``' device."""
+    runtime = runtime_of(args)
     model, tokenizer = load(path)
     if tokenizer is None:
         raise UserError(f"{path}: no tokenizer.json, and tasks need a tokenizer")
-    if check is not None:
-        check(model)
-    return model.to(runtime_of(args).torch_device), tokenizer, read_json(Path(path).expanduser() / CONFIG_FILE)
+    return model.to(runtime.torch_device), tokenizer, read_json(Path(path).expanduser() / CONFIG_FILE)
 
 
 def embedder_of(path: str, args, progress: bool, pooling: str | None = None):
