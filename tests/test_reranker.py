@@ -12,7 +12,7 @@ from maskwise.tasks.rerank_eval import (
     NdcgGains,
     OrderBaseline,
     PairedGain,
-    PerQuery,
+    QueryScores,
     RerankRecord,
 )
 from maskwise.tasks.retrieve import bm25_ranking
@@ -35,7 +35,7 @@ def record(ndcg: float, p50_ms: float, p99_ms: float) -> dict:
     recall, no_gain = {"recall@100": 1.0}, PairedGain(difference=0.0, ci95_low=0.0, ci95_high=0.0, p_not_better=1.0)
     return RerankRecord(
         recall=recall, mrr=ndcg, ndcg_at_10=ndcg, reranker="cross", n_queries=2, candidates_per_query=100,
-        per_query=PerQuery(ndcg_at_10=[ndcg, ndcg], seconds=[p50_ms / 1000] * 2, first_stage_ndcg_at_10=[0.10, 0.12],
+        per_query=QueryScores(ndcg_at_10=[ndcg, ndcg], seconds=[p50_ms / 1000] * 2, first_stage_ndcg_at_10=[0.10, 0.12],
                            random_order_ndcg_at_10=[0.02, 0.02]),
         latency=Latency(p50_ms=p50_ms, p99_ms=p99_ms),
         baseline=OrderBaseline(recall=recall, mrr=0.10, ndcg_at_10=0.11, name="first-stage order"),

@@ -36,8 +36,9 @@ RECALL = "recall@"  # how each recall's JSON key starts (``retrieve.ranking_metr
 
 
 @dataclass(frozen=True)
-class RankingScores(Fields):
-    """An order's ``retrieve.ranking_metrics`` over each query's candidates, alike for a reranker and a baseline."""
+class OrderScores(Fields):
+    """An order's ``retrieve.ranking_metrics`` over each query's candidates, alike for a reranker and a baseline
+    (its own name: ``retrieve.RankingScores`` ranks a whole collection)."""
 
     # Recall at 1, 10 and the candidate depth: the depth's key (``recall@100``) is known only at run time, so the
     # recalls are held by their JSON keys, and the JSON spreads them beside ``mrr`` as ``ranking_metrics`` does.
@@ -58,14 +59,14 @@ class RankingScores(Fields):
 
 
 @dataclass(frozen=True)
-class OrderBaseline(RankingScores):
+class OrderBaseline(OrderScores):
     """An order of the same candidates that no reranker chose: what a reranker must beat to be worth its latency."""
 
     name: str
 
 
 @dataclass(frozen=True)
-class PerQuery(Fields):
+class QueryScores(Fields):
     """Each query's own numbers, paired across orders by query: what a compare row and the bootstrap resample."""
 
     ndcg_at_10: list[float] = field(metadata=key("ndcg@10"))
@@ -101,7 +102,7 @@ class NdcgGains(Fields):
 
 
 @dataclass(frozen=True)
-class RerankRecord(RankingScores, Record):
+class RerankRecord(OrderScores, Record):
     """A reranker's metrics and latency over fixed candidates beside two orders of the same candidates: the first
     stage's (``baseline``) and a random one (``random_order``), with each nDCG@10 gain's interval."""
 
@@ -109,7 +110,7 @@ class RerankRecord(RankingScores, Record):
     reranker: str  # its label
     n_queries: int
     candidates_per_query: int  # the depth: the most candidates a query has
-    per_query: PerQuery
+    per_query: QueryScores
     latency: Latency
     baseline: OrderBaseline
     random_order: OrderBaseline
