@@ -6,7 +6,8 @@
 
 The recipe (nanoGPT's CPU settings): 4 layers, 4 heads, d_model 128, block 64, batch 12, dropout 0,
 AdamW lr 1e-3 with beta2 0.99 and weight decay 0.1, 100 warmup steps, cosine to 1e-4, clipping at 1.0,
-characters as tokens. Both sides read exactly the same tokens: the reference takes its train and
+characters as tokens. maskwise's model is its ``nanogpt`` preset, nanoGPT's own (GPT-2's layout without
+biases, exact GELU); ``--preset gpt2`` times GPT-2's layout instead (biases, tanh GELU). Both sides read exactly the same tokens: the reference takes its train and
 validation streams from the functions ``maskwise pretrain`` builds its own with (corpus, char
 tokenizer, token file), and draws its batches as nanoGPT does (uniform random windows). Both are
 scored by one function, ``validation_loss``: mean cross-entropy in fp32 over the same fixed
@@ -67,9 +68,9 @@ FIRST_SEED = 1337  # nanoGPT's seed; seed i of a run is FIRST_SEED + i on both s
 VALIDATION_WINDOWS, VALIDATION_SEED = 200, 0
 
 
-def maskwise_settings(seed: int, iters: int, precision: str, out: str) -> dict:
+def maskwise_settings(seed: int, iters: int, precision: str, out: str, preset: str = "nanogpt") -> dict:
     """The flat ``maskwise pretrain`` settings of nanoGPT's recipe (evaluating once, at the end)."""
-    return {"family": "decoder", "objective": "clm", "data": "shakespeare", "tokenizer": "char", "layers": 4,
+    return {"family": "decoder", "preset": preset, "objective": "clm", "data": "shakespeare", "tokenizer": "char", "layers": 4,
             "heads": 4, "d_model": 128, "dropout": 0.0, "steps": iters, "batch_size": RECIPE.batch_size,
             "block_size": RECIPE.block_size, "lr": RECIPE.lr, "min_lr_ratio": RECIPE.min_lr / RECIPE.lr,
             "warmup": RECIPE.warmup, "weight_decay": RECIPE.weight_decay, "beta2": RECIPE.beta2,
@@ -124,9 +125,9 @@ def reference_logits(model: minimal_gpt.MinimalGPT):
     return model
 
 
-def run_maskwise(seed: int, iters: int, precision: str, out: Path, windows) -> dict:
+def run_maskwise(seed: int, iters: int, precision: str, out: Path, windows, preset: str) -> dict:
     """One ``maskwise pretrain`` run of the recipe; its loop time, its own and the shared val loss."""
-    result = pretrain(PretrainConfig.from_flat(maskwise_settings(seed, iters, precision, str(out))))
+    result = pretrain(PretrainConfig.from_flat(maskwise_settings(seed, iters, precision, str(out), preset)))
     last = result["records"][-1]
     return {"side": f"maskwise-{precision}", "seed": seed, "steps": last["step"],
             "loop_s": last["elapsed_s"], "steps_s": last["wall_s"],
@@ -245,20 +246,24 @@ def main() -> None:
                              "reference runs fp32)")
     parser.add_argument("--variants", nargs="*", default=[], choices=[v for v in REFERENCE_VARIANTS if v != "nanogpt"],
                         help="also run the reference with these of maskwise's model choices (see REFERENCE_VARIANTS)")
+    parser.add_argument("--preset", default="nanogpt", choices=["nanogpt", "gpt2"],
+                        help="maskwise's model: nanoGPT's layout (default) or GPT-2's (biases, tanh GELU)")
     parser.add_argument("--out", default=None,
                         help="keep maskwise's run folders here (default: a temporary folder, removed at the end)")
     parser.add_argument("--json", default=None, help="write runs, summary and model differences here")
     args = parser.parse_args()
     retain_freed_memory("cpu")
     out = Path(args.out or tempfile.mkdtemp(prefix="maskwise-nanogpt-"))
-    settings = PretrainConfig.from_flat(maskwise_settings(FIRST_SEED, args.iters, "fp32", str(out))).resolved()
+    settings = PretrainConfig.from_flat(maskwise_settings(FIRST_SEED, args.iters, "fp32", str(out),
+                                                                args.preset)).resolved()
     train_ids, val_ids, tokenizer, corpus = maskwise_token_streams(settings)
     windows = validation_windows(val_ids, VALIDATION_WINDOWS, RECIPE.block_size, VALIDATION_SEED)
     auto = resolve("cpu", "auto")
     load_before = os.getloadavg()[0]
     print(machine_line(auto))
     print(f"tokens: train {len(train_ids):,}, validation {len(val_ids):,}, vocabulary {tokenizer.vocab_size}; "
-          f"{args.iters} iterations, {args.seeds} seed(s), {torch.get_num_threads()} thread(s), "
+          f"{args.iters} iterations, {args.seeds} seed(s), {torch.get_num_threads()} thread(s), preset "
+          f"{args.preset}, "
           f"load average {load_before:.2f} at start")
     runs: list[dict] = []
     sides = ["nanogpt", *args.precisions, *args.variants]
@@ -268,7 +273,7 @@ def main() -> None:
             if side in REFERENCE_VARIANTS:
                 run = run_reference(seed, args.iters, train_ids, tokenizer.vocab_size, windows, side)
             else:
-                run = run_maskwise(seed, args.iters, side, out / f"{side}-{seed}", windows)
+                run = run_maskwise(seed, args.iters, side, out / f"{side}-{seed}", windows, args.preset)
                 if all(r["side"].startswith("reference") for r in runs):  # the first maskwise run
                     check_same_tokens(run["tokenizer"], corpus, val_ids)
             runs.append(run)
@@ -290,7 +295,7 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps({
             "machine": machine_line(auto), "auto_precision": auto.precision, "iters": args.iters,
-            "seeds": args.seeds, "threads": torch.get_num_threads(), "load_average": [load_before, load_after],
+            "seeds": args.seeds, "preset": args.preset, "threads": torch.get_num_threads(), "load_average": [load_before, load_after],
             "runs": [printable(r) for r in runs], "summary": summary, "model_differences": differences,
         }, indent=2, ensure_ascii=False))
 

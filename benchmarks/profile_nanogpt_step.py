@@ -69,29 +69,20 @@ class PhaseTimer:
         return {name: round(1000 * s / steps, 3) for name, s in self.seconds.items()}
 
 
-# maskwise's model with nanoGPT's choices where they cost time: exact GELU, no biases. Timing maskwise's
-# loop on this model as well splits its gap to the reference into the model's part and the loop's.
-NANOGPT_MODEL = {"activation": "gelu", "bias": False}
-
-
 def maskwise_trainer(precision: str, steps: int, train_ids: torch.Tensor, val_ids: torch.Tensor,
-                     model_changes: dict | None = None) -> Trainer:
-    """The trainer ``maskwise pretrain`` builds for the recipe (no run folder: nothing is written),
-    its model config changed by ``model_changes`` where given."""
-    settings = PretrainConfig.from_flat(maskwise_settings(FIRST_SEED, steps, precision, "unused")).resolved()
+                     preset: str) -> Trainer:
+    """The trainer ``maskwise pretrain`` builds for the recipe with ``preset``'s model (no run folder:
+    nothing is written)."""
+    settings = PretrainConfig.from_flat(maskwise_settings(FIRST_SEED, steps, precision, "unused", preset)).resolved()
     tokenizer = maskwise_token_streams(settings)[2]
-    cfg, objective, model = initial_model(settings, tokenizer)
-    if model_changes:
-        torch.manual_seed(FIRST_SEED)
-        model = build_model(dataclasses.replace(cfg, **model_changes))
+    _, objective, model = initial_model(settings, tokenizer)
     return Trainer(model, objective, TokenStream(train_ids), TokenStream(val_ids), settings.train,
                    runtime=resolve("cpu", precision))
 
 
-def time_maskwise(precision: str, warmup: int, steps: int, train_ids, val_ids,
-                  model_changes: dict | None = None) -> dict[str, float]:
+def time_maskwise(precision: str, warmup: int, steps: int, train_ids, val_ids, preset: str) -> dict[str, float]:
     """Per-step milliseconds of maskwise's phases over ``steps`` steps of ``Trainer.fit``."""
-    trainer = maskwise_trainer(precision, warmup, train_ids, val_ids, model_changes)
+    trainer = maskwise_trainer(precision, warmup, train_ids, val_ids, preset)
     trainer.fit()  # warm-up: the same trainer continues below
     trainer.cfg.steps = warmup + steps
     timer = PhaseTimer()
@@ -200,21 +191,20 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     parser.add_argument("--top", type=int, default=15, help="operators listed per side")
-    parser.add_argument("--nanogpt-model", action="store_true",
-                        help=f"also time maskwise's loop on its model with {NANOGPT_MODEL} (nanoGPT's choices)")
+    parser.add_argument("--presets", nargs="+", default=["nanogpt", "gpt2"], choices=["nanogpt", "gpt2"],
+                        help="maskwise's models: nanoGPT's layout, GPT-2's (biases, tanh GELU)")
     args = parser.parse_args()
     retain_freed_memory("cpu")
     settings = PretrainConfig.from_flat(maskwise_settings(FIRST_SEED, args.steps, "fp32", "unused")).resolved()
     train_ids, val_ids, tokenizer, _ = maskwise_token_streams(settings)
     print(machine_line(resolve("cpu", "auto")))
     print(f"{args.steps} steps after {args.warmup} warm-up steps per side; per-step milliseconds")
-    sides = [(f"maskwise {precision}", precision, None) for precision in args.precisions]
-    if args.nanogpt_model:
-        sides += [(f"maskwise {precision}, {NANOGPT_MODEL}", precision, NANOGPT_MODEL) for precision in args.precisions]
+    sides = [(f"maskwise {precision}, preset {name}", precision, name)
+             for name in args.presets for precision in args.precisions]
     print("phase timers:")
     print(f"  reference fp32: {time_reference(args.warmup, args.steps, train_ids, tokenizer.vocab_size)}")
-    for name, precision, changes in sides:
-        print(f"  {name}: {time_maskwise(precision, args.warmup, args.steps, train_ids, val_ids, changes)}")
+    for name, precision, model_preset in sides:
+        print(f"  {name}: {time_maskwise(precision, args.warmup, args.steps, train_ids, val_ids, model_preset)}")
 
     torch.manual_seed(FIRST_SEED)
     model = minimal_gpt.MinimalGPT(minimal_gpt.GPTShape(vocab_size=tokenizer.vocab_size))
@@ -222,9 +212,9 @@ def main() -> None:
     optimizer, _ = minimal_gpt.make_adamw(model, recipe)
     steps = {"reference fp32": reference_step(model, optimizer, recipe, train_ids,
                                               torch.Generator().manual_seed(FIRST_SEED))}
-    for name, precision, changes in sides:
+    for name, precision, model_preset in sides:
         steps[name] = maskwise_step(maskwise_trainer(precision, args.warmup + 2 * args.steps, train_ids, val_ids,
-                                                     changes))
+                                                     model_preset))
     for name, step in steps.items():
         for _ in range(args.warmup):
             step()

@@ -85,3 +85,26 @@ def test_shared_evaluation_repeats_for_both_sides():
         first = bench_nanogpt.validation_loss(logits_of, *windows, batch=5)
         assert bench_nanogpt.validation_loss(logits_of, *windows, batch=5) == first
         assert bench_nanogpt.validation_loss(logits_of, *windows, batch=12) == pytest.approx(first, rel=1e-6)
+
+
+def test_nanogpt_preset_computes_the_reference_models_logits():
+    """The ``nanogpt`` preset is nanoGPT's model: given the reference's weights, the same logits."""
+    torch.manual_seed(0)
+    reference = minimal_gpt.MinimalGPT(TINY).eval()
+    maskwise_model = build_model(preset("nanogpt", vocab_size=TINY.vocab_size, d_model=TINY.d_model,
+                                        n_layers=TINY.n_layers, n_heads=TINY.n_heads,
+                                        max_seq_len=TINY.block_size)).eval()
+    renames = {"token_embedding": "embed", "position_embedding": "stack.positions", "blocks": "stack.blocks",
+               "attn.proj": "attn.out", "mlp_norm": "ffn_norm", "mlp.fc": "ffn.up", "mlp.proj": "ffn.down",
+               "final_norm": "stack.final_norm"}
+    weights = {}
+    for name, tensor in reference.state_dict().items():
+        if name == "lm_head.weight":
+            continue  # tied to the token embedding on both sides
+        for old, new in renames.items():
+            name = name.replace(old, new) if name.startswith(old) or f".{old}." in name else name
+        weights[name] = tensor
+    maskwise_model.load_state_dict(weights)  # strict: every tensor named, none left over
+    ids = torch.randint(0, TINY.vocab_size, (3, TINY.block_size))
+    with torch.no_grad():
+        assert torch.allclose(maskwise_model(ids).logits, reference(ids), atol=1e-5)

@@ -244,6 +244,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "family": "decoder", "pre_norm": True, "final_norm": True, "activation": "gelu_tanh",
         "position": "learned", "tie_embeddings": True,
     },
+    # nanoGPT's GPT (Karpathy's train.py defaults): GPT-2's layout without biases in any linear layer or
+    # norm, and with the exact (erf) GELU of its nn.GELU(); its recipe is benchmarks/bench_nanogpt.py's.
+    "nanogpt": {
+        "family": "decoder", "pre_norm": True, "final_norm": True, "activation": "gelu", "bias": False,
+        "position": "learned", "tie_embeddings": True,
+    },
     # T5 v1.0: pre-norm RMSNorm (eps 1e-6), ReLU, no biases, relative position bias, unscaled
     # attention, tied embeddings with the d_model ** -0.5 rescale before the head.
     "t5": {

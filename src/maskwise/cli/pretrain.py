@@ -21,7 +21,7 @@ HELP = {
     "text_field": "the text field of JSONL records, Parquet files and HF datasets",
     "val_data": "validation data (default: last 10%% of --data)",
     "tokenizer": "char, wordpiece, bpe, or a path to a tokenizer.json (with --init-from: that run's)",
-    "preset": "bert, electra, gpt2, t5, t5.1.1, bart, modern (default by family)",
+    "preset": "bert, electra, gpt2, nanogpt, t5, t5.1.1, bart, modern (default by family)",
     "budget": "stop at tokens=N, seconds=S or flops=F (the LR schedule follows it; with --init-from it "
               "counts this run's phase only)",
     "no_shift": "CLM without the shift: predict the current token (the shift-bug ablation)",

@@ -100,8 +100,9 @@ class LMHead(nn.Module):
             if not return_logits:
                 raise ValueError("return_logits=False needs labels: without them there is no loss to return")
             return LMOutput(logits=self.logits(h))
-        if sparse:
-            selected = labels != IGNORE_INDEX  # (B, T)
+        selected = labels != IGNORE_INDEX  # (B, T)
+        n = int(selected.sum())  # the one read of a tensor
+        if sparse and n < labels.numel():  # every position labelled (CLM): no gather, no scatter back
             h, targets = h[selected], labels[selected]  # (N, d), (N,)
         else:
             h, targets = h.flatten(0, 1), labels.flatten()  # (B*T, d), (B*T,)
@@ -112,7 +113,6 @@ class LMHead(nn.Module):
             loss_sum = F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum")
         else:
             loss_sum = kernels.linear_cross_entropy(features, self.vocab_weight, self.bias, targets, IGNORE_INDEX)
-        n = int((targets != IGNORE_INDEX).sum())
         return LMOutput(logits=logits, loss=loss_sum / max(n, 1), loss_sum=loss_sum, n_loss_positions=n)
 
 

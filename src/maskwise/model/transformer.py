@@ -116,13 +116,14 @@ class Stack(nn.Module):
         self.final_norm = make_norm(cfg) if cfg.final_norm else None
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor,
-              token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+              token_type_ids: torch.Tensor | None = None, positions_checked: bool = False) -> torch.Tensor:
         """(B, T, e) token embeddings -> the first block's input (B, T, d) (before dropout): learned
         positions and segment embeddings added, then the embedding norm, then (factorised
         embeddings, e != d) the projection to d. ``positions``: (T,) or (B, T). Public so that
-        ELECTRA's generator can read the discriminator's embeddings."""
+        ELECTRA's generator can read the discriminator's embeddings. ``positions_checked``: the caller
+        bounded them already (``forward``'s own range), so the check that reads a tensor is skipped."""
         if self.positions is not None:
-            if positions.max() >= self.cfg.max_seq_len:
+            if not positions_checked and positions.max() >= self.cfg.max_seq_len:
                 raise ValueError(f"position {int(positions.max())} beyond max_seq_len {self.cfg.max_seq_len}")
             x = x + self.positions(positions + self.cfg.position_offset)
         if self.token_types is not None:
@@ -152,9 +153,12 @@ class Stack(nn.Module):
         stack's own (a hybrid decoder's bidirectional pass)."""
         T = x.shape[1]
         offset = cache.length if cache is not None else 0
-        if positions is None:
+        own_positions = positions is None
+        if own_positions:
+            if self.positions is not None and offset + T > self.cfg.max_seq_len:
+                raise ValueError(f"position {offset + T - 1} beyond max_seq_len {self.cfg.max_seq_len}")
             positions = torch.arange(offset, offset + T, device=x.device)  # (T,)
-        x = self.dropout(self.embed(x, positions, token_type_ids))
+        x = self.dropout(self.embed(x, positions, token_type_ids, positions_checked=own_positions))
 
         pattern = pattern or ("prefix" if prefix_lengths is not None else self.pattern)
         k_len = offset + T

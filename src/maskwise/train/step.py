@@ -41,21 +41,20 @@ class OptimizerStep:
         """Multiply the gradients by ``grad_scale``, clip, and step unless the loss or the gradient
         norm is non-finite (then the gradients are dropped); returns whether the step was taken.
 
-        One foreach multiply rather than a Python loop of small kernels; the clipping multiply is
-        skipped when its factor is exactly 1 (the norm is under the limit): the same numbers as
-        ``clip_grad_norm_``, fewer passes; one host synchronisation in all."""
+        The scale and the clipping are one foreach multiply, by their product (the norm of the scaled
+        gradients is ``grad_scale`` times theirs), skipped when that is exactly 1: ``clip_grad_norm_``'s
+        numbers in one pass over the gradients, not two; one host synchronisation in all."""
         self.scaler.unscale_(self.optimizer)  # fp16: back to true gradients before scaling and clipping
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        if grads:  # foreach refuses an empty list
-            torch._foreach_mul_(grads, grad_scale)
-        total_norm = nn.utils.get_total_norm(grads).to(loss.device)
+        total_norm = nn.utils.get_total_norm(grads).to(loss.device) * grad_scale
         clip_factor = self.grad_clip / (total_norm + 1e-6)
         finite = torch.isfinite(loss)
         if not self.scaler.is_enabled():  # with a scaler, overflowing gradients are its to skip
             finite &= torch.isfinite(total_norm)
         finite, clip_factor = torch.stack([finite.to(clip_factor.dtype), clip_factor]).tolist()  # the one sync
-        if clip_factor < 1.0:
-            nn.utils.clip_grads_with_norm_(self.model.parameters(), self.grad_clip, total_norm)
+        factor = grad_scale * min(clip_factor, 1.0)
+        if finite and grads and factor != 1.0:  # foreach refuses an empty list
+            torch._foreach_mul_(grads, factor)
         if finite:
             self.scaler.step(self.optimizer)
             self.scaler.update()
