@@ -116,6 +116,26 @@ def bert_folder(tmp_path, small_text):
 
 
 @pytest.mark.integration
+def test_segment_readout_scores_the_cosine_of_each_parts_mean_state_in_one_joint_pass():
+    from maskwise.config import preset
+    from maskwise.model.transformer import build_model
+    from maskwise.tasks.rerank import CrossEncoder
+
+    torch.manual_seed(0)
+    body = build_model(preset("bert", vocab_size=40, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=16))
+    model = CrossEncoder(body, readout="segments").eval()
+    ids = torch.tensor([[1, 5, 6, 2, 7, 8, 9, 2, 0], [1, 5, 6, 2, 7, 3, 9, 2, 0]])  # the passages differ in one token
+    mask = torch.tensor([[1] * 8 + [0]] * 2)
+    types = torch.tensor([[0] * 4 + [1] * 5] * 2)
+    with torch.no_grad():
+        h = body.hidden_states(ids, mask, types)  # (2, 9, 16)
+        expected = 20 * torch.cosine_similarity(h[:, :4].mean(1), h[:, 4:8].mean(1), dim=-1)
+        scores = model(ids, mask, types)
+    assert torch.allclose(scores, expected, atol=1e-5)
+    assert not torch.allclose(scores[0], scores[1])  # the query's states read the passage: one joint pass
+    assert [name for name, _ in model.head.named_parameters()] == ["log_scale"]
+
+
 def test_models_option_is_checked_in_one_line_before_anything_runs(bert_folder, tmp_path):
     from maskwise.errors import UserError
     from maskwise.experiments.ablations.registry import checked
@@ -152,5 +172,6 @@ def test_reranker_ablation_starts_its_cross_encoder_from_a_folder_on_a_beir_task
     cross = folders["systems"][reranker.CROSS]
     assert folders["bodies"]["cross"]["folder"] == str(bert_folder.resolve())
     assert cross["settings"]["lr"] == 2e-5 and cross["settings"]["head_lr"] == 1e-3  # a pretrained body's rates
+    assert cross["settings"]["readout"] == cross["readout"] == "segments"  # a pretrained body scores as it was trained
     assert any(f"the folder {bert_folder.resolve()}" in note for note in results["notes"])
     assert results["settings"]["models"] == f"cross={bert_folder}"

@@ -131,6 +131,20 @@ def test_finetune_rerank_reports_gains_with_intervals(runs, tmp_path, capsys):
     assert set(results["ndcg@10_gain"]) == {"over_random_order", "over_first_stage"}
 
 
+def test_a_segment_readout_cross_encoder_is_kept_and_read_back_by_evaluate(runs, tmp_path, capsys):
+    out = tmp_path / "rerank"
+    flags = ["--candidates", 5, "--rerank-queries", 6, "--no-progress"]
+    code, _, err = cli(capsys, "finetune", "rerank", runs["encoder"], "--out", out, "--steps", 2, "--batch-size", 2,
+                       "--negatives", "random", "--train-queries", 8, "--readout", "segments", *flags)
+    assert code == 0, err
+    trained = json.loads((out / "results.json").read_text())
+    assert trained["readout"] == "segments"
+    code, _, err = cli(capsys, "evaluate", out, "--results", tmp_path / "again.json", *flags)
+    assert code == 0, err
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert again["ndcg@10"] == trained["ndcg@10"]  # the same scores: the saved scale read into the same readout
+
+
 def _bad(runs, tmp_path):
     bad_rows = tmp_path / "bad.csv"
     bad_rows.write_text("text,label\nfine,a\n,b\n")

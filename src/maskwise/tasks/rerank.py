@@ -5,7 +5,10 @@ read. A reranker reads them together, which costs one forward pass per (query, c
 it only sees the first stage's top 100:
 
 * cross-encoder (encoder): reads ``[CLS] query [SEP] passage [SEP]`` (segments 0 and 1) and a linear
-  head on the [CLS] state gives one relevance score. Trained listwise: the positive and the
+  head on the [CLS] state gives one relevance score; or (``readout="segments"``) a learned scale times
+  the cosine of the two segments' mean states in that one joint pass, a readout a body trained as a
+  bi-encoder (all-MiniLM-L6-v2) can already score with, where the [CLS] head starts from nothing
+  (docs/ablations.md measures both). Trained listwise: the positive and the
   bi-encoder's own hard negatives for a query form one softmax, and the loss is the positive's
   cross-entropy (the first stage's mistakes are exactly what the reranker must learn to fix).
 * generative reranker (decoder or encoder-decoder): the score is log p(" yes" | "Passage: ...
@@ -22,6 +25,7 @@ reads (query/positive rows or a BEIR folder, whose graded qrels are the gains), 
 from __future__ import annotations
 
 import argparse
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -81,6 +85,7 @@ class RerankConfig(FinetuneConfig):
     max_len: int | None = 256
     score_batch: int = 50  # pairs per forward pass when scoring candidates
     reranker: str | None = None  # "cross" or "generative"; None: ``default_reranker`` of the family
+    readout: str = "cls"  # the cross-encoder's score: one of ``READOUTS``
     candidates: int = 100  # first-stage candidates per test query
     train_queries: int | None = None  # the plays' ICT queries (``tasks.run.plays_rows``); None: all
     test_queries: int = 100
@@ -139,22 +144,55 @@ def bm25_training_rows(data: RetrievalSet | GradedRetrievalSet, n: int) -> tuple
 # ---- cross-encoder --------------------------------------------------------------------------------
 
 
-class CrossEncoder(nn.Module):
-    """An encoder reading query and passage together; one score from the [CLS] state."""
+class ClsScore(ClassifierHead):
+    """One score from the [CLS] state: a fresh linear head (BERT's cross-encoders), one "class"."""
 
-    def __init__(self, body: nn.Module, dropout: float = 0.1):
+    def __init__(self, d_model: int, dropout: float):
+        super().__init__(d_model, 1, dropout)
+
+    def forward(self, h, attention_mask, token_type_ids) -> torch.Tensor:
+        return super().forward(pool(h, attention_mask, "cls")).squeeze(-1)  # (B,)
+
+
+class SegmentCosine(nn.Module):
+    """A learned scale times the cosine of the query's and the passage's mean states, both read in the
+    one joint pass (each attends to the other): what a bi-encoder body was trained to score, so the
+    cross-encoder starts from its body's sense of relevance. The scale starts at 20, the
+    temperature sentence-transformers trains bi-encoders' in-batch softmax at."""
+
+    def __init__(self, scale: float = 20.0):
+        super().__init__()
+        self.log_scale = nn.Parameter(torch.tensor(math.log(scale)))
+
+    def forward(self, h, attention_mask, token_type_ids) -> torch.Tensor:
+        real = attention_mask.bool()  # (B, T)
+        h = h.float()  # the means and the cosine in fp32 under autocast
+        means = [(h * part[..., None]).sum(1) / part.sum(1, keepdim=True).clamp(min=1)  # (B, d)
+                 for part in ((real & (token_type_ids == 0)).float(), (real & (token_type_ids == 1)).float())]
+        return self.log_scale.exp() * F.cosine_similarity(*means, dim=-1)  # (B,)
+
+
+READOUTS = ("cls", "segments")
+
+
+class CrossEncoder(nn.Module):
+    """An encoder reading query and passage together; one score by ``readout`` (``READOUTS``)."""
+
+    def __init__(self, body: nn.Module, dropout: float = 0.1, readout: str = "cls"):
         super().__init__()
         if not body.cfg.kind.encoder_only:
             raise UserError(f"a cross-encoder needs an encoder body, got a {body.cfg.family}; "
                             "use the generative reranker for decoders")
+        if readout not in READOUTS:
+            raise UserError(f"readout {readout!r}: expected one of {', '.join(READOUTS)}")
         self.body = body
-        self.head = ClassifierHead(body.cfg.d_model, 1, dropout).to(device_of(body))  # one "class": a score
+        self.head = (ClsScore(body.cfg.d_model, dropout) if readout == "cls" else SegmentCosine()).to(device_of(body))
 
-    def forward(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
-        if self.body.cfg.type_vocab_size == 0:
-            token_type_ids = None  # a body without segment embeddings tells the parts apart by [SEP]
-        h = self.body.hidden_states(input_ids, attention_mask, token_type_ids)  # (B, T, d)
-        return self.head(pool(h, attention_mask, "cls")).squeeze(-1)  # (B,)
+    def forward(self, input_ids, attention_mask, token_type_ids) -> torch.Tensor:
+        # A body without segment embeddings tells the parts apart by [SEP]; the readout reads the segments.
+        types = token_type_ids if self.body.cfg.type_vocab_size > 0 else None
+        h = self.body.hidden_states(input_ids, attention_mask, types)  # (B, T, d)
+        return self.head(h, attention_mask, token_type_ids)  # (B,)
 
 
 def pair_inputs(tokenizer, query: str, docs: Sequence[str], max_len: int, device) -> tuple[torch.Tensor, ...]:
@@ -175,7 +213,7 @@ def train_cross_encoder(body: nn.Module, tokenizer, data: RetrievalSet, negative
                         cfg: RerankConfig, runtime: Runtime | None = None) -> CrossEncoder:
     """Listwise training: per query, softmax over [positive, *negatives]; the positive is class 0."""
     torch.manual_seed(cfg.seed)  # the fresh head's initialisation is part of the seeded run
-    model = CrossEncoder(body)
+    model = CrossEncoder(body, readout=cfg.readout)
     usable = [i for i, neg in enumerate(negatives) if neg]
     if not usable:
         raise UserError("no query has a negative to train against")
@@ -307,13 +345,18 @@ def _run(model, tokenizer, cfg: RerankConfig, runtime: Runtime, data, label: str
         trained = train_generative_reranker(model, tokenizer, train, negatives, cfg, runtime)
         score = generative_scorer(trained, tokenizer, cfg.max_len, cfg.score_batch)
     return trained, lambda: replace(evaluate_reranker(score, test, candidates, label, cfg.progress, cfg.seed),
-                                    kind=kind, max_len=cfg.max_len), (test, candidates)
+                                    kind=kind, max_len=cfg.max_len,
+                                    readout=cfg.readout if kind == "cross" else None), (test, candidates)
 
 
 def _add_flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
     if not evaluating:
         parser.add_argument("--reranker", choices=("cross", "generative"), default=None,
                             help="default: cross for an encoder, generative otherwise")
+        parser.add_argument("--readout", choices=READOUTS, default=None,
+                            help="the cross-encoder's score: a fresh head on [CLS] (default), or the cosine of the "
+                                 "query's and passage's mean states in the joint pass (for a body trained as a "
+                                 "bi-encoder, such as all-MiniLM-L6-v2)")
         parser.add_argument("--n-negatives", type=positive, default=None,
                             help=f"negatives per query (default {RerankConfig.n_negatives})")
         parser.add_argument("--negatives", choices=("first-stage", "random"), default="first-stage",
@@ -337,7 +380,8 @@ def rerank_config(args, **values) -> RerankConfig:
 
 def _kept(model: nn.Module, record: RerankRecord, cfg: RerankConfig) -> tuple[dict, nn.Module, nn.Module | None]:
     """A cross-encoder keeps its body and head; a generative reranker is the whole model."""
-    task = {"reranker": record.kind, "first_stage": "BM25", "negatives": "bm25", "max_len": record.max_len}
+    task = {"reranker": record.kind, "first_stage": "BM25", "negatives": "bm25", "max_len": record.max_len,
+            "readout": record.readout}
     return (task, model.body, model.head) if record.kind == "cross" else (task, model, None)
 
 
@@ -371,7 +415,7 @@ def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> RerankReco
     if kind is None and model.cfg.kind.encoder_only:
         raise UserError("an encoder reranks through a trained head: run `maskwise finetune rerank` first")
     if kind == "cross":
-        reranker = CrossEncoder(model)
+        reranker = CrossEncoder(model, readout=saved.get("readout") or "cls")
         load_weights_into(reranker.head, fine_tune.head or {}, f"cross-encoder head of {args.model}")
         score = cross_encoder_scorer(reranker, tokenizer, saved.get("max_len"))
     else:

@@ -85,10 +85,12 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
 
 ROLES = {"cross": MLM_ENCODER, "generative": CLM_DECODER}  # each role's arm, pretrained here when no folder is given
 MODELS_USAGE = "cross=FOLDER,generative=FOLDER (either alone; a folder or all-MiniLM-L6-v2)"
-# A body pretrained elsewhere (an HF folder) moves at BERT's fine-tuning rate, its fresh head 50 times faster, as in
+# A body pretrained elsewhere (an HF folder) moves at BERT's fine-tuning rate, its head 50 times faster, as in
 # compare --model (the design notes' pitfall). ``max_len`` counts its word pieces (the plays' ICT passages: 53 at the
-# median, 143 at the 90th percentile), where 192 cost MiniLM four times 128's; the steps are the scale's.
-PRETRAINED = {"lr": PRETRAINED_BODY_LR, "head_lr": FRESH_HEAD_LR, "max_len": 128}
+# median, 143 at the 90th percentile), where 192 cost MiniLM four times 128's; the steps are the scale's. It scores by
+# the cosine of the query's and passage's mean states in the joint pass: at the scale's 100 steps a fresh [CLS] head
+# on all-MiniLM-L6-v2 stayed at a random order, this readout starts from what the body knows (docs/ablations.md).
+PRETRAINED = {"lr": PRETRAINED_BODY_LR, "head_lr": FRESH_HEAD_LR, "max_len": 128, "readout": "segments"}
 
 
 def checkpoints(models: str | Mapping[str, str] | None) -> dict[str, Path]:
@@ -139,7 +141,7 @@ def rerankers(setup: Setup, seed: int, model: nn.Module, tokenizer, role: str, s
     result = run_task(cfg, model, tokenizer, setup.exp.runtime, data=data, label=label)
     measured = {label: {**result.record.to_json(), "settings": {"lr": cfg.lr, "head_lr": cfg.head_lr,
                                                                 "steps": cfg.steps, "batch_size": cfg.batch_size,
-                                                                "max_len": cfg.max_len}}}
+                                                                "max_len": cfg.max_len, "readout": cfg.readout}}}
     if role == "generative":
         test, candidates = result.test
         writes = judging_scorer(result.model, tokenizer, result.record.max_len)
@@ -240,7 +242,11 @@ def bodies(m: Measured, records: dict[str, list[dict]]) -> list[str]:
         sizes[role] = joint["parameters"] if joint else m.parameters[arm.label]["total"]
         origin = f"the folder {joint['folder']}" if joint else f"the {arm.label} pretrained here at this scale"
         recipe = records[system][0]["settings"]
-        head = f" and its fresh head at {recipe['head_lr']:g}" if role == "cross" else ""  # a decoder scores a token
+        head = ""  # a decoder scores a token
+        if role == "cross":
+            head = (f" and its fresh [CLS] head at {recipe['head_lr']:g}" if recipe.get("readout", "cls") == "cls" else
+                    f", scoring by the cosine of the query's and the passage's mean states in the joint pass (its "
+                    f"scale at {recipe['head_lr']:g})")
         lines.append(f"The {name}'s body: {origin}, {sizes[role] / 1e6:.2f} M parameters, fine-tuned "
                      f"{recipe['steps']} steps of {recipe['batch_size']} queries at lr {recipe['lr']:g}{head}, reading "
                      f"at most {recipe['max_len']} tokens a pair.")
