@@ -41,6 +41,7 @@ from maskwise.runs import (
 from maskwise.runtime import resolve
 from maskwise.tasks.classify import ClassifyConfig
 from maskwise.tasks.registry import ENCODER_JOBS, GENERATE, READ_THEN_WRITE
+from maskwise.tasks.rerank import RerankConfig
 from tests.test_compare import TINY
 from tests.test_compare_user_tasks import write_task_files
 from tests.tiny_run import assert_one_line_exit_2, files_in, run_cli
@@ -118,6 +119,8 @@ def test_each_folder_is_opened_its_family_read_and_its_fine_tuning_rate_set(mode
     cfg = ClassifyConfig(lr=1e-3, head_lr=3e-3)
     assert (encoder.fine_tuning(cfg).lr, encoder.fine_tuning(cfg).head_lr) == (PRETRAINED_BODY_LR, 1e-3)
     assert decoder.fine_tuning(cfg) == cfg  # a body trained from scratch here: the recipe's rates
+    rerank = RerankConfig()
+    assert encoder.fine_tuning(rerank).readout == "segments" and decoder.fine_tuning(rerank).readout == "cls"
     assert open_models([ModelSpec("x", str(models["decoder-hf"]), body="scratch")])[0].fine_tuning(cfg) == cfg
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from maskwise import runs
@@ -138,12 +138,13 @@ class Candidate:
 
     def fine_tuning(self, cfg: FinetuneConfig) -> FinetuneConfig:
         """The one rule (the module docstring): the scale's config, its rates replaced for a pretrained body."""
-        return cfg if self.scratch else replace(cfg, lr=PRETRAINED_BODY_LR, head_lr=FRESH_HEAD_LR)
+        return cfg if self.scratch else cfg.for_pretrained_body(PRETRAINED_BODY_LR, FRESH_HEAD_LR)
 
     @property
     def rate(self) -> str:
         return ("the scale's rates (a body trained from scratch)" if self.scratch else
-                f"body {PRETRAINED_BODY_LR:g}, fresh head {FRESH_HEAD_LR:g} (a pretrained body)")
+                f"body {PRETRAINED_BODY_LR:g}, fresh head {FRESH_HEAD_LR:g} (a pretrained body; a cross-encoder "
+                "scores by the cosine of its query's and passage's mean states)")
 
     def described(self) -> dict:
         return {"name": self.name, "folder": str(self.folder), "family": self.family, "reads_as": self.kind.name,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -51,6 +51,11 @@ class FinetuneConfig:
             raise UserError(f"warmup must be a fraction of steps in [0, 1), got {self.warmup}")
         precision_setting(self.precision, self.bf16)
         return self
+
+    def for_pretrained_body(self, body_lr: float, head_lr: float) -> FinetuneConfig:
+        """This config for a body pretrained elsewhere: the body at ``body_lr``, a fresh head at ``head_lr``;
+        a task whose head can start from what such a body learned says so in its override."""
+        return replace(self, lr=body_lr, head_lr=head_lr)
 
     def runtime(self, model: nn.Module) -> Runtime:
         """This precision on the device the model is on."""

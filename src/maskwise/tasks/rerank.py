@@ -90,6 +90,11 @@ class RerankConfig(FinetuneConfig):
     train_queries: int | None = None  # the plays' ICT queries (``tasks.run.plays_rows``); None: all
     test_queries: int = 100
 
+    def for_pretrained_body(self, body_lr: float, head_lr: float) -> RerankConfig:
+        """A pretrained body's rates, and the segments readout: a [CLS] head fresh on all-MiniLM-L6-v2 stayed at a
+        random order over 100 steps, the segments' cosine starts from what the body knows (docs/ablations.md)."""
+        return replace(super().for_pretrained_body(body_lr, head_lr), readout="segments")
+
 
 def default_reranker(family: str) -> str:
     """An encoder reranks as a cross-encoder (one bidirectional pass over query and document);

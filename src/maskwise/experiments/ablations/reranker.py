@@ -11,7 +11,7 @@ costs shows up apart from what a decoder costs.
 Its ``models`` option starts a reranker from a folder instead of a body pretrained here ("cross=FOLDER,
 generative=FOLDER", either alone): the template is about pretrained models, and a d-64 character encoder
 pretrained for minutes never ranked above BM25's own order. An HF folder (all-MiniLM-L6-v2, say) is fine-tuned
-at a pretrained body's rates (``PRETRAINED``), a maskwise run at the scale's own; a role without a folder is the
+as a pretrained body (``RerankConfig.for_pretrained_body``), a maskwise run at the scale's own; a role without a folder is the
 arm pretrained here, as before.
 """
 
@@ -85,12 +85,11 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
 
 ROLES = {"cross": MLM_ENCODER, "generative": CLM_DECODER}  # each role's arm, pretrained here when no folder is given
 MODELS_USAGE = "cross=FOLDER,generative=FOLDER (either alone; a folder or all-MiniLM-L6-v2)"
-# A body pretrained elsewhere (an HF folder) moves at BERT's fine-tuning rate, its head 50 times faster, as in
-# compare --model (the design notes' pitfall). ``max_len`` counts its word pieces (the plays' ICT passages: 53 at the
-# median, 143 at the 90th percentile), where 192 cost MiniLM four times 128's; the steps are the scale's. It scores by
-# the cosine of the query's and passage's mean states in the joint pass: at the scale's 100 steps a fresh [CLS] head
-# on all-MiniLM-L6-v2 stayed at a random order, this readout starts from what the body knows (docs/ablations.md).
-PRETRAINED = {"lr": PRETRAINED_BODY_LR, "head_lr": FRESH_HEAD_LR, "max_len": 128, "readout": "segments"}
+# A body pretrained elsewhere (an HF folder) is fine-tuned as in compare --model (``for_pretrained_body``: BERT's
+# body rate, the head 50 times faster, the segments readout), reading at most this many word pieces a pair (the plays'
+# ICT passages: 53 at the median, 143 at the 90th percentile; 192 cost MiniLM four times 128's); the steps are the
+# scale's.
+PRETRAINED_MAX_LEN = 128
 
 
 def checkpoints(models: str | Mapping[str, str] | None) -> dict[str, Path]:
@@ -118,9 +117,9 @@ def opened(role: str, folder: Path) -> tuple[nn.Module, object]:
     return model, tokenizer
 
 
-def recipe_of(folder: Path) -> dict:
-    """The fine-tune settings a folder gets beyond the scale's: a pretrained body's where it is an HF folder."""
-    return PRETRAINED if "model_type" in read_json(folder / CONFIG_FILE) else {}
+def pretrained_elsewhere(folder: Path) -> bool:
+    """Whether ``folder`` is an HF folder (fine-tuned as a pretrained body), not a maskwise run (the scale's recipe)."""
+    return "model_type" in read_json(folder / CONFIG_FILE)
 
 
 def arms(models: str | Mapping[str, str] | None = None) -> tuple[Arm, ...]:
@@ -131,12 +130,14 @@ def arms(models: str | Mapping[str, str] | None = None) -> tuple[Arm, ...]:
     return tuple(arm for role, arm in ROLES.items() if role not in given)
 
 
-def rerankers(setup: Setup, seed: int, model: nn.Module, tokenizer, role: str, settings: dict) -> dict:
+def rerankers(setup: Setup, seed: int, model: nn.Module, tokenizer, role: str, pretrained: bool) -> dict:
     """``{system: evaluate_reranker record as JSON}`` of ``model`` fine-tuned as ``role`` on the seed's queries (the
     user's rerank task, else the plays'), over the same top-``CANDIDATES``; a generative one is read both ways. A
     fine-tuned one's JSON holds its fine-tune's ``settings`` beside the record."""
     cfg, data = task_setting(setup, "rerank", seed)
-    cfg = replace(cfg, candidates=CANDIDATES, reranker=role, **settings)
+    cfg = replace(cfg, candidates=CANDIDATES, reranker=role)
+    if pretrained:
+        cfg = replace(cfg.for_pretrained_body(PRETRAINED_BODY_LR, FRESH_HEAD_LR), max_len=PRETRAINED_MAX_LEN)
     label = CROSS if role == "cross" else SCORES
     result = run_task(cfg, model, tokenizer, setup.exp.runtime, data=data, label=label)
     measured = {label: {**result.record.to_json(), "settings": {"lr": cfg.lr, "head_lr": cfg.head_lr,
@@ -153,7 +154,7 @@ def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
     """The arm's rerankers on the seed's queries: the encoder a cross-encoder, the decoder both generative ways."""
     run = setup.exp.load(name)
     role = next(role for role, of in ROLES.items() if of.key == arm.key)
-    return rerankers(setup, seed, run.model, run.tokenizer, role, {})
+    return rerankers(setup, seed, run.model, run.tokenizer, role, False)
 
 
 def measure_folders(setup: Setup, names: dict[str, str], seed: int) -> dict:
@@ -163,7 +164,7 @@ def measure_folders(setup: Setup, names: dict[str, str], seed: int) -> dict:
     for role, folder in given.items():
         model, tokenizer = opened(role, folder)
         bodies[role] = {"folder": str(folder), "parameters": parameter_breakdown(model)["total"]}
-        systems.update(rerankers(setup, seed, model, tokenizer, role, recipe_of(folder)))
+        systems.update(rerankers(setup, seed, model, tokenizer, role, pretrained_elsewhere(folder)))
     return {"bodies": bodies, "systems": systems}
 
 
