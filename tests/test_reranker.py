@@ -119,7 +119,7 @@ def bert_folder(tmp_path, small_text):
 def test_segment_readout_scores_the_cosine_of_each_parts_mean_state_in_one_joint_pass():
     from maskwise.config import preset
     from maskwise.model.transformer import build_model
-    from maskwise.tasks.rerank import CrossEncoder
+    from maskwise.tasks.cross_encoder import CrossEncoder
 
     torch.manual_seed(0)
     body = build_model(preset("bert", vocab_size=40, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=16))

@@ -4,11 +4,8 @@ A bi-encoder embeds query and passage apart, so nothing in the query can change 
 read. A reranker reads them together, which costs one forward pass per (query, candidate) pair, so
 it only sees the first stage's top 100:
 
-* cross-encoder (encoder): reads ``[CLS] query [SEP] passage [SEP]`` (segments 0 and 1) and a linear
-  head on the [CLS] state gives one relevance score; or (``readout="segments"``) a learned scale times
-  the cosine of the two segments' mean states in that one joint pass, a readout a body trained as a
-  bi-encoder (all-MiniLM-L6-v2) can already score with, where the [CLS] head starts from nothing
-  (docs/ablations.md measures both). Trained listwise: the positive and the
+* cross-encoder (encoder, ``tasks.cross_encoder``): reads ``[CLS] query [SEP] passage [SEP]``
+  (segments 0 and 1) and scores the pair by its ``readout``. Trained listwise: the positive and the
   bi-encoder's own hard negatives for a query form one softmax, and the loss is the positive's
   cross-entropy (the first stage's mistakes are exactly what the reranker must learn to fix).
 * generative reranker (decoder or encoder-decoder): the score is log p(" yes" | "Passage: ...
@@ -25,14 +22,12 @@ reads (query/positive rows or a BEIR folder, whose graded qrels are the gains), 
 from __future__ import annotations
 
 import argparse
-import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from maskwise.cli.task_flags import config_from_flags, positive
@@ -41,14 +36,18 @@ from maskwise.data.tasks import RetrievalSet, ict_retrieval
 from maskwise.data.user_tasks import TaskSpec, UserTask
 from maskwise.errors import UserError
 from maskwise.families import family_of
-from maskwise.model.heads import ClassifierHead, pool
-from maskwise.padding import pad
 from maskwise.runs import load_weights_into
 from maskwise.runtime import Runtime
+from maskwise.tasks.cross_encoder import (
+    READOUTS,
+    CrossEncoder,
+    cross_encoder_scorer,
+    train_cross_encoder,
+)
 from maskwise.tasks.embed import read_retrieval_task
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.generate import GenerationConfig, generate
-from maskwise.tasks.reading import batches, context_len, device_of
+from maskwise.tasks.reading import batches, context_len
 from maskwise.tasks.rerank_eval import (
     RerankRecord,
     ScoreFn,
@@ -72,9 +71,6 @@ from maskwise.tasks.unit import (
 
 if TYPE_CHECKING:
     from maskwise.interop.folders import FineTune
-
-HEAD_PREFIX = "head."
-
 
 @dataclass
 class RerankConfig(FinetuneConfig):
@@ -144,111 +140,6 @@ def bm25_training_rows(data: RetrievalSet | GradedRetrievalSet, n: int) -> tuple
             relevant.append(doc)
             negatives.append(wrong)
     return RetrievalSet(tuple(queries), data.docs, tuple(relevant)), negatives
-
-
-# ---- cross-encoder --------------------------------------------------------------------------------
-
-
-class ClsScore(ClassifierHead):
-    """One score from the [CLS] state: a fresh linear head (BERT's cross-encoders), one "class"."""
-
-    def __init__(self, d_model: int, dropout: float):
-        super().__init__(d_model, 1, dropout)
-
-    def forward(self, h, attention_mask, token_type_ids) -> torch.Tensor:
-        return super().forward(pool(h, attention_mask, "cls")).squeeze(-1)  # (B,)
-
-
-class SegmentCosine(nn.Module):
-    """A learned scale times the cosine of the query's and the passage's mean states, both read in the
-    one joint pass (each attends to the other): what a bi-encoder body was trained to score, so the
-    cross-encoder starts from its body's sense of relevance. The scale starts at 20, the
-    temperature sentence-transformers trains bi-encoders' in-batch softmax at."""
-
-    def __init__(self, scale: float = 20.0):
-        super().__init__()
-        self.log_scale = nn.Parameter(torch.tensor(math.log(scale)))
-
-    def forward(self, h, attention_mask, token_type_ids) -> torch.Tensor:
-        real = attention_mask.bool()  # (B, T)
-        h = h.float()  # the means and the cosine in fp32 under autocast
-        means = [(h * part[..., None]).sum(1) / part.sum(1, keepdim=True).clamp(min=1)  # (B, d)
-                 for part in ((real & (token_type_ids == 0)).float(), (real & (token_type_ids == 1)).float())]
-        return self.log_scale.exp() * F.cosine_similarity(*means, dim=-1)  # (B,)
-
-
-READOUTS = ("cls", "segments")
-
-
-class CrossEncoder(nn.Module):
-    """An encoder reading query and passage together; one score by ``readout`` (``READOUTS``)."""
-
-    def __init__(self, body: nn.Module, dropout: float = 0.1, readout: str = "cls"):
-        super().__init__()
-        if not body.cfg.kind.encoder_only:
-            raise UserError(f"a cross-encoder needs an encoder body, got a {body.cfg.family}; "
-                            "use the generative reranker for decoders")
-        if readout not in READOUTS:
-            raise UserError(f"readout {readout!r}: expected one of {', '.join(READOUTS)}")
-        self.body = body
-        self.head = (ClsScore(body.cfg.d_model, dropout) if readout == "cls" else SegmentCosine()).to(device_of(body))
-
-    def forward(self, input_ids, attention_mask, token_type_ids) -> torch.Tensor:
-        # A body without segment embeddings tells the parts apart by [SEP]; the readout reads the segments.
-        types = token_type_ids if self.body.cfg.type_vocab_size > 0 else None
-        h = self.body.hidden_states(input_ids, attention_mask, types)  # (B, T, d)
-        return self.head(h, attention_mask, token_type_ids)  # (B,)
-
-
-def pair_inputs(tokenizer, query: str, docs: Sequence[str], max_len: int, device) -> tuple[torch.Tensor, ...]:
-    """``[CLS] query [SEP] doc [SEP]`` for each doc: the query keeps at most half the room, the doc
-    fills the rest. Returns (ids, mask, token types), each (n, T)."""
-    q = tokenizer.encode(query)[:max(1, (max_len - 3) // 2)]
-    seqs, types = [], []
-    for doc_ids in tokenizer.encode_batch(list(docs)):
-        d = doc_ids[:max(0, max_len - 3 - len(q))]
-        seqs.append([tokenizer.cls_id, *q, tokenizer.sep_id, *d, tokenizer.sep_id])
-        types.append([0] * (len(q) + 2) + [1] * (len(d) + 1))
-    ids, mask = pad(seqs, tokenizer.pad_id, "right", device)
-    type_ids, _ = pad(types, 0, "right", device)
-    return ids, mask, type_ids
-
-
-def train_cross_encoder(body: nn.Module, tokenizer, data: RetrievalSet, negatives: Sequence[Sequence[int]],
-                        cfg: RerankConfig, runtime: Runtime | None = None) -> CrossEncoder:
-    """Listwise training: per query, softmax over [positive, *negatives]; the positive is class 0."""
-    torch.manual_seed(cfg.seed)  # the fresh head's initialisation is part of the seeded run
-    model = CrossEncoder(body, readout=cfg.readout)
-    usable = [i for i, neg in enumerate(negatives) if neg]
-    if not usable:
-        raise UserError("no query has a negative to train against")
-    max_len, device = context_len(body, cfg.max_len), device_of(body)
-
-    def step_loss(rng: random.Random) -> torch.Tensor:
-        losses = []
-        for i in (usable[rng.randrange(len(usable))] for _ in range(cfg.batch_size)):
-            group = [data.relevant[i], *negatives[i][:cfg.n_negatives]]
-            scores = model(*pair_inputs(tokenizer, data.queries[i], [data.docs[d] for d in group], max_len, device))
-            losses.append(F.cross_entropy(scores[None], torch.zeros(1, dtype=torch.long, device=device)))
-        return torch.stack(losses).mean()
-
-    fine_tune(model, step_loss, cfg, head_prefixes=(HEAD_PREFIX,), desc="rerank", runtime=runtime)
-    return model
-
-
-def cross_encoder_scorer(model: CrossEncoder, tokenizer, max_len: int | None = 256, batch_size: int = 50) -> ScoreFn:
-    max_len = context_len(model.body, max_len)
-
-    @torch.no_grad()
-    def score(query: str, docs: Sequence[str]) -> torch.Tensor:
-        model.eval()
-        parts = []
-        for chunk in batches(len(docs), batch_size):
-            inputs = pair_inputs(tokenizer, query, [docs[i] for i in chunk], max_len, device_of(model))
-            parts.append(model(*inputs).float().cpu())
-        return torch.cat(parts)
-
-    return score
 
 
 # ---- generative reranker --------------------------------------------------------------------------

@@ -117,7 +117,7 @@ class RerankRecord(OrderScores, Record):
     ndcg_at_10_gain: NdcgGains = field(metadata=key("ndcg@10_gain"))
     kind: str | None = None  # "cross" or "generative", where fine-tuned here (``rerank._run``)
     max_len: int | None = None  # tokens a (query, candidate) pair is cut to, where fine-tuned here
-    readout: str | None = None  # a cross-encoder's score (``rerank.READOUTS``), where fine-tuned here
+    readout: str | None = None  # a cross-encoder's score (``cross_encoder.READOUTS``), where fine-tuned here
     first_stage: str | None = None  # the bi-encoder that drew the candidates (the CLI's commands)
 
 
