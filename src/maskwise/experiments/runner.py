@@ -30,7 +30,7 @@ from maskwise.train.pretrain import PretrainConfig, pretrain
 def machine_info(runtime: Runtime) -> dict[str, Any]:
     """The machine and runtime an experiment's numbers come from (its report's machine line)."""
     hw = detect_hardware()
-    return {"cpu": hw.cpu_name, "cpu_capability": hw.cpu_capability, "cores": os.cpu_count(),
+    return {"cpu": hw.cpu_name, "cpu_capability": hw.cpu_kind, "cores": os.cpu_count(),
             "gpus": list(hw.cuda_names), "threads": torch.get_num_threads(), "torch": torch.__version__,
             "python": platform.python_version(), "runtime": runtime.to_dict()}
 
