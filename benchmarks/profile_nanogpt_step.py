@@ -15,7 +15,6 @@ Python-heavy steps, so the phase timers are the numbers to compare; the operator
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from collections import defaultdict
@@ -30,7 +29,6 @@ from bench_nanogpt import FIRST_SEED, RECIPE, maskwise_settings, maskwise_token_
 
 from maskwise.data.stream import TokenStream
 from maskwise.kernels.memory import retain_freed_memory
-from maskwise.model.transformer import build_model
 from maskwise.runtime import machine_line, resolve
 from maskwise.train.loop import Trainer
 from maskwise.train.optim import set_lr

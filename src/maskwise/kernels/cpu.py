@@ -224,4 +224,6 @@ def split_project(x: torch.Tensor, split_weight: torch.Tensor, bias: torch.Tenso
         y = torch.bmm(rows, split_weight)  # (S, N, out/S)
     else:
         y = torch.baddbmm(bias.view(parts, 1, part_out), rows, split_weight)  # (S, N, out/S)
+    if y.shape[1] == 1:  # one row (a decoding step): (S, 1, out/S) is already (1, out) in memory
+        return y.view(*x.shape[:-1], parts * part_out)
     return y.transpose(0, 1).reshape(*x.shape[:-1], parts * part_out)  # (N, S, out/S) -> (..., out)

@@ -21,8 +21,7 @@ class KVCache:
 
     def __init__(self, cfg: ModelConfig, n_layers: int, batch: int, max_len: int, dtype, device):
         shape = (n_layers, batch, cfg.kv_heads, max_len, cfg.head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self._keep(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
         self.cross: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layers
         self.length = 0  # tokens already written
         self.max_len = max_len
@@ -32,13 +31,19 @@ class KVCache:
         end = self.length + k.shape[2]
         if end > self.max_len:
             raise ValueError(f"KV cache full: {end} tokens > max_len {self.max_len}")
-        self.k[layer, :, :, self.length:end] = k
-        self.v[layer, :, :, self.length:end] = v
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+        keys, values = self.layer_k[layer], self.layer_v[layer]  # (B, Hkv, max_len, hd)
+        keys.narrow(2, self.length, k.shape[2]).copy_(k)
+        values.narrow(2, self.length, v.shape[2]).copy_(v)
+        return keys.narrow(2, 0, end), values.narrow(2, 0, end)
+
+    def _keep(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Hold the buffers and each layer's view of them. Why the views: slicing ``k[layer, :, :, a:b]``
+        anew in every layer of every decoding step was a measurable part of a step's Python time."""
+        self.k, self.v = k, v
+        self.layer_k, self.layer_v = k.unbind(0), v.unbind(0)
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows ``index`` (beam search reorders hypotheses every step)."""
-        self.k = self.k.index_select(1, index)
-        self.v = self.v.index_select(1, index)
+        self._keep(self.k.index_select(1, index), self.v.index_select(1, index))
         self.cross = [None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))
                       for kv in self.cross]

@@ -25,7 +25,7 @@ from maskwise.masks import build_mask
 from maskwise.model.attention import Attention
 from maskwise.model.cache import KVCache
 from maskwise.model.heads import IGNORE_INDEX, LMHead, LMOutput, RTDHead, RTDOutput
-from maskwise.model.layers import ACTIVATIONS, make_norm
+from maskwise.model.layers import ACTIVATIONS, dropout, make_norm
 from maskwise.model.layout import Linear
 from maskwise.model.positions import RelativePositionBias, positions_from_mask
 
@@ -42,7 +42,7 @@ class FeedForward(nn.Module):
         self.up = Linear(cfg.d_model, (2 if self.gated else 1) * cfg.d_ff, bias=cfg.bias)
         self.down = Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
         self.act = ACTIVATIONS[cfg.activation]
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout_p = cfg.dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.up(x)
@@ -51,7 +51,7 @@ class FeedForward(nn.Module):
             h = self.act(gate) * up
         else:
             h = self.act(h)
-        return self.down(self.dropout(h))
+        return self.down(dropout(h, self.dropout_p, self.training))
 
 
 class Block(nn.Module):
@@ -72,12 +72,12 @@ class Block(nn.Module):
         self.cross_norm = make_norm(cfg) if cross else None
         self.ffn = FeedForward(cfg)
         self.ffn_norm = make_norm(cfg)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout_p = cfg.dropout
 
     def _residual(self, x: torch.Tensor, norm: nn.Module, branch) -> torch.Tensor:
         if self.pre_norm:
-            return x + self.dropout(branch(norm(x)))
-        return norm(x + self.dropout(branch(x)))
+            return x + dropout(branch(norm(x)), self.dropout_p, self.training)
+        return norm(x + dropout(branch(x), self.dropout_p, self.training))
 
     def forward(self, x, mask, context=None, context_mask=None, bias=None, positions=None,
                 cache=None, layer=0):
@@ -111,7 +111,7 @@ class Stack(nn.Module):
         self.embedding_project = Linear(width, cfg.d_model, bias=cfg.bias) if cfg.factorised_embeddings else None
         self.relative_bias = (RelativePositionBias(cfg, bidirectional=pattern == "bidirectional")
                               if cfg.position == "relative" else None)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout_p = cfg.dropout
         self.blocks = nn.ModuleList(Block(cfg, cross, first=i == 0, local=cfg.local_layer(i)) for i in range(n_layers))
         self.final_norm = make_norm(cfg) if cfg.final_norm else None
 
@@ -125,7 +125,8 @@ class Stack(nn.Module):
         if self.positions is not None:
             if not positions_checked and positions.max() >= self.cfg.max_seq_len:
                 raise ValueError(f"position {int(positions.max())} beyond max_seq_len {self.cfg.max_seq_len}")
-            x = x + self.positions(positions + self.cfg.position_offset)
+            offset = self.cfg.position_offset  # BART's 2; an add less a step where it is 0
+            x = x + self.positions(positions + offset if offset else positions)
         if self.token_types is not None:
             types = token_type_ids if token_type_ids is not None else torch.zeros_like(positions)
             x = x + self.token_types(types)
@@ -158,7 +159,8 @@ class Stack(nn.Module):
             if self.positions is not None and offset + T > self.cfg.max_seq_len:
                 raise ValueError(f"position {offset + T - 1} beyond max_seq_len {self.cfg.max_seq_len}")
             positions = torch.arange(offset, offset + T, device=x.device)  # (T,)
-        x = self.dropout(self.embed(x, positions, token_type_ids, positions_checked=own_positions))
+        x = dropout(self.embed(x, positions, token_type_ids, positions_checked=own_positions), self.dropout_p,
+                    self.training)
 
         pattern = pattern or ("prefix" if prefix_lengths is not None else self.pattern)
         k_len = offset + T
