@@ -43,9 +43,10 @@ from maskwise.errors import UserError
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")  # x86 (AVX-512 BF16, AMX) and Arm (FEAT_BF16)
+# The CPU flags of native bf16 (x86: AMX, AVX-512 BF16; Arm: FEAT_BF16), each with its name, the fastest first.
+CPU_BF16_ENGINES = (("amx_bf16", "AMX"), ("avx512_bf16", "avx512_bf16"), ("bf16", "Arm bf16"))
+CPU_BF16_FLAGS = tuple(flag for flag, _ in CPU_BF16_ENGINES)
 CPU_FP16_FLAGS = ("avx512_fp16", "amx_fp16", "fphp")
-CPU_BF16_ENGINES = (("amx_bf16", "AMX"), ("avx512_bf16", "avx512_bf16"), ("bf16", "Arm bf16"))  # the fastest first
 
 
 @dataclass(frozen=True)
