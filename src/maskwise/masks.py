@@ -48,15 +48,15 @@ class Mask:
             return _causal(q_len, k_len, 0, device)[None, None]
         return torch.ones(1, 1, q_len, k_len, dtype=torch.bool, device=device)
 
-    def additive(self, q_len: int, k_len: int, device=None) -> torch.Tensor | None:
-        """The mask as fp32 terms to add to attention scores (0 where allowed, -inf where not), or
+    def additive(self, q_len: int, k_len: int, device=None, dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
+        """The mask as terms of ``dtype`` to add to attention scores (0 where allowed, -inf where not), or
         None when every key is allowed. Why: adding this small broadcast tensor to (B, H, T, S)
         scores measured several times faster on a CPU than ``masked_fill_`` with the boolean mask
         (docs/results.md, Performance: attention on the explicit path)."""
         if self.allowed is None and not self.is_causal:
             return None
         allowed = self.dense(q_len, k_len, device)
-        return torch.zeros(allowed.shape, device=device).masked_fill_(~allowed, float("-inf"))
+        return torch.zeros(allowed.shape, device=device, dtype=dtype).masked_fill_(~allowed, float("-inf"))
 
 
 def _causal(q_len: int, k_len: int, q_offset: int, device) -> torch.Tensor:

@@ -63,17 +63,24 @@ EXPLICIT_ATTENTION_MAX_KEYS = 512
 
 def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask,
                        bias: torch.Tensor | None, dropout_p: float, scale: float | None) -> torch.Tensor:
-    """Attention as two matmuls around an fp32 softmax: q (B, H, T, hd), k and v (B, H, S, hd) ->
-    (B, H, T, hd). Why: under CPU bf16 autocast, torch's bf16 and fp32 flash kernels were both slower
-    than this; with T5's bias (which needs a gradient) SDPA's math path does the same matmuls plus a
-    guard for fully masked rows and two extra scalings.
+    """Attention as two matmuls around a softmax: q (B, H, T, hd), k and v (B, H, S, hd) -> (B, H, T, hd).
+    Why: under CPU bf16 autocast, torch's bf16 and fp32 flash kernels were both slower than this;
+    with T5's bias (which needs a gradient) SDPA's math path does the same matmuls plus a guard for
+    fully masked rows and two extra scalings.
 
-    The scores are products rounded once to the matmul dtype, then scaled, masked (an additive mask,
-    or T5's bias with its mask folded in) and normalised in fp32."""
-    additive = bias if bias is not None else mask.additive(q.shape[2], k.shape[2], q.device)
+    The scores are products rounded once to the matmul dtype, then scaled and masked. With a mask
+    they stay in that dtype: torch's CPU softmax and its backward accumulate bf16 in fp32, and the
+    probabilities are rounded to bf16 for the second matmul anyway, so fp32 (B, H, T, S) copies
+    bought nothing but memory traffic (a CLM layer's forward and backward measured 7.7 ms with them,
+    3.9 ms without; docs/results.md, 2026-12-05 session 5). T5's bias is added in fp32, so that its
+    gradient, summed over the batch, is not rounded to bf16."""
     scale = scale if scale is not None else q.shape[-1] ** -0.5
-    scores = torch.matmul(q, k.transpose(-1, -2)).float()  # (B, H, T, S) fp32
-    scores = scores.mul_(scale) if additive is None else torch.add(additive, scores, alpha=scale)
+    scores = torch.matmul(q, k.transpose(-1, -2))  # (B, H, T, S), the matmul dtype
+    if bias is not None:
+        scores = torch.add(bias, scores.float(), alpha=scale)  # fp32
+    else:
+        additive = mask.additive(q.shape[2], k.shape[2], q.device, scores.dtype)
+        scores = scores.mul_(scale) if additive is None else torch.add(additive, scores, alpha=scale)
     probs = torch.softmax(scores, -1)
     if dropout_p:
         probs = F.dropout(probs, dropout_p)
