@@ -181,3 +181,28 @@ def test_decoding_split_on_cpu_projects_as_f_linear(calls):
     assert split.shape == (torch.get_num_threads(), 16, 64 // torch.get_num_threads())
     torch.testing.assert_close(kernels.project(x, weight, bias, split), F.linear(x, weight, bias), **FP32)
     assert calls[-1] == "cpu.split_project"
+
+
+def _tanh_gelu_fp64(x: torch.Tensor) -> torch.Tensor:
+    x = x.double()
+    return 0.5 * x * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (x + 0.044715 * x**3)))
+
+
+def test_gelu_tanh_in_fp32_is_torchs_tanh_gelu():
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(0)) * 3
+    torch.testing.assert_close(kernels.gelu_tanh(x), F.gelu(x, approximate="tanh"), rtol=0, atol=0)
+    assert kernels.gelu_tanh(x.to("meta", torch.bfloat16)).shape == x.shape  # off the CPU: torch's tanh form
+
+
+def test_gelu_tanh_in_bf16_on_cpu_is_within_the_gap_at_every_bf16_input():
+    """Every bf16 value of magnitude under 2^127 (from there torch's exact GELU overflows to inf):
+    each output within GELU_TANH_MAX_GAP of the tanh GELU in fp64, plus the half step of rounding."""
+    x = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    x = x[x.abs() < 2.0**127]
+    got, expected = kernels.gelu_tanh(x).double(), _tanh_gelu_fp64(x)
+    half_step = expected.abs().clamp_min(torch.finfo(torch.bfloat16).tiny) * 2.0**-8
+    assert ((got - expected).abs() <= kernels.GELU_TANH_MAX_GAP + half_step).all()
+    assert not torch.equal(got, F.gelu(x, approximate="tanh").double())  # the exact GELU, not the tanh form
+    wide = x[expected.abs() >= 0.125]  # where the gap is under half a step, rounding picks the same value or a neighbour
+    steps = (kernels.gelu_tanh(wide).double() - _tanh_gelu_fp64(wide).to(torch.bfloat16).double()).abs()
+    assert (steps <= _tanh_gelu_fp64(wide).abs() * 2.0**-7).all()

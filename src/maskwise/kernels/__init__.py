@@ -2,7 +2,8 @@
 
 On a CPU, where they measured faster (docs/results.md, Performance), the implementations in
 ``maskwise.kernels.cpu``; on every other device torch's own kernels (``F.rms_norm``, SDPA's flash
-and memory-efficient attention, ``F.cross_entropy``). Same results either way, to rounding.
+and memory-efficient attention, ``F.cross_entropy``). Same results either way, to rounding (the tanh
+GELU in bf16 on a CPU: to ``GELU_TANH_MAX_GAP``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,21 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     if x.device.type == "cpu":
         return cpu.rms_norm(x, weight, eps)
     return F.rms_norm(x, weight.shape, weight, eps)
+
+
+# The largest gap between the exact (erf) GELU and its tanh approximation over all reals (at x ~ 2.70;
+# their slopes differ by at most 8.7e-4, at x ~ -2.02): measured on a fine fp64 grid, docs/results.md 2026-12-06.
+GELU_TANH_MAX_GAP = 4.8e-4
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """GPT-2's tanh-approximated GELU; on a CPU in bf16, the exact (erf) GELU in its place. Why:
+    torch's CPU tanh made the tanh form 4.7x slower forward and 2x backward than the exact one in
+    bf16, and in bf16 the two agree to within ``GELU_TANH_MAX_GAP``, under half a bf16 step for any
+    output of magnitude 1/8 or more (docs/results.md, 2026-12-06)."""
+    if x.device.type == "cpu" and x.dtype == torch.bfloat16:
+        return F.gelu(x)
+    return F.gelu(x, approximate="tanh")
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask, bias: torch.Tensor | None,

@@ -11,7 +11,7 @@ from maskwise.config import ModelConfig
 
 ACTIVATIONS = {
     "gelu": F.gelu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_tanh": kernels.gelu_tanh,
     "relu": F.relu,
     "silu": F.silu,
 }
