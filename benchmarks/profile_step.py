@@ -14,9 +14,13 @@ tables against each other, not their wall times: the benchmarks' alternated rati
 ``--floor``: what a step's matrix products cost at the kernel's own rate. Every matrix product the profile saw
 (``mm``, ``addmm``, ``bmm``, ``baddbmm``, with its shapes and count per step) is timed again alone, on fresh
 contiguous operands of the side's compute dtype (the median of repeats), and summed; beside it the step's wall time
-without the profiler (the profiler inflates memory-bound operators several-fold). The sum is the time no change to
-maskwise's own code can remove; wall minus it is what maskwise's code (and torch's other kernels) spends. For a
-training target (``bench_train.TARGETS``) it says the time the target allows and whether the floor alone exceeds it.
+without the profiler (the profiler inflates memory-bound operators several-fold), the sides alternated over
+``--steps`` rounds. Then the same steps in place, without the profiler: a dispatch mode times each torch operator
+where the step calls it (the mode's Python runs between operators, outside the clock), so a product is timed on
+the operands and caches the step gives it. "torch's products and attention" (the products above and SDPA's
+kernels) is time no change to maskwise's own code can remove; "other operators" (element-wise, reductions, copies,
+the optimizer) and "between operators" (Python, autograd, dispatch: wall minus both) are where it can act. For a
+training target (``bench_train.TARGETS``) it says the time the target allows and what that leaves for the rest.
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_decode
@@ -93,22 +99,75 @@ def matmul_floor(step, steps: int, dtype: torch.dtype) -> tuple[float, int]:
     return floor_ms, shapes
 
 
+# Operators, as a dispatch mode names them, whose time is torch's matrix-product and attention kernels.
+KERNELS = {name.removeprefix("aten::") for name in PRODUCTS} | {
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward"}
+
+
+class OperatorClock(TorchDispatchMode):
+    """Seconds spent inside each torch operator the steps call (forward, backward and optimizer), by
+    name: the clock runs around the operator's own call only, not the mode's Python around it."""
+
+    def __init__(self):
+        super().__init__()
+        self.seconds = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        started = time.perf_counter()
+        out = func(*args, **(kwargs or {}))
+        self.seconds[func.overloadpacket.__name__] += time.perf_counter() - started
+        return out
+
+
+def in_place_ms(step, steps: int) -> tuple[float, float, list[tuple[str, float]]]:
+    """(ms per step in torch's products and attention, ms in the other operators, the five costliest
+    of those with their ms per step), from ``steps`` steps run under ``OperatorClock``."""
+    clock = OperatorClock()
+    with clock:
+        for _ in range(steps):
+            step()
+    per_step = {name: 1000 * seconds / steps for name, seconds in clock.seconds.items()}
+    kernels = sum(ms for name, ms in per_step.items() if name in KERNELS)
+    others = sorted(((name, ms) for name, ms in per_step.items() if name not in KERNELS), key=lambda item: -item[1])
+    return kernels, sum(ms for _, ms in others), others[:5]
+
+
+def alternated_walls(built: dict[str, common.Side], rounds: int) -> dict[str, float]:
+    """Median wall ms per step of each side, one step a side per round, the sides taking turns
+    (the machine's drift over a minute moves every side alike)."""
+    times = {side: [] for side in built}
+    for _ in range(rounds):
+        for side, bench_side in built.items():
+            started = time.perf_counter()
+            bench_side.step()
+            times[side].append(1000 * (time.perf_counter() - started))
+    return {side: statistics.median(values) for side, values in times.items()}
+
+
 def report_floors(args, built: dict[str, common.Side]) -> None:
-    """Each side's wall time, matmul floor and rest; for a training target, what the target leaves."""
-    walls = {}
+    """Each side's wall time, matmul floor, and in-place split; for a training target, what the target leaves."""
+    dtypes = {side: torch.bfloat16 if side.endswith("bf16") else torch.float32 for side in built}
+    floors = {side: matmul_floor(bench_side.step, args.steps, dtypes[side]) for side, bench_side in built.items()}
+    walls = alternated_walls(built, args.steps)
     for side, bench_side in built.items():
-        dtype = torch.bfloat16 if side.endswith("bf16") else torch.float32
-        floor, shapes = matmul_floor(bench_side.step, args.steps, dtype)
-        walls[side] = median_ms(bench_side.step, args.steps)  # no profiler
+        floor, shapes = floors[side]
+        kernels, others, costliest = in_place_ms(bench_side.step, args.steps)
         print(f"{side}: {walls[side]:.1f} ms a step (wall, no profiler); its matrix products alone "
-              f"{floor:.1f} ms ({shapes} shapes, {str(dtype).removeprefix('torch.')}); the rest {walls[side] - floor:.1f} ms")
+              f"{floor:.1f} ms ({shapes} shapes, {str(dtypes[side]).removeprefix('torch.')}); the rest "
+              f"{walls[side] - floor:.1f} ms")
+        print(f"  in place: torch's products and attention {kernels:.1f} ms, other operators {others:.1f} ms "
+              f"({', '.join(f'{name} {ms:.1f}' for name, ms in costliest)}), between operators "
+              f"{walls[side] - kernels - others:.1f} ms")
         if args.bench == "train" and side.startswith("maskwise") and "hf" in walls:
             fp32_target, bf16_target = bench_train.TARGETS[args.objective]
             target = bf16_target if side.endswith("bf16") else fp32_target
             if target:
                 allowed = walls["hf"] / float(target.rstrip("x"))
                 verdict = ("out of reach: the products alone exceed it" if floor > allowed
-                           else f"leaves {allowed - floor:.1f} ms for the rest")
+                           else f"leaves {allowed - floor:.1f} ms beyond the products alone, "
+                                f"{allowed - kernels:.1f} ms beyond torch's products and attention in place "
+                                f"(now {others:.1f} ms in other operators, {walls[side] - kernels - others:.1f} "
+                                "between them)")
                 print(f"  target {target} HF ({walls['hf']:.1f} ms) allows {allowed:.1f} ms a step: {verdict}")
 
 
