@@ -14,10 +14,10 @@ tables against each other, not their wall times: the benchmarks' alternated rati
 ``--floor``: what a step's matrix products cost at the kernel's own rate. Every matrix product the profile saw
 (``mm``, ``addmm``, ``bmm``, ``baddbmm``, with its shapes and count per step) is timed again alone, on fresh
 contiguous operands of the side's compute dtype (the median of repeats), and summed; beside it the step's wall time
-without the profiler (the profiler inflates memory-bound operators several-fold), the sides alternated over
-``--steps`` rounds. Then the same steps in place, without the profiler: a dispatch mode times each torch operator
-where the step calls it (the mode's Python runs between operators, outside the clock), so a product is timed on
-the operands and caches the step gives it. "torch's products and attention" (the products above and SDPA's
+without the profiler (the profiler inflates memory-bound operators several-fold), and the same step in place: a
+dispatch mode times each torch operator where the step calls it (the mode's Python runs between operators, outside
+the clock), so a product is timed on the operands and caches the step gives it. Both are medians over ``--steps``
+rounds in which the sides take turns (this machine drifts 10-20% over a minute). "torch's products and attention" (the products above and SDPA's
 kernels) is time no change to maskwise's own code can remove; "other operators" (element-wise, reductions, copies,
 the optimizer) and "between operators" (Python, autograd, dispatch: wall minus both) are where it can act. For a
 training target (``bench_train.TARGETS``) it says the time the target allows and what that leaves for the rest.
@@ -26,6 +26,7 @@ training target (``bench_train.TARGETS``) it says the time the target allows and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import tempfile
@@ -119,56 +120,63 @@ class OperatorClock(TorchDispatchMode):
         return out
 
 
-def in_place_ms(step, steps: int) -> tuple[float, float, list[tuple[str, float]]]:
-    """(ms per step in torch's products and attention, ms in the other operators, the five costliest
-    of those with their ms per step), from ``steps`` steps run under ``OperatorClock``."""
-    clock = OperatorClock()
-    with clock:
-        for _ in range(steps):
-            step()
-    per_step = {name: 1000 * seconds / steps for name, seconds in clock.seconds.items()}
-    kernels = sum(ms for name, ms in per_step.items() if name in KERNELS)
-    others = sorted(((name, ms) for name, ms in per_step.items() if name not in KERNELS), key=lambda item: -item[1])
-    return kernels, sum(ms for _, ms in others), others[:5]
+@dataclasses.dataclass
+class Split:
+    """A side's step, as medians over rounds: its wall ms (no clock), and in a clocked step the ms in
+    torch's products and attention and in the other operators, with the costliest of those."""
+
+    wall: float
+    kernels: float
+    others: float
+    costliest: list[tuple[str, float]]
 
 
-def alternated_walls(built: dict[str, common.Side], rounds: int) -> dict[str, float]:
-    """Median wall ms per step of each side, one step a side per round, the sides taking turns
-    (the machine's drift over a minute moves every side alike)."""
-    times = {side: [] for side in built}
+def alternated_splits(built: dict[str, common.Side], rounds: int) -> dict[str, Split]:
+    """Each round runs every side twice, once bare (its wall time) and once under ``OperatorClock``,
+    the sides taking turns: the machine's drift over a minute (10-20% here) moves every side and both
+    measures alike, so each is compared within its round."""
+    walls, kernels, others = ({side: [] for side in built} for _ in range(3))
+    by_name = {side: Counter() for side in built}
     for _ in range(rounds):
         for side, bench_side in built.items():
             started = time.perf_counter()
             bench_side.step()
-            times[side].append(1000 * (time.perf_counter() - started))
-    return {side: statistics.median(values) for side, values in times.items()}
+            walls[side].append(1000 * (time.perf_counter() - started))
+            clock = OperatorClock()
+            with clock:
+                bench_side.step()
+            ms = {name: 1000 * seconds for name, seconds in clock.seconds.items()}
+            kernels[side].append(sum(v for name, v in ms.items() if name in KERNELS))
+            others[side].append(sum(v for name, v in ms.items() if name not in KERNELS))
+            by_name[side].update({name: v / rounds for name, v in ms.items() if name not in KERNELS})
+    return {side: Split(statistics.median(walls[side]), statistics.median(kernels[side]),
+                        statistics.median(others[side]), by_name[side].most_common(5)) for side in built}
 
 
 def report_floors(args, built: dict[str, common.Side]) -> None:
     """Each side's wall time, matmul floor, and in-place split; for a training target, what the target leaves."""
     dtypes = {side: torch.bfloat16 if side.endswith("bf16") else torch.float32 for side in built}
     floors = {side: matmul_floor(bench_side.step, args.steps, dtypes[side]) for side, bench_side in built.items()}
-    walls = alternated_walls(built, args.steps)
-    for side, bench_side in built.items():
+    splits = alternated_splits(built, args.steps)
+    for side, split in splits.items():
         floor, shapes = floors[side]
-        kernels, others, costliest = in_place_ms(bench_side.step, args.steps)
-        print(f"{side}: {walls[side]:.1f} ms a step (wall, no profiler); its matrix products alone "
+        print(f"{side}: {split.wall:.1f} ms a step (wall, no profiler); its matrix products alone "
               f"{floor:.1f} ms ({shapes} shapes, {str(dtypes[side]).removeprefix('torch.')}); the rest "
-              f"{walls[side] - floor:.1f} ms")
-        print(f"  in place: torch's products and attention {kernels:.1f} ms, other operators {others:.1f} ms "
-              f"({', '.join(f'{name} {ms:.1f}' for name, ms in costliest)}), between operators "
-              f"{walls[side] - kernels - others:.1f} ms")
-        if args.bench == "train" and side.startswith("maskwise") and "hf" in walls:
+              f"{split.wall - floor:.1f} ms")
+        print(f"  in place: torch's products and attention {split.kernels:.1f} ms, other operators "
+              f"{split.others:.1f} ms ({', '.join(f'{name} {ms:.1f}' for name, ms in split.costliest)}), "
+              f"between operators {split.wall - split.kernels - split.others:.1f} ms")
+        if args.bench == "train" and side.startswith("maskwise") and "hf" in splits:
             fp32_target, bf16_target = bench_train.TARGETS[args.objective]
             target = bf16_target if side.endswith("bf16") else fp32_target
             if target:
-                allowed = walls["hf"] / float(target.rstrip("x"))
+                allowed = splits["hf"].wall / float(target.rstrip("x"))
                 verdict = ("out of reach: the products alone exceed it" if floor > allowed
                            else f"leaves {allowed - floor:.1f} ms beyond the products alone, "
-                                f"{allowed - kernels:.1f} ms beyond torch's products and attention in place "
-                                f"(now {others:.1f} ms in other operators, {walls[side] - kernels - others:.1f} "
-                                "between them)")
-                print(f"  target {target} HF ({walls['hf']:.1f} ms) allows {allowed:.1f} ms a step: {verdict}")
+                                f"{allowed - split.kernels:.1f} ms beyond torch's products and attention in place "
+                                f"(now {split.others:.1f} ms in other operators, "
+                                f"{split.wall - split.kernels - split.others:.1f} between them)")
+                print(f"  target {target} HF ({splits['hf'].wall:.1f} ms) allows {allowed:.1f} ms a step: {verdict}")
 
 
 def main() -> None:
