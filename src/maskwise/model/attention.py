@@ -56,6 +56,16 @@ class Attention(nn.Module):
         heads = x.view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, sum(counts), T, hd)
         return heads.split_with_sizes(counts, dim=1)  # count x (B, count, T, hd)
 
+    def _self_qkv(self, x: torch.Tensor, positions: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+        """Self-attention's q (B, H, T, hd) and k, v (B, Hkv, T, hd) from the fused projection. With
+        RoPE, q and k sit side by side in it and are rotated in one call (one pass over both, not two)."""
+        fused = self.qkv(x)
+        if self.rope_theta is None:
+            return self._heads(fused, *self.qkv_heads)
+        qk, v = self._heads(fused, self.n_heads + self.n_kv_heads, self.n_kv_heads)  # (B, H+Hkv, T, hd), (B, Hkv, T, hd)
+        q, k = rotate(qk, positions, self.rope_theta).split_with_sizes((self.n_heads, self.n_kv_heads), dim=1)
+        return q, k, v
+
     def _grouped(self, kv: torch.Tensor) -> torch.Tensor:
         """(B, Hkv, S, hd) -> (B, H, S, hd): each key/value head repeated for the query heads of its
         group (query head h reads key/value head h // (H / Hkv)). A copy made here rather than SDPA's
@@ -90,9 +100,7 @@ class Attention(nn.Module):
             else:
                 k, v = cached
         else:
-            q, k, v = self._heads(self.qkv(x), *self.qkv_heads)  # (B, H, T, hd), 2 x (B, Hkv, T, hd)
-            if self.rope_theta is not None:
-                q, k = rotate(q, positions, self.rope_theta), rotate(k, positions, self.rope_theta)
+            q, k, v = self._self_qkv(x, positions)  # (B, H, T, hd), 2 x (B, Hkv, T, hd)
             if cache is not None:
                 k, v = cache.append(layer, k, v)  # (B, Hkv, cached + T, hd)
 
