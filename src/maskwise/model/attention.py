@@ -51,10 +51,12 @@ class Attention(nn.Module):
 
     def _heads(self, x: torch.Tensor, *counts: int) -> tuple[torch.Tensor, ...]:
         """(B, T, sum(counts)*hd) -> one (B, count, T, hd) view per count: a fused projection's outputs
-        (q, k, v side by side, of H, Hkv, Hkv heads) split into heads in one reshape, no copy."""
+        (q, k, v side by side, of H, Hkv, Hkv heads) split into heads, no copy. Split before the
+        transpose: backward, the split's concatenation then writes the projection's (B, T, ...) layout
+        itself, where split after it needed a second copy back from (B, heads, T, hd)."""
         B, T, _ = x.shape
-        heads = x.view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, sum(counts), T, hd)
-        return heads.split_with_sizes(counts, dim=1)  # count x (B, count, T, hd)
+        parts = x.view(B, T, -1, self.head_dim).split_with_sizes(counts, dim=2)  # count x (B, T, count, hd)
+        return tuple(part.transpose(1, 2) for part in parts)  # count x (B, count, T, hd)
 
     def _self_qkv(self, x: torch.Tensor, positions: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         """Self-attention's q (B, H, T, hd) and k, v (B, Hkv, T, hd) from the fused projection. With
