@@ -64,7 +64,7 @@ class Attention(nn.Module):
         fused = self.qkv(x)
         if self.rope_theta is None:
             return self._heads(fused, *self.qkv_heads)
-        qk, v = self._heads(fused, self.n_heads + self.n_kv_heads, self.n_kv_heads)  # (B, H+Hkv, T, hd), (B, Hkv, T, hd)
+        qk, v = self._heads(fused, self.n_heads + self.n_kv_heads, self.n_kv_heads)  # (B, H+Hkv, T, hd), v
         q, k = rotate(qk, positions, self.rope_theta).split_with_sizes((self.n_heads, self.n_kv_heads), dim=1)
         return q, k, v
 

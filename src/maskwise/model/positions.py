@@ -16,8 +16,8 @@ class _Rotation(torch.autograd.Function):
     cos = [c, c], sin = [-s, s]: RoPE's rotation of each pair (x_i, x_{i + hd/2}) by its angle.
 
     Why a Function: autograd's path through the halves (four products, a sum, a difference, a
-    concatenation, then as many again backward) took most of a fine-tuning step's element-wise time
-    at 16-wide heads; this is three passes each way. The backward is the rotation by the opposite
+    concatenation, then as many again backward) took a quarter of a fine-tuning step's element-wise
+    time at 16-wide heads; this is three passes each way. The backward is the rotation by the opposite
     angle (the transpose of a rotation): swap(S * g) = -S * swap(g), since swapping [-s, s] gives -sin.
     """
 
