@@ -23,7 +23,7 @@ from maskwise.kernels import cpu
 from maskwise.masks import build_mask
 from maskwise.model.heads import IGNORE_INDEX, ClassifierHead, pool
 from maskwise.model.layers import RMSNorm
-from maskwise.model.positions import rotate
+from maskwise.model.positions import RotaryAngles, rotate
 from maskwise.model.transformer import build_model
 
 pytestmark = pytest.mark.unit
@@ -624,7 +624,7 @@ def test_rope_rotates_each_half_pair_and_its_backward_is_the_inverse_rotation(po
         angles = angles[:, None]
     x1, x2 = x[..., :4], x[..., 4:]
     expected = torch.cat([x1 * angles.cos() - x2 * angles.sin(), x2 * angles.cos() + x1 * angles.sin()], -1)
-    got = rotate(x, positions, 100.0)
+    got = rotate(x, RotaryAngles(positions), 100.0)
     torch.testing.assert_close(got, expected)
     grad_out = torch.randn_like(got)
     torch.testing.assert_close(torch.autograd.grad(got, x, grad_out)[0], torch.autograd.grad(expected, x, grad_out)[0])

@@ -10,7 +10,7 @@ from maskwise.config import ModelConfig
 from maskwise.masks import Mask
 from maskwise.model.cache import KVCache
 from maskwise.model.layout import Linear
-from maskwise.model.positions import rotate
+from maskwise.model.positions import RotaryAngles, rotate
 
 
 class Attention(nn.Module):
@@ -58,14 +58,14 @@ class Attention(nn.Module):
         parts = x.view(B, T, -1, self.head_dim).split_with_sizes(counts, dim=2)  # count x (B, T, count, hd)
         return tuple(part.transpose(1, 2) for part in parts)  # count x (B, count, T, hd)
 
-    def _self_qkv(self, x: torch.Tensor, positions: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    def _self_qkv(self, x: torch.Tensor, rotary: RotaryAngles | None) -> tuple[torch.Tensor, ...]:
         """Self-attention's q (B, H, T, hd) and k, v (B, Hkv, T, hd) from the fused projection. With
         RoPE, q and k sit side by side in it and are rotated in one call (one pass over both, not two)."""
         fused = self.qkv(x)
         if self.rope_theta is None:
             return self._heads(fused, *self.qkv_heads)
         qk, v = self._heads(fused, self.n_heads + self.n_kv_heads, self.n_kv_heads)  # (B, H+Hkv, T, hd), v
-        q, k = rotate(qk, positions, self.rope_theta).split_with_sizes((self.n_heads, self.n_kv_heads), dim=1)
+        q, k = rotate(qk, rotary, self.rope_theta).split_with_sizes((self.n_heads, self.n_kv_heads), dim=1)
         return q, k, v
 
     def _grouped(self, kv: torch.Tensor) -> torch.Tensor:
@@ -83,7 +83,7 @@ class Attention(nn.Module):
         mask: Mask,
         context: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,
-        positions: torch.Tensor | None = None,
+        rotary: RotaryAngles | None = None,
         cache: KVCache | None = None,
         layer: int = 0,
     ) -> torch.Tensor:
@@ -91,18 +91,18 @@ class Attention(nn.Module):
         if self.cross:
             q = self._heads(self.q(x), self.n_heads)[0]  # (B, H, T, hd)
             if self.rope_theta is not None:  # cross_rope: the query's offset from each source key
-                q = rotate(q, positions, self.rope_theta)
+                q = rotate(q, rotary, self.rope_theta)
             cached = cache.cross[layer] if cache is not None else None
             if cached is None:
                 k, v = self._heads(self.kv(context), self.n_kv_heads, self.n_kv_heads)  # 2 x (B, Hkv, S, hd)
                 if self.rope_theta is not None:
-                    k = rotate(k, torch.arange(k.shape[2], device=k.device), self.rope_theta)
+                    k = rotate(k, RotaryAngles(torch.arange(k.shape[2], device=k.device)), self.rope_theta)
                 if cache is not None:
                     cache.cross[layer] = (k, v)
             else:
                 k, v = cached
         else:
-            q, k, v = self._self_qkv(x, positions)  # (B, H, T, hd), 2 x (B, Hkv, T, hd)
+            q, k, v = self._self_qkv(x, rotary)  # (B, H, T, hd), 2 x (B, Hkv, T, hd)
             if cache is not None:
                 k, v = cache.append(layer, k, v)  # (B, Hkv, cached + T, hd)
 

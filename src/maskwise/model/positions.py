@@ -38,18 +38,35 @@ def _swap_halves(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([x[..., half:], x[..., :half]], dim=-1)
 
 
-def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+class RotaryAngles:
+    """A forward pass's positions, (T,) or (B, T), with RoPE's cos and sin for them made once per
+    (theta, head width, dtype) and shared by every layer of the pass. Why: made in each layer, they
+    took a quarter of a small RoPE decoder's time per generated token (docs/results.md, 2026-12-06)."""
+
+    def __init__(self, positions: torch.Tensor):
+        self.positions = positions
+        self._tables: dict[tuple[float, int, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def tables(self, theta: float, head_dim: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) for ``_Rotation``, each (T, hd) or (B, 1, T, hd): cos = [c, c], sin = [-s, s]."""
+        key = (theta, head_dim, dtype)
+        if key not in self._tables:
+            half = head_dim // 2
+            inv_freq = 1.0 / theta ** (torch.arange(half, device=self.positions.device, dtype=torch.float32) / half)
+            angles = self.positions.to(torch.float32)[..., None] * inv_freq  # (B?, T, hd/2)
+            if angles.dim() == 3:
+                angles = angles[:, None]  # (B, 1, T, hd/2)
+            cos, sin = angles.cos(), angles.sin()
+            self._tables[key] = (torch.cat([cos, cos], -1).to(dtype), torch.cat([-sin, sin], -1).to(dtype))
+        return self._tables[key]
+
+
+def rotate(x: torch.Tensor, angles: RotaryAngles, theta: float) -> torch.Tensor:
     """Rotary position embedding (RoPE), the half-split convention of GPT-NeoX / Llama.
 
-    x: (B, H, T, hd); positions: (B, T) or (T,) absolute positions.
+    x: (B, H, T, hd); ``angles``: the pass's positions, (B, T) or (T,) absolute.
     """
-    half = x.shape[-1] // 2
-    inv_freq = 1.0 / theta ** (torch.arange(half, device=x.device, dtype=torch.float32) / half)
-    angles = positions.to(torch.float32)[..., None] * inv_freq  # (B?, T, hd/2)
-    if angles.dim() == 3:
-        angles = angles[:, None]  # (B, 1, T, hd/2)
-    cos, sin = angles.cos(), angles.sin()
-    cos, sin = torch.cat([cos, cos], -1).to(x.dtype), torch.cat([-sin, sin], -1).to(x.dtype)  # (B?, 1?, T, hd)
+    cos, sin = angles.tables(theta, x.shape[-1], x.dtype)
     return _Rotation.apply(x, cos, sin)
 
 

@@ -27,7 +27,11 @@ from maskwise.model.cache import KVCache
 from maskwise.model.heads import IGNORE_INDEX, LMHead, LMOutput, RTDHead, RTDOutput
 from maskwise.model.layers import ACTIVATIONS, dropout, make_norm
 from maskwise.model.layout import Linear
-from maskwise.model.positions import RelativePositionBias, positions_from_mask
+from maskwise.model.positions import (
+    RelativePositionBias,
+    RotaryAngles,
+    positions_from_mask,
+)
 
 
 class FeedForward(nn.Module):
@@ -79,13 +83,13 @@ class Block(nn.Module):
             return x + dropout(branch(norm(x)), self.dropout_p, self.training)
         return norm(x + dropout(branch(x), self.dropout_p, self.training))
 
-    def forward(self, x, mask, context=None, context_mask=None, bias=None, positions=None,
+    def forward(self, x, mask, context=None, context_mask=None, bias=None, rotary=None,
                 cache=None, layer=0):
         x = self._residual(x, self.attn_norm,
-                           lambda h: self.attn(h, mask, bias=bias, positions=positions, cache=cache, layer=layer))
+                           lambda h: self.attn(h, mask, bias=bias, rotary=rotary, cache=cache, layer=layer))
         if self.cross_attn is not None:
             x = self._residual(x, self.cross_norm,
-                               lambda h: self.cross_attn(h, context_mask, context=context, positions=positions,
+                               lambda h: self.cross_attn(h, context_mask, context=context, rotary=rotary,
                                                          cache=cache, layer=layer))
         return self._residual(x, self.ffn_norm, self.ffn)
 
@@ -180,9 +184,10 @@ class Stack(nn.Module):
             biases = {local: bias.masked_fill(~mask.dense(T, k_len, x.device), float("-inf"))
                       for local, mask in masks.items()}
 
+        rotary = RotaryAngles(positions)  # RoPE's angles, made by the first layer that asks, shared by the rest
         for i, block in enumerate(self.blocks):
             x = block(x, masks[block.local], context=context, context_mask=cross_mask, bias=biases[block.local],
-                      positions=positions, cache=cache, layer=i)
+                      rotary=rotary, cache=cache, layer=i)
         if cache is not None:
             cache.length += T
         if self.final_norm is not None:
