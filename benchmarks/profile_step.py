@@ -134,6 +134,11 @@ class Split:
     others: float
     costliest: list[tuple[str, float]]
 
+    @property
+    def between(self) -> float:
+        """ms outside every operator: Python, autograd, dispatch."""
+        return self.wall - self.kernels - self.others
+
 
 def alternated_splits(built: dict[str, common.Side], rounds: int) -> dict[str, Split]:
     """Each round runs every side twice, once bare (its wall time) and once under ``OperatorClock``,
@@ -169,7 +174,7 @@ def report_floors(args, built: dict[str, common.Side]) -> None:
               f"{split.wall - floor:.1f} ms")
         print(f"  in place: torch's products and attention {split.kernels:.1f} ms, other operators "
               f"{split.others:.1f} ms ({', '.join(f'{name} {ms:.1f}' for name, ms in split.costliest)}), "
-              f"between operators {split.wall - split.kernels - split.others:.1f} ms")
+              f"between operators {split.between:.1f} ms")
         if args.bench == "train" and side.startswith("maskwise") and "hf" in splits:
             fp32_target, bf16_target = bench_train.TARGETS[args.objective]
             target = bf16_target if side.endswith("bf16") else fp32_target
@@ -179,7 +184,7 @@ def report_floors(args, built: dict[str, common.Side]) -> None:
                            else f"leaves {allowed - floor:.1f} ms beyond the products alone, "
                                 f"{allowed - split.kernels:.1f} ms beyond torch's products and attention in place "
                                 f"(now {split.others:.1f} ms in other operators, "
-                                f"{split.wall - split.kernels - split.others:.1f} between them)")
+                                f"{split.between:.1f} between them)")
                 print(f"  target {target} HF ({splits['hf'].wall:.1f} ms, as hf-retain: glibc keeping freed memory) "
                       f"allows {allowed:.1f} ms a step: {verdict}")
 
