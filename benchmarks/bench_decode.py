@@ -123,7 +123,8 @@ def build(side: str, args) -> common.Side:
     return Decode(side, args)
 
 
-OPTIONS = ("vocab", "d_model", "layers", "heads", "d_ff", "positions", "prompt", "new_tokens", "weights")
+SHAPE_OPTIONS = ("vocab", "d_model", "layers", "heads", "d_ff", "positions", "prompt", "new_tokens")
+OPTIONS = (*SHAPE_OPTIONS, "weights")
 
 
 def main() -> None:
@@ -156,6 +157,8 @@ def main() -> None:
                 comparison = common.compare(workers, f"decode, batch {batch}", "hf", args.rounds, args.steps,
                                             args.warmup, unit="new tokens/s")
                 rows += common.rows_of(comparison, targets={"maskwise": target} if target else None,
+                                       profiles={"maskwise": ["decode", "--batch", str(batch),
+                                                              *common.flags(args, SHAPE_OPTIONS)]},
                                        notes={"hf": "GPT2LMHeadModel.generate, DynamicCache",
                                               "maskwise": "tasks.generate, static KVCache"})
             for worker in workers.values():

@@ -264,6 +264,8 @@ def main() -> None:
         targets={"maskwise": f">= {fp32_target}" if fp32_target else "",
                  "maskwise-bf16": f">= {bf16_target}" if bf16_target else ""},
         dtypes={side: "bfloat16" for side in sides if "bf16" in side},
+        profiles={side: ["train", "--objective", args.objective, "--sides", "hf", side]
+                  for side in ("maskwise", "maskwise-bf16") if on_cpu and at_target_shape},
         notes={"hf": f"{REFERENCE[args.objective]}, {comparison.sides['hf'].info.get('attention')}, fused AdamW",
                "hf-retain": "the same, glibc keeping freed memory as maskwise's Trainer does",
                "hf-bf16": "the same under bf16 autocast"})

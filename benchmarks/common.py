@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -354,18 +355,32 @@ class Row:
     peak_rss_mb: float | None = None
     rss_over_bare_mb: float | None = None
     note: str = ""
+    met: bool | None = None  # the median ratio against ``target``; None without a target
+    profile: list[str] = field(default_factory=list)  # profile_step.py's arguments for this side's step
+
+
+def target_ratio(target: str) -> float | None:
+    """The ratio a target such as ">= 1.5x" or ">= 1.0x, identical vectors" asks for; None if it names none."""
+    found = re.search(r">=\s*([0-9.]+)x", target)
+    return float(found.group(1)) if found else None
 
 
 def rows_of(comparison: Comparison, targets: dict[str, str] | None = None,
-            dtypes: dict[str, str] | None = None, notes: dict[str, str] | None = None) -> list[Row]:
-    """Table rows for every side: rate, ratio to the reference, FLOP/s and % of the matmul peak at
-    the side's dtype (``dtypes``: side -> "float32"/"bfloat16", default float32)."""
+            dtypes: dict[str, str] | None = None, notes: dict[str, str] | None = None,
+            profiles: dict[str, list[str]] | None = None) -> list[Row]:
+    """Table rows for every side: rate, ratio to the reference, whether its target is met (by the
+    median ratio), FLOP/s and % of the matmul peak at the side's dtype (``dtypes``: side ->
+    "float32"/"bfloat16", default float32); ``profiles``: side -> the ``profile_step.py`` arguments
+    that split its step, which ``run_all.py`` runs where the target is missed."""
     rows = []
     for side, res in comparison.sides.items():
         dtype = (dtypes or {}).get(side, "float32")
         ratio = cpu_ratio = ""
+        target = (targets or {}).get(side, "")
+        met = None
         if side != comparison.reference:
             median, low, high = comparison.ratio(side)
+            met = median >= target_ratio(target) if target_ratio(target) else None
             ratio = f"{median:.2f}x ({low:.2f}-{high:.2f})"
             cpu_ratio = f"{comparison.ratio(side, cpu=True)[0]:.2f}x"
         gflops = res.flop_rate / 1e9 if res.flop_rates and res.flop_rate > 0 else None
@@ -373,8 +388,9 @@ def rows_of(comparison: Comparison, targets: dict[str, str] | None = None,
         note = (notes or {}).get(side, "")
         if res.device_peak_mb is not None:
             note = "; ".join(filter(None, [note, f"GPU memory peak {res.device_peak_mb:,.0f} MiB"]))
-        rows.append(Row(comparison.name, side, res.rate, comparison.unit, ratio, cpu_ratio, (targets or {}).get(side, ""),
-                        gflops, pct, dtype, res.peak_rss_mb, res.peak_rss_mb - res.bare_rss_mb, note))
+        rows.append(Row(comparison.name, side, res.rate, comparison.unit, ratio, cpu_ratio, target,
+                        gflops, pct, dtype, res.peak_rss_mb, res.peak_rss_mb - res.bare_rss_mb, note, met,
+                        (profiles or {}).get(side, [])))
     return rows
 
 
@@ -388,7 +404,8 @@ def markdown(rows: list[Row]) -> str:
     for r in rows:
         cells = [
             r.bench, r.side, f"{r.rate:,.1f} {r.unit}" if r.rate < 100 else f"{r.rate:,.0f} {r.unit}",
-            r.ratio or "reference", r.cpu_ratio, r.target,
+            r.ratio or "reference", r.cpu_ratio,
+            r.target if r.met is None else f"{r.target}: {'met' if r.met else '**not met**'}",
             f"{r.gflops:.1f}" if r.gflops is not None else "",
             f"{r.peak_pct:.0f}% ({'bf16' if r.peak_dtype == 'bfloat16' else 'fp32'})" if r.peak_pct is not None else "",
             f"{r.peak_rss_mb:,.0f} ({r.rss_over_bare_mb:+,.0f})" if r.peak_rss_mb is not None else "",
@@ -438,8 +455,13 @@ def worker_args(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
     parent adopts ``--threads`` too, for its matmul-peak measurements."""
     if args.threads:
         torch.set_num_threads(args.threads)
+    return flags(args, ("threads", *names))
+
+
+def flags(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
+    """``args``' values of ``names`` as command-line options again (``--name value``; a true bool: ``--name``)."""
     extra = []
-    for name in ("threads", *names):
+    for name in names:
         value = getattr(args, name)
         flag = "--" + name.replace("_", "-")
         if isinstance(value, bool):

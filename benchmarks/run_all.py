@@ -3,7 +3,11 @@ curve and the bf16 quality check.
 
     python benchmarks/run_all.py [--quick] [--only train,decode,embed,bf16,finetune] [--out report.md] [--device auto]
 
-Each benchmark runs as its own process, one after the other (two at once would time each other).
+Each benchmark runs as its own process, one after the other (two at once would time each other). Each
+target is judged met or not by its median ratio; for each one missed, ``profile_step.py --floor`` then splits
+that side's step against its reference, and the report says whether torch's matrix-product and attention
+kernels alone already take more than the target allows (out of reach on this machine) or what else the time
+is spent in.
 ``--quick`` uses fewer rounds and steps: for checking that everything runs, not for numbers. Exit
 status 1 if a benchmark failed (its error is printed); targets missed are reported, not failures.
 ``--device`` goes to the training benchmarks (train, bf16); decoding and embedding run on the CPU.
@@ -43,6 +47,33 @@ BENCHES = {
 }
 
 
+def why_missed(rows: list[common.Row], args, failed: list[str]) -> list[str]:
+    """For each target a row missed, ``profile_step.py --floor``'s split of that side's step against its
+    reference: whether torch's kernels alone exceed what the target allows, or what else takes the time."""
+    why = []
+    for row in rows:
+        if row.met is not False:
+            continue
+        if not row.profile:
+            why.append(f"{row.bench}, {row.side}: {row.target} not met; its benchmark has no step profile")
+            continue
+        command = [*row.profile, "--floor", "--target", row.target, *(["--steps", "2", "--warmup", "1"] if args.quick
+                                                                       else []),
+                   *(["--threads", str(args.threads)] if args.threads else [])]
+        print(f"running profile_step.py {' '.join(command)}", file=sys.stderr, flush=True)
+        result = subprocess.run([sys.executable, str(HERE / "profile_step.py"), *command], capture_output=True,
+                                text=True, check=False)
+        if result.returncode:
+            failed.append("profile_step.py")
+            print(f"profile_step.py {' '.join(command)} failed (exit {result.returncode}):\n{result.stderr[-3000:]}",
+                  file=sys.stderr)
+            continue
+        split = result.stdout.splitlines()[1:]  # the first line names the machine, as the report's header does
+        heading = f"{row.bench}, {row.side}, {row.target} not met (`python benchmarks/profile_step.py {' '.join(command)}`):"
+        why.append("\n".join([heading, "```", *split, "```"]))
+    return why
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -78,6 +109,9 @@ def main() -> None:
                 skipped += [f"{line} ({' '.join(command)})" for line in report.get("skipped", [])]
                 runs.append("- " + "; ".join(line.removeprefix("command: ") for line in report["header"][1:]))
                 sections += report["extra"]
+    if why := why_missed(rows, args, failed):
+        sections.insert(0, "\n\n".join(["Targets not met, and where the step's time goes (`profile_step.py --floor`):",
+                                          *why]))
     lines = [f"machine: {common.machine(runtime)}", f"command: python benchmarks/run_all.py {' '.join(sys.argv[1:])}",
              f"total {time.perf_counter() - started:.0f} s", "", common.markdown(rows), "", *runs]
     if skipped:

@@ -1,34 +1,18 @@
 """The nanoGPT reference of ``benchmarks/minimal_gpt.py`` learns, and ``benchmarks/bench_nanogpt.py`` scores
 models reproducibly: what its comparison with ``maskwise pretrain`` rests on."""
 
-import importlib
-import sys
 from itertools import pairwise
-from pathlib import Path
 
 import pytest
 import torch
 
 from maskwise.config import preset
 from maskwise.model.transformer import build_model
+from tests.benchmark_modules import load
 
 pytestmark = pytest.mark.unit
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _load_benchmarks():
-    """Import the two benchmark modules without leaving ``benchmarks/`` on ``sys.path`` (its
-    scripts' names, such as ``common``, would shadow others for the rest of the session)."""
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        return importlib.import_module("minimal_gpt"), importlib.import_module("bench_nanogpt")
-    finally:
-        while str(BENCHMARKS) in sys.path:
-            sys.path.remove(str(BENCHMARKS))
-
-
-minimal_gpt, bench_nanogpt = _load_benchmarks()
+minimal_gpt, bench_nanogpt = load("minimal_gpt", "bench_nanogpt")
 
 TINY = minimal_gpt.GPTShape(vocab_size=16, block_size=16, n_layers=2, n_heads=2, d_model=32)
 
