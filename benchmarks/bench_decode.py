@@ -22,7 +22,6 @@ Two measurements, each alternating between the sides:
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -88,12 +87,7 @@ class Decode(common.Side):
 
     def seconds(self, n: int, use_cache: bool, repeats: int) -> float:
         """Median wall seconds of ``repeats`` generate calls writing n tokens per row (the cost curve)."""
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            self.generate(n, use_cache)
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
+        return common.median_seconds(lambda: self.generate(n, use_cache), repeats)
 
     @torch.no_grad()
     def weight_floor_ms(self, repeats: int = 200) -> float:

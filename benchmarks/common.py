@@ -99,6 +99,18 @@ def matmul_peak(dtype: torch.dtype, n: int | None = None, seconds: float = 1.0, 
             return 2.0 * n ** 3 * count / elapsed
 
 
+def median_seconds(call: Callable[[], object], repeats: int, warmup: int = 0) -> float:
+    """Median wall seconds of ``repeats`` calls of ``call``, after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
 # ---- FLOP accounting -----------------------------------------------------------------------------
 
 

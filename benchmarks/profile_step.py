@@ -85,16 +85,6 @@ PRODUCTS = {
 }
 
 
-def median_ms(call, repeats: int = 9) -> float:
-    call()  # the first call pays for kernel selection
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - started)
-    return 1000 * statistics.median(times)
-
-
 def matmul_floor(step, steps: int, dtype: torch.dtype) -> tuple[float, int]:
     """(ms per step the step's matrix products take when each is timed alone, distinct shapes): the
     products are read from a profile of ``steps`` calls with their input shapes."""
@@ -107,7 +97,9 @@ def matmul_floor(step, steps: int, dtype: torch.dtype) -> tuple[float, int]:
             continue
         arity = PRODUCTS[event.key].__code__.co_argcount
         operands = [torch.randn(shape, dtype=dtype) for shape in event.input_shapes[:arity]]
-        floor_ms += median_ms(lambda: PRODUCTS[event.key](*operands)) * event.count / steps  # noqa: B023
+        product = PRODUCTS[event.key]  # timed after one call, which pays for the kernel's selection
+        seconds = common.median_seconds(lambda: product(*operands), 9, warmup=1)  # noqa: B023
+        floor_ms += 1000 * seconds * event.count / steps
         shapes += 1
     return floor_ms, shapes
 
