@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from maskwise.runtime import matmul_peak
+
 # The shapes of issue 7: every training benchmark uses these unless told otherwise.
 SHAPES = {"n_layers": 4, "d_model": 256, "n_heads": 4, "d_ff": 1024, "vocab_size": 8192, "seq_len": 128, "batch": 16}
 
@@ -77,26 +79,6 @@ def synchronize(device: str) -> None:
     asynchronously; the CPU needs nothing)."""
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def matmul_peak(dtype: torch.dtype, n: int | None = None, seconds: float = 1.0, device: str = "cpu") -> float:
-    """FLOP/s of a square (n x n) @ (n x n) matmul loop at ``dtype`` on ``device``: the most this
-    machine's matmul library delivers right now, the denominator of "% of peak". bf16 is timed as a
-    plain bf16 matmul, which is what autocast runs. ``n`` defaults to 2048 on a CPU, 8192 on a GPU."""
-    if n is None:
-        n = 2048 if torch.device(device).type == "cpu" else 8192
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
-    a @ b  # warm-up: first-call packing and thread start
-    synchronize(device)
-    count, start = 0, time.perf_counter()
-    while True:
-        a @ b
-        count += 1
-        synchronize(device)
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds and count >= 3:
-            return 2.0 * n ** 3 * count / elapsed
 
 
 def median_seconds(call: Callable[[], object], repeats: int, warmup: int = 0) -> float:
@@ -328,7 +310,7 @@ def compare(workers: dict[str, Worker], name: str, reference: str, rounds: int, 
                 res.bare_rss_mb = reply["bare_rss_mb"]
                 res.device_peak_mb = reply.get("device_peak_mb")
             for dtype in peak_dtypes:
-                peaks[dtype].append(matmul_peak(getattr(torch, dtype), seconds=0.5, device=device))
+                peaks[dtype].append(matmul_peak(getattr(torch, dtype), device, seconds=0.5))
             line = "  ".join(f"{s} {results[s].rates[-1]:,.1f}" for s in sides)
             print(f"  {name} round {r + 1}/{rounds}: {line} {unit}", file=sys.stderr, flush=True)
         return Comparison(name, reference, results, peaks, unit)

@@ -11,6 +11,7 @@ import pytest
 
 from maskwise.cli import main
 from maskwise.runs import read_metrics
+from maskwise.train import loop
 
 TINY = ["--d-model", "32", "--layers", "1", "--heads", "2", "--batch-size", "4", "--block-size", "32",
         "--eval-batches", "2", "--no-progress"]
@@ -32,6 +33,20 @@ def test_pretrain_decoder_then_config_override(small_text, tmp_path, capsys):
     assert [r["step"] for r in read_metrics(tmp_path / "run")] == [2, 4, 6]  # --steps overrides the file
     saved = json.loads((tmp_path / "run" / "config.json").read_text())["settings"]
     assert saved["lr"] == 0.002 and saved["steps"] == 6
+
+
+@pytest.mark.e2e
+@pytest.mark.precision("fp32")
+def test_pretrain_says_its_share_of_the_matmul_peak(small_text, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(loop, "UTILIZATION_MIN_SECONDS", 0.0)
+    code, out, err = run_cli(["pretrain", "--data", small_text, "--steps", 2, "--eval-every", 2,
+                              "--out", tmp_path / "run", *TINY], capsys)
+    assert code == 0, err
+    line, summary = out.strip().splitlines()[-2:]
+    assert line.startswith("training ran at ") and "of this machine's" in line and "matmul peak" in line
+    share = json.loads(summary)["share_of_matmul_peak"]
+    assert f"{share:.0%} of this machine's" in line
+    assert read_metrics(tmp_path / "run")[-1]["share_of_matmul_peak"] == share
 
 
 @pytest.mark.e2e

@@ -1,6 +1,7 @@
 """The training loop: pinned losses, exact accumulation averaging, budgets, resume, guards."""
 
 
+import dataclasses
 import shutil
 import sys
 
@@ -14,6 +15,7 @@ from maskwise.model.transformer import build_model
 from maskwise.objectives.clm import CLM
 from maskwise.objectives.mlm import MLM
 from maskwise.runs import CHECKPOINTS, read_metrics
+from maskwise.train import loop
 from maskwise.train.budget import Budget
 from maskwise.train.events import EVENTS_FOLDER, EventLog, scalar_tag
 from maskwise.train.loop import TrainConfig, Trainer
@@ -101,6 +103,26 @@ def test_budget_stops_run_and_counts_tokens():
     assert trainer.counters.step == 10  # 4 x 16 tokens per step
     assert records[-1]["tokens_seen"] == 640 and records[-1]["decoder_tokens"] == 640
     assert records[-1]["flops"] > 0 and records[-1]["loss_positions_seen"] == 640
+
+
+@pytest.mark.integration
+@pytest.mark.precision("fp32")
+def test_a_long_enough_run_ends_with_its_share_of_the_matmul_peak(monkeypatch):
+    short = _trainer(CLM(), "decoder", steps=4, eval_every=2).fit()
+    assert not any("share_of_matmul_peak" in record for record in short)  # seconds, not UTILIZATION_MIN_SECONDS
+    monkeypatch.setattr(loop, "UTILIZATION_MIN_SECONDS", 0.0)
+    trainer = _trainer(CLM(), "decoder", steps=4, eval_every=2)
+    first, last = trainer.fit()
+    assert "share_of_matmul_peak" not in first  # only the run's last record
+    c = trainer.counters
+    assert last["model_flops_per_s"] == pytest.approx(c.flops / c.wall_s)
+    assert last["matmul_peak_dtype"] == "float32"
+    assert last["matmul_peak_flops_per_s"] > 1e9  # any CPU's 2048-wide fp32 product runs above a GFLOP/s
+    assert last["share_of_matmul_peak"] == pytest.approx(last["model_flops_per_s"] / last["matmul_peak_flops_per_s"])
+    assert 0 < last["share_of_matmul_peak"] < 1  # a width-32 model is far below the peak
+    slow = _trainer(CLM(), "decoder", steps=2, eval_every=2)
+    slow.runtime = dataclasses.replace(slow.runtime, warning="an emulated precision")
+    assert "share_of_matmul_peak" not in slow.fit()[-1]
 
 
 @pytest.mark.unit

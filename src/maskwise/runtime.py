@@ -341,3 +341,26 @@ def machine_line(runtime: Runtime | None = None) -> str:
     if runtime is not None:
         parts.append(runtime.describe())
     return "; ".join(parts)
+
+
+def matmul_peak(dtype: torch.dtype, device: str = "cpu", seconds: float = 1.0, n: int | None = None) -> float:
+    """FLOP/s of a square (n x n) @ (n x n) product in a loop at ``dtype`` on ``device``: the most the
+    matmul library delivers on this machine right now, the denominator of a share of the peak. bf16
+    is timed as a plain bf16 product, which is what autocast runs. ``n`` defaults to 2048 on a CPU,
+    8192 on a GPU."""
+    on_cuda = torch.device(device).type == "cuda"
+    n = n or (8192 if on_cuda else 2048)
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    a @ b  # warm-up: first-call packing and thread start
+    if on_cuda:
+        torch.cuda.synchronize(device)
+    count, start = 0, time.perf_counter()
+    while True:
+        a @ b
+        count += 1
+        if on_cuda:
+            torch.cuda.synchronize(device)  # the product has only been queued until then
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds and count >= 3:
+            return 2.0 * n ** 3 * count / elapsed

@@ -79,5 +79,10 @@ def run_pretrain(args) -> int:
                                     "train_loss", "val_loss") if k in last}
     summary.update({k: v for k, v in last.items() if k.startswith("val_") and k != "val_loss"})
     print(f"run folder: {result['run_dir']}")
+    if "share_of_matmul_peak" in last:
+        summary.update({k: last[k] for k in ("model_flops_per_s", "matmul_peak_flops_per_s", "share_of_matmul_peak")})
+        print(f"training ran at {last['model_flops_per_s'] / 1e9:,.1f} GFLOP/s of model FLOPs, "
+              f"{last['share_of_matmul_peak']:.0%} of this machine's {last['matmul_peak_dtype']} matmul peak "
+              f"({last['matmul_peak_flops_per_s'] / 1e9:,.1f} GFLOP/s, measured after training)")
     print(json.dumps(summary), file=sys.stdout)
     return 0

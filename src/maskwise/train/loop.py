@@ -36,7 +36,7 @@ from maskwise.errors import UserError
 from maskwise.kernels.memory import retain_freed_memory
 from maskwise.objectives.base import LossParts, Objective
 from maskwise.runs import METRICS_FILE, latest_checkpoint
-from maskwise.runtime import Runtime, announce, precision_setting, resolve
+from maskwise.runtime import Runtime, announce, matmul_peak, precision_setting, resolve
 from maskwise.train import checkpoint as ckpt
 from maskwise.train.budget import Budget, flops_per_token
 from maskwise.train.events import EventLog
@@ -85,6 +85,11 @@ class TrainConfig:
 
     def runtime(self) -> Runtime:
         return resolve(self.device, precision_setting(self.precision, self.bf16))
+
+
+# A run that trained this long (seconds, steps only) ends with its share of the machine's matmul peak. Why not
+# shorter ones: their rate is mostly warm-up, and the peak's probe (half a second) would be a visible part of them.
+UTILIZATION_MIN_SECONDS = 30.0
 
 
 @dataclass
@@ -343,6 +348,22 @@ class Trainer:
         done = dict(zip(("tokens", "seconds", "flops"), self._spent()))[self.budget.kind]
         bar.update(min(done, self.budget.amount) - bar.n)
 
+    def _utilization(self) -> dict:
+        """The run's model FLOP/s (``budget.flops_per_token``'s count over the training seconds) and its
+        share of this machine's matmul peak at the run's compute dtype, measured now: what a researcher
+        who knows the hardware's peak asks of a run. On one CPU process that trained for at least
+        ``UTILIZATION_MIN_SECONDS`` in a precision the CPU runs natively; elsewhere nothing (processes
+        share a CPU's peak, an emulated precision's probe would take tens of seconds and its warning
+        already says the run is slow, and no GPU path has run here)."""
+        c = self.counters
+        if (self.world > 1 or self.runtime.device_type != "cpu" or self.runtime.warning
+                or c.wall_s < UTILIZATION_MIN_SECONDS):
+            return {}
+        dtype = self.runtime.autocast_dtype or torch.float32
+        rate, peak = c.flops / c.wall_s, matmul_peak(dtype, self.runtime.device, seconds=0.5)
+        return {"model_flops_per_s": rate, "matmul_peak_flops_per_s": peak,
+                "matmul_peak_dtype": str(dtype).removeprefix("torch."), "share_of_matmul_peak": rate / peak}
+
     def fit(self, on_eval=None) -> list[dict]:
         """Train until the step limit or the budget; returns the metrics records of this call."""
         cfg, c = self.cfg, self.counters
@@ -384,6 +405,8 @@ class Trainer:
                     "nonfinite_steps": c.nonfinite_steps,
                     **self.evaluate(),
                 }
+                if self._budget_spent():
+                    record.update(self._utilization())
                 record.update({f"{key}_total": round(record[key] + spent, 4) for key, spent in self.earlier.items()})
                 window_loss, window_positions = 0.0, 0
                 bar.set_postfix(val=f"{record['val_loss']:.3f}")
