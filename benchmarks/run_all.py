@@ -57,9 +57,9 @@ def why_missed(rows: list[common.Row], args, failed: list[str]) -> list[str]:
         if not row.profile:
             why.append(f"{row.bench}, {row.side}: {row.target} not met; its benchmark has no step profile")
             continue
-        command = [*row.profile, "--floor", "--target", row.target, *(["--steps", "2", "--warmup", "1"] if args.quick
-                                                                       else []),
-                   *(["--threads", str(args.threads)] if args.threads else [])]
+        quick = ["--steps", "2", "--warmup", "1"] if args.quick else []
+        threads = ["--threads", str(args.threads)] if args.threads else []
+        command = [*row.profile, "--floor", "--target", row.target, *quick, *threads]
         print(f"running profile_step.py {' '.join(command)}", file=sys.stderr, flush=True)
         result = subprocess.run([sys.executable, str(HERE / "profile_step.py"), *command], capture_output=True,
                                 text=True, check=False)
