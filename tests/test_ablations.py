@@ -33,6 +33,7 @@ from maskwise.experiments.arms import (
     Arm,
     Phase,
     Setup,
+    matmul_peak_share,
     pretrain_arms,
     tokens_per_second,
     tokens_seen,
@@ -45,6 +46,7 @@ from maskwise.experiments.framework import (
     curve_entries,
     key,
     metric_meta,
+    throughput_rows,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE
 from maskwise.recipes import SCALES
@@ -687,6 +689,21 @@ def test_a_two_phase_arm_splits_its_budget_and_both_axes_read_its_totals():
     labels = [entry["label"] for entry in curve_entries(runs, (single, continued))]
     assert labels == ["A, seed 0", "B, seed 0, phase 1", "B, seed 0, phase 2", "B, seed 0, 100 s budget, phase 1",
                       "B, seed 0, 100 s budget, phase 2"]
+
+
+@pytest.mark.unit
+def test_the_arms_share_of_the_matmul_peak_is_a_row_where_every_run_has_one():
+    def run(share):
+        last = {"tokens_seen": 4096, "wall_s": 40.0, **({"share_of_matmul_peak": share} if share else {})}
+        return {"run_dir": "runs/x", "curve": [last]}
+
+    arms = (Arm("a", "A", {}), Arm("b", "B", {}))
+    rows = throughput_rows({TOKENS: {"a": [run(0.5), run(0.25)], "b": [run(0.75), run(0.75)]}}, arms)
+    assert rows[-1][:2] == ["pretraining % of the matmul peak", TOKENS]
+    assert rows[-1][2].startswith("38") and rows[-1][3].startswith("75")  # the seeds' mean, in percent
+    rows = throughput_rows({TOKENS: {"a": [run(0.5), run(None)], "b": [run(0.75), run(0.75)]}}, arms)
+    assert "pretraining % of the matmul peak" not in [row[0] for row in rows]  # a run without one: no row
+    assert matmul_peak_share({**run(0.5), "before": {"run_dir": "runs/x-phase1"}}) is None  # one phase's alone
 
 
 @pytest.mark.integration

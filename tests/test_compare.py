@@ -11,10 +11,10 @@ from maskwise.cli import main
 from maskwise.config import preset
 from maskwise.data.corpus import make_corpus
 from maskwise.data.tokenizers import build_tokenizer
-from maskwise.experiments.arms import Arm
+from maskwise.experiments.arms import WALL, Arm
 from maskwise.experiments.claims import Evidence, rows_of
 from maskwise.experiments.compare import COMPARE, FAMILIES, columns_of
-from maskwise.experiments.compare_report import best_cell, standing
+from maskwise.experiments.compare_report import best_cell, peak_share_row, standing
 from maskwise.experiments.held_out import blank_filling
 from maskwise.model.transformer import build_model
 from maskwise.recipes import DEFAULT
@@ -277,3 +277,16 @@ def test_demo_replaces_only_a_folder_a_demo_wrote(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "not a folder maskwise demo wrote (no demo.json)" in err.splitlines()[-1] and "Traceback" not in err
     assert (users / "encoder" / "config.json").read_text() == "{}"
+
+
+@pytest.mark.unit
+def test_the_pretraining_share_of_the_matmul_peak_is_a_row_where_every_run_has_one():
+    from types import SimpleNamespace
+
+    def measured(*shares):
+        runs = [{"curve": [{"wall_s": 40.0, **({"share_of_matmul_peak": s} if s is not None else {})}]} for s in shares]
+        return SimpleNamespace(arms=[Arm("enc", "encoder", {}), Arm("dec", "decoder", {})],
+                               runs={WALL: {"enc": runs[:2], "dec": runs[2:]}})
+
+    assert peak_share_row(measured(0.5, 0.3, 0.6, 0.6)) == ["pretraining % of the matmul peak", "40%", "60%", ""]
+    assert peak_share_row(measured(0.5, None, 0.6, 0.6)) == []  # a run under UTILIZATION_MIN_SECONDS: no row

@@ -85,6 +85,13 @@ def tokens_per_second(run: dict) -> float:
     return tokens_seen(run) / max(train_seconds(run), 1e-9)
 
 
+def matmul_peak_share(run: dict) -> float | None:
+    """The share of the machine's matmul peak the run trained at (``Trainer``'s last record, on a CPU run of
+    ``UTILIZATION_MIN_SECONDS`` or more); None without one, or for a run continued from another phase, whose
+    record covers its own phase alone."""
+    return None if run.get("before") else run["curve"][-1].get("share_of_matmul_peak")
+
+
 def run_name(run: dict) -> str:
     return Path(run["run_dir"]).name
 

@@ -137,6 +137,15 @@ def _last_points(m: Measured, family: str) -> list[dict]:
     return [run["curve"][-1] for run in m.runs[WALL][family]]
 
 
+def peak_share_row(m: Measured) -> list[str]:
+    """The pretraining runs' share of the machine's matmul peak (``Trainer``'s last record, on a CPU run of
+    ``UTILIZATION_MIN_SECONDS`` or more), as a table row; empty where a run has none."""
+    shares = {arm.key: [point.get("share_of_matmul_peak") for point in _last_points(m, arm.key)] for arm in m.arms}
+    if any(share is None for values in shares.values() for share in values):
+        return []
+    return ["pretraining % of the matmul peak", *[f"{100 * sum(v) / len(v):.0f}%" for v in shares.values()], ""]
+
+
 def kinds(m: Measured) -> dict[str, Family]:
     """Each column's family as its model reads (``ModelConfig.kind``: the hybrid, a decoder read both ways)."""
     return {arm.key: m.setup.exp.kind(run_name(m.runs[WALL][arm.key][0])) for arm in m.arms}
@@ -172,6 +181,7 @@ def tabulate(m: Measured) -> tuple[dict, list]:
         [f"optimizer steps in pretraining ({seeds_note})", *[f"{mean_of(a.key, 'step'):,.0f}" for a in arms], ""],
         [f"tokens seen in pretraining ({seeds_note})", *[f"{mean_of(a.key, 'tokens_seen'):,.0f}" for a in arms], ""],
         ["pretraining wall-clock (s)", *[f"{mean_of(a.key, 'wall_s'):.0f}" for a in arms], ""],
+        *filter(None, [peak_share_row(m)]),
         ["final validation loss (own objective)", *[f"{mean_of(a.key, 'val_loss'):.3f}" for a in arms], ""],
     ]
     metrics, measured_rows = result_rows(m, e, lambda column, what: cannot(kind_of[column], what))
