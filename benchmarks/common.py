@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from maskwise.experiments.serving import timed_calls
 from maskwise.runtime import matmul_peak
 
 # The shapes of issue 7: every training benchmark uses these unless told otherwise.
@@ -82,15 +83,8 @@ def synchronize(device: str) -> None:
 
 
 def median_seconds(call: Callable[[], object], repeats: int, warmup: int = 0) -> float:
-    """Median wall seconds of ``repeats`` calls of ``call``, after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    """Median wall seconds of ``repeats`` calls of ``call`` on the CPU, after ``warmup`` untimed ones."""
+    return statistics.median(timed_calls(call, repeats, torch.device("cpu"), warm_up=warmup))
 
 
 # ---- FLOP accounting -----------------------------------------------------------------------------

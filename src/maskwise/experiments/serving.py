@@ -34,15 +34,15 @@ def percentile(values: Sequence[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(share * len(ordered)) - 1))]
 
 
-def _timed(call, repeats: int, device: torch.device) -> list[float]:
-    """Seconds of each of ``repeats`` calls after ``WARM_UP`` untimed ones, a GPU's queue drained in each."""
+def timed_calls(call, repeats: int, device: torch.device, warm_up: int = WARM_UP) -> list[float]:
+    """Seconds of each of ``repeats`` calls after ``warm_up`` untimed ones, a GPU's queue drained in each."""
 
     def done() -> None:
         call()
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # the call has only queued its kernels until then
 
-    for _ in range(WARM_UP):
+    for _ in range(warm_up):
         done()
     seconds = []
     for _ in range(repeats):
@@ -95,8 +95,8 @@ def serving_costs(setup: Setup, name: str, seed: int) -> dict:
         model.read(x, m)
 
     with setup.exp.runtime.inference().autocast():
-        latency = _timed(read_one, LATENCY_CALLS, device)
-        batches = _timed(lambda: model.read(ids, mask), 5, device)
+        latency = timed_calls(read_one, LATENCY_CALLS, device)
+        batches = timed_calls(lambda: model.read(ids, mask), 5, device)
         memory, how = peak_memory(lambda: model.read(ids, mask), device)
         costs = {"read_ms": [1000 * t for t in latency], "items_per_s": COST_BATCH / statistics.median(batches),
                  "peak_mb": memory, "memory_measured": how, "items": len(items),
@@ -105,7 +105,7 @@ def serving_costs(setup: Setup, name: str, seed: int) -> dict:
             one = GenerationConfig(max_new_tokens=1)
             sources = [source_ids(model, tok, item, 8) for item in items]
             first = iter(range(10**9))
-            costs["first_token_ms"] = [1000 * t for t in _timed(
+            costs["first_token_ms"] = [1000 * t for t in timed_calls(
                 lambda: generate(model, [sources[next(first) % len(sources)]], one, tok.eos_id, tok.pad_id,
                                  decoder_start_id(tok)), LATENCY_CALLS, device)]
     return costs

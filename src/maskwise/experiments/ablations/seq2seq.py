@@ -4,8 +4,7 @@ user's seq2seq task (``ablate seq2seq --task NAME=seq2seq:PATH``)."""
 from __future__ import annotations
 
 import statistics
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from maskwise.experiments.arms import AXES, TOKENS, Arm, Setup
 from maskwise.experiments.framework import (
@@ -21,6 +20,7 @@ from maskwise.experiments.framework import (
     table_row,
     task_setting,
 )
+from maskwise.experiments.serving import timed_calls
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 from maskwise.objectives.span import decoder_start_id
 from maskwise.tasks.generate import GenerationConfig, generate
@@ -48,15 +48,6 @@ RULE = ("Compare the encoder-decoder (a) with the decoder-only model (b) in the 
         "common outcome, inconclusive if they differ.")
 
 
-def _median_seconds(fn: Callable[[], object]) -> float:
-    times = []
-    for _ in range(COST_REPEATS):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
 def generation_cost(model, tokenizer, examples, max_target_len: int,
                     source_edges: Sequence[int]) -> dict[str, dict[str, float]]:
     """Per source-length bucket with at least ``COST_BATCH`` passages: time to first token (prefill
@@ -67,7 +58,7 @@ def generation_cost(model, tokenizer, examples, max_target_len: int,
     groups: dict[str, list] = {}
     for example in examples:
         groups.setdefault(bucket_label(source_edges, len(example.source)), []).append(example)
-    start = decoder_start_id(tokenizer)
+    start, device = decoder_start_id(tokenizer), next(model.parameters()).device
     result = {}
     for label in dict.fromkeys(bucket_label(source_edges, edge) for edge in source_edges):
         if len(groups.get(label, ())) < COST_BATCH:
@@ -77,8 +68,8 @@ def generation_cost(model, tokenizer, examples, max_target_len: int,
         def run(tokens: int, prompts=prompts):
             generate(model, prompts, GenerationConfig(max_new_tokens=tokens), None, tokenizer.pad_id, start)
 
-        first = _median_seconds(lambda: run(1))
-        full = _median_seconds(lambda: run(COST_TOKENS))
+        first = statistics.median(timed_calls(lambda: run(1), COST_REPEATS, device, warm_up=0))
+        full = statistics.median(timed_calls(lambda: run(COST_TOKENS), COST_REPEATS, device, warm_up=0))
         result[label] = {"ttft_ms": 1000 * first,
                          "decode_tokens_per_s": COST_BATCH * (COST_TOKENS - 1) / max(full - first, 1e-9),
                          "source_tokens": statistics.fmean(len(p) for p in prompts)}
