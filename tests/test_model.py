@@ -172,13 +172,14 @@ def _attention_case(kind: str, keys: int):
 
 
 @pytest.mark.parametrize("kind", ["causal", "padding", "t5-bias", "cross"])
-@pytest.mark.parametrize("long", [False, True])
+@pytest.mark.parametrize("keys", [24, 16 * cpu.QUERY_SCALING_KEYS_PER_HEAD_WIDTH, cpu.EXPLICIT_ATTENTION_MAX_KEYS + 8])
 @pytest.mark.parametrize("autocast", [True, False])
-def test_explicit_attention_equals_fp32_sdpa(kind, long, autocast):
-    """Short attention (explicit matmuls, fp32 softmax) agrees with fp32 SDPA, outputs and
-    gradients: to bf16 precision under bf16 autocast, to fp32 precision without; long attention
-    (which ``kernels.attention`` hands to SDPA in fp32) to fp32 precision."""
-    keys = cpu.EXPLICIT_ATTENTION_MAX_KEYS + 8 if long else 24
+def test_explicit_attention_equals_fp32_sdpa(kind, keys, autocast):
+    """Short attention (explicit matmuls, fp32 softmax; the scale on the scores at 24 keys, on q from
+    ``QUERY_SCALING_KEYS_PER_HEAD_WIDTH`` keys per unit of the 16-wide heads) agrees with fp32 SDPA,
+    outputs and gradients: to bf16 precision under bf16 autocast, to fp32 precision without; long
+    attention (which ``kernels.attention`` hands to SDPA in fp32) to fp32 precision."""
+    long = keys > cpu.EXPLICIT_ATTENTION_MAX_KEYS
     q, k, v, mask, bias, reference = _attention_case(kind, keys)
     scale = reference.get("scale")
     expected = F.scaled_dot_product_attention(q, k, v, **reference)

@@ -59,6 +59,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 # ``maskwise.kernels.attention`` hands attention over more keys than this to fp32 SDPA: the explicit
 # (B, H, T, S) scores grow quadratically, and beyond this they cost more than they save.
 EXPLICIT_ATTENTION_MAX_KEYS = 512
+# ``explicit_attention`` scales q rather than the scores from this many keys per unit of head width: at compare's
+# shape (16-wide heads, 256 keys) a bf16 step measured 2-4% faster so, at run_all's (64-wide, 128 keys) no faster.
+QUERY_SCALING_KEYS_PER_HEAD_WIDTH = 4
 
 
 def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask,
@@ -73,14 +76,22 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
     probabilities are rounded to bf16 for the second matmul anyway, so fp32 (B, H, T, S) copies
     bought nothing but memory traffic (a CLM layer's forward and backward measured 7.7 ms with them,
     3.9 ms without; docs/results.md, 2026-12-05 session 5). T5's bias is added in fp32, so that its
-    gradient, summed over the batch, is not rounded to bf16."""
+    gradient, summed over the batch, is not rounded to bf16.
+
+    With keys at least ``QUERY_SCALING_KEYS_PER_HEAD_WIDTH`` times the head width, the scale goes on q
+    before the product instead of on the scores after it: q is then a quarter of the scores' size or
+    less, and the scores' own scaling pass (and its backward's) is the costlier one."""
     scale = scale if scale is not None else q.shape[-1] ** -0.5
-    scores = torch.matmul(q, k.transpose(-1, -2))  # (B, H, T, S), the matmul dtype
+    scale_queries = bias is None and k.shape[2] >= QUERY_SCALING_KEYS_PER_HEAD_WIDTH * q.shape[-1]
+    scores = torch.matmul(q * scale if scale_queries else q, k.transpose(-1, -2))  # (B, H, T, S), the matmul dtype
     if bias is not None:
         scores = torch.add(bias, scores.float(), alpha=scale)  # fp32
     else:
         additive = mask.additive(q.shape[2], k.shape[2], q.device, scores.dtype)
-        scores = scores.mul_(scale) if additive is None else torch.add(additive, scores, alpha=scale)
+        if scale_queries:
+            scores = scores if additive is None else scores.add_(additive)
+        else:
+            scores = scores.mul_(scale) if additive is None else torch.add(additive, scores, alpha=scale)
     probs = torch.softmax(scores, -1)
     if dropout_p:
         probs = F.dropout(probs, dropout_p)
