@@ -92,6 +92,13 @@ def matmul_peak_share(run: dict) -> float | None:
     return None if run.get("before") else run["curve"][-1].get("share_of_matmul_peak")
 
 
+def matmul_peak_shares(runs: dict[str, list[dict]], arms: Sequence[Arm]) -> dict[str, list[float]] | None:
+    """Each arm's runs' ``matmul_peak_share``, by arm key (``runs``: one axis's runs by arm key); None if any
+    run has none, so that a report shows the row for every arm or for none."""
+    shares = {arm.key: [matmul_peak_share(run) for run in runs[arm.key]] for arm in arms}
+    return None if any(share is None for values in shares.values() for share in values) else shares
+
+
 def run_name(run: dict) -> str:
     return Path(run["run_dir"]).name
 

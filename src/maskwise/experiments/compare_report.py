@@ -8,9 +8,10 @@ only, and the summary says where that column separates from them.
 from __future__ import annotations
 
 import os
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 
-from maskwise.experiments.arms import WALL, Arm, run_name
+from maskwise.experiments.arms import WALL, Arm, matmul_peak_shares, run_name
 from maskwise.experiments.claims import RULES, Evidence, gather, ttft_milliseconds
 from maskwise.experiments.framework import Measured
 from maskwise.experiments.intervals import (
@@ -138,12 +139,12 @@ def _last_points(m: Measured, family: str) -> list[dict]:
 
 
 def peak_share_row(m: Measured) -> list[str]:
-    """The pretraining runs' share of the machine's matmul peak (``Trainer``'s last record, on a CPU run of
-    ``UTILIZATION_MIN_SECONDS`` or more), as a table row; empty where a run has none."""
-    shares = {arm.key: [point.get("share_of_matmul_peak") for point in _last_points(m, arm.key)] for arm in m.arms}
-    if any(share is None for values in shares.values() for share in values):
+    """The pretraining runs' share of the machine's matmul peak (``arms.matmul_peak_shares``), as a table
+    row; empty where a run has none."""
+    shares = matmul_peak_shares(m.runs[WALL], m.arms)
+    if shares is None:
         return []
-    return ["pretraining % of the matmul peak", *[f"{100 * sum(v) / len(v):.0f}%" for v in shares.values()], ""]
+    return ["pretraining % of the matmul peak", *[f"{100 * statistics.fmean(shares[a.key]):.0f}%" for a in m.arms], ""]
 
 
 def kinds(m: Measured) -> dict[str, Family]:

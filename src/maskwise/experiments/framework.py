@@ -22,7 +22,7 @@ from maskwise.experiments.arms import (
     Arm,
     Runs,
     Setup,
-    matmul_peak_share,
+    matmul_peak_shares,
     pretrain_arms,
     run_name,
     tokens_per_second,
@@ -247,9 +247,8 @@ def throughput_rows(runs: Runs, arms: Sequence[Arm]) -> list[list[str]]:
         rows.append(table_row("pretraining tokens seen (thousands)", axis, groups, None, 1))
         groups = {arm.label: [train_seconds(r) for r in runs[axis][arm.key]] for arm in arms}
         rows.append(table_row("pretraining seconds", axis, groups, None, 1))
-        groups = {arm.label: [matmul_peak_share(r) for r in runs[axis][arm.key]] for arm in arms}
-        if all(share is not None for shares in groups.values() for share in shares):
-            groups = {label: [100 * share for share in shares] for label, shares in groups.items()}
+        if shares := matmul_peak_shares(runs[axis], arms):
+            groups = {arm.label: [100 * share for share in shares[arm.key]] for arm in arms}
             rows.append(table_row("pretraining % of the matmul peak", axis, groups, None, 0))
     return rows
 
