@@ -308,13 +308,13 @@ def main() -> None:
                 pair = dataclasses.replace(result, reference=hf, sides={s: result.sides[s] for s in (hf, mw)})
                 notes = {hf: f"{infos[hf]['class']} ({infos[hf]['attention']}), fused AdamW; outputs differ from "
                              f"maskwise's by <= {infos[hf]['max_output_diff']:.1e} (fp32)", mw: f"{infos[mw]['class']}, fine_tune's step"}
-                row = common.rows_of(pair, {mw: TARGET}, {s: "bfloat16" for s in (hf, mw) if precision == "bf16"},
-                                     notes, {mw: ["finetune", "--task", task, "--shape", shape, "--sides", hf, mw]})
-                rows += row
+                pair_rows = common.rows_of(pair, {mw: TARGET}, {s: "bfloat16" for s in (hf, mw) if precision == "bf16"},
+                                           notes, {mw: ["finetune", "--task", task, "--shape", shape, "--sides", hf, mw]})
+                rows += pair_rows
                 median, low, high = pair.ratio(mw)
                 summary.append(f"| {task} | {shape} | {precision} | {pair.sides[hf].rate:,.1f} | "
                                f"{pair.sides[mw].rate:,.1f} | {median:.2f}x ({low:.2f}-{high:.2f}) | "
-                               f"{'met' if row[-1].met else 'missed'} |")
+                               f"{'met' if pair_rows[-1].met else 'missed'} |")
     header = [f"machine: {machine(runtime)}", f"command: python benchmarks/bench_finetune.py {' '.join(sys.argv[1:])}",
               (f"{args.rounds} rounds x {args.steps} steps per side after {args.warmup} warm-up; sequences {SEQ} "
                f"tokens; target maskwise/HF {TARGET}")]

@@ -88,10 +88,10 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
         scores = torch.add(bias, scores.float(), alpha=scale)  # fp32
     else:
         additive = mask.additive(q.shape[2], k.shape[2], q.device, scores.dtype)
-        if scale_queries:
-            scores = scores if additive is None else scores.add_(additive)
-        else:
-            scores = scores.mul_(scale) if additive is None else torch.add(additive, scores, alpha=scale)
+        if additive is not None:
+            scores = scores.add_(additive) if scale_queries else torch.add(additive, scores, alpha=scale)
+        elif not scale_queries:
+            scores = scores.mul_(scale)
     probs = torch.softmax(scores, -1)
     if dropout_p:
         probs = F.dropout(probs, dropout_p)

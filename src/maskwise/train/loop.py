@@ -390,7 +390,8 @@ class Trainer:
                 bar.close()
                 raise UserError(f"training stopped at step {c.step}: {c.nonfinite_in_a_row} non-finite "
                                 "losses or gradient norms in a row (lower --lr, or train with --precision fp32)")
-            if c.step % cfg.eval_every == 0 or self._budget_spent():
+            finished = self._budget_spent()
+            if c.step % cfg.eval_every == 0 or finished:
                 record = {
                     "step": c.step,
                     "tokens_seen": c.encoder_tokens + c.decoder_tokens,
@@ -405,7 +406,7 @@ class Trainer:
                     "nonfinite_steps": c.nonfinite_steps,
                     **self.evaluate(),
                 }
-                if self._budget_spent():
+                if finished:
                     record.update(self._utilization())
                 record.update({f"{key}_total": round(record[key] + spent, 4) for key, spent in self.earlier.items()})
                 window_loss, window_positions = 0.0, 0
