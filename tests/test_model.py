@@ -377,6 +377,80 @@ def test_pooling_under_left_and_right_padding():
         pool(h, mask, "max")
 
 
+# --- reading some positions alone (read_at): the last layer skips the other queries ----------------
+
+def _padded_batch(B: int = 3, T: int = 12):
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[1, 9:] = 0  # right padding
+    mask[2, :3] = 0  # left padding
+    return ids(B, T, seed=3), mask
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", [*LAYOUTS, "windowed"])  # windowed: modernbert with its last layer local
+def test_reading_some_positions_equals_reading_all(name, family):
+    overrides = dict(TINY, family=family)
+    if name == "windowed":
+        name, overrides = "modernbert", dict(overrides, local_window=3, global_every=2)
+    torch.manual_seed(0)
+    model = build_model(preset(name, **overrides)).eval()
+    x, mask = _padded_batch()
+    read_at = torch.tensor([[0, 5, 11], [8, 2, 2], [3, 11, 10]])  # any order, repeats, padding positions
+    last_ffn = (model.encoder if family == "encoder-decoder" else model.stack).blocks[-1].ffn
+    widths = []
+    last_ffn.register_forward_hook(lambda module, inputs, output: widths.append(inputs[0].shape[1]))
+    with torch.no_grad():
+        full = model.read(x, mask)  # (B, T, d)
+        some = model.read(x, mask, read_at=read_at)  # (B, R, d)
+    expected = full.gather(1, read_at[..., None].expand(-1, -1, full.shape[2]))
+    torch.testing.assert_close(some, expected, rtol=1e-5, atol=1e-5)
+    assert widths == [12, 3]  # the last layer's FFN ran on the positions read alone
+
+
+@pytest.mark.parametrize("name, family", [("modernbert", "encoder"), ("bert", "encoder"), ("gpt2", "decoder")])
+def test_lm_loss_reads_the_labelled_positions_alone(name, family, monkeypatch):
+    """Loss, logits and every gradient as when every position is read; no hidden states are returned then."""
+    from maskwise.model import heads
+
+    model = build_model(preset(name, **dict(TINY, family=family))).eval()
+    x, mask = _padded_batch()
+    labels = torch.full(x.shape, IGNORE_INDEX)
+    for b, t in [(0, 1), (0, 7), (1, 4), (2, 3), (2, 6), (2, 11)]:
+        labels[b, t] = int(x[b, t])
+    assert heads.labelled_reading(labels)[0].shape == (3, 3)
+
+    def run():
+        model.zero_grad()
+        out = model(x, mask, labels=labels)
+        out.loss.backward()
+        return out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    some, some_grads = run()
+    monkeypatch.setattr(heads, "READ_LABELLED_SHARE", 0.0)  # every position read
+    every, every_grads = run()
+    assert some.hidden_states is None and every.hidden_states.shape == (*x.shape, TINY["d_model"])
+    torch.testing.assert_close(some.logits, every.logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(some.loss, every.loss)
+    assert some_grads.keys() == every_grads.keys()
+    for n in some_grads:
+        torch.testing.assert_close(some_grads[n], every_grads[n], rtol=1e-4, atol=1e-6, msg=n)
+
+
+def test_labelled_reading_keeps_order_and_reads_all_where_most_are_labelled():
+    from maskwise.model.heads import READ_LABELLED_SHARE, labelled_reading
+
+    labels = torch.full((2, 8), IGNORE_INDEX)
+    labels[0, [6, 2]] = torch.tensor([5, 4])
+    labels[1, 3] = 9
+    read_at, at = labelled_reading(labels)
+    assert read_at[0].tolist() == [2, 6] and at[0].tolist() == [4, 5]
+    assert read_at[1, 0] == 3 and at[1].tolist() == [9, IGNORE_INDEX]  # a shorter row's slot: unlabelled
+    assert labelled_reading(torch.full((2, 8), IGNORE_INDEX))[0] is None  # nothing labelled
+    most = torch.zeros(2, 8, dtype=torch.long)
+    most[:, : int(8 * (1 - READ_LABELLED_SHARE)) - 1] = IGNORE_INDEX  # more than the share labelled
+    assert labelled_reading(most)[0] is None and labelled_reading(None) == (None, None)
+
+
 # --- padding invariance and causality -------------------------------------------------------------
 
 @pytest.mark.parametrize("name", LAYOUTS)

@@ -48,6 +48,24 @@ def test_labels_are_exactly_corrupted_vs_original(seed):
 
 
 @pytest.mark.unit
+def test_the_generator_reads_the_masked_positions_alone_as_it_reads_every_one(monkeypatch):
+    from maskwise.model import heads
+
+    _, model, batch = _model_and_batch()
+    model.eval()
+    widths = []
+    model.generator.blocks[-1].ffn.register_forward_hook(lambda m, inputs, out: widths.append(inputs[0].shape[1]))
+    args = (batch["input_ids"], batch["labels"], batch["sample_uniform"])
+    with torch.no_grad():
+        some = model(*args)
+        monkeypatch.setattr(heads, "READ_LABELLED_SHARE", 0.0)  # every position read
+        every = model(*args)
+    assert widths[0] < widths[1] == batch["input_ids"].shape[1]
+    torch.testing.assert_close(some.generator.logits, every.generator.logits, rtol=1e-5, atol=1e-5)
+    assert torch.equal(some.corrupted, every.corrupted)
+
+
+@pytest.mark.unit
 def test_sampling_follows_the_softmax():
     logits = torch.log(torch.tensor([[0.1, 0.0, 0.6, 0.3]]))  # one impossible token
     u = (torch.arange(10_000) + 0.5) / 10_000

@@ -136,6 +136,25 @@ def test_segment_readout_scores_the_cosine_of_each_parts_mean_state_in_one_joint
     assert [name for name, _ in model.head.named_parameters()] == ["log_scale"]
 
 
+def test_cls_readout_scores_the_cls_state_which_the_body_computes_alone():
+    from maskwise.config import preset
+    from maskwise.model.heads import pool
+    from maskwise.model.transformer import build_model
+    from maskwise.tasks.cross_encoder import CrossEncoder
+
+    torch.manual_seed(0)
+    body = build_model(preset("bert", vocab_size=40, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=16))
+    model = CrossEncoder(body, readout="cls").eval()
+    ids = torch.tensor([[1, 5, 6, 2, 7, 8, 9, 2, 0], [0, 1, 5, 2, 7, 3, 9, 2, 2]])
+    mask = torch.tensor([[1] * 8 + [0], [0] + [1] * 8])  # right and left padding: [CLS] at 0 and at 1
+    types = torch.tensor([[0] * 4 + [1] * 5, [0] * 4 + [1] * 5])
+    with torch.no_grad():
+        cls = pool(body.hidden_states(ids, mask, types), mask, "cls")  # (2, 16)
+        expected = model.head.proj(cls).squeeze(-1)
+        scores = model(ids, mask, types)
+    assert torch.allclose(scores, expected, atol=1e-5)
+
+
 def test_models_option_is_checked_in_one_line_before_anything_runs(bert_folder, tmp_path):
     from maskwise.errors import UserError
     from maskwise.experiments.ablations.registry import checked

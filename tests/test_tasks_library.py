@@ -117,6 +117,20 @@ def test_pooled_body_states_do_not_depend_on_padding(tokenizer, family, side, po
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("family, side, pooling", [
+    ("encoder", "right", "cls"), ("encoder", "left", "cls"),
+    ("decoder", "left", "last"), ("decoder", "right", "last"), ("encoder-decoder", "right", "cls"),
+])
+def test_a_one_position_classifier_reads_that_position_alone_as_the_pooled_full_read(tokenizer, family, side,
+                                                                                       pooling):
+    classifier = SequenceClassifier(tiny(family, tokenizer), ["a", "b", "c"], pooling).eval()
+    ids, mask = pad([tokenizer.encode("To be"), tokenizer.encode("or not to be, that")], tokenizer.pad_id, side)
+    with torch.no_grad():
+        expected = classifier.head(pool(classifier.body.read(ids, mask), mask, pooling))
+        torch.testing.assert_close(classifier(ids, mask), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.unit
 def test_body_and_head_learning_rates_differ_in_the_optimizer(tokenizer):
     classifier = SequenceClassifier(tiny("encoder", tokenizer), ["a", "b"])
     optimizer = finetune_optimizer(classifier, FinetuneConfig(lr=2e-5, head_lr=1e-3), (HEAD_PREFIX,))

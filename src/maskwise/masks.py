@@ -58,6 +58,22 @@ class Mask:
         allowed = self.dense(q_len, k_len, device)
         return torch.zeros(allowed.shape, device=device, dtype=dtype).masked_fill_(~allowed, float("-inf"))
 
+    def rows(self, queries: torch.Tensor, q_len: int, k_len: int) -> Mask:
+        """The mask of the queries at ``queries`` ((B, R) positions among the ``q_len``) alone: a stack
+        that reads only some positions' outputs (``transformer.Stack``'s ``read_at``) asks its last
+        layer for those queries only. Every key allowed stays ``Mask(None)``."""
+        if self.allowed is None and not self.is_causal:
+            return self
+        return Mask(query_rows(self.dense(q_len, k_len, queries.device), queries))  # (B, 1, R, T_k)
+
+
+def query_rows(t: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    """(B or 1, X, T_q, Y) -> (B, X, R, Y): the rows of the query positions ``queries`` (B, R) of each
+    batch row; a mask, an attention bias, or the queries themselves."""
+    B, R = queries.shape
+    t = t.expand(B, *t.shape[1:])  # (B, X, T_q, Y)
+    return t.gather(2, queries[:, None, :, None].expand(B, t.shape[1], R, t.shape[3]))  # (B, X, R, Y)
+
 
 def _causal(q_len: int, k_len: int, q_offset: int, device) -> torch.Tensor:
     """(T_q, T_k): query at absolute position q_offset + i may attend to keys j <= q_offset + i."""

@@ -7,7 +7,7 @@ from torch import nn
 
 from maskwise import kernels
 from maskwise.config import ModelConfig
-from maskwise.masks import Mask
+from maskwise.masks import Mask, query_rows
 from maskwise.model.cache import KVCache
 from maskwise.model.layout import Linear
 from maskwise.model.positions import RotaryAngles, rotate
@@ -86,7 +86,10 @@ class Attention(nn.Module):
         rotary: RotaryAngles | None = None,
         cache: KVCache | None = None,
         layer: int = 0,
+        queries: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """x: (B, T, d) -> (B, T, d); with ``queries`` ((B, R) positions, self-attention only), every
+        position's keys and values but only those R queries: (B, R, d)."""
         B, T, _ = x.shape
         if self.cross:
             q = self._heads(self.q(x), self.n_heads)[0]  # (B, H, T, hd)
@@ -105,6 +108,10 @@ class Attention(nn.Module):
             q, k, v = self._self_qkv(x, rotary)  # (B, H, T, hd), 2 x (B, Hkv, T, hd)
             if cache is not None:
                 k, v = cache.append(layer, k, v)  # (B, Hkv, cached + T, hd)
+            if queries is not None:
+                mask = mask.rows(queries, T, k.shape[2])
+                bias = query_rows(bias, queries) if bias is not None else None  # (B, H, R, S)
+                q, T = query_rows(q, queries), queries.shape[1]  # (B, H, R, hd)
 
         dropout_p = self.dropout if self.training else 0.0
         k, v = self._grouped(k), self._grouped(v)  # (B, H, S, hd)

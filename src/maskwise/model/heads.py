@@ -20,6 +20,7 @@ from maskwise.config import ModelConfig
 from maskwise.model.layers import ACTIVATIONS, make_norm
 
 IGNORE_INDEX = -100
+READ_LABELLED_SHARE = 0.75  # a loss on at most this share of positions reads them alone (``labelled_reading``)
 
 
 @dataclass
@@ -116,6 +117,23 @@ class LMHead(nn.Module):
         return LMOutput(logits=logits, loss=loss_sum / max(n, 1), loss_sum=loss_sum, n_loss_positions=n)
 
 
+def labelled_reading(labels: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The positions a forward with an LM loss on ``labels`` (B, T) reads, for ``Stack``'s ``read_at``, and
+    the labels there: (B, R) positions, each row's labelled ones (label not -100) in order, R the most any
+    row has (a row with fewer fills its last slots with unlabelled positions, whose label is -100, so the
+    LM head's selection keeps the labelled ones in the same order), and their (B, R) labels. (None, labels)
+    where no position is labelled, or where R is more than ``READ_LABELLED_SHARE`` of the positions: then
+    every position is read (a causal stack keeps its built-in causal kernel)."""
+    if labels is None:
+        return None, None
+    unlabelled = labels == IGNORE_INDEX  # (B, T)
+    R = labels.shape[1] - int(unlabelled.sum(dim=1).min())
+    if R == 0 or R > READ_LABELLED_SHARE * labels.shape[1]:
+        return None, labels
+    read_at = torch.argsort(unlabelled.to(torch.uint8), dim=1, stable=True)[:, :R]  # (B, R): labelled first
+    return read_at, labels.gather(1, read_at)
+
+
 def dense_act_norm(cfg: ModelConfig, width: int) -> nn.Sequential:
     """BERT's and ModernBERT's head transform, d_model -> ``width``: dense, the body's activation, its norm."""
     return nn.Sequential(nn.Linear(cfg.d_model, width, bias=cfg.lm_head_transform_bias),
@@ -143,21 +161,27 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None, how: str) ->
       a causal model has seen the whole sequence from.
     """
     B, T, _ = hidden.shape
-    if attention_mask is None:
-        attention_mask = torch.ones(B, T, dtype=torch.long, device=hidden.device)
-    real = attention_mask.to(torch.bool)  # (B, T)
-    positions = torch.arange(T, device=hidden.device).expand(B, T)
-    rows = torch.arange(B, device=hidden.device)
-    if how == "cls":
-        first = torch.where(real, positions, T).min(dim=1).values  # (B,)
-        return hidden[rows, first]
+    if how in ONE_POSITION_POOLINGS:
+        return hidden[torch.arange(B, device=hidden.device), pooled_position(attention_mask, how, B, T)]
     if how == "mean":
+        real = attention_mask if attention_mask is not None else torch.ones(B, T, device=hidden.device)
         weights = real.to(hidden.dtype)[..., None]  # (B, T, 1)
         return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
-    if how == "last":
-        last = torch.where(real, positions, -1).max(dim=1).values  # (B,)
-        return hidden[rows, last]
     raise ValueError(f"unknown pooling {how!r}; known: {', '.join(POOLINGS)}")
+
+
+ONE_POSITION_POOLINGS = ("cls", "last")  # the poolings that read one position: a body can compute it alone
+
+
+def pooled_position(attention_mask: torch.Tensor | None, how: str, B: int, T: int) -> torch.Tensor:
+    """(B,) the position a ``cls`` or ``last`` pooling reads in each row: the first or last real token."""
+    positions = torch.arange(T, device=attention_mask.device if attention_mask is not None else None)
+    if attention_mask is None:
+        return positions[0 if how == "cls" else T - 1].expand(B)
+    real = attention_mask.to(torch.bool)  # (B, T)
+    if how == "cls":
+        return torch.where(real, positions, T).min(dim=1).values  # (B,)
+    return torch.where(real, positions, -1).max(dim=1).values  # (B,)
 
 
 @dataclass

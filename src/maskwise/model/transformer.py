@@ -24,7 +24,14 @@ from maskwise.config import ModelConfig
 from maskwise.masks import build_mask
 from maskwise.model.attention import Attention
 from maskwise.model.cache import KVCache
-from maskwise.model.heads import IGNORE_INDEX, LMHead, LMOutput, RTDHead, RTDOutput
+from maskwise.model.heads import (
+    IGNORE_INDEX,
+    LMHead,
+    LMOutput,
+    RTDHead,
+    RTDOutput,
+    labelled_reading,
+)
 from maskwise.model.layers import ACTIVATIONS, dropout, make_norm
 from maskwise.model.layout import Linear
 from maskwise.model.positions import (
@@ -78,15 +85,20 @@ class Block(nn.Module):
         self.ffn_norm = make_norm(cfg)
         self.dropout_p = cfg.dropout
 
-    def _residual(self, x: torch.Tensor, norm: nn.Module, branch) -> torch.Tensor:
+    def _residual(self, x: torch.Tensor, norm: nn.Module, branch, read_at: torch.Tensor | None = None) -> torch.Tensor:
+        """x + branch, normed before or after; ``read_at`` (B, R): the branch gives those positions' outputs
+        alone (self-attention reading every position's keys), so the residual takes x at them too."""
+        kept = x if read_at is None else x.gather(1, read_at[..., None].expand(-1, -1, x.shape[2]))  # (B, R, d)
         if self.pre_norm:
-            return x + dropout(branch(norm(x)), self.dropout_p, self.training)
-        return norm(x + dropout(branch(x), self.dropout_p, self.training))
+            return kept + dropout(branch(norm(x)), self.dropout_p, self.training)
+        return norm(kept + dropout(branch(x), self.dropout_p, self.training))
 
     def forward(self, x, mask, context=None, context_mask=None, bias=None, rotary=None,
-                cache=None, layer=0):
+                cache=None, layer=0, read_at=None):
+        """x: (B, T, d) -> (B, T, d), or (B, R, d) at the positions ``read_at`` (B, R) only (no cross-attention)."""
         x = self._residual(x, self.attn_norm,
-                           lambda h: self.attn(h, mask, bias=bias, rotary=rotary, cache=cache, layer=layer))
+                           lambda h: self.attn(h, mask, bias=bias, rotary=rotary, cache=cache, layer=layer,
+                                               queries=read_at), read_at)
         if self.cross_attn is not None:
             x = self._residual(x, self.cross_norm,
                                lambda h: self.cross_attn(h, context_mask, context=context, rotary=rotary,
@@ -151,11 +163,19 @@ class Stack(nn.Module):
         prefix_lengths: torch.Tensor | None = None,
         cache: KVCache | None = None,
         pattern: str | None = None,
+        read_at: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """x: (B, T, e) token embeddings (e = d unless factorised); attention_mask: (B, T_keys)
         1 = real token (with a cache, it covers the cached keys too); context: (B, S, d) encoder
         states; context_mask: (B, S); pattern: this pass's self-attention pattern where it is not the
-        stack's own (a hybrid decoder's bidirectional pass)."""
+        stack's own (a hybrid decoder's bidirectional pass).
+
+        ``read_at``: (B, R) positions, the only ones whose outputs the caller reads (a [CLS] readout, the
+        labelled positions of an MLM batch): the last layer computes its queries, FFN and the final norm
+        there alone, and the stack returns (B, R, d). Why: that layer's other positions feed nothing,
+        and skipping them cut a 4-layer classifier's fine-tuning step by a fifth (docs/results.md)."""
+        if read_at is not None and (context is not None or cache is not None):
+            raise ValueError("read_at reads a stack's own positions in one pass: no cross-attention, no cache")
         T = x.shape[1]
         offset = cache.length if cache is not None else 0
         own_positions = positions is None
@@ -185,9 +205,10 @@ class Stack(nn.Module):
                       for local, mask in masks.items()}
 
         rotary = RotaryAngles(positions)  # RoPE's angles, made by the first layer that asks, shared by the rest
+        last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
             x = block(x, masks[block.local], context=context, context_mask=cross_mask, bias=biases[block.local],
-                      rotary=rotary, cache=cache, layer=i)
+                      rotary=rotary, cache=cache, layer=i, read_at=read_at if i == last else None)
         if cache is not None:
             cache.length += T
         if self.final_norm is not None:
@@ -240,8 +261,9 @@ class Transformer(nn.Module):
                          if isinstance(m, Stack) and m.positions is not None)
         return total
 
-    def read(self, input_ids, attention_mask) -> torch.Tensor:
-        """``(B, T, d)`` hidden states of a text as every task reads it; each family says how."""
+    def read(self, input_ids, attention_mask, read_at=None) -> torch.Tensor:
+        """``(B, T, d)`` hidden states of a text as every task reads it; each family says how. ``read_at``
+        (B, R): those positions' states alone, (B, R, d) (``Stack.forward``)."""
         raise NotImplementedError
 
     def make_cache(self, batch: int, max_len: int) -> KVCache:
@@ -260,23 +282,23 @@ class Encoder(Transformer):
         self.stack = Stack(cfg, cfg.n_layers, "bidirectional")
         self.init_weights()
 
-    def hidden_states(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
-        return self.stack(self._embed(input_ids), attention_mask, token_type_ids=token_type_ids)
+    def hidden_states(self, input_ids, attention_mask=None, token_type_ids=None, read_at=None) -> torch.Tensor:
+        return self.stack(self._embed(input_ids), attention_mask, token_type_ids=token_type_ids, read_at=read_at)
 
-    def read(self, input_ids, attention_mask) -> torch.Tensor:
+    def read(self, input_ids, attention_mask, read_at=None) -> torch.Tensor:
         """``(B, T, d)``: how every task reads a text with this family (``Transformer.read``)."""
-        return self.hidden_states(input_ids, attention_mask)
+        return self.hidden_states(input_ids, attention_mask, read_at=read_at)
 
     def forward(self, input_ids, attention_mask=None, labels=None, token_type_ids=None,
                 decoder_input_ids=None, return_logits: bool = True) -> LMOutput:
         """``decoder_input_ids`` is accepted so that every family can be called the same way
         (``maskwise.load``); an encoder has no decoder, so anything but None is an error.
-        ``return_logits=False``: the loss alone (see ``LMHead.forward``)."""
+        ``return_logits=False``: the loss alone (see ``LMHead.forward``). With labels, only the labelled
+        positions are read (``heads.labelled_reading``)."""
         _no_decoder(self, decoder_input_ids)
-        h = self.hidden_states(input_ids, attention_mask, token_type_ids)  # (B, T, d)
-        out = self.lm_head(h, labels, return_logits=return_logits)
-        out.hidden_states = h
-        return out
+        read_at, labels = labelled_reading(labels)
+        h = self.hidden_states(input_ids, attention_mask, token_type_ids, read_at)  # (B, T or R, d)
+        return _lm_output(self, h, labels, read_at, return_logits)
 
 
 class Discriminator(Encoder):
@@ -313,18 +335,18 @@ class Decoder(Transformer):
         self.init_weights()
 
     def hidden_states(self, input_ids, attention_mask=None, positions=None, prefix_lengths=None,
-                      cache=None, bidirectional: bool = False) -> torch.Tensor:
+                      cache=None, bidirectional: bool = False, read_at=None) -> torch.Tensor:
         if bidirectional and (prefix_lengths is not None or cache is not None):
             raise ValueError("a bidirectional pass reads the whole text at once: no prefix_lengths, no cache")
         return self.stack(self._embed(input_ids), attention_mask, positions=positions,
                           prefix_lengths=prefix_lengths, cache=cache,
-                          pattern="bidirectional" if bidirectional else None)
+                          pattern="bidirectional" if bidirectional else None, read_at=read_at)
 
-    def read(self, input_ids, attention_mask) -> torch.Tensor:
+    def read(self, input_ids, attention_mask, read_at=None) -> torch.Tensor:
         """``(B, T, d)`` with positions from the mask, so left and right padding read alike; with the
         bidirectional mask where the model was trained to read so (``cfg.reads_bidirectionally``)."""
         return self.hidden_states(input_ids, attention_mask, positions=positions_from_mask(attention_mask),
-                                  bidirectional=self.cfg.reads_bidirectionally)
+                                  bidirectional=self.cfg.reads_bidirectionally, read_at=read_at)
 
     def forward(self, input_ids, attention_mask=None, labels=None, positions=None, prefix_lengths=None,
                 cache=None, decoder_input_ids=None, return_logits: bool = True,
@@ -332,12 +354,13 @@ class Decoder(Transformer):
         """``decoder_input_ids``: accepted for a family-independent call signature; must be None
         (a decoder-only model reads everything through ``input_ids``). ``return_logits=False``:
         the loss alone (see ``LMHead.forward``). ``bidirectional``: every position sees every other
-        (the hybrid objective's masked batches)."""
+        (the hybrid objective's masked batches). With labels and no cache, only the labelled positions
+        are read (``heads.labelled_reading``)."""
         _no_decoder(self, decoder_input_ids)
-        h = self.hidden_states(input_ids, attention_mask, positions, prefix_lengths, cache, bidirectional)  # (B, T, d)
-        out = self.lm_head(h, labels, return_logits=return_logits)
-        out.hidden_states = h
-        return out
+        read_at, labels = labelled_reading(labels) if cache is None else (None, labels)
+        h = self.hidden_states(input_ids, attention_mask, positions, prefix_lengths, cache, bidirectional,
+                               read_at)  # (B, T or R, d)
+        return _lm_output(self, h, labels, read_at, return_logits)
 
 
 class EncoderDecoder(Transformer):
@@ -352,12 +375,12 @@ class EncoderDecoder(Transformer):
         self.decoder = Stack(cfg, cfg.decoder_layers, "causal", cross=True)
         self.init_weights()
 
-    def encode(self, input_ids, attention_mask=None) -> torch.Tensor:
-        return self.encoder(self._embed(input_ids), attention_mask)  # (B, S, d)
+    def encode(self, input_ids, attention_mask=None, read_at=None) -> torch.Tensor:
+        return self.encoder(self._embed(input_ids), attention_mask, read_at=read_at)  # (B, S or R, d)
 
-    def read(self, input_ids, attention_mask) -> torch.Tensor:
+    def read(self, input_ids, attention_mask, read_at=None) -> torch.Tensor:
         """``(B, T, d)``: a text is read by the encoder."""
-        return self.encode(input_ids, attention_mask)
+        return self.encode(input_ids, attention_mask, read_at)
 
     def decode(self, decoder_input_ids, encoder_hidden_states, attention_mask=None,
                decoder_attention_mask=None, cache=None) -> torch.Tensor:
@@ -378,6 +401,13 @@ class EncoderDecoder(Transformer):
         return Seq2SeqOutput(logits=out.logits, loss=out.loss, loss_sum=out.loss_sum,
                              n_loss_positions=out.n_loss_positions, hidden_states=h,
                              encoder_hidden_states=encoder_hidden_states)
+
+
+def _lm_output(model: Transformer, h: torch.Tensor, labels, read_at, return_logits: bool) -> LMOutput:
+    """The LM head on the states the forward read; ``hidden_states`` only where they are every position's."""
+    out = model.lm_head(h, labels, return_logits=return_logits)
+    out.hidden_states = h if read_at is None else None
+    return out
 
 
 def _no_decoder(model: Transformer, decoder_input_ids) -> None:

@@ -25,7 +25,7 @@ from torch import nn
 
 from maskwise.config import ModelConfig
 from maskwise.errors import UserError
-from maskwise.model.heads import IGNORE_INDEX, LMHead, LMOutput
+from maskwise.model.heads import IGNORE_INDEX, LMHead, LMOutput, labelled_reading
 from maskwise.model.layers import ACTIVATIONS, make_norm
 from maskwise.model.transformer import Discriminator, Encoder, Stack
 from maskwise.objectives.base import LossParts, correct_predictions
@@ -135,9 +135,11 @@ class ElectraModel(nn.Module):
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # (T,)
         # The shared embeddings, computed exactly as the discriminator's stack computes its own.
         shared = disc.stack.embed(disc._embed(input_ids), positions, token_type_ids)  # (B, T, d)
-        h = self.generator(self.generator_in(shared), attention_mask)  # (B, T, d_gen)
-        h = self.generator_norm(self.generator_act(self.generator_dense(h)))  # (B, T, d)
-        generated = self.generator_head(h, labels)  # logits (N, V) at the N masked positions
+        # The generator's last layer reads the masked positions alone (``Stack``'s ``read_at``).
+        read_at, at_read = labelled_reading(labels)  # (B, R) positions and their labels, or (None, labels)
+        h = self.generator(self.generator_in(shared), attention_mask, read_at=read_at)  # (B, T or R, d_gen)
+        h = self.generator_norm(self.generator_act(self.generator_dense(h)))  # (B, T or R, d)
+        generated = self.generator_head(h, at_read)  # logits (N, V) at the N masked positions
 
         masked = labels != IGNORE_INDEX  # (B, T)
         original = torch.where(masked, labels, input_ids)

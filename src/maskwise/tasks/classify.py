@@ -40,7 +40,13 @@ from maskwise.data.tasks import (
 from maskwise.data.user_tasks import TaskSpec, UserTask, distribution
 from maskwise.errors import UserError
 from maskwise.families import Family
-from maskwise.model.heads import POOLINGS, ClassifierHead, pool
+from maskwise.model.heads import (
+    ONE_POSITION_POOLINGS,
+    POOLINGS,
+    ClassifierHead,
+    pool,
+    pooled_position,
+)
 from maskwise.runs import load_weights_into
 from maskwise.runtime import Runtime
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
@@ -107,6 +113,11 @@ class SequenceClassifier(nn.Module):
         return self
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, T) -> (B, n_classes). A one-position pooling reads that position alone
+        (``Stack``'s ``read_at``): its last layer skips every other query."""
+        if self.pooling in ONE_POSITION_POOLINGS:
+            at = pooled_position(attention_mask, self.pooling, *input_ids.shape)[:, None]  # (B, 1)
+            return self.head(self.body.read(input_ids, attention_mask, read_at=at)[:, 0])  # (B, n_classes)
         h = self.body.read(input_ids, attention_mask)  # (B, T, d)
         return self.head(pool(h, attention_mask, self.pooling))  # (B, n_classes)
 

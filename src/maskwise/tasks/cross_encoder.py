@@ -19,7 +19,7 @@ from torch import nn
 
 from maskwise.data.tasks import RetrievalSet
 from maskwise.errors import UserError
-from maskwise.model.heads import ClassifierHead, pool
+from maskwise.model.heads import ClassifierHead, pool, pooled_position
 from maskwise.padding import pad
 from maskwise.runtime import Runtime
 from maskwise.tasks.finetune import fine_tune
@@ -38,8 +38,13 @@ class ClsScore(ClassifierHead):
     def __init__(self, d_model: int, dropout: float):
         super().__init__(d_model, 1, dropout)
 
+    @staticmethod
+    def read_at(attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, 1): the [CLS] position, the one state this score reads (the body computes it alone)."""
+        return pooled_position(attention_mask, "cls", *attention_mask.shape)[:, None]
+
     def forward(self, h, attention_mask, token_type_ids) -> torch.Tensor:
-        return super().forward(pool(h, attention_mask, "cls")).squeeze(-1)  # (B,)
+        return super().forward(h[:, 0]).squeeze(-1)  # (B, 1, d) -> (B,)
 
 
 class SegmentCosine(nn.Module):
@@ -51,6 +56,10 @@ class SegmentCosine(nn.Module):
     def __init__(self, scale: float = 20.0):
         super().__init__()
         self.log_scale = nn.Parameter(torch.tensor(math.log(scale)))
+
+    @staticmethod
+    def read_at(attention_mask: torch.Tensor) -> None:
+        """Every position (None): the means read them all."""
 
     def forward(self, h, attention_mask, token_type_ids) -> torch.Tensor:
         real = attention_mask.bool()  # (B, T)
@@ -78,7 +87,7 @@ class CrossEncoder(nn.Module):
     def forward(self, input_ids, attention_mask, token_type_ids) -> torch.Tensor:
         # A body without segment embeddings tells the parts apart by [SEP]; the readout reads the segments.
         types = token_type_ids if self.body.cfg.type_vocab_size > 0 else None
-        h = self.body.hidden_states(input_ids, attention_mask, types)  # (B, T, d)
+        h = self.body.hidden_states(input_ids, attention_mask, types, self.head.read_at(attention_mask))  # (B, T or 1, d)
         return self.head(h, attention_mask, token_type_ids)  # (B,)
 
 
