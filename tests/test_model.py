@@ -575,6 +575,20 @@ def test_kv_cache_matches_full_forward(name, schedule, device):
     torch.testing.assert_close(cached, full, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["gpt2", "modern"])
+def test_a_prompt_read_at_its_last_position_fills_the_cache_as_a_full_read_does(name):
+    """Generation's prefill: the last layer computes the prompt's last query alone, yet caches every key."""
+    model = tiny_model(name)
+    tokens, mask = ids(2, 8), torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1], [1] * 8])
+    with torch.no_grad():
+        full = model.lm_head.logits(model.hidden_states(tokens, mask))  # (B, 8, V)
+        cache = model.make_cache(2, max_len=8)
+        prompt = model.hidden_states(tokens[:, :5], mask[:, :5], cache=cache, read_at=torch.full((2, 1), 4))
+        steps = [prompt[:, 0]] + [model.hidden_states(tokens[:, t:t + 1], mask[:, :t + 1], cache=cache)[:, 0]
+                                  for t in range(5, 8)]
+    torch.testing.assert_close(model.lm_head.logits(torch.stack(steps, 1)), full[:, 4:], rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize("name", ["gpt2", "t5"])
 def test_kv_cache_reorder_follows_the_kept_rows(name):
     """Beam search keeps rows [1, 1, 0] mid-way: the result is the full forward of those rows."""

@@ -172,10 +172,11 @@ class Stack(nn.Module):
 
         ``read_at``: (B, R) positions, the only ones whose outputs the caller reads (a [CLS] readout, the
         labelled positions of an MLM batch): the last layer computes its queries, FFN and the final norm
-        there alone, and the stack returns (B, R, d). Why: that layer's other positions feed nothing,
-        and skipping them cut a 4-layer classifier's fine-tuning step by a fifth (docs/results.md)."""
-        if read_at is not None and (context is not None or cache is not None):
-            raise ValueError("read_at reads a stack's own positions in one pass: no cross-attention, no cache")
+        there alone, and the stack returns (B, R, d). Why: that layer's other positions feed nothing;
+        skipping them took 14% off compare's classifier fine-tuning step, 11% off its seq2seq one and
+        8-19% off a 200-token prompt's prefill (docs/results.md, 2026-12-06 third session)."""
+        if read_at is not None and context is not None:
+            raise ValueError("read_at selects self-attention's queries: a stack with cross-attention reads every one")
         T = x.shape[1]
         offset = cache.length if cache is not None else 0
         own_positions = positions is None
@@ -354,10 +355,10 @@ class Decoder(Transformer):
         """``decoder_input_ids``: accepted for a family-independent call signature; must be None
         (a decoder-only model reads everything through ``input_ids``). ``return_logits=False``:
         the loss alone (see ``LMHead.forward``). ``bidirectional``: every position sees every other
-        (the hybrid objective's masked batches). With labels and no cache, only the labelled positions
-        are read (``heads.labelled_reading``)."""
+        (the hybrid objective's masked batches). With labels, only the labelled positions are read
+        (``heads.labelled_reading``)."""
         _no_decoder(self, decoder_input_ids)
-        read_at, labels = labelled_reading(labels) if cache is None else (None, labels)
+        read_at, labels = labelled_reading(labels)
         h = self.hidden_states(input_ids, attention_mask, positions, prefix_lengths, cache, bidirectional,
                                read_at)  # (B, T or R, d)
         return _lm_output(self, h, labels, read_at, return_logits)

@@ -126,7 +126,11 @@ class _DecoderState:
         self.cache = model.make_cache(ids.shape[0], ids.shape[1] + steps) if use_cache else None
 
     def _logits(self, ids, mask, positions) -> torch.Tensor:
-        h = self.model.hidden_states(ids, mask, positions=positions, cache=self.cache)  # (B, T, d)
+        """The next token's logits (B, V) after ``ids`` (B, T); of T > 1 positions (a prompt's, or every one
+        without a cache) the last layer computes the last alone (``Stack``'s ``read_at``)."""
+        B, T = ids.shape
+        last = torch.full((B, 1), T - 1, device=ids.device) if T > 1 else None  # (B, 1)
+        h = self.model.hidden_states(ids, mask, positions=positions, cache=self.cache, read_at=last)  # (B, 1, d)
         return self.model.lm_head.logits(h[:, -1])  # (B, V)
 
     def first(self) -> torch.Tensor:
