@@ -49,9 +49,12 @@ def test_prefix_grid_per_row():
 def test_padding_and_bidirectional():
     padding = torch.tensor([[1, 1, 0], [0, 1, 1]])
     mask = build_mask("bidirectional", 3, 3, key_padding=padding)
-    assert mask.allowed.shape == (2, 1, 3, 3)
-    assert torch.equal(mask.allowed[0, 0], grid("##.", "##.", "##."))
-    assert torch.equal(mask.allowed[1, 0], grid(".##", ".##", ".##"))
+    assert mask.allowed.shape == (2, 1, 1, 3)  # one row per sequence, broadcast over the queries
+    allowed = mask.allowed.expand(-1, -1, 3, -1)
+    assert torch.equal(allowed[0, 0], grid("##.", "##.", "##."))
+    assert torch.equal(allowed[1, 0], grid(".##", ".##", ".##"))
+    assert torch.equal(build_mask("bidirectional", 2, 2, key_padding=torch.tensor([[0, 0]])).allowed[0, 0],
+                       grid("##"))  # a sequence of padding alone: opened, as a fully masked row would give NaN
 
 
 def test_padding_and_causal():
@@ -71,7 +74,7 @@ def test_padding_and_prefix():
 def test_padding_and_cross():
     padding = torch.tensor([[1, 0, 1, 1, 0]])
     mask = build_mask("cross", 2, 5, key_padding=padding)
-    assert torch.equal(mask.allowed[0, 0], grid("#.##.", "#.##."))
+    assert torch.equal(mask.allowed.expand(-1, -1, 2, -1)[0, 0], grid("#.##.", "#.##."))
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)
@@ -150,7 +153,7 @@ def test_fast_paths(pattern, q_len, k_len, q_offset, expected):
 def test_explicit_masks_when_needed(pattern, q_len, k_len, q_offset, kwargs):
     mask = build_mask(pattern, q_len, k_len, q_offset=q_offset, **kwargs)
     assert mask.allowed is not None and mask.allowed.dtype == torch.bool and not mask.is_causal
-    assert mask.allowed.shape[1:] == (1, q_len, k_len)
+    assert torch.broadcast_shapes(mask.allowed.shape, (1, 1, q_len, k_len))[1:] == (1, q_len, k_len)
 
 
 def test_dense_materialises_fast_paths():

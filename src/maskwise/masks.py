@@ -32,7 +32,8 @@ PATTERNS = ("bidirectional", "causal", "prefix", "cross")
 class Mask:
     """What attention needs: an explicit boolean mask, or ``None`` plus a causal flag for SDPA.
 
-    ``allowed``: ``(B or 1, 1, T_q, T_k)`` bool, True in row i, column j = query i may attend to key j.
+    ``allowed``: ``(B or 1, 1, T_q, T_k)`` bool, True in row i, column j = query i may attend to key j;
+    ``(B, 1, 1, T_k)`` where every query sees the same keys (key padding alone), broadcast over the queries.
     ``is_causal``: True only when the pattern is plain causal with T_q == T_k and nothing else,
     so SDPA can use its built-in causal kernel without materialising a mask.
     """
@@ -61,9 +62,9 @@ class Mask:
     def rows(self, queries: torch.Tensor, q_len: int, k_len: int) -> Mask:
         """The mask of the queries at ``queries`` ((B, R) positions among the ``q_len``) alone: a stack
         that reads only some positions' outputs (``transformer.Stack``'s ``read_at``) asks its last
-        layer for those queries only. Every key allowed stays ``Mask(None)``."""
-        if self.allowed is None and not self.is_causal:
-            return self
+        layer for those queries only. A mask the same for every query (none, key padding) stays as it is."""
+        if (self.allowed is None and not self.is_causal) or (self.allowed is not None and self.allowed.shape[2] == 1):
+            return self  # every query alike
         return Mask(query_rows(self.dense(q_len, k_len, queries.device), queries))  # (B, 1, R, T_k)
 
 
@@ -135,6 +136,11 @@ def build_mask(
         if q_offset == 0 and q_len == k_len:
             return Mask(None, is_causal=True)
 
+    if pattern in ("bidirectional", "cross") and window is None:
+        # Key padding alone: one row per sequence, broadcast over the queries, where a (B, 1, Tq, Tk) copy cost
+        # each attention call a pass over it (SDPA's conversion to an additive mask, the explicit path's add).
+        allowed = key_padding.to(device=device, dtype=torch.bool)[:, None, None, :]  # (B, 1, 1, Tk)
+        return Mask(allowed | ~allowed.any(dim=-1, keepdim=True))
     allowed = torch.ones(1, 1, q_len, k_len, dtype=torch.bool, device=device)
     if pattern in ("causal", "prefix"):
         allowed = _causal(q_len, k_len, q_offset, device)[None, None]  # (1, 1, Tq, Tk)
