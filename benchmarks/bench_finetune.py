@@ -147,11 +147,12 @@ def maskwise_output(task: str, model, b: dict, cfg):
     if task == "seq2seq":
         out = model(b["input_ids"], b["attention_mask"], labels=b["labels"])
         return out.loss, out.logits  # (labelled positions, V): the sparse head's
+    if task == "tag":
+        logits, targets = model.labelled_logits(b["input_ids"], b["attention_mask"], b["labels"])
+        return F.cross_entropy(logits.float(), targets), logits  # (labelled positions, tags)
     out = model(b["input_ids"], b["attention_mask"])
     if task == "classify":
         return F.cross_entropy(out, b["labels"]), out
-    if task == "tag":
-        return F.cross_entropy(out.flatten(0, 1).float(), b["labels"].flatten(), ignore_index=-100), out
     return info_nce(out, model(b["doc_ids"], b["doc_mask"]), cfg.temperature), out
 
 
@@ -168,7 +169,7 @@ def hf_output(task: str, model, b: dict, cfg):
         return F.cross_entropy(logits, torch.arange(len(queries))), queries
     labels = b["hf_labels"] if task == "seq2seq" else b["labels"]
     out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], labels=labels)
-    return out.loss, out.logits[b["labels"] != -100] if task == "seq2seq" else out.logits
+    return out.loss, out.logits[b["labels"] != -100] if task in ("seq2seq", "tag") else out.logits
 
 
 def export_to_hf(task: str, mw, cfg):

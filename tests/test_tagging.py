@@ -83,6 +83,30 @@ def test_a_saved_taggers_read_out_is_kept_and_checked(tokenizer):
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("family", ["encoder", "decoder"])
+def test_a_tagger_reads_the_words_positions_alone_as_it_reads_every_one(tokenizer, family, monkeypatch):
+    from maskwise.model import heads
+
+    tagger = TokenTagger(tiny(family, tokenizer), ["O", ",", "."]).eval()
+    examples = punctuation_examples("test", max_chars=60, limit=6)
+    widths = []
+    stack = tagger.body.stack
+    stack.blocks[-1].ffn.register_forward_hook(lambda m, inputs, out: widths.append(inputs[0].shape[1]))
+    ids = torch.randint(5, tokenizer.vocab_size, (2, 20), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    labels = torch.full(ids.shape, -100)
+    labels[0, [3, 9]], labels[1, [4]] = torch.tensor([1, 2]), 0
+    with torch.no_grad():
+        some = (tagger.labelled_logits(ids, mask, labels), predict_tags(tagger, tokenizer, examples))
+        monkeypatch.setattr(heads, "READ_LABELLED_SHARE", 0.0)  # every position read
+        every = (tagger.labelled_logits(ids, mask, labels), predict_tags(tagger, tokenizer, examples))
+    assert widths[0] == 2 and widths[1] < widths[3]  # the words' positions alone, then every one
+    torch.testing.assert_close(some[0][0], every[0][0], rtol=1e-5, atol=1e-5)
+    assert torch.equal(some[0][1], every[0][1]) and some[0][1].tolist() == [1, 2, 0]
+    assert some[1] == every[1]
+
+
+@pytest.mark.unit
 def test_tag_scores_match_hand_counts():
     gold = [",", ",", "O", ".", "O", "O"]
     predicted = [",", ".", ".", ".", "O", ","]

@@ -118,10 +118,10 @@ class LMHead(nn.Module):
 
 
 def labelled_reading(labels: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """The positions a forward with an LM loss on ``labels`` (B, T) reads, for ``Stack``'s ``read_at``, and
-    the labels there: (B, R) positions, each row's labelled ones (label not -100) in order, R the most any
-    row has (a row with fewer fills its last slots with unlabelled positions, whose label is -100, so the
-    LM head's selection keeps the labelled ones in the same order), and their (B, R) labels. (None, labels)
+    """The positions a forward with a loss on ``labels`` (B, T) reads (an LM's, a tagger's), for ``Stack``'s
+    ``read_at``, and the labels there: (B, R) positions, each row's labelled ones (label not -100) in order, R
+    the most any row has (a row with fewer fills its last slots with unlabelled positions, whose label is -100,
+    so a selection by label keeps the labelled ones in the same order), and their (B, R) labels. (None, labels)
     where no position is labelled, or where R is more than ``READ_LABELLED_SHARE`` of the positions: then
     every position is read (a causal stack keeps its built-in causal kernel)."""
     if labels is None:

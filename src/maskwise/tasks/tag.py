@@ -35,7 +35,7 @@ from maskwise.data.tagging import (
 from maskwise.data.task_files import user_split
 from maskwise.data.user_tasks import TaskSpec, UserTask, distribution
 from maskwise.errors import UserError
-from maskwise.model.heads import IGNORE_INDEX, ClassifierHead
+from maskwise.model.heads import IGNORE_INDEX, ClassifierHead, labelled_reading
 from maskwise.padding import pad
 from maskwise.runs import load_weights_into
 from maskwise.runtime import Runtime
@@ -87,8 +87,19 @@ class TokenTagger(nn.Module):
         self.body, self.tags, self.read_out = body, list(tags), read_out
         self.head = ClassifierHead.for_body(body.cfg, len(self.tags), dropout).to(device_of(body))
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body.read(input_ids, attention_mask))  # (B, T, n_tags)
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                read_at: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T) -> (B, T, n_tags); at the positions ``read_at`` (B, R) alone, (B, R, n_tags)."""
+        return self.head(self.body.read(input_ids, attention_mask, read_at))  # (B, T or R, n_tags)
+
+    def labelled_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                        labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, n_tags) logits at the N labelled positions of ``labels`` (B, T), row-major, and their (N,)
+        labels. The body's last layer reads those positions alone where they are few (``heads.labelled_reading``:
+        a word's one token in five or so under a character tokenizer)."""
+        read_at, at = labelled_reading(labels)
+        chosen = at != IGNORE_INDEX  # (B, T or R)
+        return self(input_ids, attention_mask, read_at)[chosen], at[chosen]
 
     @classmethod
     def from_fine_tune(cls, body: nn.Module, task: dict, head: dict[str, torch.Tensor] | None,
@@ -148,8 +159,8 @@ def train_tagger(body: nn.Module, tokenizer, train: Sequence[TaggedText], cfg: T
             for tag, position in zip(example.tags, where):
                 if position >= 0:
                     labels[row, position] = index[tag]
-        logits = model(ids, mask)  # (B, T, n_tags)
-        return F.cross_entropy(logits.flatten(0, 1).float(), labels.to(device).flatten(), ignore_index=IGNORE_INDEX)
+        logits, targets = model.labelled_logits(ids, mask, labels.to(device))  # (N, n_tags), (N,)
+        return F.cross_entropy(logits.float(), targets)
 
     fine_tune(model, step_loss, cfg, head_prefixes=(HEAD_PREFIX,), desc="tag", runtime=runtime)
     return model
@@ -166,9 +177,17 @@ def predict_tags(model: TokenTagger, tokenizer, examples: Sequence[TaggedText], 
     for chunk in batches(len(examples), batch_size):
         ids, mask, positions = _batch(tokenizer, [examples[i] for i in chunk], model.body.cfg.family, max_len, device,
                                       model.read_out)
-        best = model(ids, mask).argmax(dim=-1).cpu()  # (B, T)
+        read = torch.full(ids.shape, IGNORE_INDEX, device=device)  # (B, T): 0 at the positions a word is read at
         for row, where in enumerate(positions):
-            predicted.append([model.tags[best[row, p]] if p >= 0 else outside for p in where])
+            read[row, [p for p in where if p >= 0]] = 0
+        read_at, _ = labelled_reading(read)
+        best = model(ids, mask, read_at).argmax(dim=-1).cpu()  # (B, T or R)
+        slot = torch.arange(ids.shape[1]).expand(ids.shape)  # (B, T): each position's column in ``best``
+        if read_at is not None:
+            slot = torch.zeros(ids.shape, dtype=torch.long).scatter_(1, read_at.cpu(), torch.arange(read_at.shape[1])
+                                                                     .expand(read_at.shape))
+        for row, where in enumerate(positions):
+            predicted.append([model.tags[best[row, slot[row, p]]] if p >= 0 else outside for p in where])
             truncated += sum(p < 0 for p in where)
     return predicted, truncated
 
