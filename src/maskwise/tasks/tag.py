@@ -184,8 +184,8 @@ def predict_tags(model: TokenTagger, tokenizer, examples: Sequence[TaggedText], 
         best = model(ids, mask, read_at).argmax(dim=-1).cpu()  # (B, T or R)
         slot = torch.arange(ids.shape[1]).expand(ids.shape)  # (B, T): each position's column in ``best``
         if read_at is not None:
-            slot = torch.zeros(ids.shape, dtype=torch.long).scatter_(1, read_at.cpu(), torch.arange(read_at.shape[1])
-                                                                     .expand(read_at.shape))
+            columns = torch.arange(read_at.shape[1]).expand(read_at.shape)  # (B, R)
+            slot = torch.zeros(ids.shape, dtype=torch.long).scatter_(1, read_at.cpu(), columns)
         for row, where in enumerate(positions):
             predicted.append([model.tags[best[row, slot[row, p]]] if p >= 0 else outside for p in where])
             truncated += sum(p < 0 for p in where)
