@@ -180,14 +180,10 @@ def predict_tags(model: TokenTagger, tokenizer, examples: Sequence[TaggedText], 
         read = torch.full(ids.shape, IGNORE_INDEX, device=device)  # (B, T): 0 at the positions a word is read at
         for row, where in enumerate(positions):
             read[row, [p for p in where if p >= 0]] = 0
-        read_at, _ = labelled_reading(read)
-        best = model(ids, mask, read_at).argmax(dim=-1).cpu()  # (B, T or R)
-        slot = torch.arange(ids.shape[1]).expand(ids.shape)  # (B, T): each position's column in ``best``
-        if read_at is not None:
-            columns = torch.arange(read_at.shape[1]).expand(read_at.shape)  # (B, R)
-            slot = torch.zeros(ids.shape, dtype=torch.long).scatter_(1, read_at.cpu(), columns)
+        best = iter(model.labelled_logits(ids, mask, read)[0].argmax(dim=-1).tolist())  # row-major, as ``read``
         for row, where in enumerate(positions):
-            predicted.append([model.tags[best[row, slot[row, p]]] if p >= 0 else outside for p in where])
+            tag_at = {p: model.tags[next(best)] for p in sorted({p for p in where if p >= 0})}
+            predicted.append([tag_at.get(p, outside) for p in where])  # -1 (cut): outside
             truncated += sum(p < 0 for p in where)
     return predicted, truncated
 
