@@ -3,7 +3,7 @@
 Tier 1: shapes and backward for every preset layout in every family (tiny configs, milliseconds).
 Properties: the sparse LM head equals the dense one, pooling is right under either padding side,
 padding never leaks into real positions, a decoder never sees the future (hypothesis).
-Tier 3: decoding with the KV cache equals the full forward pass.
+A packed training pass equals the padded one. Tier 3: decoding with the KV cache equals the full forward pass.
 Config: presets, from_dict and validate reject what cannot be a model.
 """
 
@@ -23,6 +23,7 @@ from maskwise.kernels import cpu
 from maskwise.masks import build_mask
 from maskwise.model.heads import IGNORE_INDEX, ClassifierHead, pool
 from maskwise.model.layers import RMSNorm
+from maskwise.model.packing import Packing
 from maskwise.model.positions import RotaryAngles, rotate
 from maskwise.model.transformer import build_model
 
@@ -449,6 +450,73 @@ def test_labelled_reading_keeps_order_and_reads_all_where_most_are_labelled():
     most = torch.zeros(2, 8, dtype=torch.long)
     most[:, : int(8 * (1 - READ_LABELLED_SHARE)) - 1] = IGNORE_INDEX  # more than the share labelled
     assert labelled_reading(most)[0] is None and labelled_reading(None) == (None, None)
+
+
+# --- packing: a training pass's token-wise work on the real tokens alone ---------------------------
+
+def test_packing_moves_rows_and_their_gradients():
+    mask = torch.tensor([[1, 1, 0, 0], [0, 1, 1, 1]])  # 5 real of 8
+    packing = Packing.of(mask)
+    assert packing.real.tolist() == [0, 1, 5, 6, 7] and packing.placed.tolist() == [0, 1, 5, 5, 5, 2, 3, 4]
+    x = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
+    packed = packing.pack(x)  # (5, 3)
+    assert torch.equal(packed, x.reshape(8, 3)[[0, 1, 5, 6, 7]])
+    assert torch.equal(packing.unpack(packed), x * mask[..., None])  # zeros at the padding
+    assert torch.autograd.gradcheck(packing.pack, (x,))  # the padding's gradient zero
+    assert torch.autograd.gradcheck(packing.unpack, (packed.detach().requires_grad_(),))
+
+
+def test_packing_applies_to_a_cpu_training_pass_with_enough_padding():
+    some = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])  # 5 of 8 real
+    assert Packing.of(some) is not None
+    assert Packing.of(None) is None and Packing.of(torch.ones(2, 4)) is None and Packing.of(torch.zeros(2, 4)) is None
+    with torch.no_grad():
+        assert Packing.of(some) is None  # inference gives every position's outputs
+    nearly_full = torch.ones(2, 10)
+    nearly_full[0, -1] = 0  # 19 of 20 real: above the share, the copies would cost more than they save
+    assert Packing.of(nearly_full) is None
+    assert not kernels.packs_padding(torch.device("cuda"), 5, 8)  # measured on CPUs alone
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", [*LAYOUTS, "windowed"])
+def test_a_packed_training_pass_equals_the_padded_one(name, family, monkeypatch):
+    """Outputs at the real tokens and every gradient, with and without packing; read_at too (the last layer
+    unpacks); an encoder-decoder's decoder packs its own padding and reads the source through cross-attention."""
+    overrides = dict(TINY, family=family, dropout=0.0)
+    if name == "windowed":
+        name, overrides = "modernbert", dict(overrides, local_window=3, global_every=2)
+    torch.manual_seed(0)
+    model = build_model(preset(name, **overrides))
+    x, mask = _padded_batch()
+    y, y_mask = ids(3, 7, seed=4), torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] * 2 + [0] * 5])
+    read_at = torch.tensor([[0, 5], [8, 2], [3, 11]])
+    rows = []
+    first_ffn = (model.encoder if family == "encoder-decoder" else model.stack).blocks[0].ffn
+    first_ffn.register_forward_hook(lambda module, inputs, output: rows.append(inputs[0].shape[:-1]))
+
+    def run():
+        model.zero_grad()
+        h = model.read(x, mask)
+        some = model.read(x, mask, read_at=read_at)
+        outputs = [h * mask[..., None], some]
+        if family == "encoder-decoder":
+            outputs.append(model(x, mask, decoder_input_ids=y, decoder_attention_mask=y_mask).logits * y_mask[..., None])
+        sum(o.pow(2).mean() for o in outputs).backward()
+        return outputs, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    monkeypatch.setattr(cpu, "PACK_MAX_REAL_SHARE", 0.0)
+    padded, padded_grads = run()
+    assert rows[0] == x.shape
+    monkeypatch.setattr(cpu, "PACK_MAX_REAL_SHARE", 1.0)
+    rows.clear()
+    packed, packed_grads = run()
+    assert rows[0] == (int(mask.sum()),)  # the first layer's FFN ran on the real tokens alone
+    for got, expected in zip(packed, padded, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert packed_grads.keys() == padded_grads.keys()
+    for n in packed_grads:
+        torch.testing.assert_close(packed_grads[n], padded_grads[n], rtol=1e-4, atol=1e-6, msg=n)
 
 
 # --- padding invariance and causality -------------------------------------------------------------

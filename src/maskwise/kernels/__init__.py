@@ -22,6 +22,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return F.rms_norm(x, weight.shape, weight, eps)
 
 
+def packs_padding(device: torch.device, real: int, cells: int) -> bool:
+    """Whether a padded batch of ``cells`` positions, ``real`` of them real tokens, should run its token-wise work
+    on those alone (``model.packing``): on a CPU where padding is at least ``1 - cpu.PACK_MAX_REAL_SHARE`` of it;
+    elsewhere not (measured on CPUs only)."""
+    return device.type == "cpu" and 0 < real <= cpu.PACK_MAX_REAL_SHARE * cells
+
+
 # The largest gap between the exact (erf) GELU and its tanh approximation over all reals (at x ~ 2.70;
 # their slopes differ by at most 8.7e-4, at x ~ -2.02): measured on a fine fp64 grid, docs/results.md 2026-12-06.
 GELU_TANH_MAX_GAP = 4.8e-4

@@ -10,6 +10,7 @@ from maskwise.config import ModelConfig
 from maskwise.masks import Mask, query_rows
 from maskwise.model.cache import KVCache
 from maskwise.model.layout import Linear
+from maskwise.model.packing import Packing
 from maskwise.model.positions import RotaryAngles, rotate
 
 
@@ -58,10 +59,11 @@ class Attention(nn.Module):
         parts = x.view(B, T, -1, self.head_dim).split_with_sizes(counts, dim=2)  # count x (B, T, count, hd)
         return tuple(part.transpose(1, 2) for part in parts)  # count x (B, count, T, hd)
 
-    def _self_qkv(self, x: torch.Tensor, rotary: RotaryAngles | None) -> tuple[torch.Tensor, ...]:
+    def _self_qkv(self, x: torch.Tensor, rotary: RotaryAngles | None,
+                  packing: Packing | None) -> tuple[torch.Tensor, ...]:
         """Self-attention's q (B, H, T, hd) and k, v (B, Hkv, T, hd) from the fused projection. With
         RoPE, q and k sit side by side in it and are rotated in one call (one pass over both, not two)."""
-        fused = self.qkv(x)
+        fused = _padded(self.qkv(x), packing)  # (B, T, (H + 2 Hkv) hd)
         if self.rope_theta is None:
             return self._heads(fused, *self.qkv_heads)
         qk, v = self._heads(fused, self.n_heads + self.n_kv_heads, self.n_kv_heads)  # (B, H+Hkv, T, hd), v
@@ -87,12 +89,14 @@ class Attention(nn.Module):
         cache: KVCache | None = None,
         layer: int = 0,
         queries: torch.Tensor | None = None,
+        packing: Packing | None = None,
     ) -> torch.Tensor:
         """x: (B, T, d) -> (B, T, d); with ``queries`` ((B, R) positions, self-attention only), every
-        position's keys and values but only those R queries: (B, R, d)."""
-        B, T, _ = x.shape
+        position's keys and values but only those R queries: (B, R, d). With ``packing``, x is the real
+        tokens alone, (N, d) -> (N, d): the projections run on them, the scores on the padded layout."""
+        B, T = (packing.batch, packing.length) if packing is not None else x.shape[:2]
         if self.cross:
-            q = self._heads(self.q(x), self.n_heads)[0]  # (B, H, T, hd)
+            q = self._heads(_padded(self.q(x), packing), self.n_heads)[0]  # (B, H, T, hd)
             if self.rope_theta is not None:  # cross_rope: the query's offset from each source key
                 q = rotate(q, rotary, self.rope_theta)
             cached = cache.cross[layer] if cache is not None else None
@@ -105,7 +109,7 @@ class Attention(nn.Module):
             else:
                 k, v = cached
         else:
-            q, k, v = self._self_qkv(x, rotary)  # (B, H, T, hd), 2 x (B, Hkv, T, hd)
+            q, k, v = self._self_qkv(x, rotary, packing)  # (B, H, T, hd), 2 x (B, Hkv, T, hd)
             if cache is not None:
                 k, v = cache.append(layer, k, v)  # (B, Hkv, cached + T, hd)
             if queries is not None:
@@ -117,4 +121,9 @@ class Attention(nn.Module):
         k, v = self._grouped(k), self._grouped(v)  # (B, H, S, hd)
         y = kernels.attention(q, k, v, mask, bias, dropout_p, self.scale)  # (B, H, T, hd)
         y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*hd)
-        return self.out(y)
+        return self.out(packing.pack(y) if packing is not None else y)
+
+
+def _padded(x: torch.Tensor, packing: Packing | None) -> torch.Tensor:
+    """A projection's output in the padded (B, T, ...) layout attention reads."""
+    return packing.unpack(x) if packing is not None else x

@@ -34,6 +34,7 @@ from maskwise.model.heads import (
 )
 from maskwise.model.layers import ACTIVATIONS, dropout, make_norm
 from maskwise.model.layout import Linear
+from maskwise.model.packing import Packing
 from maskwise.model.positions import (
     RelativePositionBias,
     RotaryAngles,
@@ -94,15 +95,16 @@ class Block(nn.Module):
         return norm(kept + dropout(branch(x), self.dropout_p, self.training))
 
     def forward(self, x, mask, context=None, context_mask=None, bias=None, rotary=None,
-                cache=None, layer=0, read_at=None):
-        """x: (B, T, d) -> (B, T, d), or (B, R, d) at the positions ``read_at`` (B, R) only (no cross-attention)."""
+                cache=None, layer=0, read_at=None, packing=None):
+        """x: (B, T, d) -> (B, T, d), or (B, R, d) at the positions ``read_at`` (B, R) only (no cross-attention);
+        with ``packing``, the real tokens alone, (N, d) -> (N, d)."""
         x = self._residual(x, self.attn_norm,
                            lambda h: self.attn(h, mask, bias=bias, rotary=rotary, cache=cache, layer=layer,
-                                               queries=read_at), read_at)
+                                               queries=read_at, packing=packing), read_at)
         if self.cross_attn is not None:
             x = self._residual(x, self.cross_norm,
                                lambda h: self.cross_attn(h, context_mask, context=context, rotary=rotary,
-                                                         cache=cache, layer=layer))
+                                                         cache=cache, layer=layer, packing=packing))
         return self._residual(x, self.ffn_norm, self.ffn)
 
 
@@ -206,15 +208,20 @@ class Stack(nn.Module):
                       for local, mask in masks.items()}
 
         rotary = RotaryAngles(positions)  # RoPE's angles, made by the first layer that asks, shared by the rest
+        packing = Packing.of(attention_mask) if cache is None else None
+        if packing is not None:
+            x = packing.pack(x)  # (N, d)
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
+            if i == last and read_at is not None and packing is not None:
+                x, packing = packing.unpack(x), None  # (B, T, d): read_at's positions are the padded layout's
             x = block(x, masks[block.local], context=context, context_mask=cross_mask, bias=biases[block.local],
-                      rotary=rotary, cache=cache, layer=i, read_at=read_at if i == last else None)
+                      rotary=rotary, cache=cache, layer=i, read_at=read_at if i == last else None, packing=packing)
         if cache is not None:
             cache.length += T
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return x
+        return packing.unpack(x) if packing is not None else x
 
 
 @dataclass
