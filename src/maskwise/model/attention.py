@@ -93,7 +93,8 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """x: (B, T, d) -> (B, T, d); with ``queries`` ((B, R) positions, self-attention only), every
         position's keys and values but only those R queries: (B, R, d). With ``packing``, x is the real
-        tokens alone, (N, d) -> (N, d): the projections run on them, the scores on the padded layout."""
+        tokens alone, (N, d) -> (N, d) (or (B, R, d) with ``queries``): the projections run on them, the scores
+        on the padded layout."""
         B, T = (packing.batch, packing.length) if packing is not None else x.shape[:2]
         if self.cross:
             q = self._heads(_padded(self.q(x), packing), self.n_heads)[0]  # (B, H, T, hd)
@@ -121,7 +122,7 @@ class Attention(nn.Module):
         k, v = self._grouped(k), self._grouped(v)  # (B, H, S, hd)
         y = kernels.attention(q, k, v, mask, bias, dropout_p, self.scale)  # (B, H, T, hd)
         y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*hd)
-        return self.out(packing.pack(y) if packing is not None else y)
+        return self.out(packing.pack(y) if packing is not None and queries is None else y)
 
 
 def _padded(x: torch.Tensor, packing: Packing | None) -> torch.Tensor:

@@ -64,6 +64,13 @@ class Packing:
         flat = x.reshape(self.batch * self.length, *x.shape[2:])  # (B * T, ...)
         return _Rows.apply(flat, self.real, False, self.placed, True)  # (N, ...)
 
+    def at(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """(N, d) packed rows -> (B, R, d): those at the padded layout's ``positions`` (B, R), zeros at the padding."""
+        B, R = positions.shape
+        flat = positions + torch.arange(B, device=positions.device)[:, None] * self.length  # (B, R)
+        rows = self.placed.index_select(0, flat.reshape(-1))  # (B * R,)
+        return torch.cat([x, x.new_zeros(1, x.shape[1])]).index_select(0, rows).view(B, R, x.shape[1])
+
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
         """(N, ...) -> (B, T, ...): the rows back in place, zeros at the padding."""
         out = _Rows.apply(x, self.placed, True, self.real, False)  # (B * T, ...)

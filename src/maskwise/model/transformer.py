@@ -86,10 +86,15 @@ class Block(nn.Module):
         self.ffn_norm = make_norm(cfg)
         self.dropout_p = cfg.dropout
 
-    def _residual(self, x: torch.Tensor, norm: nn.Module, branch, read_at: torch.Tensor | None = None) -> torch.Tensor:
+    def _residual(self, x: torch.Tensor, norm: nn.Module, branch, read_at: torch.Tensor | None = None,
+                  packing: Packing | None = None) -> torch.Tensor:
         """x + branch, normed before or after; ``read_at`` (B, R): the branch gives those positions' outputs
-        alone (self-attention reading every position's keys), so the residual takes x at them too."""
-        kept = x if read_at is None else x.gather(1, read_at[..., None].expand(-1, -1, x.shape[2]))  # (B, R, d)
+        alone (self-attention reading every position's keys), so the residual takes x at them too (from the
+        real tokens' rows where x is packed)."""
+        kept = x
+        if read_at is not None:
+            kept = (packing.at(x, read_at) if packing is not None
+                    else x.gather(1, read_at[..., None].expand(-1, -1, x.shape[2])))  # (B, R, d)
         if self.pre_norm:
             return kept + dropout(branch(norm(x)), self.dropout_p, self.training)
         return norm(kept + dropout(branch(x), self.dropout_p, self.training))
@@ -97,10 +102,10 @@ class Block(nn.Module):
     def forward(self, x, mask, context=None, context_mask=None, bias=None, rotary=None,
                 cache=None, layer=0, read_at=None, packing=None):
         """x: (B, T, d) -> (B, T, d), or (B, R, d) at the positions ``read_at`` (B, R) only (no cross-attention);
-        with ``packing``, the real tokens alone, (N, d) -> (N, d)."""
+        with ``packing``, the real tokens alone, (N, d) -> (N, d) (or (B, R, d) with ``read_at``)."""
         x = self._residual(x, self.attn_norm,
                            lambda h: self.attn(h, mask, bias=bias, rotary=rotary, cache=cache, layer=layer,
-                                               queries=read_at, packing=packing), read_at)
+                                               queries=read_at, packing=packing), read_at, packing)
         if self.cross_attn is not None:
             x = self._residual(x, self.cross_norm,
                                lambda h: self.cross_attn(h, context_mask, context=context, rotary=rotary,
@@ -213,15 +218,13 @@ class Stack(nn.Module):
             x = packing.pack(x)  # (N, d)
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            if i == last and read_at is not None and packing is not None:
-                x, packing = packing.unpack(x), None  # (B, T, d): read_at's positions are the padded layout's
             x = block(x, masks[block.local], context=context, context_mask=cross_mask, bias=biases[block.local],
                       rotary=rotary, cache=cache, layer=i, read_at=read_at if i == last else None, packing=packing)
         if cache is not None:
             cache.length += T
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return packing.unpack(x) if packing is not None else x
+        return packing.unpack(x) if packing is not None and read_at is None else x
 
 
 @dataclass
