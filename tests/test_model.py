@@ -454,19 +454,28 @@ def test_labelled_reading_keeps_order_and_reads_all_where_most_are_labelled():
 
 # --- packing: a training pass's token-wise work on the real tokens alone ---------------------------
 
-def test_packing_moves_rows_and_their_gradients():
-    mask = torch.tensor([[1, 1, 0, 0], [0, 1, 1, 1]])  # 5 real of 8
+@pytest.mark.parametrize("multiple, rows", [(1, 5), (4, 8)])  # 4: three rows round the 5 real ones up to 8
+def test_packing_moves_rows_and_their_gradients(multiple, rows, monkeypatch):
+    """Each direction and its gradient, where nothing reads the padding (the rounding rows copy its first position)."""
+    monkeypatch.setattr(cpu, "PACK_ROW_MULTIPLE", multiple)
+    mask = torch.tensor([[1, 1, 0, 0, 0], [0, 1, 1, 1, 0]])  # 5 real of 10; the first padding at 2
     packing = Packing.of(mask)
-    assert packing.real.tolist() == [0, 1, 5, 6, 7] and packing.placed.tolist() == [0, 1, 5, 5, 5, 2, 3, 4]
-    x = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
-    packed = packing.pack(x)  # (5, 3)
-    assert torch.equal(packed, x.reshape(8, 3)[[0, 1, 5, 6, 7]])
+    assert packing.taken.tolist() == [0, 1, 6, 7, 8] + [2] * (rows - 5)
+    assert packing.placed.tolist() == [0, 1, rows, rows, rows, rows, 2, 3, 4, rows]
+    x = torch.randn(2, 5, 3, dtype=torch.float64, requires_grad=True)
+    packed = packing.pack(x)  # (rows, 3)
+    assert torch.equal(packed, x.reshape(10, 3)[packing.taken])
     assert torch.equal(packing.unpack(packed), x * mask[..., None])  # zeros at the padding
-    assert torch.autograd.gradcheck(packing.pack, (x,))  # the padding's gradient zero
-    assert torch.autograd.gradcheck(packing.unpack, (packed.detach().requires_grad_(),))
+    spread = packing.for_attention(packed)  # a real row's copy at the padding
+    assert torch.equal(spread * mask[..., None], x * mask[..., None]) and torch.isfinite(spread).all()
+    assert torch.autograd.gradcheck(lambda x: packing.pack(x)[:5], (x,))  # the padding's gradient zero
+    rows_in = packed.detach().requires_grad_()
+    assert torch.autograd.gradcheck(packing.unpack, (rows_in,))  # the rounding rows' gradient zero
+    assert torch.autograd.gradcheck(lambda p: packing.for_attention(p) * mask[..., None], (rows_in,))
 
 
-def test_packing_applies_to_a_cpu_training_pass_with_enough_padding():
+def test_packing_applies_to_a_cpu_training_pass_with_enough_padding(monkeypatch):
+    monkeypatch.setattr(cpu, "PACK_ROW_MULTIPLE", 1)
     some = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])  # 5 of 8 real
     assert Packing.of(some) is not None
     assert Packing.of(None) is None and Packing.of(torch.ones(2, 4)) is None and Packing.of(torch.zeros(2, 4)) is None
@@ -475,7 +484,10 @@ def test_packing_applies_to_a_cpu_training_pass_with_enough_padding():
     nearly_full = torch.ones(2, 10)
     nearly_full[0, -1] = 0  # 19 of 20 real: above the share, the copies would cost more than they save
     assert Packing.of(nearly_full) is None
-    assert not kernels.packs_padding(torch.device("cuda"), 5, 8)  # measured on CPUs alone
+    assert not kernels.packed_rows(torch.device("cuda"), 5, 8)  # measured on CPUs alone
+    monkeypatch.setattr(cpu, "PACK_ROW_MULTIPLE", 4)
+    assert kernels.packed_rows(torch.device("cpu"), 5, 12) == 8
+    assert kernels.packed_rows(torch.device("cpu"), 5, 8) is None  # rounded up, nothing left to save
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -505,13 +517,14 @@ def test_a_packed_training_pass_equals_the_padded_one(name, family, monkeypatch)
         sum(o.pow(2).mean() for o in outputs).backward()
         return outputs, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
+    monkeypatch.setattr(cpu, "PACK_ROW_MULTIPLE", 8)  # 30 real tokens in 32 rows: two zero rows round them up
     monkeypatch.setattr(cpu, "PACK_MAX_REAL_SHARE", 0.0)
     padded, padded_grads = run()
     assert rows[0] == x.shape
     monkeypatch.setattr(cpu, "PACK_MAX_REAL_SHARE", 1.0)
     rows.clear()
     packed, packed_grads = run()
-    assert rows[0] == (int(mask.sum()),)  # the first layer's FFN ran on the real tokens alone
+    assert rows[0] == (32,)  # the first layer's FFN ran on the real tokens (and the zero rows) alone
     for got, expected in zip(packed, padded, strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     assert packed_grads.keys() == padded_grads.keys()

@@ -22,11 +22,15 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return F.rms_norm(x, weight.shape, weight, eps)
 
 
-def packs_padding(device: torch.device, real: int, cells: int) -> bool:
-    """Whether a padded batch of ``cells`` positions, ``real`` of them real tokens, should run its token-wise work
-    on those alone (``model.packing``): on a CPU where padding is at least ``1 - cpu.PACK_MAX_REAL_SHARE`` of it;
-    elsewhere not (measured on CPUs only)."""
-    return device.type == "cpu" and 0 < real <= cpu.PACK_MAX_REAL_SHARE * cells
+def packed_rows(device: torch.device, real: int, cells: int) -> int | None:
+    """How many rows a padded batch of ``cells`` positions, ``real`` of them real tokens, runs its token-wise work on
+    (``model.packing``): the real count rounded up to a multiple of ``cpu.PACK_ROW_MULTIPLE``, on a CPU where
+    padding is at least ``1 - cpu.PACK_MAX_REAL_SHARE`` of the batch; None (every position) elsewhere, where it was
+    not measured."""
+    if device.type != "cpu" or not 0 < real <= cpu.PACK_MAX_REAL_SHARE * cells:
+        return None
+    rows = -(-real // cpu.PACK_ROW_MULTIPLE) * cpu.PACK_ROW_MULTIPLE
+    return rows if rows < cells else None
 
 
 # The largest gap between the exact (erf) GELU and its tanh approximation over all reals (at x ~ 2.70;

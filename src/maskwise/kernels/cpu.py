@@ -66,6 +66,10 @@ QUERY_SCALING_KEYS_PER_HEAD_WIDTH = 4
 # its cells are real: fine-tuning steps at compare's width measured 1.02-1.16x faster so at 0.72-0.87, 1.16-1.34x
 # at about 0.5, and 0.96-1.06x at 0.91-0.93, where the packing's copies cost about what the padding does.
 PACK_MAX_REAL_SHARE = 0.9
+# ... and packs a multiple of this many rows (the real tokens, then copies of the first): oneDNN builds a bf16 matmul
+# for each new shape, and a count that changed with every batch made a fine-tune's packed step 3-15% slower than the
+# padded one where its batches were all different (as a real fine-tune's are), against 2-7% faster where 4 recurred.
+PACK_ROW_MULTIPLE = 64
 
 
 def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask,

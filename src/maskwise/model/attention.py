@@ -127,4 +127,4 @@ class Attention(nn.Module):
 
 def _padded(x: torch.Tensor, packing: Packing | None) -> torch.Tensor:
     """A projection's output in the padded (B, T, ...) layout attention reads."""
-    return packing.unpack(x) if packing is not None else x
+    return packing.for_attention(x) if packing is not None else x
