@@ -63,12 +63,14 @@ EXPLICIT_ATTENTION_MAX_KEYS = 512
 # shape (16-wide heads, 256 keys) a bf16 step measured 2-4% faster so, at run_all's (64-wide, 128 keys) no faster.
 QUERY_SCALING_KEYS_PER_HEAD_WIDTH = 4
 # A padded batch's token-wise work runs on its real tokens alone (``model.packing``) where at most this share of
-# its cells are real: fine-tuning steps at compare's width measured 1.02-1.16x faster so at 0.72-0.87, 1.16-1.34x
-# at about 0.5, and 0.96-1.06x at 0.91-0.93, where the packing's copies cost about what the padding does.
-PACK_MAX_REAL_SHARE = 0.9
-# ... and packs a multiple of this many rows (the real tokens, then copies of the first): oneDNN builds a bf16 matmul
-# for each new shape, and a count that changed with every batch made a fine-tune's packed step 3-15% slower than the
-# padded one where its batches were all different (as a real fine-tune's are), against 2-7% faster where 4 recurred.
+# its cells are real: fine-tuning steps at compare's width measured 1.04-1.11x faster so in fp32 and 0.98-1.04x in bf16
+# at 0.72-0.80, but 1.00-1.05x and 0.96-0.99x at 0.83-0.87 and 0.88-1.01x at 0.91-0.93, where the packing's copies
+# cost about what the padding does.
+PACK_MAX_REAL_SHARE = 0.8
+# ... and packs a multiple of this many rows (the real tokens, then copies of a padding position): oneDNN builds a
+# bf16 matmul for each new shape, and a count that changed with every batch made a fine-tune's packed step 3-14%
+# slower than the padded one where its batches were all different (as a real fine-tune's are), against 2-7% faster
+# where 4 recurred.
 PACK_ROW_MULTIPLE = 64
 
 
