@@ -181,7 +181,10 @@ class Stack(nn.Module):
         labelled positions of an MLM batch): the last layer computes its queries, FFN and the final norm
         there alone, and the stack returns (B, R, d). Why: that layer's other positions feed nothing;
         skipping them took 14% off compare's classifier fine-tuning step, 11% off its seq2seq one and
-        8-19% off a 200-token prompt's prefill (docs/results.md, 2026-12-06 third session)."""
+        8-19% off a 200-token prompt's prefill (docs/results.md, 2026-12-06 third session).
+
+        A training pass over a padded batch packs its real tokens (``model.packing``): every layer's token-wise
+        work runs on them alone, attention on the padded layout, and the padding's outputs come back zero."""
         if read_at is not None and context is not None:
             raise ValueError("read_at selects self-attention's queries: a stack with cross-attention reads every one")
         T = x.shape[1]
