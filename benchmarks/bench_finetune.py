@@ -13,8 +13,10 @@ agree. The HF worker exports the body with ``interop.hf_export.export_hf``, load
 ``AutoModelFor*`` class, puts the head under HF's names (``hf_keys.HEAD_KEYS``) and reports the largest
 difference between its outputs and maskwise's (eval mode, fp32) in the HF row's note.
 
-A timed step is a fine-tuning step but for drawing the batch (4 random-id batches made before timing and
-cycled, the same on both sides; rows of 64-128 tokens, right-padded to 128):
+A timed step is a fine-tuning step but for drawing the batch (32 random-id batches made before timing and
+cycled, the same on both sides; rows of 64-128 tokens, right-padded to 128). 32, not a few: a real fine-tune
+draws a new batch every step, and with 4 recurring ones the timing hid what a new shape costs (maskwise packs
+each batch's real tokens, so its row count changes with the batch; docs/results.md, 2026-12-06 fourth session):
 - maskwise: ``tasks.finetune.fine_tune``'s loop body (``set_lr``, then ``train.step.OptimizerStep`` over
   ``finetune_optimizer``: begin, backward under the runtime's autocast, apply: clip 1.0, fused AdamW)
   around the task's own model and loss: classify ``SequenceClassifier`` ([CLS], 2 labels, batch 32) +
@@ -65,7 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 
 TASKS = ("classify", "tag", "embed", "seq2seq")
-SEQ, N_LABELS, N_TAGS, POOL, TARGET = 128, 2, 7, 4, ">= 1.5x"
+SEQ, N_LABELS, N_TAGS, POOL, TARGET = 128, 2, 7, 32, ">= 1.5x"
 WARMUP, TOTAL = 100, 10_000  # the learning-rate schedule's (its values do not change a step's cost)
 HF_CLASS = {"classify": "AutoModelForSequenceClassification", "tag": "AutoModelForTokenClassification",
             "embed": "AutoModel", "seq2seq": "AutoModelForCausalLM"}
