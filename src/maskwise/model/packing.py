@@ -93,4 +93,4 @@ class Packing:
         B, R = positions.shape
         flat = positions + torch.arange(B, device=positions.device)[:, None] * self.length  # (B, R)
         rows = self.placed.index_select(0, flat.reshape(-1))  # (B * R,)
-        return torch.cat([x, x.new_zeros(1, x.shape[1])]).index_select(0, rows).view(B, R, x.shape[1])
+        return _rows(x, rows, True, 0).view(B, R, x.shape[1])  # autograd's backward: read_at may repeat a position
