@@ -101,7 +101,7 @@ class Decode(common.Side):
 
         weights = [m.weight for m in self.model.modules() if isinstance(m, torch.nn.Linear)]
         weights.append(self.model.lm_head.vocab_weight)  # tied to the embedding: no Linear of its own
-        split = [split_for_decoding(w, torch.get_num_threads()) for w in weights]
+        split = [split_for_decoding(w, None, torch.get_num_threads()) for w in weights]
         rows = [torch.randn(1, w.shape[1]) for w in weights]
         best = float("inf")
         for _ in range(5):

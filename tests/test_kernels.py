@@ -60,7 +60,7 @@ def test_off_cpu_every_operation_is_torchs(calls, autocast):
                           torch.empty(1, 2, 5, 5, **meta), 0.0, 1.0)
         h, weight = torch.empty(6, 8, **meta), torch.empty(50, 8, **meta)
         loss = kernels.linear_cross_entropy(h, weight, None, torch.zeros(6, dtype=torch.long, **meta), IGNORE)
-        assert kernels.decoding_split(weight) is None
+        assert kernels.decoding_split(weight, None) is None
         kernels.project(h, weight, None, None)
     assert loss.shape == () and loss.dtype == torch.float32
     assert calls == ["F.rms_norm", "F.scaled_dot_product_attention", "F.scaled_dot_product_attention",
@@ -175,12 +175,16 @@ def test_linear_cross_entropy_on_cpu_is_fused_and_equals_torch(calls, autocast):
 
 
 def test_decoding_split_on_cpu_projects_as_f_linear(calls):
-    weight, bias, x = torch.randn(64, 16), torch.randn(64), torch.randn(3, 16)
-    split = kernels.decoding_split(weight)
-    assert calls == ["cpu.split_for_decoding"]
-    assert split.shape == (torch.get_num_threads(), 16, 64 // torch.get_num_threads())
-    torch.testing.assert_close(kernels.project(x, weight, bias, split), F.linear(x, weight, bias), **FP32)
-    assert calls[-1] == "cpu.split_project"
+    weight, bias = torch.randn(64, 16), torch.randn(64)
+    for with_bias in (bias, None):
+        calls.clear()
+        split = kernels.decoding_split(weight, with_bias)
+        assert calls == ["cpu.split_for_decoding"]
+        assert split.weight.shape == (torch.get_num_threads(), 16, 64 // torch.get_num_threads())
+        for x in (torch.randn(3, 16), torch.randn(2, 5, 16), torch.randn(1, 5, 16), torch.randn(1, 1, 16)):
+            torch.testing.assert_close(kernels.project(x, weight, with_bias, split), F.linear(x, weight, with_bias),
+                                       **FP32)
+            assert calls[-1] == "cpu.split_project"
 
 
 def _tanh_gelu_fp64(x: torch.Tensor) -> torch.Tensor:

@@ -189,17 +189,23 @@ def test_decoding_layout_computes_what_the_plain_layers_compute(name, threads):
     try:
         with decoding_layout(model):
             for m in model.modules():
-                if hasattr(m, "decoding_weight"):
-                    out_features, in_features = m.decoding_weight().shape
+                if hasattr(m, "decoding_params"):
+                    weight, bias = m.decoding_params()
+                    out_features, in_features = weight.shape
                     parts = threads if out_features % threads == 0 else 1
-                    assert m.split_weight.shape == (parts, in_features, out_features // parts)
-                    copied = m.split_weight.data_ptr() != m.decoding_weight().data_ptr()
+                    assert m.decoding_split.weight.shape == (parts, in_features, out_features // parts)
+                    copied = m.decoding_split.weight.data_ptr() != weight.data_ptr()
                     assert copied == (out_features >= in_features)
+                    if bias is None:
+                        assert m.decoding_split.bias is None
+                    else:
+                        assert m.decoding_split.bias.shape == (parts, 1, out_features // parts)
+                        assert m.decoding_split.bias.data_ptr() == bias.data_ptr()  # a view
             swapped = model(ids, **inputs).logits
     finally:
         torch.set_num_threads(saved_threads)
     torch.testing.assert_close(swapped, plain, atol=1e-5, rtol=1e-5)
-    assert all(m.split_weight is None for m in model.modules() if hasattr(m, "decoding_weight"))
+    assert all(m.decoding_split is None for m in model.modules() if hasattr(m, "decoding_params"))
     assert set(model.state_dict()) == keys
 
 

@@ -83,16 +83,16 @@ def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
 
 
 def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-            split_weight: torch.Tensor | None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``, through ``split_weight`` when ``decoding_split`` made one."""
-    if split_weight is None:
+            split: cpu.DecodingSplit | None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``, through ``split`` when ``decoding_split`` made one."""
+    if split is None:
         return F.linear(x, weight, bias)
-    return cpu.split_project(x, split_weight, bias)
+    return cpu.split_project(x, split)
 
 
-def decoding_split(weight: torch.Tensor) -> torch.Tensor | None:
-    """The (out, in) weight laid out for one-row decoding products: on a CPU split over its threads
+def decoding_split(weight: torch.Tensor, bias: torch.Tensor | None) -> cpu.DecodingSplit | None:
+    """The (out, in) weight and its bias laid out for one-row decoding products: on a CPU split over its threads
     (``cpu.split_for_decoding``); elsewhere None, as a GPU spreads a one-row product over its cores."""
     if weight.device.type != "cpu":
         return None
-    return cpu.split_for_decoding(weight, torch.get_num_threads())
+    return cpu.split_for_decoding(weight, bias, torch.get_num_threads())

@@ -45,7 +45,7 @@ class LMHead(nn.Module):
     plain list so that the shared matrix is registered (and saved) once, under the embedding.
     """
 
-    split_weight: torch.Tensor | None = None  # the vocabulary matrix split for decoding, see ``model.layout``
+    decoding_split: kernels.cpu.DecodingSplit | None = None  # the vocabulary matrix split for decoding, see ``model.layout``
 
     def __init__(self, cfg: ModelConfig, tied_to: nn.Embedding | None):
         super().__init__()
@@ -84,11 +84,11 @@ class LMHead(nn.Module):
             h = self.transform(h)
         return h
 
-    def decoding_weight(self) -> torch.Tensor:
-        return self.vocab_weight
+    def decoding_params(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self.vocab_weight, self.bias
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        return kernels.project(self.features(h), self.vocab_weight, self.bias, self.split_weight)
+        return kernels.project(self.features(h), self.vocab_weight, self.bias, self.decoding_split)
 
     def forward(self, h: torch.Tensor, labels: torch.Tensor | None = None, sparse: bool = True,
                 return_logits: bool = True) -> LMOutput:
