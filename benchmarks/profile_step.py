@@ -225,8 +225,8 @@ def main() -> None:
             return
         for side, built in sides.items():
             table, wall_ms, unaccounted_ms = operator_table(built.step, args.steps, args.top)
-            what = {"train": args.objective, "decode": f"decode, batch {args.batch}",
-                    "finetune": f"{args.task} fine-tune"}[args.bench]
+            what = {"train": lambda: args.objective, "decode": lambda: f"decode, batch {args.batch}",
+                    "finetune": lambda: f"{args.task} fine-tune"}[args.bench]()  # only decode has --batch
             print(f"\n{what} {side}: {wall_ms:.1f} ms per step under the profiler, {unaccounted_ms:.1f} ms of it in "
                   "no operator")
             print(table)
