@@ -136,6 +136,21 @@ def test_this_machine_is_described_from_torch_and_the_cpu(monkeypatch):
 
 
 @pytest.mark.unit
+def test_the_cpu_is_named_with_its_family_and_model_and_its_flags_read(tmp_path):
+    """Two cloud EPYCs both call themselves "AMD EPYC"; the family and model tell Zen 4 from Zen 5."""
+    processor = "processor\t: {n}\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512_bf16\n"
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(processor.format(n=0) + "\n" + processor.format(n=1))
+    flags, name = runtime_module._cpu_facts(cpuinfo)
+    assert name == "AMD EPYC (family 26, model 2)"
+    assert flags == {"fpu", "avx2", "avx512_bf16"}
+    cpuinfo.write_text("Features\t: fp asimd bf16\nCPU implementer\t: 0x41\n")  # Arm: no family, no model name
+    flags, name = runtime_module._cpu_facts(cpuinfo)
+    assert flags == {"fp", "asimd", "bf16"} and "family" not in name
+    assert runtime_module._cpu_facts(tmp_path / "missing") == (frozenset(), name)
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("hw, forced, want, warns", [
     (AVX2, "bf16", "bf16", True),  # the AVX-512 kind's answer on AVX2: emulated, so a warning
     (AVX512_BF16, "fp32", "fp32", False),  # the AVX2 kind's answer on AVX-512

@@ -72,22 +72,24 @@ class Hardware:
         return f"{self.cpu_capability} with {engine}" if engine else self.cpu_capability
 
 
-def _cpu_facts() -> tuple[frozenset[str], str]:
-    """The CPU's feature flags and model name from /proc/cpuinfo (empty where there is none)."""
-    flags: set[str] = set()
+def _cpu_facts(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[frozenset[str], str]:
+    """The CPU's feature flags and name from /proc/cpuinfo (empty where there is none). The name carries the
+    x86 family and model: cloud machines report a bare "AMD EPYC", and two of them (families 25 and 26, Zen 4
+    and Zen 5) measured bf16 matmul peaks 2x apart (docs/results.md, 2026-12-06 fifth session)."""
+    facts: dict[str, str] = {}
     name = platform.processor() or platform.machine()
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        text = cpuinfo.read_text()
     except OSError:
         return frozenset(), name
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        key = key.strip()
-        if key in ("flags", "Features") and not flags:
-            flags = set(value.split())
-        elif key == "model name" and value.strip():
-            name = value.strip()
-    return frozenset(flags), name
+        facts.setdefault(key.strip(), value.strip())
+    flags = frozenset((facts.get("flags") or facts.get("Features") or "").split())
+    name = facts.get("model name") or name
+    if facts.get("cpu family") and facts.get("model"):
+        name += f" (family {facts['cpu family']}, model {facts['model']})"
+    return flags, name
 
 
 @functools.cache
