@@ -154,8 +154,11 @@ def test_attention_on_cpu_without_autocast_or_bias_is_sdpa(calls):
     assert calls == ["F.scaled_dot_product_attention"]
 
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("autocast", [False, True])
-def test_linear_cross_entropy_on_cpu_is_fused_and_equals_torch(calls, autocast):
+def test_linear_cross_entropy_on_cpu_is_fused_for_many_logits_and_equals_torch(calls, autocast, fused, monkeypatch):
+    """The fused path where the 20 x 50 logits exceed ``LOSS_FUSED_MIN_LOGITS`` (lowered here), torch's below it."""
+    monkeypatch.setattr(cpu, "LOSS_FUSED_MIN_LOGITS", 20 * 50 - 1 if fused else 20 * 50)
     g = torch.Generator().manual_seed(0)
     h = torch.randn(20, 16, generator=g, requires_grad=True)
     weight = torch.randn(50, 16, generator=g, requires_grad=True)
@@ -164,7 +167,7 @@ def test_linear_cross_entropy_on_cpu_is_fused_and_equals_torch(calls, autocast):
     targets[[2, 7]] = IGNORE
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         got = kernels.linear_cross_entropy(h, weight, bias, targets, IGNORE)
-        assert calls == ["cpu.linear_cross_entropy"]
+        assert calls == (["cpu.linear_cross_entropy"] if fused else ["F.cross_entropy"])
         expected = F.cross_entropy(F.linear(h, weight, bias).float(), targets, ignore_index=IGNORE, reduction="sum")
     assert got.dtype == expected.dtype == torch.float32
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4)

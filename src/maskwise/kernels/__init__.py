@@ -75,9 +75,10 @@ def _sdpa(q, k, v, mask: Mask, bias: torch.Tensor | None, dropout_p: float, scal
 def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                          targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
     """``F.cross_entropy(F.linear(h, weight, bias).float(), targets, reduction="sum")``, the fp32
-    summed loss; h: (N, d), weight: (V, d), targets: (N,). On a CPU fused and chunked, never holding
-    the (N, V) logits (``cpu.linear_cross_entropy``)."""
-    if h.device.type == "cpu":
+    summed loss; h: (N, d), weight: (V, d), targets: (N,). On a CPU, for more than
+    ``cpu.LOSS_FUSED_MIN_LOGITS`` logits, fused and chunked, never holding the (N, V) logits
+    (``cpu.linear_cross_entropy``)."""
+    if h.device.type == "cpu" and h.shape[0] * weight.shape[0] > cpu.LOSS_FUSED_MIN_LOGITS:
         return cpu.linear_cross_entropy(h, weight, bias, targets, ignore_index)
     return F.cross_entropy(F.linear(h, weight, bias).float(), targets, ignore_index=ignore_index, reduction="sum")
 

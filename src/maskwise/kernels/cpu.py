@@ -115,6 +115,11 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
 # Logit elements per chunk of ``linear_cross_entropy`` (512 rows at V = 8192): 16 MiB in fp32.
 # Smaller chunks measured slower (thinner matmuls); larger ones hold more memory for no gain.
 LOSS_CHUNK_ELEMENTS = 2**22
+# ``maskwise.kernels.linear_cross_entropy`` takes the fused path for more logits than this (8 MiB in fp32): below
+# it torch's own loss was as fast or faster (a character vocabulary's 768 x 128 logits: 0.79x fused in fp32,
+# 0.72x in bf16; 4096 x 256: 0.95x / 0.92x; 2048 x 1024: 1.00x / 1.01x), above it the fused one was faster
+# (4096 x 1024: 1.25x / 1.56x; 4096 x 2048: 2.89x / 2.97x): docs/results.md, 2026-12-06 fifth session.
+LOSS_FUSED_MIN_LOGITS = 2**21
 FP32_TINY = torch.finfo(torch.float32).tiny
 
 
