@@ -48,6 +48,20 @@ def test_cache_equals_no_cache(name, options, device):
     assert len({tuple(t) for t in cached.tokens}) > 1  # not a degenerate constant output
 
 
+@pytest.mark.parametrize("name", ["modern", "bart"])
+def test_generating_leaves_ordinary_logits_and_a_model_that_trains(name):
+    """generate runs under inference mode: what it returns, and the model after it, must work with autograd."""
+    model = tiny(name)
+    out = run(model, max_new_tokens=4)
+    assert not torch.is_inference(out.logits)
+    out.logits.add_(1.0)  # an inference tensor refuses in-place updates outside inference mode
+    model.train()
+    ids = torch.tensor([PROMPTS[0]])
+    inputs = {"decoder_input_ids": ids[:, :3]} if model.cfg.family == "encoder-decoder" else {}
+    model(ids, **inputs).logits.square().mean().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
 @pytest.mark.parametrize("name", ["gpt2", "modern"])
 def test_left_padded_row_generates_what_it_would_alone(name):
     model = tiny(name)
