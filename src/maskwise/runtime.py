@@ -74,8 +74,8 @@ class Hardware:
 
 def _cpu_facts(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[frozenset[str], str]:
     """The CPU's feature flags and name from /proc/cpuinfo (empty where there is none). The name carries the
-    x86 family and model: cloud machines report a bare "AMD EPYC", and two of them (families 25 and 26, Zen 4
-    and Zen 5) measured bf16 matmul peaks 2x apart (docs/results.md, 2026-12-06 fifth session)."""
+    x86 family and model: cloud machines report a bare "AMD EPYC", and two of them (the second of family 26, a
+    Zen 5) measured bf16 matmul peaks 2x apart (docs/results.md, 2026-12-06 fifth session)."""
     facts: dict[str, str] = {}
     name = platform.processor() or platform.machine()
     try:
