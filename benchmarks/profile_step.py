@@ -225,8 +225,8 @@ def main() -> None:
             return
         for side, built in sides.items():
             table, wall_ms, unaccounted_ms = operator_table(built.step, args.steps, args.top)
-            what = {"train": lambda: args.objective, "decode": lambda: f"decode, batch {args.batch}",
-                    "finetune": lambda: f"{args.task} fine-tune"}[args.bench]()  # only decode has --batch
+            what = (args.objective if args.bench == "train" else f"{args.task} fine-tune" if args.bench == "finetune"
+                    else f"decode, batch {args.batch}")  # only decode has --batch
             print(f"\n{what} {side}: {wall_ms:.1f} ms per step under the profiler, {unaccounted_ms:.1f} ms of it in "
                   "no operator")
             print(table)
