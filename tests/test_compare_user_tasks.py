@@ -5,21 +5,26 @@ import json
 import random
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from maskwise.data.user_tasks import TaskSpec, parse_task
+from maskwise.data.user_tasks import RESERVED, TaskSpec, parse_task
 from maskwise.errors import UserError
 from maskwise.experiments import compare as compare_module
-from maskwise.experiments.claims import RULES, Evidence, claim_verdict, rows_of
+from maskwise.experiments.claims import RULES, Evidence, Part, claim_verdict, judge_part, rows_of
 from maskwise.experiments.compare import plan_of, time_plan
-from maskwise.experiments.eta import Expected, Ledger, Speeds
+from maskwise.experiments.eta import Expected, Ledger, Speeds, step_name
+from maskwise.experiments.runner import step_file
 from maskwise.experiments.verdict import (
     FALSIFIED,
     HELD,
     INCONCLUSIVE,
     MIXED,
     NOT_MEASURED,
+    TOO_FEW,
 )
 from maskwise.families import FAMILIES
 from maskwise.recipes import SMOKE
@@ -50,15 +55,15 @@ def write_task_files(folder):
                                                     ("seq2seq", "heads.jsonl"))}
     files["corpus"].write_text("\n".join(sentence(rng, 20) for _ in range(300)))
     rows = []
-    for i in range(48):
-        label = ("calm", "busy")[i % 2]  # the held-out last 10% balanced: read by accuracy
+    for i in range(300):  # a held-out 10% of 30 items, the fewest a verdict reads
+        label = ("calm", "busy")[i % 2]
         rows.append(f'"{sentence(rng, 6)} {"quiet" if label == "calm" else "dogs"}",{label}')
     files["classify"].write_text("text,label\n" + "\n".join(rows) + "\n")
     files["tag"].write_text("\n\n".join("\n".join(f"{w}\t{'DET' if w in ('the', 'a') else 'W'}"
-                                                  for w in sentence(rng, 6).split()) for _ in range(40)) + "\n")
-    pairs = [sentence(rng, 10) for _ in range(40)]
+                                                  for w in sentence(rng, 6).split()) for _ in range(300)) + "\n")
+    pairs = [sentence(rng, 10) for _ in range(300)]
     files["embed"].write_text("\n".join(json.dumps({"query": " ".join(p.split()[:3]), "positive": p}) for p in pairs))
-    heads = [sentence(rng, 12) for _ in range(40)]
+    heads = [sentence(rng, 12) for _ in range(300)]
     files["seq2seq"].write_text("\n".join(json.dumps({"source": h, "target": " ".join(h.split()[:3])})
                                           for h in heads))
     return files
@@ -87,15 +92,24 @@ def test_compare_judges_a_task_of_every_kind_from_the_users_files(tmp_path, caps
     assert "punctuation restoration F1 per text (tagging) [95% interval]" not in rows  # the plays are not read
     heads = [label for label in rows if label.startswith("heads: token F1, ")]  # by source length, the longest first
     assert heads and heads[0].startswith("heads: token F1, sources of ") and rows[heads[0]][0].startswith("cannot")
+    assert rows["heads: ROUGE-L, all sources (seq2seq) [95% interval]"][0].startswith("cannot")  # beside token F1
     timed = [label for label in rows if label.startswith("time to first token, sources of ")]  # per bucket
     assert len(timed) == len(heads) - (len(heads) > 1) and rows[timed[0]][0].startswith("cannot")
-    assert "the source's first 3 words" in json.dumps(json.loads((out / "steps" / "heads-decoder-seed0.json")
+    assert "the source's first 3 words" in json.dumps(json.loads((out / "steps" / "heads=decoder-seed0.json")
                                                                    .read_text())["baseline"])
     verdicts = {v["claim"]: v for v in results["verdicts"]}
     encoder = verdicts[ENCODER_JOBS]["details"]
-    assert [line.split(":")[0] for line in encoder[1:]] == ["topics", "pos", "find", "order"]  # none dropped
+    judged = [line for line in encoder[1:] if not line.startswith("against the classic method")]
+    assert [line.split(":")[0] for line in judged] == ["topics", "pos", "find", "order"]  # none dropped
+    beside = [line.split(": ", 1)[1] for line in encoder[1:] if line.startswith("against the classic method")]
+    print("\n".join(beside))
+    assert [line.split(":")[0] for line in beside] == ["topics", "pos", "find", "order"]  # each task beside it
+    assert "TF-IDF word 1-2-grams + logistic regression" in beside[0] and "on whole texts" in beside[0]
+    assert "characters a text on average" in beside[0] and "90th percentile" in beside[0]
+    assert "each word's most frequent training tag" in beside[1] and "BM25" in beside[2]
+    assert "is the classic method a practitioner would try first" in beside[3]  # BM25's order: said, not shown twice
     assert "pos.first" not in json.dumps(results["verdicts"])  # the read-out's other choice: reported, not judged
-    tagger = json.loads((out / "fine-tuned" / "pos.first-decoder-seed0" / "config.json").read_text())["task"]
+    tagger = json.loads((out / "fine-tuned" / "pos.first=decoder-seed0" / "config.json").read_text())["task"]
     assert tagger["read_out"] == "first"
     assert encoder[0].startswith(verdicts[ENCODER_JOBS]["verdict"] + ": ")
     assert "heads" in verdicts[READ_THEN_WRITE]["details"][1]
@@ -106,13 +120,13 @@ def test_compare_judges_a_task_of_every_kind_from_the_users_files(tmp_path, caps
     prompt = results["samples"]["decoder sample (seed 0)"].split()[:4]  # the held-out text's, not Hamlet's
     assert "HAMLET" not in json.dumps(results["samples"]) and all(word in WORDS for word in prompt)
     # Every fine-tune is kept as a run folder: the encoder's classifier exports as its HF task class.
-    record = json.loads((out / "steps" / "topics-encoder-seed0.json").read_text())
-    assert record["folder"] == "fine-tuned/topics-encoder-seed0"
+    record = json.loads((out / "steps" / "topics=encoder-seed0.json").read_text())
+    assert record["folder"] == "fine-tuned/topics=encoder-seed0"
     code, _, err = run_cli(capsys, "export", out / record["folder"], "--to", "hf", tmp_path / "hf")
     assert code == 0, err
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == [
         "ModernBertForSequenceClassification"]
-    assert (out / "fine-tuned" / "heads-encoder-decoder-seed0" / "model.safetensors").is_file()
+    assert (out / "fine-tuned" / "heads=encoder-decoder-seed0" / "model.safetensors").is_file()
     # The same folder with other tasks would read steps cached for these: refused, nothing changed.
     before = files_in(out)
     code, _, err = run_cli(capsys, "compare", "--quick", "--config", config, "--out", out, "--no-progress",
@@ -198,6 +212,10 @@ def _bad_files(tmp_path):
     long_target.write_text("\n".join(json.dumps({"source": "s", "target": "t" * (n * 400 + 1)}) for n in range(3)))
     columns = tmp_path / "columns.conll"
     columns.write_text("the DT B-NP\ncat NN\n")
+    small = tmp_path / "small.csv"  # 40 rows: a held-out 10% of 4 items
+    small.write_text("text,label\n" + "".join(f"row {i},{'ab'[i % 4 == 0]}\n" for i in range(40)))
+    rare = tmp_path / "rare.csv"  # label b twice in 300 rows: the held-out draw has none
+    rare.write_text("text,label\n" + "".join(f"row {i},{'b' if i in (0, 1) else 'a'}\n" for i in range(300)))
     latin = tmp_path / "latin.csv"
     latin.write_bytes("text,label\ncaf\xe9,a\n".encode("latin-1"))
     beir = tmp_path / "beir"
@@ -211,7 +229,9 @@ def _bad_files(tmp_path):
         (f"t=classify:{files['classify']},test={unseen}", "'never' (1)"),
         (f"t=classify:{files['classify']},test={empty}", "has no rows"),
         (f"t=classify:{files['classify']},label=topic", "lacks column(s) topic"),
-        (f"t=seq2seq:{long_target}", "long.jsonl:3 has a target of 801 characters"),
+        (f"t=seq2seq:{files['seq2seq']},test={long_target}", "long.jsonl:3 has a target of 801 characters"),
+        (f"t=classify:{small}", "leaves 4 test items, fewer than the 30 a verdict needs"),
+        (f"t=classify:{rare}", "its test split holds one label ('a')"),
         (f"t=tag:{columns}", "line 2 has 2 columns, line 1 has 3"),
         (f"t=classify:{latin}", "not UTF-8"),
         (f"t=embed:{beir}", "names document 'd9'"),
@@ -238,7 +258,7 @@ def test_a_bad_task_file_is_one_line_within_seconds_and_out_is_untouched(tmp_pat
 
 @pytest.mark.unit
 def test_imbalanced_labels_are_read_by_balanced_accuracy_chosen_from_the_test_split(tmp_path):
-    rows = [{"text": f"t{i}", "label": "rare" if i % 5 == 0 else "common"} for i in range(50)]
+    rows = [{"text": f"t{i}", "label": "rare" if i % 5 == 0 else "common"} for i in range(500)]
     path = tmp_path / "imbalanced.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
     [task] = read_tasks([TaskSpec("skew", "classify", str(path))])
@@ -259,12 +279,25 @@ def test_test_items_found_verbatim_in_the_pretraining_corpus_are_counted_in_one_
     leak = "a sentence from the corpus that the test split holds too"
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(leak + "\n" + "\n".join(f"filler line number {i}" for i in range(200)))
-    rows = [{"text": f"training row {i}", "label": "ab"[i % 2]} for i in range(18)] + [
-        {"text": leak, "label": "a"}, {"text": "short", "label": "b"}]
-    path = tmp_path / "rows.jsonl"
+    rows = [{"text": f"training row {i}", "label": "ab"[i % 2]} for i in range(18)]
+    path, test = tmp_path / "rows.jsonl", tmp_path / "test.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
+    test.write_text("\n".join(json.dumps(r) for r in [{"text": leak, "label": "a"}, {"text": "short", "label": "b"}]))
     with pytest.warns(UserWarning, match=r"task t: 1 test item\(s\) occur verbatim"):
-        plan_of(str(corpus), [TaskSpec("t", "classify", str(path))], SMOKE)
+        plan_of(str(corpus), [TaskSpec("t", "classify", str(path), str(test))], SMOKE)
+
+
+@pytest.mark.unit
+def test_test_rows_that_a_training_row_holds_too_are_counted_in_one_warning(tmp_path):
+    from maskwise.experiments.compare import plan_of
+    from maskwise.recipes import SMOKE
+
+    train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    train.write_text("\n".join(json.dumps({"text": f"row {i}", "label": "ab"[i % 2]}) for i in range(40)))
+    test.write_text("\n".join(json.dumps({"text": text, "label": "ab"[i % 2]})
+                              for i, text in enumerate(["row 3", " row 4 ", "new one", "new two"])))
+    with pytest.warns(UserWarning, match=r"task t: 2 of its 4 test items have the text of a training row"):
+        plan_of("shakespeare", [TaskSpec("t", "classify", str(train), str(test))], SMOKE)
 
 
 @pytest.mark.unit
@@ -276,9 +309,9 @@ def test_the_time_left_is_re_estimated_from_each_measured_step():
     ledger.finished("pretrain-decoder-seed0", 0.0, reused=True)  # an earlier invocation's: done, not timed
     ledger.finished("measures-encoder-seed0", 99.0)  # not a kind of step the plan counts: ignored
     assert ledger.remaining() == 131 + 3 * 10 + 2 * 20
-    ledger.finished("topics-encoder-seed0", 30.0)  # three times its estimate: heads, not yet run, scaled alike
+    ledger.finished("topics=encoder-seed0", 30.0)  # three times its estimate: heads, not yet run, scaled alike
     assert ledger.remaining() == pytest.approx(131 + 2 * 30 + 2 * 20 * 3)
-    assert ledger.kind_of("heads-decoder-seed0") == "heads" and ledger.kind_of("headsx-decoder-seed0") is None
+    assert ledger.kind_of("heads=decoder-seed0") == "heads" and ledger.kind_of("headsx=decoder-seed0") is None
 
 
 @pytest.mark.unit
@@ -304,3 +337,84 @@ def test_a_budget_the_users_tasks_would_overrun_shortens_pretraining_to_fit(tmp_
     assert "over the 10-minute budget even with pretraining at its floor (50%" in dearest.text(FAMILIES, 1)
     unfitted = time_plan(plan, s, FAMILIES, 1, resolve("cpu", "fp32"), fit=False)
     assert unfitted.settings.seconds == 100  # --seconds given: the user's clock
+
+
+NAME_CHARACTERS = "ab-_.=%ed0"  # the separator, the quoting's escape, '-' and '.' among them
+
+
+@pytest.mark.unit
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.text(NAME_CHARACTERS, min_size=1, max_size=8),
+                          st.text(NAME_CHARACTERS, min_size=1, max_size=8), st.integers(0, 12)),
+                min_size=2, max_size=6, unique=True))
+def test_step_and_folder_names_are_one_to_one_with_task_column_and_seed(triples):
+    names = {step_name(task, f"{column}-seed{seed}") for task, column, seed in triples}
+    assert len(names) == len(triples)
+    paths = {step_file(Path("x"), name) for name in names}
+    assert len(paths) == len(triples)
+
+
+@pytest.mark.unit
+def test_the_collision_of_the_issue_gets_two_names():
+    assert step_name("x", "encoder-decoder-seed0") != step_name("x-encoder", "decoder-seed0")
+    assert step_name("a-b", "c-seed0") != step_name("a", "b-c-seed0")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", RESERVED)
+def test_every_internal_step_name_is_refused_as_a_task_or_model_name(name):
+    from maskwise.experiments.checkpoints import parse_model
+
+    with pytest.raises(UserError, match="choose another"):
+        parse_task(f"{name}=classify:rows.csv", tuple(TASKS))
+    with pytest.raises(UserError, match="choose another"):
+        parse_model(f"{name}=some/folder")
+
+
+@pytest.mark.e2e
+def test_overwrite_with_a_bad_corpus_leaves_the_earlier_compare_byte_for_byte(tmp_path, capsys):
+    out = tmp_path / "OLD"
+    (out / "steps").mkdir(parents=True)
+    (out / "experiment.json").write_text('{"created": 1}')
+    (out / "steps" / "compare.json").write_text('{"settings": {}}')
+    (out / "report.md").write_text("an earlier compare")
+    (out / "fine-tuned" / "t=encoder-seed0").mkdir(parents=True)
+    (out / "fine-tuned" / "t=encoder-seed0" / "model.safetensors").write_bytes(b"\x00weights")
+    before = files_in(out)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(json.dumps({"text": f"document {i}"}) for i in range(3000)) + "\n{not json\n")
+    started = time.perf_counter()
+    assert_one_line_exit_2(capsys, ["compare", "--quick", "--data", bad, "--out", out, "--overwrite"], "3001")
+    assert time.perf_counter() - started < 10
+    assert files_in(out) == before
+
+
+def _part(n: int, gap: float, noise: float = 0.0, seed: int = 0) -> Part:
+    rng = random.Random(seed)
+    base = [rng.random() for _ in range(n)]
+    return Part("t", [[x + gap + rng.gauss(0, noise) for x in base]], [base], True, None)
+
+
+@pytest.mark.unit
+def test_a_task_with_too_few_test_items_is_never_held_or_falsified():
+    outcome, line = judge_part(_part(29, 0.5))  # far apart, but 29 items
+    assert outcome == TOO_FEW and "29 test items, fewer than the 30" in line
+    assert judge_part(_part(30, 0.5))[0] == HELD
+    assert judge_part(_part(29, -0.5))[0] == TOO_FEW
+    one = Part("t", [[1.0]], [[0.0]], True, None)  # one right answer against one wrong one
+    assert judge_part(one)[0] == TOO_FEW
+    labelled = _part(300, 0.5)._replace(too_few="its test split holds one label ('a')")
+    assert judge_part(labelled) == (TOO_FEW, judge_part(labelled)[1]) and "one label" in judge_part(labelled)[1]
+    verdict, said = claim_verdict([("a", TOO_FEW), ("b", TOO_FEW)], "decoder")
+    assert verdict == TOO_FEW
+    assert claim_verdict([("a", HELD), ("b", TOO_FEW)], "decoder")[0] == INCONCLUSIVE  # held needs every task
+
+
+@pytest.mark.unit
+def test_an_undecided_task_says_how_many_test_items_its_difference_would_need():
+    outcome, line = judge_part(_part(100, 0.02, noise=0.3))
+    assert outcome == INCONCLUSIVE
+    needed = int(line.split("would need about ")[1].split(" test items")[0].replace(",", ""))
+    assert needed > 100 and "(has 100)" in line
+    # at that many items, the same effect separates
+    assert judge_part(_part(needed * 2, 0.02, noise=0.3, seed=1))[0] == HELD

@@ -183,7 +183,7 @@ def test_finetune_tag_on_a_users_file_and_evaluate_the_saved_tagger(tmp_path, ca
     code, out, err = run_cli(capsys, "finetune", "tag", run, "--out", tmp_path / "tagger", "--data", data,
                              "--steps", 2, "--batch-size", 4, "--read-out", "first", "--no-progress")
     assert code == 0, err
-    assert out.startswith("tag (encoder) 2 words of 1 texts")  # the last 10% of the 12 sentences: one, held out
+    assert out.startswith("tag (encoder) ") and " words of 1 texts" in out  # a random 10% of 12 sentences: one
     assert json.loads((tmp_path / "tagger" / "config.json").read_text())["task"]["read_out"] == "first"  # kept
     tuned = json.loads((tmp_path / "tagger" / "results.json").read_text())
     assert (tmp_path / "tagger" / "head.safetensors").is_file() and tuned["tags"][0] == OUTSIDE

@@ -43,7 +43,7 @@ def test_every_registered_task_declares_every_field(kind):
         assert value is not None or f.name in MAY_BE_NONE, f"{kind} leaves {f.name} undeclared"
     assert issubclass(task.config, FinetuneConfig) and task_of(task.config()) is task  # one task per config type
     for hook in ("plays", "run", "flags", "finetune_command", "evaluate_command", "summary", "user_rows", "read",
-                 "configure", "run_data", "kept", "test_texts"):
+                 "configure", "run_data", "kept", "texts"):
         assert callable(getattr(task, hook)), f"{kind}.{hook}"
     if task.head is not None:
         assert isinstance(task.head, Head) and task.head.classes_key in task.head.record

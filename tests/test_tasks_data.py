@@ -181,7 +181,9 @@ def test_user_files_jsonl_and_csv(tmp_path):
     s2s = tmp_path / "s2s.jsonl"
     s2s.write_text('{"source": "A\\nhi", "target": "A"}\n')
     assert seq2seq_from_file(s2s)[0].target == "A"
-    assert hold_out(list(range(20))) == (list(range(18)), [18, 19])
+    train, held = hold_out(list(range(20)))
+    assert len(held) == 2 and sorted(train + held) == list(range(20))  # a random 10%, each split in file order
+    assert held != [18, 19] and train == sorted(train) and hold_out(list(range(20))) == (train, held)  # seeded
 
 
 @pytest.mark.parametrize("name, content, needle", [

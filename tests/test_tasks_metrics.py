@@ -1,15 +1,22 @@
 """Task metrics on cases small enough to compute by hand."""
 
+import ast
 import itertools
 import math
+import warnings
+from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from maskwise.tasks.metrics import (
     accuracy,
     bucket_label,
     bucketed,
+    entities,
+    entity_counts,
     exact_match,
     latency_ms,
     macro_f1,
@@ -18,8 +25,11 @@ from maskwise.tasks.metrics import (
     ndcg_at_k,
     paired_bootstrap,
     percentile,
+    pooled_entity_f1,
     recall_at_k,
+    rouge_l,
     set_f1,
+    span_scheme,
     split_list,
     token_f1,
 )
@@ -126,3 +136,123 @@ def test_bucketing_and_percentiles():
     assert percentile([4, 1, 3, 2], 50) == 2.5
     assert percentile([1, 2, 3, 4, 5], 99) == pytest.approx(4.96)
     assert latency_ms([0.001, 0.003]) == {"p50_ms": pytest.approx(2.0), "p99_ms": pytest.approx(2.98)}
+
+
+# ---- span labelling -------------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_span_scheme_tells_chunk_tags_from_other_tags():
+    assert span_scheme(["O", "B-PER", "I-PER", "B-LOC"]) == "IOB"
+    assert span_scheme(iter(["B-PER", "E-PER", "S-LOC", "O"])) == "IOBES"
+    assert span_scheme(["B-PER", "L-PER", "U-LOC", "O"]) == "BILOU"
+    assert span_scheme(["NN", "VBZ", ".", "PRP$", "DT"]) is None  # Penn POS tags
+    assert span_scheme(["O", ",", "O", "."]) is None  # punctuation marks to restore
+    assert span_scheme(["B-PER", "I-PER", "NN"]) is None  # a mix: one foreign tag is enough
+    assert span_scheme(["O", "O"]) is None and span_scheme([]) is None  # no chunk tag at all
+    assert span_scheme(["B-", "O"]) is None and span_scheme(["X-PER"]) is None  # empty type, unknown prefix
+
+
+@pytest.mark.unit
+def test_entities_by_hand():
+    assert entities(["B-PER", "I-PER", "O", "B-LOC"]) == {("PER", 0, 1), ("LOC", 3, 3)}
+    assert entities(["B-PER", "I-PER", "B-PER"]) == {("PER", 0, 1), ("PER", 2, 2)}  # B always opens
+    assert entities(["O", "I-PER", "I-PER"]) == {("PER", 1, 2)}  # an I after O opens a chunk
+    assert entities(["B-PER", "I-LOC", "I-LOC"]) == {("PER", 0, 0), ("LOC", 1, 2)}  # so does a type change
+    assert entities(["B-PER", "E-PER", "S-LOC", "B-PER", "I-PER", "E-PER"]) == {
+        ("PER", 0, 1), ("LOC", 2, 2), ("PER", 3, 5)}
+    assert entities(["E-PER", "E-PER", "I-PER"]) == {("PER", 0, 0), ("PER", 1, 1), ("PER", 2, 2)}
+    # L and U carry only their type: a chunk ends at a type change or O, so two U-PER merge
+    assert entities(["B-PER", "L-PER", "U-LOC"]) == {("PER", 0, 1), ("LOC", 2, 2)}
+    assert entities(["U-PER", "U-PER", "O"]) == {("PER", 0, 1)}
+    assert entities(["O", "O"]) == set() and entities([]) == set()
+
+
+@pytest.mark.unit
+def test_entity_counts_and_pooled_f1_by_hand():
+    # gold PER 0-1, LOC 3; predicted PER 0-1 (right), LOC 2-3 (wrong span)
+    assert entity_counts(["B-PER", "I-PER", "B-LOC", "I-LOC"], ["B-PER", "I-PER", "O", "B-LOC"]) == (1, 2, 2)
+    assert entity_counts(["B-PER", "O"], ["B-LOC", "O"]) == (0, 1, 1)  # same span, other type
+    with pytest.raises(ValueError):
+        entity_counts(["O"], ["O", "O"])
+    # pooled: tp 1 + 2, predicted 2 + 2, gold 2 + 4 -> P 3/4, R 3/6, F1 6/10
+    scores = pooled_entity_f1([(1, 2, 2), (2, 2, 4)])
+    assert scores == {"precision": 0.75, "recall": 0.5, "f1": pytest.approx(0.6)}
+    assert pooled_entity_f1([]) == {"precision": 0.0, "recall": 0.0, "f1": 0.0}
+
+
+@pytest.mark.unit
+@pytest.mark.filterwarnings("ignore")  # seqeval warns where it divides by zero
+def test_always_outside_scores_zero_even_when_most_texts_have_no_entities():
+    seqeval = pytest.importorskip("seqeval.metrics")
+    gold = [["O", "O", "O"]] * 9 + [["O", "B-PER", "I-PER"]]
+    predicted = [["O"] * 3 for _ in gold]
+    scores = pooled_entity_f1([entity_counts(p, g) for p, g in zip(predicted, gold)])
+    assert scores == {"precision": 0.0, "recall": 0.0, "f1": 0.0}
+    assert seqeval.f1_score(gold, predicted) == 0.0
+    # nothing to find and nothing found is 0 too, not 1 (seqeval's zero division)
+    assert pooled_entity_f1([entity_counts(p, p) for p in predicted])["f1"] == 0.0
+    assert seqeval.f1_score(predicted, predicted) == 0.0
+
+
+def _texts(tags: list[str]):
+    """Several texts, each a list of (predicted, gold) tag pairs."""
+    pair = st.tuples(st.sampled_from(tags), st.sampled_from(tags))
+    return st.lists(st.lists(pair, max_size=8), min_size=1, max_size=5)
+
+
+def _agrees_with_seqeval(texts: list[list[tuple[str, str]]]) -> None:
+    seqeval = pytest.importorskip("seqeval.metrics")
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    predicted = [[p for p, _ in text] for text in texts]
+    gold = [[g for _, g in text] for text in texts]
+    for sequence in (*predicted, *gold):
+        found = get_entities(list(sequence))
+        assert entities(sequence) == set(found) and len(found) == len(set(found))
+    scores = pooled_entity_f1([entity_counts(p, g) for p, g in zip(predicted, gold)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zero-division warnings where nothing is predicted or gold
+        assert scores["f1"] == pytest.approx(seqeval.f1_score(gold, predicted), abs=1e-12)
+        assert scores["precision"] == pytest.approx(seqeval.precision_score(gold, predicted), abs=1e-12)
+        assert scores["recall"] == pytest.approx(seqeval.recall_score(gold, predicted), abs=1e-12)
+
+
+@pytest.mark.unit
+@settings(max_examples=150, deadline=None)
+@given(_texts(["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "E-PER", "S-LOC"]))
+def test_entities_and_pooled_f1_match_seqeval_on_mixed_tags(texts):
+    _agrees_with_seqeval(texts)
+
+
+@pytest.mark.unit
+@settings(max_examples=100, deadline=None)
+@given(_texts(["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]))
+def test_entities_and_pooled_f1_match_seqeval_on_bio(texts):
+    _agrees_with_seqeval(texts)
+
+
+# ---- summaries ------------------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_rouge_l_by_hand():
+    pytest.importorskip("rouge_score")
+    assert rouge_l("The cat sat on the mat.", "The cat sat on the mat.") == 1.0
+    assert rouge_l("dogs bark loudly", "the cat sat") == 0.0
+    # the cat lay on a mat / the cat sat on the mat: LCS the-cat-on-mat = 4 of 6 words each -> 2/3
+    assert rouge_l("the cat lay on a mat", "the cat sat on the mat") == pytest.approx(2 / 3)
+    # LCS 4; P = 4/4, R = 4/6 -> F = 2 * 1 * (2/3) / (5/3) = 0.8
+    assert rouge_l("the cat on mat", "the cat sat on the mat") == pytest.approx(0.8)
+    assert rouge_l("Cats running", "cat run") == 1.0  # lower-cased and stemmed
+
+
+@pytest.mark.unit
+def test_rouge_scorer_is_not_imported_with_the_module():
+    import maskwise.tasks.metrics as metrics
+
+    tree = ast.parse(Path(metrics.__file__).read_text())
+    top_level = [node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)]
+    names = {alias.name for node in top_level if isinstance(node, ast.Import) for alias in node.names}
+    names |= {node.module for node in top_level if isinstance(node, ast.ImportFrom)}
+    assert not any(name and name.startswith("rouge_score") for name in names)

@@ -150,6 +150,7 @@ def run_compare(args) -> int:
         settings = dataclasses.replace(settings, seconds=args.seconds)
     plan = plan_of(args.data, tasks, settings)  # every task file read and checked: its one line before the device's
     runtime = runtime_of(args)  # a device that is not there: its one line before the plan's
+    print(plan.scope, file=sys.stderr)
     timing = time_plan(plan, settings, families, args.seeds, runtime, fit=args.seconds is None)
     print(timing.text(families, args.seeds), file=sys.stderr)
     out = compare_experiment(args.out, settings, args.seeds, args.seed, args.data, args.overwrite, args.progress,
@@ -167,6 +168,7 @@ def compare_models(args, settings, tasks: list[TaskSpec], models: list[ModelSpec
     candidates = open_models(models)  # a folder that does not open: its one line before anything runs
     plan = with_models(plan_of(args.data, tasks, settings, context=min(c.context for c in candidates)), candidates)
     runtime = runtime_of(args)
+    print(plan.scope, file=sys.stderr)
     expected = expected_steps(plan, settings, args.seeds, runtime)
     print(plan_text(plan, args.seeds, expected), file=sys.stderr)
     out = run_models(args.out, settings, plan, args.seeds, args.seed, args.overwrite, args.progress, runtime,

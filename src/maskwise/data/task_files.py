@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import random
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,7 +16,12 @@ from maskwise.data.tasks import LabelledText, RetrievalSet, Seq2SeqExample
 from maskwise.errors import UserError
 
 TABLE_SUFFIXES = (".jsonl", ".csv", ".tsv")
-HOLD_OUT = 0.1  # the share of a user's rows that evaluate when no test file is given (the last ones)
+HOLD_OUT = 0.1  # the share of a user's rows that evaluate when no test file is given (drawn at random)
+HOLD_OUT_SEED = 0  # draws them: a file sorted by label or date still gives a test split like its whole
+# A test split needs this many items, in the unit its metric averages over (texts, sentences, queries), before compare
+# judges it: at 30, a paired difference of 0/1 items has a 95% half-width near 0.2 at best, the least that says
+# anything; below it one right answer against one wrong one would be "held".
+MIN_TEST_ITEMS = 30
 # The fields of each row format, read by its reader below (a task module reads its files through one): labelled texts
 # (a classification file may name its own columns), query/positive pairs, source/target pairs.
 LABELLED_FIELDS = ("text", "label")
@@ -117,12 +123,14 @@ def collection_from_file(path: str | Path) -> tuple[str, ...]:
 
 
 def hold_out(items: Sequence, fraction: float = HOLD_OUT) -> tuple[list, list]:
-    """(train, eval): the last ``fraction`` of the user's rows (at least one) evaluate, the rest
-    train, the way ``corpus.load_corpus`` splits a user's documents."""
+    """(train, eval): a random ``fraction`` of the user's rows (at least one; drawn with ``HOLD_OUT_SEED``) evaluate,
+    the rest train, each split in the file's order."""
     if len(items) < 2:
         raise UserError(f"task data: need at least 2 rows to hold some out for evaluation, got {len(items)}")
     n_eval = max(1, int(len(items) * fraction))
-    return list(items[:-n_eval]), list(items[-n_eval:])
+    held = set(random.Random(HOLD_OUT_SEED).sample(range(len(items)), n_eval))
+    return ([item for i, item in enumerate(items) if i not in held],
+            [item for i, item in enumerate(items) if i in held])
 
 
 def user_split(read, data: str | Path, test: str | Path | None = None) -> tuple[list, list]:

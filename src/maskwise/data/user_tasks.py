@@ -3,8 +3,8 @@
 
 Every file is read whole and checked here, so a bad row is one line naming its file, line and field
 within seconds of starting, and a compare that would fail after pretraining is refused before it.
-With no ``test``, the last ``task_files.HOLD_OUT`` of the rows (at least one) are the test split, the
-rule ``maskwise finetune`` and ``corpus.load_corpus`` use. What each kind reads and checks is
+With no ``test``, a random ``task_files.HOLD_OUT`` of the rows are the test split, the rule
+``maskwise finetune`` uses too; compare refuses one of fewer than ``task_files.MIN_TEST_ITEMS`` items. What each kind reads and checks is
 ``tasks.registry``'s; this module only parses the flag and describes the data for the report.
 """
 
@@ -16,11 +16,13 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from maskwise.data.task_files import HOLD_OUT
+from maskwise.data.task_files import HOLD_OUT, HOLD_OUT_SEED
 from maskwise.errors import UserError
 
 OPTIONS = ("test", "text", "label")  # what may follow the path, as key=value
-RESERVED = ("lm", "export", "ttft", "next_token", "fill", "pretrain", "measures", "compare")  # its own steps and rows
+# compare's own steps and rows (``compare``, ``compare --model``): no task or model may take one of these names.
+RESERVED = ("lm", "export", "ttft", "next_token", "fill", "pretrain", "measures", "compare", "compare-models", "costs",
+            "model")
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ class UserTask:
     test_rows: int
     labels: str = ""  # the label or tag distribution, where the kind has one
     details: dict[str, Any] = field(default_factory=dict)  # what else the kind read (a test split's rule...)
+    too_few: str | None = None  # why its test split cannot separate anything whatever its size (one label present)
 
     def describe(self) -> dict[str, Any]:
         """What the report names: files, fingerprints, rows per split, labels, the split's rule."""
@@ -113,5 +116,5 @@ class UserTask:
         return {"name": self.spec.name, "kind": self.spec.kind, "flag": self.spec.flag(),
                 "files": {f: fingerprint(f) for f in files}, "train_rows": self.train_rows,
                 "test_rows": self.test_rows,
-                "split": "given" if self.spec.test else f"the last {HOLD_OUT:.0%} of the rows held out",
+                "split": "given" if self.spec.test else f"a random {HOLD_OUT:.0%} of the rows held out (seed {HOLD_OUT_SEED})",
                 **({"labels": self.labels} if self.labels else {}), **self.details}

@@ -45,7 +45,7 @@ from maskwise.experiments.checkpoints import (
     Candidate,
     ModelsExperiment,
 )
-from maskwise.experiments.claims import PLAYS_TASKS, CompareRow, variant_key
+from maskwise.experiments.claims import CompareRow, variant_key
 from maskwise.experiments.compare import (
     COMPARE,
     HELD_OUT_S,
@@ -61,7 +61,7 @@ from maskwise.experiments.compare_report import (
     result_rows,
     verdicts_said,
 )
-from maskwise.experiments.eta import Expected, Ledger, Speeds, probe, probe_model
+from maskwise.experiments.eta import Expected, Ledger, Speeds, probe, probe_model, step_name
 from maskwise.experiments.framework import Measured, conduct, write
 from maskwise.experiments.serving import (
     COST_BATCH,
@@ -95,7 +95,7 @@ def classify_keys(plan: ComparePlan) -> dict[str, UserTask | None]:
     """The classification tasks a writer is also prompted on, their measure key -> the user's task (None: the
     plays')."""
     if not plan.tasks:
-        return {"classify": None} if "classify" in PLAYS_TASKS else {}
+        return {"classify": None} if "classify" in plan.plays_tasks else {}
     return {t.spec.name: t for t in plan.tasks if t.spec.kind == "classify"}
 
 
@@ -174,7 +174,7 @@ def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
         steps.update({prompted_key(key): prompting(key, task) for key, task in classify_keys(setup.plan).items()})
     if seed == setup.seeds[0]:
         steps["costs"] = serving_costs
-    return {what: setup.exp.step(f"{what}-{name}", lambda f=fn: f(setup, name, seed)) for what, fn in steps.items()}
+    return {what: setup.exp.step(step_name(what, name), lambda f=fn: f(setup, name, seed)) for what, fn in steps.items()}
 
 
 def _models(m: Measured) -> dict[str, Candidate]:
@@ -199,11 +199,11 @@ def tabulate(m: Measured) -> tuple[dict, list]:
     """(per-seed means of every row, by model; the table: what each model is, then compare's rows)."""
     models = [_models(m)[a.key] for a in m.arms]
     rows = [
-        ["folder", *[f"`{c.folder}`" for c in models], ""],
+        ["folder", *[f"`{c.folder}`" for c in models], "", ""],
         ["family (as it reads; as the claims count it)",
-         *[c.kind.name + ("" if c.family == c.kind.name else f"; counted as {c.family}") for c in models], ""],
-        ["parameters", *[f"{c.parameters['total']:,}" for c in models], ""],
-        ["fine-tuning rates", *[c.rate for c in models], ""],
+         *[c.kind.name + ("" if c.family == c.kind.name else f"; counted as {c.family}") for c in models], "", ""],
+        ["parameters", *[f"{c.parameters['total']:,}" for c in models], "", ""],
+        ["fine-tuning rates", *[c.rate for c in models], "", ""],
     ]
     metrics, measured = result_rows(m, evidence(m), why_not(m))
     return metrics, rows + measured
@@ -343,7 +343,7 @@ def expected_steps(plan: ComparePlan, s: CompareSettings, seeds: int, runtime: R
     factor = {name: speed.read_s_per_token / scale_body.read_s_per_token for name, (speed, _) in speeds.items()}
     keys = ({key: (t.spec.kind, plan.configs[key], t) for t in plan.tasks
              for key in (t.spec.name, *(variant_key(t.spec.name, v) for v in TASKS[t.spec.kind].variants))}
-            if plan.tasks else {kind: (kind, s.tasks[kind], None) for kind in PLAYS_TASKS})
+            if plan.tasks else {kind: (kind, s.tasks[kind], None) for kind in plan.plays_tasks})
 
     def expected(prefix: str, models: list[Candidate], per_model, runs: int) -> Expected:
         each = [per_model(c) for c in models]

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from maskwise import runs
+from maskwise.data.user_tasks import RESERVED
 from maskwise.errors import UserError
 from maskwise.experiments.compare import (
     column_of,
 )
+from maskwise.experiments.eta import step_name
 from maskwise.experiments.runner import Experiment
 from maskwise.families import FAMILIES, Family
 from maskwise.interop import folders
@@ -55,6 +57,8 @@ def checked_model(values: dict, where: str) -> ModelSpec:
         raise UserError(f"{where}: needs a name and a path, as NAME=PATH")
     if not NAME.fullmatch(values["name"]):
         raise UserError(f"{where}: name {values['name']!r} must be letters, digits, '.', '_' or '-'")
+    if values["name"] in RESERVED:
+        raise UserError(f"{where}: the name {values['name']!r} is one of compare's own steps; choose another")
     if values.get("family") is not None and values["family"] not in FAMILIES:
         raise UserError(f"{where}: family must be one of {', '.join(FAMILIES)}, got {values['family']!r}")
     if values.get("body") is not None and values["body"] not in BODIES:
@@ -206,7 +210,7 @@ class ModelsExperiment(Experiment):
     def pretrain(self, name: str, progress: bool = False, **settings) -> dict:
         """The column's "run": no curve; its ``run_dir`` names the run (``arms.run_name``), its folder is the model's."""
         model = self.model_of(name)
-        return self.step(f"model-{name}", lambda: {
+        return self.step(step_name("model", name), lambda: {
             "name": name, "run_dir": str(super(ModelsExperiment, self).run_dir(name)), "curve": [],
             "parameters": model.parameters["total"],
             "settings": {"seed": settings["seed"], "family": model.family, "objective": model.objective,

@@ -19,19 +19,22 @@ otherwise, and ``not measured`` when no task of its job was given.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
+from maskwise.data.task_files import MIN_TEST_ITEMS
 from maskwise.data.user_tasks import UserTask
 from maskwise.experiments.framework import Rule
-from maskwise.experiments.intervals import PerSeed, beats, interval, separation
+from maskwise.experiments.intervals import Interval, PerSeed, beats, interval, separation
 from maskwise.experiments.verdict import (
     FALSIFIED,
     HELD,
     INCONCLUSIVE,
     MIXED,
     NOT_MEASURED,
+    TOO_FEW,
 )
 from maskwise.families import FAMILIES
 from maskwise.tasks.registry import (
@@ -58,6 +61,13 @@ class CompareRow:
     baseline: Callable[[dict], Any]  # per item (paired) or a constant
     baseline_name: str
     claim: str | None  # the claim that judges it; None: reported beside the claims
+    too_few: str | None = None  # why its test split cannot separate anything (``Part.too_few``)
+    # The classic method beside it (``tasks.unit.Row``'s): its name, per-item scores on the same characters and on
+    # whole texts, and each test item's characters read and given, from a run's measures.
+    classic_name: str = ""
+    classic: Callable[[dict], Any] = lambda m: None
+    classic_whole: Callable[[dict], Any] = lambda m: None
+    read: Callable[[dict], Any] = lambda m: None
 
 
 HELD_OUT_ROWS = (
@@ -70,24 +80,30 @@ HELD_OUT_ROWS = (
 PLAYS_TASKS = ("tag", "classify", "embed", "seq2seq")  # compare's tasks when it is given none
 
 
-def task_row(key: str, kind: str, row: Row, judged: bool = True, label: str = "") -> CompareRow:
+def task_row(key: str, kind: str, row: Row, judged: bool = True, label: str = "",
+             too_few: str | None = None) -> CompareRow:
     """A task's ``Row`` (read from its record, the run's measure ``key``) as a compare row: under its claim when
     ``judged``, else reported beside it (``label`` names a reported row apart from the judged one's key)."""
     record = TASKS[kind].record.from_json  # a run's measures hold it as JSON
     return CompareRow(label or key, kind, row.label, row.higher, lambda m: row.scores(record(m[key])),
-                      lambda m: row.baseline(record(m[key])), row.baseline_name, TASKS[kind].claim if judged else None)
+                      lambda m: row.baseline(record(m[key])), row.baseline_name, TASKS[kind].claim if judged else None,
+                      too_few, row.classic_name, lambda m: row.classic(record(m[key])),
+                      lambda m: row.classic_whole(record(m[key])), lambda m: row.read(record(m[key])))
 
 
-def rows_of(tasks: Sequence[UserTask], configs: Mapping[str, Any] | None = None) -> tuple[CompareRow, ...]:
+def rows_of(tasks: Sequence[UserTask], configs: Mapping[str, Any] | None = None,
+            plays: bool = True) -> tuple[CompareRow, ...]:
     """Compare's rows: the held-out text's, then each user task's at its config (``configs``: task name -> its
-    fine-tune's config; its first row judged, the others reported), or the plays' when there is none."""
+    fine-tune's config; its first row judged, the others reported), or the plays' when there is none and ``plays``
+    (the corpus is the plays)."""
     if not tasks:
-        return HELD_OUT_ROWS + tuple(task_row(kind, kind, TASKS[kind].plays_row) for kind in PLAYS_TASKS)
+        return HELD_OUT_ROWS + (tuple(task_row(kind, kind, TASKS[kind].plays_row) for kind in PLAYS_TASKS)
+                                if plays else ())
     rows, configs = [], configs or {}
     for t in tasks:
         name, declared = t.spec.name, TASKS[t.spec.kind]
         first, *others = declared.user_rows(t, configs[name])
-        rows += [task_row(name, t.spec.kind, first),
+        rows += [task_row(name, t.spec.kind, first, too_few=t.too_few),
                  *[task_row(name, t.spec.kind, row, False, f"{name}/{i}") for i, row in enumerate(others)]]
         for variant in declared.variants:  # reported beside it: the choice's effect
             key = variant_key(name, variant)
@@ -118,41 +134,117 @@ def gather(measured: Mapping[int, Mapping[str, dict]], row: CompareRow) -> tuple
     return scores, baselines
 
 
+@dataclass(frozen=True)
+class Classic:
+    """A row's classic method as measured beside each column (on that column's test items): on the characters the
+    families read and on whole texts; and each test item's characters read and given. No scores: the row's trivial
+    baseline is the classic method already (its name says which)."""
+
+    name: str
+    same: dict[str, PerSeed]  # column -> per-seed, per-item scores
+    whole: dict[str, PerSeed]
+    read: tuple[list[int], list[int]] | None = None
+
+
+def gather_classic(measured: Mapping[int, Mapping[str, dict]], row: CompareRow) -> Classic | None:
+    """``row``'s classic method per column that measured it (None: the row has none)."""
+    if not row.classic_name:
+        return None
+    same, whole, read = {}, {}, None
+    for column in next(iter(measured.values())):
+        try:
+            on_same = [row.classic(measured[seed][column]) for seed in measured]
+            on_whole = [row.classic_whole(measured[seed][column]) for seed in measured]
+            read = read or row.read(next(iter(measured.values()))[column])
+        except KeyError:  # a column that cannot take the row
+            continue
+        if all(v is not None for v in on_same):
+            same[column] = on_same
+        if all(v is not None for v in on_whole):
+            whole[column] = on_whole
+    return Classic(row.classic_name, same, whole, tuple(read) if read else None)
+
+
+def share_read(read: tuple[list[int], list[int]]) -> str:
+    """"126 of 400 characters on average (32%); 90th percentile 126 of 517": what the families read of the texts."""
+    chars, given = read
+
+    def p90(values: list[int]) -> int:
+        return sorted(values)[min(len(values) - 1, int(0.9 * len(values)))]
+
+    mean_read, mean_given = sum(chars) / len(chars), sum(given) / len(given)
+    return (f"{mean_read:,.0f} of {mean_given:,.0f} characters a text on average ({mean_read / max(mean_given, 1):.0%})"
+            f"; 90th percentile {p90(chars):,} of {p90(given):,}")
+
+
 # ---- the three verdicts ----------------------------------------------------------------------------
 
 
-Part = tuple  # (what, predicted winner's scores, the other's, higher is better, their baselines or None)
+class Part(NamedTuple):
+    """One task as a claim reads it: the predicted winner's per-item scores against the other's, on the same items."""
+
+    what: str
+    predicted: PerSeed
+    other: PerSeed
+    higher: bool
+    baselines: tuple[Any, Any] | None  # the predicted side's and the other's trivial baseline (per item or constant)
+    too_few: str | None = None  # why its test split cannot separate anything whatever its size (one label present)
+    min_items: int = MIN_TEST_ITEMS  # below it, too few (a timing's repeats are not test items: it sets 1)
+
+
+POWER_Z = 1.960 + 0.8416  # a 95% interval that excludes zero in 80% of repeats: what "would separate" sizes
+
+
+def items_to_separate(gap: Interval, items: int) -> int | None:
+    """The test items at which a true difference of the observed size would separate (95% interval, 80% power), from
+    the observed interval's width (which shrinks as one over the square root of the items); None without a gap."""
+    half = (gap.high - gap.low) / 2
+    if gap.mean == 0 or half <= 0:
+        return None
+    return math.ceil(items * (POWER_Z * half / 1.960 / abs(gap.mean)) ** 2)
 
 
 def judge_part(part: Part) -> tuple[str, str]:
-    """One task's verdict and its sentence: ``held`` if it separates the predicted way with the predicted side
-    clearing its trivial baseline (``baselines``: the predicted side's and the other's, per item or constants),
-    ``falsified`` if it separates the other way with the other side clearing its own: beating a model that is
-    at chance, while at chance oneself, is not evidence for either family."""
-    what, predicted, other, higher, baselines = part
+    """One task's verdict and its sentence: ``too few test items`` when its split cannot separate anything; else
+    ``held`` if it separates the predicted way with the predicted side clearing its trivial baseline (``baselines``:
+    the predicted side's and the other's, per item or constants), ``falsified`` if it separates the other way with
+    the other side clearing its own: beating a model that is at chance, while at chance oneself, is not evidence for
+    either family. An undecided task says how many test items its observed difference would need."""
+    what, predicted, other, higher, baselines, too_few, min_items = Part(*part)
+    stated = f"{what}: {interval(predicted).text()} vs {interval(other).text()}"
+    items = min(len(scores) for scores in predicted)
+    if too_few or items < min_items:
+        why = too_few or f"{items} test items, fewer than the {min_items} a verdict needs"
+        return TOO_FEW, f"{stated} ({TOO_FEW}: {why})"
     base_p, base_o = baselines if baselines is not None else (None, None)
     clears_p = base_p is None or beats(predicted, base_p, higher)
     clears_o = base_o is None or beats(other, base_o, higher)
     order, gap = separation(predicted, other, higher)
     outcome = HELD if order > 0 and clears_p else FALSIFIED if order < 0 and clears_o else INCONCLUSIVE
-    stated = f"{what}: {interval(predicted).text()} vs {interval(other).text()}"
     if gap is not None:
         stated += f", paired difference {gap.text()}"
     if not (clears_p or clears_o):
         stated += "; neither clears its trivial baseline"
     elif not clears_p:
         stated += "; the predicted winner does not clear its trivial baseline"
+    if outcome == INCONCLUSIVE and order == 0 and gap is not None:
+        needed = items_to_separate(gap, items)
+        stated += (f"; a difference of this size would need about {needed:,} test items to separate (has {items:,})"
+                   if needed else "; no difference to separate")
     return outcome, f"{stated} ({outcome})"
 
 
 def claim_verdict(outcomes: Sequence[tuple[str, str]], other: str) -> tuple[str, str]:
-    """A claim's verdict from its tasks' (name, verdict), none dropped, and the line that names them."""
+    """A claim's verdict from its tasks' (name, verdict), none dropped, and the line that names them; a task with too
+    few test items counts as undecided, and a claim with only such tasks says so."""
     if not outcomes:
         return NOT_MEASURED, "not measured: no task of this job was given"
-    by = {v: [name for name, verdict in outcomes if verdict == v] for v in (HELD, FALSIFIED, INCONCLUSIVE)}
+    by = {v: [name for name, verdict in outcomes if verdict == v] for v in (HELD, FALSIFIED, INCONCLUSIVE, TOO_FEW)}
     said = "; ".join(f"{v} on {', '.join(names)}" + (f" (the {other} ahead)" if v == FALSIFIED else "")
                      for v, names in by.items() if names)
-    if not by[FALSIFIED] and not by[INCONCLUSIVE]:
+    if len(by[TOO_FEW]) == len(outcomes):
+        return TOO_FEW, said
+    if not by[FALSIFIED] and not by[INCONCLUSIVE] and not by[TOO_FEW]:
         return HELD, said
     if by[HELD] and by[FALSIFIED]:
         return MIXED, said
@@ -187,6 +279,37 @@ class Evidence:
     judged: Mapping[str, str] = field(default_factory=lambda: {f: f for f in FAMILIES})  # family -> its column
     # The columns the "best" cell chooses among: the three families, or every model given
     contenders: tuple[str, ...] = FAMILIES
+    classic: Mapping[str, Classic | None] = field(default_factory=dict)  # row key -> its classic method
+
+    def against_classic(self, row: CompareRow) -> str | None:
+        """Whether any column clears ``row``'s classic method (paired, on its own test items), said plainly with the
+        classic method's score on the characters the families read and on whole texts; None without one."""
+        c = self.classic.get(row.key)
+        if c is None:
+            return None
+        scores = self.gathered[row.key][0]
+        if not c.same:
+            return (f"{row.label}: its trivial baseline, {row.baseline_name}, is the classic method a practitioner "
+                    "would try first" if c.name == row.baseline_name else
+                    f"{row.label}: the classic method ({c.name}) is its trivial baseline")
+        columns = [col for col in self.contenders if col in scores and col in c.same]
+        if not columns:
+            return None
+        first = columns[0]
+        measured = f"{interval(c.same[first]).text()} on the characters the families read"
+        if first in c.whole:
+            measured += f", {interval(c.whole[first]).text()} on whole texts"
+        if c.read:
+            measured += f"; they read {share_read(c.read)}"
+        ahead = [col for col in columns if beats(scores[col], c.same[col], row.higher)]
+        behind = [col for col in columns if beats(c.same[col], scores[col], row.higher)]
+        if ahead:
+            said = f"{' and '.join(ahead)} clear{'s' if len(ahead) == 1 else ''} {c.name} (paired)"
+        elif len(behind) == len(columns):
+            said = f"no family reaches {c.name}: at this budget the answer is the classic method"
+        else:
+            said = f"no family separates from {c.name}, and none clears it"
+        return f"{row.label}: {said} ({measured})"
 
     @property
     def longest_ttft(self) -> tuple[str, Mapping[str, PerSeed]] | None:
@@ -202,12 +325,13 @@ class Evidence:
             scores, baselines = self.gathered[row.key]
             if row.claim != claim or predicted not in scores or other not in scores:
                 continue
-            parts.append((row.label, scores[predicted], scores[other], row.higher,
-                          (baselines[predicted], baselines[other])))
+            parts.append(Part(row.label, scores[predicted], scores[other], row.higher,
+                              (baselines[predicted], baselines[other]), row.too_few))
         longest = self.longest_ttft
         if claim == READ_THEN_WRITE and parts and longest and predicted in longest[1] and other in longest[1]:
             name, times = longest
-            parts.append((f"time to first token (ms), {name}", times[predicted], times[other], False, None))
+            parts.append(Part(f"time to first token (ms), {name}", times[predicted], times[other], False, None,
+                              min_items=1))
         return parts
 
     def unmeasured(self, claim: str) -> str | None:
@@ -225,9 +349,16 @@ class Evidence:
 
 
 def claim_rule(claim: str) -> Callable[[Evidence, Any], tuple[str, list[str]]]:
+    """The claim judged on its tasks (``judge``), then, beside the verdict and not changing it, each task against its
+    classic method (``Evidence.against_classic``)."""
+
     def rule(e: Evidence, arms=None) -> tuple[str, list[str]]:
         why = e.unmeasured(claim)
-        return (NOT_MEASURED, [why]) if why else judge(e.parts(claim), CLAIMS[claim][1])
+        if why:
+            return NOT_MEASURED, [why]
+        verdict, details = judge(e.parts(claim), CLAIMS[claim][1])
+        beside = [said for row in e.rows if row.claim == claim and (said := e.against_classic(row))]
+        return verdict, details + [f"against the classic method: {said}" for said in beside]
 
     return rule
 

@@ -33,14 +33,14 @@ from pathlib import Path
 
 import torch
 
-from maskwise.data.corpus import SHAKESPEARE
-from maskwise.data.sources import open_data
+from maskwise.data.corpus import SHAKESPEARE, load_corpus
 from maskwise.data.tasks import speaker_examples
 from maskwise.data.user_tasks import TaskSpec, UserTask, fingerprint
 from maskwise.errors import UserError
 from maskwise.experiments.arms import WALL, Arm, Setup
 from maskwise.experiments.claims import PLAYS_TASKS, RULES, rows_of, variant_key
 from maskwise.experiments.compare_report import (
+    CLASSIC_COLUMN,
     cannot,
     evidence,
     meta,
@@ -55,6 +55,7 @@ from maskwise.experiments.eta import (
     Ledger,
     Speeds,
     probe,
+    step_name,
 )
 from maskwise.experiments.framework import Study, conduct, write
 from maskwise.experiments.held_out import language_modelling, pretraining_text
@@ -72,6 +73,7 @@ from maskwise.tasks.registry import (
     keep_fine_tune,
     leaked,
     read_tasks,
+    shared_with_training,
 )
 from maskwise.tasks.run import run_task
 from maskwise.tasks.seq2seq import source_ids
@@ -110,6 +112,24 @@ class ComparePlan:
         model = next((c for c in self.models if c.name == column), None)
         return cfg if model is None else model.fine_tuning(cfg)
 
+    @property
+    def plays_tasks(self) -> tuple[str, ...]:
+        """The plays' task kinds measured: all of them on the plays with no task given; none on a user's corpus,
+        where a family pretrained on it and tested on Shakespeare would answer a question nobody asked."""
+        return PLAYS_TASKS if not self.tasks and self.data == SHAKESPEARE else ()
+
+    @property
+    def scope(self) -> str:
+        """What is judged and why, said on the console and in the report's data notes."""
+        if self.tasks:
+            return f"judged: the {len(self.tasks)} task(s) given (--task) and the held-out text of the corpus"
+        if self.data == SHAKESPEARE:
+            return ("judged: the plays' tasks (punctuation, line order, retrieval, passage -> speakers) and the "
+                    "held-out text; give --task NAME=KIND:FILE to judge your own")
+        return ("judged: the corpus' held-out text only (generate => decoder); no --task was given, so the encoder's "
+                "and the encoder-decoder's claims are not measured: a family pretrained on this corpus and tested "
+                "on Shakespeare would not answer for your data. Give --task NAME=KIND:FILE to judge them")
+
     def task_of(self, kind: str) -> UserTask | None:
         """The user's task of ``kind`` (an ablation reads at most one of each), or None: the plays'."""
         return next((t for t in self.tasks if t.spec.kind == kind), None)
@@ -131,7 +151,7 @@ class ComparePlan:
         else:
             found = Path(self.data).expanduser().exists()
             corpus = f"{self.data}" + (f" (sha256 {fingerprint(self.data)})" if found else "")
-        return {"corpus": corpus, "tasks": [t.describe() for t in self.tasks]}
+        return {"corpus": corpus, "tasks": [t.describe() for t in self.tasks], "scope": self.scope}
 
 
 # A pretraining run's seconds beyond its clock (setup, evaluations, checkpoints: 128-132 s for 120 on 2 cores), and
@@ -180,7 +200,7 @@ def time_plan(plan: ComparePlan, s: CompareSettings, columns: Sequence[str], see
     runs = len(columns) * seeds
     measured = ({key: (t.spec.kind, plan.configs[key], t) for t in plan.tasks
                  for key in (t.spec.name, *(variant_key(t.spec.name, v) for v in TASKS[t.spec.kind].variants))}
-                if plan.tasks else {kind: (kind, s.tasks[kind], None) for kind in PLAYS_TASKS})
+                if plan.tasks else {kind: (kind, s.tasks[kind], None) for kind in plan.plays_tasks})
     tasks = [Expected(key, seeds * sum(cannot(k, kind) is None for k in kinds.values()),
                       TASKS[kind].work(cfg, task, tokens_per_char).seconds(speeds))
              for key, (kind, cfg, task) in measured.items()]
@@ -198,20 +218,27 @@ def time_plan(plan: ComparePlan, s: CompareSettings, columns: Sequence[str], see
 
 
 def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings, context: int | None = None) -> ComparePlan:
-    """Every task file read and checked, and its fine-tune configured for this scale's context (``context``: the
-    smallest given model's instead): all before anything is written or pretrained, so that a bad file costs
-    seconds."""
+    """The corpus and every task file read and checked, and each fine-tune configured for this scale's context
+    (``context``: the smallest given model's instead): all before anything is written or pretrained, so that a bad
+    file costs seconds and loses nothing."""
+    if data != SHAKESPEARE:
+        load_corpus(data)  # read whole: a bad line is refused now, not after --overwrite has replaced the folder
     tasks = tuple(read_tasks(list(specs)))
     if context is None:  # the encoder-decoder's, when it is halved
         context = s.block_size // 2 if s.split_context else s.block_size
     configs = {t.spec.name: TASKS[t.spec.kind].configure(s.tasks[t.spec.kind], t, context) for t in tasks}
     configs.update({variant_key(t.spec.name, v): replace(configs[t.spec.name], **changes) for t in tasks
                     for v, changes in TASKS[t.spec.kind].variants.items()})
+    for task in tasks:
+        shared = shared_with_training(task)
+        if shared:
+            warnings.warn(f"task {task.spec.name}: {shared} of its {task.test_rows} test items have the text of a "
+                          "training row too: the fine-tune may have been trained on the answers")
     if tasks and data != SHAKESPEARE:
         for name, count in leaked(list(tasks), pretraining_text(data, LEAK_CHARS)).items():
             warnings.warn(f"task {name}: {count} test item(s) occur verbatim in the pretraining corpus {data} (its "
                           f"first {LEAK_CHARS:,} characters): the models may have read the answers in pretraining")
-    return ComparePlan(data, tasks, configs, rows_of(tasks, configs))
+    return ComparePlan(data, tasks, configs, rows_of(tasks, configs, plays=data == SHAKESPEARE))
 
 
 def ttft_buckets(plan: ComparePlan, s: CompareSettings) -> tuple[list[tuple[str, list[str]]], int]:
@@ -219,7 +246,7 @@ def ttft_buckets(plan: ComparePlan, s: CompareSettings) -> tuple[list[tuple[str,
     bucket first: the plays' longest test passages (one bucket), or the test sources of the user's first
     read-then-write (seq2seq) task in its source-length buckets (the seed predicts the encoder-decoder's lead grows
     with the source); none without such a task."""
-    if not plan.tasks:
+    if plan.plays_tasks:
         passages = speaker_examples("test", max_chars=4 * s.block_size, limit=50, seed=0)
         return [("the longest test passages", [e.source for e in passages])], s.tasks["seq2seq"].max_target_len
     task = next((t for t in plan.tasks if TASKS[t.spec.kind].claim == READ_THEN_WRITE), None)
@@ -274,7 +301,7 @@ def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
     """Every measure the run's model can take (``measures``, less what ``cannot`` refuses its family), each
     its own cached step."""
     kind = setup.exp.kind(name)
-    return {what: setup.exp.step(f"{what}-{name}", lambda f=fn: f(setup, name, seed))
+    return {what: setup.exp.step(step_name(what, name), lambda f=fn: f(setup, name, seed))
             for what, (task_kind, fn) in measures(setup.plan).items() if cannot(kind, task_kind) is None}
 
 
@@ -292,7 +319,7 @@ def column_of(name: str) -> str:
     return name.rsplit("-seed", 1)[0]
 
 
-FINE_TUNED = "fine-tuned"  # the experiment's folder of fine-tunes, one run folder each: <task>-<run>
+FINE_TUNED = "fine-tuned"  # the experiment's folder of fine-tunes, one run folder each: <task>=<run>
 
 
 def _fine_tune(key: str, kind: str, task: UserTask | None) -> Callable[[Setup, str, int], dict]:
@@ -305,7 +332,7 @@ def _fine_tune(key: str, kind: str, task: UserTask | None) -> Callable[[Setup, s
         cfg = setup.plan.for_model(column_of(name), cfg)
         run = setup.exp.load(name)
         result = run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, data=data, label=name)
-        folder = setup.exp.out / FINE_TUNED / f"{key}-{name}"
+        folder = setup.exp.out / FINE_TUNED / step_name(key, name)
         keep_fine_tune(folder, kind, result.model, result.record, cfg, run.tokenizer, str(setup.exp.run_dir(name)))
         return {**result.record.to_json(), "folder": f"{FINE_TUNED}/{folder.name}"}
 
@@ -317,7 +344,7 @@ def task_measures(plan: ComparePlan) -> dict[str, tuple[str, Callable[[Setup, st
     task with a row in the report (the user's, else the plays')."""
     tasks = ({key: (t.spec.kind, _fine_tune(key, t.spec.kind, t)) for t in plan.tasks
               for key in (t.spec.name, *(variant_key(t.spec.name, v) for v in TASKS[t.spec.kind].variants))}
-             if plan.tasks else {kind: (kind, _fine_tune(kind, kind, None)) for kind in PLAYS_TASKS})
+             if plan.tasks else {kind: (kind, _fine_tune(kind, kind, None)) for kind in plan.plays_tasks})
     return {"lm": ("lm", lambda setup, name, seed: language_modelling(setup.exp, name, setup.scale, seed, plan.data)),
             **tasks}
 
@@ -354,7 +381,7 @@ COMPARE = Study(
     rules=RULES, step="measures", arms=lambda data="shakespeare", families=FAMILIES: tuple(
         Arm(f, f, {**COLUMNS[f], "data": data}) for f in families),
     measure=measure, tabulate=tabulate, summary=summary, notes=notes, options=("data", "families"), axes=(WALL,),
-    header=lambda families: ["task", *families, "best"], samples=samples, extra_rows=False,
+    header=lambda families: ["task", *families, CLASSIC_COLUMN, "best"], samples=samples, extra_rows=False,
     per_seed=("ttft", lambda setup, names, seed: time_to_first_token(setup.exp, names, setup.scale, setup.plan)),
     evidence=evidence, meta=meta, warning=warning)
 
@@ -369,9 +396,7 @@ def run_compare(out: str | Path = "runs/compare", settings: CompareSettings | No
     already read (the CLI reads the files before it sets up the device); ``timing``: their ``time_plan``, whose
     settings (the pretraining clock fitted to the budget) replace ``settings``."""
     s, columns = settings or CompareSettings(), columns_of(families)
-    plan = plan or plan_of(data, tasks, s)  # every task file checked before --overwrite replaces the folder
-    if data != SHAKESPEARE:
-        open_data(data)  # a --data that does not open is refused before --overwrite replaces the folder
+    plan = plan or plan_of(data, tasks, s)  # every file, the corpus too, checked before --overwrite replaces the folder
     exp = Experiment(out, overwrite, runtime)
     timing = timing or time_plan(plan, s, columns, seeds, exp.runtime)
     s = timing.settings

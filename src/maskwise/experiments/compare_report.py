@@ -12,7 +12,15 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 
 from maskwise.experiments.arms import WALL, Arm, matmul_peak_shares, run_name
-from maskwise.experiments.claims import RULES, Evidence, gather, ttft_milliseconds
+from maskwise.experiments.claims import (
+    RULES,
+    Classic,
+    CompareRow,
+    Evidence,
+    gather,
+    gather_classic,
+    ttft_milliseconds,
+)
 from maskwise.experiments.framework import Measured
 from maskwise.experiments.intervals import (
     AT_CHANCE,
@@ -21,6 +29,7 @@ from maskwise.experiments.intervals import (
     beats,
     best_of,
     interval,
+    score,
     separation,
 )
 from maskwise.experiments.verdict import (
@@ -55,10 +64,10 @@ def _baseline_text(baseline: PerSeed | float) -> str:
 
 
 def _baseline_mean(baseline: PerSeed | float) -> float:
-    """A baseline as one number for a plot's line: a constant, or the mean of its per-item scores."""
+    """A baseline as one number for a plot's line: a constant, or the score of its per-item values."""
     if isinstance(baseline, (int, float)):
         return float(baseline)
-    return sum(sum(items) / len(items) for items in baseline) / len(baseline)
+    return score(baseline)
 
 
 def best_family(scores: Mapping[str, PerSeed], baselines: Mapping[str, PerSeed | float], higher: bool,
@@ -69,9 +78,31 @@ def best_family(scores: Mapping[str, PerSeed], baselines: Mapping[str, PerSeed |
 
 
 def best_cell(scores: Mapping[str, PerSeed], baselines: Mapping[str, PerSeed | float], higher: bool,
-              contenders: Sequence[str] = FAMILIES) -> str:
+              contenders: Sequence[str] = FAMILIES, classic: Classic | None = None) -> str:
+    """The row's best column, or the classic method where it beats every contender on their own test items (and so
+    their winner too)."""
+    columns = [c for c in contenders if c in scores]
+    if classic is not None and columns and all(c in classic.same and beats(classic.same[c], scores[c], higher)
+                                               for c in columns):
+        return f"**{classic.name}** (classic method)"
     winner = best_family(scores, baselines, higher, contenders)
     return winner if winner in (AT_CHANCE, WITHIN_NOISE) else f"**{winner}**"
+
+
+CLASSIC_COLUMN = "classic method (same characters; whole texts)"
+
+
+def classic_cell(e: Evidence, row: CompareRow) -> str:
+    """The classic method's interval on the characters the families read and on whole texts (the first contender's
+    test items), or which trivial baseline it is."""
+    c = e.classic.get(row.key)
+    if c is None:
+        return ""
+    first = next((col for col in e.contenders if col in c.same), next(iter(c.same), None))
+    if first is None:
+        return f"{c.name} (= its trivial baseline)"
+    cell = f"{c.name}: {interval(c.same[first]).text()}"
+    return cell + (f"; {interval(c.whole[first]).text()}" if first in c.whole else "; every word read")
 
 
 def standing(e: Evidence, column: str) -> list[str]:
@@ -131,7 +162,7 @@ def evidence(m: Measured, metrics: dict | None = None) -> Evidence:
     measured = by_seed(m)
     rows = m.setup.plan.rows
     return Evidence(rows, {row.key: gather(measured, row) for row in rows}, ttft_milliseconds(m.per_seed),
-                    m.setup.plan.judged, m.setup.plan.contenders)
+                    m.setup.plan.judged, m.setup.plan.contenders, {row.key: gather_classic(measured, row) for row in rows})
 
 
 def _last_points(m: Measured, family: str) -> list[dict]:
@@ -144,7 +175,7 @@ def peak_share_row(m: Measured) -> list[str]:
     shares = matmul_peak_shares(m.runs[WALL], m.arms)
     if shares is None:
         return []
-    return ["pretraining % of the matmul peak", *[f"{100 * statistics.fmean(shares[a.key]):.0f}%" for a in m.arms], ""]
+    return ["pretraining % of the matmul peak", *[f"{100 * statistics.fmean(shares[a.key]):.0f}%" for a in m.arms], "", ""]
 
 
 def kinds(m: Measured) -> dict[str, Family]:
@@ -175,15 +206,15 @@ def tabulate(m: Measured) -> tuple[dict, list]:
 
     seeds_note = f"mean of {len(seeds)} seeds" if len(seeds) > 1 else "one seed"
     rows = [
-        ["pretraining objective", *[_objective(m, a) for a in arms], ""],
-        ["parameters", *[f"{m.parameters[a.label]['total']:,}" for a in arms], ""],
+        ["pretraining objective", *[_objective(m, a) for a in arms], "", ""],
+        ["parameters", *[f"{m.parameters[a.label]['total']:,}" for a in arms], "", ""],
         ["exports to (`maskwise export RUN --to hf OUT`)", *[export_cell(measured[seeds[0]][a.key]["export"])
-                                                             for a in arms], ""],
-        [f"optimizer steps in pretraining ({seeds_note})", *[f"{mean_of(a.key, 'step'):,.0f}" for a in arms], ""],
-        [f"tokens seen in pretraining ({seeds_note})", *[f"{mean_of(a.key, 'tokens_seen'):,.0f}" for a in arms], ""],
-        ["pretraining wall-clock (s)", *[f"{mean_of(a.key, 'wall_s'):.0f}" for a in arms], ""],
+                                                             for a in arms], "", ""],
+        [f"optimizer steps in pretraining ({seeds_note})", *[f"{mean_of(a.key, 'step'):,.0f}" for a in arms], "", ""],
+        [f"tokens seen in pretraining ({seeds_note})", *[f"{mean_of(a.key, 'tokens_seen'):,.0f}" for a in arms], "", ""],
+        ["pretraining wall-clock (s)", *[f"{mean_of(a.key, 'wall_s'):.0f}" for a in arms], "", ""],
         *filter(None, [peak_share_row(m)]),
-        ["final validation loss (own objective)", *[f"{mean_of(a.key, 'val_loss'):.3f}" for a in arms], ""],
+        ["final validation loss (own objective)", *[f"{mean_of(a.key, 'val_loss'):.3f}" for a in arms], "", ""],
     ]
     metrics, measured_rows = result_rows(m, e, lambda column, what: cannot(kind_of[column], what))
     return metrics, rows + measured_rows
@@ -205,7 +236,7 @@ def result_rows(m: Measured, e: Evidence, why_not: Callable[[str, str], str | No
                 continue
             cell = f"{interval(scores[column]).text()} ({baseline_name} {_baseline_text(baselines[column])})"
             if len(seeds) > 1:
-                _, spread = mean_and_spread([sum(v) / len(v) for v in scores[column]])
+                _, spread = mean_and_spread([score([v]) for v in scores[column]])
                 cell += f" (sd over seeds {spread:.3f})"
             if row.kind == "next_token" and kind.encoder_only:
                 both = interval([measured[seed][column]["lm"]["both_sides_blocks"] for seed in measured])
@@ -222,15 +253,16 @@ def result_rows(m: Measured, e: Evidence, why_not: Callable[[str, str], str | No
             elif "pooling" in measured[seeds[0]][column].get(row.key, {}):  # where a text is read: [CLS], last, mean
                 cell += f"; {measured[seeds[0]][column][row.key]['pooling']} pooling"
             cells.append(cell)
-        rows.append([label + " [95% interval]", *cells, best_cell(scores, baselines, higher, e.contenders)])
-        metrics[label] = {f: [sum(v) / len(v) for v in scores[f]] for f in scores}
+        rows.append([label + " [95% interval]", *cells, classic_cell(e, row),
+                     best_cell(scores, baselines, higher, e.contenders, e.classic.get(row.key))])
+        metrics[label] = {f: [score([v]) for v in scores[f]] for f in scores}
     # Per source-length bucket (none without a seq2seq task, so no source to time): the longest is judged.
     for timed in m.per_seed[seeds[0]].get("buckets", []):
         times = e.ttft_ms[timed["name"]]
         rows.append([(f"time to first token, {timed['name']}: {timed['source_tokens']}-token sources, batch "
                       f"{timed['batch']} (ms, mean [95% interval])"),
                      *[interval(times[a.key]).text(2) if a.key in times else why_not(a.key, "ttft")
-                       or "n/a" for a in arms], best_cell(times, {}, False, e.contenders)])
+                       or "n/a" for a in arms], "", best_cell(times, {}, False, e.contenders)])
     return metrics, rows
 
 
@@ -246,8 +278,17 @@ def meta(m: Measured, metrics: dict) -> dict:
                                     ((f, interval(scores[f])) for f in scores)},
                       # for the figure at a glance: the family the row's claim predicts, and the one that won
                       "predicted": e.judged.get(CLAIMS[row.claim][0]) if row.claim else None,
-                      "winner": best_family(scores, baselines, higher, e.contenders)}
+                      "winner": best_family(scores, baselines, higher, e.contenders),
+                      **({"classic": classic_means(c, e.contenders)} if (c := e.classic.get(row.key)) else {})}
     return out
+
+
+def classic_means(c: Classic, contenders: Sequence[str]) -> dict:
+    """The classic method's name and scores (on the first contender's test items) for the figure: on the same
+    characters and on whole texts, None where not measured (its trivial baseline is the classic method)."""
+    first = next((col for col in contenders if col in c.same), next(iter(c.same), None))
+    return {"name": c.name, "same": score(c.same[first]) if first else None,
+            "whole": score(c.whole[first]) if first in c.whole else None}
 
 
 def warning(m: Measured) -> str:
@@ -285,7 +326,8 @@ def samples(m: Measured) -> dict:
 
 def data_notes(described: dict) -> list[str]:
     """The report's lines on its data: the corpus, then each task's files, rows, labels and how it is read."""
-    lines = [f"Data: pretraining on {described['corpus']}; the held-out text rows read its validation part."]
+    lines = [f"Data: pretraining on {described['corpus']}; the held-out text rows read its validation part.",
+             *([described["scope"][0].upper() + described["scope"][1:] + "."] if "scope" in described else [])]
     for t in described["tasks"]:
         files = ", ".join(f"`{path}` (sha256 {digest})" for path, digest in t["files"].items())
         extra = "".join(f"; {key.replace('_', ' ')}: {t[key]}" for key in ("labels", "why_metric", "read_out",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import torch
 from tqdm import tqdm
@@ -18,6 +19,16 @@ from tqdm import tqdm
 from maskwise.model.transformer import build_model
 from maskwise.runtime import Runtime
 from maskwise.train.pretrain import PretrainConfig, model_config
+
+
+# Joins what a step measures to the run it measures; quoted out of both parts, so no two pairs share a name.
+STEP_SEPARATOR = "="
+
+
+def step_name(what: str, run: str) -> str:
+    """The step (and fine-tune folder) name of measuring ``what`` on run ``run``: one-to-one with the pair, whatever
+    characters either holds (``what`` "x" on run "encoder-decoder-seed0" and "x-encoder" on "decoder-seed0" differ)."""
+    return f"{quote(what, safe='-_.')}{STEP_SEPARATOR}{quote(run, safe='-_.')}"
 
 
 @dataclass(frozen=True)
@@ -94,6 +105,9 @@ class Ledger:
 
     def kind_of(self, name: str) -> str | None:
         """The expected kind a step name belongs to (the longest prefix it starts with), or None."""
+        what, separator, _ = name.partition(STEP_SEPARATOR)  # a measure's step (``step_name``)
+        if separator:
+            return what if what in self.expected else None
         kinds = [p for p in self.expected if name == p or name.startswith(p + "-")]
         return max(kinds, key=len, default=None)
 

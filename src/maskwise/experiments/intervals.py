@@ -8,6 +8,11 @@ it also carries the spread between seeds. A paired difference draws the same ite
 both sides, which is what makes "A beats B on the same test set" sharper than two overlapping
 intervals. Why not mean ± sd: with 300 test items one seed already says how much a different draw
 of items would move the number, and three seeds give no useful standard deviation on their own.
+
+An item may also be a pair ``(numerator, denominator)``: the score is then pooled over the items drawn, the sum of
+numerators over the sum of denominators. That is how a field pools a metric over a test set (CoNLL's entity F1 is
+2 x true positives over predicted plus gold entities), and a bootstrap that redraws texts and pools again gives its
+interval; a plain number is the pair ``(x, 1)``, whose pooled score is the mean.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-PerSeed = Sequence[Sequence[float]]  # [seed][item]
+PerSeed = Sequence[Sequence[float | Sequence[float]]]  # [seed][item]: a score, or a (numerator, denominator) pair
 
 RESAMPLES = 4000
 
@@ -42,29 +47,55 @@ class Interval:
 
 
 def _check(per_seed: PerSeed) -> list[torch.Tensor]:
-    seeds = [torch.tensor(list(items), dtype=torch.float64) for items in per_seed]
+    """Each seed's items as an (n, 2) tensor of (numerator, denominator)."""
+    seeds = []
+    for items in per_seed:
+        values = torch.tensor(list(items), dtype=torch.float64)
+        seeds.append(torch.stack([values, torch.ones_like(values)], dim=1) if values.dim() == 1 else values)  # (n, 2)
     if not seeds or any(len(s) == 0 for s in seeds):
         raise ValueError("an interval needs at least one seed with at least one item")
     return seeds
 
 
-def bootstrap_means(per_seed: PerSeed, resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, torch.Tensor]:
-    """The observed mean of the per-seed means and ``resamples`` two-level bootstrap replicates of it."""
-    seeds = _check(per_seed)
+def pooled(items: torch.Tensor) -> torch.Tensor:
+    """(..., n, 2) items -> (...) pooled scores: the numerators' sum over the denominators' (0 where that is 0)."""
+    numerator, denominator = items[..., 0].sum(-1), items[..., 1].sum(-1)
+    return torch.where(denominator > 0, numerator / denominator.clamp_min(1e-300), torch.zeros_like(numerator))
+
+
+def score(per_seed: PerSeed) -> float:
+    """The observed score: each seed's pooled items, averaged over seeds."""
+    return float(torch.stack([pooled(s) for s in _check(per_seed)]).mean())
+
+
+def _replicates(sides: Sequence[PerSeed], resamples: int, seed: int) -> tuple[list[float], list[torch.Tensor]]:
+    """Per side, its observed score and ``resamples`` two-level bootstrap replicates, every side drawn at the same
+    seeds and items (a paired comparison)."""
+    checked = [_check(side) for side in sides]
     generator = torch.Generator().manual_seed(seed)
-    chosen = torch.randint(len(seeds), (resamples, len(seeds)), generator=generator)  # (R, S)
-    replicate_means = torch.stack([
-        s[torch.randint(len(s), (resamples, len(s)), generator=generator)].mean(dim=1) for s in seeds])  # (S, R)
-    replicates = replicate_means.gather(0, chosen.T).mean(dim=0)  # (R,)
-    observed = float(torch.stack([s.mean() for s in seeds]).mean())
+    n_seeds = len(checked[0])
+    chosen = torch.randint(n_seeds, (resamples, n_seeds), generator=generator)  # (R, S)
+    drawn = [torch.randint(len(s), (resamples, len(s)), generator=generator) for s in checked[0]]  # per seed (R, n)
+    replicates = [torch.stack([pooled(s[d]) for s, d in zip(side, drawn)]).gather(0, chosen.T).mean(dim=0)  # (R,)
+                  for side in checked]
+    observed = [float(torch.stack([pooled(s) for s in side]).mean()) for side in checked]
     return observed, replicates
 
 
-def interval(per_seed: PerSeed, resamples: int = RESAMPLES, seed: int = 0) -> Interval:
-    """The 95% interval of the mean score (percentile bootstrap)."""
-    observed, replicates = bootstrap_means(per_seed, resamples, seed)
+def bootstrap_means(per_seed: PerSeed, resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, torch.Tensor]:
+    """The observed score (mean of the per-seed pooled scores) and ``resamples`` two-level bootstrap replicates."""
+    observed, replicates = _replicates([per_seed], resamples, seed)
+    return observed[0], replicates[0]
+
+
+def _percentiles(observed: float, replicates: torch.Tensor) -> Interval:
     low, high = torch.quantile(replicates, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
     return Interval(observed, low, high)
+
+
+def interval(per_seed: PerSeed, resamples: int = RESAMPLES, seed: int = 0) -> Interval:
+    """The 95% interval of the score (percentile bootstrap)."""
+    return _percentiles(*bootstrap_means(per_seed, resamples, seed))
 
 
 def same_items(a: PerSeed, b: PerSeed) -> bool:
@@ -73,10 +104,12 @@ def same_items(a: PerSeed, b: PerSeed) -> bool:
 
 
 def paired_difference(a: PerSeed, b: PerSeed, resamples: int = RESAMPLES, seed: int = 0) -> Interval:
-    """The 95% interval of mean(a - b), items paired: ``a[s][i]`` and ``b[s][i]`` score one item."""
+    """The 95% interval of score(a) - score(b), items paired: ``a[s][i]`` and ``b[s][i]`` score one item, and
+    every replicate draws the same items for both."""
     if not same_items(a, b):
         raise ValueError("a paired difference needs the same seeds and items on both sides")
-    return interval([[x - y for x, y in zip(xs, ys)] for xs, ys in zip(a, b)], resamples, seed)
+    (score_a, score_b), (draws_a, draws_b) = _replicates([a, b], resamples, seed)
+    return _percentiles(score_a - score_b, draws_a - draws_b)
 
 
 # ---- what a report may say ----------------------------------------------------------------------

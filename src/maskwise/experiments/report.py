@@ -77,28 +77,45 @@ def _plot_overview(results: dict, out: Path) -> list[Path]:
                                                             if label.startswith(item[0])), len(table))))
     plt = pyplot()
     families = ordered({f for meta in rows.values() for f in meta["intervals"]})
-    fig, ax = plt.subplots(figsize=(2.3 * len(families) + 4.2, 0.62 * len(rows) + 1.3))
-    for y, (metric, meta) in enumerate(rows.items()):
+    labels = [textwrap.fill(m + (" (lower is better)" if not meta["higher"] else ""), 44)  # whole, wrapped
+              for m, meta in rows.items()]
+    height = [max(1.0, 0.42 * label.count("\n") + 0.6) for label in labels]  # a row grows with its label's lines
+    top = [sum(height[:i]) for i in range(len(height))]
+    columns = [*families, "trivial baseline", "classic method"]
+    fig, ax = plt.subplots(figsize=(2.1 * len(columns) + 3.6, 0.62 * sum(height) + 1.5))
+    for y, h, (metric, meta) in zip(top, height, rows.items()):
         for x, family in enumerate(families):
             won = meta["winner"] == family
-            ax.add_patch(plt.Rectangle((x, y), 1, 1, facecolor=COLOURS.get(family, "#999999") if won else "white",
+            ax.add_patch(plt.Rectangle((x, y), 1, h, facecolor=COLOURS.get(family, "#999999") if won else "white",
                                        alpha=0.35 if won else 1.0, edgecolor="#dddddd"))
             if family == meta.get("predicted"):
-                ax.add_patch(plt.Rectangle((x + 0.03, y + 0.06), 0.94, 0.88, fill=False, linewidth=2,
+                ax.add_patch(plt.Rectangle((x + 0.03, y + 0.06), 0.94, h - 0.12, fill=False, linewidth=2,
                                            edgecolor=COLOURS.get(family, "black")))
             cell = meta["intervals"].get(family)
             text = f"{cell[0]:.3f}\n[{cell[1]:.3f}, {cell[2]:.3f}]" if cell else "cannot"
-            ax.text(x + 0.5, y + 0.5, text, ha="center", va="center", fontsize=8)
-    ax.set_xlim(0, len(families))
-    ax.set_ylim(len(rows), 0)
-    ax.set_xticks([x + 0.5 for x in range(len(families))], families, fontsize=9)
+            below = cell and family in meta["baseline"] and (family == meta.get("predicted") or won) and (
+                cell[0] < meta["baseline"][family] if meta["higher"] else cell[0] > meta["baseline"][family])
+            if below:  # a framed or filled cell under its own trivial baseline: not progress, whatever its frame says
+                text += "\nbelow its baseline"
+            ax.text(x + 0.5, y + h / 2, text, ha="center", va="center", fontsize=8, color="#c0392b" if below else "black")
+        baseline = next(iter(meta["baseline"].values()), None)
+        classic = meta.get("classic")
+        cells = [f"{baseline:.3f}\n{textwrap.fill(meta['baseline_name'], 22)}" if baseline is not None else "",
+                 "" if classic is None else textwrap.fill(classic["name"], 22) + (
+                     "\n(its trivial baseline)" if classic["same"] is None else
+                     f"\n{classic['same']:.3f} same characters" + (f"\n{classic['whole']:.3f} whole texts"
+                                                                   if classic["whole"] is not None else ""))]
+        for x, text in enumerate(cells, start=len(families)):
+            ax.add_patch(plt.Rectangle((x, y), 1, h, facecolor="#f4f4f4", edgecolor="#dddddd"))
+            ax.text(x + 0.5, y + h / 2, text, ha="center", va="center", fontsize=7)
+    ax.set_xlim(0, len(columns))
+    ax.set_ylim(sum(height), 0)
+    ax.set_xticks([x + 0.5 for x in range(len(columns))], columns, fontsize=9)
     ax.xaxis.tick_top()
-    labels = [textwrap.shorten(m, 48) + ("  (lower is better)" if not meta["higher"] else "")
-              for m, meta in rows.items()]
-    ax.set_yticks([y + 0.5 for y in range(len(rows))], labels, fontsize=8)
+    ax.set_yticks([y + h / 2 for y, h in zip(top, height)], labels, fontsize=8)
     ax.tick_params(length=0)
     ax.set_title("framed: the family the claim predicts; filled: the winner (intervals separate it from the other "
-                 "families and the trivial baseline)", fontsize=8, pad=22)
+                 "families and the trivial baseline); red: below its own trivial baseline", fontsize=8, pad=22)
     fig.tight_layout()
     path = out / "overview.png"
     fig.savefig(path, dpi=110)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import torch
 
@@ -33,6 +33,11 @@ def machine_info(runtime: Runtime) -> dict[str, Any]:
     return {"cpu": hw.cpu_name, "cpu_capability": hw.cpu_kind, "cores": os.cpu_count(),
             "gpus": list(hw.cuda_names), "threads": torch.get_num_threads(), "torch": torch.__version__,
             "python": platform.python_version(), "runtime": runtime.to_dict()}
+
+
+def step_file(out: Path, name: str) -> Path:
+    """Where experiment folder ``out`` keeps step ``name``: a file name, and one per step name."""
+    return out / "steps" / (quote(name, safe="-_.=%") + ".json")
 
 
 class Experiment:
@@ -55,7 +60,7 @@ class Experiment:
         self._timed: set[str] = set()  # steps whose seconds elapsed() already holds (read twice, counted once)
 
     def _step_path(self, name: str) -> Path:
-        return self.out / "steps" / (re.sub(r"[^A-Za-z0-9_.=-]", "_", name) + ".json")
+        return step_file(self.out, name)
 
     def step(self, name: str, compute: Callable[[], dict]) -> dict:
         """``compute()`` once; its result (with ``step_s``, its seconds) is cached under ``name``

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 HELD, FALSIFIED, INCONCLUSIVE = "held", "falsified", "inconclusive"
 # A claim judged over several tasks: some held and some falsified; or no task of its kind was given.
 MIXED, NOT_MEASURED = "mixed", "not measured"
+# A task whose test split is too small to separate any difference (``claims.MIN_TEST_ITEMS``): never held or falsified.
+TOO_FEW = "too few test items"
 
 # Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom; above 30 the normal's 1.960
 # is within 4% of them.

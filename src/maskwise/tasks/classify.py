@@ -21,7 +21,7 @@ import argparse
 import random
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -49,6 +49,7 @@ from maskwise.model.heads import (
 )
 from maskwise.runs import load_weights_into
 from maskwise.runtime import Runtime
+from maskwise.tasks.classic import TFIDF_LOGISTIC, chars_read, tfidf_logistic_regression
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.metrics import accuracy, macro_f1, majority_label
 from maskwise.tasks.reading import (
@@ -205,9 +206,18 @@ class MajorityBaseline(ClassifyScores):
 
 
 @dataclass(frozen=True)
+class ClassicScores(ClassifyScores):
+    """The classic method's scores (``classic.tfidf_logistic_regression``) on the same test items."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class ClassifyRecord(ClassifyScores, Record):
     """A classifier's scores beside the majority-class baseline, with how they were made (``mode``: finetune,
-    probe or zero-shot; ``settings``: the fine-tune's config, empty when it was not fine-tuned here)."""
+    probe or zero-shot; ``settings``: the fine-tune's config, empty when it was not fine-tuned here); where it was
+    fine-tuned on training rows, the classic method's beside it, on the characters the model read and on whole
+    texts, and how many characters of each test text the model read."""
 
     task: ClassVar[str] = "classify"
     family: str
@@ -216,6 +226,10 @@ class ClassifyRecord(ClassifyScores, Record):
     n_test: int
     baseline: MajorityBaseline
     settings: dict[str, Any] = field(default_factory=dict)
+    classic: ClassicScores | None = None
+    classic_whole: ClassicScores | None = None
+    chars_read: list[int] | None = None
+    chars_given: list[int] | None = None
 
 
 def scores_of(predicted: Sequence[str], gold: Sequence[str], labels: Sequence[str]) -> dict[str, Any]:
@@ -244,11 +258,29 @@ def classification_results(predicted: Sequence[str], gold: Sequence[str], train_
 
 def evaluate_classifier(model: SequenceClassifier, tokenizer, test: Sequence[LabelledText],
                         train_labels: Sequence[str], batch_size: int = 64,
-                        settings: dict[str, Any] | None = None) -> ClassifyRecord:
-    predicted = predict(model, tokenizer, [e.text for e in test], batch_size)
+                        settings: dict[str, Any] | None = None, max_len: int | None = None) -> ClassifyRecord:
+    predicted = predict(model, tokenizer, [e.text for e in test], batch_size, max_len)
     return classification_results(predicted, [e.label for e in test], train_labels, family=model.body.cfg.family,
                                   mode="probe" if model.freeze else "finetune", pooling=model.pooling,
                                   settings=settings)
+
+
+def with_classic(record: ClassifyRecord, train: Sequence[LabelledText], test: Sequence[LabelledText], tokenizer,
+                 max_len: int, family: str) -> ClassifyRecord:
+    """``record`` with TF-IDF + logistic regression fitted on ``train`` beside it: on the characters a model of
+    ``family`` reads at ``max_len`` tokens, and on whole texts; and each test text's characters read and given."""
+    gold, labels = [e.label for e in test], sorted({e.label for e in (*train, *test)})
+    read_train = chars_read(tokenizer, [e.text for e in train], max_len, family)
+    read_test = chars_read(tokenizer, [e.text for e in test], max_len, family)
+
+    def fitted(train_texts: list[str], test_texts: list[str]) -> ClassicScores:
+        predicted = tfidf_logistic_regression(train_texts, [e.label for e in train], test_texts)
+        return ClassicScores(**scores_of(predicted, gold, labels), name=TFIDF_LOGISTIC)
+
+    return replace(record, classic=fitted([e.text[:n] for e, n in zip(train, read_train)],
+                                          [e.text[:n] for e, n in zip(test, read_test)]),
+                   classic_whole=fitted([e.text for e in train], [e.text for e in test]),
+                   chars_read=read_test, chars_given=[len(e.text) for e in test])
 
 
 def settings_of(cfg: ClassifyConfig) -> dict:
@@ -297,8 +329,13 @@ def _plays_rows(cfg: ClassifyConfig, model: nn.Module | None, split: str, traini
 def _run(model, tokenizer, cfg: ClassifyConfig, runtime: Runtime, data, label: str):
     train, test = data or _plays_rows(cfg, model, "test", True)
     classifier = train_classifier(model, tokenizer, train, cfg, runtime=runtime)
-    return classifier, lambda: evaluate_classifier(classifier, tokenizer, test, [e.label for e in train],
-                                                   settings=settings_of(cfg)), test
+
+    def evaluate() -> ClassifyRecord:
+        record = evaluate_classifier(classifier, tokenizer, test, [e.label for e in train], settings=settings_of(cfg),
+                                     max_len=cfg.max_len)
+        return with_classic(record, train, test, tokenizer, context_len(model, cfg.max_len), model.cfg.family)
+
+    return classifier, evaluate, test
 
 
 def _add_flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
@@ -374,19 +411,31 @@ def _read_user_task(spec: TaskSpec) -> UserTask:
         raise UserError(f"task {spec.name}: the training rows' {spec.label!r} column holds one label "
                         f"({next(iter(classes))!r}); classification needs at least 2")
     refuse_unseen(spec, classes, tested, "labels")
+    one_label = (f"its test split holds one label ({next(iter(tested))!r}), where always answering it scores 1.0"
+                 if len(tested) < 2 else None)
+    if one_label and spec.test is None:
+        raise UserError(f"task {spec.name}: {one_label}; a verdict needs at least 2 labels tested: give more rows or "
+                        "a test file (,test=PATH)")
     balanced = max(tested.values()) >= IMBALANCE * min(tested.values()) and len(tested) > 1
     metric = "balanced accuracy" if balanced else "accuracy"
     return UserTask(spec, train, test, len(train), len(test), distribution([e.label for e in train]),
                     {"metric": metric, "why_metric": (
                         f"test labels imbalanced (largest/smallest {max(tested.values()) / min(tested.values()):.1f}"
                         f" >= {IMBALANCE}): balanced accuracy, the mean of per-label recalls" if balanced else
-                        f"test labels balanced within {IMBALANCE}x: accuracy")})
+                        f"test labels balanced within {IMBALANCE}x: accuracy")}, too_few=one_label)
 
 
 def _user_row(task: UserTask) -> Row:
     key = "balanced_correct" if task.details["metric"] == "balanced accuracy" else "correct"
     return Row(f"{task.spec.name}: {task.details['metric']} (classify)", True, lambda r: getattr(r, key),
-               lambda r: getattr(r.baseline, key), "majority class")
+               lambda r: getattr(r.baseline, key), "majority class", **_classic_of(key))
+
+
+def _classic_of(key: str) -> dict[str, Any]:
+    """A row's classic method, read by ``key`` (``correct`` or ``balanced_correct``) on its record, and what it read."""
+    return {"classic_name": TFIDF_LOGISTIC, "classic": lambda r: r.classic and getattr(r.classic, key),
+            "classic_whole": lambda r: r.classic_whole and getattr(r.classic_whole, key),
+            "read": lambda r: r.chars_read and (r.chars_read, r.chars_given)}
 
 
 def _work(cfg: ClassifyConfig, task: UserTask | None, per_char: float) -> Work:
@@ -401,7 +450,7 @@ TASK = Task(
     kind="classify", claim=ENCODER_JOBS, config=ClassifyConfig, record=ClassifyRecord, plays=_plays_rows, run=_run, flags=_add_flags,
     finetune_command=_finetune_command, evaluate_command=_evaluate_command, summary=_summary,
     plays_row=Row("line order accuracy (classification)", True, lambda r: r.correct, lambda r: r.baseline.correct,
-                  "majority class"),
+                  "majority class", **_classic_of("correct")),
     user_rows=lambda task, cfg: (_user_row(task),), read=_read_user_task, work=_work, configure=within_context,
     kept=_kept,
     head=Head(SequenceClassifier, {"labels": (True, True), "pooling": (False, True), "train_labels": (True, False),

@@ -35,6 +35,7 @@ from maskwise.errors import UserError
 from maskwise.model.heads import pool
 from maskwise.runtime import Runtime
 from maskwise.tasks.classify import check_pooling
+from maskwise.tasks.classic import BM25, chars_read
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.reading import (
     batches,
@@ -46,6 +47,7 @@ from maskwise.tasks.retrieve import (
     RetrievalRecord,
     evaluate_graded_retrieval,
     evaluate_retrieval,
+    with_bm25,
 )
 from maskwise.tasks.unit import (
     ENCODER_JOBS,
@@ -170,7 +172,8 @@ def _run(model, tokenizer, cfg: EmbedConfig, runtime: Runtime, data, label: str)
         if isinstance(test, GradedRetrievalSet):  # a BEIR folder's graded judgements
             record = evaluate_graded_retrieval(embedder, test, name=name, ignore_identical_ids=cfg.ignore_identical_ids)
         else:
-            record = evaluate_retrieval(embedder, test, name=name)
+            read = chars_read(tokenizer, list(test.docs), context_len(model, cfg.max_len), model.cfg.family)
+            record = with_bm25(evaluate_retrieval(embedder, test, name=name), test, read)
         return replace(record, pooling=encoder.pooling, train_pairs=len(pairs), max_len=cfg.max_len,
                        temperature=cfg.temperature)
 
@@ -273,7 +276,13 @@ def _user_row(task: UserTask) -> Row:
         return Row(f"{task.spec.name}: nDCG@10 (embed, retrieval)", True, lambda r: r.per_query.ndcg_at_10,
                    lambda r: r.baseline.ndcg_at_10, "random ranking")
     return Row(f"{task.spec.name}: recall@10 (embed, retrieval)", True, lambda r: r.per_query.recall_at_10,
-               lambda r: r.baseline.expected.recall_at_10, "random")
+               lambda r: r.baseline.expected.recall_at_10, "random", **_classic)
+
+
+# BM25 beside an embedder, on the same queries (graded BEIR judgements have none measured yet)
+_classic = {"classic_name": BM25, "classic": lambda r: r.classic and r.classic.recall_at_10,
+            "classic_whole": lambda r: r.classic_whole and r.classic_whole.recall_at_10,
+            "read": lambda r: r.chars_read and (r.chars_read, r.chars_given)}
 
 
 def _work(cfg: EmbedConfig, task: UserTask | None, per_char: float) -> Work:
@@ -293,8 +302,8 @@ TASK = Task(
     flags=_add_flags,
     finetune_command=_finetune_command, evaluate_command=_evaluate_command, summary=_summary,
     plays_row=Row("retrieval recall@10 (ICT)", True, lambda r: r.per_query.recall_at_10,
-                  lambda r: r.baseline.expected.recall_at_10, "random"),
+                  lambda r: r.baseline.expected.recall_at_10, "random", **_classic),
     user_rows=lambda task, cfg: (_user_row(task),), read=read_retrieval_task, work=_work,
     configure=within_context,
-    run_data=lambda task, cfg: (task.train.pairs(), task.test), test_texts=lambda task: list(task.test.queries),
+    run_data=lambda task, cfg: (task.train.pairs(), task.test), texts=lambda rows: list(rows.queries),
     kept=_kept, evaluated_as="retrieve", data_help=", or a BEIR folder with qrels/train.tsv")

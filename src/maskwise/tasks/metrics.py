@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from functools import cache
 from itertools import pairwise
 
 import torch
@@ -241,3 +242,97 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], resamples: int = 10
 def _same_length(a: Sequence, b: Sequence) -> None:
     if len(a) != len(b):
         raise ValueError(f"length mismatch: {len(a)} predictions for {len(b)} references")
+
+
+# ---- span labelling (NER-style chunks) ------------------------------------------------------------
+
+_SPAN_PREFIXES = frozenset("BIESLU")
+
+
+def span_scheme(tags: Iterable[str]) -> str | None:
+    """"IOB", "IOBES" or "BILOU" when every tag is O or a prefixed type (B-X ...), else None: only then is chunk F1 the right score rather than per-tag scores."""
+    prefixes = set()
+    for tag in tags:
+        if tag == "O":
+            continue
+        prefix, dash, kind = tag.partition("-")
+        if prefix not in _SPAN_PREFIXES or not dash or not kind:
+            return None
+        prefixes.add(prefix)
+    if not prefixes:
+        return None
+    if prefixes & {"L", "U"}:  # checked first: a set mixing E/S with L/U is read as BILOU
+        return "BILOU"
+    if prefixes & {"E", "S"}:
+        return "IOBES"
+    return "IOB"
+
+
+def _split_tag(tag: str) -> tuple[str, str]:
+    """(prefix letter, type) the way conlleval / seqeval read a tag, so chunks agree with theirs."""
+    rest = tag[1:]
+    kind = rest.split("-", 1)[1] if "-" in rest else rest
+    return tag[0], kind or "_"  # "O" and a bare "B" get the placeholder type "_"
+
+
+def _chunk_ends(before: str, before_type: str, now: str, now_type: str) -> bool:
+    """Whether a chunk closes between two adjacent tags (conlleval's end-of-chunk, as seqeval has it)."""
+    return (before in ("E", "S")
+            or (before in ("B", "I") and now in ("B", "S", "O"))
+            or (before not in ("O", ".") and before_type != now_type))
+
+
+def _chunk_starts(before: str, before_type: str, now: str, now_type: str) -> bool:
+    """Whether a chunk opens at the current tag (conlleval's start-of-chunk, as seqeval has it)."""
+    return (now in ("B", "S")
+            or (before in ("E", "S", "O") and now in ("E", "I"))
+            or (now not in ("O", ".") and before_type != now_type))
+
+
+def entities(tags: Sequence[str]) -> set[tuple[str, int, int]]:
+    """The (type, first, last) chunks of one tag sequence exactly as seqeval's default mode finds them, so our scores match the published ones."""
+    found = set()
+    before, before_type, opened = "O", "", 0  # "" (not "_"): a leading L/U/other-letter tag opens a chunk
+    for position, tag in enumerate([*tags, "O"]):  # a closing O ends whatever chunk is still open
+        now, now_type = _split_tag(tag)
+        if _chunk_ends(before, before_type, now, now_type):
+            found.add((before_type, opened, position - 1))
+        if _chunk_starts(before, before_type, now, now_type):
+            opened = position
+        before, before_type = now, now_type
+    return found
+
+
+def entity_counts(predicted: Sequence[str], gold: Sequence[str]) -> tuple[int, int, int]:
+    """(exact-match chunks, predicted chunks, gold chunks) of one text: integers pool across texts, F1 means do not."""
+    _same_length(predicted, gold)
+    p, g = entities(predicted), entities(gold)
+    return len(p & g), len(p), len(g)
+
+
+def pooled_entity_f1(counts: Sequence[tuple[int, int, int]]) -> dict[str, float]:
+    """Micro precision, recall and F1 over texts' ``entity_counts`` (0.0 on zero division), equal to seqeval's scores."""
+    # Equal for tags whose type is not "_" and which do not start with ".": seqeval runs the texts
+    # together with an O between them, which ends every other chunk just as a text's end does here.
+    tp = sum(c[0] for c in counts)
+    n_predicted = sum(c[1] for c in counts)
+    n_gold = sum(c[2] for c in counts)
+    return {"precision": tp / n_predicted if n_predicted else 0.0,
+            "recall": tp / n_gold if n_gold else 0.0,
+            "f1": 2 * tp / (n_predicted + n_gold) if n_predicted + n_gold else 0.0}
+
+
+# ---- summaries ------------------------------------------------------------------------------------
+
+
+@cache
+def _rouge_l_scorer():
+    """One stemming ROUGE-L scorer, built on first use so importing metrics does not load rouge_score/nltk."""
+    from rouge_score import rouge_scorer
+
+    return rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+
+
+def rouge_l(prediction: str, reference: str) -> float:
+    """ROUGE-L F-measure (longest common subsequence of stemmed words) from rouge-score, the summarisation standard."""
+    return _rouge_l_scorer().score(reference, prediction)["rougeL"].fmeasure

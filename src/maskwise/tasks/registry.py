@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from maskwise.data.task_files import HOLD_OUT, MIN_TEST_ITEMS
 from maskwise.data.user_tasks import TaskSpec, UserTask
 from maskwise.errors import UserError
 from maskwise.runs import (
@@ -31,7 +32,7 @@ from maskwise.tasks.unit import (
 
 # The claims and ``Row`` are ``tasks.unit``'s, named here too for compare and the report, which read them with TASKS.
 __all__ = ["CLAIMS", "ENCODER_JOBS", "GENERATE", "READ_THEN_WRITE", "TASKS", "Row", "by_evaluate_name", "in_cli_order",
-           "keep_fine_tune", "leaked", "read_tasks", "save_fine_tune", "task_of"]
+           "keep_fine_tune", "leaked", "read_tasks", "save_fine_tune", "shared_with_training", "task_of"]
 
 # Every kind a user's --task may name, in the report's order.
 TASKS: dict[str, Task] = {t.kind: t for t in (tag.TASK, classify.TASK, embed.TASK, rerank.TASK, seq2seq.TASK)}
@@ -74,12 +75,18 @@ def keep_fine_tune(out: Path, kind: str, trained, record: Record, cfg: FinetuneC
 
 
 def read_tasks(specs: list[TaskSpec]) -> list[UserTask]:
-    """Every spec read and checked (names distinct), in the order given."""
+    """Every spec read and checked (names distinct, a held-out split large enough to judge), in the order given."""
     names = [s.name for s in specs]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise UserError(f"--task names {', '.join(twice)} more than once; each task needs its own name")
-    return [TASKS[s.kind].read(s) for s in specs]
+    tasks = [TASKS[s.kind].read(s) for s in specs]
+    for task in tasks:
+        if task.spec.test is None and task.test_rows < MIN_TEST_ITEMS:
+            raise UserError(f"task {task.spec.name}: holding out {HOLD_OUT:.0%} of its {task.train_rows + task.test_rows}"
+                            f" rows leaves {task.test_rows} test items, fewer than the {MIN_TEST_ITEMS} a verdict "
+                            f"needs; give more rows or a test file (,test=PATH)")
+    return tasks
 
 
 LEAK_MIN_CHARS = 20  # shorter test texts (a two-word query) occur in any corpus by chance, not by a leak
@@ -89,8 +96,15 @@ def leaked(tasks: list[UserTask], corpus: str) -> dict[str, int]:
     """Per task, how many of its test items' texts (of ``LEAK_MIN_CHARS`` or more) occur verbatim in ``corpus``."""
     counts = {}
     for task in tasks:
-        texts = [t.strip() for t in TASKS[task.spec.kind].test_texts(task) if len(t.strip()) >= LEAK_MIN_CHARS]
+        texts = [t.strip() for t in TASKS[task.spec.kind].texts(task.test) if len(t.strip()) >= LEAK_MIN_CHARS]
         found = sum(text in corpus for text in texts)
         if found:
             counts[task.spec.name] = found
     return counts
+
+
+def shared_with_training(task: UserTask) -> int:
+    """How many of ``task``'s test items have a text that a training row has too (after trimming whitespace)."""
+    texts = TASKS[task.spec.kind].texts
+    trained = {t.strip() for t in texts(task.train)}
+    return sum(t.strip() in trained for t in texts(task.test))

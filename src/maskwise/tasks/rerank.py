@@ -361,6 +361,7 @@ TASK = Task(
     plays_row=None,
     user_rows=lambda task, cfg: (Row(f"{task.spec.name}: nDCG@10 over BM25's top candidates (rerank)", True,
                                      lambda r: r.per_query.ndcg_at_10,
-                                     lambda r: r.per_query.first_stage_ndcg_at_10, "BM25's own order"),),
+                                     lambda r: r.per_query.first_stage_ndcg_at_10, "BM25's own order",
+                                     classic_name="BM25's own order"),),
     read=_read_user_task, work=_work, configure=within_context, run_data=_user_data,
-    test_texts=lambda task: list(task.test.queries), kept=_kept)
+    texts=lambda rows: list(rows.queries), kept=_kept)

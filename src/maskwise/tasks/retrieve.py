@@ -16,7 +16,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import torch
@@ -190,6 +190,22 @@ class RetrievalRecord(RankingScores, Record):
     train_pairs: int | None = field(default=None, kw_only=True)
     max_len: int | None = field(default=None, kw_only=True)
     temperature: float | None = field(default=None, kw_only=True)
+    # The classic method (BM25) on the same queries: on the documents as far as the model read them, and whole; and
+    # each document's characters read and given (``with_bm25``).
+    classic: PerQuery | None = field(default=None, kw_only=True)
+    classic_whole: PerQuery | None = field(default=None, kw_only=True)
+    chars_read: list[int] | None = field(default=None, kw_only=True)
+    chars_given: list[int] | None = field(default=None, kw_only=True)
+
+
+def with_bm25(record: RetrievalRecord, data: RetrievalSet, read: Sequence[int]) -> RetrievalRecord:
+    """``record`` with BM25's per-query scores beside it, on each document's first ``read`` characters (what the
+    model read) and on whole documents."""
+    relevant = [{d} for d in data.relevant]
+    cut = RetrievalSet(data.queries, tuple(doc[:n] for doc, n in zip(data.docs, read)), data.relevant)
+    return replace(record, classic=PerQuery.from_json(per_query_metrics(bm25_ranking(cut, 10), relevant)),
+                   classic_whole=PerQuery.from_json(per_query_metrics(bm25_ranking(data, 10), relevant)),
+                   chars_read=list(read), chars_given=[len(doc) for doc in data.docs])
 
 
 def evaluate_retrieval(embedder: EmbedFn, data: RetrievalSet, k: int = 100, name: str = "embedder",

@@ -46,7 +46,8 @@ from maskwise.padding import pad
 from maskwise.runtime import Runtime
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.generate import GenerationConfig, check_generative, generate
-from maskwise.tasks.metrics import bucketed, exact_match, set_f1, token_f1
+from maskwise.tasks.classic import LINES_AFTER_BLANK, lines_after_blank
+from maskwise.tasks.metrics import bucketed, exact_match, rouge_l, set_f1, token_f1
 from maskwise.tasks.reading import batches, device_of
 from maskwise.tasks.record import Fields, Record
 from maskwise.tasks.unit import READ_THEN_WRITE, Row, Task, Work, mean_tokens
@@ -155,6 +156,7 @@ class PerExample(Fields):
     exact_match: list[float]
     items_f1: list[float]
     token_f1: list[float]
+    rouge_l: list[float] | None = None  # ROUGE-L F-measure (``rouge-score``, stemmed): summarisation's own score
 
 
 @dataclass(frozen=True)
@@ -207,6 +209,9 @@ class Seq2SeqRecord(Seq2SeqScores, Record):
     source_chars: list[int]  # each test item's, for rows by source length
     baseline: Seq2SeqBaseline
     examples: list[ShownExample]
+    # The plays' classic method: the lines that follow a blank line (``classic.lines_after_blank``); a user's rows have
+    # theirs as ``baseline`` already (the lead).
+    classic: Seq2SeqBaseline | None = None
     train_examples: int | None = None  # the rows it was fine-tuned on (None: scored by ``maskwise evaluate``)
     # How the plays' passages were cut (None: a user's rows).
     hide_speakers: bool | None = None
@@ -223,8 +228,10 @@ def generation_scores(predicted: Sequence[str], examples: Sequence[Seq2SeqExampl
         "token_f1": [token_f1(p, e.target) for p, e in zip(predicted, examples)],
     }
     n = max(len(examples), 1)
+    means = {name: sum(values) / n for name, values in per_example.items()}
+    per_example["rouge_l"] = [rouge_l(p, e.target) for p, e in zip(predicted, examples)]
     return {
-        **{name: sum(values) / n for name, values in per_example.items()},
+        **means,
         "per_example": per_example,
         "by_source_chars": bucketed([len(e.source) for e in examples], per_example, source_edges),
     }
@@ -255,6 +262,9 @@ def evaluate_seq2seq(model: nn.Module, tokenizer, test: Sequence[Seq2SeqExample]
         "source_chars": [len(e.source) for e in test],
         **generation_scores(predicted, test, source_edges),
         "baseline": {"name": baseline_name, **generation_scores(baseline, test, source_edges)},
+        "classic": None if lead is not None else {
+            "name": LINES_AFTER_BLANK,
+            **generation_scores([lines_after_blank(e.source) for e in test], test, source_edges)},
         "examples": [{"source": e.source, "target": e.target, "predicted": p}
                      for e, p in list(zip(test, predicted))[:5]],
     })
@@ -388,19 +398,25 @@ def _user_rows(task: UserTask, cfg: Seq2SeqConfig) -> tuple[Row, ...]:
     shorter bucket and on all sources (reported), each beside the lead baseline on the same sources."""
     spans = list(zip(cfg.source_edges, [*cfg.source_edges[1:], None]))
 
-    def row(low: int | None, high: int | None, name: str) -> Row:
+    given = [len(e.source) for e in task.test]
+
+    def row(low: int | None, high: int | None, name: str, metric: str = "token_f1") -> Row:
         def within(record: Seq2SeqRecord, scored: Seq2SeqScores) -> list[float]:
-            return [v for v, n in zip(scored.per_example.token_f1, record.source_chars)
+            return [v for v, n in zip(getattr(scored.per_example, metric), record.source_chars)
                     if (low is None or n >= low) and (high is None or n < high)]
-        return Row(f"{task.spec.name}: token F1, {name} (seq2seq)", True, lambda r: within(r, r),
-                   lambda r: within(r, r.baseline), "lead (the source's first words)")
+        label = {"token_f1": "token F1", "rouge_l": "ROUGE-L"}[metric]
+        # The lead is the classic method of summarisation already: named, not shown twice.
+        return Row(f"{task.spec.name}: {label}, {name} (seq2seq)", True, lambda r: within(r, r),
+                   lambda r: within(r, r.baseline), "lead (the source's first words)",
+                   classic_name="the lead", read=lambda r: (r.source_chars, given))
 
     def named(low: int, high: int | None) -> str:
         return f"sources of {low}+ characters" if high is None else f"sources of {low}-{high - 1} characters"
 
     judged = row(*spans[-1], named(*spans[-1]))
     shorter = tuple(row(low, high, named(low, high)) for low, high in spans[:-1])
-    return (judged, *shorter, row(None, None, "all sources")) if shorter else (judged,)
+    rouge = row(None, None, "all sources", "rouge_l")  # reported beside the judged token F1
+    return (judged, *shorter, row(None, None, "all sources"), rouge) if shorter else (judged, rouge)
 
 
 def _work(cfg: Seq2SeqConfig, task: UserTask | None, per_char: float) -> Work:
@@ -419,8 +435,9 @@ TASK = Task(
     flags=_add_flags,
     finetune_command=_finetune_command, evaluate_command=_evaluate_command, summary=_summary,
     plays_row=Row("passage -> speakers F1", True, lambda r: r.per_example.items_f1,
-                  lambda r: r.baseline.per_example.items_f1, "copy the first line"),
+                  lambda r: r.baseline.per_example.items_f1, "copy the first line", classic_name=LINES_AFTER_BLANK,
+                  classic=lambda r: r.classic and r.classic.per_example.items_f1),
     user_rows=_user_rows, read=_read_user_task, work=_work, configure=_configure_user_task, run_data=_user_data,
-    test_texts=lambda task: [e.source for e in task.test], kept=_kept,
+    texts=lambda rows: [e.source for e in rows], kept=_kept,
     cannot=(lambda kind: not kind.writes,
             "cannot: no decoder to write the answer (an encoder labels positions it is given)"))

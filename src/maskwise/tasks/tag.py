@@ -40,7 +40,8 @@ from maskwise.padding import pad
 from maskwise.runs import load_weights_into
 from maskwise.runtime import Runtime
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
-from maskwise.tasks.metrics import accuracy, tag_scores
+from maskwise.tasks.classic import WORD_TAGGER, most_frequent_tags
+from maskwise.tasks.metrics import accuracy, entity_counts, pooled_entity_f1, span_scheme, tag_scores
 from maskwise.tasks.reading import batches, context_len, device_of, frame, frame_extra
 from maskwise.tasks.record import Fields, Record
 from maskwise.tasks.unit import (
@@ -204,6 +205,9 @@ class PRF(Fields):
 @dataclass(frozen=True)
 class PerText(Fields):
     f1: list[float]  # each text's micro F1: the items an interval over texts resamples
+    # Where the gold tags are a span scheme (BIO, IOBES): each text's (entities right, predicted, gold), as seqeval's
+    # default (CoNLL) mode counts them; pooled over texts they give the field's entity F1.
+    entities: list[list[int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -215,6 +219,7 @@ class TagScores(Fields):
     detection: PRF
     per_tag: dict[str, PRF]
     per_example: PerText
+    entity: dict[str, float] | None = field(default=None, kw_only=True)  # pooled entity precision, recall and F1, where the tags are a span scheme
 
 
 @dataclass(frozen=True)
@@ -239,6 +244,7 @@ class TagRecord(TagScores, Record):
     baseline: TagBaseline
     line_break_rule: TagBaseline
     train_counts: dict[str, int] = field(default_factory=dict)  # the training tags' counts the baselines drew on
+    classic: TagBaseline | None = None  # each word's most frequent training tag (``classic.most_frequent_tags``)
 
     def stronger_baseline(self) -> TagBaseline:
         """The stronger of the two baselines: the line-break rule on the plays' punctuation, the most frequent tag
@@ -247,17 +253,24 @@ class TagRecord(TagScores, Record):
 
 
 def scored(predicted: Sequence[Sequence[str]], test: Sequence[TaggedText]) -> dict:
-    """``TagScores``' fields of per-text ``predicted`` tags."""
+    """``TagScores``' fields of per-text ``predicted`` tags; entity counts too where the gold tags are a span scheme."""
     flat = [t for row in predicted for t in row]
-    return {**tag_scores(flat, [t for e in test for t in e.tags], OUTSIDE),
-            "per_example": {"f1": window_f1(predicted, test)}}
+    per_example: dict = {"f1": window_f1(predicted, test)}
+    pooled = None
+    if span_scheme(t for e in test for t in e.tags):
+        per_example["entities"] = [list(entity_counts(row, e.tags)) for row, e in zip(predicted, test)]
+        pooled = pooled_entity_f1(per_example["entities"])
+    return {**tag_scores(flat, [t for e in test for t in e.tags], OUTSIDE), "per_example": per_example,
+            "entity": pooled}
 
 
 def tagging_results(predicted: Sequence[Sequence[str]], test: Sequence[TaggedText], train_counts: dict[str, int],
-                    family: str, tags: Sequence[str], truncated_words: int = 0) -> TagRecord:
+                    family: str, tags: Sequence[str], truncated_words: int = 0,
+                    classic: Sequence[Sequence[str]] | None = None) -> TagRecord:
     """Per-word scores (``tag_scores``) beside two trivial baselines: every word tagged with the
     training set's most frequent tag, and the most frequent other tag placed before every line
-    break (the verse rule, strong for punctuation), and each word's 0/1 for intervals."""
+    break (the verse rule, strong for punctuation), and each word's 0/1 for intervals; ``classic``: the classic
+    tagger's tags (each word's most frequent training tag), scored beside them."""
     gold = [t for e in test for t in e.tags]
     flat = [t for row in predicted for t in row]
     counts = Counter(train_counts)
@@ -271,7 +284,8 @@ def tagging_results(predicted: Sequence[Sequence[str]], test: Sequence[TaggedTex
         "correct": [int(p == g) for p, g in zip(flat, gold)], "train_counts": dict(train_counts),
         "baseline": {**scored([[majority] * len(e.tags) for e in test], test), "name": "most frequent tag",
                      "tag": majority},
-        "line_break_rule": {**scored(rule_rows, test), "name": f"{rule_tag!r} before every line break"}})
+        "line_break_rule": {**scored(rule_rows, test), "name": f"{rule_tag!r} before every line break"},
+        "classic": classic and {**scored(classic, test), "name": WORD_TAGGER}})
 
 
 def window_f1(predicted: Sequence[Sequence[str]], test: Sequence[TaggedText]) -> list[float]:
@@ -280,10 +294,12 @@ def window_f1(predicted: Sequence[Sequence[str]], test: Sequence[TaggedText]) ->
 
 
 def evaluate_tagger(model: TokenTagger, tokenizer, test: Sequence[TaggedText], train_counts: dict[str, int],
-                    max_len: int | None = None, batch_size: int = 64) -> TagRecord:
+                    max_len: int | None = None, batch_size: int = 64,
+                    train: Sequence[TaggedText] | None = None) -> TagRecord:
+    """The tagger's scores on ``test``; with its ``train`` rows, the classic word tagger's beside them."""
     predicted, truncated = predict_tags(model, tokenizer, test, batch_size, max_len)
     return tagging_results(predicted, test, train_counts, family=model.body.cfg.family, tags=model.tags,
-                           truncated_words=truncated)
+                           truncated_words=truncated, classic=train and most_frequent_tags(train, test))
 
 
 # ---- the unit: its plays' rows, its run, its commands and its compare rows ---------------------------
@@ -305,7 +321,7 @@ def _run(model, tokenizer, cfg: TagConfig, runtime: Runtime, data, label: str):
     train, test = data or _plays_rows(cfg, model, "test", True)
     tagger = train_tagger(model, tokenizer, train, cfg, runtime=runtime)
     counts = tag_counts(train)
-    return tagger, lambda: evaluate_tagger(tagger, tokenizer, test, counts, cfg.max_len), test
+    return tagger, lambda: evaluate_tagger(tagger, tokenizer, test, counts, cfg.max_len, train=train), test
 
 
 def _add_flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
@@ -360,9 +376,37 @@ def _read_user_task(spec: TaskSpec) -> UserTask:
     train, test = user_split(tagged_from_file, spec.data, spec.test)
     tags = Counter(t for e in train for t in e.tags)
     refuse_unseen(spec, tags, Counter(t for e in test for t in e.tags), "tags")
+    scheme = span_scheme(tags)
+    why = (f"its tags are a span scheme ({scheme}): entities scored as seqeval's default (CoNLL) mode does, "
+           "precision, recall and F1 pooled over the test set, its interval from redrawing texts" if scheme else
+           "its tags are no span scheme (not all O or B-/I-/E-/S- of a type): each word's tag counts on its own, "
+           "F1 over the tags other than O within each text, averaged over texts")
     return UserTask(spec, train, test, len(train), len(test), distribution([t for e in train for t in e.tags]),
                     {"read_out": "each word's last character, where a causal reader has read the whole word "
-                                 "(judged); its first character reported beside it (`.first`)"})
+                                 "(judged); its first character reported beside it (`.first`)",
+                     "scheme": scheme, "why_metric": why})
+
+
+def _entity_items(scores: TagScores | None) -> list[list[int]] | None:
+    """Each text's (2 x entities right, predicted + gold entities): pooled, the entity F1 (``intervals``' pairs)."""
+    if scores is None or scores.per_example.entities is None:
+        return None
+    return [[2 * right, predicted + gold] for right, predicted, gold in scores.per_example.entities]
+
+
+def _user_row(task: UserTask, cfg: TagConfig) -> Row:
+    """Entity F1 pooled over the test set where the tags are a span scheme (the field's CoNLL score, where always-O
+    scores 0), else each text's F1 over its tags averaged over texts; read where ``cfg.read_out`` says. Fixed by the
+    training tags when the file is read, before any number is seen."""
+    where = f"read at each word's {cfg.read_out} character"
+    classic = {"classic_name": WORD_TAGGER}
+    if task.details.get("scheme"):
+        return Row(f"{task.spec.name}: entity F1 pooled over the test set ({task.details['scheme']}, CoNLL), {where} "
+                   "(tag)", True, _entity_items, lambda r: _entity_items(r.baseline), "most frequent tag",
+                   classic=lambda r: _entity_items(r.classic), **classic)
+    return Row(f"{task.spec.name}: F1 per text, {where} (tag)", True, lambda r: r.per_example.f1,
+               lambda r: r.baseline.per_example.f1, "most frequent tag",
+               classic=lambda r: r.classic and r.classic.per_example.f1, **classic)
 
 
 def _work(cfg: TagConfig, task: UserTask | None, per_char: float) -> Work:
@@ -380,11 +424,11 @@ TASK = Task(
     # Per text, paired with the verse rule on the same text: whether a mark follows a word is decided by
     # what comes after it, which only a bidirectional reader has seen.
     plays_row=Row("punctuation restoration F1 per text (tagging)", True, lambda r: r.per_example.f1,
-                  lambda r: r.line_break_rule.per_example.f1, "a mark before every line break"),
-    user_rows=lambda task, cfg: (Row(f"{task.spec.name}: F1 per text, read at each word's {cfg.read_out} character "
-                                     "(tag)", True, lambda r: r.per_example.f1, lambda r: r.baseline.per_example.f1,
-                                     "most frequent tag"),),
-    read=_read_user_task, work=_work, test_texts=lambda task: [" ".join(e.words) for e in task.test],
+                  lambda r: r.line_break_rule.per_example.f1, "a mark before every line break",
+                  # The rule a practitioner would write for verse is the trivial baseline already: said, not shown twice.
+                  classic_name="a mark before every line break"),
+    user_rows=lambda task, cfg: (_user_row(task, cfg),),
+    read=_read_user_task, work=_work, texts=lambda rows: [" ".join(e.words) for e in rows],
     configure=lambda cfg, task, context: replace(cfg, window_chars=context - 2),  # room for [CLS], [SEP]
     run_data=lambda task, cfg: (windows_of(task.train, cfg.window_chars), windows_of(task.test, cfg.window_chars)),
     kept=_kept,

@@ -46,6 +46,14 @@ class Row:
     scores: Callable[[Any], list[float]]  # the task's record -> one score per test item
     baseline: Callable[[Any], list[float] | float]  # per item (paired), or a constant
     baseline_name: str
+    # The classic method a practitioner tries first (``tasks.classic``): its per-item scores on the characters the
+    # model read and on whole texts (None: not measured, or the same characters are the whole text). A name without
+    # scores says the trivial baseline is the classic method already (BM25's order; the lead).
+    classic_name: str = ""
+    classic: Callable[[Any], list | None] = lambda record: None
+    classic_whole: Callable[[Any], list | None] = lambda record: None
+    # Each test item's characters read and given (None: every character is read, as a tagger's windows are).
+    read: Callable[[Any], tuple[list[int], list[int]] | None] = lambda record: None
 
 
 @dataclass(frozen=True)
@@ -125,8 +133,9 @@ class Task:
     # task record ``interop.folders`` reads back, the module saved as the model, the head saved beside it or None).
     kept: Callable[[Any, Any, FinetuneConfig], tuple[dict, Any, Any]] = lambda trained, record, cfg: ({}, trained,
                                                                                                         None)
-    # The text of each test item a model reads (to warn when the pretraining corpus holds it verbatim).
-    test_texts: Callable[[UserTask], list[str]] = lambda task: [e.text for e in task.test]
+    # The text of each item of a split's rows that a model reads (to warn when the pretraining corpus or the training
+    # split holds a test item verbatim).
+    texts: Callable[[Any], list[str]] = lambda rows: [e.text for e in rows]
     # Whether a family cannot do it (asked of ``ModelConfig.kind``), and the report's cell that says why.
     cannot: tuple[Callable[[Family], bool], str] | None = None
     # Choices that could decide its verdict, fixed before any number is seen: name -> its config's changes (its row's
