@@ -110,11 +110,17 @@ class UserTask:
     details: dict[str, Any] = field(default_factory=dict)  # what else the kind read (a test split's rule...)
     too_few: str | None = None  # why its test split cannot separate anything whatever its size (one label present)
 
+    @property
+    def held_out(self) -> bool:
+        """Whether its test split was drawn from its training file (no test file, and no BEIR folder's own qrels)."""
+        return self.spec.test is None and "beir_split" not in self.details
+
     def describe(self) -> dict[str, Any]:
         """What the report names: files, fingerprints, rows per split, labels, the split's rule."""
         files = [self.spec.data] + ([self.spec.test] if self.spec.test else [])
         return {"name": self.spec.name, "kind": self.spec.kind, "flag": self.spec.flag(),
                 "files": {f: fingerprint(f) for f in files}, "train_rows": self.train_rows,
                 "test_rows": self.test_rows,
-                "split": "given" if self.spec.test else f"a random {HOLD_OUT:.0%} of the rows held out (seed {HOLD_OUT_SEED})",
+                "split": (f"a random {HOLD_OUT:.0%} of the rows held out (seed {HOLD_OUT_SEED})" if self.held_out
+                          else "given"),
                 **({"labels": self.labels} if self.labels else {}), **self.details}

@@ -399,8 +399,11 @@ def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> ClassifyRe
 
 def _summary(r: ClassifyRecord) -> str:
     how = "zero-shot prompting" if r.mode == "zero-shot" else f"{r.mode}, {r.pooling} pooling"
+    classic = (f"; {r.classic.name}: accuracy {r.classic.accuracy:.3f} on the same characters, "
+               f"{r.classic_whole.accuracy:.3f} on whole texts" if r.classic and r.classic_whole else "")
     return (f"classify ({how}) on {r.n_test} examples: accuracy {r.accuracy:.3f} "
-            f"(majority class {r.baseline.accuracy:.3f}), macro-F1 {r.macro_f1:.3f} ({r.baseline.macro_f1:.3f})")
+            f"(majority class {r.baseline.accuracy:.3f}), macro-F1 {r.macro_f1:.3f} ({r.baseline.macro_f1:.3f})"
+            + classic)
 
 
 def _read_user_task(spec: TaskSpec) -> UserTask:

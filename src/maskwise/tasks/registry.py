@@ -82,7 +82,7 @@ def read_tasks(specs: list[TaskSpec]) -> list[UserTask]:
         raise UserError(f"--task names {', '.join(twice)} more than once; each task needs its own name")
     tasks = [TASKS[s.kind].read(s) for s in specs]
     for task in tasks:
-        if task.spec.test is None and task.test_rows < MIN_TEST_ITEMS:
+        if task.held_out and task.test_rows < MIN_TEST_ITEMS:
             raise UserError(f"task {task.spec.name}: holding out {HOLD_OUT:.0%} of its {task.train_rows + task.test_rows}"
                             f" rows leaves {task.test_rows} test items, fewer than the {MIN_TEST_ITEMS} a verdict "
                             f"needs; give more rows or a test file (,test=PATH)")

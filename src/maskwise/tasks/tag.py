@@ -369,7 +369,9 @@ def _summary(r: TagRecord) -> str:
     return (f"tag ({r.family}) {r.n_words} words of {r.n_test} texts: F1 {r.micro.f1:.3f} "
             f"(most frequent tag {base.micro.f1:.3f}, {rule.name} {rule.micro.f1:.3f}), "
             f"detection F1 {r.detection.f1:.3f} ({base.detection.f1:.3f}, {rule.detection.f1:.3f}), "
-            f"macro-F1 {r.macro_f1:.3f}")
+            f"macro-F1 {r.macro_f1:.3f}"
+            + (f"; entity F1 {r.entity['f1']:.3f} (most frequent tag {base.entity['f1']:.3f})" if r.entity else "")
+            + (f"; {r.classic.name}: F1 {r.classic.micro.f1:.3f}" if r.classic else ""))
 
 
 def _read_user_task(spec: TaskSpec) -> UserTask:
