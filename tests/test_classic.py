@@ -125,3 +125,26 @@ def test_compare_on_a_users_corpus_without_tasks_judges_its_held_out_text_only_a
 def test_a_judged_part_that_separates_but_has_too_few_items_names_the_minimum():
     part = Part("t", [[1.0] * 10], [[0.0] * 10], True, None)
     assert judge_part(part)[0] == "too few test items"
+
+
+def test_bm25_sits_beside_an_embedder_on_rows_and_on_graded_judgements():
+    from maskwise.data.beir import GradedRetrievalSet
+    from maskwise.data.tasks import RetrievalSet
+    from maskwise.tasks.retrieve import evaluate_graded_retrieval, evaluate_retrieval, with_bm25
+
+    docs = ("the cat sat on the mat", "stocks fell sharply today", "a dog chased the cat", "rain over the hills")
+    queries = ("cat on a mat", "stock markets fell", "hills and rain")
+
+    def embedder(texts):  # no model: a constant vector, so every ranking is by index
+        import torch
+        return torch.ones(len(texts), 4)
+
+    rows = RetrievalSet(queries, docs, (0, 1, 3))
+    record = with_bm25(evaluate_retrieval(embedder, rows), rows, [6, 6, 6, 6])
+    assert record.classic_whole.recall_at_10 == [1.0, 1.0, 1.0]
+    assert record.chars_read == [6, 6, 6, 6] and record.chars_given == [len(d) for d in docs]
+    graded = GradedRetrievalSet(("q1", "q2", "q3"), queries, ("d1", "d2", "d3", "d4"), docs,
+                                ({0: 2, 2: 1}, {1: 1}, {3: 1}))
+    record = with_bm25(evaluate_graded_retrieval(embedder, graded), graded, [len(d) for d in docs])
+    assert record.classic.ndcg_at_10 == record.classic_whole.ndcg_at_10
+    assert record.classic.ndcg_at_10[1:] == [1.0, 1.0] and 0.9 < record.classic.ndcg_at_10[0] <= 1.0

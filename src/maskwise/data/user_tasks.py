@@ -4,8 +4,9 @@
 Every file is read whole and checked here, so a bad row is one line naming its file, line and field
 within seconds of starting, and a compare that would fail after pretraining is refused before it.
 With no ``test``, a random ``task_files.HOLD_OUT`` of the rows are the test split, the rule
-``maskwise finetune`` uses too; compare refuses one of fewer than ``task_files.MIN_TEST_ITEMS`` items. What each kind reads and checks is
-``tasks.registry``'s; this module only parses the flag and describes the data for the report.
+``maskwise finetune`` uses too; compare refuses one of fewer than ``task_files.MIN_TEST_ITEMS`` items. What each
+kind reads and checks is ``tasks.registry``'s; this module only parses the flag and describes the data for the
+report.
 """
 
 from __future__ import annotations

@@ -174,7 +174,8 @@ def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
         steps.update({prompted_key(key): prompting(key, task) for key, task in classify_keys(setup.plan).items()})
     if seed == setup.seeds[0]:
         steps["costs"] = serving_costs
-    return {what: setup.exp.step(step_name(what, name), lambda f=fn: f(setup, name, seed)) for what, fn in steps.items()}
+    return {what: setup.exp.step(step_name(what, name), lambda f=fn: f(setup, name, seed))
+            for what, fn in steps.items()}
 
 
 def _models(m: Measured) -> dict[str, Candidate]:

@@ -5,7 +5,6 @@ and takes its learning rates here too."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,7 +21,6 @@ from maskwise.experiments.runner import Experiment
 from maskwise.families import FAMILIES, Family
 from maskwise.interop import folders
 from maskwise.interop.hf_keys import ARCHITECTURES
-from maskwise.interop.pretrained import MINILM_NAMES, resolve_model
 from maskwise.model.accounting import parameter_breakdown
 from maskwise.runtime import Runtime
 from maskwise.tasks.finetune import FinetuneConfig
@@ -31,7 +29,6 @@ PRETRAINED_BODY_LR = 2e-5  # BERT's fine-tuning range is 1e-5 to 5e-5; higher er
 FRESH_HEAD_LR = 1e-3  # a head initialised from nothing takes steps this large from the start
 BODIES = ("pretrained", "scratch")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a column, a file name and a step name at once
-HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 @dataclass(frozen=True)
@@ -86,43 +83,12 @@ def model_tables(tables, path: str) -> list[ModelSpec]:
     return [checked_model(table, f"compare config {path}, model {i + 1}") for i, table in enumerate(tables)]
 
 
-def hub_cache() -> Path:
-    """Where HF keeps downloaded models: ``HF_HUB_CACHE``, else ``HF_HOME``/hub, else ~/.cache/huggingface/hub."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")) / "huggingface"
-    return Path(home).expanduser() / "hub"
-
-
-def cached_snapshot(name: str) -> Path | None:
-    """The folder of hub model ``org/name`` in the local HF cache (the revision ``refs/main`` names, else its one
-    snapshot), or None: read from disk only, nothing downloads."""
-    folder = hub_cache() / f"models--{name.replace('/', '--')}"
-    main = folder / "refs" / "main"
-    if main.is_file():
-        snapshot = folder / "snapshots" / main.read_text().strip()
-        return snapshot if snapshot.is_dir() else None
-    snapshots = sorted(p for p in (folder / "snapshots").glob("*") if p.is_dir())
-    return snapshots[0] if len(snapshots) == 1 else None
-
-
 def resolve_folder(spec: ModelSpec) -> Path:
-    """The folder behind a model's path: a path that exists, all-MiniLM-L6-v2 by name (its package's folder), or a
-    hub name in the local HF cache."""
-    path = Path(spec.path).expanduser()
-    if path.exists():
-        if not path.is_dir():
-            raise UserError(f"--model {spec.name}: {spec.path} is a file; give a model's folder")
-        return path
-    if spec.path in MINILM_NAMES:
-        return resolve_model(spec.path)
-    if HUB_NAME.fullmatch(spec.path):
-        found = cached_snapshot(spec.path)
-        if found is None:
-            raise UserError(f"--model {spec.name}: {spec.path} is neither a folder nor in the local HF cache "
-                            f"({hub_cache()}); maskwise downloads nothing: give the model's folder")
-        return found
-    raise UserError(f"--model {spec.name}: no such folder {spec.path}")
+    """The folder behind a model's path (``folders.model_folder``), its one line naming the model."""
+    try:
+        return folders.model_folder(spec.path)
+    except UserError as error:
+        raise UserError(f"--model {spec.name}: {error}") from None
 
 
 @dataclass(frozen=True)

@@ -288,10 +288,11 @@ class Evidence:
         if c is None:
             return None
         scores = self.gathered[row.key][0]
+        read = f"; they read {share_read(c.read)}" if c.read else ""
         if not c.same:
             return (f"{row.label}: its trivial baseline, {row.baseline_name}, is the classic method a practitioner "
-                    "would try first" if c.name == row.baseline_name else
-                    f"{row.label}: the classic method ({c.name}) is its trivial baseline")
+                    f"would try first{read}" if c.name == row.baseline_name else
+                    f"{row.label}: the classic method ({c.name}) is its trivial baseline{read}")
         columns = [col for col in self.contenders if col in scores and col in c.same]
         if not columns:
             return None
@@ -299,12 +300,12 @@ class Evidence:
         measured = f"{interval(c.same[first]).text()} on the characters the families read"
         if first in c.whole:
             measured += f", {interval(c.whole[first]).text()} on whole texts"
-        if c.read:
-            measured += f"; they read {share_read(c.read)}"
+        measured += read or "; nothing is cut: they read every word"
         ahead = [col for col in columns if beats(scores[col], c.same[col], row.higher)]
         behind = [col for col in columns if beats(c.same[col], scores[col], row.higher)]
         if ahead:
-            said = f"{' and '.join(ahead)} clear{'s' if len(ahead) == 1 else ''} {c.name} (paired)"
+            who = ahead[0] if len(ahead) == 1 else f"{', '.join(ahead[:-1])} and {ahead[-1]}"
+            said = f"{who} clear{'s' if len(ahead) == 1 else ''} {c.name} (paired)"
         elif len(behind) == len(columns):
             said = f"no family reaches {c.name}: at this budget the answer is the classic method"
         else:

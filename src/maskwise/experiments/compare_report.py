@@ -102,7 +102,7 @@ def classic_cell(e: Evidence, row: CompareRow) -> str:
     if first is None:
         return f"{c.name} (= its trivial baseline)"
     cell = f"{c.name}: {interval(c.same[first]).text()}"
-    return cell + (f"; {interval(c.whole[first]).text()}" if first in c.whole else "; every word read")
+    return cell + (f"; {interval(c.whole[first]).text()}" if first in c.whole else "; nothing cut")
 
 
 def standing(e: Evidence, column: str) -> list[str]:
@@ -162,7 +162,8 @@ def evidence(m: Measured, metrics: dict | None = None) -> Evidence:
     measured = by_seed(m)
     rows = m.setup.plan.rows
     return Evidence(rows, {row.key: gather(measured, row) for row in rows}, ttft_milliseconds(m.per_seed),
-                    m.setup.plan.judged, m.setup.plan.contenders, {row.key: gather_classic(measured, row) for row in rows})
+                    m.setup.plan.judged, m.setup.plan.contenders,
+                    {row.key: gather_classic(measured, row) for row in rows})
 
 
 def _last_points(m: Measured, family: str) -> list[dict]:
@@ -175,7 +176,8 @@ def peak_share_row(m: Measured) -> list[str]:
     shares = matmul_peak_shares(m.runs[WALL], m.arms)
     if shares is None:
         return []
-    return ["pretraining % of the matmul peak", *[f"{100 * statistics.fmean(shares[a.key]):.0f}%" for a in m.arms], "", ""]
+    return ["pretraining % of the matmul peak", *[f"{100 * statistics.fmean(shares[a.key]):.0f}%" for a in m.arms],
+            "", ""]
 
 
 def kinds(m: Measured) -> dict[str, Family]:
@@ -211,7 +213,8 @@ def tabulate(m: Measured) -> tuple[dict, list]:
         ["exports to (`maskwise export RUN --to hf OUT`)", *[export_cell(measured[seeds[0]][a.key]["export"])
                                                              for a in arms], "", ""],
         [f"optimizer steps in pretraining ({seeds_note})", *[f"{mean_of(a.key, 'step'):,.0f}" for a in arms], "", ""],
-        [f"tokens seen in pretraining ({seeds_note})", *[f"{mean_of(a.key, 'tokens_seen'):,.0f}" for a in arms], "", ""],
+        [f"tokens seen in pretraining ({seeds_note})", *[f"{mean_of(a.key, 'tokens_seen'):,.0f}" for a in arms], "",
+         ""],
         ["pretraining wall-clock (s)", *[f"{mean_of(a.key, 'wall_s'):.0f}" for a in arms], "", ""],
         *filter(None, [peak_share_row(m)]),
         ["final validation loss (own objective)", *[f"{mean_of(a.key, 'val_loss'):.3f}" for a in arms], "", ""],

@@ -97,7 +97,8 @@ def _plot_overview(results: dict, out: Path) -> list[Path]:
                 cell[0] < meta["baseline"][family] if meta["higher"] else cell[0] > meta["baseline"][family])
             if below:  # a framed or filled cell under its own trivial baseline: not progress, whatever its frame says
                 text += "\nbelow its baseline"
-            ax.text(x + 0.5, y + h / 2, text, ha="center", va="center", fontsize=8, color="#c0392b" if below else "black")
+            ax.text(x + 0.5, y + h / 2, text, ha="center", va="center", fontsize=8,
+                    color="#c0392b" if below else "black")
         baseline = next(iter(meta["baseline"].values()), None)
         classic = meta.get("classic")
         cells = [f"{baseline:.3f}\n{textwrap.fill(meta['baseline_name'], 22)}" if baseline is not None else "",

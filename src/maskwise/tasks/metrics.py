@@ -1,12 +1,14 @@
 """Task metrics as plain functions of plain Python values, each checked on hand-computed cases.
 
-Classification: accuracy, macro-F1 (every class counts the same, so a model that ignores a rare
-genre is not hidden by the frequent ones). Retrieval: recall@k, MRR (optionally cut at k), nDCG@k,
-with binary relevance (a set of relevant documents) or graded relevance (document -> grade, as in a
-BEIR/TREC qrels file), defined as trec_eval / pytrec_eval and so BEIR and MTEB define them. Generation: exact match, token F1 (SQuAD's bag-of-words overlap) and set F1 (for a list
-of speakers, where order and repetition do not matter). Plus bucketing by length and latency
-percentiles, which every task reports beside its headline number, and a paired bootstrap that says
-whether a difference between two systems on the same examples is larger than its sampling noise.
+Classification: accuracy, macro-F1 (every class counts the same, so a model that ignores a rare genre is not
+hidden by the frequent ones). Retrieval: recall@k, MRR (optionally cut at k), nDCG@k, with binary relevance (a
+set of relevant documents) or graded relevance (document -> grade, as in a BEIR/TREC qrels file), defined as
+trec_eval / pytrec_eval and so BEIR and MTEB define them. Generation: exact match, token F1 (SQuAD's
+bag-of-words overlap) and set F1 (for a list of speakers, where order and repetition do not matter), and ROUGE-L
+(``rouge-score``) for summaries. Span tags (BIO, IOBES): entity chunks as seqeval's default (CoNLL) mode finds
+them, pooled over a test set. Plus bucketing by length and latency percentiles, which every task reports beside
+its headline number, and a paired bootstrap that says whether a difference between two systems on the same
+examples is larger than its sampling noise.
 """
 
 from __future__ import annotations
@@ -250,7 +252,8 @@ _SPAN_PREFIXES = frozenset("BIESLU")
 
 
 def span_scheme(tags: Iterable[str]) -> str | None:
-    """"IOB", "IOBES" or "BILOU" when every tag is O or a prefixed type (B-X ...), else None: only then is chunk F1 the right score rather than per-tag scores."""
+    """"IOB", "IOBES" or "BILOU" when every tag is O or a prefixed type (B-X ...), else None: only then is chunk
+    F1 the right score rather than per-tag scores."""
     prefixes = set()
     for tag in tags:
         if tag == "O":
@@ -290,7 +293,8 @@ def _chunk_starts(before: str, before_type: str, now: str, now_type: str) -> boo
 
 
 def entities(tags: Sequence[str]) -> set[tuple[str, int, int]]:
-    """The (type, first, last) chunks of one tag sequence exactly as seqeval's default mode finds them, so our scores match the published ones."""
+    """The (type, first, last) chunks of one tag sequence exactly as seqeval's default mode finds them, so our
+    scores match the published ones."""
     found = set()
     before, before_type, opened = "O", "", 0  # "" (not "_"): a leading L/U/other-letter tag opens a chunk
     for position, tag in enumerate([*tags, "O"]):  # a closing O ends whatever chunk is still open
@@ -311,7 +315,8 @@ def entity_counts(predicted: Sequence[str], gold: Sequence[str]) -> tuple[int, i
 
 
 def pooled_entity_f1(counts: Sequence[tuple[int, int, int]]) -> dict[str, float]:
-    """Micro precision, recall and F1 over texts' ``entity_counts`` (0.0 on zero division), equal to seqeval's scores."""
+    """Micro precision, recall and F1 over texts' ``entity_counts`` (0.0 on zero division), equal to seqeval's
+    scores."""
     # Equal for tags whose type is not "_" and which do not start with ".": seqeval runs the texts
     # together with an O between them, which ends every other chunk just as a text's end does here.
     tp = sum(c[0] for c in counts)

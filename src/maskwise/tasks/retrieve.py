@@ -198,14 +198,23 @@ class RetrievalRecord(RankingScores, Record):
     chars_given: list[int] | None = field(default=None, kw_only=True)
 
 
-def with_bm25(record: RetrievalRecord, data: RetrievalSet, read: Sequence[int]) -> RetrievalRecord:
-    """``record`` with BM25's per-query scores beside it, on each document's first ``read`` characters (what the
-    model read) and on whole documents."""
-    relevant = [{d} for d in data.relevant]
-    cut = RetrievalSet(data.queries, tuple(doc[:n] for doc, n in zip(data.docs, read)), data.relevant)
-    return replace(record, classic=PerQuery.from_json(per_query_metrics(bm25_ranking(cut, 10), relevant)),
-                   classic_whole=PerQuery.from_json(per_query_metrics(bm25_ranking(data, 10), relevant)),
-                   chars_read=list(read), chars_given=[len(doc) for doc in data.docs])
+def with_bm25(record: RetrievalRecord, data: RetrievalSet | GradedRetrievalSet, read: Sequence[int]) -> RetrievalRecord:
+    """``record`` with BM25's per-query scores beside it (the metrics ``record`` has: a set's, or graded
+    judgements' as BEIR scores them), on each document's first ``read`` characters (what the model read) and on
+    whole documents."""
+
+    def per_query(docs: tuple[str, ...]) -> PerQuery:
+        ranked = bm25_ranking(replace(data, docs=docs), 101)
+        if isinstance(data, GradedRetrievalSet):
+            if record.ignore_identical_ids:  # as the embedder was scored: a query never retrieves its own id
+                ranked = [[d for d in r if data.doc_ids[d] != query] for r, query in zip(ranked, data.query_ids)]
+            scored = [benchmark_metrics([r], [grades]) for r, grades in zip(ranked, data.qrels)]
+            return PerQuery.from_json({metric: [q[metric] for q in scored] for metric in ("recall@10", "ndcg@10")})
+        return PerQuery.from_json(per_query_metrics(ranked, [{d} for d in data.relevant]))
+
+    return replace(record, classic=per_query(tuple(doc[:n] for doc, n in zip(data.docs, read))),
+                   classic_whole=per_query(data.docs), chars_read=list(read),
+                   chars_given=[len(doc) for doc in data.docs])
 
 
 def evaluate_retrieval(embedder: EmbedFn, data: RetrievalSet, k: int = 100, name: str = "embedder",

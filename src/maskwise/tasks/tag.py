@@ -219,7 +219,8 @@ class TagScores(Fields):
     detection: PRF
     per_tag: dict[str, PRF]
     per_example: PerText
-    entity: dict[str, float] | None = field(default=None, kw_only=True)  # pooled entity precision, recall and F1, where the tags are a span scheme
+    # Pooled entity precision, recall and F1, where the gold tags are a span scheme.
+    entity: dict[str, float] | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -427,7 +428,7 @@ TASK = Task(
     # what comes after it, which only a bidirectional reader has seen.
     plays_row=Row("punctuation restoration F1 per text (tagging)", True, lambda r: r.per_example.f1,
                   lambda r: r.line_break_rule.per_example.f1, "a mark before every line break",
-                  # The rule a practitioner would write for verse is the trivial baseline already: said, not shown twice.
+                  # The rule a practitioner would write for verse is the trivial baseline already: said, not twice.
                   classic_name="a mark before every line break"),
     user_rows=lambda task, cfg: (_user_row(task, cfg),),
     read=_read_user_task, work=_work, texts=lambda rows: [" ".join(e.words) for e in rows],

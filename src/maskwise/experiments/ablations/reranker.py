@@ -39,7 +39,7 @@ from maskwise.experiments.framework import (
 )
 from maskwise.experiments.verdict import INCONCLUSIVE, compare
 from maskwise.interop.folders import load
-from maskwise.interop.pretrained import resolve_model
+from maskwise.interop.folders import model_folder
 from maskwise.model.accounting import parameter_breakdown
 from maskwise.runs import CONFIG_FILE, read_json
 from maskwise.tasks.rerank import RerankRecord, evaluate_reranker, judging_scorer
@@ -102,7 +102,7 @@ def checkpoints(models: str | Mapping[str, str] | None) -> dict[str, Path]:
     for role, folder in ((str(r).strip(), str(f).strip()) for r, f in pairs):
         if role not in ROLES or not folder or role in found:
             raise UserError(f"models {models!r}: expected {MODELS_USAGE}")
-        found[role] = resolve_model(folder).resolve()
+        found[role] = model_folder(folder).resolve()
     return found
 
 
