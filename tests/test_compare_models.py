@@ -321,6 +321,12 @@ def test_every_command_that_takes_a_model_takes_the_names_compare_model_takes(mo
                            "--steps", 1, "--batch-size", 2, "--no-progress")
     assert code == 0, err
     assert json.loads((tagger / CONFIG_FILE).read_text())["task"]["kind"] == "tag"
+    rows = tmp_path / "rows.csv"
+    rows.write_text("text,label\n" + "".join(f"line {i},{'ab'[i % 2]}\n" for i in range(6)))
+    monkeypatch.chdir(tmp_path)  # a model given by name is not written into: its results land here
+    code, _, err = run_cli(capsys, "evaluate", "someone/tiny-gpt", "--task", "classify", "--data", rows, "--no-progress")
+    assert code == 0, err
+    assert json.loads((tmp_path / "results-classify-test.json").read_text())["mode"] == "zero-shot"
     for name, needle in (("someone/not-cached", "downloads nothing"), (str(tmp_path / "missing"), "no such folder")):
         assert_one_line_exit_2(capsys, ["finetune", "tag", name, "--out", tmp_path / "o", "--data", data], needle)
         assert_one_line_exit_2(capsys, ["evaluate", name, "--task", "tag", "--data", data], needle)

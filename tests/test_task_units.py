@@ -7,6 +7,7 @@ import re
 import pytest
 
 from maskwise.cli import build_parser
+from maskwise.cli.commands import ADAPTERS
 from maskwise.cli.finetune import run_finetune
 from maskwise.errors import UserError
 from maskwise.interop.hf_keys import TASK_CLASS, TASK_CLASSES_KEY
@@ -42,9 +43,10 @@ def test_every_registered_task_declares_every_field(kind):
         value = getattr(task, f.name)
         assert value is not None or f.name in MAY_BE_NONE, f"{kind} leaves {f.name} undeclared"
     assert issubclass(task.config, FinetuneConfig) and task_of(task.config()) is task  # one task per config type
-    for hook in ("plays", "run", "flags", "finetune_command", "evaluate_command", "summary", "user_rows", "read",
-                 "configure", "run_data", "kept", "texts"):
+    for hook in ("plays", "run", "summary", "user_rows", "read", "configure", "run_data", "kept", "texts"):
         assert callable(getattr(task, hook)), f"{kind}.{hook}"
+    adapter = ADAPTERS[kind]  # its command line: an adapter module in cli/, not a field of the task
+    assert all(callable(getattr(adapter, hook)) for hook in ("flags", "finetune", "evaluate"))
     if task.head is not None:
         assert isinstance(task.head, Head) and task.head.classes_key in task.head.record
     # Its evaluation's record is its own type, named as ``evaluate`` names the task.
@@ -65,13 +67,16 @@ def test_the_help_lists_exactly_the_registered_tasks(capsys):
 
 
 def test_a_task_registered_at_runtime_gets_its_commands(monkeypatch, capsys):
-    # a copy of classify under another kind: one module's TASK and one registry line, nothing else
-    toy = dataclasses.replace(TASKS["classify"], kind="toy", flags=lambda parser, evaluating: None)
+    # a copy of classify under another kind: one module's TASK and one registry line, nothing else; with no adapter
+    # module of its own, the CLI gives it the generic one (flags from its config's fields)
+    toy = dataclasses.replace(TASKS["classify"], kind="toy")
     monkeypatch.setitem(TASKS, "toy", toy)
     assert "toy" in choices_in(help_of(capsys, "finetune"), "usage: maskwise finetune [-h] ")
     assert "toy" in choices_in(help_of(capsys, "evaluate"), "--task ")
-    args = build_parser().parse_args(["finetune", "toy", "run", "--out", "fine-tuned"])
+    args = build_parser().parse_args(["finetune", "toy", "run", "--out", "fine-tuned", "--plays-task", "line-order",
+                                      "--freeze"])
     assert (args.task, args.handler) == ("toy", run_finetune)
+    assert (args.plays_task, args.freeze, args.pooling) == ("line-order", True, None)  # from ClassifyConfig's fields
     assert by_evaluate_name()["toy"] is toy
     monkeypatch.delitem(TASKS, "toy")
     with pytest.raises(UserError, match="invalid choice: 'toy'"):
@@ -86,3 +91,21 @@ def test_every_scale_sets_every_registered_task(scale):
     assert set(recipe.tasks) == set(TASKS)
     for task_kind, cfg in recipe.tasks.items():
         assert type(cfg) is TASKS[task_kind].config
+
+
+def test_no_task_module_imports_the_command_line_experiments_or_interop():
+    """The library's layers point down: a task module imports none of ``cli``, ``experiments`` or ``interop``,
+    at the top, inside a function or for type checking alike."""
+    import ast
+    from pathlib import Path
+
+    import maskwise.tasks
+
+    upward = ("maskwise.cli", "maskwise.experiments", "maskwise.interop")
+    found = []
+    for path in sorted(Path(maskwise.tasks.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom) else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            found += [f"{path.name}: {name}" for name in names if name.startswith(upward)]
+    assert found == []

@@ -1,6 +1,5 @@
-"""``maskwise <command>``: parse, call the library, print. Nothing imports this package but the task modules
-(``tasks/<kind>.py``), whose command hooks (``Task.flags``, ``finetune_command``, ``evaluate_command``) use its
-flag types and input helpers.
+"""``maskwise <command>``: parse, call the library, print. Nothing in the library imports this package; each task
+kind's flags and its ``finetune`` and ``evaluate`` commands are this package's adapters of it (``cli.commands``).
 
 Each command group lives in its own module with a ``register(subparsers)`` function that adds its
 parsers and sets ``handler``, built per call of ``build_parser`` (``finetune`` and ``evaluate`` list the tasks

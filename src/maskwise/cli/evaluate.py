@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from maskwise.cli.commands import adapter_of
 from maskwise.cli.runtime import in_runtime
 from maskwise.cli.summary import summarize
 from maskwise.cli.task_flags import add_common_flags
@@ -27,9 +28,11 @@ def register(subparsers) -> None:
     evaluate.add_argument("--data", default=None,
                           help="your own .jsonl/.csv/.tsv evaluation rows instead of the plays, or (--task retrieve) "
                                "a BEIR/MTEB folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv")
-    evaluate.add_argument("--results", default=None, help="write the JSON results here")
+    evaluate.add_argument("--results", default=None,
+                          help="write the JSON results here (default: results-TASK-SPLIT.json in the model's folder, "
+                               "or in the current folder for a model given by name)")
     for task in tasks.values():
-        task.flags(evaluate, True)
+        adapter_of(task).flags(evaluate, True)
     add_common_flags(evaluate)
     evaluate.set_defaults(handler=in_runtime(run_evaluate))
 
@@ -47,12 +50,13 @@ def run_evaluate(args) -> int:
     task = args.task or (TASKS[kind].evaluate_name if kind in TASKS else None)
     if task is None:
         raise UserError(f"{args.model} was not fine-tuned for a task: say which with --task")
-    record = by_evaluate_name()[task].evaluate_command(args, model, tokenizer, fine_tune)
+    record = adapter_of(by_evaluate_name()[task]).evaluate(args, model, tokenizer, fine_tune)
     where = {"data": str(args.data), "split": args.split} if beir else {
         "split": args.split if args.data is None else args.data}
     results = {"model": str(args.model), **where, **record.to_json()}
     name = f"{task}-{Path(args.data).name}-{args.split}" if beir else f"{task}-{args.split}"  # one file per benchmark
-    path = Path(args.results) if args.results else Path(args.model).expanduser() / f"results-{name}.json"
+    given = Path(args.model).expanduser()  # a model named (all-MiniLM-L6-v2, org/name) is not written into
+    path = Path(args.results) if args.results else (given if given.is_dir() else Path.cwd()) / f"results-{name}.json"
     write_json(path, results)
     print(summarize(results))
     print(f"results: {path}")

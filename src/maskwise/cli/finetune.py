@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from maskwise.cli.commands import adapter_of
 from maskwise.cli.runtime import runtime_of
 from maskwise.cli.summary import summarize
 from maskwise.cli.task_flags import add_common_flags
@@ -40,8 +41,8 @@ def register(subparsers) -> None:
         parser.add_argument("--data", default=None,
                             help="your own .jsonl/.csv/.tsv training rows instead of the plays" + declared.data_help)
         parser.add_argument("--eval-data", "--val-data", dest="eval_data", default=None,
-                            help="your own evaluation rows (default: the last 10%% of --data)")
-        declared.flags(parser, False)
+                            help="your own evaluation rows (default: a random 10%% of --data, seed 0)")
+        adapter_of(declared).flags(parser, False)
         add_common_flags(parser)
         parser.set_defaults(handler=run_finetune)
 
@@ -59,7 +60,7 @@ def run_finetune(args) -> int:
         result = run_task(cfg, model, tokenizer, runtime_of(args), data=data, label=label)
         return result.model, result.record
 
-    task, record, beside, trained, head = TASKS[args.task].finetune_command(args, model, tokenizer, run)
+    task, record, beside, trained, head = adapter_of(TASKS[args.task]).finetune(args, model, tokenizer, run)
     prepare_folder(out, args.overwrite)  # --overwrite replaces the old run only now that the new one is trained
     task = {"kind": args.task, "base": str(args.model), **task}
     results = {"base": str(args.model), **beside, **record.to_json()}

@@ -1,5 +1,5 @@
-"""The flags and argparse types that ``finetune``, ``evaluate`` and the inference commands share; each task's own
-flags are its module's (``Task.flags``), which imports these: this module imports no task."""
+"""The flags and argparse types that ``finetune``, ``evaluate`` and the inference commands share; each task kind's
+own flags are its adapter's (``cli.commands``), which imports these: this module imports no task."""
 
 from __future__ import annotations
 

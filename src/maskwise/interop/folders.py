@@ -120,7 +120,7 @@ def load(path: str | Path) -> Loaded:
 def fine_tune_of(path: str | Path) -> FineTune:
     """The task record and trained head of a folder: a maskwise run's config ``task`` and ``head.safetensors``,
     or an HF task class's (``ModernBertForSequenceClassification`` ..., ``hf_import.hf_fine_tune``)."""
-    path = Path(path).expanduser()
+    path = model_folder(path)
     config = read_json(path / CONFIG_FILE)
     if "model_type" in config:
         return FineTune(*hf_fine_tune(path))

@@ -14,7 +14,6 @@ nearly flat and the gradient tiny.
 
 from __future__ import annotations
 
-import argparse
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -26,7 +25,6 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from maskwise.cli.task_flags import config_from_flags, finetune_config, positive
 from maskwise.data.beir import GradedRetrievalSet, beir_splits, open_beir
 from maskwise.data.task_files import retrieval_split
 from maskwise.data.tasks import ict_retrieval
@@ -59,7 +57,7 @@ from maskwise.tasks.unit import (
 )
 
 if TYPE_CHECKING:
-    from maskwise.interop.folders import FineTune
+    pass
 
 # Mean pooling is the default for every family except the causal decoder: an untrained [CLS] state is a
 # poor summary, while the mean of the token states works zero-shot (Sentence-BERT's finding).
@@ -181,66 +179,9 @@ def _run(model, tokenizer, cfg: EmbedConfig, runtime: Runtime, data, label: str)
     return encoder, evaluate, test
 
 
-def _add_flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
-    if not evaluating:
-        parser.add_argument("--pooling", choices=("cls", "mean", "last"), default=None,
-                            help="default: mean (last for a decoder)")
-        parser.add_argument("--temperature", type=float, default=None,
-                            help=f"InfoNCE temperature (default {EmbedConfig.temperature})")
-        parser.add_argument("--train-queries", type=positive, default=None,
-                            help="limit training queries (a random subset; a BEIR query brings all its positives)")
-    parser.add_argument("--max-queries", dest="test_queries", type=positive, default=None,
-                        help="evaluation queries, a seeded random subset (all passages stay); default: "
-                             f"{EmbedConfig.test_queries} of the plays', every query of a BEIR folder")
-    parser.add_argument("--ignore-identical-ids", action="store_true", default=None,
-                        help="BEIR folder: never retrieve a document whose id is the query's own (BEIR's "
-                             "default; MTEB's for ArguAna and Quora, whose queries are in the corpus)")
-
-
 def _kept(model: BiEncoder, record: RetrievalRecord, cfg: EmbedConfig) -> tuple[dict, nn.Module, None]:
     return ({"pooling": model.pooling, "normalize": True, "max_len": record.max_len,
              "temperature": record.temperature}, model.body, None)
-
-
-def _finetune_command(args, model, tokenizer, run):
-    from maskwise.cli.task_inputs import (  # at call time: see ``Task``
-        beir_finetune_data,
-        is_beir_folder,
-        user_retrieval,
-    )
-
-    cfg = finetune_config(EmbedConfig, args, train_pairs=args.train_queries)  # on the plays one pair a query
-    beir, split = is_beir_folder(args.data), None
-    if beir:
-        train, test, split = beir_finetune_data(args, cfg)
-        data = (train.pairs(), test)
-    elif args.data is not None:
-        train, test = user_retrieval(args)
-        data = (train.pairs(), test)
-    else:
-        data = _plays_rows(cfg, model, "test", True)
-    bi_encoder, record = run(cfg, data, "fine-tuned bi-encoder")
-    beside = {"data": str(args.data), "split": split} if beir else {}
-    task, body, head = _kept(bi_encoder, record, cfg)
-    return task, record, beside, body, head
-
-
-def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> RetrievalRecord:
-    """Retrieval over a BEIR folder's graded judgements (--data FOLDER), else over --data's rows or the plays'."""
-    from maskwise.cli.task_inputs import (  # at call time: see ``Task``
-        beir_data,
-        embedder_of,
-        is_beir_folder,
-        retrieval_data,
-    )
-
-    if is_beir_folder(args.data):
-        test = beir_data(args, args.split)
-        embedder, name = embedder_of(args.model, args, args.progress, args.pooling)
-        return evaluate_graded_retrieval(embedder, test, name=name, ignore_identical_ids=bool(args.ignore_identical_ids))
-    embedder, name = embedder_of(args.model, args, args.progress, args.pooling)
-    test = retrieval_data(args, config_from_flags(EmbedConfig, args), args.split)
-    return evaluate_retrieval(embedder, test, name=name)
 
 
 def _summary(r: RetrievalRecord) -> str:
@@ -302,9 +243,7 @@ def _work(cfg: EmbedConfig, task: UserTask | None, per_char: float) -> Work:
 
 
 TASK = Task(
-    kind="embed", claim=ENCODER_JOBS, config=EmbedConfig, record=RetrievalRecord, plays=_plays_rows, run=_run,
-    flags=_add_flags,
-    finetune_command=_finetune_command, evaluate_command=_evaluate_command, summary=_summary,
+    kind="embed", claim=ENCODER_JOBS, config=EmbedConfig, record=RetrievalRecord, plays=_plays_rows, run=_run, summary=_summary,
     plays_row=Row("retrieval recall@10 (ICT)", True, lambda r: r.per_query.recall_at_10,
                   lambda r: r.baseline.expected.recall_at_10, "random", **_classic),
     user_rows=lambda task, cfg: (_user_row(task),), read=read_retrieval_task, work=_work,

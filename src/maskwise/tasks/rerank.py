@@ -21,7 +21,6 @@ reads (query/positive rows or a BEIR folder, whose graded qrels are the gains), 
 
 from __future__ import annotations
 
-import argparse
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -30,17 +29,13 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from maskwise.cli.task_flags import config_from_flags, positive
 from maskwise.data.beir import GradedRetrievalSet
 from maskwise.data.tasks import RetrievalSet, ict_retrieval
 from maskwise.data.user_tasks import TaskSpec, UserTask
 from maskwise.errors import UserError
 from maskwise.families import family_of
-from maskwise.runs import load_weights_into
 from maskwise.runtime import Runtime
 from maskwise.tasks.cross_encoder import (
-    READOUTS,
-    CrossEncoder,
     cross_encoder_scorer,
     train_cross_encoder,
 )
@@ -70,7 +65,7 @@ from maskwise.tasks.unit import (
 )
 
 if TYPE_CHECKING:
-    from maskwise.interop.folders import FineTune
+    pass
 
 @dataclass
 class RerankConfig(FinetuneConfig):
@@ -245,84 +240,11 @@ def _run(model, tokenizer, cfg: RerankConfig, runtime: Runtime, data, label: str
                                     readout=cfg.readout if kind == "cross" else None), (test, candidates)
 
 
-def _add_flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
-    if not evaluating:
-        parser.add_argument("--reranker", choices=("cross", "generative"), default=None,
-                            help="default: cross for an encoder, generative otherwise")
-        parser.add_argument("--readout", choices=READOUTS, default=None,
-                            help="the cross-encoder's score: a fresh head on [CLS] (default), or the cosine of the "
-                                 "query's and passage's mean states in the joint pass (for a body trained as a "
-                                 "bi-encoder, such as all-MiniLM-L6-v2)")
-        parser.add_argument("--n-negatives", type=positive, default=None,
-                            help=f"negatives per query (default {RerankConfig.n_negatives})")
-        parser.add_argument("--negatives", choices=("first-stage", "random"), default="first-stage",
-                            help="training negatives: the first stage's top-ranked wrong documents, or random "
-                                 "ones (cheaper, and better for the small body measured in the README)")
-        parser.add_argument("--train-queries", type=positive, default=None, help="limit training queries")
-    parser.add_argument("--first-stage", default=None,
-                        help="bi-encoder run for the candidates (default: the model itself, mean-pooled)")
-    parser.add_argument("--candidates", type=positive, default=None,
-                        help=f"first-stage candidates (default {RerankConfig.candidates})")
-    parser.add_argument("--rerank-queries", dest="rerank_queries", type=positive, default=None,
-                        help=f"evaluation queries (default {RerankConfig.test_queries})")
-
-
-def rerank_config(args, **values) -> RerankConfig:
-    """The reranker's config from the flags: ``--rerank-queries`` (its own dest, beside retrieval's
-    ``--max-queries`` on evaluate's one parser) sets its test queries."""
-    queries = {} if args.rerank_queries is None else {"test_queries": args.rerank_queries}
-    return config_from_flags(RerankConfig, args, **queries, **values)
-
-
 def _kept(model: nn.Module, record: RerankRecord, cfg: RerankConfig) -> tuple[dict, nn.Module, nn.Module | None]:
     """A cross-encoder keeps its body and head; a generative reranker is the whole model."""
     task = {"reranker": record.kind, "first_stage": "BM25", "negatives": "bm25", "max_len": record.max_len,
             "readout": record.readout}
     return (task, model.body, model.head) if record.kind == "cross" else (task, model, None)
-
-
-def _finetune_command(args, model, tokenizer, run):
-    from maskwise.cli.task_inputs import (  # at call time: see ``Task``
-        embedder_of,
-        user_retrieval,
-    )
-
-    cfg = rerank_config(args, data_seed=args.seed)
-    kind = cfg.reranker or default_reranker(model.cfg.family)
-    first_stage_path = args.first_stage or args.model
-    embedder, first_stage = embedder_of(first_stage_path, args, args.progress)
-    train, test = user_retrieval(args) if args.data is not None else _plays_rows(cfg, model, "test", True)
-    negatives = training_negatives(train, cfg.n_negatives, args.negatives, embedder, args.seed)
-    candidates, _ = rank(embedder, test, k=cfg.candidates)
-    reranker, record = run(cfg, (train, negatives, test, candidates), f"{kind} reranker")
-    task, trained, head = _kept(reranker, record, cfg)
-    task.update(first_stage=str(first_stage_path), negatives=args.negatives)  # this command's own first stage
-    return task, replace(record, first_stage=first_stage), {}, trained, head
-
-
-def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> RerankRecord:
-    from maskwise.cli.task_inputs import (  # at call time: see ``Task``
-        embedder_of,
-        retrieval_data,
-    )
-
-    saved = fine_tune.task
-    kind = saved.get("reranker") if saved.get("kind") == "rerank" else None
-    if kind is None and model.cfg.kind.encoder_only:
-        raise UserError("an encoder reranks through a trained head: run `maskwise finetune rerank` first")
-    if kind == "cross":
-        reranker = CrossEncoder(model, readout=saved.get("readout") or "cls")
-        load_weights_into(reranker.head, fine_tune.head or {}, f"cross-encoder head of {args.model}")
-        score = cross_encoder_scorer(reranker, tokenizer, saved.get("max_len"))
-    else:
-        score = generative_scorer(model, tokenizer, saved.get("max_len"))
-        kind = kind or "generative (zero-shot)"
-    first_stage = args.first_stage or saved.get("first_stage") or args.model
-    embedder, name = embedder_of(first_stage, args, args.progress)
-    cfg = rerank_config(args)
-    test = retrieval_data(args, cfg, args.split)
-    candidates, _ = rank(embedder, test, k=cfg.candidates)
-    return replace(evaluate_reranker(score, test, candidates, f"{kind} reranker", args.progress), first_stage=name)
 
 
 def _summary(r: RerankRecord) -> str:
@@ -356,8 +278,7 @@ def _work(cfg: RerankConfig, task: UserTask | None, per_char: float) -> Work:
 
 
 TASK = Task(
-    kind="rerank", claim=ENCODER_JOBS, config=RerankConfig, record=RerankRecord, plays=_plays_rows, run=_run,
-    flags=_add_flags, finetune_command=_finetune_command, evaluate_command=_evaluate_command, summary=_summary,
+    kind="rerank", claim=ENCODER_JOBS, config=RerankConfig, record=RerankRecord, plays=_plays_rows, run=_run, summary=_summary,
     plays_row=None,
     user_rows=lambda task, cfg: (Row(f"{task.spec.name}: nDCG@10 over BM25's top candidates (rerank)", True,
                                      lambda r: r.per_query.ndcg_at_10,

@@ -15,7 +15,6 @@ speakers are shown).
 
 from __future__ import annotations
 
-import argparse
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -25,12 +24,6 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from maskwise.cli.task_flags import (
-    config_from_flags,
-    finetune_config,
-    positive,
-    probability,
-)
 from maskwise.data.task_files import seq2seq_from_file, user_split
 from maskwise.data.tasks import (
     Seq2SeqExample,
@@ -53,7 +46,7 @@ from maskwise.tasks.record import Fields, Record
 from maskwise.tasks.unit import READ_THEN_WRITE, Row, Task, Work, mean_tokens
 
 if TYPE_CHECKING:
-    from maskwise.interop.folders import FineTune
+    pass
 
 # Source length buckets in characters (the speakers passages run up to ~600 by default).
 SOURCE_EDGES = (0, 150, 300, 450, 600)
@@ -301,57 +294,8 @@ def _run(model, tokenizer, cfg: Seq2SeqConfig, runtime: Runtime, data, label: st
                                            train_examples=len(train)), test
 
 
-def _add_flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
-    parser.add_argument("--hide-speakers", action="store_true", default=None,
-                        help="remove speaker lines from the source")
-    parser.add_argument("--mid-speech", action="store_true", default=None,
-                        help="open each passage inside a speech, its speaker line left out (compare's "
-                             "read-then-write task): the answer is never the source's first line")
-    parser.add_argument("--max-chars", type=positive, default=None,
-                        help="longest source in characters (default: what fits the model's context)")
-    parser.add_argument("--num-beams", type=positive, default=None, help="beam width (default 1: greedy)")
-    parser.add_argument("--eval-limit", dest="test_passages", type=positive, default=None,
-                        help=f"evaluation passages (default {Seq2SeqConfig.test_passages})")
-    if not evaluating:
-        parser.add_argument("--max-target-len", type=positive, default=None,
-                            help=f"target tokens (default {Seq2SeqConfig.max_target_len})")
-        parser.add_argument("--rename-speakers", type=probability, default=None,
-                            help="fraction of training draws whose speakers get random names, so that "
-                                 "copying them from the source is the only way to answer (embedded data)")
-
-
 def _kept(model: nn.Module, record: Seq2SeqRecord, cfg: Seq2SeqConfig) -> tuple[dict, nn.Module, None]:
     return {"max_target_len": cfg.max_target_len}, model, None
-
-
-def _finetune_command(args, model, tokenizer, run):
-    from maskwise.cli.task_inputs import task_rows  # at call time: see ``Task``
-
-    cfg = finetune_config(Seq2SeqConfig, args)
-    if cfg.rename_speakers and args.data is not None:
-        raise UserError("--rename-speakers renames the plays' speakers: it needs the embedded passages, not --data")
-    train, test = task_rows(args, cfg, model, seq2seq_from_file, training=True)
-    trained, record = run(cfg, (train, test))
-    task, trained, _ = _kept(trained, record, cfg)
-    if args.data is None:  # what the plays' passages were
-        task.update(hide_speakers=cfg.hide_speakers, mid_speech=cfg.mid_speech, rename_speakers=cfg.rename_speakers)
-        record = replace(record, hide_speakers=cfg.hide_speakers, mid_speech=cfg.mid_speech)
-    return task, record, {}, trained, None
-
-
-def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> Seq2SeqRecord:
-    from maskwise.cli.task_inputs import task_rows  # at call time: see ``Task``
-
-    saved = fine_tune.task
-    # the fine-tune's own target room and passages, unless a flag says otherwise
-    own = {k: saved[k] for k in ("max_target_len", "hide_speakers", "mid_speech", "source_edges")
-           if k in saved and getattr(args, k, None) is None}
-    cfg = config_from_flags(Seq2SeqConfig, args, **own)
-    _, test = task_rows(args, cfg, model, seq2seq_from_file, args.split, training=False)
-    generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)
-    plays = {"hide_speakers": cfg.hide_speakers, "mid_speech": cfg.mid_speech} if args.data is None else {}
-    return evaluate_seq2seq(model, tokenizer, test, generation, cfg.max_target_len, args.progress,
-                            cfg.source_edges, **plays)
 
 
 def _summary(r: Seq2SeqRecord) -> str:
@@ -431,9 +375,7 @@ def _work(cfg: Seq2SeqConfig, task: UserTask | None, per_char: float) -> Work:
 
 
 TASK = Task(
-    kind="seq2seq", claim=READ_THEN_WRITE, config=Seq2SeqConfig, record=Seq2SeqRecord, plays=_plays_rows, run=_run,
-    flags=_add_flags,
-    finetune_command=_finetune_command, evaluate_command=_evaluate_command, summary=_summary,
+    kind="seq2seq", claim=READ_THEN_WRITE, config=Seq2SeqConfig, record=Seq2SeqRecord, plays=_plays_rows, run=_run, summary=_summary,
     plays_row=Row("passage -> speakers F1", True, lambda r: r.per_example.items_f1,
                   lambda r: r.baseline.per_example.items_f1, "copy the first line", classic_name=LINES_AFTER_BLANK,
                   classic=lambda r: r.classic and r.classic.per_example.items_f1),

@@ -13,7 +13,6 @@ and the saved files. Words cut off by ``max_len`` are predicted ``O`` and counte
 
 from __future__ import annotations
 
-import argparse
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -24,7 +23,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from maskwise.cli.task_flags import config_from_flags, finetune_config, positive
 from maskwise.data.tagging import (
     OUTSIDE,
     TaggedText,
@@ -55,7 +53,7 @@ from maskwise.tasks.unit import (
 )
 
 if TYPE_CHECKING:
-    from maskwise.interop.folders import FineTune
+    pass
 
 HEAD_PREFIX = "head."
 
@@ -325,44 +323,9 @@ def _run(model, tokenizer, cfg: TagConfig, runtime: Runtime, data, label: str):
     return tagger, lambda: evaluate_tagger(tagger, tokenizer, test, counts, cfg.max_len, train=train), test
 
 
-def _add_flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
-    parser.add_argument("--window-chars", type=positive, default=None,
-                        help="the plays' windows, in characters (default: what fits the model's context)")
-    if not evaluating:
-        parser.add_argument("--read-out", dest="read_out", choices=READ_OUTS, default=None,
-                            help="where a word's tag is read: its last token (default; a causal reader has "
-                                 "then read the whole word) or its first (HF's convention)")
-        parser.add_argument("--train-windows", type=positive, default=None,
-                            help=f"training windows of the plays (default {TagConfig.train_windows})")
-    parser.add_argument("--eval-windows", dest="test_windows", type=positive, default=None,
-                        help=f"evaluation windows of the plays (default {TagConfig.test_windows})")
-
-
 def _kept(model: TokenTagger, record: TagRecord, cfg: TagConfig) -> tuple[dict, nn.Module, nn.Module]:
     return ({"tags": model.tags, "train_counts": record.train_counts, "read_out": model.read_out}, model.body,
             model.head)
-
-
-def _finetune_command(args, model, tokenizer, run):
-    from maskwise.cli.task_inputs import task_rows  # at call time: see ``Task``
-
-    cfg = finetune_config(TagConfig, args)
-    train, test = task_rows(args, cfg, model, tagged_from_file, training=True)
-    tagger, record = run(cfg, (train, test))
-    task, body, head = _kept(tagger, record, cfg)
-    return task, record, {}, body, head
-
-
-def _evaluate_command(args, model, tokenizer, fine_tune: FineTune) -> TagRecord:
-    from maskwise.cli.task_inputs import task_rows  # at call time: see ``Task``
-
-    saved = fine_tune.task
-    if saved.get("kind") != "tag":
-        raise UserError(f"{args.model} has no tagging head: run `maskwise finetune tag` first")
-    _, test = task_rows(args, config_from_flags(TagConfig, args), model, tagged_from_file, args.split, training=False)
-    tagger = TokenTagger.from_fine_tune(model, saved, fine_tune.head, args.model)
-    # An HF-fine-tuned folder records no training counts: the baselines are drawn from the test set's.
-    return evaluate_tagger(tagger, tokenizer, test, saved.get("train_counts") or tag_counts(test))
 
 
 def _summary(r: TagRecord) -> str:
@@ -422,8 +385,7 @@ def _work(cfg: TagConfig, task: UserTask | None, per_char: float) -> Work:
 
 
 TASK = Task(
-    kind="tag", claim=ENCODER_JOBS, config=TagConfig, record=TagRecord, plays=_plays_rows, run=_run, flags=_add_flags,
-    finetune_command=_finetune_command, evaluate_command=_evaluate_command, summary=_summary,
+    kind="tag", claim=ENCODER_JOBS, config=TagConfig, record=TagRecord, plays=_plays_rows, run=_run, summary=_summary,
     # Per text, paired with the verse rule on the same text: whether a mark follows a word is decided by
     # what comes after it, which only a bidirectional reader has seen.
     plays_row=Row("punctuation restoration F1 per text (tagging)", True, lambda r: r.per_example.f1,

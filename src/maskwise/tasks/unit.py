@@ -8,11 +8,10 @@ seen: classify, tag, embed (retrieval) and rerank are the encoder's jobs; seq2se
 
 from __future__ import annotations
 
-import argparse
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from torch import nn
 
@@ -21,10 +20,6 @@ from maskwise.errors import UserError
 from maskwise.families import Family
 from maskwise.tasks.finetune import FinetuneConfig
 from maskwise.tasks.record import Record
-
-if TYPE_CHECKING:
-    from maskwise.experiments.eta import Speeds
-    from maskwise.interop.folders import FineTune
 
 ENCODER_JOBS = "embed, score or classify => encoder"
 GENERATE = "generate => decoder"
@@ -54,6 +49,14 @@ class Row:
     classic_whole: Callable[[Any], list | None] = lambda record: None
     # Each test item's characters read and given (None: every character is read, as a tagger's windows are).
     read: Callable[[Any], tuple[list[int], list[int]] | None] = lambda record: None
+
+
+class Speeds(Protocol):
+    """A machine's measured speeds, as ``experiments.eta.probe`` returns them: what ``Work`` needs of them."""
+
+    train_s_per_token: float
+    read_s_per_token: float
+    call_s: float
 
 
 @dataclass(frozen=True)
@@ -89,12 +92,9 @@ class Head:
 
 @dataclass(frozen=True)
 class Task:
-    """One task kind, whole: its config and plays' rows, how it fine-tunes, its CLI command, its compare rows and
-    how a user's files become them, and the head interop hands back.
-
-    Its module imports the CLI's input helpers (``cli.task_inputs``) inside its command hooks, not at the top:
-    they open folders through ``interop``, whose HF tables (``interop.hf_keys``) are read off ``tasks.registry``,
-    which imports every task module."""
+    """One task kind, whole: its config and plays' rows, how it fine-tunes, its compare rows and how a user's files
+    become them, and the head interop hands back. Its command line (flags, ``finetune KIND``, ``evaluate``) is the
+    CLI's adapter of it (``cli.commands``): a task module imports nothing from ``cli``."""
 
     kind: str  # the fine-tune's name (``recipes.TASKS``, ``maskwise finetune KIND``, a compare ``--task``'s kind)
     claim: str
@@ -106,15 +106,6 @@ class Task:
     # (model, tokenizer, config, runtime, the caller's rows or None, label) -> (what fine-tuning produced, a function
     # that evaluates it into its record, the rows it evaluates): what ``run_task`` times and runs.
     run: Callable[..., tuple[Any, Callable[[], Record], Any]]
-    # (parser, evaluating) -> None: its flags on ``finetune KIND`` (evaluating: only those ``evaluate`` reads, all on
-    # its one parser). A flag that sets a config field has that field's name as its dest and None as its default.
-    flags: Callable[[argparse.ArgumentParser, bool], None]
-    # (args, model, tokenizer, run) -> (the folder's task record, the evaluation's record, what its results.json
-    # holds beside it, module saved as the model, head or None): what ``maskwise finetune KIND`` trains and keeps;
-    # ``run(cfg, data, label)`` fine-tunes on the command's runtime.
-    finetune_command: Callable[..., tuple[dict, Record, dict, Any, Any]]
-    # (args, model, tokenizer, the folder's FineTune) -> its record: ``maskwise evaluate --task NAME``.
-    evaluate_command: Callable[[argparse.Namespace, nn.Module, Any, FineTune], Record]
     summary: Callable[[Any], str]  # its record -> the lines a task command prints (the JSON holds the rest)
     plays_row: Row | None  # its row when compare reads the plays (None: the plays' compare has none)
     # Its rows on a user's file at its configured settings: the first is judged under its claim, any others are

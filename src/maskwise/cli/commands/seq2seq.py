@@ -1,0 +1,61 @@
+"""``maskwise finetune seq2seq`` and ``maskwise evaluate`` for seq2seq: the command line's adapter of ``tasks.seq2seq``."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from maskwise.cli.task_flags import config_from_flags, finetune_config, positive, probability
+from maskwise.cli.task_inputs import task_rows
+from maskwise.data.task_files import seq2seq_from_file
+from maskwise.errors import UserError
+from maskwise.interop.folders import FineTune
+from maskwise.tasks.generate import GenerationConfig
+from maskwise.tasks.seq2seq import TASK, Seq2SeqConfig, Seq2SeqRecord, evaluate_seq2seq
+
+
+def flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
+    parser.add_argument("--hide-speakers", action="store_true", default=None,
+                        help="remove speaker lines from the source")
+    parser.add_argument("--mid-speech", action="store_true", default=None,
+                        help="open each passage inside a speech, its speaker line left out (compare's "
+                             "read-then-write task): the answer is never the source's first line")
+    parser.add_argument("--max-chars", type=positive, default=None,
+                        help="longest source in characters (default: what fits the model's context)")
+    parser.add_argument("--num-beams", type=positive, default=None, help="beam width (default 1: greedy)")
+    parser.add_argument("--eval-limit", dest="test_passages", type=positive, default=None,
+                        help=f"evaluation passages (default {Seq2SeqConfig.test_passages})")
+    if not evaluating:
+        parser.add_argument("--max-target-len", type=positive, default=None,
+                            help=f"target tokens (default {Seq2SeqConfig.max_target_len})")
+        parser.add_argument("--rename-speakers", type=probability, default=None,
+                            help="fraction of training draws whose speakers get random names, so that "
+                                 "copying them from the source is the only way to answer (embedded data)")
+
+
+def finetune(args, model, tokenizer, run):
+
+    cfg = finetune_config(Seq2SeqConfig, args)
+    if cfg.rename_speakers and args.data is not None:
+        raise UserError("--rename-speakers renames the plays' speakers: it needs the embedded passages, not --data")
+    train, test = task_rows(args, cfg, model, seq2seq_from_file, training=True)
+    trained, record = run(cfg, (train, test))
+    task, trained, _ = TASK.kept(trained, record, cfg)
+    if args.data is None:  # what the plays' passages were
+        task.update(hide_speakers=cfg.hide_speakers, mid_speech=cfg.mid_speech, rename_speakers=cfg.rename_speakers)
+        record = replace(record, hide_speakers=cfg.hide_speakers, mid_speech=cfg.mid_speech)
+    return task, record, {}, trained, None
+
+
+def evaluate(args, model, tokenizer, fine_tune: FineTune) -> Seq2SeqRecord:
+
+    saved = fine_tune.task
+    # the fine-tune's own target room and passages, unless a flag says otherwise
+    own = {k: saved[k] for k in ("max_target_len", "hide_speakers", "mid_speech", "source_edges")
+           if k in saved and getattr(args, k, None) is None}
+    cfg = config_from_flags(Seq2SeqConfig, args, **own)
+    _, test = task_rows(args, cfg, model, seq2seq_from_file, args.split, training=False)
+    generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)
+    plays = {"hide_speakers": cfg.hide_speakers, "mid_speech": cfg.mid_speech} if args.data is None else {}
+    return evaluate_seq2seq(model, tokenizer, test, generation, cfg.max_target_len, args.progress,
+                            cfg.source_edges, **plays)
