@@ -85,3 +85,14 @@ def breakdown_table(cfg: ModelConfig, model: nn.Module) -> str:
                  + (f"; cross-attention {attn_rule} = {per_layer_attn:,} per decoder layer"
                     if cfg.kind.two_stacks else ""))
     return "\n".join(lines)
+
+
+def _block_parameters(stack: nn.Module) -> int:
+    return sum(p.numel() for p in stack.blocks.parameters())
+
+
+def stack_flops(stack: nn.Module, context: int, attended: int = 1) -> float:
+    """Training FLOPs per token of one stack: 6 x its block weights, plus the attention scores and
+    their weighted sum (12 x layers x context x width) over ``attended`` attentions per layer."""
+    width = stack.cfg.n_heads * stack.cfg.head_dim
+    return 6.0 * _block_parameters(stack) + 12.0 * len(stack.blocks) * attended * context * width

@@ -25,12 +25,12 @@ from torch import nn
 
 from maskwise.config import ModelConfig
 from maskwise.errors import UserError
+from maskwise.model.accounting import stack_flops
 from maskwise.model.heads import IGNORE_INDEX, LMHead, LMOutput, labelled_reading
 from maskwise.model.layers import ACTIVATIONS, make_norm
 from maskwise.model.transformer import Discriminator, Encoder, Stack
 from maskwise.objectives.base import LossParts, correct_predictions
 from maskwise.objectives.mlm import MLM
-from maskwise.train.budget import stack_flops
 
 # ELECTRA's masking: 15% of the tokens are chosen; 85% of those are shown as [MASK] and the rest
 # unchanged; none random, since the generator supplies the replacements.

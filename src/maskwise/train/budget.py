@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from maskwise.errors import UserError
+from maskwise.model.accounting import stack_flops
 
 BUDGET_KINDS = ("tokens", "seconds", "flops")
 
@@ -41,17 +42,6 @@ class Budget:
     def used_fraction(self, tokens: float, seconds: float, flops: float) -> float:
         used = {"tokens": tokens, "seconds": seconds, "flops": flops}[self.kind]
         return used / self.amount
-
-
-def _block_parameters(stack: nn.Module) -> int:
-    return sum(p.numel() for p in stack.blocks.parameters())
-
-
-def stack_flops(stack: nn.Module, context: int, attended: int = 1) -> float:
-    """Training FLOPs per token of one stack: 6 x its block weights, plus the attention scores and
-    their weighted sum (12 x layers x context x width) over ``attended`` attentions per layer."""
-    width = stack.cfg.n_heads * stack.cfg.head_dim
-    return 6.0 * _block_parameters(stack) + 12.0 * len(stack.blocks) * attended * context * width
 
 
 def flops_per_token(model: nn.Module, context: int) -> tuple[float, float, float]:
