@@ -3,31 +3,23 @@
 ``readout="cls"``: a fresh linear head on the [CLS] state, the textbook cross-encoder's. ``readout="segments"``: a
 learned scale times the cosine of the query's and the passage's mean states in that pass, a score a body trained as
 a bi-encoder (all-MiniLM-L6-v2) already gives, where a fresh [CLS] head starts from nothing (docs/ablations.md
-measures both). Trained listwise by ``train_cross_encoder``; ``tasks.rerank`` is the task that uses it.
+measures both). Trained listwise by ``tasks.rerank.train_cross_encoder``, the task that uses it.
 """
 
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from maskwise.data.tasks import RetrievalSet
 from maskwise.errors import UserError
 from maskwise.model.heads import ClassifierHead, pool, pooled_position
 from maskwise.padding import pad
-from maskwise.runtime import Runtime
-from maskwise.tasks.finetune import fine_tune
 from maskwise.tasks.reading import batches, context_len, device_of
 from maskwise.tasks.rerank_eval import ScoreFn
-
-if TYPE_CHECKING:
-    from maskwise.tasks.rerank import RerankConfig
 
 HEAD_PREFIX = "head."
 
@@ -103,28 +95,6 @@ def pair_inputs(tokenizer, query: str, docs: Sequence[str], max_len: int, device
     ids, mask = pad(seqs, tokenizer.pad_id, "right", device)
     type_ids, _ = pad(types, 0, "right", device)
     return ids, mask, type_ids
-
-
-def train_cross_encoder(body: nn.Module, tokenizer, data: RetrievalSet, negatives: Sequence[Sequence[int]],
-                        cfg: RerankConfig, runtime: Runtime | None = None) -> CrossEncoder:
-    """Listwise training: per query, softmax over [positive, *negatives]; the positive is class 0."""
-    torch.manual_seed(cfg.seed)  # the fresh head's initialisation is part of the seeded run
-    model = CrossEncoder(body, readout=cfg.readout)
-    usable = [i for i, neg in enumerate(negatives) if neg]
-    if not usable:
-        raise UserError("no query has a negative to train against")
-    max_len, device = context_len(body, cfg.max_len), device_of(body)
-
-    def step_loss(rng: random.Random) -> torch.Tensor:
-        losses = []
-        for i in (usable[rng.randrange(len(usable))] for _ in range(cfg.batch_size)):
-            group = [data.relevant[i], *negatives[i][:cfg.n_negatives]]
-            scores = model(*pair_inputs(tokenizer, data.queries[i], [data.docs[d] for d in group], max_len, device))
-            losses.append(F.cross_entropy(scores[None], torch.zeros(1, dtype=torch.long, device=device)))
-        return torch.stack(losses).mean()
-
-    fine_tune(model, step_loss, cfg, head_prefixes=(HEAD_PREFIX,), desc="rerank", runtime=runtime)
-    return model
 
 
 def cross_encoder_scorer(model: CrossEncoder, tokenizer, max_len: int | None = 256, batch_size: int = 50) -> ScoreFn:

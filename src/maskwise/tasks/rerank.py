@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from maskwise.data.beir import GradedRetrievalSet
@@ -36,13 +37,15 @@ from maskwise.errors import UserError
 from maskwise.families import family_of
 from maskwise.runtime import Runtime
 from maskwise.tasks.cross_encoder import (
+    HEAD_PREFIX,
+    CrossEncoder,
     cross_encoder_scorer,
-    train_cross_encoder,
+    pair_inputs,
 )
 from maskwise.tasks.embed import read_retrieval_task
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.generate import GenerationConfig, generate
-from maskwise.tasks.reading import batches, context_len
+from maskwise.tasks.reading import batches, context_len, device_of
 from maskwise.tasks.rerank_eval import (
     RerankRecord,
     ScoreFn,
@@ -150,6 +153,28 @@ def relevance_prompt(tokenizer, query: str, doc: str, max_len: int, room_after: 
     tail = tokenizer.encode(PROMPT_MIDDLE + query + PROMPT_TAIL)
     budget = max(0, max_len - len(head) - len(tail) - room_after)
     return head + tokenizer.encode(doc)[:budget] + tail
+
+
+def train_cross_encoder(body: nn.Module, tokenizer, data: RetrievalSet, negatives: Sequence[Sequence[int]],
+                        cfg: RerankConfig, runtime: Runtime | None = None) -> CrossEncoder:
+    """Listwise training: per query, softmax over [positive, *negatives]; the positive is class 0."""
+    torch.manual_seed(cfg.seed)  # the fresh head's initialisation is part of the seeded run
+    model = CrossEncoder(body, readout=cfg.readout)
+    usable = [i for i, neg in enumerate(negatives) if neg]
+    if not usable:
+        raise UserError("no query has a negative to train against")
+    max_len, device = context_len(body, cfg.max_len), device_of(body)
+
+    def step_loss(rng: random.Random) -> torch.Tensor:
+        losses = []
+        for i in (usable[rng.randrange(len(usable))] for _ in range(cfg.batch_size)):
+            group = [data.relevant[i], *negatives[i][:cfg.n_negatives]]
+            scores = model(*pair_inputs(tokenizer, data.queries[i], [data.docs[d] for d in group], max_len, device))
+            losses.append(F.cross_entropy(scores[None], torch.zeros(1, dtype=torch.long, device=device)))
+        return torch.stack(losses).mean()
+
+    fine_tune(model, step_loss, cfg, head_prefixes=(HEAD_PREFIX,), desc="rerank", runtime=runtime)
+    return model
 
 
 def generative_scorer(model: nn.Module, tokenizer, max_len: int | None = None, batch_size: int = 50) -> ScoreFn:
