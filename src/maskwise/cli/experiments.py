@@ -58,8 +58,9 @@ def register(subparsers) -> None:
     compare.add_argument("--task", action="append", default=[], metavar="NAME=KIND:PATH[,test=PATH]",
                          help="a task of your own, repeatable: KIND is classify, tag, embed, rerank or seq2seq; "
                               "PATH a .jsonl/.csv/.tsv (tag: CoNLL or .jsonl; embed: or a BEIR folder); "
-                              "text=COLUMN, label=COLUMN name a classification file's columns; without test= the "
-                              "last 10%% of the rows test (docs/your-data.md). None: the plays' tasks")
+                              "text=COLUMN, label=COLUMN name a classification file's columns; without test= a "
+                              "random 10%% of the rows test, at least 30 (docs/your-data.md). None: the plays' tasks "
+                              "on the plays, only the held-out text on a corpus of your own")
     compare.add_argument("--families", default=None,
                          help="the columns, comma-separated: the three families (the verdicts compare them), "
                               "optionally with hybrid (a decoder pretrained by --objective hybrid, GPT-BERT's)")
