@@ -27,10 +27,11 @@ from maskwise.tasks.run import plays_rows
 def open_model(path: str, args):
     """(model, tokenizer, config dict) of a run folder or an HF model folder, on ``args``' device."""
     runtime = runtime_of(args)
-    model, tokenizer = load(path)
+    folder = model_folder(path)  # resolved once: a name (all-MiniLM-L6-v2, org/name) or a folder
+    model, tokenizer = load(folder)
     if tokenizer is None:
         raise UserError(f"{path}: no tokenizer.json, and tasks need a tokenizer")
-    return model.to(runtime.torch_device), tokenizer, read_json(model_folder(path) / CONFIG_FILE)
+    return model.to(runtime.torch_device), tokenizer, read_json(folder / CONFIG_FILE)
 
 
 def embedder_of(path: str, args, progress: bool, pooling: str | None = None):

@@ -145,6 +145,11 @@ class Classic:
     whole: dict[str, PerSeed]
     read: tuple[list[int], list[int]] | None = None
 
+    def reference(self, contenders: Sequence[str]) -> str | None:
+        """The column whose test items the report quotes the classic method on: the first contender measured, else
+        the first column measured (None: no scores)."""
+        return next((col for col in contenders if col in self.same), next(iter(self.same), None))
+
 
 def gather_classic(measured: Mapping[int, Mapping[str, dict]], row: CompareRow) -> Classic | None:
     """``row``'s classic method per column that measured it (None: the row has none)."""

@@ -58,7 +58,7 @@ from maskwise.experiments.eta import (
     step_name,
 )
 from maskwise.experiments.framework import Study, conduct, write
-from maskwise.experiments.held_out import language_modelling, pretraining_text
+from maskwise.experiments.held_out import language_modelling, opening
 from maskwise.experiments.runner import Experiment
 from maskwise.families import FAMILIES, family_of
 from maskwise.interop.hf_export import hf_config
@@ -221,8 +221,8 @@ def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings, context: i
     """The corpus and every task file read and checked, and each fine-tune configured for this scale's context
     (``context``: the smallest given model's instead): all before anything is written or pretrained, so that a bad
     file costs seconds and loses nothing."""
-    if data != SHAKESPEARE:
-        load_corpus(data)  # read whole: a bad line is refused now, not after --overwrite has replaced the folder
+    # Read whole: a bad line is refused now, not after --overwrite has replaced the folder.
+    corpus = load_corpus(data) if data != SHAKESPEARE else None
     tasks = tuple(read_tasks(list(specs)))
     if context is None:  # the encoder-decoder's, when it is halved
         context = s.block_size // 2 if s.split_context else s.block_size
@@ -234,8 +234,8 @@ def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings, context: i
         if shared:
             warnings.warn(f"task {task.spec.name}: {shared} of its {task.test_rows} test items have the text of a "
                           "training row too: the fine-tune may have been trained on the answers")
-    if tasks and data != SHAKESPEARE:
-        for name, count in leaked(list(tasks), pretraining_text(data, LEAK_CHARS)).items():
+    if tasks and corpus is not None:  # the corpus read above, not a second pass over it
+        for name, count in leaked(list(tasks), opening(corpus.iter_train(), LEAK_CHARS)).items():
             warnings.warn(f"task {name}: {count} test item(s) occur verbatim in the pretraining corpus {data} (its "
                           f"first {LEAK_CHARS:,} characters): the models may have read the answers in pretraining")
     return ComparePlan(data, tasks, configs, rows_of(tasks, configs, plays=data == SHAKESPEARE))

@@ -98,7 +98,7 @@ def classic_cell(e: Evidence, row: CompareRow) -> str:
     c = e.classic.get(row.key)
     if c is None:
         return ""
-    first = next((col for col in e.contenders if col in c.same), next(iter(c.same), None))
+    first = c.reference(e.contenders)
     if first is None:
         return f"{c.name} (= its trivial baseline)"
     cell = f"{c.name}: {interval(c.same[first]).text()}"
@@ -289,7 +289,7 @@ def meta(m: Measured, metrics: dict) -> dict:
 def classic_means(c: Classic, contenders: Sequence[str]) -> dict:
     """The classic method's name and scores (on the first contender's test items) for the figure: on the same
     characters and on whole texts, None where not measured (its trivial baseline is the classic method)."""
-    first = next((col for col in contenders if col in c.same), next(iter(c.same), None))
+    first = c.reference(contenders)
     return {"name": c.name, "same": score(c.same[first]) if first else None,
             "whole": score(c.whole[first]) if first in c.whole else None}
 

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from maskwise.data.tagging import TaggedText
+from maskwise.tasks.metrics import majority_label
 from maskwise.tasks.reading import frame_extra
 
 TFIDF_LOGISTIC = "TF-IDF word 1-2-grams + logistic regression"
@@ -56,14 +57,9 @@ def most_frequent_tags(train: Sequence[TaggedText], test: Sequence[TaggedText]) 
     for example in train:
         for word, tag in zip(example.words, example.tags):
             by_word.setdefault(word, Counter())[tag] += 1
-    overall = Counter(tag for example in train for tag in example.tags)
-
-    def best(counts: Counter[str]) -> str:
-        top = max(counts.values())
-        return min(tag for tag, n in counts.items() if n == top)
-
-    fallback = best(overall)
-    return [[best(by_word[w]) if w in by_word else fallback for w in example.words] for example in test]
+    tag_of = {word: majority_label(counts) for word, counts in by_word.items()}  # once a word, not once a use
+    fallback = majority_label(tag for example in train for tag in example.tags)
+    return [[tag_of.get(w, fallback) for w in example.words] for example in test]
 
 
 def lines_after_blank(source: str) -> str:

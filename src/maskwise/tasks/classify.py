@@ -21,7 +21,7 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -69,9 +69,6 @@ from maskwise.tasks.unit import (
     refuse_unseen,
     within_context,
 )
-
-if TYPE_CHECKING:
-    pass
 
 HEAD_PREFIX = "head."
 # The plays' classification tasks: (split, texts per label, seed=) -> the labelled texts.

@@ -18,7 +18,6 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -55,9 +54,6 @@ from maskwise.tasks.unit import (
     mean_tokens,
     within_context,
 )
-
-if TYPE_CHECKING:
-    pass
 
 # Mean pooling is the default for every family except the causal decoder: an untrained [CLS] state is a
 # poor summary, while the mean of the token states works zero-shot (Sentence-BERT's finding).

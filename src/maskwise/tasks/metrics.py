@@ -71,8 +71,9 @@ def tag_scores(predicted: Sequence[Hashable], gold: Sequence[Hashable], outside:
     return {"micro": micro, "macro_f1": macro, "detection": detection, "per_tag": per_tag}
 
 
-def majority_label(labels: Sequence[Hashable]) -> Hashable:
-    """The most frequent label; ties go to the first in sorted order, so the baseline is stable."""
+def majority_label(labels: Iterable[Hashable] | Mapping[Hashable, int]) -> Hashable:
+    """The most frequent label (of a list of labels, or of their counts); ties go to the first in sorted order, so
+    the baseline is stable."""
     counts = Counter(labels)
     best = max(counts.values())
     return min((label for label, n in counts.items() if n == best), key=str)

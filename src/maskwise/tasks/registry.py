@@ -84,8 +84,9 @@ def read_tasks(specs: list[TaskSpec]) -> list[UserTask]:
     for task in tasks:
         if task.held_out and task.test_rows < MIN_TEST_ITEMS:
             rows = task.train_rows + task.test_rows
-            raise UserError(f"task {task.spec.name}: holding out {HOLD_OUT:.0%} of its {rows} rows leaves {task.test_rows} test items, fewer than the {MIN_TEST_ITEMS} a verdict "
-                            f"needs; give more rows or a test file (,test=PATH)")
+            raise UserError(f"task {task.spec.name}: holding out {HOLD_OUT:.0%} of its {rows} rows leaves "
+                            f"{task.test_rows} test items, fewer than the {MIN_TEST_ITEMS} a verdict needs; give "
+                            "more rows or a test file (,test=PATH)")
     return tasks
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -67,8 +66,6 @@ from maskwise.tasks.unit import (
     within_context,
 )
 
-if TYPE_CHECKING:
-    pass
 
 @dataclass
 class RerankConfig(FinetuneConfig):

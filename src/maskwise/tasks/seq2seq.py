@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -44,9 +44,6 @@ from maskwise.tasks.metrics import bucketed, exact_match, rouge_l, set_f1, token
 from maskwise.tasks.reading import batches, device_of
 from maskwise.tasks.record import Fields, Record
 from maskwise.tasks.unit import READ_THEN_WRITE, Row, Task, Work, mean_tokens
-
-if TYPE_CHECKING:
-    pass
 
 # Source length buckets in characters (the speakers passages run up to ~600 by default).
 SOURCE_EDGES = (0, 150, 300, 450, 600)

@@ -17,7 +17,7 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -51,9 +51,6 @@ from maskwise.tasks.unit import (
     mean_tokens,
     refuse_unseen,
 )
-
-if TYPE_CHECKING:
-    pass
 
 HEAD_PREFIX = "head."
 

@@ -38,8 +38,7 @@ from maskwise.experiments.framework import (
     task_setting,
 )
 from maskwise.experiments.verdict import INCONCLUSIVE, compare
-from maskwise.interop.folders import load
-from maskwise.interop.folders import model_folder
+from maskwise.interop.folders import load, model_folder
 from maskwise.model.accounting import parameter_breakdown
 from maskwise.runs import CONFIG_FILE, read_json
 from maskwise.tasks.rerank import RerankRecord, evaluate_reranker, judging_scorer
