@@ -11,6 +11,7 @@ from maskwise.recipes import (
     pretrain_settings,
 )
 from maskwise.tasks.registry import TASKS
+from maskwise.tasks.tag import TagConfig
 from maskwise.train.pretrain import PretrainConfig, model_config
 
 pytestmark = pytest.mark.unit
@@ -55,7 +56,7 @@ def test_compare_fine_tunes_with_the_shared_recipe():
 
 def test_a_retuned_scale_changes_only_what_it_names():
     s = COMPARE_SCALES["default"]
-    quick = s.retuned("q", seconds=5.0, tasks={"tag": {"steps": 7}})
+    quick = s.retuned("q", seconds=5.0, tasks={TagConfig: {"steps": 7}})
     assert quick.name == "q" and quick.seconds == 5.0 and quick.d_model == s.d_model
     assert quick.tasks["tag"].steps == 7 and quick.tasks["tag"].train_windows == s.tasks["tag"].train_windows
     assert quick.tasks["embed"] == s.tasks["embed"] and s.tasks["tag"].steps == 150  # the original is untouched

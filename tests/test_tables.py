@@ -63,7 +63,7 @@ def test_bad_tables_exit_2_with_one_line(encoder, tmp_path, capsys):
         ([*finetune, train, "--out", tmp_path / "o1"], "lacks column(s) text (columns: sentence, label)"),
         ([*finetune, train, "--out", tmp_path / "o2", "--text-column", "sentence", "--label-column", "gold"],
          "gold"),
-        ([*finetune, one_class, "--out", tmp_path / "o3", "--text-column", "sentence"], "one class"),
+        ([*finetune, one_class, "--out", tmp_path / "o3", "--text-column", "sentence"], "holds one label"),
         (["evaluate", encoder, "--task", "classify", "--data", tmp_path / "dev.parquet"], "must be .jsonl, .csv or .tsv"),
     ]
     (tmp_path / "dev.parquet").write_text("not a table")

@@ -9,6 +9,7 @@ on one of those recipes. ``pretrain_settings`` turns either into flat pretrainin
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from maskwise.config import from_dict, preset
 from maskwise.errors import UserError
@@ -16,17 +17,26 @@ from maskwise.families import family_of
 from maskwise.tasks.classify import ClassifyConfig
 from maskwise.tasks.embed import EmbedConfig
 from maskwise.tasks.finetune import FinetuneConfig
-from maskwise.tasks.registry import task_of
+from maskwise.tasks.registry import TASKS, configured_by, task_of
 from maskwise.tasks.rerank import RerankConfig
 from maskwise.tasks.seq2seq import Seq2SeqConfig
 from maskwise.tasks.tag import TagConfig
 
 # ---- the named scales --------------------------------------------------------------------------
 
-# The default scale's fine-tunes, by their task's kind (``tasks.registry``): how long each trains and on how many rows
-# is the scale's choice, beside its block and clock, not the task's. Rerank: 8 queries x 3 negatives x 192 tokens,
-# a third of RerankConfig's 7 x 256, which these bodies learned no more from (docs/results.md).
-TASKS: dict[str, FinetuneConfig] = {task_of(cfg).kind: cfg for cfg in (
+# A scale's change to some kinds' fine-tunes: a kind's config type (its task through the registry) -> fields.
+Tuning = dict[type[FinetuneConfig], dict[str, Any]]
+
+
+def by_kind(*configs: FinetuneConfig) -> dict[str, FinetuneConfig]:
+    """Fine-tune configs by the kind of the task each configures (``tasks.registry.task_of``)."""
+    return {task_of(cfg).kind: cfg for cfg in configs}
+
+
+# The default scale's fine-tunes: how long each trains and on how many rows is the scale's choice, beside its block and
+# clock, not the task's. Rerank: 8 queries x 3 negatives x 192 tokens, a third of RerankConfig's 7 x 256, which these
+# bodies learned no more from (docs/results.md).
+DEFAULT_FINETUNES = by_kind(
     # Line order (compare's classification row): the train plays hold 14,098 pairs an order, the test plays 3,255.
     # 400 steps: at 100 an ablation's 1.4 M-token encoder stayed near chance (docs/results.md).
     ClassifyConfig(steps=400, batch_size=32, lr=1e-3, head_lr=3e-3, plays_task="line-order",
@@ -50,7 +60,7 @@ TASKS: dict[str, FinetuneConfig] = {task_of(cfg).kind: cfg for cfg in (
     # read three ways a seed: what fits its 30 minutes on 2 CPU cores.
     RerankConfig(steps=100, batch_size=8, lr=1e-3, head_lr=3e-3, n_negatives=3, max_len=192,
                  train_queries=1000, test_queries=60),
-)}
+)
 
 
 @dataclass(frozen=True)
@@ -91,9 +101,10 @@ class CompareSettings:
     split_context: bool = True
     permute_sentences: float = 0.0  # denoising's fraction of sentences shuffled (BART's: 1.0)
     min_steps: int = 200  # fewer optimizer steps than this in any family: the report opens with a warning
-    # Every experiment's fine-tunes (compare's rows and the ablations'): these tiny bodies need lr 1e-3
-    # (at 3e-4 classification stayed near chance on a quick-scale encoder; docs/results.md).
-    tasks: dict[str, FinetuneConfig] = field(default_factory=lambda: dict(TASKS))
+    # Every experiment's fine-tunes (compare's rows and the ablations'), by kind: these tiny bodies need lr 1e-3
+    # (at 3e-4 classification stayed near chance on a quick-scale encoder; docs/results.md). A kind registered from
+    # outside that a scale does not name fine-tunes at its own config's defaults (``config_of``).
+    tasks: dict[str, FinetuneConfig] = field(default_factory=lambda: dict(DEFAULT_FINETUNES))
     held_out_chars: int = 1500
     held_out_blocks: int = 30  # pieces of the held-out text an interval resamples
     fill_positions: int = 300
@@ -132,30 +143,39 @@ class CompareSettings:
             shape.update(block_size=self.block_size // 2, batch_size=2 * self.batch_size)
         return shape
 
+    def config_of(self, kind: str) -> FinetuneConfig:
+        """This scale's fine-tune of task ``kind``: its own, else the registered task's config at its defaults."""
+        return self.tasks[kind] if kind in self.tasks else TASKS[kind].config()
+
     def task(self, name: str, seed: int, progress: bool = False) -> FinetuneConfig:
         """The config of fine-tune ``name`` for one seed: the seed draws its rows, train and test."""
-        return replace(self.tasks[name], seed=seed, data_seed=seed, test_seed=seed, progress=progress)
+        return replace(self.config_of(name), seed=seed, data_seed=seed, test_seed=seed, progress=progress)
 
     def overridden(self, values: dict, what: str) -> CompareSettings:
         """This scale with a config file's ``values``: its fields, and a ``tasks`` table of fine-tunes'
-        fields by task name; unknown names and wrongly typed values are refused (``config.from_dict``)."""
+        fields by task kind (any registered); unknown names and wrongly typed values are refused
+        (``config.from_dict``)."""
         tasks = values.get("tasks", {})
-        if not isinstance(tasks, dict) or sorted(set(tasks) - set(self.tasks)):
-            raise UserError(f"{what}: tasks must be a table of {', '.join(self.tasks)}, got {tasks!r}")
+        if not isinstance(tasks, dict) or sorted(set(tasks) - set(TASKS)):
+            raise UserError(f"{what}: tasks must be a table of {', '.join(TASKS)}, got {tasks!r}")
         own = {key: value for key, value in values.items() if key != "tasks"}
         checked = from_dict(CompareSettings, own, what)
-        tuned = {}
+        tuned: Tuning = {}
         for task, table in tasks.items():
             if not isinstance(table, dict):
                 raise UserError(f"{what}: tasks.{task} must be a table of its settings, got {table!r}")
-            done = from_dict(type(self.tasks[task]), table, f"{what}, tasks.{task}")
-            tuned[task] = {key: getattr(done, key) for key in table}
+            config = TASKS[task].config
+            done = from_dict(config, table, f"{what}, tasks.{task}")
+            tuned[config] = {key: getattr(done, key) for key in table}
         return self.retuned(checked.name if "name" in own else self.name, tuned,
                            **{key: getattr(checked, key) for key in own if key != "name"})
 
-    def retuned(self, name: str, tasks: dict[str, dict] | None = None, **changes) -> CompareSettings:
-        """Another scale: ``changes`` to this one's fields, ``tasks`` to its fine-tunes' (name -> fields)."""
-        tuned = {task: replace(cfg, **(tasks or {}).get(task, {})) for task, cfg in self.tasks.items()}
+    def retuned(self, name: str, tasks: Tuning | None = None, **changes: Any) -> CompareSettings:
+        """Another scale: ``changes`` to this one's fields, ``tasks`` to its fine-tunes' (config type -> fields)."""
+        tuned = dict(self.tasks)
+        for config, fields in (tasks or {}).items():
+            kind = configured_by(config).kind
+            tuned[kind] = replace(self.config_of(kind), **fields)
         return replace(self, name=name, tasks=tuned, **changes)
 
 
@@ -174,31 +194,31 @@ def matched_ffn_width(preset_name: str, d_model: int, layers: int) -> int:
 DEFAULT = CompareSettings()
 QUICK = DEFAULT.retuned("quick", seconds=15.0, d_model=64, min_steps=40, held_out_chars=600, held_out_blocks=10,
                         fill_positions=100, ttft_repeats=10, tasks={
-                            "classify": {"steps": 60, "train_per_label": 300, "test_per_label": 100},
-                            "embed": {"steps": 30, "train_pairs": 600, "test_queries": 150, "test_docs": 300},
-                            "seq2seq": {"steps": 30, "train_passages": 400, "test_passages": 60},
-                            "tag": {"steps": 60, "train_windows": 1000, "test_windows": 300}})
+                            ClassifyConfig: {"steps": 60, "train_per_label": 300, "test_per_label": 100},
+                            EmbedConfig: {"steps": 30, "train_pairs": 600, "test_queries": 150, "test_docs": 300},
+                            Seq2SeqConfig: {"steps": 30, "train_passages": 400, "test_passages": 60},
+                            TagConfig: {"steps": 60, "train_windows": 1000, "test_windows": 300}})
 
 # One modern GPU for about 15 minutes (sized, not yet run on one: README, the main job). Byte-level
 # BPE rather than WordPiece, whose normaliser turns the newline after a speaker's name into a space.
 GPU = DEFAULT.retuned("gpu", seconds=180.0, d_model=384, heads=6, layers=6, block_size=512, batch_size=64,
                       tokenizer="bpe", vocab_size=4096, lr=1e-3, warmup=100, min_steps=1500, held_out_chars=8000,
-                      tasks={"classify": {"steps": 800, "train_per_label": 8000, "test_per_label": 1000},
-                             "embed": {"steps": 400, "train_pairs": 8000},
-                             "seq2seq": {"steps": 600, "train_passages": 6000, "max_chars": 400, "max_target_len": 48},
-                             "tag": {"steps": 400, "train_windows": 8000, "test_windows": 2000, "window_chars": 400}})
+                      tasks={ClassifyConfig: {"steps": 800, "train_per_label": 8000, "test_per_label": 1000},
+                             EmbedConfig: {"steps": 400, "train_pairs": 8000},
+                             Seq2SeqConfig: {"steps": 600, "train_passages": 6000, "max_chars": 400, "max_target_len": 48},
+                             TagConfig: {"steps": 400, "train_windows": 8000, "test_windows": 2000, "window_chars": 400}})
 
 COMPARE_SCALES = {"default": DEFAULT, "quick": QUICK, "gpu": GPU}
 
 # A few steps of everything, for the tests' plumbing checks (the ablations' smoke scale).
 SMOKE = DEFAULT.retuned("smoke", seconds=2.0, d_model=32, heads=2, layers=2, block_size=64, batch_size=8, min_steps=1,
                         held_out_chars=200, held_out_blocks=2, fill_positions=10, ttft_repeats=2, tasks={
-                            "classify": {"steps": 2, "train_per_label": 4, "test_per_label": 4},
-                            "embed": {"steps": 2, "train_pairs": 24, "test_queries": 24, "test_docs": 48},
-                            "seq2seq": {"steps": 2, "train_passages": 24, "test_passages": 24, "max_chars": 40,
+                            ClassifyConfig: {"steps": 2, "train_per_label": 4, "test_per_label": 4},
+                            EmbedConfig: {"steps": 2, "train_pairs": 24, "test_queries": 24, "test_docs": 48},
+                            Seq2SeqConfig: {"steps": 2, "train_passages": 24, "test_passages": 24, "max_chars": 40,
                                         "max_target_len": 16},
-                            "tag": {"steps": 2, "train_windows": 16, "test_windows": 8, "window_chars": 50},
-                            "rerank": {"steps": 2, "train_queries": 24, "test_queries": 8}})
+                            TagConfig: {"steps": 2, "train_windows": 16, "test_windows": 8, "window_chars": 50},
+                            RerankConfig: {"steps": 2, "train_queries": 24, "test_queries": 8}})
 
 
 @dataclass(frozen=True)
@@ -230,8 +250,8 @@ class Scale:
 # fine-tune sits at chance for 200-600 steps before it learns; at 400, [CLS] or mean pooling stayed there on some
 # seeds; at 1,200 mean pooling learned on every seed, [CLS] on two of three (docs/results.md). compare's bodies
 # read 2-4x those tokens.
-ABLATION_DEFAULT = DEFAULT.retuned("default", tasks={"tag": {"steps": 400}, "embed": {"steps": 300},
-                                                     "classify": {"steps": 1200}})
+ABLATION_DEFAULT = DEFAULT.retuned("default", tasks={TagConfig: {"steps": 400}, EmbedConfig: {"steps": 300},
+                                                     ClassifyConfig: {"steps": 1200}})
 
 # Default: 1.4 M tokens per arm, about half what compare's 120 s per family read at d 64 in fp32 on AVX2, so
 # that four arms over three seeds fit 30 minutes there (cross-objective, the longest, 15 min 41 s capped at

@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 
 from maskwise.errors import UserError
+from maskwise.tasks.registry import register_installed
 
 COMMAND_MODULES = ("pretrain", "inspect", "finetune", "evaluate", "inference", "interop", "experiments")
 
@@ -30,6 +31,7 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="maskwise", description="Encoder, decoder and encoder-decoder transformers from one block: pretrain, fine-tune, compare.")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    register_installed()  # other packages' task kinds, before any command lists the kinds
     for name in COMMAND_MODULES:
         importlib.import_module(f"maskwise.cli.{name}").register(subparsers)
     return parser

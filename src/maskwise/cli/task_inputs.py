@@ -6,20 +6,18 @@ from pathlib import Path
 
 from maskwise.cli.runtime import runtime_of
 from maskwise.data.beir import beir_splits, open_beir
-from maskwise.data.task_files import (
-    labelled_texts_from_file,
-    retrieval_from_file,
-    retrieval_split,
-    user_split,
-)
+from maskwise.data.task_files import labelled_texts_from_file, retrieval_from_file
+from maskwise.data.user_tasks import TaskSpec, UserTask
 from maskwise.errors import UserError
 from maskwise.interop.folders import load, model_folder
 from maskwise.runs import CONFIG_FILE, read_json
-from maskwise.tasks.classify import ClassifyConfig
+from maskwise.tasks.classify import Classify, ClassifyConfig
 from maskwise.tasks.embed import BiEncoder, EmbedConfig, Embedder
 from maskwise.tasks.finetune import FinetuneConfig
+from maskwise.tasks.registry import TASKS
 from maskwise.tasks.rerank import RerankConfig
 from maskwise.tasks.run import plays_rows
+from maskwise.tasks.unit import Task
 
 # ---- models ----------------------------------------------------------------------------------
 
@@ -48,9 +46,10 @@ def embedder_of(path: str, args, progress: bool, pooling: str | None = None):
 # ---- data ------------------------------------------------------------------------------------
 
 
-def _user_rows(args, reader):
-    """(train rows, eval rows) from --data / --eval-data (``task_files.user_split``)."""
-    return user_split(reader, args.data, args.eval_data)
+def user_task(args, task: Task) -> UserTask:
+    """--data (and --eval-data) read by ``task``'s own reader, the one ``compare --task`` reads the same files with."""
+    return task.read(TaskSpec(task.kind, task.kind, args.data, args.eval_data,
+                              text=getattr(args, "text_column", "text"), label=getattr(args, "label_column", "label")))
 
 
 def classify_data(args, cfg: ClassifyConfig, split: str = "test", training: bool = True):
@@ -59,23 +58,10 @@ def classify_data(args, cfg: ClassifyConfig, split: str = "test", training: bool
     read through --text-column / --label-column."""
     if args.data is None:
         return plays_rows(cfg, None, split, training)
-
-    def read(path):
-        return labelled_texts_from_file(path, (args.text_column, args.label_column))
-
     if not training:
-        return None, read(args.data)
-    train, test = _user_rows(args, read)
-    classes = sorted({e.label for e in train})
-    if len(classes) < 2:
-        raise UserError(f"{args.data}: the training rows' {args.label_column!r} column holds one class "
-                        f"({classes[0]!r}); classification needs at least 2")
-    return train, test
-
-
-def user_retrieval(args):
-    """(train, eval) retrieval sets from --data / --eval-data (``task_files.retrieval_split``)."""
-    return retrieval_split(args.data, args.eval_data)
+        return None, labelled_texts_from_file(args.data, (args.text_column, args.label_column))
+    task = user_task(args, TASKS[Classify.kind])
+    return task.train, task.test
 
 
 def is_beir_folder(data: str | None) -> bool:
@@ -111,11 +97,13 @@ def beir_finetune_data(args, cfg: EmbedConfig):
     return folder.split("train", args.train_queries, args.seed), folder.split(held_out, args.test_queries), held_out
 
 
-def task_rows(args, cfg: FinetuneConfig, model, read, split: str = "test", training: bool = True):
+def task_rows(args, task: Task, cfg: FinetuneConfig, model, read, split: str = "test", training: bool = True):
     """(training rows, or None when only evaluating; evaluation rows): the plays' slice ``cfg`` names
-    (passages -> speakers, punctuation windows), or the rows of --data (--eval-data) as ``read`` reads a file."""
+    (passages -> speakers, punctuation windows), or --data's rows as ``task`` reads them (``read`` reads one file
+    to evaluate on)."""
     if args.data is None:
         return plays_rows(cfg, model, split, training)
     if training:
-        return _user_rows(args, read)
+        rows = user_task(args, task)
+        return rows.train, rows.test
     return None, read(args.data)

@@ -226,7 +226,7 @@ def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings, context: i
     tasks = tuple(read_tasks(list(specs)))
     if context is None:  # the encoder-decoder's, when it is halved
         context = s.block_size // 2 if s.split_context else s.block_size
-    configs = {t.spec.name: TASKS[t.spec.kind].configure(s.tasks[t.spec.kind], t, context) for t in tasks}
+    configs = {t.spec.name: TASKS[t.spec.kind].configure(s.config_of(t.spec.kind), t, context) for t in tasks}
     configs.update({variant_key(t.spec.name, v): replace(configs[t.spec.name], **changes) for t in tasks
                     for v, changes in TASKS[t.spec.kind].variants.items()})
     for task in tasks:

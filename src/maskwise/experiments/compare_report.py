@@ -38,10 +38,9 @@ from maskwise.experiments.verdict import (
 from maskwise.families import FAMILIES, Family
 from maskwise.tasks.registry import CLAIMS, TASKS
 
-# What a family cannot be measured on, asked of the family (``ModelConfig.kind``): measure or row kind ->
-# (whether it cannot, the cell that says so). Every skipped measure and every report cell reads it.
+# What a family cannot be measured on beside the tasks (``Task.cannot``), asked of the family (``ModelConfig.kind``):
+# measure -> (whether it cannot, the cell that says so). Every skipped measure and every report cell reads it.
 CANNOT: dict[str, tuple[Callable[[Family], bool], str]] = {
-    **{kind: task.cannot for kind, task in TASKS.items() if task.cannot is not None},  # the tasks' own
     "ttft": (lambda kind: not kind.writes, "cannot: writes no answer"),
     "next_token": (lambda kind: kind.two_stacks, ("conditional only: its decoder models targets given a source, "
                                                   "not the text itself (its own objective's loss in the curves)")),
@@ -50,6 +49,8 @@ CANNOT: dict[str, tuple[Callable[[Family], bool], str]] = {
 
 def cannot(kind: Family, what: str) -> str | None:
     """Why a model of ``kind`` cannot take measure or row ``what`` (``CANNOT``), or None where it can."""
+    if what in TASKS:
+        return TASKS[what].cannot(kind)
     unable, why = CANNOT.get(what, (lambda kind: False, ""))
     return why if unable(kind) else None
 

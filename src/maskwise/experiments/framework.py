@@ -40,6 +40,7 @@ from maskwise.experiments.verdict import (
     mean_and_spread,
 )
 from maskwise.model.accounting import parameter_breakdown
+from maskwise.tasks.finetune import FinetuneConfig
 from maskwise.tasks.run import run_task
 
 SHARED = "equal tokens and wall-clock"  # the axis name when every arm reads the same pretrained model
@@ -127,9 +128,9 @@ class Study:
     # Optimizer steps per pretraining token as a multiple of the recipe's (its batch divided by this): a
     # sparser learning signal (replaced-token detection's one bit a token) needs more updates to start.
     steps_factor: int = 1
-    # Its fine-tunes' settings at every scale, task name -> fields (pooling classifies word order, which mean
+    # Its fine-tunes' settings at every scale, its kind's config type -> fields (pooling classifies word order, which mean
     # pooling learns on every seed; on line order it stayed at one class): the scale sets how long, the study what.
-    tasks: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    tasks: dict[type[FinetuneConfig], dict[str, Any]] = dataclasses.field(default_factory=dict)
     # Optional: the arms the rules compare with one another, each group on its own equal-wall-clock budget
     # (``arms.pretrain_arms``), so that one arm's speed does not set the clock of arms it is never compared with.
     clock_groups: Callable[[Sequence[Arm]], Sequence[Sequence[Arm]]] | None = None

@@ -41,7 +41,9 @@ def chars_read(tokenizer, texts: Sequence[str], max_len: int, family: str) -> li
 def tfidf_logistic_regression(train_texts: Sequence[str], train_labels: Sequence[str],
                               test_texts: Sequence[str]) -> list[str]:
     """Each test text's label by TF-IDF (sublinear term frequency, word 1- and 2-grams) and logistic regression."""
-    from sklearn.feature_extraction.text import TfidfVectorizer  # at call time: scikit-learn loads in a second
+    from sklearn.feature_extraction.text import (
+        TfidfVectorizer,  # at call time: scikit-learn loads in a second
+    )
     from sklearn.linear_model import LogisticRegression
 
     vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)

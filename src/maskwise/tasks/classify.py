@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from maskwise.data.task_files import labelled_texts_from_file, user_split
+from maskwise.data.task_readers import read_labelled
 from maskwise.data.tasks import (
     LabelledText,
     genre_examples,
@@ -66,7 +66,6 @@ from maskwise.tasks.unit import (
     Task,
     Work,
     mean_tokens,
-    refuse_unseen,
     within_context,
 )
 
@@ -314,66 +313,6 @@ def zero_shot_classify(model: nn.Module, tokenizer, texts: Sequence[str], labels
 # ---- the unit: its plays' rows, its run, its commands and its compare rows ---------------------------
 
 
-def _plays_rows(cfg: ClassifyConfig, model: nn.Module | None, split: str, training: bool):
-    """The plays' labelled texts ``cfg.plays_task`` names, ``train_per_label`` / ``test_per_label`` of each."""
-    examples = PLAYS_TASKS[cfg.plays_task]
-    train = examples("train", cfg.train_per_label, seed=cfg.data_seed) if training else None
-    return train, examples(split, cfg.test_per_label, seed=cfg.test_seed)
-
-
-def _run(model, tokenizer, cfg: ClassifyConfig, runtime: Runtime, data, label: str):
-    train, test = data or _plays_rows(cfg, model, "test", True)
-    classifier = train_classifier(model, tokenizer, train, cfg, runtime=runtime)
-
-    def evaluate() -> ClassifyRecord:
-        record = evaluate_classifier(classifier, tokenizer, test, [e.label for e in train], settings=settings_of(cfg),
-                                     max_len=cfg.max_len)
-        return with_classic(record, train, test, tokenizer, context_len(model, cfg.max_len), model.cfg.family)
-
-    return classifier, evaluate, test
-
-
-def _kept(model: SequenceClassifier, record: ClassifyRecord, cfg: ClassifyConfig) -> tuple[dict, nn.Module, nn.Module]:
-    return {"labels": model.labels, "pooling": model.pooling, "freeze": cfg.freeze}, model.body, model.head
-
-
-def _summary(r: ClassifyRecord) -> str:
-    how = "zero-shot prompting" if r.mode == "zero-shot" else f"{r.mode}, {r.pooling} pooling"
-    classic = (f"; {r.classic.name}: accuracy {r.classic.accuracy:.3f} on the same characters, "
-               f"{r.classic_whole.accuracy:.3f} on whole texts" if r.classic and r.classic_whole else "")
-    return (f"classify ({how}) on {r.n_test} examples: accuracy {r.accuracy:.3f} "
-            f"(majority class {r.baseline.accuracy:.3f}), macro-F1 {r.macro_f1:.3f} ({r.baseline.macro_f1:.3f})"
-            + classic)
-
-
-def _read_user_task(spec: TaskSpec) -> UserTask:
-    train, test = user_split(lambda path: labelled_texts_from_file(path, (spec.text, spec.label)), spec.data,
-                             spec.test)
-    classes, tested = Counter(e.label for e in train), Counter(e.label for e in test)
-    if len(classes) < 2:
-        raise UserError(f"task {spec.name}: the training rows' {spec.label!r} column holds one label "
-                        f"({next(iter(classes))!r}); classification needs at least 2")
-    refuse_unseen(spec, classes, tested, "labels")
-    one_label = (f"its test split holds one label ({next(iter(tested))!r}), where always answering it scores 1.0"
-                 if len(tested) < 2 else None)
-    if one_label and spec.test is None:
-        raise UserError(f"task {spec.name}: {one_label}; a verdict needs at least 2 labels tested: give more rows or "
-                        "a test file (,test=PATH)")
-    balanced = max(tested.values()) >= IMBALANCE * min(tested.values()) and len(tested) > 1
-    metric = "balanced accuracy" if balanced else "accuracy"
-    return UserTask(spec, train, test, len(train), len(test), distribution([e.label for e in train]),
-                    {"metric": metric, "why_metric": (
-                        f"test labels imbalanced (largest/smallest {max(tested.values()) / min(tested.values()):.1f}"
-                        f" >= {IMBALANCE}): balanced accuracy, the mean of per-label recalls" if balanced else
-                        f"test labels balanced within {IMBALANCE}x: accuracy")}, too_few=one_label)
-
-
-def _user_row(task: UserTask) -> Row:
-    key = "balanced_correct" if task.details["metric"] == "balanced accuracy" else "correct"
-    return Row(f"{task.spec.name}: {task.details['metric']} (classify)", True, lambda r: getattr(r, key),
-               lambda r: getattr(r.baseline, key), "majority class", **_classic_of(key))
-
-
 def _classic_of(key: str) -> dict[str, Any]:
     """A row's classic method, read by ``key`` (``correct`` or ``balanced_correct``) on its record, and what it read."""
     return {"classic_name": TFIDF_LOGISTIC, "classic": lambda r: r.classic and getattr(r.classic, key),
@@ -381,20 +320,77 @@ def _classic_of(key: str) -> dict[str, Any]:
             "read": lambda r: r.chars_read and (r.chars_read, r.chars_given)}
 
 
-def _work(cfg: ClassifyConfig, task: UserTask | None, per_char: float) -> Work:
-    """Each step's batch of texts trained; each test text read once (the plays': two lines of verse)."""
-    n, length = (task.test_rows, mean_tokens([e.text for e in task.test], per_char)) if task else (
-        2 * cfg.test_per_label, 80 * per_char)
-    length = min(length, cfg.max_len or length)
-    return Work(cfg.steps * cfg.batch_size * length, n * length, n / 64)
+class Classify(Task[ClassifyConfig]):
+    """Sequence classification: a head on a pooled state, scored beside the majority class and TF-IDF."""
 
+    kind = "classify"
+    claim = ENCODER_JOBS
+    config = ClassifyConfig
+    record = ClassifyRecord
+    plays_row = Row("line order accuracy (classification)", True, lambda r: r.correct, lambda r: r.baseline.correct,
+                    "majority class", **_classic_of("correct"))
+    head = Head(SequenceClassifier, {"labels": (True, True), "pooling": (False, True), "train_labels": (True, False),
+                                     "plays_task": (False, False)},
+                classes_key="labels", hf_classes={"modernbert": "ModernBertForSequenceClassification"})
 
-TASK = Task(
-    kind="classify", claim=ENCODER_JOBS, config=ClassifyConfig, record=ClassifyRecord, plays=_plays_rows, run=_run, summary=_summary,
-    plays_row=Row("line order accuracy (classification)", True, lambda r: r.correct, lambda r: r.baseline.correct,
-                  "majority class", **_classic_of("correct")),
-    user_rows=lambda task, cfg: (_user_row(task),), read=_read_user_task, work=_work, configure=within_context,
-    kept=_kept,
-    head=Head(SequenceClassifier, {"labels": (True, True), "pooling": (False, True), "train_labels": (True, False),
-                                   "plays_task": (False, False)},
-              classes_key="labels", hf_classes={"modernbert": "ModernBertForSequenceClassification"}))
+    def plays(self, cfg: ClassifyConfig, model: nn.Module | None, split: str,
+              training: bool) -> tuple[list[LabelledText] | None, list[LabelledText]]:
+        """The plays' labelled texts ``cfg.plays_task`` names, ``train_per_label`` / ``test_per_label`` of each."""
+        examples = PLAYS_TASKS[cfg.plays_task]
+        train = examples("train", cfg.train_per_label, seed=cfg.data_seed) if training else None
+        return train, examples(split, cfg.test_per_label, seed=cfg.test_seed)
+
+    def run(self, model, tokenizer, cfg: ClassifyConfig, runtime: Runtime, data,
+            label: str) -> tuple[SequenceClassifier, Callable[[], ClassifyRecord], list[LabelledText]]:
+        train, test = data or self.plays(cfg, model, "test", True)
+        classifier = train_classifier(model, tokenizer, train, cfg, runtime=runtime)
+
+        def evaluate() -> ClassifyRecord:
+            record = evaluate_classifier(classifier, tokenizer, test, [e.label for e in train],
+                                         settings=settings_of(cfg), max_len=cfg.max_len)
+            return with_classic(record, train, test, tokenizer, context_len(model, cfg.max_len), model.cfg.family)
+
+        return classifier, evaluate, test
+
+    def kept(self, trained: SequenceClassifier, record: ClassifyRecord,
+             cfg: ClassifyConfig) -> tuple[dict[str, Any], nn.Module, nn.Module]:
+        return {"labels": trained.labels, "pooling": trained.pooling, "freeze": cfg.freeze}, trained.body, trained.head
+
+    def summary(self, record: ClassifyRecord) -> str:
+        r = record
+        how = "zero-shot prompting" if r.mode == "zero-shot" else f"{r.mode}, {r.pooling} pooling"
+        classic = (f"; {r.classic.name}: accuracy {r.classic.accuracy:.3f} on the same characters, "
+                   f"{r.classic_whole.accuracy:.3f} on whole texts" if r.classic and r.classic_whole else "")
+        return (f"classify ({how}) on {r.n_test} examples: accuracy {r.accuracy:.3f} "
+                f"(majority class {r.baseline.accuracy:.3f}), macro-F1 {r.macro_f1:.3f} ({r.baseline.macro_f1:.3f})"
+                + classic)
+
+    def read(self, spec: TaskSpec) -> UserTask:
+        """``read_labelled``'s rows, with the metric their test labels call for (balanced accuracy where imbalanced)
+        and, where the test split holds one label, why it cannot separate anything (``UserTask.too_few``)."""
+        train, test = read_labelled(spec)
+        tested = Counter(e.label for e in test)
+        one_label = (f"its test split holds one label ({next(iter(tested))!r}), where always answering it scores 1.0"
+                     if len(tested) < 2 else None)
+        balanced = max(tested.values()) >= IMBALANCE * min(tested.values()) and len(tested) > 1
+        metric = "balanced accuracy" if balanced else "accuracy"
+        return UserTask(spec, train, test, len(train), len(test), distribution([e.label for e in train]),
+                        {"metric": metric, "why_metric": (
+                            f"test labels imbalanced (largest/smallest {max(tested.values()) / min(tested.values()):.1f}"
+                            f" >= {IMBALANCE}): balanced accuracy, the mean of per-label recalls" if balanced else
+                            f"test labels balanced within {IMBALANCE}x: accuracy")}, too_few=one_label)
+
+    def user_rows(self, task: UserTask, cfg: ClassifyConfig) -> tuple[Row, ...]:
+        key = "balanced_correct" if task.details["metric"] == "balanced accuracy" else "correct"
+        return (Row(f"{task.spec.name}: {task.details['metric']} (classify)", True, lambda r: getattr(r, key),
+                    lambda r: getattr(r.baseline, key), "majority class", **_classic_of(key)),)
+
+    def work(self, cfg: ClassifyConfig, task: UserTask | None, per_char: float) -> Work:
+        """Each step's batch of texts trained; each test text read once (the plays': two lines of verse)."""
+        n, length = (task.test_rows, mean_tokens([e.text for e in task.test], per_char)) if task else (
+            2 * cfg.test_per_label, 80 * per_char)
+        length = min(length, cfg.max_len or length)
+        return Work(cfg.steps * cfg.batch_size * length, n * length, n / 64)
+
+    def configure(self, cfg: ClassifyConfig, task: UserTask, context: int) -> ClassifyConfig:
+        return within_context(cfg, task, context)

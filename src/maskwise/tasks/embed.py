@@ -15,24 +15,24 @@ nearly flat and the gradient tiny.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from maskwise.data.beir import GradedRetrievalSet, beir_splits, open_beir
-from maskwise.data.task_files import retrieval_split
-from maskwise.data.tasks import ict_retrieval
+from maskwise.data.beir import GradedRetrievalSet
+from maskwise.data.task_readers import Retrieval, read_retrieval
+from maskwise.data.tasks import RetrievalSet, ict_retrieval
 from maskwise.data.user_tasks import TaskSpec, UserTask
 from maskwise.errors import UserError
 from maskwise.model.heads import pool
 from maskwise.runtime import Runtime
-from maskwise.tasks.classify import check_pooling
 from maskwise.tasks.classic import BM25, chars_read
+from maskwise.tasks.classify import check_pooling
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.reading import (
     batches,
@@ -146,79 +146,6 @@ def train_bi_encoder(body: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]
 # ---- the unit: its plays' rows, its run, its commands and its compare rows ---------------------------
 
 
-def _plays_rows(cfg: EmbedConfig, model: nn.Module | None, split: str, training: bool):
-    """The plays' ICT rows: a random subset of every train speech's pair, and the split's queries and speeches."""
-    train = None
-    if training:
-        pairs = ict_retrieval("train", seed=cfg.data_seed).pairs()
-        count = len(pairs) if cfg.train_pairs is None else min(cfg.train_pairs, len(pairs))
-        train = random.Random(cfg.data_seed).sample(pairs, count)
-    return train, ict_retrieval(split, max_queries=cfg.test_queries, max_docs=cfg.test_docs, seed=cfg.test_seed)
-
-
-def _run(model, tokenizer, cfg: EmbedConfig, runtime: Runtime, data, label: str):
-    pairs, test = data or _plays_rows(cfg, model, "test", True)
-    encoder = train_bi_encoder(model, tokenizer, pairs, cfg, runtime)
-    embedder = Embedder(encoder, tokenizer, max_len=cfg.max_len, progress=cfg.progress)
-
-    def evaluate() -> RetrievalRecord:
-        name = f"{label} ({encoder.pooling} pooling)"
-        read = chars_read(tokenizer, list(test.docs), context_len(model, cfg.max_len), model.cfg.family)
-        if isinstance(test, GradedRetrievalSet):  # a BEIR folder's graded judgements
-            record = evaluate_graded_retrieval(embedder, test, name=name, ignore_identical_ids=cfg.ignore_identical_ids)
-        else:
-            record = evaluate_retrieval(embedder, test, name=name)
-        record = with_bm25(record, test, read)
-        return replace(record, pooling=encoder.pooling, train_pairs=len(pairs), max_len=cfg.max_len,
-                       temperature=cfg.temperature)
-
-    return encoder, evaluate, test
-
-
-def _kept(model: BiEncoder, record: RetrievalRecord, cfg: EmbedConfig) -> tuple[dict, nn.Module, None]:
-    return ({"pooling": model.pooling, "normalize": True, "max_len": record.max_len,
-             "temperature": record.temperature}, model.body, None)
-
-
-def _summary(r: RetrievalRecord) -> str:
-    base = r.baseline
-    graded = r.mrr_at_10 is not None  # a benchmark's (BEIR, MTEB) MRR is cut at 10
-    mrr, base_mrr = (r.mrr_at_10, base.mrr_at_10) if graded else (r.mrr, base.mrr)
-    return (f"retrieve ({r.embedder}) {r.n_queries} queries over {r.n_docs} passages: "
-            f"nDCG@10 {r.ndcg_at_10:.3f} (random {base.ndcg_at_10:.3f}), {'MRR@10' if graded else 'MRR'} {mrr:.3f} "
-            f"({base_mrr:.3f}), recall@100 {r.recall_at_100:.3f} ({base.recall_at_100:.3f})")
-
-
-def read_retrieval_task(spec: TaskSpec) -> UserTask:
-    """A compare ``--task`` of query/positive rows, or a BEIR folder (its train qrels, then test, else dev)."""
-    if Path(spec.data).expanduser().is_dir():
-        if spec.test:
-            raise UserError(f"task {spec.name}: a BEIR folder is tested on its own test (or dev) qrels; drop test=")
-        splits = beir_splits(spec.data)
-        held_out = next((s for s in ("test", "dev") if s in splits), None)
-        if "train" not in splits or held_out is None:
-            raise UserError(f"task {spec.name}: BEIR folder {spec.data} needs qrels/train.tsv and qrels/test.tsv "
-                            f"(or dev.tsv); it has {', '.join(splits) or 'none'}")
-        folder = open_beir(spec.data, ("train", held_out))
-        train, test = folder.split("train"), folder.split(held_out)
-        return UserTask(spec, train, test, len(train.queries), len(test.queries),
-                        details={"collection": len(folder.docs), "metric": "nDCG@10", "beir_split": held_out})
-    train, test = retrieval_split(spec.data, spec.test)
-    return UserTask(spec, train, test, len(train.queries), len(test.queries),
-                    details={"collection": len(test.docs), "metric": "recall@10"})
-
-
-def _user_row(task: UserTask) -> Row:
-    metric = task.details["metric"].lower()
-    if metric == "ndcg@10":  # graded judgements: the random ranking's own nDCG@10 over the same queries
-        return Row(f"{task.spec.name}: nDCG@10 (embed, retrieval)", True, lambda r: r.per_query.ndcg_at_10,
-                   lambda r: r.baseline.ndcg_at_10, "random ranking", classic_name=BM25,
-                   classic=lambda r: r.classic and r.classic.ndcg_at_10,
-                   classic_whole=lambda r: r.classic_whole and r.classic_whole.ndcg_at_10,
-                   read=_classic["read"])
-    return Row(f"{task.spec.name}: recall@10 (embed, retrieval)", True, lambda r: r.per_query.recall_at_10,
-               lambda r: r.baseline.expected.recall_at_10, "random", **_classic)
-
 
 # BM25 beside an embedder, on the same queries
 _classic = {"classic_name": BM25, "classic": lambda r: r.classic and r.classic.recall_at_10,
@@ -226,23 +153,90 @@ _classic = {"classic_name": BM25, "classic": lambda r: r.classic and r.classic.r
             "read": lambda r: r.chars_read and (r.chars_read, r.chars_given)}
 
 
-def _work(cfg: EmbedConfig, task: UserTask | None, per_char: float) -> Work:
-    """Each step's batch of query-passage pairs trained; every test query and document embedded once (the plays'
-    queries and passages: speeches)."""
-    if task is not None:
-        queries, docs = task.test_rows, len(task.test.docs)
-        length = mean_tokens([*task.test.queries, *task.test.docs[:1000]], per_char)
-    else:
-        queries, docs, length = cfg.test_queries or 0, cfg.test_docs or 0, 200 * per_char
-    length = min(length, cfg.max_len or length)
-    return Work(2 * cfg.steps * cfg.batch_size * length, (queries + docs) * length, (queries + docs) / 64)
+class Embed(Task[EmbedConfig]):
+    """Embeddings fine-tuned for retrieval (in-batch negatives), scored as retrieval beside BM25."""
 
+    kind = "embed"
+    claim = ENCODER_JOBS
+    config = EmbedConfig
+    record = RetrievalRecord
+    plays_row = Row("retrieval recall@10 (ICT)", True, lambda r: r.per_query.recall_at_10,
+                    lambda r: r.baseline.expected.recall_at_10, "random", **_classic)
+    evaluated_as = "retrieve"
+    data_help = ", or a BEIR folder with qrels/train.tsv"
 
-TASK = Task(
-    kind="embed", claim=ENCODER_JOBS, config=EmbedConfig, record=RetrievalRecord, plays=_plays_rows, run=_run, summary=_summary,
-    plays_row=Row("retrieval recall@10 (ICT)", True, lambda r: r.per_query.recall_at_10,
-                  lambda r: r.baseline.expected.recall_at_10, "random", **_classic),
-    user_rows=lambda task, cfg: (_user_row(task),), read=read_retrieval_task, work=_work,
-    configure=within_context,
-    run_data=lambda task, cfg: (task.train.pairs(), task.test), texts=lambda rows: list(rows.queries),
-    kept=_kept, evaluated_as="retrieve", data_help=", or a BEIR folder with qrels/train.tsv")
+    def plays(self, cfg: EmbedConfig, model: nn.Module | None, split: str,
+              training: bool) -> tuple[list[tuple[str, str]] | None, RetrievalSet]:
+        """The plays' ICT rows: a random subset of every train speech's pair, and the split's queries and speeches."""
+        train = None
+        if training:
+            pairs = ict_retrieval("train", seed=cfg.data_seed).pairs()
+            count = len(pairs) if cfg.train_pairs is None else min(cfg.train_pairs, len(pairs))
+            train = random.Random(cfg.data_seed).sample(pairs, count)
+        return train, ict_retrieval(split, max_queries=cfg.test_queries, max_docs=cfg.test_docs, seed=cfg.test_seed)
+
+    def run(self, model, tokenizer, cfg: EmbedConfig, runtime: Runtime, data,
+            label: str) -> tuple[BiEncoder, Callable[[], RetrievalRecord], Retrieval]:
+        pairs, test = data or self.plays(cfg, model, "test", True)
+        encoder = train_bi_encoder(model, tokenizer, pairs, cfg, runtime)
+        embedder = Embedder(encoder, tokenizer, max_len=cfg.max_len, progress=cfg.progress)
+
+        def evaluate() -> RetrievalRecord:
+            name = f"{label} ({encoder.pooling} pooling)"
+            read = chars_read(tokenizer, list(test.docs), context_len(model, cfg.max_len), model.cfg.family)
+            if isinstance(test, GradedRetrievalSet):  # a BEIR folder's graded judgements
+                record = evaluate_graded_retrieval(embedder, test, name=name,
+                                                   ignore_identical_ids=cfg.ignore_identical_ids)
+            else:
+                record = evaluate_retrieval(embedder, test, name=name)
+            record = with_bm25(record, test, read)
+            return replace(record, pooling=encoder.pooling, train_pairs=len(pairs), max_len=cfg.max_len,
+                           temperature=cfg.temperature)
+
+        return encoder, evaluate, test
+
+    def kept(self, trained: BiEncoder, record: RetrievalRecord,
+             cfg: EmbedConfig) -> tuple[dict[str, Any], nn.Module, None]:
+        return ({"pooling": trained.pooling, "normalize": True, "max_len": record.max_len,
+                 "temperature": record.temperature}, trained.body, None)
+
+    def summary(self, record: RetrievalRecord) -> str:
+        r, base = record, record.baseline
+        graded = r.mrr_at_10 is not None  # a benchmark's (BEIR, MTEB) MRR is cut at 10
+        mrr, base_mrr = (r.mrr_at_10, base.mrr_at_10) if graded else (r.mrr, base.mrr)
+        return (f"retrieve ({r.embedder}) {r.n_queries} queries over {r.n_docs} passages: "
+                f"nDCG@10 {r.ndcg_at_10:.3f} (random {base.ndcg_at_10:.3f}), {'MRR@10' if graded else 'MRR'} "
+                f"{mrr:.3f} ({base_mrr:.3f}), recall@100 {r.recall_at_100:.3f} ({base.recall_at_100:.3f})")
+
+    def read(self, spec: TaskSpec) -> UserTask:
+        return read_retrieval(spec)
+
+    def user_rows(self, task: UserTask, cfg: EmbedConfig) -> tuple[Row, ...]:
+        if task.details["metric"].lower() == "ndcg@10":  # graded judgements: the random ranking's own nDCG@10
+            return (Row(f"{task.spec.name}: nDCG@10 (embed, retrieval)", True, lambda r: r.per_query.ndcg_at_10,
+                        lambda r: r.baseline.ndcg_at_10, "random ranking", classic_name=BM25,
+                        classic=lambda r: r.classic and r.classic.ndcg_at_10,
+                        classic_whole=lambda r: r.classic_whole and r.classic_whole.ndcg_at_10,
+                        read=_classic["read"]),)
+        return (Row(f"{task.spec.name}: recall@10 (embed, retrieval)", True, lambda r: r.per_query.recall_at_10,
+                    lambda r: r.baseline.expected.recall_at_10, "random", **_classic),)
+
+    def work(self, cfg: EmbedConfig, task: UserTask | None, per_char: float) -> Work:
+        """Each step's batch of query-passage pairs trained; every test query and document embedded once (the
+        plays' queries and passages: speeches)."""
+        if task is not None:
+            queries, docs = task.test_rows, len(task.test.docs)
+            length = mean_tokens([*task.test.queries, *task.test.docs[:1000]], per_char)
+        else:
+            queries, docs, length = cfg.test_queries or 0, cfg.test_docs or 0, 200 * per_char
+        length = min(length, cfg.max_len or length)
+        return Work(2 * cfg.steps * cfg.batch_size * length, (queries + docs) * length, (queries + docs) / 64)
+
+    def configure(self, cfg: EmbedConfig, task: UserTask, context: int) -> EmbedConfig:
+        return within_context(cfg, task, context)
+
+    def run_data(self, task: UserTask, cfg: EmbedConfig) -> tuple[list[tuple[str, str]], Retrieval]:
+        return task.train.pairs(), task.test
+
+    def texts(self, rows: Retrieval) -> list[str]:
+        return list(rows.queries)

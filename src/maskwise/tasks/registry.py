@@ -1,10 +1,13 @@
-"""The registry: every task kind, one line each. A task is one unit, declared whole in its module
-(``tasks/<kind>.py``'s ``TASK = Task(...)``, ``tasks.unit.Task``); everything here is generic over them: the CLI's
+"""The registry: every task kind, one instance each. A kind is one class, declared whole in its module
+(``tasks/<kind>.py``, a subclass of ``tasks.unit.Task``); everything here is generic over them: the CLI's
 ``finetune``/``evaluate``, ``run_task``, ``compare --task``, and the fine-tune folders interop opens and exports.
+A kind from another package registers through the ``maskwise.tasks`` entry point group (``docs/add-a-task.md``).
 """
 
 from __future__ import annotations
 
+import warnings
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from maskwise.data.task_files import HOLD_OUT, MIN_TEST_ITEMS
@@ -31,18 +34,49 @@ from maskwise.tasks.unit import (
 )
 
 # The claims and ``Row`` are ``tasks.unit``'s, named here too for compare and the report, which read them with TASKS.
-__all__ = ["CLAIMS", "ENCODER_JOBS", "GENERATE", "READ_THEN_WRITE", "TASKS", "Row", "by_evaluate_name", "in_cli_order",
-           "keep_fine_tune", "leaked", "read_tasks", "save_fine_tune", "shared_with_training", "task_of"]
+__all__ = ["CLAIMS", "ENCODER_JOBS", "GENERATE", "READ_THEN_WRITE", "TASKS", "Row", "by_evaluate_name", "configured_by",
+           "in_cli_order", "keep_fine_tune", "leaked", "read_tasks", "register", "register_installed", "save_fine_tune",
+           "shared_with_training", "task_of"]
 
-# Every kind a user's --task may name, in the report's order.
-TASKS: dict[str, Task] = {t.kind: t for t in (tag.TASK, classify.TASK, embed.TASK, rerank.TASK, seq2seq.TASK)}
+ENTRY_POINTS = "maskwise.tasks"  # the group a package's task kinds register under: name = "module:TaskSubclass"
+
+# Every kind a user's --task may name, in the report's order: the package's own, then those registered.
+TASKS: dict[str, Task] = {t.kind: t for t in (tag.Tag(), classify.Classify(), embed.Embed(), rerank.Rerank(),
+                                              seq2seq.Seq2Seq())}
+
+
+def register(task: Task) -> Task:
+    """Add ``task`` to the registry: ``finetune``, ``evaluate`` and ``compare --task`` take its kind from now on."""
+    if not isinstance(task, Task):
+        raise UserError(f"{task!r} is not a maskwise.tasks.unit.Task")
+    if task.kind in TASKS and type(TASKS[task.kind]) is not type(task):
+        raise UserError(f"task kind {task.kind!r} is registered twice ({type(TASKS[task.kind]).__name__} and "
+                        f"{type(task).__name__}); rename one")
+    TASKS[task.kind] = task
+    return task
+
+
+def register_installed() -> None:
+    """Register every installed package's task kinds (the ``maskwise.tasks`` entry points); one that fails to load is
+    a one-line warning, not a crash. The command line calls it before it lists the kinds; it runs on demand, not on
+    import, so that a plugin may import any of maskwise."""
+    for point in entry_points(group=ENTRY_POINTS):
+        try:
+            register(point.load()())
+        except Exception as error:  # noqa: BLE001 - a broken plugin must not take the CLI down with it
+            warnings.warn(f"maskwise: task kind {point.name} ({point.value}) not registered: {error}", stacklevel=2)
 
 
 def task_of(cfg: FinetuneConfig) -> Task:
     """The task ``cfg`` configures: the one whose config is its type."""
-    task = next((t for t in TASKS.values() if type(cfg) is t.config), None)
+    return configured_by(type(cfg))
+
+
+def configured_by(config: type[FinetuneConfig]) -> Task:
+    """The task whose config type is ``config``."""
+    task = next((t for t in TASKS.values() if config is t.config), None)
     if task is None:
-        raise UserError(f"no task is configured by {type(cfg).__name__}; known: "
+        raise UserError(f"no task is configured by {config.__name__}; known: "
                         f"{', '.join(t.config.__name__ for t in in_cli_order())}")
     return task
 
@@ -82,6 +116,9 @@ def read_tasks(specs: list[TaskSpec]) -> list[UserTask]:
         raise UserError(f"--task names {', '.join(twice)} more than once; each task needs its own name")
     tasks = [TASKS[s.kind].read(s) for s in specs]
     for task in tasks:
+        if task.held_out and task.too_few:
+            raise UserError(f"task {task.spec.name}: {task.too_few}; a verdict needs at least 2 labels tested: give "
+                            "more rows or a test file (,test=PATH)")
         if task.held_out and task.test_rows < MIN_TEST_ITEMS:
             rows = task.train_rows + task.test_rows
             raise UserError(f"task {task.spec.name}: holding out {HOLD_OUT:.0%} of its {rows} rows leaves "

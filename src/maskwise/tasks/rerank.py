@@ -22,14 +22,16 @@ reads (query/positive rows or a BEIR folder, whose graded qrels are the gains), 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from maskwise.data.beir import GradedRetrievalSet
+from maskwise.data.task_readers import read_retrieval
 from maskwise.data.tasks import RetrievalSet, ict_retrieval
 from maskwise.data.user_tasks import TaskSpec, UserTask
 from maskwise.errors import UserError
@@ -41,7 +43,6 @@ from maskwise.tasks.cross_encoder import (
     cross_encoder_scorer,
     pair_inputs,
 )
-from maskwise.tasks.embed import read_retrieval_task
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.generate import GenerationConfig, generate
 from maskwise.tasks.reading import batches, context_len, device_of
@@ -237,74 +238,84 @@ def train_generative_reranker(model: nn.Module, tokenizer, data: RetrievalSet,
 # ---- the unit: its plays' rows, its run, its commands and its compare rows ---------------------------
 
 
-def _plays_rows(cfg: RerankConfig, model: nn.Module | None, split: str, training: bool):
-    """The plays' ICT queries: ``train_queries`` of the train split's, ``test_queries`` of the split's."""
-    train = ict_retrieval("train", max_queries=cfg.train_queries, seed=cfg.data_seed) if training else None
-    return train, ict_retrieval(split, max_queries=cfg.test_queries, seed=cfg.test_seed)
+class Rerank(Task[RerankConfig]):
+    """Reranking a first stage's (BM25's) candidates: a cross-encoder, or a decoder's " yes" probability."""
 
+    kind = "rerank"
+    claim = ENCODER_JOBS
+    config = RerankConfig
+    record = RerankRecord
 
-def _run(model, tokenizer, cfg: RerankConfig, runtime: Runtime, data, label: str):
-    if data is not None:
-        train, negatives, test, candidates = data
-    else:  # the plays' ICT queries with BM25 as the first stage, and its near misses as negatives
-        train, test = _plays_rows(cfg, model, "test", True)
-        train, negatives = bm25_training_rows(train, cfg.n_negatives)
-        candidates = bm25_ranking(test, cfg.candidates)
-    kind = cfg.reranker or default_reranker(model.cfg.family)
-    if kind == "cross":
-        trained = train_cross_encoder(model, tokenizer, train, negatives, cfg, runtime)
-        score = cross_encoder_scorer(trained, tokenizer, cfg.max_len, cfg.score_batch)
-    else:
-        trained = train_generative_reranker(model, tokenizer, train, negatives, cfg, runtime)
-        score = generative_scorer(trained, tokenizer, cfg.max_len, cfg.score_batch)
-    return trained, lambda: replace(evaluate_reranker(score, test, candidates, label, cfg.progress, cfg.seed),
-                                    kind=kind, max_len=cfg.max_len,
-                                    readout=cfg.readout if kind == "cross" else None), (test, candidates)
+    def plays(self, cfg: RerankConfig, model: nn.Module | None, split: str,
+              training: bool) -> tuple[RetrievalSet | None, RetrievalSet]:
+        """The plays' ICT queries: ``train_queries`` of the train split's, ``test_queries`` of the split's."""
+        train = ict_retrieval("train", max_queries=cfg.train_queries, seed=cfg.data_seed) if training else None
+        return train, ict_retrieval(split, max_queries=cfg.test_queries, seed=cfg.test_seed)
 
+    def run(self, model, tokenizer, cfg: RerankConfig, runtime: Runtime, data,
+            label: str) -> tuple[nn.Module, Callable[[], RerankRecord], tuple[Any, list]]:
+        if data is not None:
+            train, negatives, test, candidates = data
+        else:  # the plays' ICT queries with BM25 as the first stage, and its near misses as negatives
+            train, test = self.plays(cfg, model, "test", True)
+            train, negatives = bm25_training_rows(train, cfg.n_negatives)
+            candidates = bm25_ranking(test, cfg.candidates)
+        kind = cfg.reranker or default_reranker(model.cfg.family)
+        if kind == "cross":
+            trained = train_cross_encoder(model, tokenizer, train, negatives, cfg, runtime)
+            score = cross_encoder_scorer(trained, tokenizer, cfg.max_len, cfg.score_batch)
+        else:
+            trained = train_generative_reranker(model, tokenizer, train, negatives, cfg, runtime)
+            score = generative_scorer(trained, tokenizer, cfg.max_len, cfg.score_batch)
 
-def _kept(model: nn.Module, record: RerankRecord, cfg: RerankConfig) -> tuple[dict, nn.Module, nn.Module | None]:
-    """A cross-encoder keeps its body and head; a generative reranker is the whole model."""
-    task = {"reranker": record.kind, "first_stage": "BM25", "negatives": "bm25", "max_len": record.max_len,
-            "readout": record.readout}
-    return (task, model.body, model.head) if record.kind == "cross" else (task, model, None)
+        def evaluate() -> RerankRecord:
+            return replace(evaluate_reranker(score, test, candidates, label, cfg.progress, cfg.seed), kind=kind,
+                           max_len=cfg.max_len, readout=cfg.readout if kind == "cross" else None)
 
+        return trained, evaluate, (test, candidates)
 
-def _summary(r: RerankRecord) -> str:
-    base, lat = r.baseline, r.latency
-    return (f"rerank ({r.reranker}) {r.n_queries} queries x {r.candidates_per_query} candidates: "
-            f"nDCG@10 {r.ndcg_at_10:.3f} (first stage {base.ndcg_at_10:.3f}, random order "
-            f"{r.random_order.ndcg_at_10:.3f}), MRR {r.mrr:.3f} ({base.mrr:.3f}); "
-            f"latency p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms per query\n{gain_summary(r)}")
+    def kept(self, trained: nn.Module, record: RerankRecord,
+             cfg: RerankConfig) -> tuple[dict[str, Any], nn.Module, nn.Module | None]:
+        """A cross-encoder keeps its body and head; a generative reranker is the whole model."""
+        task = {"reranker": record.kind, "first_stage": "BM25", "negatives": "bm25", "max_len": record.max_len,
+                "readout": record.readout}
+        return (task, trained.body, trained.head) if record.kind == "cross" else (task, trained, None)
 
+    def summary(self, record: RerankRecord) -> str:
+        r, base, lat = record, record.baseline, record.latency
+        return (f"rerank ({r.reranker}) {r.n_queries} queries x {r.candidates_per_query} candidates: "
+                f"nDCG@10 {r.ndcg_at_10:.3f} (first stage {base.ndcg_at_10:.3f}, random order "
+                f"{r.random_order.ndcg_at_10:.3f}), MRR {r.mrr:.3f} ({base.mrr:.3f}); "
+                f"latency p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms per query\n{gain_summary(r)}")
 
-def _read_user_task(spec: TaskSpec) -> UserTask:
-    """The rows retrieval reads (query/positive rows, or a BEIR folder's train and test qrels), first-staged by BM25."""
-    task = read_retrieval_task(spec)
-    return replace(task, details={**task.details, "first_stage": "BM25", "metric": "nDCG@10"})
+    def read(self, spec: TaskSpec) -> UserTask:
+        """The rows retrieval reads (query/positive rows, or a BEIR folder's train and test qrels), first-staged by
+        BM25."""
+        task = read_retrieval(spec)
+        return replace(task, details={**task.details, "first_stage": "BM25", "metric": "nDCG@10"})
 
+    def user_rows(self, task: UserTask, cfg: RerankConfig) -> tuple[Row, ...]:
+        return (Row(f"{task.spec.name}: nDCG@10 over BM25's top candidates (rerank)", True,
+                    lambda r: r.per_query.ndcg_at_10, lambda r: r.per_query.first_stage_ndcg_at_10,
+                    "BM25's own order", classic_name="BM25's own order"),)
 
-def _user_data(task: UserTask, cfg: RerankConfig) -> tuple:
-    """BM25's near misses as training negatives, and its top ``cfg.candidates`` as each test query's candidates
-    (a BEIR folder's qrels grades are the gains of nDCG@10 over them)."""
-    train, negatives = bm25_training_rows(task.train, cfg.n_negatives)
-    return train, negatives, task.test, bm25_ranking(task.test, cfg.candidates)
+    def work(self, cfg: RerankConfig, task: UserTask | None, per_char: float) -> Work:
+        """Each step's queries trained with their positive and negatives; every candidate pair of every test query
+        scored, ``score_batch`` pairs a call."""
+        queries = task.test_rows if task is not None else cfg.test_queries
+        pair = cfg.max_len or 256  # a query and a passage: near the cut
+        pairs = queries * cfg.candidates
+        return Work(cfg.steps * cfg.batch_size * (1 + cfg.n_negatives) * pair, pairs * pair,
+                    pairs / cfg.score_batch)
 
+    def configure(self, cfg: RerankConfig, task: UserTask, context: int) -> RerankConfig:
+        return within_context(cfg, task, context)
 
-def _work(cfg: RerankConfig, task: UserTask | None, per_char: float) -> Work:
-    """Each step's queries trained with their positive and negatives; every candidate pair of every test query
-    scored, ``score_batch`` pairs a call."""
-    queries = task.test_rows if task is not None else cfg.test_queries
-    pair = cfg.max_len or 256  # a query and a passage: near the cut
-    pairs = queries * cfg.candidates
-    return Work(cfg.steps * cfg.batch_size * (1 + cfg.n_negatives) * pair, pairs * pair, pairs / cfg.score_batch)
+    def run_data(self, task: UserTask, cfg: RerankConfig) -> tuple[Any, list, Any, list]:
+        """BM25's near misses as training negatives, and its top ``cfg.candidates`` as each test query's candidates
+        (a BEIR folder's qrels grades are the gains of nDCG@10 over them)."""
+        train, negatives = bm25_training_rows(task.train, cfg.n_negatives)
+        return train, negatives, task.test, bm25_ranking(task.test, cfg.candidates)
 
-
-TASK = Task(
-    kind="rerank", claim=ENCODER_JOBS, config=RerankConfig, record=RerankRecord, plays=_plays_rows, run=_run, summary=_summary,
-    plays_row=None,
-    user_rows=lambda task, cfg: (Row(f"{task.spec.name}: nDCG@10 over BM25's top candidates (rerank)", True,
-                                     lambda r: r.per_query.ndcg_at_10,
-                                     lambda r: r.per_query.first_stage_ndcg_at_10, "BM25's own order",
-                                     classic_name="BM25's own order"),),
-    read=_read_user_task, work=_work, configure=within_context, run_data=_user_data,
-    texts=lambda rows: list(rows.queries), kept=_kept)
+    def texts(self, rows: Any) -> list[str]:
+        return list(rows.queries)

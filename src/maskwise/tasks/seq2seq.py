@@ -18,13 +18,13 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 from tqdm import tqdm
 
-from maskwise.data.task_files import seq2seq_from_file, user_split
+from maskwise.data.task_readers import read_pairs
 from maskwise.data.tasks import (
     Seq2SeqExample,
     first_speaker_baseline,
@@ -33,13 +33,14 @@ from maskwise.data.tasks import (
 )
 from maskwise.data.user_tasks import TaskSpec, UserTask
 from maskwise.errors import UserError
+from maskwise.families import Family
 from maskwise.model.heads import IGNORE_INDEX
 from maskwise.objectives.span import decoder_start_id
 from maskwise.padding import pad
 from maskwise.runtime import Runtime
+from maskwise.tasks.classic import LINES_AFTER_BLANK, lines_after_blank
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.generate import GenerationConfig, check_generative, generate
-from maskwise.tasks.classic import LINES_AFTER_BLANK, lines_after_blank
 from maskwise.tasks.metrics import bucketed, exact_match, rouge_l, set_f1, token_f1
 from maskwise.tasks.reading import batches, device_of
 from maskwise.tasks.record import Fields, Record
@@ -272,111 +273,119 @@ def _plays_source_chars(cfg: Seq2SeqConfig, model: nn.Module) -> int:
     return max(32, room)
 
 
-def _plays_rows(cfg: Seq2SeqConfig, model: nn.Module | None, split: str, training: bool):
-    """The plays' passage -> speakers rows: ``train_passages`` of the train split's, ``test_passages`` of the split's."""
-    options = {"max_chars": _plays_source_chars(cfg, model), "hide_speakers": cfg.hide_speakers,
-               "mid_speech": cfg.mid_speech}
-    train = speaker_examples("train", limit=cfg.train_passages, seed=cfg.data_seed, **options) if training else None
-    return train, speaker_examples(split, limit=cfg.test_passages, seed=cfg.test_seed, **options)
+class Seq2Seq(Task[Seq2SeqConfig]):
+    """Read-then-write: a target generated from a source, scored beside the lead (the source's first words)."""
 
+    kind = "seq2seq"
+    claim = READ_THEN_WRITE
+    config = Seq2SeqConfig
+    record = Seq2SeqRecord
+    plays_row = Row("passage -> speakers F1", True, lambda r: r.per_example.items_f1,
+                    lambda r: r.baseline.per_example.items_f1, "copy the first line", classic_name=LINES_AFTER_BLANK,
+                    classic=lambda r: r.classic and r.classic.per_example.items_f1)
 
-def _run(model, tokenizer, cfg: Seq2SeqConfig, runtime: Runtime, data, label: str):
-    train, test = data or _plays_rows(cfg, model, "test", True)
-    train_seq2seq(model, tokenizer, train, cfg, augment=rename_speakers, augment_prob=cfg.rename_speakers,
-                  runtime=runtime)
-    generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)  # target, [EOS]
-    lead = None if data is None else lead_words(train)  # a user's rows: the lead baseline, not the first speaker
-    return model, lambda: evaluate_seq2seq(model, tokenizer, test, generation, max_target_len=cfg.max_target_len,
-                                           progress=cfg.progress, source_edges=cfg.source_edges, lead=lead,
-                                           train_examples=len(train)), test
+    def plays(self, cfg: Seq2SeqConfig, model: nn.Module | None, split: str,
+              training: bool) -> tuple[list[Seq2SeqExample] | None, list[Seq2SeqExample]]:
+        """The plays' passage -> speakers rows: ``train_passages`` of the train split's, ``test_passages`` of the
+        split's."""
+        options = {"max_chars": _plays_source_chars(cfg, model), "hide_speakers": cfg.hide_speakers,
+                   "mid_speech": cfg.mid_speech}
+        train = speaker_examples("train", limit=cfg.train_passages, seed=cfg.data_seed, **options) if training else None
+        return train, speaker_examples(split, limit=cfg.test_passages, seed=cfg.test_seed, **options)
 
+    def run(self, model, tokenizer, cfg: Seq2SeqConfig, runtime: Runtime, data,
+            label: str) -> tuple[nn.Module, Callable[[], Seq2SeqRecord], list[Seq2SeqExample]]:
+        train, test = data or self.plays(cfg, model, "test", True)
+        train_seq2seq(model, tokenizer, train, cfg, augment=rename_speakers, augment_prob=cfg.rename_speakers,
+                      runtime=runtime)
+        generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)  # and [EOS]
+        lead = None if data is None else lead_words(train)  # a user's rows: the lead baseline, not the first speaker
 
-def _kept(model: nn.Module, record: Seq2SeqRecord, cfg: Seq2SeqConfig) -> tuple[dict, nn.Module, None]:
-    return {"max_target_len": cfg.max_target_len}, model, None
+        def evaluate() -> Seq2SeqRecord:
+            return evaluate_seq2seq(model, tokenizer, test, generation, max_target_len=cfg.max_target_len,
+                                    progress=cfg.progress, source_edges=cfg.source_edges, lead=lead,
+                                    train_examples=len(train))
 
+        return model, evaluate, test
 
-def _summary(r: Seq2SeqRecord) -> str:
-    base = r.baseline
-    return (f"seq2seq ({r.family}, {r.decoding}) on {r.n_test} passages: exact match "
-            f"{r.exact_match:.3f} (copy first line {base.exact_match:.3f}), items F1 "
-            f"{r.items_f1:.3f} ({base.items_f1:.3f}), token F1 {r.token_f1:.3f} "
-            f"({base.token_f1:.3f})")
+    def kept(self, trained: nn.Module, record: Seq2SeqRecord,
+             cfg: Seq2SeqConfig) -> tuple[dict[str, Any], nn.Module, None]:
+        return {"max_target_len": cfg.max_target_len}, trained, None
 
+    def summary(self, record: Seq2SeqRecord) -> str:
+        r, base = record, record.baseline
+        return (f"seq2seq ({r.family}, {r.decoding}) on {r.n_test} passages: exact match "
+                f"{r.exact_match:.3f} (copy first line {base.exact_match:.3f}), items F1 "
+                f"{r.items_f1:.3f} ({base.items_f1:.3f}), token F1 {r.token_f1:.3f} "
+                f"({base.token_f1:.3f})")
 
-def _read_user_task(spec: TaskSpec) -> UserTask:
-    train, test = user_split(seq2seq_from_file, spec.data, spec.test)
-    return UserTask(spec, train, test, len(train), len(test),
-                    details={"metric": "token F1", "longest_target_chars": max(len(e.target) for e in [*train, *test])})
+    def read(self, spec: TaskSpec) -> UserTask:
+        train, test = read_pairs(spec)
+        return UserTask(spec, train, test, len(train), len(test),
+                        details={"metric": "token F1",
+                                 "longest_target_chars": max(len(e.target) for e in [*train, *test])})
 
+    def configure(self, cfg: Seq2SeqConfig, task: UserTask, context: int) -> Seq2SeqConfig:
+        """No speaker renaming (the plays' augmentation); room for the longest target, a character a token at
+        worst."""
+        longest = task.details["longest_target_chars"]
+        if longest + 2 > context // 2:
+            where = max([*task.train, *task.test], key=lambda e: len(e.target)).origin
+            raise UserError(f"task {task.spec.name}: {where} has a target of {longest} characters; at most "
+                            f"{context // 2 - 2} fit (half the smallest context, {context} tokens, a character a "
+                            "token at worst): shorten it or drop the row")
+        # Up to three source-length buckets of the test rows as every family reads them (terciles; each edge a length
+        # a test source has, so that no bucket is empty): the seed predicts the encoder-decoder's lead grows with the
+        # source.
+        lengths = sorted(min(len(e.source), context - 2) for e in task.test)
+        edges = tuple(dict.fromkeys((lengths[0], lengths[len(lengths) // 3], lengths[2 * len(lengths) // 3])))
+        return replace(cfg, rename_speakers=0.0, mid_speech=False, max_target_len=max(8, longest + 1),
+                       source_edges=edges, max_chars=context - 2)
 
-def _configure_user_task(cfg: Seq2SeqConfig, task: UserTask, context: int) -> Seq2SeqConfig:
-    """No speaker renaming (the plays' augmentation); room for the longest target, a character a token at worst."""
-    longest = task.details["longest_target_chars"]
-    if longest + 2 > context // 2:
-        where = max([*task.train, *task.test], key=lambda e: len(e.target)).origin
-        raise UserError(f"task {task.spec.name}: {where} has a target of {longest} characters; at most "
-                        f"{context // 2 - 2} fit (half the smallest context, {context} tokens, a character a "
-                        "token at worst): shorten it or drop the row")
-    # Up to three source-length buckets of the test rows as every family reads them (terciles; each edge a length a
-    # test source has, so that no bucket is empty): the seed predicts the encoder-decoder's lead grows with the source.
-    lengths = sorted(min(len(e.source), context - 2) for e in task.test)
-    edges = tuple(dict.fromkeys((lengths[0], lengths[len(lengths) // 3], lengths[2 * len(lengths) // 3])))
-    return replace(cfg, rename_speakers=0.0, mid_speech=False, max_target_len=max(8, longest + 1),
-                   source_edges=edges, max_chars=context - 2)
+    def run_data(self, task: UserTask, cfg: Seq2SeqConfig) -> tuple[list[Seq2SeqExample], list[Seq2SeqExample]]:
+        """The rows with each source cut to ``cfg.max_chars`` characters: every family reads the same source (the
+        encoder-decoder's encoder holds the smallest context; a decoder-only model reads it with the target)."""
+        def cut(rows: list[Seq2SeqExample]) -> list[Seq2SeqExample]:
+            return [replace(e, source=e.source[:cfg.max_chars]) for e in rows]
 
+        return cut(task.train), cut(task.test)
 
-def _user_data(task: UserTask, cfg: Seq2SeqConfig) -> tuple[list, list]:
-    """The rows with each source cut to ``cfg.max_chars`` characters: every family reads the same source (the
-    encoder-decoder's encoder holds the smallest context; a decoder-only model reads it with the target)."""
-    def cut(rows):
-        return [replace(e, source=e.source[:cfg.max_chars]) for e in rows]
+    def user_rows(self, task: UserTask, cfg: Seq2SeqConfig) -> tuple[Row, ...]:
+        """Token F1 on the longest sources (judged: where the seed predicts the encoder-decoder ahead), then on each
+        shorter bucket and on all sources (reported), each beside the lead baseline on the same sources."""
+        spans = list(zip(cfg.source_edges, [*cfg.source_edges[1:], None]))
+        given = [len(e.source) for e in task.test]
 
-    return cut(task.train), cut(task.test)
+        def row(low: int | None, high: int | None, name: str, metric: str = "token_f1") -> Row:
+            def within(record: Seq2SeqRecord, scored: Seq2SeqScores) -> list[float]:
+                return [v for v, n in zip(getattr(scored.per_example, metric), record.source_chars)
+                        if (low is None or n >= low) and (high is None or n < high)]
+            label = {"token_f1": "token F1", "rouge_l": "ROUGE-L"}[metric]
+            # The lead is the classic method of summarisation already: named, not shown twice.
+            return Row(f"{task.spec.name}: {label}, {name} (seq2seq)", True, lambda r: within(r, r),
+                       lambda r: within(r, r.baseline), "lead (the source's first words)",
+                       classic_name="the lead", read=lambda r: (r.source_chars, given))
 
+        def named(low: int, high: int | None) -> str:
+            return f"sources of {low}+ characters" if high is None else f"sources of {low}-{high - 1} characters"
 
-def _user_rows(task: UserTask, cfg: Seq2SeqConfig) -> tuple[Row, ...]:
-    """Token F1 on the longest sources (judged: where the seed predicts the encoder-decoder ahead), then on each
-    shorter bucket and on all sources (reported), each beside the lead baseline on the same sources."""
-    spans = list(zip(cfg.source_edges, [*cfg.source_edges[1:], None]))
+        judged = row(*spans[-1], named(*spans[-1]))
+        shorter = tuple(row(low, high, named(low, high)) for low, high in spans[:-1])
+        rouge = row(None, None, "all sources", "rouge_l")  # reported beside the judged token F1
+        return (judged, *shorter, row(None, None, "all sources"), rouge) if shorter else (judged, rouge)
 
-    given = [len(e.source) for e in task.test]
+    def work(self, cfg: Seq2SeqConfig, task: UserTask | None, per_char: float) -> Work:
+        """Each step's batch of sources with their targets trained; each test source read, then one decoding call a
+        target token for each batch of 32 sources (``predict_seq2seq``'s)."""
+        n, length = (task.test_rows, mean_tokens([e.source for e in task.test], per_char)) if task else (
+            cfg.test_passages, (cfg.max_chars or 120) * per_char)
+        if cfg.max_chars:
+            length = min(length, cfg.max_chars * per_char + 2)
+        return Work(cfg.steps * cfg.batch_size * (length + cfg.max_target_len), n * length,
+                    -(-n // 32) * cfg.max_target_len)
 
-    def row(low: int | None, high: int | None, name: str, metric: str = "token_f1") -> Row:
-        def within(record: Seq2SeqRecord, scored: Seq2SeqScores) -> list[float]:
-            return [v for v, n in zip(getattr(scored.per_example, metric), record.source_chars)
-                    if (low is None or n >= low) and (high is None or n < high)]
-        label = {"token_f1": "token F1", "rouge_l": "ROUGE-L"}[metric]
-        # The lead is the classic method of summarisation already: named, not shown twice.
-        return Row(f"{task.spec.name}: {label}, {name} (seq2seq)", True, lambda r: within(r, r),
-                   lambda r: within(r, r.baseline), "lead (the source's first words)",
-                   classic_name="the lead", read=lambda r: (r.source_chars, given))
+    def texts(self, rows: Sequence[Seq2SeqExample]) -> list[str]:
+        return [e.source for e in rows]
 
-    def named(low: int, high: int | None) -> str:
-        return f"sources of {low}+ characters" if high is None else f"sources of {low}-{high - 1} characters"
-
-    judged = row(*spans[-1], named(*spans[-1]))
-    shorter = tuple(row(low, high, named(low, high)) for low, high in spans[:-1])
-    rouge = row(None, None, "all sources", "rouge_l")  # reported beside the judged token F1
-    return (judged, *shorter, row(None, None, "all sources"), rouge) if shorter else (judged, rouge)
-
-
-def _work(cfg: Seq2SeqConfig, task: UserTask | None, per_char: float) -> Work:
-    """Each step's batch of sources with their targets trained; each test source read, then one decoding call a
-    target token for each batch of 32 sources (``predict_seq2seq``'s)."""
-    n, length = (task.test_rows, mean_tokens([e.source for e in task.test], per_char)) if task else (
-        cfg.test_passages, (cfg.max_chars or 120) * per_char)
-    if cfg.max_chars:
-        length = min(length, cfg.max_chars * per_char + 2)
-    return Work(cfg.steps * cfg.batch_size * (length + cfg.max_target_len), n * length,
-                -(-n // 32) * cfg.max_target_len)
-
-
-TASK = Task(
-    kind="seq2seq", claim=READ_THEN_WRITE, config=Seq2SeqConfig, record=Seq2SeqRecord, plays=_plays_rows, run=_run, summary=_summary,
-    plays_row=Row("passage -> speakers F1", True, lambda r: r.per_example.items_f1,
-                  lambda r: r.baseline.per_example.items_f1, "copy the first line", classic_name=LINES_AFTER_BLANK,
-                  classic=lambda r: r.classic and r.classic.per_example.items_f1),
-    user_rows=_user_rows, read=_read_user_task, work=_work, configure=_configure_user_task, run_data=_user_data,
-    texts=lambda rows: [e.source for e in rows], kept=_kept,
-    cannot=(lambda kind: not kind.writes,
-            "cannot: no decoder to write the answer (an encoder labels positions it is given)"))
+    def cannot(self, family: Family) -> str | None:
+        return None if family.writes else "cannot: no decoder to write the answer (an encoder labels positions it is given)"

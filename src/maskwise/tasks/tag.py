@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -27,19 +27,24 @@ from maskwise.data.tagging import (
     OUTSIDE,
     TaggedText,
     punctuation_examples,
-    tagged_from_file,
     windows_of,
 )
-from maskwise.data.task_files import user_split
+from maskwise.data.task_readers import read_tagged
 from maskwise.data.user_tasks import TaskSpec, UserTask, distribution
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX, ClassifierHead, labelled_reading
 from maskwise.padding import pad
 from maskwise.runs import load_weights_into
 from maskwise.runtime import Runtime
-from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.classic import WORD_TAGGER, most_frequent_tags
-from maskwise.tasks.metrics import accuracy, entity_counts, pooled_entity_f1, span_scheme, tag_scores
+from maskwise.tasks.finetune import FinetuneConfig, fine_tune
+from maskwise.tasks.metrics import (
+    accuracy,
+    entity_counts,
+    pooled_entity_f1,
+    span_scheme,
+    tag_scores,
+)
 from maskwise.tasks.reading import batches, context_len, device_of, frame, frame_extra
 from maskwise.tasks.record import Fields, Record
 from maskwise.tasks.unit import (
@@ -49,7 +54,6 @@ from maskwise.tasks.unit import (
     Task,
     Work,
     mean_tokens,
-    refuse_unseen,
 )
 
 HEAD_PREFIX = "head."
@@ -306,50 +310,6 @@ def _window_chars(cfg: TagConfig, model: nn.Module) -> int:
     return cfg.window_chars or max(20, model.cfg.max_seq_len - 1)
 
 
-def _plays_rows(cfg: TagConfig, model: nn.Module | None, split: str, training: bool):
-    """The plays' punctuation windows: ``train_windows`` of the train split's, ``test_windows`` of the split's."""
-    chars = _window_chars(cfg, model)
-    train = punctuation_examples("train", chars, limit=cfg.train_windows, seed=cfg.data_seed) if training else None
-    return train, punctuation_examples(split, chars, limit=cfg.test_windows, seed=cfg.test_seed)
-
-
-def _run(model, tokenizer, cfg: TagConfig, runtime: Runtime, data, label: str):
-    train, test = data or _plays_rows(cfg, model, "test", True)
-    tagger = train_tagger(model, tokenizer, train, cfg, runtime=runtime)
-    counts = tag_counts(train)
-    return tagger, lambda: evaluate_tagger(tagger, tokenizer, test, counts, cfg.max_len, train=train), test
-
-
-def _kept(model: TokenTagger, record: TagRecord, cfg: TagConfig) -> tuple[dict, nn.Module, nn.Module]:
-    return ({"tags": model.tags, "train_counts": record.train_counts, "read_out": model.read_out}, model.body,
-            model.head)
-
-
-def _summary(r: TagRecord) -> str:
-    base, rule = r.baseline, r.line_break_rule
-    return (f"tag ({r.family}) {r.n_words} words of {r.n_test} texts: F1 {r.micro.f1:.3f} "
-            f"(most frequent tag {base.micro.f1:.3f}, {rule.name} {rule.micro.f1:.3f}), "
-            f"detection F1 {r.detection.f1:.3f} ({base.detection.f1:.3f}, {rule.detection.f1:.3f}), "
-            f"macro-F1 {r.macro_f1:.3f}"
-            + (f"; entity F1 {r.entity['f1']:.3f} (most frequent tag {base.entity['f1']:.3f})" if r.entity else "")
-            + (f"; {r.classic.name}: F1 {r.classic.micro.f1:.3f}" if r.classic else ""))
-
-
-def _read_user_task(spec: TaskSpec) -> UserTask:
-    train, test = user_split(tagged_from_file, spec.data, spec.test)
-    tags = Counter(t for e in train for t in e.tags)
-    refuse_unseen(spec, tags, Counter(t for e in test for t in e.tags), "tags")
-    scheme = span_scheme(tags)
-    why = (f"its tags are a span scheme ({scheme}): entities scored as seqeval's default (CoNLL) mode does, "
-           "precision, recall and F1 pooled over the test set, its interval from redrawing texts" if scheme else
-           "its tags are no span scheme (not all O or B-/I-/E-/S- of a type): each word's tag counts on its own, "
-           "F1 over the tags other than O within each text, averaged over texts")
-    return UserTask(spec, train, test, len(train), len(test), distribution([t for e in train for t in e.tags]),
-                    {"read_out": "each word's last character, where a causal reader has read the whole word "
-                                 "(judged); its first character reported beside it (`.first`)",
-                     "scheme": scheme, "why_metric": why})
-
-
 def _entity_items(scores: TagScores | None) -> list[list[int]] | None:
     """Each text's (2 x entities right, predicted + gold entities): pooled, the entity F1 (``intervals``' pairs)."""
     if scores is None or scores.per_example.entities is None:
@@ -357,45 +317,98 @@ def _entity_items(scores: TagScores | None) -> list[list[int]] | None:
     return [[2 * right, predicted + gold] for right, predicted, gold in scores.per_example.entities]
 
 
-def _user_row(task: UserTask, cfg: TagConfig) -> Row:
-    """Entity F1 pooled over the test set where the tags are a span scheme (the field's CoNLL score, where always-O
-    scores 0), else each text's F1 over its tags averaged over texts; read where ``cfg.read_out`` says. Fixed by the
-    training tags when the file is read, before any number is seen."""
-    where = f"read at each word's {cfg.read_out} character"
-    classic = {"classic_name": WORD_TAGGER}
-    if task.details.get("scheme"):
-        return Row(f"{task.spec.name}: entity F1 pooled over the test set ({task.details['scheme']}, CoNLL), {where} "
-                   "(tag)", True, _entity_items, lambda r: _entity_items(r.baseline), "most frequent tag",
-                   classic=lambda r: _entity_items(r.classic), **classic)
-    return Row(f"{task.spec.name}: F1 per text, {where} (tag)", True, lambda r: r.per_example.f1,
-               lambda r: r.baseline.per_example.f1, "most frequent tag",
-               classic=lambda r: r.classic and r.classic.per_example.f1, **classic)
+class Tag(Task[TagConfig]):
+    """Token classification: a tag for each word, read at one of its characters' positions."""
 
-
-def _work(cfg: TagConfig, task: UserTask | None, per_char: float) -> Work:
-    """Each step's batch of windows trained; each test window read once."""
-    window = cfg.window_chars or 120
-    n, length = (task.test_rows, mean_tokens([" ".join(e.words) for e in task.test], per_char)) if task else (
-        cfg.test_windows, window * per_char)
-    length = min(length, window * per_char + 2)
-    return Work(cfg.steps * cfg.batch_size * length, n * length, n / 64)
-
-
-TASK = Task(
-    kind="tag", claim=ENCODER_JOBS, config=TagConfig, record=TagRecord, plays=_plays_rows, run=_run, summary=_summary,
+    kind = "tag"
+    claim = ENCODER_JOBS
+    config = TagConfig
+    record = TagRecord
     # Per text, paired with the verse rule on the same text: whether a mark follows a word is decided by
     # what comes after it, which only a bidirectional reader has seen.
-    plays_row=Row("punctuation restoration F1 per text (tagging)", True, lambda r: r.per_example.f1,
-                  lambda r: r.line_break_rule.per_example.f1, "a mark before every line break",
-                  # The rule a practitioner would write for verse is the trivial baseline already: said, not twice.
-                  classic_name="a mark before every line break"),
-    user_rows=lambda task, cfg: (_user_row(task, cfg),),
-    read=_read_user_task, work=_work, texts=lambda rows: [" ".join(e.words) for e in rows],
-    configure=lambda cfg, task, context: replace(cfg, window_chars=context - 2),  # room for [CLS], [SEP]
-    run_data=lambda task, cfg: (windows_of(task.train, cfg.window_chars), windows_of(task.test, cfg.window_chars)),
-    kept=_kept,
+    plays_row = Row("punctuation restoration F1 per text (tagging)", True, lambda r: r.per_example.f1,
+                    lambda r: r.line_break_rule.per_example.f1, "a mark before every line break",
+                    # The rule a practitioner would write for verse is the trivial baseline already: said, not twice.
+                    classic_name="a mark before every line break")
     # Read at the last character, a causal reader has read the whole word; at the first it has seen one
     # character of it: on tags that the word itself decides (part of speech) this can decide the verdict.
-    variants={"first": {"read_out": "first"}},
-    head=Head(TokenTagger, {"tags": (True, True)}, classes_key="tags",
-              hf_classes={"bert": "BertForTokenClassification", "modernbert": "ModernBertForTokenClassification"}))
+    variants: ClassVar[dict[str, dict[str, Any]]] = {"first": {"read_out": "first"}}
+    head = Head(TokenTagger, {"tags": (True, True)}, classes_key="tags",
+                hf_classes={"bert": "BertForTokenClassification", "modernbert": "ModernBertForTokenClassification"})
+
+    def plays(self, cfg: TagConfig, model: nn.Module | None, split: str,
+              training: bool) -> tuple[list[TaggedText] | None, list[TaggedText]]:
+        """The plays' punctuation windows: ``train_windows`` of the train split's, ``test_windows`` of the split's."""
+        chars = _window_chars(cfg, model)
+        train = punctuation_examples("train", chars, limit=cfg.train_windows, seed=cfg.data_seed) if training else None
+        return train, punctuation_examples(split, chars, limit=cfg.test_windows, seed=cfg.test_seed)
+
+    def run(self, model, tokenizer, cfg: TagConfig, runtime: Runtime, data,
+            label: str) -> tuple[TokenTagger, Callable[[], TagRecord], list[TaggedText]]:
+        train, test = data or self.plays(cfg, model, "test", True)
+        tagger = train_tagger(model, tokenizer, train, cfg, runtime=runtime)
+        counts = tag_counts(train)
+
+        def evaluate() -> TagRecord:
+            return evaluate_tagger(tagger, tokenizer, test, counts, cfg.max_len, train=train)
+
+        return tagger, evaluate, test
+
+    def kept(self, trained: TokenTagger, record: TagRecord,
+             cfg: TagConfig) -> tuple[dict[str, Any], nn.Module, nn.Module]:
+        return ({"tags": trained.tags, "train_counts": record.train_counts, "read_out": trained.read_out},
+                trained.body, trained.head)
+
+    def summary(self, record: TagRecord) -> str:
+        r, base, rule = record, record.baseline, record.line_break_rule
+        return (f"tag ({r.family}) {r.n_words} words of {r.n_test} texts: F1 {r.micro.f1:.3f} "
+                f"(most frequent tag {base.micro.f1:.3f}, {rule.name} {rule.micro.f1:.3f}), "
+                f"detection F1 {r.detection.f1:.3f} ({base.detection.f1:.3f}, {rule.detection.f1:.3f}), "
+                f"macro-F1 {r.macro_f1:.3f}"
+                + (f"; entity F1 {r.entity['f1']:.3f} (most frequent tag {base.entity['f1']:.3f})" if r.entity else "")
+                + (f"; {r.classic.name}: F1 {r.classic.micro.f1:.3f}" if r.classic else ""))
+
+    def read(self, spec: TaskSpec) -> UserTask:
+        """``read_tagged``'s rows, with the score their training tags call for (entity F1 for a span scheme)."""
+        train, test = read_tagged(spec)
+        tags = Counter(t for e in train for t in e.tags)
+        scheme = span_scheme(tags)
+        why = (f"its tags are a span scheme ({scheme}): entities scored as seqeval's default (CoNLL) mode does, "
+               "precision, recall and F1 pooled over the test set, its interval from redrawing texts" if scheme else
+               "its tags are no span scheme (not all O or B-/I-/E-/S- of a type): each word's tag counts on its own, "
+               "F1 over the tags other than O within each text, averaged over texts")
+        return UserTask(spec, train, test, len(train), len(test), distribution([t for e in train for t in e.tags]),
+                        {"read_out": "each word's last character, where a causal reader has read the whole word "
+                                     "(judged); its first character reported beside it (`.first`)",
+                         "scheme": scheme, "why_metric": why})
+
+    def user_rows(self, task: UserTask, cfg: TagConfig) -> tuple[Row, ...]:
+        """Entity F1 pooled over the test set where the tags are a span scheme (the field's CoNLL score, where always-O
+        scores 0), else each text's F1 over its tags averaged over texts; read where ``cfg.read_out`` says. Fixed by
+        the training tags when the file is read, before any number is seen."""
+        where = f"read at each word's {cfg.read_out} character"
+        if task.details.get("scheme"):
+            return (Row(f"{task.spec.name}: entity F1 pooled over the test set ({task.details['scheme']}, CoNLL), "
+                        f"{where} (tag)", True, _entity_items, lambda r: _entity_items(r.baseline),
+                        "most frequent tag", classic=lambda r: _entity_items(r.classic), classic_name=WORD_TAGGER),)
+        return (Row(f"{task.spec.name}: F1 per text, {where} (tag)", True, lambda r: r.per_example.f1,
+                    lambda r: r.baseline.per_example.f1, "most frequent tag",
+                    classic=lambda r: r.classic and r.classic.per_example.f1, classic_name=WORD_TAGGER),)
+
+    def work(self, cfg: TagConfig, task: UserTask | None, per_char: float) -> Work:
+        """Each step's batch of windows trained; each test window read once."""
+        window = cfg.window_chars or 120
+        n, length = (task.test_rows, mean_tokens(self.texts(task.test), per_char)) if task else (
+            cfg.test_windows, window * per_char)
+        length = min(length, window * per_char + 2)
+        return Work(cfg.steps * cfg.batch_size * length, n * length, n / 64)
+
+    def configure(self, cfg: TagConfig, task: UserTask, context: int) -> TagConfig:
+        return replace(cfg, window_chars=context - 2)  # room for [CLS], [SEP]
+
+    def run_data(self, task: UserTask, cfg: TagConfig) -> tuple[list[TaggedText], list[TaggedText]]:
+        """A user's texts cut into windows of whole words that every family's context holds."""
+        return windows_of(task.train, cfg.window_chars), windows_of(task.test, cfg.window_chars)
+
+    def texts(self, rows: Sequence[TaggedText]) -> list[str]:
+        return [" ".join(e.words) for e in rows]

@@ -1,5 +1,5 @@
-"""What a task is: the ``Task`` each task module declares once (``TASK = Task(...)`` at its bottom), and what
-those declarations share. ``tasks.registry`` lists them; this module imports none of them, so each can import it.
+"""What a task is: the ``Task`` base class each task module subclasses once, and what those subclasses share.
+``tasks.registry`` lists them; this module imports none of them, so each can import it.
 
 The claims are the design notes' three; each task belongs to one, fixed in its declaration before any number is
 seen: classify, tag, embed (retrieval) and rerank are the encoder's jobs; seq2seq is read-then-write.
@@ -8,16 +8,16 @@ seen: classify, tag, embed (retrieval) and rerank are the encoder's jobs; seq2se
 
 from __future__ import annotations
 
-from collections import Counter
+from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from torch import nn
 
 from maskwise.data.user_tasks import TaskSpec, UserTask
-from maskwise.errors import UserError
 from maskwise.families import Family
+from maskwise.runtime import Runtime
 from maskwise.tasks.finetune import FinetuneConfig
 from maskwise.tasks.record import Record
 
@@ -30,6 +30,7 @@ CLAIMS: dict[str, tuple[str, str]] = {ENCODER_JOBS: ("encoder", "decoder"), GENE
 # A classification test set whose most frequent label has this many times the rows of its rarest is read by
 # balanced accuracy (the mean of per-label recalls), where accuracy would reward always answering the majority.
 IMBALANCE = 1.5
+C = TypeVar("C", bound=FinetuneConfig)  # a task kind's config type
 
 
 @dataclass(frozen=True)
@@ -90,70 +91,87 @@ class Head:
     hf_classes: dict[str, str]  # HF's class for it, per body column of ``interop.hf_keys`` (none: no export)
 
 
-@dataclass(frozen=True)
-class Task:
+class Task(ABC, Generic[C]):
     """One task kind, whole: its config and plays' rows, how it fine-tunes, its compare rows and how a user's files
-    become them, and the head interop hands back. Its command line (flags, ``finetune KIND``, ``evaluate``) is the
-    CLI's adapter of it (``cli.commands``): a task module imports nothing from ``cli``."""
+    become them, and the head interop hands back. A kind is a subclass with one instance in the registry
+    (``tasks.registry``); its command line (flags, ``finetune KIND``, ``evaluate``) is the CLI's adapter of it
+    (``cli.commands``), so a task module imports nothing from ``cli``, ``experiments`` or ``interop``."""
 
-    kind: str  # the fine-tune's name (``recipes.TASKS``, ``maskwise finetune KIND``, a compare ``--task``'s kind)
-    claim: str
-    config: type[FinetuneConfig]  # its settings: ``run_task`` finds the task by its config's type
-    record: type[Record]  # what its evaluation returns (its JSON: ``to_json``, read back by ``from_json``)
-    # (config, model or None, split, training) -> (training rows or None when not training, the split's rows): the
-    # plays' slice it reads when it is given no rows of its own, drawn with ``cfg.data_seed`` and ``cfg.test_seed``.
-    plays: Callable[[FinetuneConfig, nn.Module | None, str, bool], tuple[Any, Any]]
-    # (model, tokenizer, config, runtime, the caller's rows or None, label) -> (what fine-tuning produced, a function
-    # that evaluates it into its record, the rows it evaluates): what ``run_task`` times and runs.
-    run: Callable[..., tuple[Any, Callable[[], Record], Any]]
-    summary: Callable[[Any], str]  # its record -> the lines a task command prints (the JSON holds the rest)
-    plays_row: Row | None  # its row when compare reads the plays (None: the plays' compare has none)
-    # Its rows on a user's file at its configured settings: the first is judged under its claim, any others are
-    # reported beside it (seq2seq: every source-length bucket, the longest judged).
-    user_rows: Callable[[UserTask, FinetuneConfig], tuple[Row, ...]]
-    read: Callable[[TaskSpec], UserTask]  # reads and checks every file, or raises a one-line UserError
-    # (config, the user's task or None for the plays' slice, tokens a character) -> the work its fine-tune and
-    # evaluation will do: what compare's time plan estimates its seconds from.
-    work: Callable[[FinetuneConfig, UserTask | None, float], Work]
-    # The scale's config adjusted to the user's rows (settings that only the plays' rows have turned off);
-    # (config, task, tokens of context the smallest family's stack holds) -> config, or a one-line UserError.
-    configure: Callable[[FinetuneConfig, UserTask, int], FinetuneConfig] = lambda cfg, task, context: cfg
-    # What ``run_task`` is given as the caller's rows (``tasks.run.run_task``'s ``data``).
-    run_data: Callable[[UserTask, FinetuneConfig], Any] = lambda task, cfg: (task.train, task.test)
-    # What a fine-tune folder keeps: (what ``run_task`` trained, its Record, its config) -> (the config.json
-    # task record ``interop.folders`` reads back, the module saved as the model, the head saved beside it or None).
-    kept: Callable[[Any, Any, FinetuneConfig], tuple[dict, Any, Any]] = lambda trained, record, cfg: ({}, trained,
-                                                                                                        None)
-    # The text of each item of a split's rows that a model reads (to warn when the pretraining corpus or the training
-    # split holds a test item verbatim).
-    texts: Callable[[Any], list[str]] = lambda rows: [e.text for e in rows]
-    # Whether a family cannot do it (asked of ``ModelConfig.kind``), and the report's cell that says why.
-    cannot: tuple[Callable[[Family], bool], str] | None = None
+    kind: ClassVar[str]  # the fine-tune's name (``maskwise finetune KIND``, a compare ``--task``'s kind)
+    claim: ClassVar[str]  # which of ``CLAIMS`` its verdict judges, fixed before any number is seen
+    config: type[C]  # its settings: ``run_task`` finds the task by its config's type
+    record: ClassVar[type[Record]]  # what its evaluation returns (its JSON: ``to_json``, read back by ``from_json``)
+    # Its row when compare reads the plays (None: the plays' compare has none).
+    plays_row: ClassVar[Row | None] = None
     # Choices that could decide its verdict, fixed before any number is seen: name -> its config's changes (its row's
     # label says which). compare fine-tunes each variant too and reports it beside the judged row: its effect shows.
-    variants: dict[str, dict[str, Any]] = field(default_factory=dict)
+    variants: ClassVar[dict[str, dict[str, Any]]] = {}
     # Its name under ``maskwise evaluate --task`` and in its results' ``task`` when not its kind: what it is scored
     # as (embed's fine-tune is scored as retrieval, which a model never fine-tuned can be scored on too).
-    evaluated_as: str | None = None
-    head: Head | None = None  # the trained head a folder hands back whole (None: its folder holds none of its own)
-    data_help: str = ""  # what ``finetune KIND --data`` may name besides a file of rows, appended to its help
+    evaluated_as: ClassVar[str | None] = None
+    head: ClassVar[Head | None] = None  # the trained head a folder hands back whole (None: it keeps none of its own)
+    data_help: ClassVar[str] = ""  # what ``finetune KIND --data`` may name besides a file of rows, appended to its help
 
     @property
     def evaluate_name(self) -> str:
         """Its name under ``maskwise evaluate --task`` and in its results' ``task``."""
         return self.evaluated_as or self.kind
 
+    @abstractmethod
+    def plays(self, cfg: C, model: nn.Module | None, split: str, training: bool) -> tuple[Any, Any]:
+        """(training rows or None when not training, the split's rows): the plays' slice it reads when it is given
+        no rows of its own, drawn with ``cfg.data_seed`` and ``cfg.test_seed``."""
+
+    @abstractmethod
+    def run(self, model: Any, tokenizer: Any, cfg: C, runtime: Runtime, data: Any,
+            label: str) -> tuple[Any, Callable[[], Record], Any]:
+        """(what fine-tuning produced, a function that evaluates it into its record, the rows it evaluates), on the
+        caller's rows ``data`` (``run_data``'s) or the plays' slice: what ``run_task`` times and runs."""
+
+    @abstractmethod
+    def summary(self, record: Any) -> str:
+        """Its record as the lines a task command prints (the JSON holds the rest)."""
+
+    @abstractmethod
+    def read(self, spec: TaskSpec) -> UserTask:
+        """A user's task files read and checked, or a one-line ``UserError``: what ``maskwise finetune KIND --data``
+        and ``compare --task`` both read (compare adds what a verdict needs: ``registry.read_tasks``)."""
+
+    @abstractmethod
+    def user_rows(self, task: UserTask, cfg: C) -> tuple[Row, ...]:
+        """Its compare rows on a user's task at its configured settings: the first is judged under its claim, any
+        others are reported beside it (seq2seq: every source-length bucket, the longest judged)."""
+
+    @abstractmethod
+    def work(self, cfg: C, task: UserTask | None, per_char: float) -> Work:
+        """The work its fine-tune and evaluation will do on ``task`` (None: the plays' slice) at ``per_char`` tokens a
+        character: what compare's time plan estimates its seconds from."""
+
+    def configure(self, cfg: C, task: UserTask, context: int) -> C:
+        """The scale's config adjusted to a user's rows (settings only the plays' rows have turned off), given the
+        tokens of context the smallest family's stack holds; or a one-line ``UserError``."""
+        return cfg
+
+    def run_data(self, task: UserTask, cfg: C) -> Any:
+        """What ``run`` is given as the caller's rows for a user's task."""
+        return task.train, task.test
+
+    def kept(self, trained: Any, record: Any, cfg: C) -> tuple[dict[str, Any], nn.Module, nn.Module | None]:
+        """What a fine-tune folder keeps of ``run``'s product: (the config.json task record ``interop.folders`` reads
+        back, the module saved as the model, the head saved beside it or None)."""
+        return {}, trained, None
+
+    def texts(self, rows: Any) -> list[str]:
+        """The text a model reads of each of a split's rows (to warn when the corpus or the training split holds a
+        test item verbatim)."""
+        return [e.text for e in rows]
+
+    def cannot(self, family: Family) -> str | None:
+        """Why a model of ``family`` cannot do it (the report's cell), or None where it can."""
+        return None
+
 
 def within_context(cfg, task: UserTask, context: int):
     """Every family reads at most the smallest family's context (the encoder-decoder's encoder holds half the
     block), so that no family sees more of a text than another."""
     return replace(cfg, max_len=min(cfg.max_len or context, context))
-
-
-def refuse_unseen(spec: TaskSpec, train: Counter, test: Counter, what: str) -> None:
-    """Refuse test labels that no training row has: no head can answer them, and they would be scored as misses."""
-    unseen = {label: n for label, n in test.items() if label not in train}
-    if unseen:
-        shown = ", ".join(f"{label!r} ({n})" for label, n in sorted(unseen.items())[:5])
-        raise UserError(f"task {spec.name}: {sum(unseen.values())} test row(s) of {spec.test or spec.data} have "
-                        f"{what} no training row has: {shown}; add training rows of them or drop those rows")

@@ -13,7 +13,7 @@ from typing import Any
 
 from maskwise.cli.commands import classify, embed, rerank, seq2seq, tag
 from maskwise.cli.task_flags import finetune_config
-from maskwise.data.user_tasks import TaskSpec
+from maskwise.cli.task_inputs import user_task
 from maskwise.errors import UserError
 from maskwise.tasks.finetune import FinetuneConfig
 from maskwise.tasks.unit import Task
@@ -49,8 +49,7 @@ class Generic:
         cfg = finetune_config(self.task.config, args)
         data = None
         if args.data is not None:
-            user = self.task.read(TaskSpec(self.task.kind, self.task.kind, args.data, args.eval_data))
-            data = self.task.run_data(user, cfg)
+            data = self.task.run_data(user_task(args, self.task), cfg)
         trained, record = run(cfg, data)
         task, body, head = self.task.kept(trained, record, cfg)
         return task, record, {}, body, head

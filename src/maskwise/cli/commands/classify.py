@@ -10,7 +10,7 @@ from maskwise.errors import UserError
 from maskwise.interop.folders import FineTune
 from maskwise.tasks.classify import (
     PLAYS_TASKS,
-    TASK,
+    Classify,
     ClassifyConfig,
     ClassifyRecord,
     SequenceClassifier,
@@ -18,6 +18,9 @@ from maskwise.tasks.classify import (
     evaluate_classifier,
     zero_shot_classify,
 )
+from maskwise.tasks.registry import TASKS
+
+TASK = TASKS[Classify.kind]
 
 
 def flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:

@@ -11,11 +11,18 @@ from maskwise.cli.task_inputs import (
     embedder_of,
     is_beir_folder,
     retrieval_data,
-    user_retrieval,
+    user_task,
 )
 from maskwise.interop.folders import FineTune
-from maskwise.tasks.embed import TASK, EmbedConfig
-from maskwise.tasks.retrieve import RetrievalRecord, evaluate_graded_retrieval, evaluate_retrieval
+from maskwise.tasks.embed import Embed, EmbedConfig
+from maskwise.tasks.registry import TASKS
+from maskwise.tasks.retrieve import (
+    RetrievalRecord,
+    evaluate_graded_retrieval,
+    evaluate_retrieval,
+)
+
+TASK = TASKS[Embed.kind]
 
 
 def flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
@@ -42,8 +49,8 @@ def finetune(args, model, tokenizer, run):
         train, test, split = beir_finetune_data(args, cfg)
         data = (train.pairs(), test)
     elif args.data is not None:
-        train, test = user_retrieval(args)
-        data = (train.pairs(), test)
+        rows = user_task(args, TASK)
+        data = (rows.train.pairs(), rows.test)
     else:
         data = TASK.plays(cfg, model, "test", True)
     bi_encoder, record = run(cfg, data, "fine-tuned bi-encoder")

@@ -6,14 +6,23 @@ import argparse
 from dataclasses import replace
 
 from maskwise.cli.task_flags import config_from_flags, positive
-from maskwise.cli.task_inputs import embedder_of, retrieval_data, user_retrieval
+from maskwise.cli.task_inputs import embedder_of, retrieval_data, user_task
 from maskwise.errors import UserError
 from maskwise.interop.folders import FineTune
 from maskwise.runs import load_weights_into
 from maskwise.tasks.cross_encoder import READOUTS, CrossEncoder, cross_encoder_scorer
-from maskwise.tasks.rerank import TASK, RerankConfig, default_reranker, generative_scorer, training_negatives
+from maskwise.tasks.registry import TASKS
+from maskwise.tasks.rerank import (
+    Rerank,
+    RerankConfig,
+    default_reranker,
+    generative_scorer,
+    training_negatives,
+)
 from maskwise.tasks.rerank_eval import RerankRecord, evaluate_reranker
 from maskwise.tasks.retrieve import rank
+
+TASK = TASKS[Rerank.kind]
 
 
 def flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
@@ -51,7 +60,11 @@ def finetune(args, model, tokenizer, run):
     kind = cfg.reranker or default_reranker(model.cfg.family)
     first_stage_path = args.first_stage or args.model
     embedder, first_stage = embedder_of(first_stage_path, args, args.progress)
-    train, test = user_retrieval(args) if args.data is not None else TASK.plays(cfg, model, "test", True)
+    if args.data is not None:
+        rows = user_task(args, TASK)
+        train, test = rows.train, rows.test
+    else:
+        train, test = TASK.plays(cfg, model, "test", True)
     negatives = training_negatives(train, cfg.n_negatives, args.negatives, embedder, args.seed)
     candidates, _ = rank(embedder, test, k=cfg.candidates)
     reranker, record = run(cfg, (train, negatives, test, candidates), f"{kind} reranker")

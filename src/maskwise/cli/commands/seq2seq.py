@@ -5,13 +5,26 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from maskwise.cli.task_flags import config_from_flags, finetune_config, positive, probability
+from maskwise.cli.task_flags import (
+    config_from_flags,
+    finetune_config,
+    positive,
+    probability,
+)
 from maskwise.cli.task_inputs import task_rows
 from maskwise.data.task_files import seq2seq_from_file
 from maskwise.errors import UserError
 from maskwise.interop.folders import FineTune
 from maskwise.tasks.generate import GenerationConfig
-from maskwise.tasks.seq2seq import TASK, Seq2SeqConfig, Seq2SeqRecord, evaluate_seq2seq
+from maskwise.tasks.registry import TASKS
+from maskwise.tasks.seq2seq import (
+    Seq2Seq,
+    Seq2SeqConfig,
+    Seq2SeqRecord,
+    evaluate_seq2seq,
+)
+
+TASK = TASKS[Seq2Seq.kind]
 
 
 def flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
@@ -38,7 +51,7 @@ def finetune(args, model, tokenizer, run):
     cfg = finetune_config(Seq2SeqConfig, args)
     if cfg.rename_speakers and args.data is not None:
         raise UserError("--rename-speakers renames the plays' speakers: it needs the embedded passages, not --data")
-    train, test = task_rows(args, cfg, model, seq2seq_from_file, training=True)
+    train, test = task_rows(args, TASK, cfg, model, seq2seq_from_file, training=True)
     trained, record = run(cfg, (train, test))
     task, trained, _ = TASK.kept(trained, record, cfg)
     if args.data is None:  # what the plays' passages were
@@ -54,7 +67,7 @@ def evaluate(args, model, tokenizer, fine_tune: FineTune) -> Seq2SeqRecord:
     own = {k: saved[k] for k in ("max_target_len", "hide_speakers", "mid_speech", "source_edges")
            if k in saved and getattr(args, k, None) is None}
     cfg = config_from_flags(Seq2SeqConfig, args, **own)
-    _, test = task_rows(args, cfg, model, seq2seq_from_file, args.split, training=False)
+    _, test = task_rows(args, TASK, cfg, model, seq2seq_from_file, args.split, training=False)
     generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)
     plays = {"hide_speakers": cfg.hide_speakers, "mid_speech": cfg.mid_speech} if args.data is None else {}
     return evaluate_seq2seq(model, tokenizer, test, generation, cfg.max_target_len, args.progress,

@@ -9,7 +9,18 @@ from maskwise.cli.task_inputs import task_rows
 from maskwise.data.tagging import tagged_from_file
 from maskwise.errors import UserError
 from maskwise.interop.folders import FineTune
-from maskwise.tasks.tag import READ_OUTS, TASK, TagConfig, TagRecord, TokenTagger, evaluate_tagger, tag_counts
+from maskwise.tasks.registry import TASKS
+from maskwise.tasks.tag import (
+    READ_OUTS,
+    Tag,
+    TagConfig,
+    TagRecord,
+    TokenTagger,
+    evaluate_tagger,
+    tag_counts,
+)
+
+TASK = TASKS[Tag.kind]
 
 
 def flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
@@ -28,7 +39,7 @@ def flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
 def finetune(args, model, tokenizer, run):
 
     cfg = finetune_config(TagConfig, args)
-    train, test = task_rows(args, cfg, model, tagged_from_file, training=True)
+    train, test = task_rows(args, TASK, cfg, model, tagged_from_file, training=True)
     tagger, record = run(cfg, (train, test))
     task, body, head = TASK.kept(tagger, record, cfg)
     return task, record, {}, body, head
@@ -39,7 +50,7 @@ def evaluate(args, model, tokenizer, fine_tune: FineTune) -> TagRecord:
     saved = fine_tune.task
     if saved.get("kind") != "tag":
         raise UserError(f"{args.model} has no tagging head: run `maskwise finetune tag` first")
-    _, test = task_rows(args, config_from_flags(TagConfig, args), model, tagged_from_file, args.split, training=False)
+    _, test = task_rows(args, TASK, config_from_flags(TagConfig, args), model, tagged_from_file, args.split, training=False)
     tagger = TokenTagger.from_fine_tune(model, saved, fine_tune.head, args.model)
     # An HF-fine-tuned folder records no training counts: the baselines are drawn from the test set's.
     return evaluate_tagger(tagger, tokenizer, test, saved.get("train_counts") or tag_counts(test))

@@ -32,7 +32,7 @@ from maskwise.experiments.framework import (
 )
 from maskwise.experiments.report import fmt_stat
 from maskwise.experiments.verdict import compare
-from maskwise.tasks.classify import ClassifyRecord
+from maskwise.tasks.classify import ClassifyConfig, ClassifyRecord
 
 POOLINGS = ("cls", "mean")
 CLOSE = 0.02  # accuracy difference that still counts as "close" when the paired interval excludes zero
@@ -137,5 +137,5 @@ ABLATION = Study(
     rules=(Rule(("On one pretrained encoder, [CLS] and mean pooling are close on classification, and mean "
                 "pooling is ahead on retrieval."), RULE, judge),),
     step="pool", arms=lambda: (MLM_ENCODER,), measure=measure, tabulate=tabulate, summary=summary, notes=notes,
-    axes=(TOKENS,), columns=lambda arms: list(POOLINGS), extra_rows=False, tasks={"classify": {"plays_task": "word-order"}},
+    axes=(TOKENS,), columns=lambda arms: list(POOLINGS), extra_rows=False, tasks={ClassifyConfig: {"plays_task": "word-order"}},
     meaning=lambda m: {ORDER_ACC: (True, None), RECALL: (True, None)})  # baselines and control are groups
