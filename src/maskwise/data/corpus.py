@@ -117,6 +117,7 @@ def load_corpus(data: str = SHAKESPEARE, val_data: str | None = None, text_field
     * ``val_data``, if given, is loaded the same way (its own validation split if it has one, else
       all of it) and validates; ``data`` then trains whole.
     """
+    val: CorpusPart | None  # None when ``data`` has no validation split: then ``val_data`` gives it
     if data == SHAKESPEARE:
         train, val = _plays("train"), _plays("val")
     else:
@@ -125,6 +126,7 @@ def load_corpus(data: str = SHAKESPEARE, val_data: str | None = None, text_field
             return _split(str(data), source)
         train, val = _whole(source), (_whole(own_val) if own_val is not None else None)
     if val_data is None:
+        assert val is not None  # a ``data`` without a validation split was split above
         return _corpus(str(data), train, val)
     if val_data == SHAKESPEARE:
         val = _plays("val")

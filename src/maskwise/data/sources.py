@@ -95,7 +95,7 @@ def _open_files(name: str, files: list[Path], text_field: str) -> DocumentSource
     return DocumentSource(name, lambda: _non_blank(chain.from_iterable(read() for read in readers), empty))
 
 
-def _file_reader(file: Path, text_field: str) -> Callable[[], Iterable[str]]:
+def _file_reader(file: Path, text_field: str) -> Callable[[], Iterable[str | None]]:
     suffix = file.suffix.lower()
     if suffix == ".parquet":
         return _parquet_reader(file, text_field)

@@ -125,6 +125,8 @@ def _example(words: list[str], tags: list[str], source: str) -> TaggedText:
 def _conll(path: Path, text: str) -> list[TaggedText]:
     """Sentences of 'word ... tag' lines (the tag last), blank lines between them; every line as many
     columns as the first (a line that differs is a broken file, whose tag column would be misread)."""
+    words: list[str]
+    tags: list[str]
     rows, words, tags, first, width = [], [], [], 0, None
     for number, line in enumerate(text.split("\n"), start=1):
         columns = line.split()

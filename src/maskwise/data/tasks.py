@@ -126,7 +126,7 @@ def line_order_examples(split: str, per_order: int = 300, min_words: int = 4, se
     a pair with a line under ``min_words`` words ("O!") says nothing about order and is dropped.
     A random ``2 * per_order`` of them, half of each label, shuffled."""
     rng = _rng(seed, split, "line-order")
-    pairs = []
+    pairs: list[tuple[str, str, str]] = []
     for play in _plays(split, plays):
         for speech in play.speeches:
             lines = speech.text.split("\n")

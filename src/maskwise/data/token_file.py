@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sized
 from pathlib import Path
 
 import numpy as np
@@ -95,7 +95,7 @@ def write_token_file(path: Path, documents: Iterable[str], tokenizer, header: di
                      progress: bool = False) -> np.ndarray:
     """Tokenize ``documents`` chunk by chunk into ``path``; returns the finished file, memory-mapped."""
     dtype = token_dtype(tokenizer.vocab_size)
-    total = len(documents) if hasattr(documents, "__len__") else None
+    total = len(documents) if isinstance(documents, Sized) else None
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     length = 0
     try:

@@ -161,10 +161,10 @@ def build_tokenizer(
     """
     if kind not in TRAINED_KINDS:
         return Tokenizer.load(kind)
+    vocab_size = DEFAULT_VOCAB_SIZE if vocab_size is None else vocab_size
     if kind == "char":
         size_label = "all"
     else:
-        vocab_size = DEFAULT_VOCAB_SIZE if vocab_size is None else vocab_size
         minimum = len(_reserved_tokens()) + MIN_LEARNED_TOKENS
         if vocab_size < minimum:
             raise UserError(f"tokenizer: vocab_size {vocab_size} is too small for {kind}; use at least {minimum}")
@@ -216,6 +216,7 @@ def _train_subword(kind: str, corpus: Corpus, vocab_size: int) -> tokenizers.Tok
     starts from all 256 bytes, so it never needs [UNK] and decodes every text exactly.
     """
     reserved = _reserved_tokens()
+    trainer: trainers.Trainer
     if kind == "wordpiece":
         backend = tokenizers.Tokenizer(models.WordPiece(unk_token="[UNK]"))
         backend.normalizer = normalizers.BertNormalizer(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -17,8 +18,9 @@ from torch import nn
 
 from maskwise.errors import UserError
 from maskwise.model.heads import ClassifierHead, pool, pooled_position
+from maskwise.model.transformer import Encoder
 from maskwise.padding import pad
-from maskwise.tasks.reading import batches, context_len, device_of
+from maskwise.tasks.reading import batches, config_of, context_len, device_of
 from maskwise.tasks.rerank_eval import ScoreFn
 
 HEAD_PREFIX = "head."
@@ -35,7 +37,8 @@ class ClsScore(ClassifierHead):
         """(B, 1): the [CLS] position, the one state this score reads (the body computes it alone)."""
         return pooled_position(attention_mask, "cls", *attention_mask.shape)[:, None]
 
-    def forward(self, h, attention_mask, token_type_ids) -> torch.Tensor:
+    # Called as a readout (as ``SegmentCosine`` is), not on a pooled vector: the head is inherited for its layers.
+    def forward(self, h, attention_mask, token_type_ids) -> torch.Tensor:  # type: ignore[override]
         return super().forward(h[:, 0]).squeeze(-1)  # (B, 1, d) -> (B,)
 
 
@@ -68,13 +71,15 @@ class CrossEncoder(nn.Module):
 
     def __init__(self, body: nn.Module, dropout: float = 0.1, readout: str = "cls"):
         super().__init__()
-        if not body.cfg.kind.encoder_only:
-            raise UserError(f"a cross-encoder needs an encoder body, got a {body.cfg.family}; "
+        cfg = config_of(body)
+        if not cfg.kind.encoder_only:
+            raise UserError(f"a cross-encoder needs an encoder body, got a {cfg.family}; "
                             "use the generative reranker for decoders")
         if readout not in READOUTS:
             raise UserError(f"readout {readout!r}: expected one of {', '.join(READOUTS)}")
-        self.body = body
-        self.head = (ClsScore(body.cfg.d_model, dropout) if readout == "cls" else SegmentCosine()).to(device_of(body))
+        self.body = cast(Encoder, body)  # an encoder-only body is an ``Encoder`` (checked above by its family)
+        self.head: ClsScore | SegmentCosine = (ClsScore(cfg.d_model, dropout) if readout == "cls"
+                                               else SegmentCosine()).to(device_of(body))
 
     def forward(self, input_ids, attention_mask, token_type_ids) -> torch.Tensor:
         # A body without segment embeddings tells the parts apart by [SEP]; the readout reads the segments.

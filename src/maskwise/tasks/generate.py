@@ -162,7 +162,7 @@ class _EncoderDecoderState:
                  use_cache: bool):
         self.model, self.src, self.src_mask = model, src, _padding_only(src_mask)
         self.dec = torch.full((src.shape[0], 1), start_id, dtype=torch.long, device=src.device)  # (B, 1)
-        self.dec_mask = None  # the start token is real in every row
+        self.dec_mask: torch.Tensor | None = None  # the start token is real in every row
         self.cache = model.make_cache(src.shape[0], steps) if use_cache else None
 
     def first(self) -> torch.Tensor:
@@ -233,11 +233,13 @@ def _start(model, prompts, cfg: GenerationConfig, pad_id: int, start_id: int | N
     lengths = [len(p) for p in prompts]
     steps = min(cfg.max_new_tokens, max(room))
     rows = [i for i in range(len(prompts)) for _ in range(expand)]
+    state: _DecoderState | _EncoderDecoderState
     if model.cfg.kind.causal:
         ids, mask = pad([prompts[i] for i in rows], pad_id, "left", device)
         state = _DecoderState(model, ids, mask, steps, cfg.use_cache)
     else:
         ids, mask = pad([prompts[i] for i in rows], pad_id, "right", device)
+        assert start_id is not None  # an encoder-decoder without one was refused above
         state = _EncoderDecoderState(model, ids, mask, start_id, steps, cfg.use_cache)
     row_limit = torch.tensor([min(cfg.max_new_tokens, room[i]) for i in rows], device=device)
     return state, row_limit, steps, lengths, [seen[i] for i in rows]
@@ -300,7 +302,7 @@ def _sample(model, prompts, cfg: GenerationConfig, eos_id, pad_id, start_id, gen
             if not active[row]:
                 continue
             out[row].append(chosen[row])
-            if penalise:
+            if seen is not None:
                 seen[row, chosen[row]] = True
             if ((eos_id is not None and chosen[row] == eos_id) or len(out[row]) >= limits[row]
                     or _ends_with_stop(out[row], cfg.stop)):

@@ -19,8 +19,11 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from functools import cache
 from itertools import pairwise
+from typing import TypeVar
 
 import torch
+
+Label = TypeVar("Label", bound=Hashable)  # a class or a tag, whichever type the caller's labels are
 
 # ---- classification ---------------------------------------------------------------------------
 
@@ -71,7 +74,7 @@ def tag_scores(predicted: Sequence[Hashable], gold: Sequence[Hashable], outside:
     return {"micro": micro, "macro_f1": macro, "detection": detection, "per_tag": per_tag}
 
 
-def majority_label(labels: Iterable[Hashable] | Mapping[Hashable, int]) -> Hashable:
+def majority_label(labels: Iterable[Label] | Mapping[Label, int]) -> Label:
     """The most frequent label (of a list of labels, or of their counts); ties go to the first in sorted order, so
     the baseline is stable."""
     counts = Counter(labels)
@@ -181,7 +184,7 @@ def bucket_label(edges: Sequence[int], value: float) -> str:
     return f"{edges[-1]}+"
 
 
-def bucketed(lengths: Sequence[float], per_example: dict[str, Sequence[float]],
+def bucketed(lengths: Sequence[float], per_example: Mapping[str, Sequence[float]],
              edges: Sequence[int]) -> dict[str, dict[str, float]]:
     """Means of each per-example metric within length buckets: ``{bucket: {"n": .., metric: ..}}``,
     buckets in edge order, empty buckets left out."""

@@ -8,10 +8,12 @@ generation (``tasks.generate``), where every row's next token must sit in the sa
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import nn
 
+from maskwise.config import ModelConfig
 from maskwise.families import family_of
 from maskwise.padding import pad
 
@@ -37,9 +39,16 @@ def encode_texts(tokenizer, texts: Sequence[str], family: str, max_len: int,
     return pad(seqs, tokenizer.pad_id, "right", device)
 
 
+def config_of(model: nn.Module) -> ModelConfig:
+    """A body's layout. Every body is a ``model.transformer.Transformer``, but callers hold it as an
+    nn.Module, whose attributes type as Tensor | Module: the one place that says what ``cfg`` is."""
+    return cast(ModelConfig, model.cfg)
+
+
 def context_len(model: nn.Module, max_len: int | None = None) -> int:
     """The length to read texts at: ``max_len`` if given, never beyond the model's context."""
-    return model.cfg.max_seq_len if max_len is None else min(max_len, model.cfg.max_seq_len)
+    limit = config_of(model).max_seq_len
+    return limit if max_len is None else min(max_len, limit)
 
 
 def device_of(model: nn.Module) -> torch.device:

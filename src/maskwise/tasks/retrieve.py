@@ -58,7 +58,7 @@ def ranking_metrics(ranked: Sequence[Sequence[int]], relevant: Sequence[Relevanc
     return result
 
 
-def per_query_metrics(ranked: Sequence[Sequence[int]], relevant: Sequence[set[int]]) -> dict[str, list[float]]:
+def per_query_metrics(ranked: Sequence[Sequence[int]], relevant: Sequence[Relevance]) -> dict[str, list[float]]:
     """Each query's own recall@10, reciprocal rank and nDCG@10 (for bucketing)."""
     return {
         "recall@10": [recall_at_k([r], [rel], 10) for r, rel in zip(ranked, relevant)],
@@ -82,7 +82,8 @@ def random_ranking(n_queries: int, n_docs: int, k: int, seed: int = 0) -> list[l
 WORD = re.compile(r"[a-z']+")
 
 
-def bm25_ranking(data: RetrievalSet, k: int = 100, k1: float = 1.2, b: float = 0.75) -> list[list[int]]:
+def bm25_ranking(data: RetrievalSet | GradedRetrievalSet, k: int = 100, k1: float = 1.2,
+                 b: float = 0.75) -> list[list[int]]:
     """Each query's top-``k`` documents by Okapi BM25 over lowercased words: the classic lexical
     first stage, the same for every reranker, and free of any model being compared."""
     docs = [Counter(WORD.findall(doc.lower())) for doc in data.docs]
@@ -106,7 +107,8 @@ def bm25_ranking(data: RetrievalSet, k: int = 100, k1: float = 1.2, b: float = 0
     return ranked
 
 
-def rank(embedder: EmbedFn, data: RetrievalSet, k: int = 100) -> tuple[list[list[int]], dict[str, float]]:
+def rank(embedder: EmbedFn, data: RetrievalSet | GradedRetrievalSet,
+         k: int = 100) -> tuple[list[list[int]], dict[str, float]]:
     """Each query's top-``k`` document indices, best first, and how long embedding and search took."""
     started = time.perf_counter()
     doc_vectors = embedder(list(data.docs))

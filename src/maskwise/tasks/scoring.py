@@ -57,7 +57,7 @@ def continuation_logprobs(model, prompts: Sequence[Sequence[int]], continuations
     only at the continuation's positions (the LM head is sparse given labels). Used for zero-shot
     classification by prompting and by the generative reranker."""
     model.eval()
-    scores = []
+    scores: list[torch.Tensor] = []
     for chunk in batches(len(prompts), batch_size):
         batch = continuation_batch(model, [prompts[i] for i in chunk], [continuations[i] for i in chunk],
                                    pad_id, start_id)
