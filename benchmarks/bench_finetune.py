@@ -5,7 +5,7 @@
 
 Why: the issue "Fast on every CPU kind" asks that maskwise fine-tune at least 1.5x as fast as the usual way,
 an HF ``*For*`` class in a PyTorch loop, on any CPU. ``bench_train.py`` times pretraining; this times the
-four fine-tunes ``compare`` runs, at the batch sizes of ``recipes.TASKS``, on sequences of 128 tokens.
+four fine-tunes ``compare`` runs, at the batch sizes of ``recipes.DEFAULT_FINETUNES``, on sequences of 128 tokens.
 
 Same weights: every worker builds the maskwise model with seed 0 (``config.preset``, ``build_model``, then
 seed 0 again before the fresh head, as ``train_classifier`` does) and reports a hash of it; the hashes must
@@ -54,7 +54,7 @@ from maskwise.data.tokenizers import build_tokenizer
 from maskwise.kernels.memory import retain_freed_memory
 from maskwise.model.transformer import build_model
 from maskwise.recipes import DEFAULT
-from maskwise.recipes import TASKS as RECIPE_TASKS
+from maskwise.recipes import DEFAULT_FINETUNES
 from maskwise.runtime import detect_hardware
 from maskwise.tasks.classify import SequenceClassifier
 from maskwise.tasks.embed import BiEncoder, info_nce
@@ -66,7 +66,7 @@ from maskwise.train.step import OptimizerStep
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 
-TASKS = ("classify", "tag", "embed", "seq2seq")
+KINDS = ("classify", "tag", "embed", "seq2seq")  # the fine-tunes compare runs
 SEQ, N_LABELS, N_TAGS, POOL, TARGET = 128, 2, 7, 32, ">= 1.5x"
 WARMUP, TOTAL = 100, 10_000  # the learning-rate schedule's (its values do not change a step's cost)
 HF_CLASS = {"classify": "AutoModelForSequenceClassification", "tag": "AutoModelForTokenClassification",
@@ -74,7 +74,7 @@ HF_CLASS = {"classify": "AutoModelForSequenceClassification", "tag": "AutoModelF
 
 
 def task_config(task: str, bf16: bool):
-    return dataclasses.replace(RECIPE_TASKS[task], precision="bf16" if bf16 else "fp32", progress=False)
+    return dataclasses.replace(DEFAULT_FINETUNES[task], precision="bf16" if bf16 else "fp32", progress=False)
 
 
 def tokenizer():
@@ -274,17 +274,17 @@ def machine(runtime) -> str:
 
 def main() -> None:
     parser = common.base_parser(__doc__.splitlines()[0], rounds=5, steps=20, warmup=2)
-    parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated: " + ", ".join(TASKS))
+    parser.add_argument("--tasks", default=",".join(KINDS), help="comma-separated: " + ", ".join(KINDS))
     parser.add_argument("--shape", choices=("compare", "wide", "both"), default="both")
     parser.add_argument("--quick", action="store_true", help="2 rounds of 1 step: the plumbing, not numbers")
-    parser.add_argument("--task", choices=TASKS, help=argparse.SUPPRESS)  # a worker's
+    parser.add_argument("--task", choices=KINDS, help=argparse.SUPPRESS)  # a worker's
     args = parser.parse_args()
     if args.worker:
         common.serve(build, args.worker, args)
         return
     tasks = args.tasks.split(",")
-    if unknown := sorted(set(tasks) - set(TASKS)):
-        raise SystemExit(f"error: unknown task(s) {', '.join(unknown)}; known: {', '.join(TASKS)}")
+    if unknown := sorted(set(tasks) - set(KINDS)):
+        raise SystemExit(f"error: unknown task(s) {', '.join(unknown)}; known: {', '.join(KINDS)}")
     if args.quick:
         args.rounds, args.steps, args.warmup = 2, 1, 1
     runtime = common.device_runtime("cpu")

@@ -193,7 +193,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bench", choices=tuple(BENCH_OPTIONS))
     parser.add_argument("--objective", choices=tuple(bench_train.REFERENCE), default="span", help="train only")
-    parser.add_argument("--task", choices=bench_finetune.TASKS, default="classify", help="finetune only")
+    parser.add_argument("--task", choices=bench_finetune.KINDS, default="classify", help="finetune only")
     parser.add_argument("--shape", choices=("compare", "wide"), default="compare", help="finetune only")
     parser.add_argument("--sides", nargs="+", default=["hf", "maskwise"],
                         choices=["hf", "hf-bf16", "maskwise", "maskwise-bf16"],

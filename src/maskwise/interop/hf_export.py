@@ -296,7 +296,7 @@ def _with_task_head(hf: dict[str, Any], arch: Architecture, tensors: dict[str, t
         raise UserError(f"{class_name} has {'a' if TASK_HEAD_TRANSFORM[column] else 'no'} dense + act + norm before "
                         f"its classifier and this {kind} head has {'one' if transform else 'none'}")
     hf = {**hf, "architectures": [class_name]}
-    if kind == "classify" and column == "modernbert":
+    if class_name == "ModernBertForSequenceClassification":  # the one task class that says how it pools
         if task.get("pooling") not in CLASSIFIER_POOLINGS:
             raise UserError(f"{class_name} pools by {' or '.join(CLASSIFIER_POOLINGS)}, not {task.get('pooling')!r}")
         hf["classifier_pooling"] = task["pooling"]

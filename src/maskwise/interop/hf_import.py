@@ -351,7 +351,7 @@ def hf_fine_tune(source: Any) -> tuple[dict[str, Any], dict[str, torch.Tensor] |
     # a config.json omits HF's default labels (two, LABEL_0 and LABEL_1), as transformers 5 saves one
     names = hf.get("id2label") or {i: f"LABEL_{i}" for i in range(_get(hf, "num_labels", 2))}
     task: dict[str, Any] = {"kind": kind, TASK_CLASSES_KEY[kind]: [names[key] for key in sorted(names, key=int)]}
-    if kind == "classify":
+    if class_name.endswith("ForSequenceClassification"):  # what HF's sequence classifiers configure
         problem = hf.get("problem_type")
         if problem not in (None, "single_label_classification") or len(names) < 2:
             raise UserError(f"{where}: problem_type={problem!r} with {len(names)} label(s) is not supported "
