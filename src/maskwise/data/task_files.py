@@ -10,6 +10,7 @@ import io
 import random
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from maskwise.data.jsonl import jsonl_rows
 from maskwise.data.tasks import LabelledText, RetrievalSet, Seq2SeqExample
@@ -69,7 +70,7 @@ def read_task_file(path: str | Path, fields: Sequence[str]) -> list[tuple[int, d
 
 
 def _csv_rows(path: Path, text: str, fields: Sequence[str], tabs: bool = False):
-    dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if tabs else {}
+    dialect: dict[str, Any] = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if tabs else {}  # DictReader's keywords
     reader = csv.DictReader(io.StringIO(text, newline=""), **dialect)  # lines end at \n or \r only
     missing = [name for name in fields if name not in (reader.fieldnames or ())]
     if missing:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from maskwise.experiments.runner import Experiment
 from maskwise.recipes import CompareSettings, Scale, pretrain_settings
@@ -67,8 +67,9 @@ class Setup:
 Runs = dict[str, dict[str, list[dict]]]  # {axis: {arm key: [one entry per seed]}}
 
 
-def _total(run: dict, name: str) -> float:
-    """The run's last ``name`` over every phase it continued (``init_from``): its own where it had none."""
+def _total(run: dict, name: str) -> Any:
+    """The run's last ``name`` over every phase it continued (``init_from``): its own where it had none (as its JSON
+    holds it: a count an int, seconds a float)."""
     last = run["curve"][-1]
     return last.get(f"{name}_total", last[name])
 
@@ -96,7 +97,9 @@ def matmul_peak_shares(runs: dict[str, list[dict]], arms: Sequence[Arm]) -> dict
     """Each arm's runs' ``matmul_peak_share``, by arm key (``runs``: one axis's runs by arm key); None if any
     run has none, so that a report shows the row for every arm or for none."""
     shares = {arm.key: [matmul_peak_share(run) for run in runs[arm.key]] for arm in arms}
-    return None if any(share is None for values in shares.values() for share in values) else shares
+    if any(share is None for values in shares.values() for share in values):
+        return None
+    return cast(dict[str, list[float]], shares)  # no share is None: checked above
 
 
 def run_name(run: dict) -> str:

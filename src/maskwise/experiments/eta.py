@@ -18,8 +18,8 @@ from tqdm import tqdm
 
 from maskwise.model.transformer import build_model
 from maskwise.runtime import Runtime
+from maskwise.tasks.reading import body_of
 from maskwise.train.pretrain import PretrainConfig, model_config
-
 
 # Joins what a step measures to the run it measures; quoted out of both parts, so no two pairs share a name.
 STEP_SEPARATOR = "="
@@ -53,8 +53,9 @@ def probe_model(model: torch.nn.Module, runtime: Runtime, rows: int = 16, length
     weights change (the training turns): a copy or a model about to be thrown away."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     generator = torch.Generator().manual_seed(0)
-    length = min(length, model.cfg.max_seq_len)
-    high = min(256, model.cfg.vocab_size)  # ordinary ids of any vocabulary (a character one has under 256)
+    body = body_of(model)
+    length = min(length, body.cfg.max_seq_len)
+    high = min(256, body.cfg.vocab_size)  # ordinary ids of any vocabulary (a character one has under 256)
     ids = torch.randint(5, high, (rows, length), generator=generator).to(runtime.torch_device)  # (rows, length)
     mask = torch.ones_like(ids)
 
@@ -67,7 +68,7 @@ def probe_model(model: torch.nn.Module, runtime: Runtime, rows: int = 16, length
 
     def train() -> None:
         with runtime.autocast():
-            loss = model.read(ids, mask).float().pow(2).mean()
+            loss = body.read(ids, mask).float().pow(2).mean()
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -75,8 +76,8 @@ def probe_model(model: torch.nn.Module, runtime: Runtime, rows: int = 16, length
     one = ids[:, :1]  # (rows, 1): a decoding step's input
     model.eval()
     with torch.no_grad(), runtime.inference().autocast():
-        reading = timed(lambda: model.read(ids, mask))
-        call = timed(lambda: model.read(one, mask[:, :1]), turns=5)
+        reading = timed(lambda: body.read(ids, mask))
+        call = timed(lambda: body.read(one, mask[:, :1]), turns=5)
     model.train()
     training = timed(train)
     return Speeds(training / ids.numel(), reading / ids.numel(), call)

@@ -19,7 +19,13 @@ from maskwise.padding import pad
 from maskwise.recipes import CompareSettings
 from maskwise.tasks.fill_mask import mlm_continue, nats_per_char_blocks, per_char_blocks
 from maskwise.tasks.generate import GenerationConfig, generate_text
-from maskwise.tasks.reading import device_of, frame, frame_extra, seeded_generator
+from maskwise.tasks.reading import (
+    config_of,
+    device_of,
+    frame,
+    frame_extra,
+    seeded_generator,
+)
 
 COUNTED_CHARS = 2_000_000  # of a user's training text, for the unigram baseline (plenty for its frequencies)
 
@@ -150,10 +156,11 @@ def language_modelling(exp: Experiment, run: str, s: CompareSettings, seed: int,
     result = {"blank_filling": blank_filling(model, tok, text, s.fill_positions, seed, most_frequent,
                                                    objective),
               "unigram_blocks": unigram_nats_per_char(tok, counts, text, s.held_out_blocks)}
-    if model.cfg.kind.causal:
+    kind = config_of(model).kind
+    if kind.causal:
         result["nats_blocks"] = nats_per_char_blocks(model, tok, text, s.held_out_blocks)
         result["sample"] = prompt + generate_text(model, tok, [prompt], sampling, g)[0]
-    elif model.cfg.kind.encoder_only:
+    elif kind.encoder_only:
         result["nats_blocks"] = nats_per_char_blocks(model, tok, text, s.held_out_blocks, both_sides=False)
         result["both_sides_blocks"] = nats_per_char_blocks(model, tok, text, s.held_out_blocks, both_sides=True)
         result["sample"] = prompt + mlm_continue(model, tok, prompt, 48, sampling, g)

@@ -315,9 +315,10 @@ def _html(markdown_text: str, images: list[Path]) -> str:
 
 
 # The types of the fields a results file holds (each may be absent): what the renderer reads them as.
-RESULT_FIELDS = {"title": str, "kind": str, "summary": str, "warning": str, "wall_s": (int, float),
-                 "machine": dict, "metric_meta": dict, "metrics": dict, "parameters": dict, "settings": dict,
-                 "table": dict, "notes": list, "runs": list, "verdicts": list, "costs": dict, "quality_cost": dict}
+RESULT_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "title": str, "kind": str, "summary": str, "warning": str, "wall_s": (int, float), "machine": dict,
+    "metric_meta": dict, "metrics": dict, "parameters": dict, "settings": dict, "table": dict, "notes": list,
+    "runs": list, "verdicts": list, "costs": dict, "quality_cost": dict}
 
 
 def write_results(out: str | Path, results: dict) -> None:

@@ -19,7 +19,7 @@ from maskwise.experiments.held_out import held_out_text
 from maskwise.objectives.span import decoder_start_id
 from maskwise.padding import pad
 from maskwise.tasks.generate import GenerationConfig, generate
-from maskwise.tasks.reading import frame
+from maskwise.tasks.reading import body_of, frame
 from maskwise.tasks.seq2seq import source_ids
 
 COST_CHARS = 200  # characters of held-out text per timed item: a sentence or two, what one request carries
@@ -81,7 +81,7 @@ def serving_costs(setup: Setup, name: str, seed: int) -> dict:
     latency per item at batch 1 (p50, p99 of ``LATENCY_CALLS`` calls: reading for every model, the first token
     of an answer for a writer), throughput at batch ``COST_BATCH`` (items/s), and the peak memory of one such batch."""
     s, run = setup.scale, setup.exp.load(name)
-    model, tok, device = run.model.eval(), run.tokenizer, setup.exp.runtime.torch_device
+    model, tok, device = body_of(run.model.eval()), run.tokenizer, setup.exp.runtime.torch_device
     text = held_out_text(s.held_out_chars, setup.plan.data)
     items = [text[i:i + COST_CHARS] for i in range(0, max(len(text) - COST_CHARS // 2, 1), COST_CHARS)]
     family = model.cfg.kind.name

@@ -52,6 +52,8 @@ from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.metrics import accuracy, macro_f1, majority_label
 from maskwise.tasks.reading import (
     batches,
+    body_of,
+    config_of,
     context_len,
     device_of,
     encode_texts,
@@ -71,8 +73,9 @@ from maskwise.tasks.unit import (
 
 HEAD_PREFIX = "head."
 # The plays' classification tasks: (split, texts per label, seed=) -> the labelled texts.
-PLAYS_TASKS = {"genre": genre_examples, "line-order": line_order_examples, "word-order": word_order_examples,
-               "sentence-mark": sentence_mark_examples}
+PLAYS_TASKS: dict[str, Callable[..., list[LabelledText]]] = {
+    "genre": genre_examples, "line-order": line_order_examples, "word-order": word_order_examples,
+    "sentence-mark": sentence_mark_examples}
 
 
 def check_pooling(kind: Family, pooling: str | None) -> str:
@@ -95,10 +98,10 @@ class SequenceClassifier(nn.Module):
     def __init__(self, body: nn.Module, labels: Sequence[str], pooling: str | None = None,
                  freeze: bool = False, dropout: float = 0.1):
         super().__init__()
-        self.body, self.labels = body, list(labels)
-        self.pooling = check_pooling(body.cfg.kind, pooling)
+        self.body, self.labels = body_of(body), list(labels)
+        self.pooling = check_pooling(self.body.cfg.kind, pooling)
         self.freeze = freeze
-        self.head = ClassifierHead.for_body(body.cfg, len(self.labels), dropout).to(device_of(body))
+        self.head = ClassifierHead.for_body(self.body.cfg, len(self.labels), dropout).to(device_of(body))
         body.requires_grad_(not freeze)
 
     def train(self, mode: bool = True) -> SequenceClassifier:
@@ -160,7 +163,7 @@ def train_classifier(body: nn.Module, tokenizer, train: Sequence[LabelledText], 
 
     def step_loss(rng: random.Random) -> torch.Tensor:
         chosen = [train[rng.randrange(len(train))] for _ in range(cfg.batch_size)]
-        ids, mask = encode_texts(tokenizer, [e.text for e in chosen], body.cfg.family, max_len, device)
+        ids, mask = encode_texts(tokenizer, [e.text for e in chosen], config_of(body).family, max_len, device)
         targets = torch.tensor([index[e.label] for e in chosen], device=device)
         return F.cross_entropy(model(ids, mask), targets)
 
@@ -173,7 +176,7 @@ def predict(model: SequenceClassifier, tokenizer, texts: Sequence[str], batch_si
             max_len: int | None = None) -> list[str]:
     model.eval()
     max_len, device = context_len(model.body, max_len), device_of(model)
-    predicted = []
+    predicted: list[str] = []
     for chunk in batches(len(texts), batch_size):
         ids, mask = encode_texts(tokenizer, [texts[i] for i in chunk], model.body.cfg.family, max_len, device)
         predicted.extend(model.labels[i] for i in model(ids, mask).argmax(dim=-1).tolist())
@@ -343,6 +346,7 @@ class Classify(Task[ClassifyConfig]):
     def run(self, model, tokenizer, cfg: ClassifyConfig, runtime: Runtime, data,
             label: str) -> tuple[SequenceClassifier, Callable[[], ClassifyRecord], list[LabelledText]]:
         train, test = data or self.plays(cfg, model, "test", True)
+        assert train is not None  # the plays' training rows were asked for
         classifier = train_classifier(model, tokenizer, train, cfg, runtime=runtime)
 
         def evaluate() -> ClassifyRecord:

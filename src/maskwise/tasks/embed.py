@@ -36,6 +36,8 @@ from maskwise.tasks.classify import check_pooling
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.reading import (
     batches,
+    body_of,
+    config_of,
     context_len,
     device_of,
     encode_texts,
@@ -65,8 +67,9 @@ class BiEncoder(nn.Module):
 
     def __init__(self, body: nn.Module, pooling: str | None = None, normalize: bool = True):
         super().__init__()
-        self.body = body
-        self.pooling = check_pooling(body.cfg.kind, body.cfg.kind.embed_pooling if pooling is None else pooling)
+        self.body = body_of(body)
+        kind = self.body.cfg.kind
+        self.pooling = check_pooling(kind, kind.embed_pooling if pooling is None else pooling)
         self.normalize = normalize
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -129,7 +132,7 @@ def train_bi_encoder(body: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]
     if len(pairs) < 2:
         raise UserError(f"contrastive training needs at least 2 pairs (one positive, one negative), got {len(pairs)}")
     model = BiEncoder(body, cfg.pooling, normalize=True)
-    family, device = body.cfg.family, device_of(body)
+    family, device = config_of(body).family, device_of(body)
     max_len = context_len(body, cfg.max_len)
     size = min(cfg.batch_size, len(pairs))
 
@@ -147,10 +150,10 @@ def train_bi_encoder(body: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]
 
 
 
-# BM25 beside an embedder, on the same queries
-_classic = {"classic_name": BM25, "classic": lambda r: r.classic and r.classic.recall_at_10,
-            "classic_whole": lambda r: r.classic_whole and r.classic_whole.recall_at_10,
-            "read": lambda r: r.chars_read and (r.chars_read, r.chars_given)}
+# BM25 beside an embedder, on the same queries: ``Row``'s keyword arguments, each a callable of its own type.
+_classic: dict[str, Any] = {"classic_name": BM25, "classic": lambda r: r.classic and r.classic.recall_at_10,
+                            "classic_whole": lambda r: r.classic_whole and r.classic_whole.recall_at_10,
+                            "read": lambda r: r.chars_read and (r.chars_read, r.chars_given)}
 
 
 class Embed(Task[EmbedConfig]):
@@ -178,6 +181,7 @@ class Embed(Task[EmbedConfig]):
     def run(self, model, tokenizer, cfg: EmbedConfig, runtime: Runtime, data,
             label: str) -> tuple[BiEncoder, Callable[[], RetrievalRecord], Retrieval]:
         pairs, test = data or self.plays(cfg, model, "test", True)
+        assert pairs is not None  # the plays' training rows were asked for
         encoder = train_bi_encoder(model, tokenizer, pairs, cfg, runtime)
         embedder = Embedder(encoder, tokenizer, max_len=cfg.max_len, progress=cfg.progress)
 

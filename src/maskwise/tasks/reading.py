@@ -15,6 +15,7 @@ from torch import nn
 
 from maskwise.config import ModelConfig
 from maskwise.families import family_of
+from maskwise.model.transformer import Transformer
 from maskwise.padding import pad
 
 
@@ -43,6 +44,11 @@ def config_of(model: nn.Module) -> ModelConfig:
     """A body's layout. Every body is a ``model.transformer.Transformer``, but callers hold it as an
     nn.Module, whose attributes type as Tensor | Module: the one place that says what ``cfg`` is."""
     return cast(ModelConfig, model.cfg)
+
+
+def body_of(model: nn.Module) -> Transformer:
+    """A body as the ``Transformer`` every body is (``config_of``), where its ``read`` or ``cfg`` is called on it."""
+    return cast(Transformer, model)
 
 
 def context_len(model: nn.Module, max_len: int | None = None) -> int:

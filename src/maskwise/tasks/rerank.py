@@ -85,7 +85,9 @@ class RerankConfig(FinetuneConfig):
     def for_pretrained_body(self, body_lr: float, head_lr: float) -> RerankConfig:
         """A pretrained body's rates, and the segments readout: a [CLS] head fresh on all-MiniLM-L6-v2 stayed at a
         random order over 100 steps, the segments' cosine starts from what the body knows (docs/ablations.md)."""
-        return replace(super().for_pretrained_body(body_lr, head_lr), readout="segments")
+        pretrained = super().for_pretrained_body(body_lr, head_lr)
+        assert isinstance(pretrained, RerankConfig)  # the base replaces fields of this config
+        return replace(pretrained, readout="segments")
 
 
 def default_reranker(family: str) -> str:
@@ -203,7 +205,7 @@ def judging_scorer(model: nn.Module, tokenizer, max_len: int | None = None, batc
     def score(query: str, docs: Sequence[str]) -> torch.Tensor:
         model.eval()
         prompts = [relevance_prompt(tokenizer, query, doc, max_len, max_new_tokens) for doc in docs]
-        answers = []
+        answers: list[str] = []
         for chunk in batches(len(prompts), batch_size):
             written = generate(model, [prompts[i] for i in chunk], greedy, tokenizer.eos_id, tokenizer.pad_id, start)
             answers.extend(tokenizer.decode(tokens) for tokens in written.tokens)
@@ -258,9 +260,11 @@ class Rerank(Task[RerankConfig]):
             train, negatives, test, candidates = data
         else:  # the plays' ICT queries with BM25 as the first stage, and its near misses as negatives
             train, test = self.plays(cfg, model, "test", True)
+            assert train is not None  # the plays' training rows were asked for
             train, negatives = bm25_training_rows(train, cfg.n_negatives)
             candidates = bm25_ranking(test, cfg.candidates)
         kind = cfg.reranker or default_reranker(model.cfg.family)
+        trained: nn.Module
         if kind == "cross":
             trained = train_cross_encoder(model, tokenizer, train, negatives, cfg, runtime)
             score = cross_encoder_scorer(trained, tokenizer, cfg.max_len, cfg.score_batch)
@@ -279,7 +283,10 @@ class Rerank(Task[RerankConfig]):
         """A cross-encoder keeps its body and head; a generative reranker is the whole model."""
         task = {"reranker": record.kind, "first_stage": "BM25", "negatives": "bm25", "max_len": record.max_len,
                 "readout": record.readout}
-        return (task, trained.body, trained.head) if record.kind == "cross" else (task, trained, None)
+        if record.kind == "cross":
+            assert isinstance(trained, CrossEncoder)  # what ``run`` trains for a cross reranker
+            return task, trained.body, trained.head
+        return task, trained, None
 
     def summary(self, record: RerankRecord) -> str:
         r, base, lat = record, record.baseline, record.latency

@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, ClassVar
 
 import torch
@@ -42,7 +43,7 @@ from maskwise.tasks.classic import LINES_AFTER_BLANK, lines_after_blank
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.generate import GenerationConfig, check_generative, generate
 from maskwise.tasks.metrics import bucketed, exact_match, rouge_l, set_f1, token_f1
-from maskwise.tasks.reading import batches, device_of
+from maskwise.tasks.reading import batches, config_of, device_of
 from maskwise.tasks.record import Fields, Record
 from maskwise.tasks.unit import READ_THEN_WRITE, Row, Task, Work, mean_tokens
 
@@ -68,12 +69,13 @@ class Seq2SeqConfig(FinetuneConfig):
 def _source_room(model: nn.Module, max_target_len: int) -> int:
     """Source tokens that fit: all of the context for an encoder-decoder's encoder; for a decoder,
     what is left after [SEP], the target and [EOS]."""
-    if model.cfg.kind.two_stacks:
-        return model.cfg.max_seq_len
-    room = model.cfg.max_seq_len - max_target_len - 2
+    cfg = config_of(model)
+    if cfg.kind.two_stacks:
+        return cfg.max_seq_len
+    room = cfg.max_seq_len - max_target_len - 2
     if room < 1:
         raise UserError(f"max target length {max_target_len} leaves no room for the source in a context "
-                        f"of {model.cfg.max_seq_len}")
+                        f"of {cfg.max_seq_len}")
     return room
 
 
@@ -81,7 +83,7 @@ def source_ids(model: nn.Module, tokenizer, source: str, max_target_len: int) ->
     """The source as the model reads it: cut to fit (from the end: the passage's first speakers are
     the first targets), plus [SEP] for a decoder, whose target follows in the same sequence."""
     ids = tokenizer.encode(source)[:_source_room(model, max_target_len)]
-    return ids + [tokenizer.sep_id] if model.cfg.kind.causal else ids
+    return ids + [tokenizer.sep_id] if config_of(model).kind.causal else ids
 
 
 def seq2seq_batch(model: nn.Module, tokenizer, examples: Sequence[Seq2SeqExample],
@@ -90,7 +92,7 @@ def seq2seq_batch(model: nn.Module, tokenizer, examples: Sequence[Seq2SeqExample
     device, eos = device_of(model), tokenizer.eos_id
     sources = [source_ids(model, tokenizer, e.source, max_target_len) for e in examples]
     targets = [ids[:max_target_len] + [eos] for ids in tokenizer.encode_batch([e.target for e in examples])]
-    if model.cfg.kind.two_stacks:
+    if config_of(model).kind.two_stacks:
         ids, mask = pad(sources, tokenizer.pad_id, "right", device)
         dec, dec_mask = pad([[decoder_start_id(tokenizer), *t[:-1]] for t in targets], tokenizer.pad_id,
                             "right", device)
@@ -131,7 +133,7 @@ def predict_seq2seq(model: nn.Module, tokenizer, sources: Sequence[str], gen: Ge
     ``max_target_len`` tokens plus [EOS])."""
     check_generative(model)
     gen = replace(gen, max_new_tokens=min(gen.max_new_tokens, max_target_len + 1))
-    outputs = []
+    outputs: list[str] = []
     chunks = batches(len(sources), batch_size)
     for chunk in tqdm(chunks, desc="generate", unit="batch", leave=False, disable=not progress or len(chunks) < 2):
         prompts = [source_ids(model, tokenizer, sources[i], max_target_len) for i in chunk]
@@ -246,7 +248,7 @@ def evaluate_seq2seq(model: nn.Module, tokenizer, test: Sequence[Seq2SeqExample]
     else:
         baseline, baseline_name = [" ".join(e.source.split()[:lead]) for e in test], f"the source's first {lead} words"
     return Seq2SeqRecord.from_json({
-        "family": model.cfg.family,
+        "family": config_of(model).family,
         "decoding": f"beam {gen.num_beams}" if gen.num_beams > 1 else "greedy",
         "train_examples": train_examples, "hide_speakers": hide_speakers, "mid_speech": mid_speech,
         "n_test": len(test),
@@ -264,12 +266,14 @@ def evaluate_seq2seq(model: nn.Module, tokenizer, test: Sequence[Seq2SeqExample]
 # ---- the unit: its plays' rows, its run, its commands and its compare rows ---------------------------
 
 
-def _plays_source_chars(cfg: Seq2SeqConfig, model: nn.Module) -> int:
+def _plays_source_chars(cfg: Seq2SeqConfig, model: nn.Module | None) -> int:
     """The config's longest source, else one that fits whatever the tokenizer: a character per token at
     worst, less the target's room for a decoder, which reads source and target in one sequence."""
     if cfg.max_chars is not None:
         return cfg.max_chars
-    room = model.cfg.max_seq_len if model.cfg.kind.two_stacks else model.cfg.max_seq_len - (cfg.max_target_len + 2)
+    assert model is not None, "the plays' passages are cut to a model's context unless max_chars is set"
+    layout = config_of(model)
+    room = layout.max_seq_len if layout.kind.two_stacks else layout.max_seq_len - (cfg.max_target_len + 2)
     return max(32, room)
 
 
@@ -288,14 +292,15 @@ class Seq2Seq(Task[Seq2SeqConfig]):
               training: bool) -> tuple[list[Seq2SeqExample] | None, list[Seq2SeqExample]]:
         """The plays' passage -> speakers rows: ``train_passages`` of the train split's, ``test_passages`` of the
         split's."""
-        options = {"max_chars": _plays_source_chars(cfg, model), "hide_speakers": cfg.hide_speakers,
-                   "mid_speech": cfg.mid_speech}
-        train = speaker_examples("train", limit=cfg.train_passages, seed=cfg.data_seed, **options) if training else None
-        return train, speaker_examples(split, limit=cfg.test_passages, seed=cfg.test_seed, **options)
+        draw = partial(speaker_examples, max_chars=_plays_source_chars(cfg, model), hide_speakers=cfg.hide_speakers,
+                       mid_speech=cfg.mid_speech)
+        train = draw("train", limit=cfg.train_passages, seed=cfg.data_seed) if training else None
+        return train, draw(split, limit=cfg.test_passages, seed=cfg.test_seed)
 
     def run(self, model, tokenizer, cfg: Seq2SeqConfig, runtime: Runtime, data,
             label: str) -> tuple[nn.Module, Callable[[], Seq2SeqRecord], list[Seq2SeqExample]]:
         train, test = data or self.plays(cfg, model, "test", True)
+        assert train is not None  # the plays' training rows were asked for
         train_seq2seq(model, tokenizer, train, cfg, augment=rename_speakers, augment_prob=cfg.rename_speakers,
                       runtime=runtime)
         generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)  # and [EOS]

@@ -45,7 +45,15 @@ from maskwise.tasks.metrics import (
     span_scheme,
     tag_scores,
 )
-from maskwise.tasks.reading import batches, context_len, device_of, frame, frame_extra
+from maskwise.tasks.reading import (
+    batches,
+    body_of,
+    config_of,
+    context_len,
+    device_of,
+    frame,
+    frame_extra,
+)
 from maskwise.tasks.record import Fields, Record
 from maskwise.tasks.unit import (
     ENCODER_JOBS,
@@ -73,7 +81,8 @@ class TagConfig(FinetuneConfig):
     def validate(self) -> TagConfig:
         if self.read_out not in READ_OUTS:
             raise UserError(f"read_out must be one of {', '.join(READ_OUTS)}, got {self.read_out!r}")
-        return super().validate()
+        super().validate()
+        return self
 
 
 READ_OUTS = ("last", "first")
@@ -84,8 +93,8 @@ class TokenTagger(nn.Module):
 
     def __init__(self, body: nn.Module, tags: Sequence[str], dropout: float = 0.1, read_out: str = "last"):
         super().__init__()
-        self.body, self.tags, self.read_out = body, list(tags), read_out
-        self.head = ClassifierHead.for_body(body.cfg, len(self.tags), dropout).to(device_of(body))
+        self.body, self.tags, self.read_out = body_of(body), list(tags), read_out
+        self.head = ClassifierHead.for_body(self.body.cfg, len(self.tags), dropout).to(device_of(body))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 read_at: torch.Tensor | None = None) -> torch.Tensor:
@@ -98,6 +107,7 @@ class TokenTagger(nn.Module):
         labels. The body's last layer reads those positions alone where they are few (``heads.labelled_reading``:
         a word's one token in five or so under a character tokenizer)."""
         read_at, at = labelled_reading(labels)
+        assert at is not None  # labels were given: their values at the positions read
         chosen = at != IGNORE_INDEX  # (B, T or R)
         return self(input_ids, attention_mask, read_at)[chosen], at[chosen]
 
@@ -153,7 +163,7 @@ def train_tagger(body: nn.Module, tokenizer, train: Sequence[TaggedText], cfg: T
 
     def step_loss(rng: random.Random) -> torch.Tensor:
         chosen = [train[rng.randrange(len(train))] for _ in range(cfg.batch_size)]
-        ids, mask, positions = _batch(tokenizer, chosen, body.cfg.family, max_len, device, cfg.read_out)
+        ids, mask, positions = _batch(tokenizer, chosen, config_of(body).family, max_len, device, cfg.read_out)
         labels = torch.full(ids.shape, IGNORE_INDEX, dtype=torch.long)  # (B, T): a label at each word's last token
         for row, (example, where) in enumerate(zip(chosen, positions)):
             for tag, position in zip(example.tags, where):
@@ -298,16 +308,21 @@ def evaluate_tagger(model: TokenTagger, tokenizer, test: Sequence[TaggedText], t
                     train: Sequence[TaggedText] | None = None) -> TagRecord:
     """The tagger's scores on ``test``; with its ``train`` rows, the classic word tagger's beside them."""
     predicted, truncated = predict_tags(model, tokenizer, test, batch_size, max_len)
+    # The classic tagger's tags: none without ``train``, an empty list for empty rows (nothing to fit it on).
+    classic = None if train is None else (most_frequent_tags(train, test) if train else [])
     return tagging_results(predicted, test, train_counts, family=model.body.cfg.family, tags=model.tags,
-                           truncated_words=truncated, classic=train and most_frequent_tags(train, test))
+                           truncated_words=truncated, classic=classic)
 
 
 # ---- the unit: its plays' rows, its run, its commands and its compare rows ---------------------------
 
 
-def _window_chars(cfg: TagConfig, model: nn.Module) -> int:
+def _window_chars(cfg: TagConfig, model: nn.Module | None) -> int:
     """The config's window, else what fits the context: a character a token at worst, and [CLS]."""
-    return cfg.window_chars or max(20, model.cfg.max_seq_len - 1)
+    if cfg.window_chars:
+        return cfg.window_chars
+    assert model is not None, "the plays' windows fit a model's context unless window_chars is set"
+    return max(20, config_of(model).max_seq_len - 1)
 
 
 def _entity_items(scores: TagScores | None) -> list[list[int]] | None:
@@ -346,6 +361,7 @@ class Tag(Task[TagConfig]):
     def run(self, model, tokenizer, cfg: TagConfig, runtime: Runtime, data,
             label: str) -> tuple[TokenTagger, Callable[[], TagRecord], list[TaggedText]]:
         train, test = data or self.plays(cfg, model, "test", True)
+        assert train is not None  # the plays' training rows were asked for
         tagger = train_tagger(model, tokenizer, train, cfg, runtime=runtime)
         counts = tag_counts(train)
 
@@ -361,11 +377,14 @@ class Tag(Task[TagConfig]):
 
     def summary(self, record: TagRecord) -> str:
         r, base, rule = record, record.baseline, record.line_break_rule
+        entity = ""
+        if r.entity:
+            assert base.entity is not None  # scored on the same gold tags, a span scheme for both
+            entity = f"; entity F1 {r.entity['f1']:.3f} (most frequent tag {base.entity['f1']:.3f})"
         return (f"tag ({r.family}) {r.n_words} words of {r.n_test} texts: F1 {r.micro.f1:.3f} "
                 f"(most frequent tag {base.micro.f1:.3f}, {rule.name} {rule.micro.f1:.3f}), "
                 f"detection F1 {r.detection.f1:.3f} ({base.detection.f1:.3f}, {rule.detection.f1:.3f}), "
-                f"macro-F1 {r.macro_f1:.3f}"
-                + (f"; entity F1 {r.entity['f1']:.3f} (most frequent tag {base.entity['f1']:.3f})" if r.entity else "")
+                f"macro-F1 {r.macro_f1:.3f}" + entity
                 + (f"; {r.classic.name}: F1 {r.classic.micro.f1:.3f}" if r.classic else ""))
 
     def read(self, spec: TaskSpec) -> UserTask:
@@ -388,8 +407,11 @@ class Tag(Task[TagConfig]):
         the training tags when the file is read, before any number is seen."""
         where = f"read at each word's {cfg.read_out} character"
         if task.details.get("scheme"):
+            # ``Row`` types an item's score as a float; these items are (2 x right, predicted + gold) pairs that
+            # the interval pools into one F1, so the callables below are wider than its annotation says.
             return (Row(f"{task.spec.name}: entity F1 pooled over the test set ({task.details['scheme']}, CoNLL), "
-                        f"{where} (tag)", True, _entity_items, lambda r: _entity_items(r.baseline),
+                        f"{where} (tag)", True, _entity_items,  # type: ignore[arg-type]
+                        lambda r: _entity_items(r.baseline),  # type: ignore[arg-type, return-value]
                         "most frequent tag", classic=lambda r: _entity_items(r.classic), classic_name=WORD_TAGGER),)
         return (Row(f"{task.spec.name}: F1 per text, {where} (tag)", True, lambda r: r.per_example.f1,
                     lambda r: r.baseline.per_example.f1, "most frequent tag",
@@ -408,6 +430,7 @@ class Tag(Task[TagConfig]):
 
     def run_data(self, task: UserTask, cfg: TagConfig) -> tuple[list[TaggedText], list[TaggedText]]:
         """A user's texts cut into windows of whole words that every family's context holds."""
+        assert cfg.window_chars is not None  # ``configure`` fitted it to the smallest context
         return windows_of(task.train, cfg.window_chars), windows_of(task.test, cfg.window_chars)
 
     def texts(self, rows: Sequence[TaggedText]) -> list[str]:
