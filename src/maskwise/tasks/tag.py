@@ -407,11 +407,8 @@ class Tag(Task[TagConfig]):
         the training tags when the file is read, before any number is seen."""
         where = f"read at each word's {cfg.read_out} character"
         if task.details.get("scheme"):
-            # ``Row`` types an item's score as a float; these items are (2 x right, predicted + gold) pairs that
-            # the interval pools into one F1, so the callables below are wider than its annotation says.
             return (Row(f"{task.spec.name}: entity F1 pooled over the test set ({task.details['scheme']}, CoNLL), "
-                        f"{where} (tag)", True, _entity_items,  # type: ignore[arg-type]
-                        lambda r: _entity_items(r.baseline),  # type: ignore[arg-type, return-value]
+                        f"{where} (tag)", True, _entity_items, lambda r: _entity_items(r.baseline),
                         "most frequent tag", classic=lambda r: _entity_items(r.classic), classic_name=WORD_TAGGER),)
         return (Row(f"{task.spec.name}: F1 per text, {where} (tag)", True, lambda r: r.per_example.f1,
                     lambda r: r.baseline.per_example.f1, "most frequent tag",

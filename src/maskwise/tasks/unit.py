@@ -33,14 +33,19 @@ IMBALANCE = 1.5
 C = TypeVar("C", bound=FinetuneConfig)  # a task kind's config type
 
 
+# A row's per-item scores: one number an item, or (numerator, denominator) an item, pooled over the test set (entity F1:
+# 2 x right, predicted + gold); intervals redraw items either way.
+Items = list[float] | list[list[int]]
+
+
 @dataclass(frozen=True)
 class Row:
     """How one task's evaluation record becomes a compare row: per-item scores and a baseline to clear."""
 
     label: str
     higher: bool
-    scores: Callable[[Any], list[float]]  # the task's record -> one score per test item
-    baseline: Callable[[Any], list[float] | float]  # per item (paired), or a constant
+    scores: Callable[[Any], Items | None]  # the task's record -> one score per test item (None: not measured)
+    baseline: Callable[[Any], Items | float | None]  # per item (paired), or a constant
     baseline_name: str
     # The classic method a practitioner tries first (``tasks.classic``): its per-item scores on the characters the
     # model read and on whole texts (None: not measured, or the same characters are the whole text). A name without
