@@ -37,6 +37,7 @@ Writes into OUT_DIR:
     topics_train.jsonl / topics_test.jsonl    {"text": first 400 chars of article, "label": topic}
     headlines_train.jsonl / headlines_test.jsonl   {"query": headline, "positive": first 400 chars}
     summaries_train.jsonl / summaries_test.jsonl   {"source": first 400 chars, "target": headline}
+    articles_train.jsonl / articles_test.jsonl     {"source": the whole article, 300-3,000 chars, "target": headline}
     pos_train.conll / pos_test.conll          CoNLL "word<TAB>TAG", blank line between sentences
     names_train.conll / names_test.conll      the same sentences, proper-noun runs (NNP/NNPS) as BIO NAME spans
     (the POS files need network access to PyPI; without it they are skipped with a note)
@@ -71,6 +72,9 @@ TRAIN_CAP = 3000
 TEST_CAP = 400
 SNIPPET_CHARS = 400
 MAX_TARGET_CHARS = 60
+# articles_*.jsonl: whole articles of this many characters, so that read-then-write is judged by source length on
+# sources that vary (the snippets are all 400).
+MIN_ARTICLE_CHARS, MAX_ARTICLE_CHARS = 300, 3000
 
 # (distribution name, path fragment that marks the article files)
 NEWS_SOURCES = [
@@ -338,6 +342,15 @@ def main(argv: list[str]) -> int:
         counts[f"headlines_{split}.jsonl"] = write_jsonl(
             out / f"headlines_{split}.jsonl",
             [{"query": a["headline"], "positive": snippet(a["paragraphs"])} for a in items],
+        )
+        counts[f"articles_{split}.jsonl"] = write_jsonl(  # whole articles: sources that vary in length
+            out / f"articles_{split}.jsonl",
+            [
+                {"source": text, "target": a["headline"]}
+                for a in items
+                if len(a["headline"]) <= MAX_TARGET_CHARS
+                and MIN_ARTICLE_CHARS <= len(text := " ".join(a["paragraphs"])) <= MAX_ARTICLE_CHARS
+            ],
         )
         counts[f"summaries_{split}.jsonl"] = write_jsonl(
             out / f"summaries_{split}.jsonl",
