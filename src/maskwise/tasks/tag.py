@@ -48,11 +48,13 @@ from maskwise.tasks.metrics import (
 from maskwise.tasks.reading import (
     batches,
     body_of,
+    closing,
     config_of,
     context_len,
     device_of,
     frame,
     frame_extra,
+    text_room,
 )
 from maskwise.tasks.record import Fields, Record
 from maskwise.tasks.unit import (
@@ -130,14 +132,14 @@ def word_positions(tokenizer, example: TaggedText, family: str, max_len: int,
     that holds its last character (``read_out`` "first": its first), -1 where the cut left that token out."""
     ids, offsets = tokenizer.encode_offsets(example.text)
     shift = frame_extra(family)
-    room = max_len - shift
+    room = text_room(tokenizer, family, max_len)
     positions, token = [], 0
     for word, end in zip(example.words, example.word_ends()):
         char = end if read_out == "last" else end - len(word) + 1  # offsets end past their last character
         while token < len(offsets) and offsets[token][1] < char:
             token += 1
         positions.append(token + shift if token < min(room, len(offsets)) else -1)
-    return frame(tokenizer, ids[:room], family), positions
+    return frame(tokenizer, ids[:room], family) + closing(tokenizer, family), positions
 
 
 def _batch(tokenizer, examples: Sequence[TaggedText], family: str, max_len: int, device, read_out: str = "last"):
