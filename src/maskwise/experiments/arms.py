@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from maskwise.experiments.runner import Experiment
@@ -77,7 +76,7 @@ def train_seconds(run: dict) -> float:
     return _total(run, "wall_s")
 
 
-def tokens_seen(run: dict) -> int:
+def tokens_seen(run: dict) -> float:
     return _total(run, "tokens_seen")
 
 
@@ -95,12 +94,18 @@ def matmul_peak_share(run: dict) -> float | None:
 def matmul_peak_shares(runs: dict[str, list[dict]], arms: Sequence[Arm]) -> dict[str, list[float]] | None:
     """Each arm's runs' ``matmul_peak_share``, by arm key (``runs``: one axis's runs by arm key); None if any
     run has none, so that a report shows the row for every arm or for none."""
-    shares = {arm.key: [matmul_peak_share(run) for run in runs[arm.key]] for arm in arms}
-    return None if any(share is None for values in shares.values() for share in values) else shares
+    shares: dict[str, list[float]] = {}
+    for arm in arms:
+        found = [share for run in runs[arm.key] if (share := matmul_peak_share(run)) is not None]
+        if len(found) < len(runs[arm.key]):
+            return None
+        shares[arm.key] = found
+    return shares
 
 
 def run_name(run: dict) -> str:
-    return Path(run["run_dir"]).name
+    """The name a run's steps are cached under (``<arm>-seed<N>``...): its pretraining's, or a given model's."""
+    return run["name"]
 
 
 def split_budget(budget: str, share: float) -> tuple[str, str]:

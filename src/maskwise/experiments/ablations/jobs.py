@@ -9,8 +9,10 @@ holding the arms that took it and the baseline (and control) beside them, so tha
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from maskwise.data.corpus import SHAKESPEARE
@@ -19,6 +21,7 @@ from maskwise.experiments.framework import (
     RECALL,
     TAG_F1,
     Measured,
+    Study,
     ahead,
     fine_tuned,
     fine_tuned_body,
@@ -159,49 +162,6 @@ def with_control(setup: Setup, job: Job, record: dict, seed: int) -> dict:
     return {**record, UNTRAINED: control(setup, job, seed)} if job.fine_tuned else record
 
 
-def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
-    """Each of the arm's jobs on run ``name``, each its own cached step: ``{job.step: record}``, a fine-tuned
-    job's record with its control's beside it."""
-    return {job.step: with_control(setup, job, setup.exp.step(f"{job.step}-{name}",
-                                                              lambda job=job: job.take(setup, name, seed)), seed)
-            for job in jobs_of(arm)}
-
-
-def header(labels: Sequence[str]) -> list[str]:
-    return ["measure", "axis", *labels, "compared (paired by seed); trivial baseline"]
-
-
-def tabulate(m: Measured, pairs: Sequence[tuple[Arm, Arm]]) -> tuple[dict, list]:
-    """Per axis and job: the metric (the arms that took it, and ``BASELINE`` per seed from the first of
-    them: every arm of a seed has the same test items; a fine-tuned job's ``UNTRAINED`` control, the same
-    for every arm) and its rows, a dash where an arm did not take it; the last column compares each of ``pairs``
-    that both took it."""
-    metrics, rows = {}, []
-    for axis in m.runs:
-        for job in taken(m.arms):
-            records = {arm.label: [r[job.step] for r in m.measured[axis][arm.key]] for arm in m.arms
-                       if job in jobs_of(arm)}
-            first = next(iter(records.values()))
-            for row, read in job.readers():
-                groups = {label: [read(r) for r in records[label]] for label in records}
-                compared = [f"{a.label} vs {b.label}: "
-                            f"{winner_text(compare(groups[a.label], groups[b.label], job.higher), a.label, b.label)}"
-                            for a, b in pairs if a.label in groups and b.label in groups]
-                if row == job.name:
-                    bars = job.bars(first)
-                    metrics[key(job.name, axis)] = {**groups, **bars}
-                    compared.extend(f"{job.baseline_of(first[0])[0] if bar == BASELINE else bar} {fmt_stat(scores)}"
-                                    for bar, scores in bars.items())
-                rows.append([row, axis, *(fmt_stat(groups[a.label]) if a.label in groups else "—" for a in m.arms),
-                             "; ".join(compared)])
-    return metrics, rows
-
-
-def meaning(m: Measured) -> dict[str, tuple[bool, None]]:
-    """Each job's direction for its plot; its baseline is a group of the metric, plotted beside the arms."""
-    return {job.name: (job.higher, None) for job in taken(m.arms)}
-
-
 def baselines(m: Measured, metrics: dict, axis: str) -> str:
     """Each job's trivial baseline (and control) at ``axis``, named, for a summary: "random ranking 0.014
     (untrained body 0.031), unigram 3.037"."""
@@ -218,7 +178,7 @@ def baselines(m: Measured, metrics: dict, axis: str) -> str:
 def ahead_on(metrics: dict, axis: str, a: str, b: str, jobs: Sequence[Job]) -> list[tuple[str, bool | None]]:
     """The claims "``a`` is ahead of ``b``" on each of ``jobs`` at ``axis``, for ``framework.claims_verdict``;
     on a job that ``a`` or ``b`` does not clear (``clears``) the claim is neither supported nor contradicted."""
-    claims = []
+    claims: list[tuple[str, bool | None]] = []
     for job in jobs:
         groups = metrics[key(job.name, axis)]
         c = compare(groups[a], groups[b], job.higher)
@@ -243,3 +203,53 @@ def clears(metrics: dict, axis: str, label: str, job: Job) -> bool:
     groups = metrics[key(job.name, axis)]
     return all(compare(groups[label], groups[bar], job.higher).winner == "a" for bar in (BASELINE, UNTRAINED)
                if bar in groups)
+
+
+class JobsStudy(Study):
+    """An ablation whose arms each take the jobs of the objective they end with (``JOBS``), each job's metric
+    holding the arms that took it with its baseline and control beside them."""
+
+    @abstractmethod
+    def pairs(self, arms: Sequence[Arm]) -> Sequence[Sequence[Arm]]:
+        """The (a, b) arms the table's last column compares, where both took a job."""
+
+    def measure(self, setup: Setup, arm: Arm, name: str, seed: int) -> dict:
+        """Each of the arm's jobs on run ``name``, each its own cached step: ``{job.step: record}``, a fine-tuned
+        job's record with its control's beside it."""
+        return {job.step: with_control(setup, job, setup.exp.step(f"{job.step}-{name}",
+                                                                  partial(job.take, setup, name, seed)), seed)
+                for job in jobs_of(arm)}
+
+    def header(self, labels: Sequence[str]) -> list[str]:
+        return ["measure", "axis", *labels, "compared (paired by seed); trivial baseline"]
+
+    def tabulate(self, m: Measured) -> tuple[dict, list]:
+        """Per axis and job: the metric (the arms that took it, and ``BASELINE`` per seed from the first of
+        them: every arm of a seed has the same test items; a fine-tuned job's ``UNTRAINED`` control, the same
+        for every arm) and its rows, a dash where an arm did not take it; the last column compares each of ``pairs``
+        that both took it."""
+        pairs = self.pairs(m.arms)
+        metrics: dict[str, dict[str, list[float]]] = {}
+        rows: list[list[str]] = []
+        for axis in m.runs:
+            for job in taken(m.arms):
+                records = {arm.label: [r[job.step] for r in m.measured[axis][arm.key]] for arm in m.arms
+                           if job in jobs_of(arm)}
+                first = next(iter(records.values()))
+                for row, read in job.readers():
+                    groups = {label: [read(r) for r in records[label]] for label in records}
+                    compared = [f"{a.label} vs {b.label}: " + winner_text(
+                        compare(groups[a.label], groups[b.label], job.higher), a.label, b.label)
+                                for a, b in pairs if a.label in groups and b.label in groups]
+                    if row == job.name:
+                        bars = job.bars(first)
+                        metrics[key(job.name, axis)] = {**groups, **bars}
+                        compared.extend(f"{job.baseline_of(first[0])[0] if bar == BASELINE else bar} "
+                                        f"{fmt_stat(scores)}" for bar, scores in bars.items())
+                    rows.append([row, axis, *(fmt_stat(groups[a.label]) if a.label in groups else "—"
+                                              for a in m.arms), "; ".join(compared)])
+        return metrics, rows
+
+    def meaning(self, m: Measured) -> dict[str, tuple[bool | None, tuple[str, float] | None]]:
+        """Each job's direction for its plot; its baseline is a group of the metric, plotted beside the arms."""
+        return {job.name: (job.higher, None) for job in taken(m.arms)}
