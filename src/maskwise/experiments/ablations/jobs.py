@@ -61,23 +61,36 @@ class Job:
     name: str  # the measure in metrics and tables
     step: str  # its record's key in a run's measures, and the prefix of its cached step
     higher: bool
-    take: Callable[[Setup, str, int], dict]  # (setup, run name, seed) -> the record, as JSON
     record: type[Fields]  # what the JSON is read back as
     score: Callable[[Any], float]  # of the record
     baseline: Callable[[Any], tuple[str, float]]  # the record -> the trivial baseline's name and score
     more: tuple[tuple[str, Callable[[Any], float]], ...] = ()  # (row name, its value in the record)
-    fine_tuned: bool = False  # it fine-tunes task ``step``: an untrained body fine-tuned so is its control
+    # How a job that fine-tunes nothing takes its record, (setup, run name, seed) -> JSON; None: it fine-tunes task
+    # ``step`` (``framework.fine_tuned``), and an untrained body fine-tuned the same way is its control.
+    own: Callable[[Setup, str, int], dict] | None = None
+
+    @property
+    def fine_tuned(self) -> bool:
+        """Whether it fine-tunes task ``step``, so that it has a control (``control``)."""
+        return self.own is None
+
+    def take(self, setup: Setup, name: str, seed: int) -> dict:
+        """Run ``name``'s record of this job for ``seed``, as JSON: task ``step`` fine-tuned on it, or its own."""
+        return fine_tuned(setup, self.step, name, seed) if self.own is None else self.own(setup, name, seed)
+
+    def read(self, field: Callable[[Any], float], stored: dict) -> float:
+        """``field`` of a stored record of this job."""
+        return field(self.record.from_json(stored))
 
     def score_of(self, stored: dict) -> float:
-        return self.score(self.record.from_json(stored))
+        return self.read(self.score, stored)
 
     def baseline_of(self, stored: dict) -> tuple[str, float]:
         return self.baseline(self.record.from_json(stored))
 
     def readers(self) -> list[tuple[str, Callable[[dict], float]]]:
         """(row name, its value in a stored record): the score's row, then ``more``'s."""
-        return [(self.name, self.score_of), *((row, lambda stored, read=read: read(self.record.from_json(stored)))
-                                              for row, read in self.more)]
+        return [(self.name, self.score_of), *((row, partial(self.read, field)) for row, field in self.more)]
 
     def bars(self, records: Sequence[dict]) -> dict[str, list[float]]:
         """What every arm must clear, per seed, from one arm's stored ``records``: the trivial baseline and the
@@ -119,15 +132,12 @@ def stronger_tag_baseline(record: TagRecord) -> tuple[str, float]:
     return stronger.name, stronger.micro.f1
 
 
-TAGGING = Job(TAG_F1, "tag", True, lambda setup, name, seed: fine_tuned(setup, "tag", name, seed), TagRecord,
-              lambda r: r.micro.f1, stronger_tag_baseline,
-              (("tag detection F1 (some tag or none)", lambda r: r.detection.f1),), fine_tuned=True)
-RETRIEVAL = Job(RECALL, "embed", True, lambda setup, name, seed: fine_tuned(setup, "embed", name, seed),
-                RetrievalRecord, lambda r: r.recall_at_10,
-                lambda r: ("random ranking", r.baseline.expected.recall_at_10), (("MRR", lambda r: r.mrr),),
-                fine_tuned=True)
-NEXT_TOKEN_LOSS = Job(NEXT_TOKEN, "next_token", False, next_token_loss, NextTokenLoss, lambda r: r.nats_per_char,
-                      lambda r: ("unigram", r.unigram_nats_per_char))
+TAGGING = Job(TAG_F1, "tag", True, TagRecord, lambda r: r.micro.f1, stronger_tag_baseline,
+              (("tag detection F1 (some tag or none)", lambda r: r.detection.f1),))
+RETRIEVAL = Job(RECALL, "embed", True, RetrievalRecord, lambda r: r.recall_at_10,
+                lambda r: ("random ranking", r.baseline.expected.recall_at_10), (("MRR", lambda r: r.mrr),))
+NEXT_TOKEN_LOSS = Job(NEXT_TOKEN, "next_token", False, NextTokenLoss, lambda r: r.nats_per_char,
+                      lambda r: ("unigram", r.unigram_nats_per_char), own=next_token_loss)
 
 # By the objective an arm ends with: an MLM encoder is for reading a text with both sides, a CLM decoder
 # for predicting the next token, and GPT-BERT's hybrid claims both. Not retrieval: at 1.4 M tokens no

@@ -38,9 +38,8 @@ POOLINGS = ("cls", "mean")
 CLOSE = 0.02  # accuracy difference that still counts as "close" when the paired interval excludes zero
 ORDER_ACC = "word-order accuracy"
 # Its control fine-tunes with the encoder's default pooling, [CLS], so it rides on [CLS]'s record.
-WORD_ORDER = Job(ORDER_ACC, "classify", True, lambda setup, name, seed: fine_tuned(setup, "classify", name, seed),
-                 ClassifyRecord, lambda r: r.accuracy, lambda r: ("majority class", r.baseline.accuracy),
-                 fine_tuned=True)
+WORD_ORDER = Job(ORDER_ACC, "classify", True, ClassifyRecord, lambda r: r.accuracy,
+                 lambda r: ("majority class", r.baseline.accuracy))
 
 RULE = (f"Two claims, on the same pretrained encoders (so equal tokens and equal wall-clock coincide). "
         f"(1) Word-order accuracy (a line of a speech as written, or its words after the first shuffled) with [CLS] "
