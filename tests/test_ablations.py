@@ -120,7 +120,7 @@ def test_embedder_rule():
 
 @pytest.mark.unit
 def test_mask_ratio_rule():
-    arms = mask_ratio.arms((0.3, 0.15))  # sorted: the lowest ratio first
+    arms = mask_ratio.ABLATION.arms((0.3, 0.15))  # sorted: the lowest ratio first
     low, high = arms[0].label, arms[-1].label
 
     def metrics(loss_low, loss_high, acc_low, acc_high, untrained=0.2):
@@ -269,7 +269,7 @@ def test_hybrid_rule():
 
 @pytest.mark.unit
 def test_cross_objective_rules():
-    arms = cross_objective.arms()
+    arms = cross_objective.ABLATION.arms()
     assert [arm.key for arm in arms] == ["mlm", "clm0.75-mlm", "clm", "mlm0.75-clm"]
     assert arms[1].settings == cross_objective.MLM.settings
     assert arms[1].before == Phase(cross_objective.CLM.settings, 0.75)
@@ -291,12 +291,12 @@ def test_cross_objective_rules():
     for judge in (cross_objective.judge_encoders, cross_objective.judge_decoders):
         verdict, detail = judge(tied, arms)
         assert verdict == INCONCLUSIVE and "a tie is not shown to be a match" in detail
-    assert cross_objective.arms(0.5)[1].key == "clm0.5-mlm"
+    assert cross_objective.ABLATION.arms(0.5)[1].key == "clm0.5-mlm"
 
 
 @pytest.mark.unit
 def test_clm_then_mlm_rule():
-    arms = clm_then_mlm.arms()
+    arms = clm_then_mlm.ABLATION.arms()
     assert arms[1].key == "clm0.5-mlm" and arms[1].before.share == 0.5
     mlm, first_clm = (arm.label for arm in arms)
 
@@ -546,7 +546,7 @@ def test_ablations_on_their_arms_jobs_end_to_end_at_smoke_scale(name, module, op
         controls = {jobs.UNTRAINED} if job.fine_tuned else set()
         assert set(groups) == {arm.label for arm in arms if job in jobs.jobs_of(arm)} | {jobs.BASELINE} | controls
         assert all(len(values) == 2 for values in groups.values())
-    assert results["table"]["columns"] == jobs.header([arm.label for arm in arms])
+    assert results["table"]["columns"] == module.ABLATION.header([arm.label for arm in arms])
     rows = {(row[0], row[1]): row for row in results["table"]["rows"]}
     seen = rows[("pretraining tokens seen (thousands)", TOKENS)][2:-1]
     assert len(set(seen)) == 1  # a continued arm's two phases together read what a native arm reads
@@ -605,7 +605,7 @@ class TimedRuns:
             source = self.done[settings["init_from"]]["curve"][-1]
             last.update(wall_s_total=last["wall_s"] + source["wall_s"],
                         tokens_seen_total=last["tokens_seen"] + source["tokens_seen"])
-        run = {"run_dir": f"runs/{name}", "settings": settings, "curve": [last]}
+        run = {"name": name, "run_dir": f"runs/{name}", "settings": settings, "curve": [last]}
         self.done[run["run_dir"]] = run
         return run
 

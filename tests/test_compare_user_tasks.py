@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 
 from maskwise.data.user_tasks import RESERVED, TaskSpec, parse_task
 from maskwise.errors import UserError
-from maskwise.experiments import compare as compare_module
+from maskwise.experiments import compare_study
 from maskwise.experiments.claims import RULES, Evidence, Part, claim_verdict, judge_part, rows_of
-from maskwise.experiments.compare import plan_of, time_plan
+from maskwise.experiments.compare import COMPARE
+from maskwise.experiments.compare_plan import plan_of
+from maskwise.experiments.compare_study import time_plan
 from maskwise.experiments.eta import Expected, Ledger, Speeds, step_name
 from maskwise.experiments.runner import step_file
 from maskwise.experiments.verdict import (
@@ -273,7 +275,7 @@ def test_imbalanced_labels_are_read_by_balanced_accuracy_chosen_from_the_test_sp
 
 @pytest.mark.unit
 def test_test_items_found_verbatim_in_the_pretraining_corpus_are_counted_in_one_warning(tmp_path):
-    from maskwise.experiments.compare import plan_of
+    from maskwise.experiments.compare_plan import plan_of
     from maskwise.recipes import SMOKE
 
     leak = "a sentence from the corpus that the test split holds too"
@@ -289,7 +291,7 @@ def test_test_items_found_verbatim_in_the_pretraining_corpus_are_counted_in_one_
 
 @pytest.mark.unit
 def test_test_rows_that_a_training_row_holds_too_are_counted_in_one_warning(tmp_path):
-    from maskwise.experiments.compare import plan_of
+    from maskwise.experiments.compare_plan import plan_of
     from maskwise.recipes import SMOKE
 
     train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
@@ -321,8 +323,8 @@ def test_a_budget_the_users_tasks_would_overrun_shortens_pretraining_to_fit(tmp_
     plan = plan_of(str(files["corpus"]), [parse_task(f"topics=classify:{files['classify']}", tuple(TASKS))], s)
 
     def timed(speeds: Speeds):
-        monkeypatch.setattr(compare_module, "probe", lambda settings, runtime: speeds)
-        timing = time_plan(plan, s, FAMILIES, 1, resolve("cpu", "fp32"))
+        monkeypatch.setattr(compare_study, "probe", lambda settings, runtime: speeds)
+        timing = time_plan(COMPARE, plan, s, 1, resolve("cpu", "fp32"), families=FAMILIES)
         assert timing.total == pytest.approx(sum(e.count * e.seconds for e in timing.expected))
         return timing
 
@@ -335,7 +337,7 @@ def test_a_budget_the_users_tasks_would_overrun_shortens_pretraining_to_fit(tmp_
     dearest = timed(Speeds(1.0, 1.0, 1.0))
     assert dearest.settings.seconds == 50  # never below half the scale's clock, however dear the fine-tunes
     assert "over the 10-minute budget even with pretraining at its floor (50%" in dearest.text(FAMILIES, 1)
-    unfitted = time_plan(plan, s, FAMILIES, 1, resolve("cpu", "fp32"), fit=False)
+    unfitted = time_plan(COMPARE, plan, s, 1, resolve("cpu", "fp32"), fit=False, families=FAMILIES)
     assert unfitted.settings.seconds == 100  # --seconds given: the user's clock
 
 

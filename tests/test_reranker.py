@@ -53,31 +53,31 @@ def measured(cross: list[tuple], scores: list[tuple], writes: list[tuple]) -> Me
 def test_rule_held_falsified_inconclusive_on_synthetic_seeds():
     fast_and_good = measured([(0.30, 20, 40), (0.32, 21, 41), (0.31, 20, 42)],
                              [(0.25, 25, 50)] * 3, [(0.26, 200, 400), (0.27, 210, 420), (0.29, 190, 380)])
-    metrics, rows = reranker.tabulate(fast_and_good)
+    metrics, rows = reranker.ABLATION.tabulate(fast_and_good)
     assert reranker.judge(metrics)[0] == "held"
     assert [len(r) for r in rows] == [len(reranker.SYSTEMS) + 3] * len(rows)  # measure, axis, systems, verdict
     writer_better = measured([(0.20, 20, 40), (0.21, 21, 41), (0.22, 20, 42)],
                              [(0.25, 25, 50)] * 3, [(0.40, 200, 400), (0.41, 210, 420), (0.43, 190, 380)])
-    assert reranker.judge(reranker.tabulate(writer_better)[0])[0] == "falsified"
+    assert reranker.judge(reranker.ABLATION.tabulate(writer_better)[0])[0] == "falsified"
     unlearned = measured([(0.021, 20, 40), (0.019, 21, 41), (0.020, 20, 42)],
                          [(0.02, 25, 50)] * 3, [(0.02, 200, 400), (0.021, 210, 420), (0.019, 190, 380)])
-    verdict, detail = reranker.judge(reranker.tabulate(unlearned)[0])
+    verdict, detail = reranker.judge(reranker.ABLATION.tabulate(unlearned)[0])
     assert verdict == "inconclusive" and ("would need" in detail or "no gap" in detail)
     below_random = measured([(0.004, 20, 40), (0.006, 21, 41), (0.005, 20, 42)],  # random order: 0.02
                             [(0.02, 25, 50)] * 3, [(0.03, 200, 400), (0.031, 210, 420), (0.029, 190, 380)])
-    verdict, detail = reranker.judge(reranker.tabulate(below_random)[0])
+    verdict, detail = reranker.judge(reranker.ABLATION.tabulate(below_random)[0])
     # a failed precondition falsifies nothing
     assert verdict == "inconclusive" and "nothing learned to compare" in detail
     behind_first_stage = measured([(0.060, 20, 40), (0.070, 21, 41), (0.065, 20, 42)],  # BM25's order: 0.11
                                   [(0.02, 25, 50)] * 3, [(0.01, 200, 400), (0.011, 210, 420), (0.009, 190, 380)])
-    verdict, detail = reranker.judge(reranker.tabulate(behind_first_stage)[0])
+    verdict, detail = reranker.judge(reranker.ABLATION.tabulate(behind_first_stage)[0])
     assert verdict == "inconclusive" and "does not improve on the first stage's own order" in detail
 
 
 def test_summary_is_the_templates_sentence_with_the_measured_numbers():
     m = measured([(0.30, 20, 40)] * 2, [(0.25, 25, 50)] * 2, [(0.26, 200, 400)] * 2)
-    metrics, _ = reranker.tabulate(m)
-    text = reranker.summary(m, metrics)
+    metrics, _ = reranker.ABLATION.tabulate(m)
+    text = reranker.ABLATION.summary(m, metrics)
     assert text.startswith("We replaced a generative reranker with a cross-encoder over the same top-100 candidates: "
                            "nDCG@10 went from 0.260 to 0.300 while p99 latency fell from 400 ms to 40 ms")
     assert metrics[key(reranker.P99, TOKENS)][reranker.FIRST] == []  # nothing to time for a baseline order
@@ -159,8 +159,8 @@ def test_models_option_is_checked_in_one_line_before_anything_runs(bert_folder, 
     from maskwise.errors import UserError
     from maskwise.experiments.ablations.registry import checked
 
-    assert reranker.arms(f"cross={bert_folder}") == (reranker.CLM_DECODER,)  # only the decoder is pretrained here
-    assert reranker.arms({"cross": str(bert_folder)}) == (reranker.CLM_DECODER,)
+    assert reranker.ABLATION.arms(f"cross={bert_folder}") == (reranker.CLM_DECODER,)  # only the decoder is pretrained here
+    assert reranker.ABLATION.arms({"cross": str(bert_folder)}) == (reranker.CLM_DECODER,)
     for models, needle in ((f"cross={tmp_path / 'nope'}", "no such folder"), ("judge=x", "expected cross=FOLDER"),
                            (f"cross={bert_folder},cross={bert_folder}", "expected cross=FOLDER"),
                            (f"generative={bert_folder}", "holds a model of family encoder")):

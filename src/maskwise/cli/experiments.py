@@ -9,20 +9,17 @@ from maskwise.cli.runtime import runtime_flags, runtime_of
 from maskwise.data.user_tasks import TaskSpec, checked_spec, parse_task
 from maskwise.errors import UserError
 from maskwise.experiments.ablations.registry import checked, run_ablation
-from maskwise.experiments.candidates import (
-    expected_steps,
-    plan_text,
-    run_models,
-    with_models,
-)
+from maskwise.experiments.candidates import MODELS
 from maskwise.experiments.checkpoints import (
     ModelSpec,
     model_tables,
     open_models,
     parse_model,
 )
-from maskwise.experiments.compare import columns_of, plan_of, time_plan
-from maskwise.experiments.compare import run_compare as compare_experiment
+from maskwise.experiments.compare import COMPARE, columns_of
+from maskwise.experiments.compare_plan import ComparePlan, plan_of
+from maskwise.experiments.compare_study import CompareStudy, time_plan
+from maskwise.experiments.compare_study import run_compare as compare_experiment
 from maskwise.experiments.demo import BLANK
 from maskwise.experiments.demo import run_demo as demo_experiment
 from maskwise.experiments.report import RESULTS, ablation_table, render
@@ -150,15 +147,7 @@ def run_compare(args) -> int:
             raise UserError(f"--seconds must be positive, got {args.seconds}")
         settings = dataclasses.replace(settings, seconds=args.seconds)
     plan = plan_of(args.data, tasks, settings)  # every task file read and checked: its one line before the device's
-    runtime = runtime_of(args)  # a device that is not there: its one line before the plan's
-    print(plan.scope, file=sys.stderr)
-    timing = time_plan(plan, settings, families, args.seeds, runtime, fit=args.seconds is None)
-    print(timing.text(families, args.seeds), file=sys.stderr)
-    out = compare_experiment(args.out, settings, args.seeds, args.seed, args.data, args.overwrite, args.progress,
-                             runtime, families, plan=plan, timing=timing)
-    print((out / "report.md").read_text())
-    print(f"report: {out / 'report.md'} and {out / 'report.html'}")
-    return 0
+    return conduct_compare(args, COMPARE, plan, settings, fit=args.seconds is None, data=args.data, families=families)
 
 
 def compare_models(args, settings, tasks: list[TaskSpec], models: list[ModelSpec]) -> int:
@@ -167,13 +156,18 @@ def compare_models(args, settings, tasks: list[TaskSpec], models: list[ModelSpec
         if given is not None:
             raise UserError(f"{flag} sets what is pretrained; --model measures the models given instead")
     candidates = open_models(models)  # a folder that does not open: its one line before anything runs
-    plan = with_models(plan_of(args.data, tasks, settings, context=min(c.context for c in candidates)), candidates)
-    runtime = runtime_of(args)
+    plan = plan_of(args.data, tasks, settings, candidates)
+    return conduct_compare(args, MODELS, plan, settings, fit=False, models=candidates)
+
+
+def conduct_compare(args, study: CompareStudy, plan: ComparePlan, settings, fit: bool, **options) -> int:
+    """Either compare (``study``, its ``options``), planned, said and run; its report printed."""
+    runtime = runtime_of(args)  # a device that is not there: its one line before the plan's
     print(plan.scope, file=sys.stderr)
-    expected = expected_steps(plan, settings, args.seeds, runtime)
-    print(plan_text(plan, args.seeds, expected), file=sys.stderr)
-    out = run_models(args.out, settings, plan, args.seeds, args.seed, args.overwrite, args.progress, runtime,
-                     expected)
+    timing = time_plan(study, plan, settings, args.seeds, runtime, fit, **options)
+    print(timing.text([arm.label for arm in study.arms(**options)], args.seeds), file=sys.stderr)
+    out = compare_experiment(study, args.out, plan, timing, args.seeds, args.seed, args.overwrite, args.progress,
+                             runtime, **options)
     print((out / "report.md").read_text())
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     return 0

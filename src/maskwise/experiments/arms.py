@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from maskwise.experiments.runner import Experiment
 from maskwise.recipes import CompareSettings, Scale, pretrain_settings
@@ -67,9 +66,8 @@ class Setup:
 Runs = dict[str, dict[str, list[dict]]]  # {axis: {arm key: [one entry per seed]}}
 
 
-def _total(run: dict, name: str) -> Any:
-    """The run's last ``name`` over every phase it continued (``init_from``): its own where it had none (as its JSON
-    holds it: a count an int, seconds a float)."""
+def _total(run: dict, name: str) -> float:
+    """The run's last ``name`` over every phase it continued (``init_from``): its own where it had none."""
     last = run["curve"][-1]
     return last.get(f"{name}_total", last[name])
 
@@ -78,7 +76,7 @@ def train_seconds(run: dict) -> float:
     return _total(run, "wall_s")
 
 
-def tokens_seen(run: dict) -> int:
+def tokens_seen(run: dict) -> float:
     return _total(run, "tokens_seen")
 
 
@@ -96,14 +94,18 @@ def matmul_peak_share(run: dict) -> float | None:
 def matmul_peak_shares(runs: dict[str, list[dict]], arms: Sequence[Arm]) -> dict[str, list[float]] | None:
     """Each arm's runs' ``matmul_peak_share``, by arm key (``runs``: one axis's runs by arm key); None if any
     run has none, so that a report shows the row for every arm or for none."""
-    shares = {arm.key: [matmul_peak_share(run) for run in runs[arm.key]] for arm in arms}
-    if any(share is None for values in shares.values() for share in values):
-        return None
-    return cast(dict[str, list[float]], shares)  # no share is None: checked above
+    shares: dict[str, list[float]] = {}
+    for arm in arms:
+        found = [share for run in runs[arm.key] if (share := matmul_peak_share(run)) is not None]
+        if len(found) < len(runs[arm.key]):
+            return None
+        shares[arm.key] = found
+    return shares
 
 
 def run_name(run: dict) -> str:
-    return Path(run["run_dir"]).name
+    """The name a run's steps are cached under (``<arm>-seed<N>``...): its pretraining's, or a given model's."""
+    return run["name"]
 
 
 def split_budget(budget: str, share: float) -> tuple[str, str]:

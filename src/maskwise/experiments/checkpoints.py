@@ -13,10 +13,6 @@ from pathlib import Path
 from maskwise import runs
 from maskwise.data.user_tasks import RESERVED
 from maskwise.errors import UserError
-from maskwise.experiments.compare import (
-    column_of,
-)
-from maskwise.experiments.eta import step_name
 from maskwise.experiments.runner import Experiment
 from maskwise.families import FAMILIES, Family
 from maskwise.interop import folders
@@ -162,25 +158,23 @@ def open_models(specs: Sequence[ModelSpec]) -> tuple[Candidate, ...]:
     return tuple(open_model(spec) for spec in specs)
 
 
-class ModelsExperiment(Experiment):
-    """compare's experiment folder with the given models in place of its pretraining runs: a column's run for a seed
-    (``<name>-seed<N>``) is its model's folder, opened as it is; nothing is pretrained."""
+def column_of(name: str) -> str:
+    """The column of run ``name``: a column's run for a seed is named ``<column>-seed<N>`` (``arms.pretrain_arms``,
+    and a model given)."""
+    return name.rsplit("-seed", 1)[0]
 
-    def __init__(self, out, overwrite: bool, runtime: Runtime | None, models: Sequence[Candidate]):
+
+class ModelsExperiment(Experiment):
+    """compare's experiment folder with the given models in place of pretraining runs: a column's run for a seed
+    (``<name>-seed<N>``) is its model's folder, opened as it is."""
+
+    def __init__(self, out: str | Path, overwrite: bool, runtime: Runtime | None, models: Sequence[Candidate]):
         super().__init__(out, overwrite, runtime)
         self.models = {c.name: c for c in models}
 
     def model_of(self, name: str) -> Candidate:
+        """The model given for run ``name``'s column."""
         return self.models[column_of(name)]
-
-    def pretrain(self, name: str, progress: bool = False, **settings) -> dict:
-        """The column's "run": no curve; its ``run_dir`` names the run (``arms.run_name``), its folder is the model's."""
-        model = self.model_of(name)
-        return self.step(step_name("model", name), lambda: {
-            "name": name, "run_dir": str(super(ModelsExperiment, self).run_dir(name)), "curve": [],
-            "parameters": model.parameters["total"],
-            "settings": {"seed": settings["seed"], "family": model.family, "objective": model.objective,
-                         "folder": str(model.folder)}})
 
     def run_dir(self, name: str) -> Path:
         return self.model_of(name).folder

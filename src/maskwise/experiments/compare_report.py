@@ -7,7 +7,6 @@ only, and the summary says where that column separates from them.
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 
@@ -151,7 +150,7 @@ def warning_text(short: Sequence[str], min_steps: int, runtime, load_at_start: f
             "The numbers below are measured, but the verdicts are not evidence about the families.")
 
 
-# ---- the study's declaration hooks (``experiments.framework.Study``) ----------------------------------
+# ---- what both compare studies read and report (``compare_study.CompareStudy``) ---------------------
 
 
 def by_seed(m: Measured) -> dict[int, dict[str, dict]]:
@@ -165,10 +164,6 @@ def evidence(m: Measured, metrics: dict | None = None) -> Evidence:
     return Evidence(rows, {row.key: gather(measured, row) for row in rows}, ttft_milliseconds(m.per_seed),
                     m.setup.plan.judged, m.setup.plan.contenders,
                     {row.key: gather_classic(measured, row) for row in rows})
-
-
-def _last_points(m: Measured, family: str) -> list[dict]:
-    return [run["curve"][-1] for run in m.runs[WALL][family]]
 
 
 def peak_share_row(m: Measured) -> list[str]:
@@ -186,42 +181,9 @@ def kinds(m: Measured) -> dict[str, Family]:
     return {arm.key: m.setup.exp.kind(run_name(m.runs[WALL][arm.key][0])) for arm in m.arms}
 
 
-def _objective(m: Measured, arm: Arm) -> str:
+def objective_of(m: Measured, arm: Arm) -> str:
+    """How ``arm``'s model was pretrained (a model given: how its pretraining asked for a blank)."""
     return m.runs[WALL][arm.key][0]["settings"]["objective"]
-
-
-def export_cell(export: dict) -> str:
-    """The HF class a family's run exports as, or why it has none (the export's own error, less its subject)."""
-    if export["hf_class"]:
-        return f"`{export['hf_class']}`"
-    return "no HF class: " + export["why"].split(": ", 1)[-1]
-
-
-def tabulate(m: Measured) -> tuple[dict, list]:
-    """(per-seed means of every row, by column; the table: pretraining, every row with its intervals and
-    baseline, the time to first token)."""
-    e, kind_of, arms = evidence(m), kinds(m), m.arms
-    seeds, measured = m.setup.seeds, by_seed(m)
-
-    def mean_of(family: str, key: str) -> float:
-        points = _last_points(m, family)
-        return sum(p[key] for p in points) / len(points)
-
-    seeds_note = f"mean of {len(seeds)} seeds" if len(seeds) > 1 else "one seed"
-    rows = [
-        ["pretraining objective", *[_objective(m, a) for a in arms], "", ""],
-        ["parameters", *[f"{m.parameters[a.label]['total']:,}" for a in arms], "", ""],
-        ["exports to (`maskwise export RUN --to hf OUT`)", *[export_cell(measured[seeds[0]][a.key]["export"])
-                                                             for a in arms], "", ""],
-        [f"optimizer steps in pretraining ({seeds_note})", *[f"{mean_of(a.key, 'step'):,.0f}" for a in arms], "", ""],
-        [f"tokens seen in pretraining ({seeds_note})", *[f"{mean_of(a.key, 'tokens_seen'):,.0f}" for a in arms], "",
-         ""],
-        ["pretraining wall-clock (s)", *[f"{mean_of(a.key, 'wall_s'):.0f}" for a in arms], "", ""],
-        *filter(None, [peak_share_row(m)]),
-        ["final validation loss (own objective)", *[f"{mean_of(a.key, 'val_loss'):.3f}" for a in arms], "", ""],
-    ]
-    metrics, measured_rows = result_rows(m, e, lambda column, what: cannot(kind_of[column], what))
-    return metrics, rows + measured_rows
 
 
 def result_rows(m: Measured, e: Evidence, why_not: Callable[[str, str], str | None]) -> tuple[dict, list]:
@@ -252,7 +214,7 @@ def result_rows(m: Measured, e: Evidence, why_not: Callable[[str, str], str | No
             elif row.kind == "fill" and kind.causal:
                 cell += "; left side only"
             elif row.kind == "fill" and kind.two_stacks:
-                cell += ("; rewriting the source up to the blank" if _objective(m, arm) == "denoise"
+                cell += ("; rewriting the source up to the blank" if objective_of(m, arm) == "denoise"
                          else "; via sentinel span")
             elif "pooling" in measured[seeds[0]][column].get(row.key, {}):  # where a text is read: [CLS], last, mean
                 cell += f"; {measured[seeds[0]][column][row.key]['pooling']} pooling"
@@ -295,19 +257,6 @@ def classic_means(c: Classic, contenders: Sequence[str]) -> dict:
             "whole": score(c.whole[first]) if first in c.whole else None}
 
 
-def warning(m: Measured) -> str:
-    """The warning above everything when a run got fewer optimizer steps than the recipe needs."""
-    s, exp = m.setup.scale, m.setup.exp
-    pre = {run_name(run): run for by_arm in m.runs.values() for runs in by_arm.values() for run in runs}
-    short = too_few_steps(pre, s.min_steps)
-    return warning_text(short, s.min_steps, exp.runtime, exp.load_at_start, os.cpu_count()) if short else ""
-
-
-def summary(m: Measured, metrics: dict) -> str:
-    return (f"{'Not evidence (too few pretraining steps, see the warning). ' if warning(m) else ''}"
-            f"At {m.setup.scale.seconds:.0f} s of pretraining per family on this machine, {verdicts_said(m)}")
-
-
 def verdicts_said(m: Measured, others: str = "the other families") -> str:
     """The summary after its opening: the seeds, each claim's verdict, each row's best, and where a column beside
     the judged ones separates from them."""
@@ -323,11 +272,6 @@ def verdicts_said(m: Measured, others: str = "the other families") -> str:
             + "; ".join(f"{label}: {winner}" for label, winner in best.items()) + "." + "".join(beside))
 
 
-def samples(m: Measured) -> dict:
-    first = m.setup.seeds[0]
-    return {f"{a.label} sample (seed {first})": m.measured[WALL][a.key][0]["lm"]["sample"] for a in m.arms}
-
-
 def data_notes(described: dict) -> list[str]:
     """The report's lines on its data: the corpus, then each task's files, rows, labels and how it is read."""
     lines = [f"Data: pretraining on {described['corpus']}; the held-out text rows read its validation part.",
@@ -339,22 +283,3 @@ def data_notes(described: dict) -> list[str]:
         lines.append(f"Task {t['name']} ({t['kind']}, `--task {t['flag']}`): {files}; {t['train_rows']:,} training "
                      f"and {t['test_rows']:,} test rows ({t['split']}){extra}.")
     return lines
-
-
-def notes(m: Measured) -> list[str]:
-    return [
-        *data_notes(m.setup.plan.described),
-        ("Validation losses of different objectives are not comparable to each other (MLM: per masked "
-         "token; CLM: per token; span corruption and denoising: per target token); the held-out nats/char "
-         "row is."),
-        ("Intervals: 95% percentile bootstrap over test items (and over seeds when there are several); "
-         "'best' needs paired intervals that separate one family from each other and from the baseline, "
-         "otherwise the cell says 'at chance' (no family clears the baseline) or 'within noise'."),
-        ("Every family uses the same block; only the attention mask and the loss differ. Fine-tuning: the "
-         "same steps, batch and learning rate per task for every family."),
-        *[f"The {a.label} column ({_objective(m, a)} pretraining on the {a.settings['family']} family): every row "
-          "its model can do, read as it reads (bidirectionally to fill a blank, its [MASK] answered from the "
-          "position before it, to tag and to retrieve; causally for the next-token loss and to write); the "
-          "verdicts and the 'best' column compare the three families only, and the summary says where the "
-          "intervals separate it from them." for a in m.arms if a.key not in FAMILIES],
-    ]

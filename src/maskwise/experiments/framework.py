@@ -1,21 +1,24 @@
 """What ``compare`` and every ablation share: seeds, measuring, tables, verdicts, results (arms and
 their axes: ``arms``).
 
-A study (``compare``, or an ablation module) only declares a ``Study``: its arms, what one run is
-measured on (and, optionally, what the arms of one seed are measured on together), the metrics and
+A study (``compare``, ``compare --model``, or an ablation module) is a subclass of ``Study``: its arms, what
+one run is measured on (and, optionally, what the arms of one seed are measured on together), the metrics and
 rows it reads from those measures, its coded rules, its summary sentence and notes. ``conduct`` runs
-the pipeline they all share: pretrain every arm on the study's axes for every seed, measure each run
-once (cached), tabulate, judge each rule, and assemble the results; ``write`` adds the machine, the
-time and the settings, and renders the report. One run naming (``<arm>-seed<N>``), one results schema.
+the pipeline they all share: pretrain every arm on the study's axes for every seed (or open the models
+given), measure each run once (cached), tabulate, judge each rule, and assemble the results; ``write``
+adds the machine, the time and the settings, and renders the report. One run naming (``<arm>-seed<N>``), one
+results schema.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from maskwise.experiments.arms import (
     AXES,
@@ -40,7 +43,7 @@ from maskwise.experiments.verdict import (
     mean_and_spread,
 )
 from maskwise.model.accounting import parameter_breakdown
-from maskwise.tasks.finetune import FinetuneConfig
+from maskwise.recipes import Tuning
 from maskwise.tasks.run import run_task
 
 SHARED = "equal tokens and wall-clock"  # the axis name when every arm reads the same pretrained model
@@ -51,7 +54,7 @@ TAG_F1 = "tagging F1"  # micro F1 over the test words: the right tag on the righ
 
 @dataclass(frozen=True)
 class Measured:
-    """A study's pretraining runs and each run's measures, handed to its declaration."""
+    """A study's runs (pretrained, or the models given) and each run's measures, handed to its methods."""
 
     setup: Setup
     arms: tuple[Arm, ...]
@@ -88,38 +91,19 @@ class Rule:
     claim: str = ""  # a short name, where a study judges several claims
 
 
-@dataclass(frozen=True)
-class Study:
-    """``compare`` or one ablation, declared; ``conduct`` runs it."""
+class Study(ABC):
+    """``compare`` or one ablation: its plain data as class attributes, what it measures, tabulates and says as
+    methods (the abstract ones every study declares, the others with the default most take); ``conduct`` runs it."""
 
     about: str  # one line for the CLI's list
     title: str
     rules: tuple[Rule, ...]
     step: str  # prefix of the cached measurement steps
-    arms: Callable[..., tuple[Arm, ...]]  # (**options) -> the arms
-    measure: Callable[[Setup, Arm, str, int], dict]  # (setup, arm, run name, seed) -> that run's measures
-    tabulate: Callable[[Measured], tuple[dict, list]]  # -> (metrics the rules read, table rows)
-    summary: Callable[[Measured, dict], str]  # (measured, metrics) -> the summary sentence
-    notes: Callable[[Measured], list[str]]
     options: tuple[str, ...] = ()  # keyword options ``arms`` accepts
     # The axes every arm pretrains on: both, or equal tokens only (one model per seed, or a question about
     # inference), or equal wall-clock only (compare: every arm for the scale's own seconds).
     axes: tuple[str, ...] = AXES
-    columns: Callable[[Sequence[Arm]], list[str]] = lambda arms: [a.label for a in arms]  # the table's groups
-    header: Callable[[Sequence[str]], list[str]] = header  # the groups -> the table's columns
-    samples: Callable[[Measured], dict] | None = None
     extra_rows: bool = True  # append the pretraining throughput rows
-    # What the plotted measures mean, for their plots: measure name (a metrics key before " at ", or
-    # its start) -> (higher is better, None for a cost; the trivial baseline's (name, value) or None).
-    meaning: Callable[[Measured], dict[str, tuple[bool | None, tuple[str, float] | None]]] = lambda m: {}
-    # Optional: what the arms of one seed are measured on together, ``(step name, (setup, {arm key: run
-    # name}, seed) -> measures)``, cached as ``<step name>-seed<N>`` (compare's time to first token).
-    per_seed: tuple[str, Callable[[Setup, dict[str, str], int], dict]] | None = None
-    # What the rules read: the metrics, unless this makes something else of them (compare: per-item scores).
-    evidence: Callable[[Measured, dict], Any] | None = None
-    # The report's metric_meta, where ``meaning`` cannot say it (compare: per-family baselines, intervals).
-    meta: Callable[[Measured, dict], dict] | None = None
-    warning: Callable[[Measured], str] | None = None  # a line above everything (too few pretraining steps)
     # Pretraining tokens per arm as a multiple of the ablation scale's: a skill that emerges later (copying)
     # needs more of them for the baseline arm to learn at all.
     tokens_factor: float = 1.0
@@ -128,33 +112,101 @@ class Study:
     # Optimizer steps per pretraining token as a multiple of the recipe's (its batch divided by this): a
     # sparser learning signal (replaced-token detection's one bit a token) needs more updates to start.
     steps_factor: int = 1
-    # Its fine-tunes' settings at every scale, its kind's config type -> fields (pooling classifies word order, which mean
+    # Its fine-tunes' settings at every scale, task name -> fields (pooling classifies word order, which mean
     # pooling learns on every seed; on line order it stayed at one class): the scale sets how long, the study what.
-    tasks: dict[type[FinetuneConfig], dict[str, Any]] = dataclasses.field(default_factory=dict)
-    # Optional: the arms the rules compare with one another, each group on its own equal-wall-clock budget
-    # (``arms.pretrain_arms``), so that one arm's speed does not set the clock of arms it is never compared with.
-    clock_groups: Callable[[Sequence[Arm]], Sequence[Sequence[Arm]]] | None = None
-    # Optional: results keys beyond the shared ones, each rendered by the report (compare --model: its cost table).
-    sections: Callable[[Measured], dict] | None = None
+    tasks: ClassVar[Tuning] = {}
+    # Where the arms of one seed are also measured together (``measure_seed``): the step's name, cached as
+    # ``<name>-seed<N>`` (compare's time to first token); None: they are not.
+    per_seed_step: str | None = None
+
+    @abstractmethod
+    def arms(self, *args: Any, **options: Any) -> tuple[Arm, ...]:
+        """The arms (columns) for the study's ``options`` (keywords; a study names its own), refused in one line
+        where an option is wrong."""
+
+    @abstractmethod
+    def measure(self, setup: Setup, arm: Arm, name: str, seed: int) -> dict:
+        """Run ``name``'s measures (``arm``'s model for ``seed``), as JSON."""
+
+    @abstractmethod
+    def tabulate(self, m: Measured) -> tuple[dict, list]:
+        """(the metrics the rules read, the table's rows)."""
+
+    @abstractmethod
+    def summary(self, m: Measured, metrics: dict) -> str:
+        """The report's summary sentence."""
+
+    @abstractmethod
+    def notes(self, m: Measured) -> list[str]:
+        """The report's notes: what was measured and how to read it."""
+
+    def runs(self, setup: Setup, arms: Sequence[Arm]) -> Runs:
+        """The models the arms are measured on: each pretrained on the study's axes for every seed, each group of
+        ``clock_groups`` on its own equal-wall-clock budget."""
+        return pretrain_arms(setup, arms, self.axes, self.clock_groups(arms))
+
+    def clock_groups(self, arms: Sequence[Arm]) -> Sequence[Sequence[Arm]] | None:
+        """The arms the rules compare with one another, each group on its own clock (so that one arm's speed does
+        not set the clock of arms it is never compared with); None: all of them together."""
+        return None
+
+    def measure_seed(self, setup: Setup, names: dict[str, str], seed: int) -> dict:
+        """What the arms of ``seed`` (arm key -> run name) are measured on together, where ``per_seed_step``
+        names a step: nothing unless a study says what."""
+        return {}
+
+    def columns(self, arms: Sequence[Arm]) -> list[str]:
+        """The table's groups: the arms' labels."""
+        return [a.label for a in arms]
+
+    def header(self, groups: Sequence[str]) -> list[str]:
+        """The table's columns from its groups."""
+        return header(groups)
+
+    def meaning(self, m: Measured) -> dict[str, tuple[bool | None, tuple[str, float] | None]]:
+        """What the plotted measures mean, for their plots: measure name (a metrics key before " at ", or its start)
+        -> (higher is better, None for a cost; the trivial baseline's (name, value) or None)."""
+        return {}
+
+    def evidence(self, m: Measured, metrics: dict) -> Any:
+        """What the rules read: the metrics (compare makes per-item scores of the measures)."""
+        return metrics
+
+    def meta(self, m: Measured, metrics: dict) -> dict:
+        """The report's metric_meta: each metric's direction and baseline, from ``meaning``."""
+        return metric_meta(metrics, self.meaning(m))
+
+    def warning(self, m: Measured) -> str:
+        """A line above everything (too few pretraining steps, models of very different sizes); empty: none."""
+        return ""
+
+    def samples(self, m: Measured) -> dict[str, str] | None:
+        """Texts the models wrote, by name; None: the study shows none."""
+        return None
+
+    def sections(self, m: Measured) -> dict:
+        """Results keys beyond the shared ones, each rendered by the report (compare --model: its cost table)."""
+        return {}
 
 
-def measure(setup: Setup, runs: Runs, arms: Sequence[Arm], task: str, fn: Callable[[Arm, str, int], dict]) -> Runs:
-    """``fn(arm, run name, seed)`` for every run, cached as step ``task-<run>`` (a run that serves
+def measure(setup: Setup, runs: Runs, arms: Sequence[Arm], task: str,
+            fn: Callable[[Setup, Arm, str, int], dict]) -> Runs:
+    """``fn(setup, arm, run name, seed)`` for every run, cached as step ``task-<run>`` (a run that serves
     both axes is measured once)."""
     return {axis: {arm.key: [setup.exp.step(f"{task}-{run_name(run)}",
-                                            lambda arm=arm, run=run: fn(arm, run_name(run), run["settings"]["seed"]))
+                                            partial(fn, setup, arm, run_name(run), run["settings"]["seed"]))
                              for run in by_arm[arm.key]]
                    for arm in arms}
             for axis, by_arm in runs.items()}
 
 
 def curve_entries(runs: Runs, arms: Sequence[Arm]) -> list[dict]:
-    """Every distinct pretraining run, for the two loss plots."""
+    """Every distinct pretraining run, for the two loss plots (a model given, not pretrained, has no curve)."""
     entries, seen = [], set()
     for axis in runs:
         for arm in arms:
             for run in runs[axis][arm.key]:
-                if run_name(run) in seen:
+                if "curve" not in run or run_name(run) in seen:
                     continue
                 seen.add(run_name(run))
                 seed, budget = run["settings"]["seed"], run["budget"]
@@ -210,7 +262,7 @@ def key(name: str, axis: str) -> str:
 def metric_meta(metrics: dict, meaning: dict[str, tuple[bool | None, tuple[str, float] | None]]) -> dict:
     """The report's ``metric_meta`` of ``metrics``: each key's direction and baseline, from the declared
     measure its name starts with (the longest such, so a bucketed measure can be declared apart)."""
-    meta = {}
+    meta: dict[str, dict[str, Any]] = {}
     for name, groups in metrics.items():
         measure = name.rsplit(" at ", 1)[0]
         declared = max((m for m in meaning if measure.startswith(m)), key=len, default=None)
@@ -314,33 +366,31 @@ def judged(rules: Sequence[Rule], evidence: Any, arms: Sequence[Arm]) -> list[di
     return verdicts
 
 
-def conduct(study: Study, setup: Setup, **options) -> dict:
-    """Pretrain, measure, tabulate, judge: the results of ``study`` (``write`` adds the shared keys)."""
+def conduct(study: Study, setup: Setup, **options: Any) -> dict:
+    """Pretrain (or open), measure, tabulate, judge: the results of ``study`` (``write`` adds the shared keys)."""
     arms = study.arms(**options)
-    groups = None if study.clock_groups is None else study.clock_groups(arms)
-    runs = pretrain_arms(setup, arms, study.axes, groups)
-    measured = measure(setup, runs, arms, study.step, lambda arm, name, seed: study.measure(setup, arm, name, seed))
+    runs = study.runs(setup, arms)
+    measured = measure(setup, runs, arms, study.step, study.measure)
     per_seed = {}
-    if study.per_seed is not None:
-        step, joint = study.per_seed
+    if study.per_seed_step is not None:
         for i, seed in enumerate(setup.seeds):
             names = {arm.key: run_name(runs[study.axes[0]][arm.key][i]) for arm in arms}
-            per_seed[seed] = setup.exp.step(f"{step}-seed{seed}", lambda n=names, s=seed: joint(setup, n, s))
+            per_seed[seed] = setup.exp.step(f"{study.per_seed_step}-seed{seed}",
+                                            partial(study.measure_seed, setup, names, seed))
     m = Measured(setup, arms, runs, measured, parameters(setup, runs, arms), per_seed)
     metrics, rows = study.tabulate(m)
-    evidence = metrics if study.evidence is None else study.evidence(m, metrics)
     results = {
-        "title": study.title, "warning": study.warning(m) if study.warning else "",
-        "verdicts": judged(study.rules, evidence, arms), "summary": study.summary(m, metrics), "metrics": metrics,
-        "metric_meta": study.meta(m, metrics) if study.meta else metric_meta(metrics, study.meaning(m)),
+        "title": study.title, "warning": study.warning(m),
+        "verdicts": judged(study.rules, study.evidence(m, metrics), arms), "summary": study.summary(m, metrics),
+        "metrics": metrics, "metric_meta": study.meta(m, metrics),
         "table": {"columns": study.header(study.columns(arms)),
                   "rows": rows + (throughput_rows(runs, arms) if study.extra_rows else [])},
         "runs": curve_entries(runs, arms), "parameters": m.parameters, "notes": study.notes(m),
     }
-    if study.samples is not None:
-        results["samples"] = study.samples(m)
-    if study.sections is not None:
-        results.update(study.sections(m))
+    samples = study.samples(m)
+    if samples is not None:
+        results["samples"] = samples
+    results.update(study.sections(m))
     return results
 
 

@@ -36,7 +36,7 @@ compare's default recipe at the tokens its wall-clock budget reads on 2 CPU core
 ``gpu`` compare's scales of those names, and ``smoke`` a few steps that only check the plumbing (the
 tests use it); its reports say so in the title, and its numbers mean nothing.
 
-Each ablation is one module that declares a ``framework.Study`` (arms, what it measures, its
+Each ablation is one module with a subclass of ``framework.Study`` (arms, what it measures, its
 rule, its summary sentence) and one line of ``registry.ABLATIONS``; ``framework.conduct`` runs it.
 
 Finished steps are cached by ``Experiment``, so an interrupted ablation continues where it stopped;

@@ -6,27 +6,26 @@ the prediction the other way round: that CLM first makes the better encoder."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from maskwise.experiments.ablations.cross_objective import (
     CLM,
     MLM,
     TWO_PHASES,
     continued,
+    first_share,
 )
 from maskwise.experiments.ablations.jobs import (
     TAGGING,
+    JobsStudy,
     ahead_on,
     baselines,
-    header,
     jobs_of,
-    meaning,
-    measure,
-    tabulate,
 )
 from maskwise.experiments.arms import TOKENS, WALL, Arm
 from maskwise.experiments.framework import (
     Measured,
     Rule,
-    Study,
     claims_verdict,
     key,
     moved,
@@ -41,41 +40,47 @@ RULE = ("Paired by seed, CLM then MLM (a) against MLM alone (b) on tagging F1 af
         "common outcome, inconclusive if they differ.")
 
 
-def arms(share: float = DEFAULT_SHARE) -> tuple[Arm, ...]:
-    return MLM, continued(MLM, CLM, share)
-
-
-def judge(metrics: dict, arms: tuple[Arm, ...]) -> tuple[str, str]:
+def judge(metrics: dict, arms: Sequence[Arm]) -> tuple[str, str]:
     mlm, first_clm = arms
     return on_both_axes(lambda axis: claims_verdict(ahead_on(metrics, axis, first_clm.label, mlm.label,
                                                              jobs_of(mlm))))
 
 
-def summary(m: Measured, metrics: dict) -> str:
-    mlm, first_clm = (arm.label for arm in m.arms)
-    tag, tag_w = (metrics[key(TAGGING.name, axis)] for axis in (TOKENS, WALL))
-    return (f"We replaced MLM for the whole budget with CLM for its first {m.arms[1].before.share:.0%} and MLM for "
-            f"the rest: tagging F1 {moved(tag[mlm], tag[first_clm])} at equal tokens "
-            f"({moved(tag_w[mlm], tag_w[first_clm])} at equal wall-clock; trivial baselines: "
-            f"{baselines(m, metrics, TOKENS)}).")
+class ClmThenMlm(JobsStudy):
+    """MLM alone vs CLM for part of the budget, then MLM, for the same encoder."""
+
+    reads = ("tag",)  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
+    about = "MLM alone vs CLM for half the budget, then MLM, for the same encoder (tagging)"
+    title = "Ablation clm-then-mlm: MLM alone vs CLM first, then MLM"
+    rules = (Rule(("At the same budget, an encoder pretrained with CLM first and MLM after is ahead of one pretrained "
+                   "with MLM alone (Gisserot-Boukhlef et al., 2025)."), RULE, judge),)
+    step = "clm-mlm"
+    options = ("share",)
+
+    def pairs(self, arms: Sequence[Arm]) -> tuple[tuple[Arm, Arm]]:
+        """CLM then MLM against MLM alone."""
+        return ((arms[1], arms[0]),)
+
+    def arms(self, share: float = DEFAULT_SHARE) -> tuple[Arm, ...]:
+        return MLM, continued(MLM, CLM, share)
+
+    def summary(self, m: Measured, metrics: dict) -> str:
+        mlm, first_clm = (arm.label for arm in m.arms)
+        tag, tag_w = (metrics[key(TAGGING.name, axis)] for axis in (TOKENS, WALL))
+        return (f"We replaced MLM for the whole budget with CLM for its first {first_share(m.arms[1]):.0%} and MLM for "
+                f"the rest: tagging F1 {moved(tag[mlm], tag[first_clm])} at equal tokens "
+                f"({moved(tag_w[mlm], tag_w[first_clm])} at equal wall-clock; trivial baselines: "
+                f"{baselines(m, metrics, TOKENS)}).")
+
+    def notes(self, m: Measured) -> list[str]:
+        return [
+            TWO_PHASES,
+            ("Gisserot-Boukhlef et al. (2025, 'Should We Still Pretrain Encoders with Masked Language Modeling?') found "
+             "CLM followed by MLM ahead of MLM alone on downstream encoder tasks at the same compute, with models of "
+             "hundreds of millions of parameters; the tiny models here are far below that."),
+            ("The validation losses on the plots are per token (CLM, the first phase) and per masked token (MLM): "
+             "compare the curves' shapes, not their levels."),
+        ]
 
 
-def notes(m: Measured) -> list[str]:
-    return [
-        TWO_PHASES,
-        ("Gisserot-Boukhlef et al. (2025, 'Should We Still Pretrain Encoders with Masked Language Modeling?') found "
-         "CLM followed by MLM ahead of MLM alone on downstream encoder tasks at the same compute, with models of "
-         "hundreds of millions of parameters; the tiny models here are far below that."),
-        ("The validation losses on the plots are per token (CLM, the first phase) and per masked token (MLM): "
-         "compare the curves' shapes, not their levels."),
-    ]
-
-
-ABLATION = Study(
-    reads=("tag",),  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
-    about="MLM alone vs CLM for half the budget, then MLM, for the same encoder (tagging)",
-    title="Ablation clm-then-mlm: MLM alone vs CLM first, then MLM",
-    rules=(Rule(("At the same budget, an encoder pretrained with CLM first and MLM after is ahead of one pretrained "
-                 "with MLM alone (Gisserot-Boukhlef et al., 2025)."), RULE, judge),),
-    step="clm-mlm", arms=arms, measure=measure, tabulate=lambda m: tabulate(m, ((m.arms[1], m.arms[0]),)),
-    summary=summary, notes=notes, options=("share",), header=header, meaning=meaning)
+ABLATION = ClmThenMlm()

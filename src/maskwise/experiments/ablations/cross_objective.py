@@ -14,23 +14,21 @@ why, and only a continued model ahead, separated, falsifies."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from maskwise.errors import UserError
 from maskwise.experiments.ablations.jobs import (
     NEXT_TOKEN_LOSS,
     TAGGING,
+    JobsStudy,
     ahead_on,
     baselines,
-    header,
     jobs_of,
-    meaning,
-    measure,
-    tabulate,
 )
 from maskwise.experiments.arms import TOKENS, Arm, Phase
 from maskwise.experiments.framework import (
     Measured,
     Rule,
-    Study,
     claims_verdict,
     key,
     moved,
@@ -59,14 +57,9 @@ def continued(then: Arm, before: Arm, share: float) -> Arm:
                then.settings, before=Phase(before.settings, share))
 
 
-def arms(share: float = DEFAULT_SHARE) -> tuple[Arm, ...]:
-    """The encoder pair, then the decoder pair: each its native model first."""
-    return MLM, continued(MLM, CLM, share), CLM, continued(CLM, MLM, share)
-
-
-def pairs(arms: tuple[Arm, ...]) -> tuple[tuple[Arm, ...], tuple[Arm, ...]]:
-    """The encoder pair and the decoder pair: what the rules compare, each on its own clock."""
-    return arms[:2], arms[2:]
+def first_share(arm: Arm) -> float:
+    """The share of the budget a continued arm spends in its first objective (0 for a native one)."""
+    return arm.before.share if arm.before is not None else 0.0
 
 
 def judge_pair(metrics: dict, native: Arm, other: Arm) -> tuple[str, str]:
@@ -79,22 +72,12 @@ def judge_pair(metrics: dict, native: Arm, other: Arm) -> tuple[str, str]:
     return on_both_axes(one_axis)
 
 
-def judge_encoders(metrics: dict, arms: tuple[Arm, ...]) -> tuple[str, str]:
+def judge_encoders(metrics: dict, arms: Sequence[Arm]) -> tuple[str, str]:
     return judge_pair(metrics, arms[0], arms[1])
 
 
-def judge_decoders(metrics: dict, arms: tuple[Arm, ...]) -> tuple[str, str]:
+def judge_decoders(metrics: dict, arms: Sequence[Arm]) -> tuple[str, str]:
     return judge_pair(metrics, arms[2], arms[3])
-
-
-def summary(m: Measured, metrics: dict) -> str:
-    mlm, from_clm, clm, from_mlm = (arm.label for arm in m.arms)
-    tag, loss = (metrics[key(job.name, TOKENS)] for job in (TAGGING, NEXT_TOKEN_LOSS))
-    share = m.arms[1].before.share
-    return (f"We replaced pretraining in the model's own objective with {share:.0%} of the budget in the other one "
-            f"before its own: at equal tokens the encoder's tagging F1 {moved(tag[mlm], tag[from_clm])}, "
-            f"while the decoder's held-out next-token loss "
-            f"{moved(loss[clm], loss[from_mlm])} nats/char (trivial baselines: {baselines(m, metrics, TOKENS)}).")
 
 
 # What a continued arm's two runs are, for the notes of every ablation that has one.
@@ -106,25 +89,50 @@ TWO_PHASES = ("A continued arm is two runs: the first objective on its share of 
               "same text every arm reads).")
 
 
-def notes(m: Measured) -> list[str]:
-    return [
-        TWO_PHASES,
-        ("Ettin (Weller et al., 2025, 'Seq vs Seq') continued fully trained encoders and decoders in the other "
-         "objective for a few percent more tokens and found them behind the native model of the same size; here "
-         "the continued arm spends its share (--share) of the same budget in the other objective first, and the "
-         "models are tiny."),
-        ("The validation losses on the plots are per masked token (MLM) and per token (CLM), and a continued "
-         "arm's first phase is on the other scale: compare the curves' shapes, not their levels."),
-    ]
+class CrossObjective(JobsStudy):
+    """Native pretraining vs the other objective first, then continued in the native one (Ettin)."""
+
+    reads = ("tag",)  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
+    about = "native MLM/CLM vs the other objective for 75% of the budget, then continued in the native one (Ettin)"
+    title = "Ablation cross-objective: native pretraining vs the other objective first, then continued"
+    rules = (Rule(("An encoder pretrained with MLM for the whole budget is ahead of a CLM decoder continued as an MLM "
+                   "encoder (Ettin, Weller et al. 2025)."), RULE, judge_encoders, "encoder"),
+             Rule("A decoder pretrained with CLM for the whole budget is ahead of an MLM encoder continued as a CLM "
+                  "decoder (the mirror).", RULE, judge_decoders, "decoder"))
+    step = "cross"
+    options = ("share",)
+
+    def clock_groups(self, arms: Sequence[Arm]) -> tuple[Sequence[Arm], Sequence[Arm]]:
+        """Each pair on its own equal-wall-clock budget: the pairs are never compared with each other."""
+        return self.pairs(arms)
+
+    def arms(self, share: float = DEFAULT_SHARE) -> tuple[Arm, ...]:
+        """The encoder pair, then the decoder pair: each its native model first."""
+        return MLM, continued(MLM, CLM, share), CLM, continued(CLM, MLM, share)
+
+    def pairs(self, arms: Sequence[Arm]) -> tuple[Sequence[Arm], Sequence[Arm]]:
+        """The encoder pair and the decoder pair: what the rules compare, each on its own clock."""
+        return arms[:2], arms[2:]
+
+    def summary(self, m: Measured, metrics: dict) -> str:
+        mlm, from_clm, clm, from_mlm = (arm.label for arm in m.arms)
+        tag, loss = (metrics[key(job.name, TOKENS)] for job in (TAGGING, NEXT_TOKEN_LOSS))
+        share = first_share(m.arms[1])
+        return (f"We replaced pretraining in the model's own objective with {share:.0%} of the budget in the other one "
+                f"before its own: at equal tokens the encoder's tagging F1 {moved(tag[mlm], tag[from_clm])}, "
+                f"while the decoder's held-out next-token loss "
+                f"{moved(loss[clm], loss[from_mlm])} nats/char (trivial baselines: {baselines(m, metrics, TOKENS)}).")
+
+    def notes(self, m: Measured) -> list[str]:
+        return [
+            TWO_PHASES,
+            ("Ettin (Weller et al., 2025, 'Seq vs Seq') continued fully trained encoders and decoders in the other "
+             "objective for a few percent more tokens and found them behind the native model of the same size; here "
+             "the continued arm spends its share (--share) of the same budget in the other objective first, and the "
+             "models are tiny."),
+            ("The validation losses on the plots are per masked token (MLM) and per token (CLM), and a continued "
+             "arm's first phase is on the other scale: compare the curves' shapes, not their levels."),
+        ]
 
 
-ABLATION = Study(
-    reads=("tag",),  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
-    about="native MLM/CLM vs the other objective for 75% of the budget, then continued in the native one (Ettin)",
-    title="Ablation cross-objective: native pretraining vs the other objective first, then continued",
-    rules=(Rule(("An encoder pretrained with MLM for the whole budget is ahead of a CLM decoder continued as an MLM "
-                 "encoder (Ettin, Weller et al. 2025)."), RULE, judge_encoders, "encoder"),
-           Rule("A decoder pretrained with CLM for the whole budget is ahead of an MLM encoder continued as a CLM "
-                "decoder (the mirror).", RULE, judge_decoders, "decoder")),
-    step="cross", arms=arms, measure=measure, tabulate=lambda m: tabulate(m, pairs(m.arms)),
-    summary=summary, notes=notes, options=("share",), header=header, meaning=meaning, clock_groups=pairs)
+ABLATION = CrossObjective()

@@ -64,58 +64,67 @@ def detection_gain(run: dict) -> float:
     return -sum(p * math.log(p) for p in (share, 1.0 - share) if p > 0) - last["val_discriminator_loss"]
 
 
-def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
-    return with_control(setup, TAGGING, TAGGING.take(setup, name, seed), seed)
+class Electra(Study):
+    """Replaced-token detection vs masked language modelling for the same encoder."""
+
+    reads = ("tag",)  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
+    about = "ELECTRA vs MLM pretraining, then the same tagging fine-tuning"
+    title = "Ablation electra: replaced-token detection vs masked language modelling"
+    rules = (Rule(("ELECTRA (replaced-token detection) pretrains a better encoder than MLM at equal compute, "
+                   "most clearly for small models (Clark et al., 2020)."), RULE, judge),)
+    step = "tag"
+    tokens_factor = 2.0
+    steps_factor = 2
+
+    def arms(self) -> tuple[Arm, ...]:
+        return ELECTRA, MLM
+
+    def measure(self, setup: Setup, arm: Arm, name: str, seed: int) -> dict:
+        return with_control(setup, TAGGING, TAGGING.take(setup, name, seed), seed)
+
+    def tabulate(self, m: Measured) -> tuple[dict, list]:
+        metrics, rows = {}, []
+        for axis in AXES:
+            metrics[key(TAG_F1, axis)], tagging = TAGGING.rows(m, axis)
+            rows += [*tagging, table_row("pretraining FLOPs (estimate, 10^12)", axis,
+                                         m.final(axis, lambda last: last["flops"] / 1e12), None, 2)]
+        gain = [detection_gain(run) for run in m.runs[TOKENS][ELECTRA.key]]  # one run per seed serves both axes
+        rows.append([DETECTION_GAIN, "both", fmt_stat(gain), "", ""])
+        return metrics, rows
+
+    def summary(self, m: Measured, metrics: dict) -> str:
+        tagging, tagging_w = metrics[key(TAG_F1, TOKENS)], metrics[key(TAG_F1, WALL)]
+        rule, rule_f1 = TAGGING.baseline_of(m.first(MLM))
+        speed = {arm.label: [tokens_per_second(r) for r in m.runs[TOKENS][arm.key]] for arm in m.arms}
+        return (f"We replaced MLM with ELECTRA's replaced-token detection for the same encoder: tagging F1 "
+                f"{moved(tagging[MLM.label], tagging[ELECTRA.label])} at equal tokens "
+                f"({moved(tagging_w[MLM.label], tagging_w[ELECTRA.label])} at equal wall-clock; {rule} {rule_f1:.3f}), "
+                f"while pretraining throughput {moved(speed[MLM.label], speed[ELECTRA.label], 0)} tokens/s.")
+
+    def notes(self, m: Measured) -> list[str]:
+        return [
+            ("Equal compute is stated two ways: equal wall-clock (the fair one for cost: ELECTRA pretrains for the "
+             "seconds MLM needed for the scale's tokens) and equal tokens (the same text: the tokens ELECTRA read in "
+             "that time, MLM pretraining again to that count; ELECTRA also runs a generator a quarter the width, so it "
+             "spends more per token, see the FLOPs row). The FLOPs estimate counts both of ELECTRA's stacks (weights "
+             "and attention) and the generator's head."),
+            ("What fine-tunes is the discriminator (the run's model.safetensors), a plain encoder of the same size "
+             "as the MLM one, with a fresh per-token head on the tagging job's training rows (the train plays' punctuation windows, or "
+             "the user's tag task); the same steps, "
+             "batch and learning rates."),
+            "One model size only: the 'most clearly for small models' part of the prediction is not tested here.",
+            (f"Both arms pretrain on {self.tokens_factor:g}x the scale's tokens at 1/{self.steps_factor} of "
+             f"its batch (more optimizer steps for the same text), and ELECTRA masks {ELECTRA_MASK_RATIO:.0%} of the "
+             "tokens, as ELECTRA-Large does (more replacements a step): replaced-token detection learns from one bit "
+             "a token, and with fewer steps and 15% the discriminator stayed at the base rate of replacements (the "
+             f"'{DETECTION_GAIN}' row: 0 is that)."),
+            ("ELECTRA's validation loss (generator MLM + 50 x discriminator BCE) is on another scale than MLM's: "
+             "compare the curves' shapes, not their levels."),
+        ]
+
+    def meaning(self, m: Measured) -> dict[str, tuple[bool | None, tuple[str, float] | None]]:
+        """Tagging F1, higher is better, against the MLM arm's first trivial baseline."""
+        return {TAG_F1: (True, TAGGING.baseline_of(m.first(MLM)))}
 
 
-def tabulate(m: Measured) -> tuple[dict, list]:
-    metrics, rows = {}, []
-    for axis in AXES:
-        metrics[key(TAG_F1, axis)], tagging = TAGGING.rows(m, axis)
-        rows += [*tagging, table_row("pretraining FLOPs (estimate, 10^12)", axis,
-                                     m.final(axis, lambda last: last["flops"] / 1e12), None, 2)]
-    gain = [detection_gain(run) for run in m.runs[TOKENS][ELECTRA.key]]  # one run per seed serves both axes
-    rows.append([DETECTION_GAIN, "both", fmt_stat(gain), "", ""])
-    return metrics, rows
-
-
-def summary(m: Measured, metrics: dict) -> str:
-    tagging, tagging_w = metrics[key(TAG_F1, TOKENS)], metrics[key(TAG_F1, WALL)]
-    rule, rule_f1 = TAGGING.baseline_of(m.first(MLM))
-    speed = {arm.label: [tokens_per_second(r) for r in m.runs[TOKENS][arm.key]] for arm in m.arms}
-    return (f"We replaced MLM with ELECTRA's replaced-token detection for the same encoder: tagging F1 "
-            f"{moved(tagging[MLM.label], tagging[ELECTRA.label])} at equal tokens "
-            f"({moved(tagging_w[MLM.label], tagging_w[ELECTRA.label])} at equal wall-clock; {rule} {rule_f1:.3f}), "
-            f"while pretraining throughput {moved(speed[MLM.label], speed[ELECTRA.label], 0)} tokens/s.")
-
-
-def notes(m: Measured) -> list[str]:
-    return [
-        ("Equal compute is stated two ways: equal wall-clock (the fair one for cost: ELECTRA pretrains for the "
-         "seconds MLM needed for the scale's tokens) and equal tokens (the same text: the tokens ELECTRA read in "
-         "that time, MLM pretraining again to that count; ELECTRA also runs a generator a quarter the width, so it "
-         "spends more per token, see the FLOPs row). The FLOPs estimate counts both of ELECTRA's stacks (weights "
-         "and attention) and the generator's head."),
-        ("What fine-tunes is the discriminator (the run's model.safetensors), a plain encoder of the same size "
-         "as the MLM one, with a fresh per-token head on the tagging job's training rows (the train plays' punctuation windows, or "
-         "the user's tag task); the same steps, "
-         "batch and learning rates."),
-        "One model size only: the 'most clearly for small models' part of the prediction is not tested here.",
-        (f"Both arms pretrain on {ABLATION.tokens_factor:g}x the scale's tokens at 1/{ABLATION.steps_factor} of "
-         f"its batch (more optimizer steps for the same text), and ELECTRA masks {ELECTRA_MASK_RATIO:.0%} of the "
-         "tokens, as ELECTRA-Large does (more replacements a step): replaced-token detection learns from one bit "
-         "a token, and with fewer steps and 15% the discriminator stayed at the base rate of replacements (the "
-         f"'{DETECTION_GAIN}' row: 0 is that)."),
-        ("ELECTRA's validation loss (generator MLM + 50 x discriminator BCE) is on another scale than MLM's: "
-         "compare the curves' shapes, not their levels."),
-    ]
-
-
-ABLATION = Study(
-    reads=("tag",),  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
-    about="ELECTRA vs MLM pretraining, then the same tagging fine-tuning",
-    title="Ablation electra: replaced-token detection vs masked language modelling",
-    rules=(Rule(("ELECTRA (replaced-token detection) pretrains a better encoder than MLM at equal compute, "
-                "most clearly for small models (Clark et al., 2020)."), RULE, judge),),
-    step="tag", arms=lambda: (ELECTRA, MLM), measure=measure, tabulate=tabulate, summary=summary, notes=notes,
-    meaning=lambda m: {TAG_F1: (True, TAGGING.baseline_of(m.first(MLM)))}, tokens_factor=2.0, steps_factor=2)
+ABLATION = Electra()

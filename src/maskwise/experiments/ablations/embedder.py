@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from statistics import fmean as mean
 
 from maskwise.experiments.ablations.jobs import (
@@ -43,6 +44,12 @@ RULE = ("Compare recall@10 of the encoder (a) and the decoder (b) overall and pe
         "common outcome, inconclusive if they differ.")
 
 
+def bucket_recall(bucket: str, measures: dict) -> float:
+    """A run's recall@10 on the passages of length bucket ``bucket`` (``framework.common_buckets``: every run has
+    one there)."""
+    return RetrievalRecord.from_json(measures).by_passage_chars[bucket].recall_at_10
+
+
 def judge(metrics: dict, arms=None) -> tuple[str, str]:
     def pair(groups: dict[str, list[float]]) -> tuple[list[float], list[float]]:
         return groups[ENCODER.label], groups[DECODER.label]
@@ -77,70 +84,75 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
     return on_both_axes(one_axis)
 
 
-def tabulate(m: Measured) -> tuple[dict, list]:
-    buckets = common_buckets(m, "by_passage_chars")
-    metrics, rows = {}, []
-    for axis in AXES:
-        recall = m.per_arm(axis, RETRIEVAL.score_of)
-        bars = RETRIEVAL.bars(m.measured[axis][ENCODER.key])  # per seed: the random ranking and the control
-        metrics[key("recall@10", axis)] = {**recall, **bars}
-        rows += [table_row("recall@10", axis, recall, True),
-                 table_row(f"recall@10, {UNTRAINED} (control)", axis, {ENCODER.label: bars[UNTRAINED]}, True)]
-        for bucket in buckets:
-            name = f"{BUCKET}{bucket} chars"
-            metrics[key(name, axis)] = m.per_arm(
-                axis, lambda r, b=bucket: RetrievalRecord.from_json(r).by_passage_chars[b].recall_at_10)
-            rows.append(table_row(name, axis, metrics[key(name, axis)], True))
-        rows.append(table_row("MRR", axis, m.per_arm(axis, lambda r: RetrievalRecord.from_json(r).mrr), True))
-    return metrics, rows
+class Embedder(Study):
+    """A bidirectional encoder vs a causal decoder as the body of an ICT bi-encoder."""
+
+    reads = ("embed",)  # a user's retrieval rows replace the plays' ICT pairs (ablate --task)
+    about = "bidirectional encoder vs causal decoder as bi-encoders (ICT retrieval)"
+    title = "Ablation embedder: bidirectional encoder vs causal decoder as a bi-encoder"
+    rules = (Rule(("A bidirectional encoder makes a better bi-encoder than a causal decoder of the same size and "
+                   "pretraining budget; the gap narrows for short passages."), RULE, judge),)
+    step = "retrieve"
+
+    def arms(self) -> tuple[Arm, ...]:
+        return ENCODER, DECODER
+
+    def tabulate(self, m: Measured) -> tuple[dict, list]:
+        buckets = common_buckets(m, "by_passage_chars")
+        metrics, rows = {}, []
+        for axis in AXES:
+            recall = m.per_arm(axis, RETRIEVAL.score_of)
+            bars = RETRIEVAL.bars(m.measured[axis][ENCODER.key])  # per seed: the random ranking and the control
+            metrics[key("recall@10", axis)] = {**recall, **bars}
+            rows += [table_row("recall@10", axis, recall, True),
+                     table_row(f"recall@10, {UNTRAINED} (control)", axis, {ENCODER.label: bars[UNTRAINED]}, True)]
+            for bucket in buckets:
+                name = f"{BUCKET}{bucket} chars"
+                metrics[key(name, axis)] = m.per_arm(axis, partial(bucket_recall, bucket))
+                rows.append(table_row(name, axis, metrics[key(name, axis)], True))
+            rows.append(table_row("MRR", axis, m.per_arm(axis, lambda r: RetrievalRecord.from_json(r).mrr), True))
+        return metrics, rows
+
+    def summary(self, m: Measured, metrics: dict) -> str:
+        tok, wall = metrics[key("recall@10", TOKENS)], metrics[key("recall@10", WALL)]
+        enc, dec = ENCODER.label, DECODER.label
+        buckets = buckets_of(metrics, BUCKET, TOKENS)
+        by_length = " (no length bucket had enough queries to break it down)"
+        if buckets:
+            parts = []
+            for bucket_key in dict.fromkeys((buckets[0], buckets[-1])):
+                chars = bucket_key[len(BUCKET):-len(f" chars at {TOKENS}")]
+                groups = metrics[bucket_key]
+                parts.append(f"on passages of {chars} characters it {moved(groups[enc], groups[dec])}")
+            by_length = ", while " + " and ".join(parts)
+        return (f"We replaced the bidirectional encoder (MLM, mean pooling) with a causal decoder of the same size (CLM, "
+                f"last-token pooling) as the body of an ICT bi-encoder: recall@10 {moved(tok[enc], tok[dec])} at equal "
+                f"tokens ({moved(wall[enc], wall[dec])} at equal wall-clock){by_length} (random ranking: "
+                f"{mean(tok[BASELINE]):.3f}; the encoder's block never pretrained, fine-tuned the same way: "
+                f"{mean(tok[UNTRAINED]):.3f}).")
+
+    def notes(self, m: Measured) -> list[str]:
+        return [
+            (f"Control: the encoder's block as its pretraining starts it, never trained, fine-tuned the same way "
+             f"({UNTRAINED}); only what the encoder scores above it is pretraining's."),
+            ("Both bodies pretrain on the same text with the same block; only the attention mask and the loss "
+             "differ. Contrastive training (InfoNCE, in-batch negatives) has the same steps, batch and learning rate."),
+            ("Pooling: mean over real tokens for the encoder, the last real token for the decoder (the only position "
+             "that has seen the whole text through a causal mask)."),
+            (f"Inputs are cut to {m.setup.recipe.block_size} tokens ({m.setup.recipe.tokenizer}): in the longest "
+             "buckets both models read only the start of the passage."),
+            ("The validation losses on the plots are per masked token (MLM) and per token (CLM): compare shapes, "
+             "not levels."),
+        ]
+
+    def measure(self, setup: Setup, arm: Arm, name: str, seed: int) -> dict:
+        """The arm's retrieval record; the encoder's with its control (mean pooling, as the encoder's) beside it."""
+        record = fine_tuned(setup, "embed", name, seed, POOLING[arm.key])
+        return with_control(setup, RETRIEVAL, record, seed) if arm is ENCODER else record
+
+    def meaning(self, m: Measured) -> dict[str, tuple[bool | None, tuple[str, float] | None]]:
+        """Recall, higher is better; its random ranking and control are groups of the metric."""
+        return {"recall@10": (True, None)}
 
 
-def summary(m: Measured, metrics: dict) -> str:
-    tok, wall = metrics[key("recall@10", TOKENS)], metrics[key("recall@10", WALL)]
-    enc, dec = ENCODER.label, DECODER.label
-    buckets = buckets_of(metrics, BUCKET, TOKENS)
-    by_length = " (no length bucket had enough queries to break it down)"
-    if buckets:
-        parts = []
-        for bucket_key in dict.fromkeys((buckets[0], buckets[-1])):
-            chars = bucket_key[len(BUCKET):-len(f" chars at {TOKENS}")]
-            groups = metrics[bucket_key]
-            parts.append(f"on passages of {chars} characters it {moved(groups[enc], groups[dec])}")
-        by_length = ", while " + " and ".join(parts)
-    return (f"We replaced the bidirectional encoder (MLM, mean pooling) with a causal decoder of the same size (CLM, "
-            f"last-token pooling) as the body of an ICT bi-encoder: recall@10 {moved(tok[enc], tok[dec])} at equal "
-            f"tokens ({moved(wall[enc], wall[dec])} at equal wall-clock){by_length} (random ranking: "
-            f"{mean(tok[BASELINE]):.3f}; the encoder's block never pretrained, fine-tuned the same way: "
-            f"{mean(tok[UNTRAINED]):.3f}).")
-
-
-def notes(m: Measured) -> list[str]:
-    return [
-        (f"Control: the encoder's block as its pretraining starts it, never trained, fine-tuned the same way "
-         f"({UNTRAINED}); only what the encoder scores above it is pretraining's."),
-        ("Both bodies pretrain on the same text with the same block; only the attention mask and the loss "
-         "differ. Contrastive training (InfoNCE, in-batch negatives) has the same steps, batch and learning rate."),
-        ("Pooling: mean over real tokens for the encoder, the last real token for the decoder (the only position "
-         "that has seen the whole text through a causal mask)."),
-        (f"Inputs are cut to {m.setup.recipe.block_size} tokens ({m.setup.recipe.tokenizer}): in the longest "
-         "buckets both models read only the start of the passage."),
-        ("The validation losses on the plots are per masked token (MLM) and per token (CLM): compare shapes, "
-         "not levels."),
-    ]
-
-
-def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
-    """The arm's retrieval record; the encoder's with its control (mean pooling, as the encoder's) beside it."""
-    record = fine_tuned(setup, "embed", name, seed, POOLING[arm.key])
-    return with_control(setup, RETRIEVAL, record, seed) if arm is ENCODER else record
-
-
-ABLATION = Study(
-    reads=("embed",),  # a user's retrieval rows replace the plays' ICT pairs (ablate --task)
-    about="bidirectional encoder vs causal decoder as bi-encoders (ICT retrieval)",
-    title="Ablation embedder: bidirectional encoder vs causal decoder as a bi-encoder",
-    rules=(Rule(("A bidirectional encoder makes a better bi-encoder than a causal decoder of the same size and "
-                "pretraining budget; the gap narrows for short passages."), RULE, judge),),
-    step="retrieve", arms=lambda: (ENCODER, DECODER), measure=measure, tabulate=tabulate,
-    summary=summary, notes=notes,
-    meaning=lambda m: {"recall@10": (True, None)})  # its random ranking and control are groups of the metric
+ABLATION = Embedder()

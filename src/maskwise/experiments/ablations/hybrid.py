@@ -8,24 +8,22 @@ hybrid meets each specialist on the specialist's own job."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from maskwise.experiments.ablations.jobs import (
     CLM_DECODER,
     MLM_ENCODER,
     NEXT_TOKEN_LOSS,
     TAGGING,
+    JobsStudy,
     baselines,
     clears,
-    header,
     jobs_of,
-    meaning,
-    measure,
-    tabulate,
 )
 from maskwise.experiments.arms import TOKENS, WALL, Arm
 from maskwise.experiments.framework import (
     Measured,
     Rule,
-    Study,
     key,
     moved,
     on_both_axes,
@@ -68,40 +66,48 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
     return on_both_axes(one_axis)
 
 
-def summary(m: Measured, metrics: dict) -> str:
-    enc, dec, hybrid = MLM_ENCODER.label, CLM_DECODER.label, HYBRID.label
-    tag, loss = (metrics[key(job.name, TOKENS)] for job in (TAGGING, NEXT_TOKEN_LOSS))
-    tag_w, loss_w = metrics[key(TAGGING.name, WALL)], metrics[key(NEXT_TOKEN_LOSS.name, WALL)]
-    return (f"We replaced the two specialists, an MLM encoder and a CLM decoder, with one decoder trained both ways "
-            f"(GPT-BERT's masked next-token prediction): against the encoder, tagging F1 "
-            f"{moved(tag[enc], tag[hybrid])} at equal tokens "
-            f"(tagging F1 {moved(tag_w[enc], tag_w[hybrid])} at equal wall-clock); against the decoder, held-out "
-            f"next-token loss {moved(loss[dec], loss[hybrid])} nats/char ({moved(loss_w[dec], loss_w[hybrid])} at "
-            f"equal wall-clock; trivial baselines: {baselines(m, metrics, TOKENS)}).")
+class Hybrid(JobsStudy):
+    """One decoder trained both ways (GPT-BERT) against the two specialists it would replace."""
+
+    reads = ("tag",)  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
+    about = "a hybrid decoder (GPT-BERT) vs an MLM encoder and a CLM decoder, each on the specialist's own job"
+    title = "Ablation hybrid: one decoder trained both ways vs the two specialists"
+    rules = (Rule(("A hybrid trained with masked next-token prediction is within noise of each specialist on its "
+                   "own job, or ahead: of the MLM encoder on tagging, of the CLM decoder on next-token loss "
+                   "(GPT-BERT, Charpentier & Samuel 2024)."), RULE, judge),)
+    step = "hybrid"
+
+    def arms(self) -> tuple[Arm, ...]:
+        return ARMS
+
+    def pairs(self, arms: Sequence[Arm]) -> tuple[tuple[Arm, Arm], tuple[Arm, Arm]]:
+        """The hybrid against each specialist."""
+        return (HYBRID, MLM_ENCODER), (HYBRID, CLM_DECODER)
+
+    def summary(self, m: Measured, metrics: dict) -> str:
+        enc, dec, hybrid = MLM_ENCODER.label, CLM_DECODER.label, HYBRID.label
+        tag, loss = (metrics[key(job.name, TOKENS)] for job in (TAGGING, NEXT_TOKEN_LOSS))
+        tag_w, loss_w = metrics[key(TAGGING.name, WALL)], metrics[key(NEXT_TOKEN_LOSS.name, WALL)]
+        return (f"We replaced the two specialists, an MLM encoder and a CLM decoder, with one decoder trained both ways "
+                f"(GPT-BERT's masked next-token prediction): against the encoder, tagging F1 "
+                f"{moved(tag[enc], tag[hybrid])} at equal tokens "
+                f"(tagging F1 {moved(tag_w[enc], tag_w[hybrid])} at equal wall-clock); against the decoder, held-out "
+                f"next-token loss {moved(loss[dec], loss[hybrid])} nats/char ({moved(loss_w[dec], loss_w[hybrid])} at "
+                f"equal wall-clock; trivial baselines: {baselines(m, metrics, TOKENS)}).")
+
+    def notes(self, m: Measured) -> list[str]:
+        return [
+            ("The hybrid is the decoder with GPT-BERT's objective (Charpentier & Samuel, 2024, 'GPT or BERT: why not "
+             "both?'): 1/16 of its batches CLM, the rest masked next-token prediction read bidirectionally, each masked "
+             "token predicted from the position before it. Fine-tuned for tagging it reads bidirectionally; on held-out "
+             "text it is scored left to right, as a causal LM."),
+            ("Each arm is measured on the jobs of its objective only: the encoder is not scored left to right (it is "
+             "no next-token model), the decoder is not fine-tuned for tagging (compare measures it there). Each job's "
+             "trivial baseline is a group of its metric (per seed, on the same test items) and stands in the table's "
+             "last column."),
+            ("The validation losses on the plots are on different scales (MLM per masked token, CLM per token, the "
+             "hybrid's pooling its causal and masked positions): compare their shapes, not their levels."),
+        ]
 
 
-def notes(m: Measured) -> list[str]:
-    return [
-        ("The hybrid is the decoder with GPT-BERT's objective (Charpentier & Samuel, 2024, 'GPT or BERT: why not "
-         "both?'): 1/16 of its batches CLM, the rest masked next-token prediction read bidirectionally, each masked "
-         "token predicted from the position before it. Fine-tuned for tagging it reads bidirectionally; on held-out "
-         "text it is scored left to right, as a causal LM."),
-        ("Each arm is measured on the jobs of its objective only: the encoder is not scored left to right (it is "
-         "no next-token model), the decoder is not fine-tuned for tagging (compare measures it there). Each job's "
-         "trivial baseline is a group of its metric (per seed, on the same test items) and stands in the table's "
-         "last column."),
-        ("The validation losses on the plots are on different scales (MLM per masked token, CLM per token, the "
-         "hybrid's pooling its causal and masked positions): compare their shapes, not their levels."),
-    ]
-
-
-ABLATION = Study(
-    reads=("tag",),  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
-    about="a hybrid decoder (GPT-BERT) vs an MLM encoder and a CLM decoder, each on the specialist's own job",
-    title="Ablation hybrid: one decoder trained both ways vs the two specialists",
-    rules=(Rule(("A hybrid trained with masked next-token prediction is within noise of each specialist on its "
-                 "own job, or ahead: of the MLM encoder on tagging, of the CLM decoder on next-token loss "
-                 "(GPT-BERT, Charpentier & Samuel 2024)."), RULE, judge),),
-    step="hybrid", arms=lambda: ARMS, measure=measure, tabulate=lambda m: tabulate(m, ((HYBRID, MLM_ENCODER),
-                                                                                       (HYBRID, CLM_DECODER))),
-    summary=summary, notes=notes, header=header, meaning=meaning)
+ABLATION = Hybrid()

@@ -9,8 +9,10 @@ holding the arms that took it and the baseline (and control) beside them, so tha
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from maskwise.data.corpus import SHAKESPEARE
@@ -19,6 +21,7 @@ from maskwise.experiments.framework import (
     RECALL,
     TAG_F1,
     Measured,
+    Study,
     ahead,
     fine_tuned,
     fine_tuned_body,
@@ -58,23 +61,36 @@ class Job:
     name: str  # the measure in metrics and tables
     step: str  # its record's key in a run's measures, and the prefix of its cached step
     higher: bool
-    take: Callable[[Setup, str, int], dict]  # (setup, run name, seed) -> the record, as JSON
     record: type[Fields]  # what the JSON is read back as
     score: Callable[[Any], float]  # of the record
     baseline: Callable[[Any], tuple[str, float]]  # the record -> the trivial baseline's name and score
     more: tuple[tuple[str, Callable[[Any], float]], ...] = ()  # (row name, its value in the record)
-    fine_tuned: bool = False  # it fine-tunes task ``step``: an untrained body fine-tuned so is its control
+    # How a job that fine-tunes nothing takes its record, (setup, run name, seed) -> JSON; None: it fine-tunes task
+    # ``step`` (``framework.fine_tuned``), and an untrained body fine-tuned the same way is its control.
+    own: Callable[[Setup, str, int], dict] | None = None
+
+    @property
+    def fine_tuned(self) -> bool:
+        """Whether it fine-tunes task ``step``, so that it has a control (``control``)."""
+        return self.own is None
+
+    def take(self, setup: Setup, name: str, seed: int) -> dict:
+        """Run ``name``'s record of this job for ``seed``, as JSON: task ``step`` fine-tuned on it, or its own."""
+        return fine_tuned(setup, self.step, name, seed) if self.own is None else self.own(setup, name, seed)
+
+    def read(self, field: Callable[[Any], float], stored: dict) -> float:
+        """``field`` of a stored record of this job."""
+        return field(self.record.from_json(stored))
 
     def score_of(self, stored: dict) -> float:
-        return self.score(self.record.from_json(stored))
+        return self.read(self.score, stored)
 
     def baseline_of(self, stored: dict) -> tuple[str, float]:
         return self.baseline(self.record.from_json(stored))
 
     def readers(self) -> list[tuple[str, Callable[[dict], float]]]:
         """(row name, its value in a stored record): the score's row, then ``more``'s."""
-        return [(self.name, self.score_of), *((row, lambda stored, read=read: read(self.record.from_json(stored)))
-                                              for row, read in self.more)]
+        return [(self.name, self.score_of), *((row, partial(self.read, field)) for row, field in self.more)]
 
     def bars(self, records: Sequence[dict]) -> dict[str, list[float]]:
         """What every arm must clear, per seed, from one arm's stored ``records``: the trivial baseline and the
@@ -116,15 +132,12 @@ def stronger_tag_baseline(record: TagRecord) -> tuple[str, float]:
     return stronger.name, stronger.micro.f1
 
 
-TAGGING = Job(TAG_F1, "tag", True, lambda setup, name, seed: fine_tuned(setup, "tag", name, seed), TagRecord,
-              lambda r: r.micro.f1, stronger_tag_baseline,
-              (("tag detection F1 (some tag or none)", lambda r: r.detection.f1),), fine_tuned=True)
-RETRIEVAL = Job(RECALL, "embed", True, lambda setup, name, seed: fine_tuned(setup, "embed", name, seed),
-                RetrievalRecord, lambda r: r.recall_at_10,
-                lambda r: ("random ranking", r.baseline.expected.recall_at_10), (("MRR", lambda r: r.mrr),),
-                fine_tuned=True)
-NEXT_TOKEN_LOSS = Job(NEXT_TOKEN, "next_token", False, next_token_loss, NextTokenLoss, lambda r: r.nats_per_char,
-                      lambda r: ("unigram", r.unigram_nats_per_char))
+TAGGING = Job(TAG_F1, "tag", True, TagRecord, lambda r: r.micro.f1, stronger_tag_baseline,
+              (("tag detection F1 (some tag or none)", lambda r: r.detection.f1),))
+RETRIEVAL = Job(RECALL, "embed", True, RetrievalRecord, lambda r: r.recall_at_10,
+                lambda r: ("random ranking", r.baseline.expected.recall_at_10), (("MRR", lambda r: r.mrr),))
+NEXT_TOKEN_LOSS = Job(NEXT_TOKEN, "next_token", False, NextTokenLoss, lambda r: r.nats_per_char,
+                      lambda r: ("unigram", r.unigram_nats_per_char), own=next_token_loss)
 
 # By the objective an arm ends with: an MLM encoder is for reading a text with both sides, a CLM decoder
 # for predicting the next token, and GPT-BERT's hybrid claims both. Not retrieval: at 1.4 M tokens no
@@ -159,49 +172,6 @@ def with_control(setup: Setup, job: Job, record: dict, seed: int) -> dict:
     return {**record, UNTRAINED: control(setup, job, seed)} if job.fine_tuned else record
 
 
-def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
-    """Each of the arm's jobs on run ``name``, each its own cached step: ``{job.step: record}``, a fine-tuned
-    job's record with its control's beside it."""
-    return {job.step: with_control(setup, job, setup.exp.step(f"{job.step}-{name}",
-                                                              lambda job=job: job.take(setup, name, seed)), seed)
-            for job in jobs_of(arm)}
-
-
-def header(labels: Sequence[str]) -> list[str]:
-    return ["measure", "axis", *labels, "compared (paired by seed); trivial baseline"]
-
-
-def tabulate(m: Measured, pairs: Sequence[tuple[Arm, Arm]]) -> tuple[dict, list]:
-    """Per axis and job: the metric (the arms that took it, and ``BASELINE`` per seed from the first of
-    them: every arm of a seed has the same test items; a fine-tuned job's ``UNTRAINED`` control, the same
-    for every arm) and its rows, a dash where an arm did not take it; the last column compares each of ``pairs``
-    that both took it."""
-    metrics, rows = {}, []
-    for axis in m.runs:
-        for job in taken(m.arms):
-            records = {arm.label: [r[job.step] for r in m.measured[axis][arm.key]] for arm in m.arms
-                       if job in jobs_of(arm)}
-            first = next(iter(records.values()))
-            for row, read in job.readers():
-                groups = {label: [read(r) for r in records[label]] for label in records}
-                compared = [f"{a.label} vs {b.label}: "
-                            f"{winner_text(compare(groups[a.label], groups[b.label], job.higher), a.label, b.label)}"
-                            for a, b in pairs if a.label in groups and b.label in groups]
-                if row == job.name:
-                    bars = job.bars(first)
-                    metrics[key(job.name, axis)] = {**groups, **bars}
-                    compared.extend(f"{job.baseline_of(first[0])[0] if bar == BASELINE else bar} {fmt_stat(scores)}"
-                                    for bar, scores in bars.items())
-                rows.append([row, axis, *(fmt_stat(groups[a.label]) if a.label in groups else "—" for a in m.arms),
-                             "; ".join(compared)])
-    return metrics, rows
-
-
-def meaning(m: Measured) -> dict[str, tuple[bool, None]]:
-    """Each job's direction for its plot; its baseline is a group of the metric, plotted beside the arms."""
-    return {job.name: (job.higher, None) for job in taken(m.arms)}
-
-
 def baselines(m: Measured, metrics: dict, axis: str) -> str:
     """Each job's trivial baseline (and control) at ``axis``, named, for a summary: "random ranking 0.014
     (untrained body 0.031), unigram 3.037"."""
@@ -218,7 +188,7 @@ def baselines(m: Measured, metrics: dict, axis: str) -> str:
 def ahead_on(metrics: dict, axis: str, a: str, b: str, jobs: Sequence[Job]) -> list[tuple[str, bool | None]]:
     """The claims "``a`` is ahead of ``b``" on each of ``jobs`` at ``axis``, for ``framework.claims_verdict``;
     on a job that ``a`` or ``b`` does not clear (``clears``) the claim is neither supported nor contradicted."""
-    claims = []
+    claims: list[tuple[str, bool | None]] = []
     for job in jobs:
         groups = metrics[key(job.name, axis)]
         c = compare(groups[a], groups[b], job.higher)
@@ -243,3 +213,53 @@ def clears(metrics: dict, axis: str, label: str, job: Job) -> bool:
     groups = metrics[key(job.name, axis)]
     return all(compare(groups[label], groups[bar], job.higher).winner == "a" for bar in (BASELINE, UNTRAINED)
                if bar in groups)
+
+
+class JobsStudy(Study):
+    """An ablation whose arms each take the jobs of the objective they end with (``JOBS``), each job's metric
+    holding the arms that took it with its baseline and control beside them."""
+
+    @abstractmethod
+    def pairs(self, arms: Sequence[Arm]) -> Sequence[Sequence[Arm]]:
+        """The (a, b) arms the table's last column compares, where both took a job."""
+
+    def measure(self, setup: Setup, arm: Arm, name: str, seed: int) -> dict:
+        """Each of the arm's jobs on run ``name``, each its own cached step: ``{job.step: record}``, a fine-tuned
+        job's record with its control's beside it."""
+        return {job.step: with_control(setup, job, setup.exp.step(f"{job.step}-{name}",
+                                                                  partial(job.take, setup, name, seed)), seed)
+                for job in jobs_of(arm)}
+
+    def header(self, labels: Sequence[str]) -> list[str]:
+        return ["measure", "axis", *labels, "compared (paired by seed); trivial baseline"]
+
+    def tabulate(self, m: Measured) -> tuple[dict, list]:
+        """Per axis and job: the metric (the arms that took it, and ``BASELINE`` per seed from the first of
+        them: every arm of a seed has the same test items; a fine-tuned job's ``UNTRAINED`` control, the same
+        for every arm) and its rows, a dash where an arm did not take it; the last column compares each of ``pairs``
+        that both took it."""
+        pairs = self.pairs(m.arms)
+        metrics: dict[str, dict[str, list[float]]] = {}
+        rows: list[list[str]] = []
+        for axis in m.runs:
+            for job in taken(m.arms):
+                records = {arm.label: [r[job.step] for r in m.measured[axis][arm.key]] for arm in m.arms
+                           if job in jobs_of(arm)}
+                first = next(iter(records.values()))
+                for row, read in job.readers():
+                    groups = {label: [read(r) for r in records[label]] for label in records}
+                    compared = [f"{a.label} vs {b.label}: " + winner_text(
+                        compare(groups[a.label], groups[b.label], job.higher), a.label, b.label)
+                                for a, b in pairs if a.label in groups and b.label in groups]
+                    if row == job.name:
+                        bars = job.bars(first)
+                        metrics[key(job.name, axis)] = {**groups, **bars}
+                        compared.extend(f"{job.baseline_of(first[0])[0] if bar == BASELINE else bar} "
+                                        f"{fmt_stat(scores)}" for bar, scores in bars.items())
+                    rows.append([row, axis, *(fmt_stat(groups[a.label]) if a.label in groups else "—"
+                                              for a in m.arms), "; ".join(compared)])
+        return metrics, rows
+
+    def meaning(self, m: Measured) -> dict[str, tuple[bool | None, tuple[str, float] | None]]:
+        """Each job's direction for its plot; its baseline is a group of the metric, plotted beside the arms."""
+        return {job.name: (job.higher, None) for job in taken(m.arms)}

@@ -44,13 +44,6 @@ def ratio_arm(ratio: float) -> Arm:
     return Arm(f"ratio{ratio:g}", f"mask {ratio:g}", {"family": "encoder", "objective": "mlm", "mask_ratio": ratio})
 
 
-def arms(ratios: Sequence[float] = DEFAULT_RATIOS) -> tuple[Arm, ...]:
-    values = tuple(sorted({float(r) for r in ratios}))
-    if len(values) < 2 or not all(0.0 < r < 1.0 for r in values):
-        raise UserError(f"ratios: need at least two distinct mask ratios in (0, 1), got {list(ratios)}")
-    return tuple(ratio_arm(r) for r in values)
-
-
 def judge(metrics: dict, arms: Sequence[Arm]) -> tuple[str, str]:
     """Between the lowest ratio's arm (``arms[0]``) and the highest's (``arms[-1]``)."""
     low, high = arms[0].label, arms[-1].label
@@ -84,55 +77,65 @@ def mlm_loss_at(setup: Setup, name: str, ratio: float = 0.15) -> float:
     return Trainer(run.model, objective, val, val, cfg, runtime=setup.exp.runtime).evaluate()["val_loss"]
 
 
-def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
-    tagging = with_control(setup, TAGGING, TAGGING.take(setup, name, seed), seed)
-    return {"mlm_loss_15": mlm_loss_at(setup, name), **tagging}
+class MaskRatio(Study):
+    """How much to mask in MLM."""
+
+    reads = ("tag",)  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
+    about = "MLM mask ratio 0.15 vs 0.30: pretraining loss and downstream tagging"
+    title = "Ablation mask-ratio: how much to mask in MLM"
+    rules = (Rule(("Masking 30% instead of 15% gives a lower pretraining loss per step (twice the predictions "
+                   "per step) but a worse downstream score (here: tagging, punctuation restoration on the plays)."),
+                  RULE, judge),)
+    step = "mask"
+    options = ("ratios",)
+
+    def arms(self, ratios: Sequence[float] = DEFAULT_RATIOS) -> tuple[Arm, ...]:
+        values = tuple(sorted({float(r) for r in ratios}))
+        if len(values) < 2 or not all(0.0 < r < 1.0 for r in values):
+            raise UserError(f"ratios: need at least two distinct mask ratios in (0, 1), got {list(ratios)}")
+        return tuple(ratio_arm(r) for r in values)
+
+    def measure(self, setup: Setup, arm: Arm, name: str, seed: int) -> dict:
+        tagging = with_control(setup, TAGGING, TAGGING.take(setup, name, seed), seed)
+        return {"mlm_loss_15": mlm_loss_at(setup, name), **tagging}
+
+    def tabulate(self, m: Measured) -> tuple[dict, list]:
+        metrics, rows = {}, []
+        for axis in AXES:
+            metrics[key(MASK_LOSS, axis)] = m.per_arm(axis, lambda r: r["mlm_loss_15"])
+            metrics[key(TAG_F1, axis)], tagging = TAGGING.rows(m, axis)
+            rows += [table_row(MASK_LOSS + " (nats per masked token)", axis, metrics[key(MASK_LOSS, axis)], False),
+                     table_row("validation loss at its own ratio (not comparable across ratios)", axis,
+                               m.final(axis, lambda last: last["val_loss"]), None),
+                     *tagging]
+        return metrics, rows
+
+    def summary(self, m: Measured, metrics: dict) -> str:
+        low, high = m.arms[0].label, m.arms[-1].label
+        loss, tagging = metrics[key(MASK_LOSS, TOKENS)], metrics[key(TAG_F1, TOKENS)]
+        loss_w, tagging_w = metrics[key(MASK_LOSS, WALL)], metrics[key(TAG_F1, WALL)]
+        rule, rule_f1 = TAGGING.baseline_of(m.first(m.arms[0]))
+        return (f"We replaced mask ratio {low.split()[-1]} with {high.split()[-1]}: held-out MLM loss at 15% masking "
+                f"{moved(loss[low], loss[high])} after the same steps ({moved(loss_w[low], loss_w[high])} at equal "
+                f"wall-clock), while tagging F1 {moved(tagging[low], tagging[high])} "
+                f"({moved(tagging_w[low], tagging_w[high])} at equal wall-clock; {rule} {rule_f1:.3f}).")
+
+    def notes(self, m: Measured) -> list[str]:
+        return [
+            ("What is compared: MLM loss per masked token, on the same held-out windows with the same 15% masks "
+             "for every model. A model trained at 30% is scored on the loss at its own ratio during training (the "
+             "curves and the 'own ratio' row), where each prediction has less context: those numbers measure "
+             "different tasks and are not compared."),
+            ("Wettig et al. (2023, 'Should You Mask 15% in Masked Language Modeling?') found 40% masking beating "
+             "15% downstream for BERT-large-sized models with an efficient recipe; the tiny models here are far "
+             "from that regime, and the verdict is reported either way."),
+            ("Tagging: a fresh per-token head on the body, fine-tuned on the train plays' punctuation windows (or the user's tag task) "
+             "with the same steps, batch and learning rates for every ratio, scored on the same test rows."),
+        ]
+
+    def meaning(self, m: Measured) -> dict[str, tuple[bool | None, tuple[str, float] | None]]:
+        """The loss at 15% masking, lower is better; tagging F1 against the lowest ratio's trivial baseline."""
+        return {MASK_LOSS: (False, None), TAG_F1: (True, TAGGING.baseline_of(m.first(m.arms[0])))}
 
 
-def tabulate(m: Measured) -> tuple[dict, list]:
-    metrics, rows = {}, []
-    for axis in AXES:
-        metrics[key(MASK_LOSS, axis)] = m.per_arm(axis, lambda r: r["mlm_loss_15"])
-        metrics[key(TAG_F1, axis)], tagging = TAGGING.rows(m, axis)
-        rows += [table_row(MASK_LOSS + " (nats per masked token)", axis, metrics[key(MASK_LOSS, axis)], False),
-                 table_row("validation loss at its own ratio (not comparable across ratios)", axis,
-                           m.final(axis, lambda last: last["val_loss"]), None),
-                 *tagging]
-    return metrics, rows
-
-
-def summary(m: Measured, metrics: dict) -> str:
-    low, high = m.arms[0].label, m.arms[-1].label
-    loss, tagging = metrics[key(MASK_LOSS, TOKENS)], metrics[key(TAG_F1, TOKENS)]
-    loss_w, tagging_w = metrics[key(MASK_LOSS, WALL)], metrics[key(TAG_F1, WALL)]
-    rule, rule_f1 = TAGGING.baseline_of(m.first(m.arms[0]))
-    return (f"We replaced mask ratio {low.split()[-1]} with {high.split()[-1]}: held-out MLM loss at 15% masking "
-            f"{moved(loss[low], loss[high])} after the same steps ({moved(loss_w[low], loss_w[high])} at equal "
-            f"wall-clock), while tagging F1 {moved(tagging[low], tagging[high])} "
-            f"({moved(tagging_w[low], tagging_w[high])} at equal wall-clock; {rule} {rule_f1:.3f}).")
-
-
-def notes(m: Measured) -> list[str]:
-    return [
-        ("What is compared: MLM loss per masked token, on the same held-out windows with the same 15% masks "
-         "for every model. A model trained at 30% is scored on the loss at its own ratio during training (the "
-         "curves and the 'own ratio' row), where each prediction has less context: those numbers measure "
-         "different tasks and are not compared."),
-        ("Wettig et al. (2023, 'Should You Mask 15% in Masked Language Modeling?') found 40% masking beating "
-         "15% downstream for BERT-large-sized models with an efficient recipe; the tiny models here are far "
-         "from that regime, and the verdict is reported either way."),
-        ("Tagging: a fresh per-token head on the body, fine-tuned on the train plays' punctuation windows (or the user's tag task) "
-         "with the same steps, batch and learning rates for every ratio, scored on the same test rows."),
-    ]
-
-
-ABLATION = Study(
-    reads=("tag",),  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
-    about="MLM mask ratio 0.15 vs 0.30: pretraining loss and downstream tagging",
-    title="Ablation mask-ratio: how much to mask in MLM",
-    rules=(Rule(("Masking 30% instead of 15% gives a lower pretraining loss per step (twice the predictions "
-                "per step) but a worse downstream score (here: tagging, punctuation restoration on the plays)."), RULE, judge),),
-    step="mask", arms=arms, measure=measure, tabulate=tabulate, summary=summary,
-    notes=notes, options=("ratios",),
-    meaning=lambda m: {MASK_LOSS: (False, None),
-                       TAG_F1: (True, TAGGING.baseline_of(m.first(m.arms[0])))})
+ABLATION = MaskRatio()

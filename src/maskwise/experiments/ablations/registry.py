@@ -23,7 +23,7 @@ from maskwise.experiments.ablations import (
     shift_bug,
 )
 from maskwise.experiments.arms import Setup
-from maskwise.experiments.compare import ComparePlan, plan_of
+from maskwise.experiments.compare_plan import ComparePlan, plan_of
 from maskwise.experiments.framework import Study, conduct, write
 from maskwise.experiments.runner import Experiment
 from maskwise.recipes import SCALES, Scale

