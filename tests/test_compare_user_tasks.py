@@ -14,11 +14,18 @@ from hypothesis import strategies as st
 from maskwise.data.user_tasks import RESERVED, TaskSpec, parse_task
 from maskwise.errors import UserError
 from maskwise.experiments import compare_study
-from maskwise.experiments.claims import RULES, Evidence, Part, claim_verdict, judge_part, rows_of
+from maskwise.experiments.claims import (
+    RULES,
+    Evidence,
+    Part,
+    claim_verdict,
+    judge_part,
+    rows_of,
+)
 from maskwise.experiments.compare import COMPARE
 from maskwise.experiments.compare_plan import plan_of
 from maskwise.experiments.compare_study import time_plan
-from maskwise.experiments.eta import Expected, Ledger, Speeds, step_name
+from maskwise.experiments.eta import Expected, Ledger, step_name
 from maskwise.experiments.runner import step_file
 from maskwise.experiments.verdict import (
     FALSIFIED,
@@ -38,6 +45,7 @@ from maskwise.tasks.registry import (
     TASKS,
     read_tasks,
 )
+from maskwise.tasks.unit import Speeds
 from tests.test_compare import TINY
 from tests.tiny_run import assert_one_line_exit_2, files_in, run_cli
 

@@ -60,7 +60,7 @@ from maskwise.experiments.compare_report import (
     verdicts_said,
 )
 from maskwise.experiments.compare_study import CompareStudy, Measure, task_measures
-from maskwise.experiments.eta import Expected, Speeds, probe_model
+from maskwise.experiments.eta import Expected, probe_model
 from maskwise.experiments.framework import Measured
 from maskwise.experiments.runner import Experiment
 from maskwise.experiments.serving import (
@@ -73,8 +73,10 @@ from maskwise.interop import folders
 from maskwise.recipes import CompareSettings
 from maskwise.runtime import Runtime
 from maskwise.tasks.classify import zero_shot_classify
+from maskwise.tasks.reading import config_of
 from maskwise.tasks.registry import READ_THEN_WRITE, TASKS
 from maskwise.tasks.rerank_eval import RerankRecord
+from maskwise.tasks.unit import Speeds
 
 SIZE_FACTOR = 3.0  # models further apart in parameters than this: the verdicts compare checkpoints, not families
 ORDERS = {1: "one order of magnitude", 2: "two orders of magnitude", 3: "three orders of magnitude"}
@@ -105,7 +107,7 @@ def prompting(key: str, task: UserTask | None, setup: Setup, name: str, seed: in
     model, tok = run.model.eval(), run.tokenizer
     labels = sorted({e.label for e in train})
     majority = max(labels, key=[e.label for e in train].count)
-    room = model.cfg.max_seq_len - 2 - max(len(tok.encode(f" {label}")) for label in labels)
+    room = config_of(model).max_seq_len - 2 - max(len(tok.encode(f" {label}")) for label in labels)
     rng = random.Random(seed)
     each = room // (SHOTS * len(labels) + 1)  # tokens each example and the text may take
     examples = [(fitted(tok, e.text, lambda t, x=e: f"{t}\nlabel: {x.label}\n\n", each), e.label)

@@ -20,6 +20,7 @@ from maskwise.interop.hf_keys import ARCHITECTURES
 from maskwise.model.accounting import parameter_breakdown
 from maskwise.runtime import Runtime
 from maskwise.tasks.finetune import FinetuneConfig
+from maskwise.tasks.reading import config_of
 
 PRETRAINED_BODY_LR = 2e-5  # BERT's fine-tuning range is 1e-5 to 5e-5; higher erases what pretraining learned
 FRESH_HEAD_LR = 1e-3  # a head initialised from nothing takes steps this large from the start
@@ -141,12 +142,13 @@ def open_model(spec: ModelSpec) -> Candidate:
     if not hasattr(model, "read"):
         raise UserError(f"--model {spec.name}: {folder} holds no body that reads a text (an ELECTRA discriminator)")
     config = runs.read_json(folder / runs.CONFIG_FILE)
-    hf, kind = "model_type" in config, model.cfg.kind
+    layout = config_of(model)
+    hf, kind = "model_type" in config, layout.kind
     objective = (("denoise" if config["model_type"] == "bart" else kind.objective) if hf
                  else config.get("objective", kind.objective))
     return Candidate(spec.name, folder, spec.family or kind.name, kind, hf,
                      spec.body == "scratch" if spec.body else not hf, objective, lm_head_of(folder, config),
-                     parameter_breakdown(model), model.cfg.max_seq_len)
+                     parameter_breakdown(model), layout.max_seq_len)
 
 
 def open_models(specs: Sequence[ModelSpec]) -> tuple[Candidate, ...]:

@@ -22,12 +22,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from maskwise.data.task_files import MIN_TEST_ITEMS
 from maskwise.data.user_tasks import UserTask
 from maskwise.experiments.framework import Rule
-from maskwise.experiments.intervals import Interval, PerSeed, beats, interval, separation
+from maskwise.experiments.intervals import (
+    Interval,
+    PerSeed,
+    beats,
+    interval,
+    separation,
+)
 from maskwise.experiments.verdict import (
     FALSIFIED,
     HELD,
@@ -97,8 +103,8 @@ def rows_of(tasks: Sequence[UserTask], configs: Mapping[str, Any] | None = None,
     fine-tune's config; its first row judged, the others reported), or the plays' when there is none and ``plays``
     (the corpus is the plays)."""
     if not tasks:
-        return HELD_OUT_ROWS + (tuple(task_row(kind, kind, TASKS[kind].plays_row) for kind in PLAYS_TASKS)
-                                if plays else ())
+        return HELD_OUT_ROWS + (tuple(task_row(kind, kind, row) for kind in PLAYS_TASKS
+                                      if (row := TASKS[kind].plays_row) is not None) if plays else ())
     rows, configs = [], configs or {}
     for t in tasks:
         name, declared = t.spec.name, TASKS[t.spec.kind]
@@ -120,7 +126,8 @@ def variant_key(name: str, variant: str) -> str:
 def gather(measured: Mapping[int, Mapping[str, dict]], row: CompareRow) -> tuple[dict[str, PerSeed], dict]:
     """Per column that has the row, its per-item scores of every seed, and its baseline (per item, or a
     constant)."""
-    scores, baselines = {}, {}
+    scores: dict[str, PerSeed] = {}
+    baselines: dict = {}
     for family in next(iter(measured.values())):
         try:
             per_seed = [row.scores(measured[seed][family]) for seed in measured]
@@ -128,7 +135,7 @@ def gather(measured: Mapping[int, Mapping[str, dict]], row: CompareRow) -> tuple
             continue
         if any(values is None for values in per_seed):
             continue
-        scores[family] = per_seed
+        scores[family] = cast(PerSeed, per_seed)  # no seed's is None: checked above
         base = [row.baseline(measured[seed][family]) for seed in measured]
         baselines[family] = sum(base) / len(base) if isinstance(base[0], (int, float)) else base
     return scores, baselines
@@ -155,7 +162,9 @@ def gather_classic(measured: Mapping[int, Mapping[str, dict]], row: CompareRow) 
     """``row``'s classic method per column that measured it (None: the row has none)."""
     if not row.classic_name:
         return None
-    same, whole, read = {}, {}, None
+    same: dict[str, PerSeed] = {}
+    whole: dict[str, PerSeed] = {}
+    read = None
     for column in next(iter(measured.values())):
         try:
             on_same = [row.classic(measured[seed][column]) for seed in measured]
@@ -164,9 +173,9 @@ def gather_classic(measured: Mapping[int, Mapping[str, dict]], row: CompareRow) 
         except KeyError:  # a column that cannot take the row
             continue
         if all(v is not None for v in on_same):
-            same[column] = on_same
+            same[column] = cast(PerSeed, on_same)
         if all(v is not None for v in on_whole):
-            whole[column] = on_whole
+            whole[column] = cast(PerSeed, on_whole)
     return Classic(row.classic_name, same, whole, tuple(read) if read else None)
 
 
@@ -320,13 +329,15 @@ class Evidence:
     @property
     def longest_ttft(self) -> tuple[str, Mapping[str, PerSeed]] | None:
         """(its name, its times) of the longest sources timed: where the claim reads the first token."""
-        return next(reversed(self.ttft_ms.items()), None)
+        return next(reversed(list(self.ttft_ms.items())), None)
 
     def parts(self, claim: str) -> list[Part]:
         """Every row of ``claim`` both of its columns were measured on: the predicted family's against the
         other's, on the same items."""
         predicted, other = (self.judged.get(f) for f in CLAIMS[claim])
-        parts = []
+        parts: list[Part] = []
+        if predicted is None or other is None:  # a family neither pretrained nor given
+            return parts
         for row in self.rows:
             scores, baselines = self.gathered[row.key]
             if row.claim != claim or predicted not in scores or other not in scores:

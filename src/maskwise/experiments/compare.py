@@ -50,13 +50,14 @@ from maskwise.experiments.compare_report import (
     warning_text,
 )
 from maskwise.experiments.compare_study import CompareStudy, Measure, task_measures
-from maskwise.experiments.eta import Expected, Speeds
+from maskwise.experiments.eta import Expected
 from maskwise.experiments.framework import Measured
 from maskwise.experiments.runner import Experiment
 from maskwise.families import FAMILIES, family_of
 from maskwise.interop.hf_export import hf_config
 from maskwise.recipes import CompareSettings
 from maskwise.runtime import Runtime
+from maskwise.tasks.unit import Speeds
 
 
 def hf_export_class(setup: Setup, name: str, seed: int) -> dict:

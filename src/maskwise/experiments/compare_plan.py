@@ -16,7 +16,7 @@ from maskwise.data.user_tasks import TaskSpec, UserTask, fingerprint
 from maskwise.experiments.checkpoints import Candidate
 from maskwise.experiments.claims import PLAYS_TASKS, CompareRow, rows_of, variant_key
 from maskwise.experiments.compare_report import cannot
-from maskwise.experiments.eta import Expected, Speeds
+from maskwise.experiments.eta import Expected
 from maskwise.experiments.held_out import opening
 from maskwise.families import FAMILIES, Family
 from maskwise.recipes import CompareSettings
@@ -28,6 +28,7 @@ from maskwise.tasks.registry import (
     read_tasks,
     shared_with_training,
 )
+from maskwise.tasks.unit import Speeds
 
 LEAK_CHARS = 50_000_000  # of a user's training text searched for the test items (a few seconds at most)
 SHOTS = 1  # training examples per label ahead of the text in the few-shot prompt

@@ -28,7 +28,7 @@ from maskwise.experiments.compare_plan import (
     measure_steps,
 )
 from maskwise.experiments.compare_report import CLASSIC_COLUMN, cannot, evidence, meta
-from maskwise.experiments.eta import Expected, Ledger, Speeds, probe, step_name
+from maskwise.experiments.eta import Expected, Ledger, probe, step_name
 from maskwise.experiments.framework import Measured, Study, conduct, write
 from maskwise.experiments.held_out import language_modelling
 from maskwise.experiments.runner import Experiment
@@ -36,9 +36,11 @@ from maskwise.objectives.span import decoder_start_id
 from maskwise.recipes import CompareSettings, pretrain_settings
 from maskwise.runtime import Runtime
 from maskwise.tasks.generate import GenerationConfig, generate
+from maskwise.tasks.reading import config_of
 from maskwise.tasks.registry import READ_THEN_WRITE, TASKS, keep_fine_tune
 from maskwise.tasks.run import run_task
-from maskwise.tasks.seq2seq import source_ids
+from maskwise.tasks.seq2seq import Seq2Seq, Seq2SeqConfig, source_ids
+from maskwise.tasks.unit import Speeds
 
 Measure = Callable[[Setup, str, int], dict]  # (setup, run name, seed) -> one measure of the run, as JSON
 FINE_TUNED = "fine-tuned"  # the experiment's folder of fine-tunes, one run folder each: <task>=<run>
@@ -54,11 +56,13 @@ def ttft_buckets(plan: ComparePlan, s: CompareSettings) -> tuple[list[tuple[str,
     with the source); none without such a task."""
     if plan.plays_tasks:
         passages = speaker_examples("test", max_chars=4 * s.block_size, limit=50, seed=0)
-        return [("the longest test passages", [e.source for e in passages])], s.tasks["seq2seq"].max_target_len
+        plays = s.config_of(Seq2Seq.kind)
+        assert isinstance(plays, Seq2SeqConfig)
+        return [("the longest test passages", [e.source for e in passages])], plays.max_target_len
     task = next((t for t in plan.tasks if TASKS[t.spec.kind].claim == READ_THEN_WRITE), None)
-    if task is None:
+    cfg = plan.configs[task.spec.name] if task is not None else None
+    if task is None or not isinstance(cfg, Seq2SeqConfig):  # a writing task of another kind: its own sources
         return [], 0
-    cfg = plan.configs[task.spec.name]
     sources = [e.source[:cfg.max_chars] for e in task.test]  # as every family reads them (``_seq2seq_data``)
     edges = cfg.source_edges or (0,)
     buckets = []
@@ -90,7 +94,7 @@ def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSetting
         batches = {f: [source_ids(r.model, r.tokenizer, source, room) for source in chosen] for f, r in loaded.items()}
         length = min(len(p) for batch in batches.values() for p in batch)
         # the same source length for all, a causal prompt keeping its closing [SEP]
-        batches = {f: [p[:length - 1] + p[-1:] if loaded[f].model.cfg.kind.causal else p[:length] for p in batch]
+        batches = {f: [p[:length - 1] + p[-1:] if config_of(loaded[f].model).kind.causal else p[:length] for p in batch]
                    for f, batch in batches.items()}
         seconds: dict[str, list[float]] = {f: [] for f in loaded}
         for repeat in range(s.ttft_repeats + 2):  # two warm-up turns, not kept

@@ -19,6 +19,7 @@ from tqdm import tqdm
 from maskwise.model.transformer import build_model
 from maskwise.runtime import Runtime
 from maskwise.tasks.reading import body_of
+from maskwise.tasks.unit import Speeds
 from maskwise.train.pretrain import PretrainConfig, model_config
 
 # Joins what a step measures to the run it measures; quoted out of both parts, so no two pairs share a name.
@@ -29,15 +30,6 @@ def step_name(what: str, run: str) -> str:
     """The step (and fine-tune folder) name of measuring ``what`` on run ``run``: one-to-one with the pair, whatever
     characters either holds (``what`` "x" on run "encoder-decoder-seed0" and "x-encoder" on "decoder-seed0" differ)."""
     return f"{quote(what, safe='-_.')}{STEP_SEPARATOR}{quote(run, safe='-_.')}"
-
-
-@dataclass(frozen=True)
-class Speeds:
-    """This machine's measured speeds at the scale's block (``probe``)."""
-
-    train_s_per_token: float
-    read_s_per_token: float
-    call_s: float
 
 
 def probe(settings: dict, runtime: Runtime, rows: int = 16, length: int = 128) -> Speeds:

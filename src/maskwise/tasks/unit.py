@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from torch import nn
 
@@ -57,8 +57,10 @@ class Row:
     read: Callable[[Any], tuple[list[int], list[int]] | None] = lambda record: None
 
 
-class Speeds(Protocol):
-    """A machine's measured speeds, as ``experiments.eta.probe`` returns them: what ``Work`` needs of them."""
+@dataclass(frozen=True)
+class Speeds:
+    """A machine's measured speeds at a scale's block (``experiments.eta.probe`` measures them): what ``Work``'s
+    seconds follow from."""
 
     train_s_per_token: float
     read_s_per_token: float

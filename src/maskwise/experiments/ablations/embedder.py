@@ -84,6 +84,13 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
     return on_both_axes(one_axis)
 
 
+def mrr_of(measures: dict) -> float:
+    """A run's MRR: set for the plays' ICT queries, each with one relevant passage (graded judgements have none)."""
+    mrr = RetrievalRecord.from_json(measures).mrr
+    assert mrr is not None
+    return mrr
+
+
 class Embedder(Study):
     """A bidirectional encoder vs a causal decoder as the body of an ICT bi-encoder."""
 
@@ -110,7 +117,7 @@ class Embedder(Study):
                 name = f"{BUCKET}{bucket} chars"
                 metrics[key(name, axis)] = m.per_arm(axis, partial(bucket_recall, bucket))
                 rows.append(table_row(name, axis, metrics[key(name, axis)], True))
-            rows.append(table_row("MRR", axis, m.per_arm(axis, lambda r: RetrievalRecord.from_json(r).mrr), True))
+            rows.append(table_row("MRR", axis, m.per_arm(axis, mrr_of), True))
         return metrics, rows
 
     def summary(self, m: Measured, metrics: dict) -> str:

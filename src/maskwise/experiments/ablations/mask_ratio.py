@@ -25,6 +25,8 @@ from maskwise.experiments.framework import (
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 from maskwise.objectives.mlm import MLM
+from maskwise.recipes import Scale
+from maskwise.tasks.reading import config_of
 from maskwise.train.loop import TrainConfig, Trainer
 
 MASK_LOSS = "held-out MLM loss at 15% masking"
@@ -71,9 +73,10 @@ def mlm_loss_at(setup: Setup, name: str, ratio: float = 0.15) -> float:
     run = setup.exp.load(name)
     val = TokenStream.from_texts(load_corpus("shakespeare").val, run.tokenizer, "validation data")
     block = setup.recipe.model()
+    assert isinstance(setup.scale, Scale)  # an ablation's scale
     cfg = TrainConfig(block_size=block["block_size"], batch_size=block["batch_size"],
                       eval_batches=4 * setup.scale.eval_batches, seed=0, progress=False)
-    objective = MLM(run.tokenizer, run.model.cfg.vocab_size, mask_ratio=ratio)
+    objective = MLM(run.tokenizer, config_of(run.model).vocab_size, mask_ratio=ratio)
     return Trainer(run.model, objective, val, val, cfg, runtime=setup.exp.runtime).evaluate()["val_loss"]
 
 

@@ -40,8 +40,16 @@ from maskwise.experiments.framework import (
 from maskwise.experiments.verdict import INCONCLUSIVE, compare
 from maskwise.interop.folders import load, model_folder
 from maskwise.model.accounting import parameter_breakdown
+from maskwise.recipes import CompareSettings
 from maskwise.runs import CONFIG_FILE, read_json
-from maskwise.tasks.rerank import RerankRecord, evaluate_reranker, judging_scorer
+from maskwise.tasks.reading import config_of
+from maskwise.tasks.rerank import (
+    Rerank,
+    RerankConfig,
+    RerankRecord,
+    evaluate_reranker,
+    judging_scorer,
+)
 from maskwise.tasks.run import run_task
 
 CROSS, SCORES, WRITES = "cross-encoder", "generative, scores ' yes'", "generative, writes its judgement"
@@ -110,8 +118,8 @@ def opened(role: str, folder: Path) -> tuple[nn.Module, object]:
     model, tokenizer = load(folder)
     if tokenizer is None:
         raise UserError(f"models: {role}={folder} has no tokenizer.json, so no text can be read")
-    if model.cfg.kind.encoder_only != (role == "cross"):
-        raise UserError(f"models: {role}={folder} holds a model of family {model.cfg.family} (the cross-encoder "
+    if config_of(model).kind.encoder_only != (role == "cross"):
+        raise UserError(f"models: {role}={folder} holds a model of family {config_of(model).family} (the cross-encoder "
                         "reads an encoder, the generative reranker a decoder or an encoder-decoder)")
     return model, tokenizer
 
@@ -136,6 +144,7 @@ def rerankers(setup: Setup, seed: int, model: nn.Module, tokenizer, role: str, p
                                                                 "max_len": cfg.max_len, "readout": cfg.readout}}}
     if role == "generative":
         test, candidates = result.test
+        assert isinstance(result.record, RerankRecord)  # a rerank config's task
         writes = judging_scorer(result.model, tokenizer, result.record.max_len)
         measured[WRITES] = evaluate_reranker(writes, test, candidates, WRITES, progress=False, seed=seed).to_json()
     return measured
@@ -162,11 +171,18 @@ def _cost_row(name: str, groups: dict[str, list[float]]) -> list[str]:
     return [name, TOKENS, *[cells.get(system, "—") for system in SYSTEMS], row[-1]]
 
 
+def plays_queries(recipe: CompareSettings) -> int:
+    """The test queries a seed's reranking of the plays reads at ``recipe``."""
+    cfg = recipe.config_of(Rerank.kind)
+    assert isinstance(cfg, RerankConfig)
+    return cfg.test_queries
+
+
 def bodies(m: Measured, records: dict[str, list[dict]]) -> list[str]:
     """Where each reranker's body came from, its size and its fine-tuning recipe; the size ratio where they differ."""
     sizes, lines = {}, []
     for role, system, name in (("cross", CROSS, "cross-encoder"), ("generative", SCORES, "generative reranker")):
-        joint = next(iter(m.per_seed.values()), {"bodies": {}})["bodies"].get(role)
+        joint = next(iter(m.per_seed.values()), {}).get("bodies", {}).get(role)
         arm = ROLES[role]
         sizes[role] = joint["parameters"] if joint else m.parameters[arm.label]["total"]
         origin = f"the folder {joint['folder']}" if joint else f"the {arm.label} pretrained here at this scale"
@@ -260,7 +276,7 @@ class Reranker(Study):
     def notes(self, m: Measured) -> list[str]:
         user = m.setup.plan.task_of("rerank") if m.setup.plan is not None else None
         queries = (f"the {user.test_rows} test queries of the user's task {user.spec.name} ({user.spec.flag()})" if user
-                   else f"{m.setup.recipe.tasks['rerank'].test_queries} ICT queries of the test plays per seed")
+                   else f"{plays_queries(m.setup.recipe)} ICT queries of the test plays per seed")
         return [
             (f"First stage: BM25 over lowercased words, its top {CANDIDATES} for {queries}; the same candidates for "
              "every reranker. Training negatives: BM25's top wrong documents for the train queries."),

@@ -24,6 +24,7 @@ from maskwise.experiments.framework import (
 from maskwise.experiments.serving import timed_calls
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 from maskwise.objectives.span import decoder_start_id
+from maskwise.recipes import Scale
 from maskwise.tasks.generate import GenerationConfig, generate
 from maskwise.tasks.metrics import bucket_label
 from maskwise.tasks.run import run_task
@@ -184,6 +185,7 @@ class Seq2Seq(Study):
     def notes(self, m: Measured) -> list[str]:
         recipe, shape = m.setup.recipe, m.setup.recipe.shape("encoder-decoder")
         encdec_params, decoder_params = (m.parameters[arm.label]["total"] for arm in (ENCODER_DECODER, DECODER))
+        assert isinstance(m.setup.scale, Scale)  # an ablation's scale
         return [
             (f"Equal size: {recipe.layers} causal layers vs {shape['layers']} + {shape['decoder_layers']} layers whose "
              f"FFN width ({shape['d_ff']}) makes the parameter sums match ({decoder_params:,} vs {encdec_params:,}); "
