@@ -336,13 +336,13 @@ def test_a_budget_the_users_tasks_would_overrun_shortens_pretraining_to_fit(tmp_
         assert timing.total == pytest.approx(sum(e.count * e.seconds for e in timing.expected))
         return timing
 
-    unit = sum(e.count * e.seconds for e in timed(Speeds(1.0, 1.0, 1.0)).expected if e.prefix == "topics")
-    cheap, dear = timed(Speeds(1e-9, 1e-9, 0.0)), timed(Speeds(*[350 / unit] * 3))
+    unit = sum(e.count * e.seconds for e in timed(Speeds(1.0, 1.0, 1.0, 128, 64)).expected if e.prefix == "topics")
+    cheap, dear = timed(Speeds(1e-9, 1e-9, 0.0, 128, 64)), timed(Speeds(*[350 / unit] * 3, 128, 64))
     assert (cheap.settings.seconds, cheap.fitted_from) == (100, None)  # fits: the scale's clock
     assert dear.fitted_from == 100 and 50 < dear.settings.seconds < 100  # shortened to fit
     assert dear.total <= 600 + 3 and "shortened from the scale's 100 s" in dear.text(FAMILIES, 1)
     assert "over the 10-minute budget" not in dear.text(FAMILIES, 1)
-    dearest = timed(Speeds(1.0, 1.0, 1.0))
+    dearest = timed(Speeds(1.0, 1.0, 1.0, 128, 64))
     assert dearest.settings.seconds == 50  # never below half the scale's clock, however dear the fine-tunes
     assert "over the 10-minute budget even with pretraining at its floor (50%" in dearest.text(FAMILIES, 1)
     unfitted = time_plan(COMPARE, plan, s, 1, resolve("cpu", "fp32"), fit=False, families=FAMILIES)

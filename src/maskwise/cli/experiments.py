@@ -18,7 +18,7 @@ from maskwise.experiments.checkpoints import (
 )
 from maskwise.experiments.compare import COMPARE, columns_of
 from maskwise.experiments.compare_plan import ComparePlan, plan_of
-from maskwise.experiments.compare_study import CompareStudy, time_plan
+from maskwise.experiments.compare_study import CompareStudy, fitted
 from maskwise.experiments.compare_study import run_compare as compare_experiment
 from maskwise.experiments.demo import BLANK
 from maskwise.experiments.demo import run_demo as demo_experiment
@@ -164,8 +164,11 @@ def conduct_compare(args, study: CompareStudy, plan: ComparePlan, settings, fit:
     """Either compare (``study``, its ``options``), planned, said and run; its report printed."""
     runtime = runtime_of(args)  # a device that is not there: its one line before the plan's
     print(plan.scope, file=sys.stderr)
-    timing = time_plan(study, plan, settings, args.seeds, runtime, fit, **options)
+    plan, timing = fitted(study, plan, settings, args.seeds, runtime, fit, **options)
     print(timing.text([arm.label for arm in study.arms(**options)], args.seeds), file=sys.stderr)
+    if plan.narrowed:
+        print(plan.narrowed, "; ".join(f"{t['name']}: {t['window']}" for t in plan.described["tasks"]
+                                       if "window" in t), file=sys.stderr)
     out = compare_experiment(study, args.out, plan, timing, args.seeds, args.seed, args.overwrite, args.progress,
                              runtime, **options)
     print((out / "report.md").read_text())

@@ -75,7 +75,6 @@ from maskwise.runtime import Runtime
 from maskwise.tasks.classify import zero_shot_classify
 from maskwise.tasks.reading import config_of
 from maskwise.tasks.registry import READ_THEN_WRITE, TASKS
-from maskwise.tasks.rerank_eval import RerankRecord
 from maskwise.tasks.unit import Speeds
 
 SIZE_FACTOR = 3.0  # models further apart in parameters than this: the verdicts compare checkpoints, not families
@@ -320,12 +319,15 @@ class GivenModels(CompareStudy):
                 continue
             writes = row.claim == READ_THEN_WRITE
             scores, _ = e.gathered[row.key]
-            if row.kind == "rerank":  # a query's latency: scoring its candidates, timed as the reranker was evaluated
-                latency = {n: [1000 * t for t in RerankRecord.from_json(measured[n][row.key]).per_query.seconds]
-                           for n in scores}
-                rows.append([f"{row.key}: rerank latency per query (ms, p50 / p99)", *[
+            task = TASKS.get(row.kind)
+            own = {n: task.latency_ms(task.record.from_json(measured[n][row.key])) for n in scores} if task else {}
+            timed = {n: v for n, v in own.items() if v is not None}
+            if timed:  # timed by its own evaluation (a reranker's query)
+                item = next(iter(timed.values()))[0]
+                latency = {n: v[1] for n, v in timed.items()}
+                rows.append([f"{row.key}: {row.kind} latency per {item.split(',')[0]} (ms, p50 / p99)", *[
                     _ms(latency[n]) if n in latency else "—" for n in names]])
-                how = "per query, its candidates scored"
+                how = f"per {item}"
             else:
                 latency = {n: costs[n]["first_token_ms" if writes else "read_ms"] for n in scores
                            if ("first_token_ms" if writes else "read_ms") in costs[n]}

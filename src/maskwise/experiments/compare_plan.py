@@ -45,6 +45,16 @@ class ComparePlan:
     configs: dict[str, FinetuneConfig] = field(default_factory=dict)  # user task name -> its config at seed 0
     rows: tuple[CompareRow, ...] = rows_of(())
     models: tuple[Candidate, ...] = ()  # in the order given; none: the families are pretrained (``compare --model``)
+    context: int = 0  # tokens the smallest family's (or given model's) stack was pretrained to hold
+    narrowed: str = ""  # why a task reads less than its rows hold (``compare_study.fitted``): the time plan's numbers
+
+    def reconfigured(self, name: str, cfg: FinetuneConfig) -> ComparePlan:
+        """This plan with task ``name`` at ``cfg`` (its variants with it) and the rows that config gives."""
+        task = next(t for t in self.tasks if t.spec.name == name)
+        configs = {**self.configs, name: cfg, **{variant_key(name, v): replace(cfg, **changes)
+                                                 for v, changes in TASKS[task.spec.kind].variants.items()}}
+        rows = rows_of(self.tasks, configs, plays=self.data == SHAKESPEARE)
+        return replace(self, configs=configs, rows=rows + (prompting_rows(self) if self.models else ()))
 
     @property
     def judged(self) -> dict[str, str]:
@@ -121,7 +131,10 @@ class ComparePlan:
         else:
             found = Path(self.data).expanduser().exists()
             corpus = f"{self.data}" + (f" (sha256 {fingerprint(self.data)})" if found else "")
-        return {"corpus": corpus, "tasks": [t.describe() for t in self.tasks], "scope": self.scope}
+        tasks = [{**t.describe(), **({"window": reading} if (reading := TASKS[t.spec.kind].reading(
+            self.configs[t.spec.name], t, self.context)) else {})} for t in self.tasks]
+        return {"corpus": corpus, "tasks": tasks, "scope": self.scope,
+                **({"narrowed": self.narrowed} if self.narrowed else {})}
 
 
 
@@ -149,7 +162,8 @@ def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings, models: Se
         for name, count in leaked(list(tasks), opening(corpus.iter_train(), LEAK_CHARS)).items():
             warnings.warn(f"task {name}: {count} test item(s) occur verbatim in the pretraining corpus {data} (its "
                           f"first {LEAK_CHARS:,} characters): the models may have read the answers in pretraining")
-    plan = ComparePlan(data, tasks, configs, rows_of(tasks, configs, plays=data == SHAKESPEARE), tuple(models))
+    plan = ComparePlan(data, tasks, configs, rows_of(tasks, configs, plays=data == SHAKESPEARE), tuple(models),
+                       context)
     return replace(plan, rows=plan.rows + prompting_rows(plan)) if models else plan
 
 

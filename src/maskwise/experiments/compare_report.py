@@ -275,11 +275,13 @@ def verdicts_said(m: Measured, others: str = "the other families") -> str:
 def data_notes(described: dict) -> list[str]:
     """The report's lines on its data: the corpus, then each task's files, rows, labels and how it is read."""
     lines = [f"Data: pretraining on {described['corpus']}; the held-out text rows read its validation part.",
-             *([described["scope"][0].upper() + described["scope"][1:] + "."] if "scope" in described else [])]
+             *([described["scope"][0].upper() + described["scope"][1:] + "."] if "scope" in described else []),
+             *([described["narrowed"]] if "narrowed" in described else [])]
     for t in described["tasks"]:
         files = ", ".join(f"`{path}` (sha256 {digest})" for path, digest in t["files"].items())
         extra = "".join(f"; {key.replace('_', ' ')}: {t[key]}" for key in ("labels", "why_metric", "read_out",
-                                                                           "first_stage", "collection") if key in t)
+                                                                           "first_stage", "collection", "window")
+                        if key in t)
         lines.append(f"Task {t['name']} ({t['kind']}, `--task {t['flag']}`): {files}; {t['train_rows']:,} training "
                      f"and {t['test_rows']:,} test rows ({t['split']}){extra}.")
     return lines

@@ -201,16 +201,40 @@ class CompareStudy(Study):
 
 
 def time_plan(study: CompareStudy, plan: ComparePlan, s: CompareSettings, seeds: int, runtime: Runtime,
-              fit: bool = True, **options: Any) -> TimePlan:
-    """What ``study`` with ``options`` will spend at this machine's probed speeds; with the user's tasks and ``fit``,
-    the pretraining clock shortened where the estimate would pass ``s.minutes`` (``CompareStudy.pretraining``)."""
+              fit: bool = True, body: Speeds | None = None, **options: Any) -> TimePlan:
+    """What ``study`` with ``options`` will spend at this machine's probed speeds (``body``: probed already); with the
+    user's tasks and ``fit``, the pretraining clock shortened where the estimate would pass ``s.minutes``
+    (``CompareStudy.pretraining``)."""
     arms = study.arms(**options)
-    body = probe(pretrain_settings(s, {"family": "decoder"}, 0), runtime)
+    body = body or probe(pretrain_settings(s, {"family": "decoder"}, 0), runtime)
     readers = study.readers(plan, s, arms, body, runtime)
     steps = [*measure_steps(plan, s, seeds, readers), *study.own_steps(plan, readers, seeds)]
     settings, fitted_from, pretraining = study.pretraining(plan, s, len(arms) * seeds,
                                                            sum(e.count * e.seconds for e in steps), fit)
     return TimePlan(settings, (*pretraining, *steps), body, fitted_from)
+
+
+def fitted(study: CompareStudy, plan: ComparePlan, s: CompareSettings, seeds: int, runtime: Runtime,
+           fit: bool = True, **options: Any) -> tuple[ComparePlan, TimePlan]:
+    """The plan and its time plan; where the estimate passes ``s.minutes`` (pretraining at its floor already, where
+    ``fit``), each task that can read less of its rows (``Task.shorter``: a seq2seq window, halved) is narrowed until
+    it fits or none can, and the plan says why, with the time plan's numbers."""
+    timing = time_plan(study, plan, s, seeds, runtime, fit, **options)
+    first, budget = timing, 60 * s.minutes
+    while timing.total > budget:
+        narrower = {t.spec.name: cfg for t in plan.tasks
+                    if (cfg := TASKS[t.spec.kind].shorter(plan.configs[t.spec.name], t, plan.context)) is not None}
+        if not narrower:
+            break
+        for name, cfg in narrower.items():
+            plan = plan.reconfigured(name, cfg)
+        timing = time_plan(study, plan, s, seeds, runtime, fit, timing.speeds, **options)
+    if timing is not first:
+        plan = replace(plan, narrowed=(
+            f"Read less to fit the {s.minutes:g}-minute budget: the time plan estimated about {first.total / 60:.0f} "
+            f"min at this machine's probed speed with every task read as configured, and {timing.total / 60:.0f} min "
+            "as read here (each task's reading below)."))
+    return plan, timing
 
 
 def run_compare(study: CompareStudy, out: str | Path, plan: ComparePlan, timing: TimePlan, seeds: int = 1,

@@ -72,7 +72,7 @@ def probe_model(model: torch.nn.Module, runtime: Runtime, rows: int = 16, length
         call = timed(lambda: body.read(one, mask[:, :1]), turns=5)
     model.train()
     training = timed(train)
-    return Speeds(training / ids.numel(), reading / ids.numel(), call)
+    return Speeds(training / ids.numel(), reading / ids.numel(), call, length, body.cfg.d_model)
 
 
 @dataclass

@@ -4,6 +4,7 @@ learned relative-position bias on the scores; learned absolute embeddings live i
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -114,3 +115,17 @@ def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """``(B, T)`` positions that count real tokens only, so a left-padded row's first real token
     sits at position 0 as it did in pretraining. Padding gets position 0 (its output is unused)."""
     return (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)
+
+
+def extend_context(model: nn.Module, tokens: int) -> int:
+    """Let ``model`` read ``tokens`` positions where its positions allow it, and return how many past its pretrained
+    context it now reads (0: none asked, or it cannot). Rotary angles and relative buckets are computed for any
+    position, so only the limit moves; a learned table has no row past its own, so such a model keeps its context."""
+    cfg = model.cfg
+    if tokens <= cfg.max_seq_len or cfg.position == "learned":
+        return 0
+    longer = replace(cfg, max_seq_len=tokens)
+    for module in model.modules():  # every stack shares its model's config object
+        if getattr(module, "cfg", None) is cfg:
+            module.cfg = longer
+    return tokens - cfg.max_seq_len

@@ -326,3 +326,7 @@ class Rerank(Task[RerankConfig]):
 
     def texts(self, rows: Any) -> list[str]:
         return list(rows.queries)
+
+    def latency_ms(self, record: RerankRecord) -> tuple[str, list[float]]:
+        """A query's latency: scoring its candidates, timed as the reranker was evaluated."""
+        return "query, its candidates scored", [1000 * t for t in record.per_query.seconds]

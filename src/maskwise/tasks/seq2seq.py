@@ -36,6 +36,7 @@ from maskwise.data.user_tasks import TaskSpec, UserTask
 from maskwise.errors import UserError
 from maskwise.families import Family
 from maskwise.model.heads import IGNORE_INDEX
+from maskwise.model.positions import extend_context
 from maskwise.objectives.span import decoder_start_id
 from maskwise.padding import pad
 from maskwise.runtime import Runtime
@@ -64,6 +65,10 @@ class Seq2SeqConfig(FinetuneConfig):
     mid_speech: bool = False  # each passage opens inside a speech (``data.tasks.speaker_examples``)
     rename_speakers: float = 0.0  # fraction of training draws with the cast renamed (copy, not recall)
     source_edges: tuple[int, ...] = SOURCE_EDGES  # quality by source length: the buckets' lower edges, chars
+    # A user's sources are read whole up to this many characters (compare's window: its longest source, at most this);
+    # a body whose positions extend (rotary, relative) reads past its pretrained context to hold them, and longer
+    # sources are cut here and reported apart, never judged on their first characters.
+    source_cap: int = 3000
 
 
 def _source_room(model: nn.Module, max_target_len: int) -> int:
@@ -77,6 +82,13 @@ def _source_room(model: nn.Module, max_target_len: int) -> int:
         raise UserError(f"max target length {max_target_len} leaves no room for the source in a context "
                         f"of {cfg.max_seq_len}")
     return room
+
+
+def source_chars_read(model: nn.Module, tokenizer, source: str, max_target_len: int) -> int:
+    """How many of ``source``'s characters the model reads (``source_ids`` keeps the tokens that fit)."""
+    _, offsets = tokenizer.encode_offsets(source)
+    room = _source_room(model, max_target_len)
+    return len(source) if len(offsets) <= room else offsets[room - 1][1]
 
 
 def source_ids(model: nn.Module, tokenizer, source: str, max_target_len: int) -> list[int]:
@@ -206,6 +218,10 @@ class Seq2SeqRecord(Seq2SeqScores, Record):
     # theirs as ``baseline`` already (the lead).
     classic: Seq2SeqBaseline | None = None
     train_examples: int | None = None  # the rows it was fine-tuned on (None: scored by ``maskwise evaluate``)
+    # Each test source's characters the model read (a body that cannot hold a source reads its start), and the
+    # positions it read past its pretrained context to hold the longest (0: none).
+    chars_read: list[int] | None = None
+    positions_past_pretrained: int = 0
     # How the plays' passages were cut (None: a user's rows).
     hide_speakers: bool | None = None
     mid_speech: bool | None = None
@@ -238,7 +254,7 @@ def lead_words(train: Sequence[Seq2SeqExample]) -> int:
 def evaluate_seq2seq(model: nn.Module, tokenizer, test: Sequence[Seq2SeqExample], gen: GenerationConfig,
                      max_target_len: int = 64, progress: bool = True, source_edges: Sequence[int] = SOURCE_EDGES,
                      lead: int | None = None, train_examples: int | None = None, hide_speakers: bool | None = None,
-                     mid_speech: bool | None = None) -> Seq2SeqRecord:
+                     mid_speech: bool | None = None, positions_past_pretrained: int = 0) -> Seq2SeqRecord:
     """Generate each test target and score it beside a baseline: the source's first ``lead`` words (a user's
     rows: the lead of a summary, the classic floor), else its first line (the plays: the first speaker)."""
     predicted = predict_seq2seq(model, tokenizer, [e.source for e in test], gen, max_target_len,
@@ -253,6 +269,8 @@ def evaluate_seq2seq(model: nn.Module, tokenizer, test: Sequence[Seq2SeqExample]
         "train_examples": train_examples, "hide_speakers": hide_speakers, "mid_speech": mid_speech,
         "n_test": len(test),
         "source_chars": [len(e.source) for e in test],
+        "chars_read": [source_chars_read(model, tokenizer, e.source, max_target_len) for e in test],
+        "positions_past_pretrained": positions_past_pretrained,
         **generation_scores(predicted, test, source_edges),
         "baseline": {"name": baseline_name, **generation_scores(baseline, test, source_edges)},
         "classic": None if lead is not None else {
@@ -301,6 +319,9 @@ class Seq2Seq(Task[Seq2SeqConfig]):
             label: str) -> tuple[nn.Module, Callable[[], Seq2SeqRecord], list[Seq2SeqExample]]:
         train, test = data or self.plays(cfg, model, "test", True)
         assert train is not None  # the plays' training rows were asked for
+        # Room for the longest source whole: past the pretrained context where the body's positions allow it.
+        longest = max(map(len, tokenizer.encode_batch([e.source for e in [*train, *test]])))
+        past = extend_context(model, longest + (0 if config_of(model).kind.two_stacks else cfg.max_target_len + 2))
         train_seq2seq(model, tokenizer, train, cfg, augment=rename_speakers, augment_prob=cfg.rename_speakers,
                       runtime=runtime)
         generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)  # and [EOS]
@@ -309,7 +330,7 @@ class Seq2Seq(Task[Seq2SeqConfig]):
         def evaluate() -> Seq2SeqRecord:
             return evaluate_seq2seq(model, tokenizer, test, generation, max_target_len=cfg.max_target_len,
                                     progress=cfg.progress, source_edges=cfg.source_edges, lead=lead,
-                                    train_examples=len(train))
+                                    train_examples=len(train), positions_past_pretrained=past)
 
         return model, evaluate, test
 
@@ -339,13 +360,34 @@ class Seq2Seq(Task[Seq2SeqConfig]):
             raise UserError(f"task {task.spec.name}: {where} has a target of {longest} characters; at most "
                             f"{context // 2 - 2} fit (half the smallest context, {context} tokens, a character a "
                             "token at worst): shorten it or drop the row")
-        # Up to three source-length buckets of the test rows as every family reads them (terciles; each edge a length
-        # a test source has, so that no bucket is empty): the seed predicts the encoder-decoder's lead grows with the
-        # source.
-        lengths = sorted(min(len(e.source), context - 2) for e in task.test)
+        # The window: the longest source, up to the cap. Up to three buckets of the test sources it holds whole
+        # (terciles; each edge a length a test source has, so that no bucket is empty): the seed predicts the
+        # encoder-decoder's lead grows with the source.
+        window = min(cfg.source_cap, max(len(e.source) for e in [*task.train, *task.test]))
+        lengths = sorted(n for e in task.test if (n := len(e.source)) <= window) or [window]
         edges = tuple(dict.fromkeys((lengths[0], lengths[len(lengths) // 3], lengths[2 * len(lengths) // 3])))
         return replace(cfg, rename_speakers=0.0, mid_speech=False, max_target_len=max(8, longest + 1),
-                       source_edges=edges, max_chars=context - 2)
+                       source_edges=edges, max_chars=window)
+
+    def shorter(self, cfg: Seq2SeqConfig, task: UserTask, context: int) -> Seq2SeqConfig | None:
+        """A window a quarter shorter, down to what the smallest pretrained context holds (no reading past it)."""
+        floor = context - 2
+        if cfg.max_chars is None or cfg.max_chars <= floor:
+            return None
+        return self.configure(replace(cfg, source_cap=max(floor, cfg.max_chars * 3 // 4)), task, context)
+
+    def reading(self, cfg: Seq2SeqConfig, task: UserTask, context: int) -> str | None:
+        window, given = cfg.max_chars or 0, [len(e.source) for e in task.test]
+        cut = sum(n > window for n in given)
+        past = (f"; a body with rotary or relative positions reads past its pretrained context (the smallest here "
+                f"{context} tokens) to hold them, one with a learned position table reads their start (each "
+                "fine-tune's record: positions_past_pretrained, chars_read)" if window > context - 2 else "")
+        if cut == len(given):
+            return (f"every test source ({min(given):,}-{max(given):,} characters) is longer than the {window:,} "
+                    f"read: all are cut there and judged so, and the trend by source length is not measured" + past)
+        return (f"sources read whole up to {window:,} characters (test sources {min(given):,}-{max(given):,})" + past
+                + (f"; {cut} of {len(given)} test sources are longer, read to their first {window:,} characters and "
+                   "reported apart, never judged" if cut else ""))
 
     def run_data(self, task: UserTask, cfg: Seq2SeqConfig) -> tuple[list[Seq2SeqExample], list[Seq2SeqExample]]:
         """The rows with each source cut to ``cfg.max_chars`` characters: every family reads the same source (the
@@ -356,28 +398,36 @@ class Seq2Seq(Task[Seq2SeqConfig]):
         return cut(task.train), cut(task.test)
 
     def user_rows(self, task: UserTask, cfg: Seq2SeqConfig) -> tuple[Row, ...]:
-        """Token F1 on the longest sources (judged: where the seed predicts the encoder-decoder ahead), then on each
-        shorter bucket and on all sources (reported), each beside the lead baseline on the same sources."""
-        spans = list(zip(cfg.source_edges, [*cfg.source_edges[1:], None]))
+        """Token F1 on the longest sources read whole (judged: where the seed predicts the encoder-decoder ahead), then
+        on each shorter bucket, on sources longer than the window (read to its end: reported, never judged) and on all
+        sources, each beside the lead baseline on the same sources."""
         given = [len(e.source) for e in task.test]
+        window = cfg.max_chars or max(given)
+        spans = list(zip(cfg.source_edges, [*cfg.source_edges[1:], window + 1]))
 
-        def row(low: int | None, high: int | None, name: str, metric: str = "token_f1") -> Row:
-            def within(record: Seq2SeqRecord, scored: Seq2SeqScores) -> list[float]:
-                return [v for v, n in zip(getattr(scored.per_example, metric), record.source_chars)
-                        if (low is None or n >= low) and (high is None or n < high)]
+        def row(low: int, high: int | None, name: str, metric: str = "token_f1") -> Row:
+            def within(scored: Seq2SeqScores) -> list[float]:
+                return [v for v, n in zip(getattr(scored.per_example, metric), given)
+                        if n >= low and (high is None or n < high)]
             label = {"token_f1": "token F1", "rouge_l": "ROUGE-L"}[metric]
             # The lead is the classic method of summarisation already: named, not shown twice.
-            return Row(f"{task.spec.name}: {label}, {name} (seq2seq)", True, lambda r: within(r, r),
-                       lambda r: within(r, r.baseline), "lead (the source's first words)",
-                       classic_name="the lead", read=lambda r: (r.source_chars, given))
+            return Row(f"{task.spec.name}: {label}, {name} (seq2seq)", True, within, lambda r: within(r.baseline),
+                       "lead (the source's first words)", classic_name="the lead",
+                       read=lambda r: (r.chars_read or r.source_chars, given))
 
-        def named(low: int, high: int | None) -> str:
-            return f"sources of {low}+ characters" if high is None else f"sources of {low}-{high - 1} characters"
+        def named(low: int, high: int) -> str:
+            return (f"sources of {low}+ characters" if high > max(given) else
+                    f"sources of {low}-{high - 1} characters")
 
-        judged = row(*spans[-1], named(*spans[-1]))
-        shorter = tuple(row(low, high, named(low, high)) for low, high in spans[:-1])
-        rouge = row(None, None, "all sources", "rouge_l")  # reported beside the judged token F1
-        return (judged, *shorter, row(None, None, "all sources"), rouge) if shorter else (judged, rouge)
+        if min(given) > window:  # no source read whole: judged on all of them, cut, and the label says so
+            cut_all = f"all sources, cut at {window} characters (the trend by source length not measured)"
+            return row(0, None, cut_all), row(0, None, cut_all, "rouge_l")
+        judged, *shorter = [row(low, high, named(low, high)) for low, high in reversed(spans)]
+        cut = ((row(window + 1, None, f"sources over {window} characters, read to their first {window}"),)
+               if max(given) > window else ())
+        rouge = row(0, None, "all sources", "rouge_l")  # reported beside the judged token F1
+        every = (row(0, None, "all sources"),) if shorter or cut else ()
+        return (judged, *reversed(shorter), *cut, *every, rouge)
 
     def work(self, cfg: Seq2SeqConfig, task: UserTask | None, per_char: float) -> Work:
         """Each step's batch of sources with their targets trained; each test source read, then one decoding call a
@@ -387,7 +437,7 @@ class Seq2Seq(Task[Seq2SeqConfig]):
         if cfg.max_chars:
             length = min(length, cfg.max_chars * per_char + 2)
         return Work(cfg.steps * cfg.batch_size * (length + cfg.max_target_len), n * length,
-                    -(-n // 32) * cfg.max_target_len)
+                    -(-n // 32) * cfg.max_target_len, length=length + cfg.max_target_len)
 
     def texts(self, rows: Sequence[Seq2SeqExample]) -> list[str]:
         return [e.source for e in rows]

@@ -65,6 +65,8 @@ class Speeds:
     train_s_per_token: float
     read_s_per_token: float
     call_s: float
+    length: int  # the tokens of a sequence they were measured at
+    width: int  # the body's d_model: how much attention adds to a token's cost as sequences grow
 
 
 @dataclass(frozen=True)
@@ -75,9 +77,13 @@ class Work:
     trained_tokens: float  # tokens through forward and backward
     read_tokens: float  # tokens through forward only (evaluation, scoring candidates, embedding a collection)
     calls: float  # forward calls too small for their tokens to matter (a decoding step, a small batch)
+    length: float = 0.0  # the tokens of the sequences they are in (0: the probe's own)
 
     def seconds(self, speeds: Speeds) -> float:
-        return (self.trained_tokens * speeds.train_s_per_token + self.read_tokens * speeds.read_s_per_token
+        """At the probed speeds, a token's cost scaled by attention's share at this length: per token and layer the
+        projections and FFN take ~24 d^2 FLOPs and attention ~4 T d, so the cost grows as 1 + T / 6d."""
+        longer = (1 + self.length / (6 * speeds.width)) / (1 + speeds.length / (6 * speeds.width)) if self.length else 1
+        return (longer * (self.trained_tokens * speeds.train_s_per_token + self.read_tokens * speeds.read_s_per_token)
                 + self.calls * speeds.call_s)
 
 
@@ -159,6 +165,16 @@ class Task(ABC, Generic[C]):
         tokens of context the smallest family's stack holds; or a one-line ``UserError``."""
         return cfg
 
+    def shorter(self, cfg: C, task: UserTask, context: int) -> C | None:
+        """A config that reads less of a user's rows, for a budget that cannot afford ``cfg`` (compare halves a
+        seq2seq window so); None where there is none."""
+        return None
+
+    def reading(self, cfg: C, task: UserTask, context: int) -> str | None:
+        """What of a user's rows ``cfg`` reads, for the report, where that is a choice (a seq2seq window); None
+        where every family reads them as its context allows."""
+        return None
+
     def run_data(self, task: UserTask, cfg: C) -> Any:
         """What ``run`` is given as the caller's rows for a user's task."""
         return task.train, task.test
@@ -172,6 +188,12 @@ class Task(ABC, Generic[C]):
         """The text a model reads of each of a split's rows (to warn when the corpus or the training split holds a
         test item verbatim)."""
         return [e.text for e in rows]
+
+    def latency_ms(self, record: Any) -> tuple[str, list[float]] | None:
+        """(what one item is, each test item's serving time in ms) as its own evaluation timed it, where that is the
+        cost a user pays (a reranker scoring a query's candidates); None: compare --model times a read or a first
+        token instead."""
+        return None
 
     def cannot(self, family: Family) -> str | None:
         """Why a model of ``family`` cannot do it (the report's cell), or None where it can."""
