@@ -42,10 +42,10 @@ def tiny(family: str, tokenizer, name: str = "modernbert", context: int = 32):
 
 @pytest.fixture
 def long_task(tmp_path):
-    """Sources of 40 to 120 characters, each target the source's first two words."""
+    """Sources of 40 to 120 characters, each target the source's first two words; 32 of them held out."""
     rng = random.Random(0)
     rows = []
-    for i in range(120):
+    for i in range(320):
         source = " ".join(rng.choice(WORDS) for _ in range(40))[:40 + (i % 9) * 10].strip()
         rows.append({"source": source, "target": " ".join(source.split()[:2])})
     path = tmp_path / "long.jsonl"
@@ -130,7 +130,7 @@ def test_compare_narrows_a_window_its_budget_cannot_afford_and_says_why(tmp_path
         assert narrowed.configs["long"].max_chars == window > 30 and not narrowed.narrowed
         return
     assert narrowed.configs["long"].max_chars == 30  # down to the smallest pretrained context, and no further
-    assert narrowed.narrowed.startswith("Read less to fit the 0-minute budget: the time plan estimated about")
+    assert narrowed.narrowed.startswith("Read less to fit the 0.0001-minute budget: the time plan estimated about")
     described = narrowed.described["tasks"][0]["window"]
     assert "is longer than the 30 read" in described or "read whole up to 30 characters" in described
     assert timing.total < time_plan(COMPARE, plan, s, 1, resolve("cpu", "fp32"), families=FAMILIES).total

@@ -320,7 +320,8 @@ class GivenModels(CompareStudy):
             writes = row.claim == READ_THEN_WRITE
             scores, _ = e.gathered[row.key]
             task = TASKS.get(row.kind)
-            own = {n: task.latency_ms(task.record.from_json(measured[n][row.key])) for n in scores} if task else {}
+            own = ({n: task.latency_ms(task.record.from_json(measured[n][row.key])) for n in scores
+                    if row.key in measured[n]} if task else {})  # a task's own row (not a bucket of it)
             timed = {n: v for n, v in own.items() if v is not None}
             if timed:  # timed by its own evaluation (a reranker's query)
                 item = next(iter(timed.values()))[0]
