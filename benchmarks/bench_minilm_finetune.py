@@ -71,7 +71,7 @@ import common
 from minilm_sides import SIDES, Job, run_job
 
 MARGIN = -0.01  # "within noise": mean(maskwise - HF) over the seeds is at least this
-TASKS = ("classify", "tag")
+KINDS = ("classify", "tag")
 HF_DEFAULTS = {"learning_rate": 5e-5, "num_train_epochs": 3.0, "per_device_train_batch_size": 8}
 
 
@@ -79,7 +79,7 @@ def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", nargs="?", default="data", help="folder prepare_user_tasks.py wrote (default data)")
     parser.add_argument("--smoke", action="store_true", help="48 rows, 64 test items, seed 0: the plumbing only")
-    parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated: " + ", ".join(TASKS))
+    parser.add_argument("--tasks", default=",".join(KINDS), help="comma-separated: " + ", ".join(KINDS))
     parser.add_argument("--sides", default=",".join(SIDES), help="comma-separated: " + ", ".join(SIDES))
     parser.add_argument("--seeds", help="comma-separated (default 0,1,2; smoke 0)")
     parser.add_argument("--epochs", type=float, default=3.0, help="HF Trainer's default 3; sets maskwise's steps")
@@ -97,7 +97,7 @@ def parse() -> argparse.Namespace:
     args.seeds = [int(s) for s in (args.seeds or ("0" if args.smoke else "0,1,2")).split(",")]
     args.skip = args.skip if args.skip is not None else (3 if args.smoke else 5)
     args.head_lr = args.lr if args.head_lr is None else args.head_lr
-    for name, known in (("tasks", TASKS), ("sides", SIDES)):
+    for name, known in (("tasks", KINDS), ("sides", SIDES)):
         chosen = getattr(args, name).split(",")
         if unknown := sorted(set(chosen) - set(known)):
             raise SystemExit(f"error: unknown {name} {', '.join(unknown)}; known: {', '.join(known)}")

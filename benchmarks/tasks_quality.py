@@ -56,7 +56,7 @@ from maskwise.tasks.seq2seq import Seq2SeqConfig
 from maskwise.train.pretrain import PretrainConfig, pretrain
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder")
-TASKS = ("classify", "retrieve", "rerank", "seq2seq", "break")
+MEASURED = ("classify", "retrieve", "rerank", "seq2seq", "break")
 ROWS: list[tuple[str, str, float, str, float]] = []  # (what, metric, value, baseline name, baseline)
 
 
@@ -217,7 +217,7 @@ def main() -> None:
     parser.add_argument("--out", default="bench-tasks", help="pretrained runs and results.json go here")
     for family in FAMILIES:
         parser.add_argument(f"--{family}", dest=family.replace("-", "_"), default=None, help=f"{family} run folder")
-    parser.add_argument("--only", nargs="+", choices=TASKS, default=TASKS)
+    parser.add_argument("--only", nargs="+", choices=MEASURED, default=MEASURED)
     parser.add_argument("--device", default="cpu")
     # pretraining (when no run folder is given): one size for all three families
     parser.add_argument("--preset", action="append", default=[], metavar="FAMILY=PRESET",
@@ -269,7 +269,7 @@ def main() -> None:
     results: dict = {"settings": vars(args), "runs": runs}
     shared: dict = {}
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    for task in TASKS:
+    for task in MEASURED:
         if task not in args.only:
             continue
         print(f"\n{task}", flush=True)

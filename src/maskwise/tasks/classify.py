@@ -67,6 +67,7 @@ from maskwise.tasks.unit import (
     Row,
     Task,
     Work,
+    chars_read_and_given,
     mean_tokens,
     within_context,
 )
@@ -320,7 +321,7 @@ def _classic_of(key: str) -> dict[str, Any]:
     """A row's classic method, read by ``key`` (``correct`` or ``balanced_correct``) on its record, and what it read."""
     return {"classic_name": TFIDF_LOGISTIC, "classic": lambda r: r.classic and getattr(r.classic, key),
             "classic_whole": lambda r: r.classic_whole and getattr(r.classic_whole, key),
-            "read": lambda r: r.chars_read and (r.chars_read, r.chars_given)}
+            "read": chars_read_and_given}
 
 
 class Classify(Task[ClassifyConfig]):

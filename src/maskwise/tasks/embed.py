@@ -53,6 +53,7 @@ from maskwise.tasks.unit import (
     Row,
     Task,
     Work,
+    chars_read_and_given,
     mean_tokens,
     within_context,
 )
@@ -153,7 +154,7 @@ def train_bi_encoder(body: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]
 # BM25 beside an embedder, on the same queries: ``Row``'s keyword arguments, each a callable of its own type.
 _classic: dict[str, Any] = {"classic_name": BM25, "classic": lambda r: r.classic and r.classic.recall_at_10,
                             "classic_whole": lambda r: r.classic_whole and r.classic_whole.recall_at_10,
-                            "read": lambda r: r.chars_read and (r.chars_read, r.chars_given)}
+                            "read": chars_read_and_given}
 
 
 class Embed(Task[EmbedConfig]):

@@ -87,6 +87,12 @@ class Work:
                 + self.calls * speeds.call_s)
 
 
+def chars_read_and_given(record: Any) -> tuple[list[int], list[int]] | None:
+    """A record's characters read and given per test item (its ``chars_read``, ``chars_given``), for a ``Row``'s
+    ``read``; None where it did not count them."""
+    return (record.chars_read, record.chars_given) if record.chars_read else None
+
+
 def mean_tokens(texts: list[str], tokens_per_char: float) -> float:
     """The mean length of ``texts`` in tokens, at ``tokens_per_char``, with [CLS] and [SEP]."""
     return tokens_per_char * sum(map(len, texts)) / max(len(texts), 1) + 2
