@@ -51,8 +51,7 @@ class ComparePlan:
     def reconfigured(self, name: str, cfg: FinetuneConfig) -> ComparePlan:
         """This plan with task ``name`` at ``cfg`` (its variants with it) and the rows that config gives."""
         task = next(t for t in self.tasks if t.spec.name == name)
-        configs = {**self.configs, name: cfg, **{variant_key(name, v): replace(cfg, **changes)
-                                                 for v, changes in TASKS[task.spec.kind].variants.items()}}
+        configs = {**self.configs, **with_variants(task, cfg)}
         rows = rows_of(self.tasks, configs, plays=self.data == SHAKESPEARE)
         return replace(self, configs=configs, rows=rows + (prompting_rows(self) if self.models else ()))
 
@@ -139,6 +138,12 @@ class ComparePlan:
 
 
 
+def with_variants(task: UserTask, cfg: FinetuneConfig) -> dict[str, FinetuneConfig]:
+    """``task``'s config by its measure key, and each of its kind's variants' beside it."""
+    return {task.spec.name: cfg, **{variant_key(task.spec.name, v): replace(cfg, **changes)
+                                    for v, changes in TASKS[task.spec.kind].variants.items()}}
+
+
 def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings, models: Sequence[Candidate] = ()) -> ComparePlan:
     """The corpus and every task file read and checked, and each fine-tune configured for this scale's context (the
     smallest of ``models``' where they are given instead of pretraining, each writer also classifying by prompting):
@@ -150,9 +155,9 @@ def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings, models: Se
         context = min(c.context for c in models)
     else:  # the encoder-decoder's, when it is halved
         context = s.block_size // 2 if s.split_context else s.block_size
-    configs = {t.spec.name: TASKS[t.spec.kind].configure(s.config_of(t.spec.kind), t, context) for t in tasks}
-    configs.update({variant_key(t.spec.name, v): replace(configs[t.spec.name], **changes) for t in tasks
-                    for v, changes in TASKS[t.spec.kind].variants.items()})
+    configs: dict[str, FinetuneConfig] = {}
+    for t in tasks:
+        configs.update(with_variants(t, TASKS[t.spec.kind].configure(s.config_of(t.spec.kind), t, context)))
     for task in tasks:
         shared = shared_with_training(task)
         if shared:
