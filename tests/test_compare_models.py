@@ -1,6 +1,7 @@
 """`maskwise compare --model`: named local checkpoints instead of pretraining, on tiny models these tests make."""
 
 import json
+import math
 import string
 from dataclasses import replace
 from pathlib import Path
@@ -12,11 +13,12 @@ import transformers as tf
 
 from maskwise.config import preset
 from maskwise.data.corpus import make_corpus
+from maskwise.data.task_readers import read_labelled
+from maskwise.data.user_tasks import TaskSpec
 from maskwise.data.tokenizers import build_tokenizer
 from maskwise.errors import UserError
 from maskwise.experiments.candidates import model_speed, plays_sample, size_warning
 from maskwise.experiments.checkpoints import (
-    PRETRAINED_BODY_LR,
     ModelsExperiment,
     ModelSpec,
     model_tables,
@@ -116,12 +118,13 @@ def test_each_folder_is_opened_its_family_read_and_its_fine_tuning_rate_set(mode
     assert counted.family == "encoder" and counted.kind.name == "decoder"  # counted as given, read as it is
     assert encoder.no_lm_head.startswith("cannot: no LM head") and hf_decoder.no_lm_head is None
     assert seq2seq.objective == "denoise" and decoder.objective == "clm"
-    cfg = ClassifyConfig(lr=1e-3, head_lr=3e-3)
-    assert (encoder.fine_tuning(cfg).lr, encoder.fine_tuning(cfg).head_lr) == (PRETRAINED_BODY_LR, 1e-3)
-    assert decoder.fine_tuning(cfg) == cfg  # a body trained from scratch here: the recipe's rates
+    cfg = ClassifyConfig(steps=60, batch_size=32, lr=1e-3, head_lr=3e-3)
+    tuned = encoder.fine_tuning(cfg, rows=100)  # HF Trainer's defaults: 3 epochs of 13 batches of 8
+    assert (tuned.steps, tuned.batch_size, tuned.lr, tuned.head_lr, tuned.warmup) == (39, 8, 5e-5, 5e-5, 0.0)
+    assert decoder.fine_tuning(cfg, rows=100) == cfg  # a body trained from scratch here: the scale's config
     rerank = RerankConfig()
-    assert encoder.fine_tuning(rerank).readout == "segments" and decoder.fine_tuning(rerank).readout == "cls"
-    assert open_models([ModelSpec("x", str(models["decoder-hf"]), body="scratch")])[0].fine_tuning(cfg) == cfg
+    assert encoder.fine_tuning(rerank, 8).readout == "segments" and decoder.fine_tuning(rerank, 8).readout == "cls"
+    assert open_models([ModelSpec("x", str(models["decoder-hf"]), body="scratch")])[0].fine_tuning(cfg, 8) == cfg
 
 
 @pytest.mark.unit
@@ -250,12 +253,17 @@ def test_compare_models_runs_end_to_end_with_its_cost_table(models, tmp_path, ca
         "--task", f"order=rerank:{files['embed']}", "--model", f"bert={models['encoder']}", "--model", f"dec={models['decoder']}",
         "--model", f"dec-hf={models['decoder-hf']},body=scratch")
     assert code == 0, err
-    assert "plan: 4 models x 1 fine-tuning seed(s), nothing pretrained; about " in err
+    assert "plan: 4 models x 1 fine-tuning seed(s), nothing pretrained; per model and seed" in err
+    assert "fine-tuned 3 epochs at batch 8, HF Trainer's defaults): topics ~" in err
     results = json.loads((out / "results.json").read_text())
     assert results["table"]["columns"] == ["task", "bert", "dec", "dec-hf", "ed", CLASSIC_COLUMN, "best"]
     rows = {row[0]: row[1:] for row in results["table"]["rows"]}
     assert rows["held-out next-token loss (nats/char) [95% interval]"][0].startswith("cannot: no LM head")
-    assert rows["fine-tuning rates"][0].startswith("body 2e-05") and rows["fine-tuning rates"][2].startswith("the scale")
+    assert rows["fine-tuning"][0].startswith("3 epochs") and rows["fine-tuning"][2].startswith("the scale")
+    topics_rows = len(read_labelled(TaskSpec("topics", "classify", str(files["classify"])))[0])
+    steps = dict(cell.rsplit(" ", 3)[0:2] for cell in rows["fine-tuning steps x batch"][0].split("; "))
+    assert steps["topics"] == f"{math.ceil(3 * math.ceil(topics_rows / 8)):,}"  # the rule counted its rows
+    assert rows["fine-tuning steps x batch"][2].startswith("topics 60 x")  # a scratch body: the --quick scale's
     prompted = [rows[f"topics: accuracy by prompting, {way}, no fine-tuning (classify) [95% interval]"] for way in
                 ("zero-shot", "few-shot, 1 training example(s) per label in the prompt")]  # beside its fine-tuned row
     assert all(row[0].startswith("cannot: no LM head") and "majority class" in row[1] for row in prompted)

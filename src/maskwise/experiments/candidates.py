@@ -13,10 +13,11 @@ them). Choosing per task the best model of each family instead would select on t
 then reads (a winner's curse that a paired interval does not account for), so the judged pair is fixed by the
 command line before any number is seen. The "best" column chooses among every model.
 
-One fine-tuning rule for every model and task (``Candidate.fine_tuning``): the scale's steps and batch for the task;
-a pretrained body (an HF folder, unless ``body=scratch``) at ``PRETRAINED_BODY_LR`` with a fresh head at
-``FRESH_HEAD_LR`` (the design notes' pitfall: a body's pretrained features are erased at a from-scratch rate); a body
-trained from scratch here (a run folder, or ``body=scratch``) at its recipe's rates, the scale's task config.
+One fine-tuning rule for every model and task (``Candidate.fine_tuning``): a pretrained body (an HF folder, unless
+``body=scratch``) by HF Trainer's defaults (``finetune.PRETRAINED``: 3 epochs of the task's training rows at batch 8,
+lr 5e-5, no warmup), so that each checkpoint is trained as the standard tool would train it and sees every training
+row equally often; a body trained from scratch here (a run folder, or ``body=scratch``) at the scale's task config,
+as compare's own bodies are (docs/your-candidates.md says why those keep the scale's steps).
 
 A model that writes and has an LM head also classifies each classification task by prompting (``prompting``: each
 label scored as the prompt's continuation, zero-shot and with one training example per label), in rows beside its
@@ -35,13 +36,7 @@ from pathlib import Path
 from maskwise.data.corpus import SHAKESPEARE, load_corpus
 from maskwise.data.user_tasks import UserTask
 from maskwise.experiments.arms import WALL, Arm, Runs, Setup
-from maskwise.experiments.checkpoints import (
-    FRESH_HEAD_LR,
-    PRETRAINED_BODY_LR,
-    Candidate,
-    ModelsExperiment,
-    column_of,
-)
+from maskwise.experiments.checkpoints import Candidate, ModelsExperiment, column_of
 from maskwise.experiments.compare_plan import (
     SHOTS,
     TTFT_S,
@@ -73,6 +68,7 @@ from maskwise.interop import folders
 from maskwise.recipes import CompareSettings
 from maskwise.runtime import Runtime
 from maskwise.tasks.classify import zero_shot_classify
+from maskwise.tasks.finetune import PRETRAINED
 from maskwise.tasks.reading import config_of
 from maskwise.tasks.registry import READ_THEN_WRITE, TASKS
 from maskwise.tasks.unit import Speeds
@@ -163,6 +159,12 @@ def size_warning(models: Sequence[Candidate]) -> str:
             "verdicts compare these checkpoints, not the families: they are not evidence about the families.")
 
 
+def steps_taken(measured: dict) -> str:
+    """A model's fine-tuning steps x batch per task at its first seed (the rule sets them by the task's rows)."""
+    return "; ".join(f"{key} {tuning['steps']:,} x {tuning['batch_size']}" for key, record in measured.items()
+                     if isinstance(record, dict) and (tuning := record.get("fine_tuning")))
+
+
 def _ms(values: Sequence[float]) -> str:
     return f"{percentile(values, 0.5):.2f} / {percentile(values, 0.99):.2f}"
 
@@ -223,7 +225,7 @@ class GivenModels(CompareStudy):
         readers = {}
         for c in plan.models:
             speeds, per_char = model_speed(c, runtime, sample)
-            readers[c.name] = Reader(c.kind, speeds, per_char, speeds.read_s_per_token / body.read_s_per_token)
+            readers[c.name] = Reader(c.name, c.kind, speeds, per_char, speeds.read_s_per_token / body.read_s_per_token)
         return readers
 
     def own_steps(self, plan: ComparePlan, readers: dict[str, Reader], seeds: int) -> list[Expected]:
@@ -246,7 +248,8 @@ class GivenModels(CompareStudy):
             ["family (as it reads; as the claims count it)",
              *[c.kind.name + ("" if c.family == c.kind.name else f"; counted as {c.family}") for c in models], "", ""],
             ["parameters", *[f"{c.parameters['total']:,}" for c in models], "", ""],
-            ["fine-tuning rates", *[c.rate for c in models], "", ""],
+            ["fine-tuning", *[c.rate for c in models], "", ""],
+            ["fine-tuning steps x batch", *[steps_taken(m.measured[WALL][c.name][0]) for c in models], "", ""],
         ]
         metrics, measured = result_rows(m, evidence(m), why_not(m))
         return metrics, rows + measured
@@ -273,9 +276,9 @@ class GivenModels(CompareStudy):
              "model given of each family (" + ", ".join(f"{f}: {c}" for f, c in judged.items()) + ")"
              + (f"; beside them: {', '.join(beside)}, and the summary says where each separates" if beside else "")
              + ". Picking each family's best model per task would select on the test items the verdict reads."),
-            (f"Fine-tuning, one rule for every model: the scale's steps and batch per task; a pretrained body (an HF "
-             f"folder unless body=scratch) at {PRETRAINED_BODY_LR:g} and a fresh head at {FRESH_HEAD_LR:g}; a body "
-             "trained from scratch (a maskwise run folder, or body=scratch) at the scale's task rates. "
+            (f"Fine-tuning, one rule for every model: a pretrained body (an HF folder unless body=scratch) "
+             f"{PRETRAINED.described()}; a body trained from scratch (a maskwise run folder, or body=scratch) at the "
+             "scale's steps and rates per task. The steps each model took are in the table. "
              "`--seeds` are fine-tuning seeds: the models are fixed."),
             ("Each model reads each text through its own tokenizer, up to the smallest model's context in its own "
              "tokens. The held-out next-token loss is per character, so models with different tokenizers compare; its "

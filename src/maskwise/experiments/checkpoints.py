@@ -19,11 +19,9 @@ from maskwise.interop import folders
 from maskwise.interop.hf_keys import ARCHITECTURES
 from maskwise.model.accounting import parameter_breakdown
 from maskwise.runtime import Runtime
-from maskwise.tasks.finetune import FinetuneConfig
+from maskwise.tasks.finetune import PRETRAINED, C
 from maskwise.tasks.reading import config_of
 
-PRETRAINED_BODY_LR = 2e-5  # BERT's fine-tuning range is 1e-5 to 5e-5; higher erases what pretraining learned
-FRESH_HEAD_LR = 1e-3  # a head initialised from nothing takes steps this large from the start
 BODIES = ("pretrained", "scratch")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a column, a file name and a step name at once
 
@@ -103,15 +101,16 @@ class Candidate:
     parameters: dict  # ``parameter_breakdown`` of its model
     context: int  # the tokens its (encoder) stack reads
 
-    def fine_tuning(self, cfg: FinetuneConfig) -> FinetuneConfig:
-        """The one rule (the module docstring): the scale's config, its rates replaced for a pretrained body."""
-        return cfg if self.scratch else cfg.for_pretrained_body(PRETRAINED_BODY_LR, FRESH_HEAD_LR)
+    def fine_tuning(self, cfg: C, rows: int) -> C:
+        """The one rule (``candidates``' docstring) for a task of ``rows`` training rows: the scale's config for a body
+        trained from scratch, HF Trainer's defaults for a pretrained one (``finetune.PRETRAINED``)."""
+        return cfg if self.scratch else PRETRAINED.applied(cfg, rows)
 
     @property
     def rate(self) -> str:
-        return ("the scale's rates (a body trained from scratch)" if self.scratch else
-                f"body {PRETRAINED_BODY_LR:g}, fresh head {FRESH_HEAD_LR:g} (a pretrained body; a cross-encoder "
-                "scores by the cosine of its query's and passage's mean states)")
+        return ("the scale's steps and rates (a body trained from scratch)" if self.scratch else
+                f"{PRETRAINED.described()}; a cross-encoder scores by the cosine of its query's and passage's mean "
+                "states")
 
     def described(self) -> dict:
         return {"name": self.name, "folder": str(self.folder), "family": self.family, "reads_as": self.kind.name,

@@ -133,7 +133,7 @@ class Compare(CompareStudy):
                 runtime: Runtime) -> dict[str, Reader]:
         """Every family at the scale's body's speeds, in the scale tokenizer's tokens a character."""
         tokens_per_char = 1.0 if s.tokenizer == "char" else 0.25
-        return {a.key: Reader(family_of(a.settings["family"]), body, tokens_per_char) for a in arms}
+        return {a.key: Reader(a.key, family_of(a.settings["family"]), body, tokens_per_char) for a in arms}
 
     def own_steps(self, plan: ComparePlan, readers: dict[str, Reader], seeds: int) -> list[Expected]:
         """Each run's HF export class (a config read, no time)."""

@@ -20,7 +20,7 @@ from maskwise.experiments.eta import Expected
 from maskwise.experiments.held_out import opening
 from maskwise.families import FAMILIES, Family
 from maskwise.recipes import CompareSettings
-from maskwise.tasks.finetune import FinetuneConfig
+from maskwise.tasks.finetune import PRETRAINED, FinetuneConfig
 from maskwise.tasks.registry import (
     READ_THEN_WRITE,
     TASKS,
@@ -69,11 +69,14 @@ class ComparePlan:
         """The columns a row's "best" is chosen among: the three families, or every model given."""
         return tuple(c.name for c in self.models) or FAMILIES
 
-    def for_model(self, column: str, cfg: FinetuneConfig) -> FinetuneConfig:
-        """``cfg`` for the model of ``column``: as it is for a family pretrained here, by the model's fine-tuning
-        rule for a model given (``checkpoints.Candidate.fine_tuning``)."""
-        model = next((c for c in self.models if c.name == column), None)
-        return cfg if model is None else model.fine_tuning(cfg)
+    def tuned(self, kind: str, cfg: FinetuneConfig, task: UserTask | None) -> dict[str, FinetuneConfig]:
+        """``cfg`` as each column fine-tunes task ``kind`` (the user's ``task``, else the plays'): as it is for a family
+        pretrained here, by its fine-tuning rule for a model given (``checkpoints.Candidate.fine_tuning``), which counts
+        the task's training rows."""
+        if not self.models:
+            return {}
+        rows = TASKS[kind].training_rows(cfg, task) if any(not c.scratch for c in self.models) else 0
+        return {c.name: c.fine_tuning(cfg, rows) for c in self.models}
 
     @property
     def plays_tasks(self) -> tuple[str, ...]:
@@ -213,6 +216,7 @@ class Reader:
     """One column as the time plan sees it: how its model reads, at what speeds, and in how many tokens a
     character."""
 
+    name: str  # its column
     kind: Family
     speeds: Speeds
     tokens_per_char: float
@@ -237,11 +241,14 @@ class TimePlan:
     def text(self, columns: Sequence[str], seeds: int) -> str:
         """The line said before the first step: what runs, each kind of step's seconds, the minutes in all."""
         s, each = self.settings, {e.prefix: e for e in self.expected}
+        tasks = [e for e in self.expected if e.prefix not in ("pretrain", "lm", "ttft", "export", "costs")
+                 and not e.prefix.endswith(".prompted")]
         if "pretrain" not in each:  # the models given (``compare --model``), each probed on its own weights
-            return (f"plan: {len(columns)} models x {seeds} fine-tuning seed(s), nothing pretrained; about "
-                    f"{self.total / 60:.0f} min in all, estimated at this machine's probed speeds, each model probed "
-                    "on its own weights")
-        tasks = [e for e in self.expected if e.prefix not in ("pretrain", "lm", "ttft", "export")]
+            return (f"plan: {len(columns)} models x {seeds} fine-tuning seed(s), nothing pretrained; per model and "
+                    "seed, estimated at this machine's speeds (each model probed on its own weights; a pretrained "
+                    f"body fine-tuned {PRETRAINED.epochs:g} epochs at batch {PRETRAINED.batch_size}, HF Trainer's "
+                    "defaults): " + ", ".join(f"{e.prefix} ~{e.seconds:.0f} s" for e in tasks)
+                    + f"; about {self.total / 60:.0f} min in all")
         fitted = (f", shortened from the scale's {self.fitted_from:.0f} s so that the estimate fits the "
                   f"{s.minutes:.0f}-minute budget (--seconds sets it yourself)" if self.fitted_from else "")
         return (f"plan: {len(columns)} columns x {seeds} seed(s): pretraining {s.seconds:.0f} s each{fitted}; then per "
@@ -260,10 +267,11 @@ def held_out_seconds(r: Reader) -> float:
     return HELD_OUT_S * r.factor
 
 
-def fine_tune_seconds(kind: str, cfg: FinetuneConfig, task: UserTask | None, r: Reader) -> float:
-    """The seconds of fine-tuning and evaluating task ``kind`` at ``cfg`` (on the user's ``task``, or the plays')
-    for the column ``r``, from the work it does at ``r``'s speeds."""
-    return TASKS[kind].work(cfg, task, r.tokens_per_char).seconds(r.speeds)
+def fine_tune_seconds(kind: str, tuned: Mapping[str, FinetuneConfig], cfg: FinetuneConfig, task: UserTask | None,
+                      r: Reader) -> float:
+    """The seconds of fine-tuning and evaluating task ``kind`` (on the user's ``task``, or the plays') for the column
+    ``r``, at its config in ``tuned`` (else ``cfg``), from the work it does at ``r``'s speeds."""
+    return TASKS[kind].work(tuned.get(r.name, cfg), task, r.tokens_per_char).seconds(r.speeds)
 
 
 def each_of(prefix: str, readers: Sequence[Reader], seconds: Callable[[Reader], float], runs: int) -> Expected:
@@ -279,7 +287,8 @@ def measure_steps(plan: ComparePlan, s: CompareSettings, seeds: int,
     tasks = plan.fine_tunes(s)
     steps = [each_of("lm", columns, held_out_seconds, seeds),
              *[each_of(key, [r for r in columns if cannot(r.kind, kind) is None],
-                       partial(fine_tune_seconds, kind, cfg, task), seeds) for key, (kind, cfg, task) in tasks.items()]]
+                       partial(fine_tune_seconds, kind, plan.tuned(kind, cfg, task), cfg, task), seeds)
+               for key, (kind, cfg, task) in tasks.items()]]
     if any(TASKS[kind].claim == READ_THEN_WRITE for kind, _, _ in tasks.values()):
         steps.append(Expected("ttft", seeds, TTFT_S * statistics.mean(r.factor for r in columns)))
     return steps

@@ -117,12 +117,13 @@ def fine_tune(key: str, kind: str, task: UserTask | None, setup: Setup, name: st
     the scale's; the seed draws the batches and the plays' rows), evaluate it, and keep it as a run folder
     under ``FINE_TUNED`` so that the winner can be evaluated again or exported (``maskwise export``)."""
     cfg, data = setup.plan.fine_tune(key, kind, task, setup.recipe, seed, setup.progress)
-    cfg = setup.plan.for_model(column_of(name), cfg)
+    cfg = setup.plan.tuned(kind, cfg, task).get(column_of(name), cfg)
     run = setup.exp.load(name)
     result = run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, data=data, label=name)
     folder = setup.exp.out / FINE_TUNED / step_name(key, name)
     keep_fine_tune(folder, kind, result.model, result.record, cfg, run.tokenizer, str(setup.exp.run_dir(name)))
-    return {**result.record.to_json(), "folder": f"{FINE_TUNED}/{folder.name}"}
+    return {**result.record.to_json(), "folder": f"{FINE_TUNED}/{folder.name}",
+            "fine_tuning": {"steps": cfg.steps, "batch_size": cfg.batch_size, "lr": cfg.lr, "head_lr": cfg.head_lr}}
 
 
 def task_measures(plan: ComparePlan, s: CompareSettings) -> dict[str, tuple[str, Measure]]:

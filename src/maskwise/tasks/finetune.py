@@ -5,9 +5,11 @@ parameter groups differ."""
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Self, TypeVar
 
 import torch
 from torch import nn
@@ -52,7 +54,7 @@ class FinetuneConfig:
         precision_setting(self.precision, self.bf16)
         return self
 
-    def for_pretrained_body(self, body_lr: float, head_lr: float) -> FinetuneConfig:
+    def for_pretrained_body(self, body_lr: float, head_lr: float) -> Self:
         """This config for a body pretrained elsewhere: the body at ``body_lr``, a fresh head at ``head_lr``;
         a task whose head can start from what such a body learned says so in its override."""
         return replace(self, lr=body_lr, head_lr=head_lr)
@@ -60,6 +62,38 @@ class FinetuneConfig:
     def runtime(self, model: nn.Module) -> Runtime:
         """This precision on the device the model is on."""
         return resolve(str(device_of(model)), precision_setting(self.precision, self.bf16))
+
+
+C = TypeVar("C", bound=FinetuneConfig)
+
+
+@dataclass(frozen=True)
+class PretrainedRule:
+    """How a body pretrained elsewhere is fine-tuned: HF Trainer's defaults, which its Seq2SeqTrainer and
+    sentence-transformers' trainer share (3 epochs at batch 8, lr 5e-5 for body and head alike, no warmup, no weight
+    decay). Epochs, not a step count, so that every checkpoint sees each training row equally often whatever the
+    task's size; maskwise's loop reaches what Trainer reaches on MiniLM under it (benchmarks/bench_minilm_finetune.py,
+    docs/results.md). Where the loops still differ, maskwise's stays: a cosine decay, batches drawn with replacement."""
+
+    epochs: float = 3.0
+    batch_size: int = 8
+    lr: float = 5e-5
+
+    def steps(self, rows: int) -> int:
+        """The optimizer steps of ``epochs`` passes over ``rows`` training rows, each pass's last batch kept."""
+        return max(1, math.ceil(self.epochs * math.ceil(rows / self.batch_size)))
+
+    def applied(self, cfg: C, rows: int) -> C:
+        """``cfg`` under this rule for a task of ``rows`` training rows (its other settings as they are)."""
+        return replace(cfg.for_pretrained_body(self.lr, self.lr), steps=self.steps(rows), batch_size=self.batch_size,
+                       warmup=0.0, weight_decay=0.0)
+
+    def described(self) -> str:
+        return (f"{self.epochs:g} epochs of the task's training rows at batch {self.batch_size}, lr {self.lr:g} for "
+                "body and head, no warmup, no weight decay (HF Trainer's defaults)")
+
+
+PRETRAINED = PretrainedRule()
 
 
 def finetune_optimizer(model: nn.Module, cfg: FinetuneConfig, head_prefixes: tuple[str, ...] = ()):

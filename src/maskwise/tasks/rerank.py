@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Self
 
 import torch
 import torch.nn.functional as F
@@ -82,12 +82,10 @@ class RerankConfig(FinetuneConfig):
     train_queries: int | None = None  # the plays' ICT queries (``tasks.run.plays_rows``); None: all
     test_queries: int = 100
 
-    def for_pretrained_body(self, body_lr: float, head_lr: float) -> RerankConfig:
+    def for_pretrained_body(self, body_lr: float, head_lr: float) -> Self:
         """A pretrained body's rates, and the segments readout: a [CLS] head fresh on all-MiniLM-L6-v2 stayed at a
         random order over 100 steps, the segments' cosine starts from what the body knows (docs/ablations.md)."""
-        pretrained = super().for_pretrained_body(body_lr, head_lr)
-        assert isinstance(pretrained, RerankConfig)  # the base replaces fields of this config
-        return replace(pretrained, readout="segments")
+        return replace(super().for_pretrained_body(body_lr, head_lr), readout="segments")
 
 
 def default_reranker(family: str) -> str:
@@ -317,6 +315,12 @@ class Rerank(Task[RerankConfig]):
 
     def configure(self, cfg: RerankConfig, task: UserTask, context: int) -> RerankConfig:
         return within_context(cfg, task, context)
+
+    def training_rows(self, cfg: RerankConfig, task: UserTask | None) -> int:
+        """One row per (query, relevant document), as ``bm25_training_rows`` trains on them, counted without BM25."""
+        train = task.train if task else self.plays(cfg, None, "test", True)[0]
+        assert train is not None  # drawn for training
+        return sum(len(grades) for grades in judgements(train))
 
     def run_data(self, task: UserTask, cfg: RerankConfig) -> tuple[Any, list, Any, list]:
         """BM25's near misses as training negatives, and its top ``cfg.candidates`` as each test query's candidates

@@ -185,6 +185,12 @@ class Task(ABC, Generic[C]):
         """What ``run`` is given as the caller's rows for a user's task."""
         return task.train, task.test
 
+    def training_rows(self, cfg: C, task: UserTask | None) -> int:
+        """How many rows a fine-tune at ``cfg`` draws its batches from (a user's ``task``, else the plays' slice): what
+        an epoch is, for a rule that counts epochs (``finetune.PretrainedRule``)."""
+        train = self.run_data(task, cfg)[0] if task else self.plays(cfg, None, "test", True)[0]
+        return len(train)
+
     def kept(self, trained: Any, record: Any, cfg: C) -> tuple[dict[str, Any], nn.Module, nn.Module | None]:
         """What a fine-tune folder keeps of ``run``'s product: (the config.json task record ``interop.folders`` reads
         back, the module saved as the model, the head saved beside it or None)."""

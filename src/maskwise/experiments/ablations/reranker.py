@@ -11,7 +11,7 @@ costs shows up apart from what a decoder costs.
 Its ``models`` option starts a reranker from a folder instead of a body pretrained here ("cross=FOLDER,
 generative=FOLDER", either alone): the template is about pretrained models, and a d-64 character encoder
 pretrained for minutes never ranked above BM25's own order. An HF folder (all-MiniLM-L6-v2, say) is fine-tuned
-as a pretrained body (``RerankConfig.for_pretrained_body``), a maskwise run at the scale's own; a role without a folder is the
+as a pretrained body (``finetune.PRETRAINED``, HF Trainer's defaults), a maskwise run at the scale's own; a role without a folder is the
 arm pretrained here, as before.
 """
 
@@ -27,7 +27,6 @@ from torch import nn
 from maskwise.errors import UserError
 from maskwise.experiments.ablations.jobs import CLM_DECODER, MLM_ENCODER
 from maskwise.experiments.arms import TOKENS, Arm, Setup
-from maskwise.experiments.checkpoints import FRESH_HEAD_LR, PRETRAINED_BODY_LR
 from maskwise.experiments.framework import (
     Measured,
     Rule,
@@ -42,7 +41,9 @@ from maskwise.interop.folders import load, model_folder
 from maskwise.model.accounting import parameter_breakdown
 from maskwise.recipes import CompareSettings
 from maskwise.runs import CONFIG_FILE, read_json
+from maskwise.tasks.finetune import PRETRAINED
 from maskwise.tasks.reading import config_of
+from maskwise.tasks.registry import TASKS
 from maskwise.tasks.rerank import (
     Rerank,
     RerankConfig,
@@ -136,7 +137,8 @@ def rerankers(setup: Setup, seed: int, model: nn.Module, tokenizer, role: str, p
     cfg, data = task_setting(setup, "rerank", seed)
     cfg = replace(cfg, candidates=CANDIDATES, reranker=role)
     if pretrained:
-        cfg = replace(cfg.for_pretrained_body(PRETRAINED_BODY_LR, FRESH_HEAD_LR), max_len=PRETRAINED_MAX_LEN)
+        rows = TASKS[Rerank.kind].training_rows(cfg, setup.plan.task_of("rerank") if setup.plan else None)
+        cfg = replace(PRETRAINED.applied(cfg, rows), max_len=PRETRAINED_MAX_LEN)
     label = CROSS if role == "cross" else SCORES
     result = run_task(cfg, model, tokenizer, setup.exp.runtime, data=data, label=label)
     measured = {label: {**result.record.to_json(), "settings": {"lr": cfg.lr, "head_lr": cfg.head_lr,
