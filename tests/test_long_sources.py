@@ -4,6 +4,8 @@ with a learned position table reads their start and says so, and longer sources 
 
 import json
 import random
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -21,6 +23,7 @@ from maskwise.model.positions import extend_context
 from maskwise.model.transformer import build_model
 from maskwise.recipes import SMOKE
 from maskwise.runtime import resolve
+from maskwise.tasks.reading import config_of
 from maskwise.tasks.registry import TASKS
 from maskwise.tasks.run import run_task
 from maskwise.tasks.seq2seq import Seq2SeqConfig
@@ -134,3 +137,22 @@ def test_compare_narrows_a_window_its_budget_cannot_afford_and_says_why(tmp_path
     described = narrowed.described["tasks"][0]["window"]
     assert "is longer than the 30 read" in described or "read whole up to 30 characters" in described
     assert timing.total < time_plan(COMPARE, plan, s, 1, resolve("cpu", "fp32"), families=FAMILIES).total
+
+
+@pytest.mark.integration
+def test_the_first_token_is_timed_on_sources_read_as_far_as_the_fine_tunes_read_them(tmp_path, tokenizer, long_task):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(" ".join(WORDS) for _ in range(200)))
+    plan = plan_of(str(corpus), [long_task.spec], SMOKE)
+    models = {f: tiny(f, tokenizer) for f in ("decoder", "encoder-decoder")}  # 32 positions pretrained, rotary
+
+    class Runs:  # the two things of an experiment the timing reads
+        def load(self, run):
+            return SimpleNamespace(model=models[run], tokenizer=tokenizer)
+
+        def kind(self, run):
+            return config_of(models[run]).kind
+
+    timed = compare_study.time_to_first_token(Runs(), {f: f for f in models}, replace(SMOKE, ttft_repeats=1), plan)
+    longest = timed["buckets"][-1]
+    assert longest["source_tokens"] > 32 and set(longest["seconds"]) == set(models)  # past the pretrained context

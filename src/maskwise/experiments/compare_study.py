@@ -39,7 +39,7 @@ from maskwise.tasks.generate import GenerationConfig, generate
 from maskwise.tasks.reading import config_of
 from maskwise.tasks.registry import READ_THEN_WRITE, TASKS, keep_fine_tune
 from maskwise.tasks.run import run_task
-from maskwise.tasks.seq2seq import Seq2Seq, Seq2SeqConfig, source_ids
+from maskwise.tasks.seq2seq import Seq2Seq, Seq2SeqConfig, room_for_whole, source_ids
 from maskwise.tasks.unit import Speeds
 
 Measure = Callable[[Setup, str, int], dict]  # (setup, run name, seed) -> one measure of the run, as JSON
@@ -75,8 +75,8 @@ def ttft_buckets(plan: ComparePlan, s: CompareSettings) -> tuple[list[tuple[str,
 @torch.no_grad()
 def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSettings, plan: ComparePlan) -> dict:
     """Seconds from a batch of sources to the first token of their answers, per source-length bucket
-    (``ttft_buckets``: the longest ``s.ttft_batch`` sources of each, cut to one length for every family, a
-    decoder's prompt keeping room for its answer), for every column that writes (``runs``: column -> run name),
+    (``ttft_buckets``: the longest ``s.ttft_batch`` sources of each, read as far as the fine-tunes read them, cut to
+    one length for every family, a decoder's prompt keeping room for its answer), for every column that writes (``runs``: column -> run name),
     timed in turns so that a change in the machine's load falls on all of them. A batch, because at batch 1 a model
     this small spends the time on dispatch, not on reading the source (docs/results.md). Each reads through its own
     tokenizer (a given model's may not be the scale's)."""
@@ -87,6 +87,8 @@ def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSetting
     loaded = {column: exp.load(run) for column, run in runs.items() if cannot(exp.kind(run), "ttft") is None}
     for run in loaded.values():
         run.model.eval()
+        if not plan.plays_tasks:  # a user's sources, as far as its fine-tunes read them: whole where positions allow
+            room_for_whole(run.model, run.tokenizer, [x for _, inside in buckets for x in inside], room)
     one = GenerationConfig(max_new_tokens=1)
     timed = []
     for name, sources in buckets:

@@ -98,6 +98,13 @@ def source_ids(model: nn.Module, tokenizer, source: str, max_target_len: int) ->
     return ids + [tokenizer.sep_id] if config_of(model).kind.causal else ids
 
 
+def room_for_whole(model: nn.Module, tokenizer, sources: Sequence[str], max_target_len: int) -> int:
+    """Let ``model`` read the longest of ``sources`` whole (a decoder with its answer after it), past its pretrained
+    context where its positions allow it (``positions.extend_context``); how many positions past it now reads."""
+    longest = max(map(len, tokenizer.encode_batch(list(sources))))
+    return extend_context(model, longest + (0 if config_of(model).kind.two_stacks else max_target_len + 2))
+
+
 def seq2seq_batch(model: nn.Module, tokenizer, examples: Sequence[Seq2SeqExample],
                   max_target_len: int) -> dict[str, torch.Tensor]:
     """Teacher-forcing inputs and labels for either family (see the module docstring)."""
@@ -319,9 +326,7 @@ class Seq2Seq(Task[Seq2SeqConfig]):
             label: str) -> tuple[nn.Module, Callable[[], Seq2SeqRecord], list[Seq2SeqExample]]:
         train, test = data or self.plays(cfg, model, "test", True)
         assert train is not None  # the plays' training rows were asked for
-        # Room for the longest source whole: past the pretrained context where the body's positions allow it.
-        longest = max(map(len, tokenizer.encode_batch([e.source for e in [*train, *test]])))
-        past = extend_context(model, longest + (0 if config_of(model).kind.two_stacks else cfg.max_target_len + 2))
+        past = room_for_whole(model, tokenizer, [e.source for e in [*train, *test]], cfg.max_target_len)
         train_seq2seq(model, tokenizer, train, cfg, augment=rename_speakers, augment_prob=cfg.rename_speakers,
                       runtime=runtime)
         generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)  # and [EOS]
