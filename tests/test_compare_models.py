@@ -263,7 +263,7 @@ def test_compare_models_runs_end_to_end_with_its_cost_table(models, tmp_path, ca
     topics_rows = len(read_labelled(TaskSpec("topics", "classify", str(files["classify"])))[0])
     steps = dict(cell.rsplit(" ", 3)[0:2] for cell in rows["fine-tuning steps x batch"][0].split("; "))
     assert steps["topics"] == f"{math.ceil(3 * math.ceil(topics_rows / 8)):,}"  # the rule counted its rows
-    assert rows["fine-tuning steps x batch"][2].startswith("topics 60 x")  # a scratch body: the --quick scale's
+    assert rows["fine-tuning steps x batch"][2].startswith("topics 3 x ")  # a scratch body: the config's 3 steps
     prompted = [rows[f"topics: accuracy by prompting, {way}, no fine-tuning (classify) [95% interval]"] for way in
                 ("zero-shot", "few-shot, 1 training example(s) per label in the prompt")]  # beside its fine-tuned row
     assert all(row[0].startswith("cannot: no LM head") and "majority class" in row[1] for row in prompted)
