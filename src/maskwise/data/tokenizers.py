@@ -95,11 +95,6 @@ class Tokenizer:
         framing = self.backend.encode("a", add_special_tokens=True)
         framed = [i for i, real in zip(framing.ids, framing.attention_mask) if real]  # a file's own padding left out
         self.closes_with_sep = self.sep_id is not None and len(framed) > 1 and framed[-1] == self.sep_id
-        # The id a line break reads as: [SEP] in a BERT whose normaliser turns "\n" into a space ("a\nb" reads as
-        # "a b", so a verse line's end, the cue of the plays' punctuation and line-order tasks, would be invisible),
-        # the segment boundary it was pretrained to read; None where the backend keeps line breaks itself.
-        erases = self.backend.encode("a\nb", add_special_tokens=False).ids == self.encode_whole("a b")
-        self.line_break_id = self.sep_id if self.closes_with_sep and erases else None
 
     def _role_id(self, role: str) -> int | None:
         for spelling in _ROLE_SPELLINGS[role]:
@@ -112,37 +107,16 @@ class Tokenizer:
         """Number of ids, specials and sentinels included: the size of the embedding table."""
         return self.backend.get_vocab_size(with_added_tokens=True)
 
-    def encode_whole(self, text: str) -> list[int]:
-        """``text``'s ids as the backend reads it, line breaks as it treats them."""
+    def encode(self, text: str) -> list[int]:
         return self.backend.encode(text, add_special_tokens=False).ids
 
-    def encode(self, text: str) -> list[int]:
-        return self.encode_offsets(text)[0]
-
     def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-        """Ids and each id's (start, end) characters in ``text``: how a per-word label finds its token. Where the
-        backend erases line breaks, each line is read alone and a break reads as ``line_break_id``."""
-        if self.line_break_id is None or "\n" not in text:
-            encoding = self.backend.encode(text, add_special_tokens=False)
-            return encoding.ids, encoding.offsets
-        ids: list[int] = []
-        offsets: list[tuple[int, int]] = []
-        start = 0
-        for n, (line, encoding) in enumerate(zip(lines := text.split("\n"), self.backend.encode_batch(
-                lines, add_special_tokens=False))):
-            if n:
-                ids.append(self.line_break_id)
-                offsets.append((start - 1, start))  # the break's own character
-            ids += encoding.ids
-            offsets += [(a + start, b + start) for a, b in encoding.offsets]
-            start += len(line) + 1
-        return ids, offsets
+        """Ids and each id's (start, end) characters in ``text``: how a per-word label finds its token."""
+        encoding = self.backend.encode(text, add_special_tokens=False)
+        return encoding.ids, encoding.offsets
 
     def encode_batch(self, texts: Iterable[str]) -> list[list[int]]:
-        texts = list(texts)
-        if self.line_break_id is not None and any("\n" in t for t in texts):
-            return [self.encode(t) for t in texts]
-        return [encoding.ids for encoding in self.backend.encode_batch(texts, add_special_tokens=False)]
+        return [encoding.ids for encoding in self.backend.encode_batch(list(texts), add_special_tokens=False)]
 
     def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
         """Text for ``ids`` (a list, or a tensor row). Exact inverse of ``encode`` for "char" on
