@@ -190,7 +190,8 @@ def test_reranker_ablation_starts_its_cross_encoder_from_a_folder_on_a_beir_task
     folders = json.loads((out / "steps" / "rerank-folders-seed1.json").read_text())
     cross = folders["systems"][reranker.CROSS]
     assert folders["bodies"]["cross"]["folder"] == str(bert_folder.resolve())
-    assert cross["settings"]["lr"] == 2e-5 and cross["settings"]["head_lr"] == 1e-3  # a pretrained body's rates
+    assert (cross["settings"]["lr"], cross["settings"]["head_lr"], cross["settings"]["batch_size"]) == (
+        5e-5, 5e-5, 8)  # a pretrained body: HF Trainer's defaults (``finetune.PRETRAINED``)
     assert cross["settings"]["readout"] == cross["readout"] == "segments"  # a pretrained body scores as it was trained
     assert any(f"the folder {bert_folder.resolve()}" in note for note in results["notes"])
     assert results["settings"]["models"] == f"cross={bert_folder}"
