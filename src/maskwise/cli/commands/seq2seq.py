@@ -17,12 +17,8 @@ from maskwise.errors import UserError
 from maskwise.interop.folders import FineTune
 from maskwise.tasks.generate import GenerationConfig
 from maskwise.tasks.registry import TASKS
-from maskwise.tasks.seq2seq import (
-    Seq2Seq,
-    Seq2SeqConfig,
-    Seq2SeqRecord,
-    evaluate_seq2seq,
-)
+from maskwise.tasks.seq2seq import Seq2Seq, Seq2SeqConfig, evaluate_seq2seq
+from maskwise.tasks.seq2seq_scores import Seq2SeqRecord
 
 TASK = TASKS[Seq2Seq.kind]
 

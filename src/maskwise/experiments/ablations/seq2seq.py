@@ -28,7 +28,8 @@ from maskwise.recipes import Scale
 from maskwise.tasks.generate import GenerationConfig, generate
 from maskwise.tasks.metrics import bucket_label
 from maskwise.tasks.run import run_task
-from maskwise.tasks.seq2seq import Seq2SeqRecord, source_ids
+from maskwise.tasks.seq2seq import source_ids
+from maskwise.tasks.seq2seq_scores import Seq2SeqRecord
 
 # Both at the scale's block and by the same denoising (the decoder reads noise [SEP] text, the layout it
 # fine-tunes in), so structure alone differs; the encoder-decoder splits its layers and narrows its FFN

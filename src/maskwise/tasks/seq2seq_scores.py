@@ -1,0 +1,110 @@
+"""What a read-then-write fine-tune is scored by: a writer's (or a copying baseline's) exact match, F1 over the
+comma-separated items and token F1, per test item and by source length, and the record that holds them. Apart from
+``tasks.seq2seq`` because scoring reads only strings: no model, no tokenizer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from maskwise.data.tasks import Seq2SeqExample
+from maskwise.tasks.metrics import bucketed, exact_match, rouge_l, set_f1, token_f1
+from maskwise.tasks.record import Fields, Record
+
+
+@dataclass(frozen=True)
+class PerExample(Fields):
+    """Each test item's scores: the items an interval over the test rows resamples."""
+
+    exact_match: list[float]
+    items_f1: list[float]
+    token_f1: list[float]
+    rouge_l: list[float] | None = None  # ROUGE-L F-measure (``rouge-score``, stemmed): summarisation's own score
+
+
+@dataclass(frozen=True)
+class BucketScores(Fields):
+    """The mean scores of the test items whose source length falls in one bucket (``metrics.bucketed``)."""
+
+    n: int
+    exact_match: float
+    items_f1: float
+    token_f1: float
+
+
+@dataclass(frozen=True)
+class Seq2SeqScores(Fields):
+    """One writer's (or baseline's) scores: their means, each item's, and their means by source length in characters
+    (bucket label -> its scores, empty buckets left out)."""
+
+    exact_match: float
+    items_f1: float
+    token_f1: float
+    per_example: PerExample
+    by_source_chars: dict[str, BucketScores]
+
+
+@dataclass(frozen=True)
+class Seq2SeqBaseline(Seq2SeqScores):
+    """Copying from the source, with no model: its first line (the plays: the first speaker) or its first words."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class ShownExample(Fields):
+    """One test item with what the model wrote: what a reader checks the scores against."""
+
+    source: str
+    target: str
+    predicted: str
+
+
+@dataclass(frozen=True)
+class Seq2SeqRecord(Seq2SeqScores, Record):
+    """A writer's scores beside copying from the source (``baseline``), with how it decoded, each test source's length
+    (for rows by source length) and the first few items written; the plays' passages say how they were cut."""
+
+    task: ClassVar[str] = "seq2seq"
+    family: str
+    decoding: str  # greedy, or beam N
+    n_test: int
+    source_chars: list[int]  # each test item's, for rows by source length
+    baseline: Seq2SeqBaseline
+    examples: list[ShownExample]
+    # The plays' classic method: the lines that follow a blank line (``classic.lines_after_blank``); a user's rows have
+    # theirs as ``baseline`` already (the lead).
+    classic: Seq2SeqBaseline | None = None
+    train_examples: int | None = None  # the rows it was fine-tuned on (None: scored by ``maskwise evaluate``)
+    # Each test source's characters the model read (a body that cannot hold a source reads its start), and the
+    # positions it read past its pretrained context to hold the longest (0: none).
+    chars_read: list[int] | None = None
+    positions_past_pretrained: int = 0
+    # How the plays' passages were cut (None: a user's rows).
+    hide_speakers: bool | None = None
+    mid_speech: bool | None = None
+
+
+def generation_scores(predicted: Sequence[str], examples: Sequence[Seq2SeqExample],
+                      source_edges: Sequence[int]) -> dict:
+    """``Seq2SeqScores``' fields: exact match, F1 over the set of comma-separated items (on the plays: the speakers)
+    and token F1, overall, per example and by source length."""
+    per_example = {
+        "exact_match": [exact_match(p, e.target) for p, e in zip(predicted, examples)],
+        "items_f1": [set_f1(p, e.target) for p, e in zip(predicted, examples)],  # the speakers, on the plays
+        "token_f1": [token_f1(p, e.target) for p, e in zip(predicted, examples)],
+    }
+    n = max(len(examples), 1)
+    means = {name: sum(values) / n for name, values in per_example.items()}
+    per_example["rouge_l"] = [rouge_l(p, e.target) for p, e in zip(predicted, examples)]
+    return {
+        **means,
+        "per_example": per_example,
+        "by_source_chars": bucketed([len(e.source) for e in examples], per_example, source_edges),
+    }
+
+
+def lead_words(train: Sequence[Seq2SeqExample]) -> int:
+    """How many of the source's first words the lead baseline copies: the training targets' mean word count."""
+    return max(1, round(sum(len(e.target.split()) for e in train) / max(len(train), 1)))
