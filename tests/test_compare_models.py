@@ -14,8 +14,8 @@ import transformers as tf
 from maskwise.config import preset
 from maskwise.data.corpus import make_corpus
 from maskwise.data.task_readers import read_labelled
-from maskwise.data.user_tasks import TaskSpec
 from maskwise.data.tokenizers import build_tokenizer
+from maskwise.data.user_tasks import TaskSpec
 from maskwise.errors import UserError
 from maskwise.experiments.candidates import model_speed, plays_sample, size_warning
 from maskwise.experiments.checkpoints import (
@@ -119,12 +119,14 @@ def test_each_folder_is_opened_its_family_read_and_its_fine_tuning_rate_set(mode
     assert encoder.no_lm_head.startswith("cannot: no LM head") and hf_decoder.no_lm_head is None
     assert seq2seq.objective == "denoise" and decoder.objective == "clm"
     cfg = ClassifyConfig(steps=60, batch_size=32, lr=1e-3, head_lr=3e-3)
-    tuned = encoder.fine_tuning(cfg, rows=100)  # HF Trainer's defaults: 3 epochs of 13 batches of 8
+    tuned = encoder.fine_tuning(cfg, lambda: 100)  # HF Trainer's defaults: 3 epochs of 13 batches of 8
     assert (tuned.steps, tuned.batch_size, tuned.lr, tuned.head_lr, tuned.warmup) == (39, 8, 5e-5, 5e-5, 0.0)
-    assert decoder.fine_tuning(cfg, rows=100) == cfg  # a body trained from scratch here: the scale's config
+    assert decoder.fine_tuning(cfg, lambda: 100) == cfg  # a body trained from scratch here: the scale's config
     rerank = RerankConfig()
-    assert encoder.fine_tuning(rerank, 8).readout == "segments" and decoder.fine_tuning(rerank, 8).readout == "cls"
-    assert open_models([ModelSpec("x", str(models["decoder-hf"]), body="scratch")])[0].fine_tuning(cfg, 8) == cfg
+    assert (encoder.fine_tuning(rerank, lambda: 8).readout == "segments"
+            and decoder.fine_tuning(rerank, lambda: 8).readout == "cls")
+    assert open_models([ModelSpec("x", str(models["decoder-hf"]), body="scratch")])[0].fine_tuning(
+        cfg, lambda: 8) == cfg
 
 
 @pytest.mark.unit

@@ -6,7 +6,7 @@ and takes its learning rates here too."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,10 +101,11 @@ class Candidate:
     parameters: dict  # ``parameter_breakdown`` of its model
     context: int  # the tokens its (encoder) stack reads
 
-    def fine_tuning(self, cfg: C, rows: int) -> C:
-        """The one rule (``candidates``' docstring) for a task of ``rows`` training rows: the scale's config for a body
-        trained from scratch, HF Trainer's defaults for a pretrained one (``finetune.PRETRAINED``)."""
-        return cfg if self.scratch else PRETRAINED.applied(cfg, rows)
+    def fine_tuning(self, cfg: C, rows: Callable[[], int]) -> C:
+        """The one rule (``candidates``' docstring): the scale's config for a body trained from scratch, HF Trainer's
+        defaults for a pretrained one (``finetune.PRETRAINED``) over the task's ``rows()`` training rows (counted only
+        here: the plays' are drawn to count them)."""
+        return cfg if self.scratch else PRETRAINED.applied(cfg, rows())
 
     @property
     def rate(self) -> str:

@@ -69,14 +69,12 @@ class ComparePlan:
         """The columns a row's "best" is chosen among: the three families, or every model given."""
         return tuple(c.name for c in self.models) or FAMILIES
 
-    def tuned(self, kind: str, cfg: FinetuneConfig, task: UserTask | None) -> dict[str, FinetuneConfig]:
-        """``cfg`` as each column fine-tunes task ``kind`` (the user's ``task``, else the plays'): as it is for a family
-        pretrained here, by its fine-tuning rule for a model given (``checkpoints.Candidate.fine_tuning``), which counts
-        the task's training rows."""
-        if not self.models:
-            return {}
-        rows = TASKS[kind].training_rows(cfg, task) if any(not c.scratch for c in self.models) else 0
-        return {c.name: c.fine_tuning(cfg, rows) for c in self.models}
+    def for_model(self, column: str, kind: str, cfg: FinetuneConfig, task: UserTask | None) -> FinetuneConfig:
+        """``cfg`` as ``column`` fine-tunes task ``kind`` (the user's ``task``, else the plays'): as it is for a family
+        pretrained here, by the model's fine-tuning rule for a model given (``checkpoints.Candidate.fine_tuning``),
+        which counts the task's training rows only where it needs them."""
+        model = next((c for c in self.models if c.name == column), None)
+        return cfg if model is None else model.fine_tuning(cfg, partial(TASKS[kind].training_rows, cfg, task))
 
     @property
     def plays_tasks(self) -> tuple[str, ...]:
@@ -267,11 +265,10 @@ def held_out_seconds(r: Reader) -> float:
     return HELD_OUT_S * r.factor
 
 
-def fine_tune_seconds(kind: str, tuned: Mapping[str, FinetuneConfig], cfg: FinetuneConfig, task: UserTask | None,
-                      r: Reader) -> float:
+def fine_tune_seconds(plan: ComparePlan, kind: str, cfg: FinetuneConfig, task: UserTask | None, r: Reader) -> float:
     """The seconds of fine-tuning and evaluating task ``kind`` (on the user's ``task``, or the plays') for the column
-    ``r``, at its config in ``tuned`` (else ``cfg``), from the work it does at ``r``'s speeds."""
-    return TASKS[kind].work(tuned.get(r.name, cfg), task, r.tokens_per_char).seconds(r.speeds)
+    ``r``, at the config it fine-tunes by (``ComparePlan.for_model``), from the work it does at ``r``'s speeds."""
+    return TASKS[kind].work(plan.for_model(r.name, kind, cfg, task), task, r.tokens_per_char).seconds(r.speeds)
 
 
 def each_of(prefix: str, readers: Sequence[Reader], seconds: Callable[[Reader], float], runs: int) -> Expected:
@@ -287,7 +284,7 @@ def measure_steps(plan: ComparePlan, s: CompareSettings, seeds: int,
     tasks = plan.fine_tunes(s)
     steps = [each_of("lm", columns, held_out_seconds, seeds),
              *[each_of(key, [r for r in columns if cannot(r.kind, kind) is None],
-                       partial(fine_tune_seconds, kind, plan.tuned(kind, cfg, task), cfg, task), seeds)
+                       partial(fine_tune_seconds, plan, kind, cfg, task), seeds)
                for key, (kind, cfg, task) in tasks.items()]]
     if any(TASKS[kind].claim == READ_THEN_WRITE for kind, _, _ in tasks.values()):
         steps.append(Expected("ttft", seeds, TTFT_S * statistics.mean(r.factor for r in columns)))

@@ -76,8 +76,8 @@ def ttft_buckets(plan: ComparePlan, s: CompareSettings) -> tuple[list[tuple[str,
 def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSettings, plan: ComparePlan) -> dict:
     """Seconds from a batch of sources to the first token of their answers, per source-length bucket
     (``ttft_buckets``: the longest ``s.ttft_batch`` sources of each, read as far as the fine-tunes read them, cut to
-    one length for every family, a decoder's prompt keeping room for its answer), for every column that writes (``runs``: column -> run name),
-    timed in turns so that a change in the machine's load falls on all of them. A batch, because at batch 1 a model
+    one length for every family, a decoder's prompt keeping room for its answer), for every column that writes
+    (``runs``: column -> run name), timed in turns so that a change in the machine's load falls on all of them. A batch, because at batch 1 a model
     this small spends the time on dispatch, not on reading the source (docs/results.md). Each reads through its own
     tokenizer (a given model's may not be the scale's)."""
 
@@ -119,7 +119,7 @@ def fine_tune(key: str, kind: str, task: UserTask | None, setup: Setup, name: st
     the scale's; the seed draws the batches and the plays' rows), evaluate it, and keep it as a run folder
     under ``FINE_TUNED`` so that the winner can be evaluated again or exported (``maskwise export``)."""
     cfg, data = setup.plan.fine_tune(key, kind, task, setup.recipe, seed, setup.progress)
-    cfg = setup.plan.tuned(kind, cfg, task).get(column_of(name), cfg)
+    cfg = setup.plan.for_model(column_of(name), kind, cfg, task)
     run = setup.exp.load(name)
     result = run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, data=data, label=name)
     folder = setup.exp.out / FINE_TUNED / step_name(key, name)
