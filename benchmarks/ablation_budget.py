@@ -51,12 +51,27 @@ def main() -> None:
             for steps in map(int, args.steps.split(",")):
                 model, tokenizer, pretrain_s = body(exp, tokens, seed)
                 started = time.perf_counter()
-                record = run_task(replace(recipe.task("tag", seed), steps=steps), model, tokenizer, exp.runtime,
-                                  label=f"{tokens} tokens").record
-                print(json.dumps({"seed": seed, "tokens": tokens, "steps": steps, "f1": round(record.micro.f1, 3),
-                                  "verse_rule": round(record.line_break_rule.micro.f1, 3),
-                                  "pretrain_s": round(pretrain_s, 1),
-                                  "finetune_s": round(time.perf_counter() - started, 1)}), flush=True)
+                record = run_task(
+                    replace(recipe.task("tag", seed), steps=steps),
+                    model,
+                    tokenizer,
+                    exp.runtime,
+                    label=f"{tokens} tokens",
+                ).record
+                print(
+                    json.dumps(
+                        {
+                            "seed": seed,
+                            "tokens": tokens,
+                            "steps": steps,
+                            "f1": round(record.micro.f1, 3),
+                            "verse_rule": round(record.line_break_rule.micro.f1, 3),
+                            "pretrain_s": round(pretrain_s, 1),
+                            "finetune_s": round(time.perf_counter() - started, 1),
+                        }
+                    ),
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -35,11 +35,22 @@ def run(objective: str, bf16: bool, args) -> dict:
 
     tokenizer, train, val = common.shakespeare(args.vocab)
     torch.manual_seed(0)
-    model = build_model(preset(PRESET[objective], vocab_size=args.vocab, d_model=256, n_layers=4, n_heads=4,
-                               d_ff=1024, max_seq_len=128)).to(args.device)
-    cfg = TrainConfig(steps=args.steps, batch_size=16, block_size=128, lr=args.lr, warmup=args.steps // 10,
-                      eval_every=args.steps, eval_batches=args.eval_batches, device=args.device,
-                      precision="bf16" if bf16 else "fp32", progress=False, seed=0)
+    model = build_model(
+        preset(PRESET[objective], vocab_size=args.vocab, d_model=256, n_layers=4, n_heads=4, d_ff=1024, max_seq_len=128)
+    ).to(args.device)
+    cfg = TrainConfig(
+        steps=args.steps,
+        batch_size=16,
+        block_size=128,
+        lr=args.lr,
+        warmup=args.steps // 10,
+        eval_every=args.steps,
+        eval_batches=args.eval_batches,
+        device=args.device,
+        precision="bf16" if bf16 else "fp32",
+        progress=False,
+        seed=0,
+    )
     trainer = Trainer(model, maskwise_objective(objective, tokenizer, args.vocab), train, val, cfg)
     record = trainer.fit()[-1]
     return {"val_loss": record["val_loss"], "tokens_per_s": record["tokens_seen"] / record["wall_s"]}
@@ -57,21 +68,30 @@ def main() -> None:
     args = parser.parse_args()
     runtime = common.device_runtime(args.device)
     args.device = runtime.device
-    header = [f"machine: {common.machine(runtime)}",
-              f"command: python benchmarks/bench_bf16.py {' '.join(sys.argv[1:])}"]
+    header = [
+        f"machine: {common.machine(runtime)}",
+        f"command: python benchmarks/bench_bf16.py {' '.join(sys.argv[1:])}",
+    ]
     if not common.bf16_fast(runtime):
         common.emit([], header, args.json, skipped=[common.skipped_line("the bf16 quality check", runtime)])
         return
-    lines = [("| objective | steps | fp32 val loss | bf16 val loss | relative difference | within 2% | "
-              "fp32 tokens/s | bf16 tokens/s |"), "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        (
+            "| objective | steps | fp32 val loss | bf16 val loss | relative difference | within 2% | "
+            "fp32 tokens/s | bf16 tokens/s |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
     ok = True
     for objective in args.objectives.split(","):
         fp32, bf16 = run(objective, False, args), run(objective, True, args)
         diff = (bf16["val_loss"] - fp32["val_loss"]) / fp32["val_loss"]
         ok &= abs(diff) <= TOLERANCE
-        lines.append(f"| {objective} | {args.steps} | {fp32['val_loss']:.4f} | {bf16['val_loss']:.4f} | {diff:+.2%} | "
-                     f"{'yes' if abs(diff) <= TOLERANCE else 'NO'} | {fp32['tokens_per_s']:,.0f} | "
-                     f"{bf16['tokens_per_s']:,.0f} |")
+        lines.append(
+            f"| {objective} | {args.steps} | {fp32['val_loss']:.4f} | {bf16['val_loss']:.4f} | {diff:+.2%} | "
+            f"{'yes' if abs(diff) <= TOLERANCE else 'NO'} | {fp32['tokens_per_s']:,.0f} | "
+            f"{bf16['tokens_per_s']:,.0f} |"
+        )
         print(lines[-1], file=sys.stderr, flush=True)
     common.emit([], header, args.json, ["\n".join(lines)])
     sys.exit(0 if ok else 1)

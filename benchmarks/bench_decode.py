@@ -39,9 +39,20 @@ def make_weights(folder: str, args) -> None:
 
     transformers.logging.set_verbosity_error()
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=args.vocab, n_positions=args.positions, n_embd=args.d_model, n_layer=args.layers,
-                     n_head=args.heads, n_inner=args.d_ff, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                     bos_token_id=None, eos_token_id=None, pad_token_id=0)
+    cfg = GPT2Config(
+        vocab_size=args.vocab,
+        n_positions=args.positions,
+        n_embd=args.d_model,
+        n_layer=args.layers,
+        n_head=args.heads,
+        n_inner=args.d_ff,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
     GPT2LMHeadModel(cfg).save_pretrained(folder)
 
 
@@ -71,12 +82,17 @@ class Decode(common.Side):
         self.batch = batch
 
     def generate(self, n: int, use_cache: bool = True) -> list[list[int]]:
-        prompts = self.prompts[:self.batch]
+        prompts = self.prompts[: self.batch]
         if self.side == "hf":
             with torch.inference_mode():
-                out = self.model.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=n,
-                                          do_sample=False, use_cache=use_cache)
-            return out[:, prompts.shape[1]:].tolist()
+                out = self.model.generate(
+                    prompts,
+                    attention_mask=torch.ones_like(prompts),
+                    max_new_tokens=n,
+                    do_sample=False,
+                    use_cache=use_cache,
+                )
+            return out[:, prompts.shape[1] :].tolist()
         from maskwise.tasks.generate import GenerationConfig, generate
 
         cfg = GenerationConfig(max_new_tokens=n, use_cache=use_cache)
@@ -123,8 +139,16 @@ OPTIONS = (*SHAPE_OPTIONS, "weights")
 
 def main() -> None:
     parser = common.base_parser(__doc__.splitlines()[0], rounds=5, steps=1, warmup=1)
-    for name, default in (("vocab", 8192), ("d_model", 256), ("layers", 4), ("heads", 4), ("d_ff", 1024),
-                          ("positions", 256), ("prompt", 16), ("new_tokens", 112)):
+    for name, default in (
+        ("vocab", 8192),
+        ("d_model", 256),
+        ("layers", 4),
+        ("heads", 4),
+        ("d_ff", 1024),
+        ("positions", 256),
+        ("prompt", 16),
+        ("new_tokens", 112),
+    ):
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=default)
     parser.add_argument("--weights", help=argparse.SUPPRESS)  # the parent's saved weights, for workers
     parser.add_argument("--curve", default="16,32,64,128,224", help="lengths for the cost curve ('' = skip)")
@@ -143,30 +167,41 @@ def main() -> None:
             for batch, target in ((1, ">= 2x"), (8, "")):
                 for worker in workers.values():
                     worker.ask(cmd="call", name="configure", kwargs={"batch": batch})
-                tokens = {s: w.ask(cmd="call", name="generate", kwargs={"n": args.new_tokens})["result"]
-                          for s, w in workers.items()}
+                tokens = {
+                    s: w.ask(cmd="call", name="generate", kwargs={"n": args.new_tokens})["result"]
+                    for s, w in workers.items()
+                }
                 agree = sum(a == b for x, y in zip(tokens["hf"], tokens["maskwise"]) for a, b in zip(x, y))
                 total = sum(len(x) for x in tokens["hf"])
                 same.append(f"batch {batch}: {agree}/{total} greedy tokens identical")
-                comparison = common.compare(workers, f"decode, batch {batch}", "hf", args.rounds, args.steps,
-                                            args.warmup, unit="new tokens/s")
-                rows += common.rows_of(comparison, targets={"maskwise": target} if target else None,
-                                       profiles={"maskwise": ["decode", "--batch", str(batch),
-                                                              *common.flags(args, SHAPE_OPTIONS)]},
-                                       notes={"hf": "GPT2LMHeadModel.generate, DynamicCache",
-                                              "maskwise": "tasks.generate, static KVCache"})
+                comparison = common.compare(
+                    workers, f"decode, batch {batch}", "hf", args.rounds, args.steps, args.warmup, unit="new tokens/s"
+                )
+                rows += common.rows_of(
+                    comparison,
+                    targets={"maskwise": target} if target else None,
+                    profiles={"maskwise": ["decode", "--batch", str(batch), *common.flags(args, SHAPE_OPTIONS)]},
+                    notes={
+                        "hf": "GPT2LMHeadModel.generate, DynamicCache",
+                        "maskwise": "tasks.generate, static KVCache",
+                    },
+                )
             for worker in workers.values():
                 worker.ask(cmd="call", name="configure", kwargs={"batch": 1})
             curve = cost_curve(workers, [int(n) for n in args.curve.split(",") if n], args.curve_repeats)
             floor = workers["maskwise"].ask(cmd="call", name="weight_floor_ms")["result"]
         finally:
             common.close_all(workers)
-    header = [f"machine: {common.machine()}",
-              f"command: python benchmarks/bench_decode.py {' '.join(sys.argv[1:])}",
-              f"prompt {args.prompt} tokens, {args.new_tokens} new tokens per row, greedy, {args.rounds} rounds; "
-              + "; ".join(same),
-              (f"weight-streaming floor at batch 1: {floor:.2f} ms/token = {1e3 / floor:,.0f} new tokens/s (every "
-               f"weight matrix times one vector, split over the threads as generate does, nothing else)")]
+    header = [
+        f"machine: {common.machine()}",
+        f"command: python benchmarks/bench_decode.py {' '.join(sys.argv[1:])}",
+        f"prompt {args.prompt} tokens, {args.new_tokens} new tokens per row, greedy, {args.rounds} rounds; "
+        + "; ".join(same),
+        (
+            f"weight-streaming floor at batch 1: {floor:.2f} ms/token = {1e3 / floor:,.0f} new tokens/s (every "
+            f"weight matrix times one vector, split over the threads as generate does, nothing else)"
+        ),
+    ]
     common.emit(rows, header, args.json, [curve] if curve else [])
 
 
@@ -175,14 +210,17 @@ def cost_curve(workers, lengths: list[int], repeats: int) -> str:
     measured alternately (side by side per length), and the per-token cost (seconds / n)."""
     if not lengths:
         return ""
-    lines = ["| new tokens | " + " | ".join(f"{s} {c} s (ms/token)" for s in workers for c in ("cached", "uncached"))
-             + " |", "|---|" + "---|" * (2 * len(workers))]
+    lines = [
+        "| new tokens | " + " | ".join(f"{s} {c} s (ms/token)" for s in workers for c in ("cached", "uncached")) + " |",
+        "|---|" + "---|" * (2 * len(workers)),
+    ]
     for n in lengths:
         cells = []
         for worker in workers.values():
             for use_cache in (True, False):
-                seconds = worker.ask(cmd="call", name="seconds",
-                                     kwargs={"n": n, "use_cache": use_cache, "repeats": repeats})["result"]
+                seconds = worker.ask(
+                    cmd="call", name="seconds", kwargs={"n": n, "use_cache": use_cache, "repeats": repeats}
+                )["result"]
                 cells.append(f"{seconds:.3f} ({1000 * seconds / n:.2f})")
         print(f"  curve n={n}: {' '.join(cells)}", file=sys.stderr, flush=True)
         lines.append(f"| {n} | " + " | ".join(cells) + " |")

@@ -73,16 +73,18 @@ class Embed(common.Side):
         if self.side == "hf":
             out = []
             for i in range(0, len(self.texts), self.batch):
-                enc = self.tokenizer(self.texts[i:i + self.batch], padding=True, truncation=True, max_length=256,
-                                     return_tensors="pt")
+                enc = self.tokenizer(
+                    self.texts[i : i + self.batch], padding=True, truncation=True, max_length=256, return_tensors="pt"
+                )
                 hidden = self.model(**enc).last_hidden_state  # (B, T, d)
                 mask = enc["attention_mask"][..., None].to(hidden.dtype)
                 mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
                 out.append(torch.nn.functional.normalize(mean, dim=-1))
             return torch.cat(out).numpy()
         if self.side == "sentence-transformers":
-            return self.model.encode(self.texts, batch_size=self.batch, convert_to_numpy=True,
-                                     normalize_embeddings=True)
+            return self.model.encode(
+                self.texts, batch_size=self.batch, convert_to_numpy=True, normalize_embeddings=True
+            )
         from maskwise.interop.pretrained import embed_texts
 
         return embed_texts(folder(), self.texts, batch_size=self.batch)
@@ -112,8 +114,7 @@ def main() -> None:
     workers = common.start(__file__, sides, common.worker_args(args, ("lines", "batch")))
     try:
         vectors = {s: np.array(w.ask(cmd="call", name="fingerprint")["result"]) for s, w in workers.items()}
-        comparison = common.compare(workers, "MiniLM embed", "hf", args.rounds, args.steps, args.warmup,
-                                    unit="lines/s")
+        comparison = common.compare(workers, "MiniLM embed", "hf", args.rounds, args.steps, args.warmup, unit="lines/s")
     finally:
         common.close_all(workers)
     notes = {}
@@ -128,9 +129,11 @@ def main() -> None:
     if load_s is not None:
         notes["maskwise"] += f"; includes a model load per call ({load_s:.2f} s)"
     rows = common.rows_of(comparison, targets={"maskwise": ">= 1.0x, identical vectors"}, notes=notes)
-    header = [f"machine: {common.machine()}",
-              f"command: python benchmarks/bench_embed.py {' '.join(sys.argv[1:])}",
-              f"{args.lines} lines of the plays per step, batch {args.batch}, {args.rounds} rounds"]
+    header = [
+        f"machine: {common.machine()}",
+        f"command: python benchmarks/bench_embed.py {' '.join(sys.argv[1:])}",
+        f"{args.lines} lines of the plays per step, batch {args.batch}, {args.rounds} rounds",
+    ]
     common.emit(rows, header, args.json)
 
 

@@ -69,8 +69,12 @@ import common
 KINDS = ("classify", "tag", "embed", "seq2seq")  # the fine-tunes compare runs
 SEQ, N_LABELS, N_TAGS, POOL, TARGET = 128, 2, 7, 32, ">= 1.5x"
 WARMUP, TOTAL = 100, 10_000  # the learning-rate schedule's (its values do not change a step's cost)
-HF_CLASS = {"classify": "AutoModelForSequenceClassification", "tag": "AutoModelForTokenClassification",
-            "embed": "AutoModel", "seq2seq": "AutoModelForCausalLM"}
+HF_CLASS = {
+    "classify": "AutoModelForSequenceClassification",
+    "tag": "AutoModelForTokenClassification",
+    "embed": "AutoModel",
+    "seq2seq": "AutoModelForCausalLM",
+}
 
 
 def task_config(task: str, bf16: bool):
@@ -85,9 +89,17 @@ def maskwise_model(task: str, shape: str, tok, cfg):
     """The task's maskwise model, seeded as ``run_task``'s fine-tunes seed it."""
     d_model = {"compare": DEFAULT.d_model, "wide": 256}[shape]
     torch.manual_seed(0)
-    body = build_model(preset(DEFAULT.preset, family="decoder" if task == "seq2seq" else "encoder",
-                              vocab_size=-(-tok.vocab_size // 64) * 64, d_model=d_model, n_heads=DEFAULT.heads,
-                              n_layers=DEFAULT.layers, max_seq_len=DEFAULT.block_size))
+    body = build_model(
+        preset(
+            DEFAULT.preset,
+            family="decoder" if task == "seq2seq" else "encoder",
+            vocab_size=-(-tok.vocab_size // 64) * 64,
+            d_model=d_model,
+            n_heads=DEFAULT.heads,
+            n_layers=DEFAULT.layers,
+            max_seq_len=DEFAULT.block_size,
+        )
+    )
     torch.manual_seed(cfg.seed)
     if task == "classify":
         return SequenceClassifier(body, [str(i) for i in range(N_LABELS)], cfg.pooling, cfg.freeze, cfg.dropout)
@@ -161,6 +173,7 @@ def maskwise_output(task: str, model, b: dict, cfg):
 def hf_output(task: str, model, b: dict, cfg):
     """(loss, output) of the HF model, as a plain HF fine-tuning loop computes them."""
     if task == "embed":
+
         def embed(ids, mask):
             h = model(input_ids=ids, attention_mask=mask).last_hidden_state
             weights = mask[..., None].to(h.dtype)
@@ -192,8 +205,10 @@ def export_to_hf(task: str, mw, cfg):
     with tempfile.TemporaryDirectory() as tmp:
         model = auto.from_pretrained(export_hf(mw if task == "seq2seq" else mw.body, Path(tmp) / "model"), **extra)
     if task in ("classify", "tag"):
-        head = {f"{HEAD_KEYS[key.rpartition('.')[0]]}.{key.rpartition('.')[2]}": value
-                for key, value in mw.head.state_dict().items()}
+        head = {
+            f"{HEAD_KEYS[key.rpartition('.')[0]]}.{key.rpartition('.')[2]}": value
+            for key, value in mw.head.state_dict().items()
+        }
         if unexpected := model.load_state_dict(head, strict=False).unexpected_keys:
             raise RuntimeError(f"{type(model).__name__} has no {unexpected}")
     return model
@@ -207,19 +222,24 @@ class MaskwiseSide(common.Side):
         runtime = self.cfg.runtime(self.model)
         retain_freed_memory(runtime.device_type)
         heads = ("head.",) if args.task in ("classify", "tag") else ()  # classify/tag's HEAD_PREFIX
-        self.optimizer_step = OptimizerStep(self.model, finetune_optimizer(self.model, self.cfg, heads), runtime,
-                                   self.cfg.grad_clip)
+        self.optimizer_step = OptimizerStep(
+            self.model, finetune_optimizer(self.model, self.cfg, heads), runtime, self.cfg.grad_clip
+        )
         self.batches, self.n = make_batches(args.task, tok, self.cfg.batch_size), 0
-        self.info = {"weights": fingerprint(self.model), "class": type(self.model).__name__,
-                     "precision": runtime.precision}
+        self.info = {
+            "weights": fingerprint(self.model),
+            "class": type(self.model).__name__,
+            "precision": runtime.precision,
+        }
 
     def step(self) -> int:
         batch = self.batches[self.n % POOL]
         set_lr(self.optimizer_step.optimizer, lr_factor(self.n, WARMUP, TOTAL, min_ratio=0.0))
         self.n += 1
         self.optimizer_step.begin()
-        loss = self.optimizer_step.backward(lambda: maskwise_output(self.task, self.model, batch, self.cfg)[0],
-                                   lambda loss: loss).detach()
+        loss = self.optimizer_step.backward(
+            lambda: maskwise_output(self.task, self.model, batch, self.cfg)[0], lambda loss: loss
+        ).detach()
         if not self.optimizer_step.apply(loss):
             raise RuntimeError(f"maskwise {self.task}: non-finite loss {float(loss)}")
         float(loss)  # fine_tune records every step's loss
@@ -238,14 +258,26 @@ class HFSide(common.Side):
         with torch.no_grad():
             mw.eval()
             self.model.eval()
-            diff = (maskwise_output(args.task, mw, self.batches[0], self.cfg)[1]
-                    - hf_output(args.task, self.model, self.batches[0], self.cfg)[1]).abs().max().item()
-        self.info = {"weights": fingerprint(mw), "class": type(self.model).__name__, "max_output_diff": diff,
-                     "attention": self.model.config._attn_implementation}
+            diff = (
+                (
+                    maskwise_output(args.task, mw, self.batches[0], self.cfg)[1]
+                    - hf_output(args.task, self.model, self.batches[0], self.cfg)[1]
+                )
+                .abs()
+                .max()
+                .item()
+            )
+        self.info = {
+            "weights": fingerprint(mw),
+            "class": type(self.model).__name__,
+            "max_output_diff": diff,
+            "attention": self.model.config._attn_implementation,
+        }
         del mw
         self.model.train()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.lr,
-                                           weight_decay=self.cfg.weight_decay, fused=True)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay, fused=True
+        )
         self.schedule = transformers.get_linear_schedule_with_warmup(self.optimizer, WARMUP, TOTAL)
 
     def step(self) -> int:
@@ -268,8 +300,10 @@ def build(side: str, args) -> common.Side:
 def machine(runtime) -> str:
     flags = detect_hardware().cpu_flags
     have = " ".join(f"{f}{'+' if f in flags else '-'}" for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16"))
-    return (f"{common.machine(runtime)}; flags {have}; oneDNN {'on' if torch.backends.mkldnn.is_available() else 'off'}"
-            f"; transformers {version('transformers')}")
+    return (
+        f"{common.machine(runtime)}; flags {have}; oneDNN {'on' if torch.backends.mkldnn.is_available() else 'off'}"
+        f"; transformers {version('transformers')}"
+    )
 
 
 def main() -> None:
@@ -292,8 +326,13 @@ def main() -> None:
     sides = ["hf", "maskwise"] + (["hf-bf16", "maskwise-bf16"] if bf16 else [])
     skipped = [] if bf16 else [common.skipped_line("hf-bf16 and maskwise-bf16", runtime)]
     tokenizer()  # the plays' corpus read once before the workers need it
-    rows, summary = [], ["| task | shape | precision | HF examples/s | maskwise examples/s | maskwise/HF | target |",
-                         "|---|---|---|---|---|---|---|"]
+    rows, summary = (
+        [],
+        [
+            "| task | shape | precision | HF examples/s | maskwise examples/s | maskwise/HF | target |",
+            "|---|---|---|---|---|---|---|",
+        ],
+    )
     for shape in ("compare", "wide") if args.shape == "both" else (args.shape,):
         for task in tasks:
             args.task, args.shape = task, shape
@@ -309,18 +348,33 @@ def main() -> None:
                 if hf not in result.sides:
                     continue
                 pair = dataclasses.replace(result, reference=hf, sides={s: result.sides[s] for s in (hf, mw)})
-                notes = {hf: f"{infos[hf]['class']} ({infos[hf]['attention']}), fused AdamW; outputs differ from "
-                             f"maskwise's by <= {infos[hf]['max_output_diff']:.1e} (fp32)", mw: f"{infos[mw]['class']}, fine_tune's step"}
-                pair_rows = common.rows_of(pair, {mw: TARGET}, {s: "bfloat16" for s in (hf, mw) if precision == "bf16"},
-                                           notes, {mw: ["finetune", "--task", task, "--shape", shape, "--sides", hf, mw]})
+                notes = {
+                    hf: f"{infos[hf]['class']} ({infos[hf]['attention']}), fused AdamW; outputs differ from "
+                    f"maskwise's by <= {infos[hf]['max_output_diff']:.1e} (fp32)",
+                    mw: f"{infos[mw]['class']}, fine_tune's step",
+                }
+                pair_rows = common.rows_of(
+                    pair,
+                    {mw: TARGET},
+                    {s: "bfloat16" for s in (hf, mw) if precision == "bf16"},
+                    notes,
+                    {mw: ["finetune", "--task", task, "--shape", shape, "--sides", hf, mw]},
+                )
                 rows += pair_rows
                 median, low, high = pair.ratio(mw)
-                summary.append(f"| {task} | {shape} | {precision} | {pair.sides[hf].rate:,.1f} | "
-                               f"{pair.sides[mw].rate:,.1f} | {median:.2f}x ({low:.2f}-{high:.2f}) | "
-                               f"{'met' if pair_rows[-1].met else 'missed'} |")
-    header = [f"machine: {machine(runtime)}", f"command: python benchmarks/bench_finetune.py {' '.join(sys.argv[1:])}",
-              (f"{args.rounds} rounds x {args.steps} steps per side after {args.warmup} warm-up; sequences {SEQ} "
-               f"tokens; target maskwise/HF {TARGET}")]
+                summary.append(
+                    f"| {task} | {shape} | {precision} | {pair.sides[hf].rate:,.1f} | "
+                    f"{pair.sides[mw].rate:,.1f} | {median:.2f}x ({low:.2f}-{high:.2f}) | "
+                    f"{'met' if pair_rows[-1].met else 'missed'} |"
+                )
+    header = [
+        f"machine: {machine(runtime)}",
+        f"command: python benchmarks/bench_finetune.py {' '.join(sys.argv[1:])}",
+        (
+            f"{args.rounds} rounds x {args.steps} steps per side after {args.warmup} warm-up; sequences {SEQ} "
+            f"tokens; target maskwise/HF {TARGET}"
+        ),
+    ]
     common.emit(rows, header, args.json, extra=["\n".join(summary)], skipped=skipped)
 
 

@@ -113,12 +113,17 @@ def classify_rows(args) -> tuple[list, list, str]:
     from maskwise.data.task_files import labelled_texts_from_file
 
     folder = Path(args.data)
-    pool = [*labelled_texts_from_file(folder / "topics_train.jsonl"), *labelled_texts_from_file(folder / "topics_test.jsonl")]
+    pool = [
+        *labelled_texts_from_file(folder / "topics_train.jsonl"),
+        *labelled_texts_from_file(folder / "topics_test.jsonl"),
+    ]
     order = list(range(len(pool)))
     random.Random(args.split_seed).shuffle(order)
-    test, train = [pool[i] for i in order[:args.test_size]], [pool[i] for i in order[args.test_size:]]
-    note = (f"classify: topics_train + topics_test pooled ({len(pool):,} texts); {len(test):,} held out with split "
-            f"seed {args.split_seed} as the shared test set (the same for every side and seed), {len(train):,} train")
+    test, train = [pool[i] for i in order[: args.test_size]], [pool[i] for i in order[args.test_size :]]
+    note = (
+        f"classify: topics_train + topics_test pooled ({len(pool):,} texts); {len(test):,} held out with split "
+        f"seed {args.split_seed} as the shared test set (the same for every side and seed), {len(train):,} train"
+    )
     return train, test, note
 
 
@@ -167,12 +172,20 @@ def check_hf_defaults() -> str:
     from transformers import TrainingArguments
 
     found = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
-    wanted = {**HF_DEFAULTS, "lr_scheduler_type": "linear", "warmup_steps": 0, "weight_decay": 0.0, "max_grad_norm": 1.0}
+    wanted = {
+        **HF_DEFAULTS,
+        "lr_scheduler_type": "linear",
+        "warmup_steps": 0,
+        "weight_decay": 0.0,
+        "max_grad_norm": 1.0,
+    }
     moved = {k: found.get(k) for k, v in wanted.items() if found.get(k) != v}
     if moved:
         return f"WARNING: this transformers' TrainingArguments defaults differ from the rule's: {moved}"
-    return (f"HF TrainingArguments defaults checked: {', '.join(f'{k} {v}' for k, v in wanted.items())}; "
-            f"optim {found.get('optim')}")
+    return (
+        f"HF TrainingArguments defaults checked: {', '.join(f'{k} {v}' for k, v in wanted.items())}; "
+        f"optim {found.get('optim')}"
+    )
 
 
 def run(job: Job) -> dict[str, Any]:
@@ -189,18 +202,55 @@ def run_task_sides(task: str, train: list, test: list, args) -> list[dict[str, A
     results = []
     for n, seed in enumerate(args.seeds):
         for side in tuned if n % 2 == 0 else tuned[::-1]:
-            job = Job(side, task, seed, train, test, labels, steps, args.epochs, args.batch_size, args.lr,
-                      args.head_lr, args.max_len, args.threads, args.skip, args.steps is not None, hf_overrides(args))
+            job = Job(
+                side,
+                task,
+                seed,
+                train,
+                test,
+                labels,
+                steps,
+                args.epochs,
+                args.batch_size,
+                args.lr,
+                args.head_lr,
+                args.max_len,
+                args.threads,
+                args.skip,
+                args.steps is not None,
+                hf_overrides(args),
+            )
             result = run(job)
             results.append(result)
-            print(f"  {task} seed {seed} {side}: score {result['score']:.4f}, {result['step_s']:.3f} s/step over "
-                  f"{result['step_intervals']} intervals of {result['steps_taken']} steps, run {result['wall_s']:.0f} s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  {task} seed {seed} {side}: score {result['score']:.4f}, {result['step_s']:.3f} s/step over "
+                f"{result['step_intervals']} intervals of {result['steps_taken']} steps, run {result['wall_s']:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     if task == "classify" and "embed-lr" in args.sides:
-        result = run(Job("embed-lr", task, args.seeds[0], train, test, labels, 0, args.epochs, args.batch_size,
-                         args.lr, args.head_lr, args.max_len, args.threads, args.skip))
+        result = run(
+            Job(
+                "embed-lr",
+                task,
+                args.seeds[0],
+                train,
+                test,
+                labels,
+                0,
+                args.epochs,
+                args.batch_size,
+                args.lr,
+                args.head_lr,
+                args.max_len,
+                args.threads,
+                args.skip,
+            )
+        )
         results.append(result)
-        print(f"  {task} embed-lr: score {result['score']:.4f}, run {result['wall_s']:.0f} s", file=sys.stderr, flush=True)
+        print(
+            f"  {task} embed-lr: score {result['score']:.4f}, run {result['wall_s']:.0f} s", file=sys.stderr, flush=True
+        )
     for result in results:
         result["steps"] = steps
     return results
@@ -228,8 +278,10 @@ def baselines(task: str, train: list, test: list) -> list[tuple[str, float]]:
     right = sum(g == t for guess, e in zip(guessed, test) for g, t in zip(guess, e.tags))
     tag = majority_label([t for e in train for t in e.tags])
     everywhere = sum(t == tag for e in test for t in e.tags)
-    return [("each word's most frequent training tag", right / words), (f"most frequent tag ({tag}) everywhere",
-                                                                        everywhere / words)]
+    return [
+        ("each word's most frequent training tag", right / words),
+        (f"most frequent tag ({tag}) everywhere", everywhere / words),
+    ]
 
 
 def summarise(task: str, results: list[dict], train: list, test: list, args) -> tuple[list, list, list, dict]:
@@ -251,34 +303,55 @@ def summarise(task: str, results: list[dict], train: list, test: list, args) -> 
             timing.append(f"| {task} | {side} | | | | {trains} (embed + fit) | {walls} |")
             continue
         steps = [r["step_s"] for r in runs]
-        timing.append(f"| {task} | {side} | {sum(steps) / len(steps):.3f} ({', '.join(f'{s:.3f}' for s in steps)}) "
-                      f"| {runs[0]['steps_taken']} | RATIO | {trains} | {walls} |")
+        timing.append(
+            f"| {task} | {side} | {sum(steps) / len(steps):.3f} ({', '.join(f'{s:.3f}' for s in steps)}) "
+            f"| {runs[0]['steps_taken']} | RATIO | {trains} | {walls} |"
+        )
     for name, value in baselines(task, train, test):
         scores.append(f"| {task} | baseline: {name} | {metric} | {value:.4f} | |")
         numbers["baselines"][name] = value
-    lines = [f"{task}: {len(test):,} test {'texts' if task == 'classify' else 'sentences'}"
-             + (f" ({sum(len(e.words) for e in test):,} words)" if task == "tag" else "")
-             + f", {len(train):,} training rows, {results[0]['steps']} steps of {args.batch_size}"]
+    lines = [
+        f"{task}: {len(test):,} test {'texts' if task == 'classify' else 'sentences'}"
+        + (f" ({sum(len(e.words) for e in test):,} words)" if task == "tag" else "")
+        + f", {len(train):,} training rows, {results[0]['steps']} steps of {args.batch_size}"
+    ]
     if {"maskwise", "hf"} <= set(sides):
         diff = paired_difference(per_seed(results, "maskwise", args.seeds), per_seed(results, "hf", args.seeds))
-        ratios = [m["step_s"] / h["step_s"] for m, h in zip(*(sorted((r for r in results if r["side"] == s),
-                                                                      key=lambda r: r["seed"]) for s in ("maskwise", "hf")))]
-        mean_ratio = (sum(r["step_s"] for r in results if r["side"] == "maskwise")
-                      / sum(r["step_s"] for r in results if r["side"] == "hf"))
-        timing = [row.replace("RATIO", f"{mean_ratio:.2f}x (per seed {', '.join(f'{r:.2f}' for r in ratios)})"
-                              if "| maskwise |" in row else "reference") for row in timing]
+        ratios = [
+            m["step_s"] / h["step_s"]
+            for m, h in zip(
+                *(sorted((r for r in results if r["side"] == s), key=lambda r: r["seed"]) for s in ("maskwise", "hf"))
+            )
+        ]
+        mean_ratio = sum(r["step_s"] for r in results if r["side"] == "maskwise") / sum(
+            r["step_s"] for r in results if r["side"] == "hf"
+        )
+        timing = [
+            row.replace(
+                "RATIO",
+                f"{mean_ratio:.2f}x (per seed {', '.join(f'{r:.2f}' for r in ratios)})"
+                if "| maskwise |" in row
+                else "reference",
+            )
+            for row in timing
+        ]
         verdict = "within noise" if diff.mean >= MARGIN else "NOT within noise"
-        lines.append(f"{task}: maskwise - hf = {diff.text(4)} (paired, 95%, {len(args.seeds)} seed(s)): {verdict} "
-                     f"(margin: mean difference >= {MARGIN}){'; smoke: not evidence' if args.smoke else ''}")
+        lines.append(
+            f"{task}: maskwise - hf = {diff.text(4)} (paired, 95%, {len(args.seeds)} seed(s)): {verdict} "
+            f"(margin: mean difference >= {MARGIN}){'; smoke: not evidence' if args.smoke else ''}"
+        )
         numbers.update(maskwise_minus_hf=diff.to_dict(), verdict=verdict, step_ratio=mean_ratio)
         taken = {r["side"]: r["steps_taken"] for r in results if r["side"] in ("maskwise", "hf")}
-        if len(set(taken.values())) != 1 or any(r.get("global_step", r["steps_taken"]) != r["steps_taken"]
-                                                for r in results if r["side"] == "hf"):
+        if len(set(taken.values())) != 1 or any(
+            r.get("global_step", r["steps_taken"]) != r["steps_taken"] for r in results if r["side"] == "hf"
+        ):
             lines.append(f"{task}: WARNING: the sides took different numbers of optimizer steps: {taken}")
     if task == "tag":
         unread = {r["side"]: r["unread_words"] for r in results if "unread_words" in r}
-        lines.append(f"{task}: test words the {args.max_len}-token cut left unread (scored with the fallback tag): "
-                     + ", ".join(f"{side} {n}" for side, n in unread.items()))
+        lines.append(
+            f"{task}: test words the {args.max_len}-token cut left unread (scored with the fallback tag): "
+            + ", ".join(f"{side} {n}" for side, n in unread.items())
+        )
     if {"maskwise", "embed-lr"} <= set(sides):
         gap = paired_difference(per_seed(results, "maskwise", args.seeds), per_seed(results, "embed-lr", args.seeds))
         lines.append(f"{task}: maskwise - embed-lr = {gap.text(4)} (paired, 95%)")
@@ -304,24 +377,33 @@ def estimate_minutes(results: dict[str, list[dict]], full: dict[str, tuple[int, 
 def main() -> None:
     args = parse()
     if "hf" in args.sides and importlib.util.find_spec("accelerate") is None:
-        raise SystemExit("error: the hf side runs transformers.Trainer, which needs accelerate: pip install -e .[bench] "
-                         "(or leave it out: --sides maskwise,embed-lr)")
+        raise SystemExit(
+            "error: the hf side runs transformers.Trainer, which needs accelerate: pip install -e .[bench] "
+            "(or leave it out: --sides maskwise,embed-lr)"
+        )
     if args.threads:
         torch.set_num_threads(args.threads)
     from transformers import __version__ as transformers_version
 
     from maskwise.runtime import resolve
 
-    header = [f"machine: {common.machine(resolve('cpu', 'fp32'))}; transformers {transformers_version}",
-              f"command: python benchmarks/bench_minilm_finetune.py {' '.join(sys.argv[1:])}",
-              check_hf_defaults(),
-              (f"rule: {args.epochs:g} epochs at batch {args.batch_size}, lr {args.lr:g} (maskwise head_lr "
-               f"{args.head_lr:g}), no warmup, no weight decay, fp32, <= {args.max_len} tokens, each batch padded to its "
-               f"longest row; maskwise steps = {'--steps ' + str(args.steps) if args.steps else 'HF Trainer steps'}"),
-              f"seeds {', '.join(map(str, args.seeds))}; s/step after the first {args.skip} steps"]
+    header = [
+        f"machine: {common.machine(resolve('cpu', 'fp32'))}; transformers {transformers_version}",
+        f"command: python benchmarks/bench_minilm_finetune.py {' '.join(sys.argv[1:])}",
+        check_hf_defaults(),
+        (
+            f"rule: {args.epochs:g} epochs at batch {args.batch_size}, lr {args.lr:g} (maskwise head_lr "
+            f"{args.head_lr:g}), no warmup, no weight decay, fp32, <= {args.max_len} tokens, each batch padded to its "
+            f"longest row; maskwise steps = {'--steps ' + str(args.steps) if args.steps else 'HF Trainer steps'}"
+        ),
+        f"seeds {', '.join(map(str, args.seeds))}; s/step after the first {args.skip} steps",
+    ]
     if not args.smoke:
-        print("full run: expect 2-4 h on 2 cores (--smoke prints an estimate from this machine's step times)",
-              file=sys.stderr, flush=True)
+        print(
+            "full run: expect 2-4 h on 2 cores (--smoke prints an estimate from this machine's step times)",
+            file=sys.stderr,
+            flush=True,
+        )
     rows: dict[str, tuple[list, list]] = {}
     full: dict[str, tuple[int, int, int]] = {}
     for task in args.tasks:
@@ -342,8 +424,13 @@ def main() -> None:
     began = time.perf_counter()
     results = {task: run_task_sides(task, *rows[task], args) for task in args.tasks}
     score_rows = ["| task | side | metric | mean over seeds [95% interval] | per seed |", "|---|---|---|---|---|"]
-    time_rows = [("| task | side | s/step: mean over seeds (per seed) | steps | maskwise/hf s/step | train s per run "
-                  "| run s (load + train + evaluate) |"), "|---|---|---|---|---|---|---|"]
+    time_rows = [
+        (
+            "| task | side | s/step: mean over seeds (per seed) | steps | maskwise/hf s/step | train s per run "
+            "| run s (load + train + evaluate) |"
+        ),
+        "|---|---|---|---|---|---|---|",
+    ]
     lines, numbers = [], {}
     for task in args.tasks:
         scored, timed, said, numbers[task] = summarise(task, results[task], *rows[task], args)
@@ -352,9 +439,11 @@ def main() -> None:
         lines += said
     footer = [f"total {time.perf_counter() - began:.0f} s"]
     if args.smoke:
-        footer.append(f"full run estimate at these step times: ~{estimate_minutes(results, full):.0f} min "
-                      f"({len(args.tasks)} task(s), 3 seeds, sides {', '.join(args.sides)}, "
-                      f"{results[args.tasks[0]][0]['threads']} torch thread(s) per run)")
+        footer.append(
+            f"full run estimate at these step times: ~{estimate_minutes(results, full):.0f} min "
+            f"({len(args.tasks)} task(s), 3 seeds, sides {', '.join(args.sides)}, "
+            f"{results[args.tasks[0]][0]['threads']} torch thread(s) per run)"
+        )
     print("\n" + "\n".join(score_rows) + "\n\n" + "\n".join(time_rows) + "\n\n" + "\n".join(lines + footer))
     if args.json:
         Path(args.json).write_text(json.dumps({"header": header, "tasks": numbers, "lines": lines + footer}, indent=1))

@@ -70,12 +70,33 @@ VALIDATION_WINDOWS, VALIDATION_SEED = 200, 0
 
 def maskwise_settings(seed: int, iters: int, precision: str, out: str, preset: str = "nanogpt") -> dict:
     """The flat ``maskwise pretrain`` settings of nanoGPT's recipe (evaluating once, at the end)."""
-    return {"family": "decoder", "preset": preset, "objective": "clm", "data": "shakespeare", "tokenizer": "char", "layers": 4,
-            "heads": 4, "d_model": 128, "dropout": 0.0, "steps": iters, "batch_size": RECIPE.batch_size,
-            "block_size": RECIPE.block_size, "lr": RECIPE.lr, "min_lr_ratio": RECIPE.min_lr / RECIPE.lr,
-            "warmup": RECIPE.warmup, "weight_decay": RECIPE.weight_decay, "beta2": RECIPE.beta2,
-            "grad_clip": RECIPE.grad_clip, "eval_every": iters, "eval_batches": 40, "progress": False,
-            "precision": precision, "seed": seed, "out": out, "overwrite": True}
+    return {
+        "family": "decoder",
+        "preset": preset,
+        "objective": "clm",
+        "data": "shakespeare",
+        "tokenizer": "char",
+        "layers": 4,
+        "heads": 4,
+        "d_model": 128,
+        "dropout": 0.0,
+        "steps": iters,
+        "batch_size": RECIPE.batch_size,
+        "block_size": RECIPE.block_size,
+        "lr": RECIPE.lr,
+        "min_lr_ratio": RECIPE.min_lr / RECIPE.lr,
+        "warmup": RECIPE.warmup,
+        "weight_decay": RECIPE.weight_decay,
+        "beta2": RECIPE.beta2,
+        "grad_clip": RECIPE.grad_clip,
+        "eval_every": iters,
+        "eval_batches": 40,
+        "progress": False,
+        "precision": precision,
+        "seed": seed,
+        "out": out,
+        "overwrite": True,
+    }
 
 
 def as_long_tensor(stream: TokenStream) -> torch.Tensor:
@@ -107,9 +128,8 @@ def validation_loss(logits_of, inputs: torch.Tensor, targets: torch.Tensor, batc
     ``logits_of`` maps (B, T) ids to (B, T, V) logits. One function scores both sides."""
     total = 0.0
     for start in range(0, len(inputs), batch):
-        logits = logits_of(inputs[start:start + batch]).float()
-        total += float(F.cross_entropy(logits.flatten(0, 1), targets[start:start + batch].flatten(),
-                                       reduction="sum"))
+        logits = logits_of(inputs[start : start + batch]).float()
+        total += float(F.cross_entropy(logits.flatten(0, 1), targets[start : start + batch].flatten(), reduction="sum"))
     return total / targets.numel()
 
 
@@ -129,12 +149,18 @@ def run_maskwise(seed: int, iters: int, precision: str, out: Path, windows, pres
     """One ``maskwise pretrain`` run of the recipe; its loop time, its own and the shared val loss."""
     result = pretrain(PretrainConfig.from_flat(maskwise_settings(seed, iters, precision, str(out), preset)))
     last = result["records"][-1]
-    return {"side": f"maskwise-{precision}", "seed": seed, "steps": last["step"],
-            "loop_s": last["elapsed_s"], "steps_s": last["wall_s"],
-            "val_loss": validation_loss(maskwise_logits(result["model"]), *windows),
-            "own_val_loss": last["val_loss"],
-            "parameters": sum(p.numel() for p in result["model"].parameters()),
-            "model": result["model"], "tokenizer": result["tokenizer"]}
+    return {
+        "side": f"maskwise-{precision}",
+        "seed": seed,
+        "steps": last["step"],
+        "loop_s": last["elapsed_s"],
+        "steps_s": last["wall_s"],
+        "val_loss": validation_loss(maskwise_logits(result["model"]), *windows),
+        "own_val_loss": last["val_loss"],
+        "parameters": sum(p.numel() for p in result["model"].parameters()),
+        "model": result["model"],
+        "tokenizer": result["tokenizer"],
+    }
 
 
 def reference_side(variant: str) -> str:
@@ -142,8 +168,9 @@ def reference_side(variant: str) -> str:
     return "reference" if variant == "nanogpt" else f"reference-{variant}"
 
 
-def run_reference(seed: int, iters: int, train_ids: torch.Tensor, vocab_size: int, windows,
-                  variant: str = "nanogpt") -> dict:
+def run_reference(
+    seed: int, iters: int, train_ids: torch.Tensor, vocab_size: int, windows, variant: str = "nanogpt"
+) -> dict:
     """One run of the minimal GPT (as ``variant`` of ``REFERENCE_VARIANTS``) on the same tokens,
     seeded like maskwise (init, then batches)."""
     shape_fields, recipe_fields = REFERENCE_VARIANTS[variant]
@@ -154,10 +181,18 @@ def run_reference(seed: int, iters: int, train_ids: torch.Tensor, vocab_size: in
     model = minimal_gpt.MinimalGPT(shape)
     recipe = minimal_gpt.Recipe(iters=iters, **recipe_fields)
     trained = minimal_gpt.train(model, train_ids, recipe, seed)
-    return {"side": reference_side(variant), "seed": seed, "steps": iters, "loop_s": trained.seconds,
-            "steps_s": trained.seconds, "val_loss": validation_loss(reference_logits(model), *windows),
-            "own_val_loss": None, "parameters": sum(p.numel() for p in model.parameters()),
-            "optimizer": trained.optimizer, "model": model}
+    return {
+        "side": reference_side(variant),
+        "seed": seed,
+        "steps": iters,
+        "loop_s": trained.seconds,
+        "steps_s": trained.seconds,
+        "val_loss": validation_loss(reference_logits(model), *windows),
+        "own_val_loss": None,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "optimizer": trained.optimizer,
+        "model": model,
+    }
 
 
 def decayed_names(model, rule) -> set[str]:
@@ -169,29 +204,44 @@ def model_differences(maskwise_model, reference_model: minimal_gpt.MinimalGPT) -
     """What differs between the two models and their optimisers, read off the built objects."""
     cfg = maskwise_model.cfg
     ref = reference_model.shape
-    lines = [(f"parameters: maskwise {sum(p.numel() for p in maskwise_model.parameters()):,}, "
-              f"reference {sum(p.numel() for p in reference_model.parameters()):,}")]
+    lines = [
+        (
+            f"parameters: maskwise {sum(p.numel() for p in maskwise_model.parameters()):,}, "
+            f"reference {sum(p.numel() for p in reference_model.parameters()):,}"
+        )
+    ]
     if cfg.vocab_size != ref.vocab_size:
-        lines.append(f"vocabulary rows: maskwise {cfg.vocab_size} (the tokenizer's {ref.vocab_size} padded to a "
-                     f"multiple of 64; the extra rows are never targets but take softmax mass), reference "
-                     f"{ref.vocab_size}")
+        lines.append(
+            f"vocabulary rows: maskwise {cfg.vocab_size} (the tokenizer's {ref.vocab_size} padded to a "
+            f"multiple of 64; the extra rows are never targets but take softmax mass), reference "
+            f"{ref.vocab_size}"
+        )
     if cfg.bias != ref.bias:
-        lines.append(f"biases in linear layers and LayerNorms: maskwise {cfg.bias}, reference {ref.bias} "
-                     "(nanoGPT's training script defaults to bias=False)")
+        lines.append(
+            f"biases in linear layers and LayerNorms: maskwise {cfg.bias}, reference {ref.bias} "
+            "(nanoGPT's training script defaults to bias=False)"
+        )
     if cfg.activation != "gelu":
         lines.append(f"MLP activation: maskwise {cfg.activation}, reference gelu (exact erf, nanoGPT's nn.GELU())")
     if not cfg.tie_embeddings:
         lines.append("weight tying: maskwise untied, reference tied")
     if cfg.d_ff != 4 * ref.d_model:
         lines.append(f"FFN width: maskwise {cfg.d_ff}, reference {4 * ref.d_model}")
-    decays = {id(p) for group in parameter_groups(maskwise_model, 1.0, RECIPE.weight_decay)
-              if group["weight_decay"] > 0 for p in group["params"]}
+    decays = {
+        id(p)
+        for group in parameter_groups(maskwise_model, 1.0, RECIPE.weight_decay)
+        if group["weight_decay"] > 0
+        for p in group["params"]
+    }
     maskwise_decayed = decayed_names(maskwise_model, lambda _, p: id(p) in decays)
     rule_decayed = decayed_names(maskwise_model, lambda _, p: p.dim() >= 2)
     if maskwise_decayed != rule_decayed:
-        lines.append("weight decay: maskwise does not decay " + ", ".join(sorted(rule_decayed - maskwise_decayed))
-                     + " (embeddings excluded; with tying that is also the LM head), which nanoGPT's rule "
-                     "(every >= 2-D parameter) decays")
+        lines.append(
+            "weight decay: maskwise does not decay "
+            + ", ".join(sorted(rule_decayed - maskwise_decayed))
+            + " (embeddings excluded; with tying that is also the LM head), which nanoGPT's rule "
+            "(every >= 2-D parameter) decays"
+        )
     return lines
 
 
@@ -208,20 +258,26 @@ def summarise(runs: list[dict], precisions: list[str]) -> dict:
     by_side: dict[str, list[dict]] = {}
     for run in runs:
         by_side.setdefault(run["side"], []).append(run)
-    summary = {side: {"val_loss": spread([r["val_loss"] for r in rs]),
-                      "loop_s_mean": round(statistics.mean(r["loop_s"] for r in rs), 2)}
-               for side, rs in by_side.items()}
+    summary = {
+        side: {
+            "val_loss": spread([r["val_loss"] for r in rs]),
+            "loop_s_mean": round(statistics.mean(r["loop_s"] for r in rs), 2),
+        }
+        for side, rs in by_side.items()
+    }
     reference_loss = {r["seed"]: r["val_loss"] for r in by_side["reference"]}
     for side, rs in by_side.items():
         if side != "reference":
             gaps = [r["val_loss"] - reference_loss[r["seed"]] for r in rs]
             summary[side]["val_loss_minus_reference"] = (
-                f"{statistics.mean(gaps):+.4f} [{min(gaps):+.4f}, {max(gaps):+.4f}]")
+                f"{statistics.mean(gaps):+.4f} [{min(gaps):+.4f}, {max(gaps):+.4f}]"
+            )
     reference_s = {r["seed"]: r["loop_s"] for r in by_side["reference"]}
     for precision in precisions:
         ratios = [reference_s[r["seed"]] / r["loop_s"] for r in by_side[f"maskwise-{precision}"]]
         summary[f"maskwise-{precision}"]["speed_ratio"] = (
-            f"{statistics.mean(ratios):.3f} [{min(ratios):.3f}, {max(ratios):.3f}] (reference s / maskwise s)")
+            f"{statistics.mean(ratios):.3f} [{min(ratios):.3f}, {max(ratios):.3f}] (reference s / maskwise s)"
+        )
     return summary
 
 
@@ -241,35 +297,52 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3, help="seeds per side (1337, 1338, ...)")
     parser.add_argument("--iters", type=int, default=RECIPE.iters, help="training steps per run")
-    parser.add_argument("--precisions", nargs="*", default=["fp32", "auto"], choices=["fp32", "auto", "bf16"],
-                        help="maskwise's precisions (none: the reference and its --variants alone; the "
-                             "reference runs fp32)")
-    parser.add_argument("--variants", nargs="*", default=[], choices=[v for v in REFERENCE_VARIANTS if v != "nanogpt"],
-                        help="also run the reference with these of maskwise's model choices (see REFERENCE_VARIANTS)")
-    parser.add_argument("--preset", default="nanogpt", choices=["nanogpt", "gpt2"],
-                        help="maskwise's model: nanoGPT's layout (default) or GPT-2's (biases, tanh GELU)")
-    parser.add_argument("--out", default=None,
-                        help="keep maskwise's run folders here (default: a temporary folder, removed at the end)")
+    parser.add_argument(
+        "--precisions",
+        nargs="*",
+        default=["fp32", "auto"],
+        choices=["fp32", "auto", "bf16"],
+        help="maskwise's precisions (none: the reference and its --variants alone; the reference runs fp32)",
+    )
+    parser.add_argument(
+        "--variants",
+        nargs="*",
+        default=[],
+        choices=[v for v in REFERENCE_VARIANTS if v != "nanogpt"],
+        help="also run the reference with these of maskwise's model choices (see REFERENCE_VARIANTS)",
+    )
+    parser.add_argument(
+        "--preset",
+        default="nanogpt",
+        choices=["nanogpt", "gpt2"],
+        help="maskwise's model: nanoGPT's layout (default) or GPT-2's (biases, tanh GELU)",
+    )
+    parser.add_argument(
+        "--out", default=None, help="keep maskwise's run folders here (default: a temporary folder, removed at the end)"
+    )
     parser.add_argument("--json", default=None, help="write runs, summary and model differences here")
     args = parser.parse_args()
     retain_freed_memory("cpu")
     out = Path(args.out or tempfile.mkdtemp(prefix="maskwise-nanogpt-"))
-    settings = PretrainConfig.from_flat(maskwise_settings(FIRST_SEED, args.iters, "fp32", str(out),
-                                                                args.preset)).resolved()
+    settings = PretrainConfig.from_flat(
+        maskwise_settings(FIRST_SEED, args.iters, "fp32", str(out), args.preset)
+    ).resolved()
     train_ids, val_ids, tokenizer, corpus = maskwise_token_streams(settings)
     windows = validation_windows(val_ids, VALIDATION_WINDOWS, RECIPE.block_size, VALIDATION_SEED)
     auto = resolve("cpu", "auto")
     load_before = os.getloadavg()[0]
     print(machine_line(auto))
-    print(f"tokens: train {len(train_ids):,}, validation {len(val_ids):,}, vocabulary {tokenizer.vocab_size}; "
-          f"{args.iters} iterations, {args.seeds} seed(s), {torch.get_num_threads()} thread(s), preset "
-          f"{args.preset}, "
-          f"load average {load_before:.2f} at start")
+    print(
+        f"tokens: train {len(train_ids):,}, validation {len(val_ids):,}, vocabulary {tokenizer.vocab_size}; "
+        f"{args.iters} iterations, {args.seeds} seed(s), {torch.get_num_threads()} thread(s), preset "
+        f"{args.preset}, "
+        f"load average {load_before:.2f} at start"
+    )
     runs: list[dict] = []
     sides = ["nanogpt", *args.precisions, *args.variants]
     for index in range(args.seeds):
         seed = FIRST_SEED + index
-        for side in sides[index % len(sides):] + sides[:index % len(sides)]:
+        for side in sides[index % len(sides) :] + sides[: index % len(sides)]:
             if side in REFERENCE_VARIANTS:
                 run = run_reference(seed, args.iters, train_ids, tokenizer.vocab_size, windows, side)
             else:
@@ -284,20 +357,35 @@ def main() -> None:
         shutil.rmtree(out)
     summary = summarise(runs, args.precisions)
     load_after = os.getloadavg()[0]
-    print(f"summary over {args.seeds} seed(s) of {args.iters} iterations (val loss: shared fp32 evaluation on "
-          f"{VALIDATION_WINDOWS} fixed windows of {RECIPE.block_size}); load average {load_after:.2f} at the end; "
-          f"auto = {auto.precision}; reference AdamW: {reference['optimizer']}")
+    print(
+        f"summary over {args.seeds} seed(s) of {args.iters} iterations (val loss: shared fp32 evaluation on "
+        f"{VALIDATION_WINDOWS} fixed windows of {RECIPE.block_size}); load average {load_after:.2f} at the end; "
+        f"auto = {auto.precision}; reference AdamW: {reference['optimizer']}"
+    )
     for side, numbers in summary.items():
         print(f"  {side:16s} {json.dumps(numbers, ensure_ascii=False)}")
     print("model differences (maskwise vs reference):")
     for line in differences:
         print(f"  - {line}")
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "machine": machine_line(auto), "auto_precision": auto.precision, "iters": args.iters,
-            "seeds": args.seeds, "preset": args.preset, "threads": torch.get_num_threads(), "load_average": [load_before, load_after],
-            "runs": [printable(r) for r in runs], "summary": summary, "model_differences": differences,
-        }, indent=2, ensure_ascii=False))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "machine": machine_line(auto),
+                    "auto_precision": auto.precision,
+                    "iters": args.iters,
+                    "seeds": args.seeds,
+                    "preset": args.preset,
+                    "threads": torch.get_num_threads(),
+                    "load_average": [load_before, load_after],
+                    "runs": [printable(r) for r in runs],
+                    "summary": summary,
+                    "model_differences": differences,
+                },
+                indent=2,
+                ensure_ascii=False,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -50,8 +50,14 @@ TARGETS = {"mlm": ("1.5x", "2.5x"), "clm": ("1.2x", "2.5x"), "span": ("1.2x", ""
 
 
 def shapes(args) -> dict:
-    return {"vocab_size": args.vocab, "d_model": args.d_model, "n_layers": args.layers, "n_heads": args.heads,
-                "d_ff": args.d_ff, "max_seq_len": args.seq}
+    return {
+        "vocab_size": args.vocab,
+        "d_model": args.d_model,
+        "n_layers": args.layers,
+        "n_heads": args.heads,
+        "d_ff": args.d_ff,
+        "max_seq_len": args.seq,
+    }
 
 
 def maskwise_objective(name: str, tokenizer, vocab: int):
@@ -75,8 +81,16 @@ class MaskwiseTrain(common.Side):
         self.device = args.device
         self.model = build_model(preset(PRESET[args.objective], **shapes(args))).to(args.device)
         objective = maskwise_objective(args.objective, tokenizer, args.vocab)
-        cfg = TrainConfig(batch_size=args.batch, block_size=args.seq, device=args.device,
-                          precision="bf16" if bf16 else "fp32", compile=compile, progress=False, lr=1e-3, warmup=0)
+        cfg = TrainConfig(
+            batch_size=args.batch,
+            block_size=args.seq,
+            device=args.device,
+            precision="bf16" if bf16 else "fp32",
+            compile=compile,
+            progress=False,
+            lr=1e-3,
+            warmup=0,
+        )
         self.trainer = Trainer(self.model, objective, train, val, cfg)
         self.args, self.positions, self.enc, self.dec = args, 0, 0, 0
         self.info = {"parameters": sum(p.numel() for p in self.model.parameters())}
@@ -95,9 +109,9 @@ class MaskwiseTrain(common.Side):
         width = a.d_model
         if a.objective == "span":
             dec_len = self.dec // max(1, self.enc // a.seq)  # decoder tokens per row
-            total = (common.train_flops(common.block_params(m.encoder.blocks), self.enc, a.layers, a.seq, width)
-                     + common.train_flops(common.block_params(m.decoder.blocks), self.dec, a.layers,
-                                          dec_len + a.seq, width))
+            total = common.train_flops(
+                common.block_params(m.encoder.blocks), self.enc, a.layers, a.seq, width
+            ) + common.train_flops(common.block_params(m.decoder.blocks), self.dec, a.layers, dec_len + a.seq, width)
         else:
             total = common.train_flops(common.block_params(m.stack.blocks), units, a.layers, a.seq, width)
         total += common.head_flops(a.d_model, a.vocab, self.positions, m.cfg.lm_head_transform)
@@ -131,39 +145,74 @@ class HFTrain(common.Side):
                 PreTrainedTokenizerFast,
             )
 
-            cfg = BertConfig(vocab_size=a.vocab, hidden_size=a.d_model, num_hidden_layers=a.layers,
-                             num_attention_heads=a.heads, intermediate_size=a.d_ff, max_position_embeddings=a.seq,
-                             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+            cfg = BertConfig(
+                vocab_size=a.vocab,
+                hidden_size=a.d_model,
+                num_hidden_layers=a.layers,
+                num_attention_heads=a.heads,
+                intermediate_size=a.d_ff,
+                max_position_embeddings=a.seq,
+                hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0,
+            )
             self.model = BertForMaskedLM(cfg)
             self.blocks = self.model.bert.encoder.layer
-            hf_tok = PreTrainedTokenizerFast(tokenizer_object=tokenizer.backend, unk_token="[UNK]", pad_token="[PAD]",
-                                             cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+            hf_tok = PreTrainedTokenizerFast(
+                tokenizer_object=tokenizer.backend,
+                unk_token="[UNK]",
+                pad_token="[PAD]",
+                cls_token="[CLS]",
+                sep_token="[SEP]",
+                mask_token="[MASK]",
+            )
             self.collator = DataCollatorForLanguageModeling(hf_tok, mlm=True, mlm_probability=0.15, seed=0)
             self.cls_id = tokenizer.cls_id
         elif a.objective == "clm":
             from transformers import GPT2Config, GPT2LMHeadModel
 
-            cfg = GPT2Config(vocab_size=a.vocab, n_positions=a.seq, n_embd=a.d_model, n_layer=a.layers,
-                             n_head=a.heads, n_inner=a.d_ff, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+            cfg = GPT2Config(
+                vocab_size=a.vocab,
+                n_positions=a.seq,
+                n_embd=a.d_model,
+                n_layer=a.layers,
+                n_head=a.heads,
+                n_inner=a.d_ff,
+                resid_pdrop=0.0,
+                embd_pdrop=0.0,
+                attn_pdrop=0.0,
+            )
             self.model = GPT2LMHeadModel(cfg)
             self.blocks = self.model.transformer.h
         else:
             from transformers import T5Config, T5ForConditionalGeneration
 
-            cfg = T5Config(vocab_size=a.vocab, d_model=a.d_model, d_kv=a.d_model // a.heads, d_ff=a.d_ff,
-                           num_layers=a.layers, num_decoder_layers=a.layers, num_heads=a.heads, dropout_rate=0.0,
-                           feed_forward_proj="relu", tie_word_embeddings=True, decoder_start_token_id=tokenizer.pad_id,
-                           pad_token_id=tokenizer.pad_id)
+            cfg = T5Config(
+                vocab_size=a.vocab,
+                d_model=a.d_model,
+                d_kv=a.d_model // a.heads,
+                d_ff=a.d_ff,
+                num_layers=a.layers,
+                num_decoder_layers=a.layers,
+                num_heads=a.heads,
+                dropout_rate=0.0,
+                feed_forward_proj="relu",
+                tie_word_embeddings=True,
+                decoder_start_token_id=tokenizer.pad_id,
+                pad_token_id=tokenizer.pad_id,
+            )
             self.model = T5ForConditionalGeneration(cfg)
             self.span = maskwise_objective("span", tokenizer, a.vocab)
             self.raw = self.span.raw_length(a.seq)
         self.device = args.device
         self.model.to(args.device).train()
         self.autocast_dtype = torch.bfloat16 if bf16 else None
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1,
-                                           fused=True)
-        self.info = {"parameters": sum(p.numel() for p in self.model.parameters()),
-                     "attention": getattr(self.model.config, "_attn_implementation", "?")}
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1, fused=True
+        )
+        self.info = {
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "attention": getattr(self.model.config, "_attn_implementation", "?"),
+        }
         self.flop_total = 0.0
 
     def _batch(self) -> dict:
@@ -181,8 +230,11 @@ class HFTrain(common.Side):
     def step(self) -> int:
         a, m = self.args, self.model
         batch = {key: value.to(self.device) for key, value in self._batch().items()}
-        with torch.autocast(torch.device(self.device).type, dtype=self.autocast_dtype or torch.bfloat16,
-                            enabled=self.autocast_dtype is not None):
+        with torch.autocast(
+            torch.device(self.device).type,
+            dtype=self.autocast_dtype or torch.bfloat16,
+            enabled=self.autocast_dtype is not None,
+        ):
             loss = m(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
@@ -192,13 +244,16 @@ class HFTrain(common.Side):
             enc, dec = batch["input_ids"].numel(), batch["labels"].numel()
             self.flop_total += (
                 common.train_flops(common.block_params(m.encoder.block), enc, a.layers, a.seq, a.d_model)
-                + common.train_flops(common.block_params(m.decoder.block), dec, a.layers,
-                                     batch["labels"].shape[1] + a.seq, a.d_model)
-                + common.head_flops(a.d_model, a.vocab, dec, False))
+                + common.train_flops(
+                    common.block_params(m.decoder.block), dec, a.layers, batch["labels"].shape[1] + a.seq, a.d_model
+                )
+                + common.head_flops(a.d_model, a.vocab, dec, False)
+            )
             return enc + dec
         tokens = batch["input_ids"].numel()
-        self.flop_total += (common.train_flops(common.block_params(self.blocks), tokens, a.layers, a.seq, a.d_model)
-                            + common.head_flops(a.d_model, a.vocab, tokens, a.objective == "mlm"))
+        self.flop_total += common.train_flops(
+            common.block_params(self.blocks), tokens, a.layers, a.seq, a.d_model
+        ) + common.head_flops(a.d_model, a.vocab, tokens, a.objective == "mlm")
         return tokens
 
     def flops(self, units: int) -> float:
@@ -213,22 +268,35 @@ def build(side: str, args) -> common.Side:
 
 
 # run_all's shapes, at which TARGETS hold; at any other shape the table reports the share of the peak alone.
-SHAPE_DEFAULTS = (("vocab", 8192), ("d_model", 256), ("layers", 4), ("heads", 4), ("d_ff", 1024), ("seq", 128),
-                  ("batch", 16))
+SHAPE_DEFAULTS = (
+    ("vocab", 8192),
+    ("d_model", 256),
+    ("layers", 4),
+    ("heads", 4),
+    ("d_ff", 1024),
+    ("seq", 128),
+    ("batch", 16),
+)
 OPTIONS = ("objective", "vocab", "d_model", "layers", "heads", "d_ff", "seq", "batch", "device")
 
 
 def main() -> None:
     parser = common.base_parser(__doc__.splitlines()[0], rounds=6, steps=2, warmup=2)
     parser.add_argument("--objective", choices=tuple(REFERENCE), default="mlm")
-    parser.add_argument("--compile", action="store_true",
-                        help="add torch.compile sides, fp32 and bf16 (each compiles for minutes first)")
-    parser.add_argument("--no-bf16", action="store_true",
-                        help="leave out the bf16 sides and the bf16 peak (they are left out anyway where the "
-                             "device runs bf16 slowly)")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="add torch.compile sides, fp32 and bf16 (each compiles for minutes first)",
+    )
+    parser.add_argument(
+        "--no-bf16",
+        action="store_true",
+        help="leave out the bf16 sides and the bf16 peak (they are left out anyway where the device runs bf16 slowly)",
+    )
     parser.add_argument("--hf-bf16", action="store_true", help="add HF's model under bf16 autocast as a side")
-    parser.add_argument("--device", default="auto", help="auto (default: CUDA if present, else the CPU), cpu, "
-                                                         "cuda, cuda:N")
+    parser.add_argument(
+        "--device", default="auto", help="auto (default: CUDA if present, else the CPU), cpu, cuda, cuda:N"
+    )
     for name, default in SHAPE_DEFAULTS:
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=default)
     args = parser.parse_args()
@@ -239,12 +307,17 @@ def main() -> None:
     args.device = runtime.device  # the workers get the device itself ("cuda:0"), not "auto"
     on_cpu = runtime.device_type == "cpu"
     bf16 = not args.no_bf16 and common.bf16_fast(runtime)
-    candidates = ["hf", "hf-retain", "maskwise", "maskwise-bf16"] + \
-        (["maskwise-compile", "maskwise-bf16-compile"] if args.compile else []) + (["hf-bf16"] if args.hf_bf16 else [])
+    candidates = (
+        ["hf", "hf-retain", "maskwise", "maskwise-bf16"]
+        + (["maskwise-compile", "maskwise-bf16-compile"] if args.compile else [])
+        + (["hf-bf16"] if args.hf_bf16 else [])
+    )
     sides = [s for s in candidates if (on_cpu or s != "hf-retain") and (bf16 or "bf16" not in s)]
     skipped = []
     if not on_cpu:
-        skipped.append(f"skipped hf-retain: device {runtime.device}: glibc's allocator setting concerns CPU memory only")
+        skipped.append(
+            f"skipped hf-retain: device {runtime.device}: glibc's allocator setting concerns CPU memory only"
+        )
     if not bf16:
         what = f"{', '.join(s for s in candidates if 'bf16' in s)} and the bf16 peak"
         skipped.append(f"skipped {what}: --no-bf16" if args.no_bf16 else common.skipped_line(what, runtime))
@@ -255,24 +328,37 @@ def main() -> None:
     name = f"{args.objective} train" + ("" if at_target_shape else f", d {args.d_model} x {args.layers} layers")
     peak_dtypes = ("float32",) + (("bfloat16",) if "maskwise-bf16" in sides else ())
     workers = common.start(__file__, sides, common.worker_args(args, OPTIONS))
-    comparison = common.compare(workers, name, "hf", args.rounds, args.steps, args.warmup, peak_dtypes,
-                                device=runtime.device)
+    comparison = common.compare(
+        workers, name, "hf", args.rounds, args.steps, args.warmup, peak_dtypes, device=runtime.device
+    )
     common.close_all(workers)
     fp32_target, bf16_target = TARGETS[args.objective] if at_target_shape else ("", "")
     rows = common.rows_of(
         comparison,
-        targets={"maskwise": f">= {fp32_target}" if fp32_target else "",
-                 "maskwise-bf16": f">= {bf16_target}" if bf16_target else ""},
+        targets={
+            "maskwise": f">= {fp32_target}" if fp32_target else "",
+            "maskwise-bf16": f">= {bf16_target}" if bf16_target else "",
+        },
         dtypes={side: "bfloat16" for side in sides if "bf16" in side},
-        profiles={side: ["train", "--objective", args.objective, "--sides", "hf", side]
-                  for side in ("maskwise", "maskwise-bf16") if on_cpu and at_target_shape},
-        notes={"hf": f"{REFERENCE[args.objective]}, {comparison.sides['hf'].info.get('attention')}, fused AdamW",
-               "hf-retain": "the same, glibc keeping freed memory as maskwise's Trainer does",
-               "hf-bf16": "the same under bf16 autocast"})
-    header = [f"machine: {common.machine(runtime)}",
-              f"command: python benchmarks/bench_train.py {' '.join(sys.argv[1:])}",
-              (f"{common.peaks_line(comparison)}; {args.rounds} rounds x {args.steps} steps per side, batch "
-               f"{args.batch} x {args.seq}, {args.layers} layers, d_model {args.d_model}, vocab {args.vocab}")]
+        profiles={
+            side: ["train", "--objective", args.objective, "--sides", "hf", side]
+            for side in ("maskwise", "maskwise-bf16")
+            if on_cpu and at_target_shape
+        },
+        notes={
+            "hf": f"{REFERENCE[args.objective]}, {comparison.sides['hf'].info.get('attention')}, fused AdamW",
+            "hf-retain": "the same, glibc keeping freed memory as maskwise's Trainer does",
+            "hf-bf16": "the same under bf16 autocast",
+        },
+    )
+    header = [
+        f"machine: {common.machine(runtime)}",
+        f"command: python benchmarks/bench_train.py {' '.join(sys.argv[1:])}",
+        (
+            f"{common.peaks_line(comparison)}; {args.rounds} rounds x {args.steps} steps per side, batch "
+            f"{args.batch} x {args.seq}, {args.layers} layers, d_model {args.d_model}, vocab {args.vocab}"
+        ),
+    ]
     common.emit(rows, header, args.json, skipped=skipped)
 
 

@@ -114,7 +114,7 @@ def block_params(modules) -> int:
 def rss_mb() -> float:
     """Current resident set size (MiB), from /proc (no psutil needed)."""
     pages = int(Path("/proc/self/statm").read_text().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def peak_rss_mb() -> float:
@@ -169,8 +169,12 @@ def serve(build: Callable[[str, argparse.Namespace], Side], side: str, args: arg
                 units += obj.step()
             synchronize(obj.device)
             seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-            reply: dict[str, Any] = {"seconds": seconds, "cpu_seconds": cpu_seconds, "units": units,
-                                     "flops": obj.flops(units)}
+            reply: dict[str, Any] = {
+                "seconds": seconds,
+                "cpu_seconds": cpu_seconds,
+                "units": units,
+                "flops": obj.flops(units),
+            }
         elif cmd == "call":
             reply = {"result": getattr(obj, request["name"])(**request.get("kwargs", {}))}
         else:
@@ -178,7 +182,7 @@ def serve(build: Callable[[str, argparse.Namespace], Side], side: str, args: arg
         reply["peak_rss_mb"] = peak_rss_mb()
         reply["bare_rss_mb"] = baseline
         if torch.device(obj.device).type == "cuda":
-            reply["device_peak_mb"] = torch.cuda.max_memory_allocated(obj.device) / 2 ** 20
+            reply["device_peak_mb"] = torch.cuda.max_memory_allocated(obj.device) / 2**20
         out.write(json.dumps(reply) + "\n")
         out.flush()
 
@@ -193,8 +197,14 @@ class Worker:
         self.side = side
         self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (the worker's stderr for its whole life)
         env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
-        self.proc = subprocess.Popen([sys.executable, script, "--worker", side, *extra], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, script, "--worker", side, *extra],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env=env,
+        )
         self.ready = self._read() if wait else {}
 
     def _read(self) -> dict[str, Any]:
@@ -279,8 +289,17 @@ def start(script: str, sides: list[str], extra: list[str]) -> dict[str, Worker]:
     return workers
 
 
-def compare(workers: dict[str, Worker], name: str, reference: str, rounds: int, steps: int, warmup: int,
-            peak_dtypes: tuple[str, ...] = ("float32",), unit: str = "tokens/s", device: str = "cpu") -> Comparison:
+def compare(
+    workers: dict[str, Worker],
+    name: str,
+    reference: str,
+    rounds: int,
+    steps: int,
+    warmup: int,
+    peak_dtypes: tuple[str, ...] = ("float32",),
+    unit: str = "tokens/s",
+    device: str = "cpu",
+) -> Comparison:
     """Warm every worker up, then ``rounds`` rounds of: every side times ``steps`` steps in turn (the
     order rotating each round, so no side always follows the same one), and the parent times the
     matmul peak on ``device`` at each of ``peak_dtypes`` (leave out a dtype the device runs slowly:
@@ -293,7 +312,7 @@ def compare(workers: dict[str, Worker], name: str, reference: str, rounds: int, 
         results = {s: SideResult(s, info=workers[s].ready["info"]) for s in sides}
         peaks: dict[str, list[float]] = {d: [] for d in peak_dtypes}
         for r in range(rounds):
-            order = sides[r % len(sides):] + sides[:r % len(sides)]
+            order = sides[r % len(sides) :] + sides[: r % len(sides)]
             for side in order:
                 reply = workers[side].ask(cmd="time", n=steps)
                 res = results[side]
@@ -353,9 +372,13 @@ def target_ratio(target: str) -> float | None:
     return float(found.group(1)) if found else None
 
 
-def rows_of(comparison: Comparison, targets: dict[str, str] | None = None,
-            dtypes: dict[str, str] | None = None, notes: dict[str, str] | None = None,
-            profiles: dict[str, list[str]] | None = None) -> list[Row]:
+def rows_of(
+    comparison: Comparison,
+    targets: dict[str, str] | None = None,
+    dtypes: dict[str, str] | None = None,
+    notes: dict[str, str] | None = None,
+    profiles: dict[str, list[str]] | None = None,
+) -> list[Row]:
     """Table rows for every side: rate, ratio to the reference, whether its target is met (by the
     median ratio), FLOP/s and % of the matmul peak at the side's dtype (``dtypes``: side ->
     "float32"/"bfloat16", default float32); ``profiles``: side -> the ``profile_step.py`` arguments
@@ -376,23 +399,51 @@ def rows_of(comparison: Comparison, targets: dict[str, str] | None = None,
         note = (notes or {}).get(side, "")
         if res.device_peak_mb is not None:
             note = "; ".join(filter(None, [note, f"GPU memory peak {res.device_peak_mb:,.0f} MiB"]))
-        rows.append(Row(comparison.name, side, res.rate, comparison.unit, ratio, cpu_ratio, target,
-                        gflops, pct, dtype, res.peak_rss_mb, res.peak_rss_mb - res.bare_rss_mb, note, met,
-                        (profiles or {}).get(side, [])))
+        rows.append(
+            Row(
+                comparison.name,
+                side,
+                res.rate,
+                comparison.unit,
+                ratio,
+                cpu_ratio,
+                target,
+                gflops,
+                pct,
+                dtype,
+                res.peak_rss_mb,
+                res.peak_rss_mb - res.bare_rss_mb,
+                note,
+                met,
+                (profiles or {}).get(side, []),
+            )
+        )
     return rows
 
 
-COLUMNS = ("benchmark", "side", "throughput (median)", "vs reference (median, range over rounds)",
-           "vs reference per CPU-second", "target", "GFLOP/s", "% of matmul peak",
-           "peak RSS MiB (over bare torch process)", "note")
+COLUMNS = (
+    "benchmark",
+    "side",
+    "throughput (median)",
+    "vs reference (median, range over rounds)",
+    "vs reference per CPU-second",
+    "target",
+    "GFLOP/s",
+    "% of matmul peak",
+    "peak RSS MiB (over bare torch process)",
+    "note",
+)
 
 
 def markdown(rows: list[Row]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
     for r in rows:
         cells = [
-            r.bench, r.side, f"{r.rate:,.1f} {r.unit}" if r.rate < 100 else f"{r.rate:,.0f} {r.unit}",
-            r.ratio or "reference", r.cpu_ratio,
+            r.bench,
+            r.side,
+            f"{r.rate:,.1f} {r.unit}" if r.rate < 100 else f"{r.rate:,.0f} {r.unit}",
+            r.ratio or "reference",
+            r.cpu_ratio,
             r.target if r.met is None else f"{r.target}: {'met' if r.met else '**not met**'}",
             f"{r.gflops:.1f}" if r.gflops is not None else "",
             f"{r.peak_pct:.0f}% ({'bf16' if r.peak_dtype == 'bfloat16' else 'fp32'})" if r.peak_pct is not None else "",
@@ -404,12 +455,15 @@ def markdown(rows: list[Row]) -> str:
 
 
 def peaks_line(comparison: Comparison) -> str:
-    return ", ".join(f"{d} matmul peak {comparison.peak(d) / 1e9:.0f} GFLOP/s (median of {len(v)})"
-                     for d, v in comparison.peaks.items())
+    return ", ".join(
+        f"{d} matmul peak {comparison.peak(d) / 1e9:.0f} GFLOP/s (median of {len(v)})"
+        for d, v in comparison.peaks.items()
+    )
 
 
-def emit(rows: list[Row], header: list[str], json_out: str | None, extra: list[str] = (),
-         skipped: list[str] = ()) -> None:
+def emit(
+    rows: list[Row], header: list[str], json_out: str | None, extra: list[str] = (), skipped: list[str] = ()
+) -> None:
     """Print the header lines, the lines of what was skipped and why, the table and any extra
     Markdown sections, and, for ``run_all.py``, write them as JSON."""
     for line in [*header, *skipped]:
@@ -420,8 +474,11 @@ def emit(rows: list[Row], header: list[str], json_out: str | None, extra: list[s
         print()
         print(section)
     if json_out:
-        Path(json_out).write_text(json.dumps({"header": header, "rows": [r.__dict__ for r in rows],
-                                              "extra": list(extra), "skipped": list(skipped)}))
+        Path(json_out).write_text(
+            json.dumps(
+                {"header": header, "rows": [r.__dict__ for r in rows], "extra": list(extra), "skipped": list(skipped)}
+            )
+        )
 
 
 def base_parser(description: str, rounds: int, steps: int, warmup: int) -> argparse.ArgumentParser:
@@ -431,10 +488,14 @@ def base_parser(description: str, rounds: int, steps: int, warmup: int) -> argpa
     parser.add_argument("--steps", type=int, default=steps, help="timed steps per side per round")
     parser.add_argument("--warmup", type=int, default=warmup, help="untimed steps per side first")
     parser.add_argument("--json", help="also write the rows as JSON to this file (run_all.py)")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="torch threads on every side (0 = torch's default, one per core). On a machine "
-                             "that other jobs keep busy, 1 avoids waiting at every kernel for a descheduled "
-                             "second thread, which can slow 2 threads below 1")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads on every side (0 = torch's default, one per core). On a machine "
+        "that other jobs keep busy, 1 avoids waiting at every kernel for a descheduled "
+        "second thread, which can slow 2 threads below 1",
+    )
     return parser
 
 
@@ -477,8 +538,10 @@ def shakespeare(vocab_size: int = SHAPES["vocab_size"]):
     if cache.is_file():
         ids = torch.load(cache)
     else:
-        ids = {"train": TokenStream.from_texts(corpus.train, tokenizer).ids,
-               "val": TokenStream.from_texts(corpus.val, tokenizer).ids}
+        ids = {
+            "train": TokenStream.from_texts(corpus.train, tokenizer).ids,
+            "val": TokenStream.from_texts(corpus.val, tokenizer).ids,
+        }
         tmp = cache.with_suffix(f".{os.getpid()}.tmp")
         torch.save(ids, tmp)
         os.replace(tmp, cache)

@@ -45,8 +45,19 @@ def run_cli_side(family: str, seconds: float, out: str, precision: str) -> dict:
     flags = []
     for key, value in compare_settings(family, seconds).items():
         flags += [f"--{key.replace('_', '-')}", str(value)]
-    command = [sys.executable, "-m", "maskwise", "pretrain", *flags, "--precision", precision, "--out", out,
-               "--overwrite", "--no-progress"]
+    command = [
+        sys.executable,
+        "-m",
+        "maskwise",
+        "pretrain",
+        *flags,
+        "--precision",
+        precision,
+        "--out",
+        out,
+        "--overwrite",
+        "--no-progress",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)  # a failure is reported below
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed: {done.stderr.strip().splitlines()[-1]}")
@@ -66,7 +77,9 @@ def worker(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=90.0, help="pretraining seconds per family (compare's default)")
+    parser.add_argument(
+        "--seconds", type=float, default=90.0, help="pretraining seconds per family (compare's default)"
+    )
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--worker", choices=("compare", "fp32", "bf16"), help=argparse.SUPPRESS)
     parser.add_argument("--family", help=argparse.SUPPRESS)
@@ -79,22 +92,42 @@ def main() -> None:
     for family in args.families.split(","):
         seen = {}
         for side in ("compare", "fp32", "bf16"):
-            done = subprocess.run([sys.executable, __file__, "--worker", side, "--family", family,
-                                   "--seconds", str(args.seconds)], capture_output=True, text=True, check=False)
+            done = subprocess.run(
+                [sys.executable, __file__, "--worker", side, "--family", family, "--seconds", str(args.seconds)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             if done.returncode != 0:
                 raise SystemExit(f"{family} {side}: {done.stderr.strip().splitlines()[-1]}")
             result = json.loads(done.stdout.strip().splitlines()[-1])
             seen[side] = result["tokens_seen"]
-            label = {"compare": "maskwise compare (precision auto)", "fp32": "maskwise pretrain --precision fp32",
-                     "bf16": "maskwise pretrain --precision bf16 (compare before)"}[side]
-            rows.append(f"| {family} | {label} | {result['runtime']} | {result['step']} | "
-                        f"{result['tokens_seen']:,} | {result['wall_s']:.1f} |")
+            label = {
+                "compare": "maskwise compare (precision auto)",
+                "fp32": "maskwise pretrain --precision fp32",
+                "bf16": "maskwise pretrain --precision bf16 (compare before)",
+            }[side]
+            rows.append(
+                f"| {family} | {label} | {result['runtime']} | {result['step']} | "
+                f"{result['tokens_seen']:,} | {result['wall_s']:.1f} |"
+            )
             print(rows[-1], flush=True)
-        ratios.append(f"- {family}: compare / bf16 = {seen['compare'] / max(seen['bf16'], 1):.1f}x, "
-                      f"compare / fp32 = {seen['compare'] / max(seen['fp32'], 1):.2f}")
-    print("\n".join([f"machine: {common.machine()}",
-                     f"command: python benchmarks/compare_tokens.py {' '.join(sys.argv[1:])}", "", *rows, "",
-                     *ratios]))
+        ratios.append(
+            f"- {family}: compare / bf16 = {seen['compare'] / max(seen['bf16'], 1):.1f}x, "
+            f"compare / fp32 = {seen['compare'] / max(seen['fp32'], 1):.2f}"
+        )
+    print(
+        "\n".join(
+            [
+                f"machine: {common.machine()}",
+                f"command: python benchmarks/compare_tokens.py {' '.join(sys.argv[1:])}",
+                "",
+                *rows,
+                "",
+                *ratios,
+            ]
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ def passages(n: int, chars: int, seed: int = 0) -> list[str]:
     for _ in range(n):
         text = rng.choice(texts)
         start = rng.randrange(len(text) - chars)
-        chosen.append(text[start:start + chars])
+        chosen.append(text[start : start + chars])
     return chosen
 
 
@@ -46,8 +46,8 @@ def decoder_losses(model, tokenizer, texts: list[str]) -> tuple[float, float]:
         once, gap = tokenizer.encode(text), tokenizer.encode("\n\n")
         ids = torch.tensor([once + gap + once])  # (1, T)
         losses = F.cross_entropy(model(ids).logits[0, :-1], ids[0, 1:], reduction="none")  # (T-1,)
-        first.append(losses[:len(once) - 1].mean())  # predictions of tokens 1.. of the first copy
-        second.append(losses[len(once) + len(gap) - 1:].mean())  # every token of the second copy
+        first.append(losses[: len(once) - 1].mean())  # predictions of tokens 1.. of the first copy
+        second.append(losses[len(once) + len(gap) - 1 :].mean())  # every token of the second copy
     return float(torch.stack(first).mean()), float(torch.stack(second).mean())
 
 

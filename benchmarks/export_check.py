@@ -50,7 +50,7 @@ def held_out_lines(n: int, skip: int = 0) -> list[str]:
         for line in render_play(play).splitlines():
             if len(line.strip()) >= 12 and line not in lines:
                 lines.append(line)
-    return lines[skip:skip + n]
+    return lines[skip : skip + n]
 
 
 def max_diff(theirs: torch.Tensor, ours: torch.Tensor, mask: torch.Tensor) -> float:
@@ -76,19 +76,31 @@ def check_encoder(run: Path, out: Path, lines: list[str]) -> None:
     hf = transformers.AutoModelForMaskedLM.from_pretrained(folder).eval()
     ids, mask = encode_texts(tokenizer, lines, ours.cfg.family, ours.cfg.max_seq_len)  # (B, T) each
     diff = max_diff(hf(input_ids=ids, attention_mask=mask).logits, ours(ids, mask).logits, mask)
-    report(f"encoder -> {type(hf).__name__}, max |logit diff| on {len(lines)} padded lines ({ids.shape[1]} ids "
-           f"at most)", f"{diff:.3g} (<= {ATOL})", diff <= ATOL)
+    report(
+        f"encoder -> {type(hf).__name__}, max |logit diff| on {len(lines)} padded lines ({ids.shape[1]} ids at most)",
+        f"{diff:.3g} (<= {ATOL})",
+        diff <= ATOL,
+    )
     same = identical(load(folder).model, ours)
     report("encoder maskwise -> HF -> maskwise identical", str(same), same)
     cosine = worst_cosine(run, export_sentence_transformers(run, out / "encoder-st", overwrite=True), lines)
-    report("encoder SentenceTransformer(export).encode vs maskwise embed, worst cosine", f"{cosine:.7f} "
-           f"(>= {MIN_COSINE})", cosine >= MIN_COSINE)
+    report(
+        "encoder SentenceTransformer(export).encode vs maskwise embed, worst cosine",
+        f"{cosine:.7f} (>= {MIN_COSINE})",
+        cosine >= MIN_COSINE,
+    )
     pipe = transformers.pipeline("fill-mask", model=str(folder), device="cpu")
-    masked = [line[:len(line) // 2] + MASK_TEXT + line[len(line) // 2 + 1:] for line in lines]
-    same = sum(tokenizer.decode([pipe(text, top_k=1)[0]["token"]], skip_special=False)
-               == fill_mask(ours, tokenizer, text, top_k=1)[0][0][0] for text in masked)
-    report("encoder fill-mask, HF pipeline top token == maskwise's", f"{same} of {len(masked)} masked lines",
-           same == len(masked))
+    masked = [line[: len(line) // 2] + MASK_TEXT + line[len(line) // 2 + 1 :] for line in lines]
+    same = sum(
+        tokenizer.decode([pipe(text, top_k=1)[0]["token"]], skip_special=False)
+        == fill_mask(ours, tokenizer, text, top_k=1)[0][0][0]
+        for text in masked
+    )
+    report(
+        "encoder fill-mask, HF pipeline top token == maskwise's",
+        f"{same} of {len(masked)} masked lines",
+        same == len(masked),
+    )
 
 
 @torch.inference_mode()
@@ -98,8 +110,11 @@ def check_decoder(run: Path, out: Path, lines: list[str], prompts: list[str]) ->
     hf = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
     ids, mask = encode_texts(tokenizer, lines, ours.cfg.family, ours.cfg.max_seq_len)  # (B, T) each
     diff = max_diff(hf(input_ids=ids, attention_mask=mask).logits, ours(ids, mask).logits, mask)
-    report(f"decoder -> {type(hf).__name__}, max |logit diff| on {len(lines)} padded lines", f"{diff:.3g} "
-           f"(<= {ATOL})", diff <= ATOL)
+    report(
+        f"decoder -> {type(hf).__name__}, max |logit diff| on {len(lines)} padded lines",
+        f"{diff:.3g} (<= {ATOL})",
+        diff <= ATOL,
+    )
     same = identical(load(folder).model, ours)
     report("decoder maskwise -> HF -> maskwise identical", str(same), same)
     same = 0
@@ -107,11 +122,15 @@ def check_decoder(run: Path, out: Path, lines: list[str], prompts: list[str]) ->
         prompt_ids = tokenizer.encode(prompt)
         row = torch.tensor([prompt_ids])  # (1, T)
         theirs = hf.generate(row, attention_mask=torch.ones_like(row), max_new_tokens=NEW_TOKENS, do_sample=False)
-        expected = generate(ours, [prompt_ids], GenerationConfig(max_new_tokens=NEW_TOKENS), tokenizer.eos_id,
-                            tokenizer.pad_id).tokens[0]
-        same += theirs[0, len(prompt_ids):].tolist() == expected
-    report(f"decoder HF greedy generate == maskwise's ({NEW_TOKENS} new tokens)", f"{same} of {len(prompts)} "
-           f"prompts", same == len(prompts))
+        expected = generate(
+            ours, [prompt_ids], GenerationConfig(max_new_tokens=NEW_TOKENS), tokenizer.eos_id, tokenizer.pad_id
+        ).tokens[0]
+        same += theirs[0, len(prompt_ids) :].tolist() == expected
+    report(
+        f"decoder HF greedy generate == maskwise's ({NEW_TOKENS} new tokens)",
+        f"{same} of {len(prompts)} prompts",
+        same == len(prompts),
+    )
 
 
 @torch.inference_mode()
@@ -126,14 +145,21 @@ def check_encoder_half(run: Path, out: Path, lines: list[str]) -> None:
     hf = transformers.AutoModel.from_pretrained(folder).eval()
     ids, mask = encode_texts(tokenizer, lines, ours.cfg.family, ours.cfg.max_seq_len)  # (B, T): bare ids
     diff = max_diff(hf(input_ids=ids, attention_mask=mask).last_hidden_state, ours.encode(ids, mask), mask)
-    report(f"encoder-decoder's encoder half -> {type(hf).__name__}, max |hidden diff| vs maskwise encode on "
-           f"{len(lines)} padded lines", f"{diff:.3g} (<= {ATOL})", diff <= ATOL)
+    report(
+        f"encoder-decoder's encoder half -> {type(hf).__name__}, max |hidden diff| vs maskwise encode on "
+        f"{len(lines)} padded lines",
+        f"{diff:.3g} (<= {ATOL})",
+        diff <= ATOL,
+    )
     same = identical(load(folder).model, encoder_half(ours))
     report("encoder half maskwise -> HF -> maskwise identical", str(same), same)
     st = export_sentence_transformers(run, out / "encoder-decoder-encoder-st", overwrite=True, part="encoder")
     cosine = worst_cosine(run, st, lines)
-    report("encoder half SentenceTransformer(export).encode vs maskwise embed of the encoder-decoder, worst cosine",
-           f"{cosine:.7f} (>= {MIN_COSINE})", cosine >= MIN_COSINE)
+    report(
+        "encoder half SentenceTransformer(export).encode vs maskwise embed of the encoder-decoder, worst cosine",
+        f"{cosine:.7f} (>= {MIN_COSINE})",
+        cosine >= MIN_COSINE,
+    )
 
 
 def main() -> int:
@@ -143,14 +169,18 @@ def main() -> int:
     parser.add_argument("--lines", type=int, default=8, help="test-play lines in the padded batch")
     parser.add_argument("--prompts", type=int, default=20, help="greedy generation prompts")
     args = parser.parse_args()
-    runs = {family: args.compare_out / "runs" / f"{family}-seed0" for family in ("encoder", "decoder", "encoder-decoder")}
+    runs = {
+        family: args.compare_out / "runs" / f"{family}-seed0" for family in ("encoder", "decoder", "encoder-decoder")
+    }
     for family, run in runs.items():
         if not (run / "model.safetensors").is_file():
             sys.exit(f"{run}: no finished {family} run (is {args.compare_out} a finished compare folder?)")
     lines = held_out_lines(args.lines)
     prompts = [line[:24] for line in held_out_lines(args.prompts, skip=args.lines)]
-    print(f"transformers {transformers.__version__}, sentence-transformers {sentence_transformers.__version__}, "
-          f"torch {torch.__version__}; {torch.get_default_dtype()} on cpu, {torch.get_num_threads()} thread(s)")
+    print(
+        f"transformers {transformers.__version__}, sentence-transformers {sentence_transformers.__version__}, "
+        f"torch {torch.__version__}; {torch.get_default_dtype()} on cpu, {torch.get_num_threads()} thread(s)"
+    )
     check_encoder(runs["encoder"], args.out, lines)
     check_decoder(runs["decoder"], args.out, lines, prompts)
     check_encoder_half(runs["encoder-decoder"], args.out, lines)

@@ -52,10 +52,22 @@ def losses(objective_name: str, device: str, precision: str, args, tokenizer, tr
     vocab = -(-tokenizer.vocab_size // 64) * 64
     objective = build_objective(objective_name, family, tokenizer, vocab)
     torch.manual_seed(0)
-    model = build_model(preset(name, family=family, vocab_size=vocab, d_model=64, n_layers=2, n_heads=4,
-                               max_seq_len=args.block))  # drawn on the CPU: the same weights for every device
-    cfg = TrainConfig(steps=args.steps, batch_size=args.batch, block_size=args.block, lr=3e-3, warmup=5,
-                      eval_every=1, eval_batches=1, seed=0, device=device, precision=precision, progress=False)
+    model = build_model(
+        preset(name, family=family, vocab_size=vocab, d_model=64, n_layers=2, n_heads=4, max_seq_len=args.block)
+    )  # drawn on the CPU: the same weights for every device
+    cfg = TrainConfig(
+        steps=args.steps,
+        batch_size=args.batch,
+        block_size=args.block,
+        lr=3e-3,
+        warmup=5,
+        eval_every=1,
+        eval_batches=1,
+        seed=0,
+        device=device,
+        precision=precision,
+        progress=False,
+    )
     start = time.perf_counter()
     records = Trainer(model, objective, train, val, cfg).fit()
     return [r["train_loss"] for r in records], time.perf_counter() - start
@@ -96,8 +108,10 @@ def main() -> int:
             tolerance = TOLERANCE[runtime.precision]
             ok = worst <= tolerance
             exit_status |= 0 if ok else 1
-            line += (f", {runtime.device} {runtime.precision} {dev_s:.1f} s; max relative difference {worst:.2e} "
-                     f"over {len(cpu)} steps (tolerance {tolerance:g}): {'ok' if ok else 'TOO LARGE'}")
+            line += (
+                f", {runtime.device} {runtime.precision} {dev_s:.1f} s; max relative difference {worst:.2e} "
+                f"over {len(cpu)} steps (tolerance {tolerance:g}): {'ok' if ok else 'TOO LARGE'}"
+            )
         summary.append(line)
         print(f"  {line}", file=sys.stderr, flush=True)
 

@@ -50,7 +50,8 @@ class StepClock:
 
         self.ends: list[float] = []
         self._handle = register_optimizer_step_post_hook(
-            lambda optimizer, args, kwargs: self.ends.append(time.perf_counter()))
+            lambda optimizer, args, kwargs: self.ends.append(time.perf_counter())
+        )
         return self
 
     def __exit__(self, *exc) -> None:
@@ -60,7 +61,7 @@ class StepClock:
         """Seconds between consecutive step ends, the first ``skip`` intervals left out (fewer if the run is short,
         keeping at least one)."""
         gaps = [b - a for a, b in zip(self.ends, self.ends[1:])]
-        return gaps[min(skip, max(0, len(gaps) - 1)):]
+        return gaps[min(skip, max(0, len(gaps) - 1)) :]
 
 
 def run_job(job: Job) -> dict[str, Any]:
@@ -73,8 +74,13 @@ def run_job(job: Job) -> dict[str, Any]:
         torch.set_num_threads(job.threads)
     started = time.perf_counter()
     result = {"maskwise": _maskwise, "hf": _hf, "embed-lr": _embed_lr}[job.side](job)
-    result.update(side=job.side, task=job.task, seed=job.seed, wall_s=time.perf_counter() - started,
-                  threads=torch.get_num_threads())
+    result.update(
+        side=job.side,
+        task=job.task,
+        seed=job.seed,
+        wall_s=time.perf_counter() - started,
+        threads=torch.get_num_threads(),
+    )
     return result
 
 
@@ -83,15 +89,16 @@ def per_text(correct_words: Sequence[int], test: Sequence) -> list[tuple[int, in
     items, at = [], 0
     for example in test:
         n = len(example.words)
-        items.append((int(sum(correct_words[at:at + n])), n))
+        items.append((int(sum(correct_words[at : at + n])), n))
         at += n
     if at != len(correct_words):
         raise RuntimeError(f"{len(correct_words)} word scores for {at} test words")
     return items
 
 
-def _scored(job: Job, correct: Sequence[int], clock: StepClock | None, train_s: float | None,
-            **extra) -> dict[str, Any]:
+def _scored(
+    job: Job, correct: Sequence[int], clock: StepClock | None, train_s: float | None, **extra
+) -> dict[str, Any]:
     items = per_text(correct, job.test) if job.task == "tag" else [(int(c), 1) for c in correct]
     right, total = sum(r for r, _ in items), sum(n for _, n in items)
     out = {"score": right / total, "items": items, "train_s": train_s, **extra}
@@ -113,8 +120,18 @@ def _maskwise(job: Job) -> dict[str, Any]:
 
     model, tokenizer = load(model_folder(MINILM))
     runtime = resolve("cpu", "fp32")
-    common = {"steps": job.steps, "batch_size": job.batch, "lr": job.lr, "head_lr": job.head_lr, "warmup": 0.0,
-              "weight_decay": 0.0, "seed": job.seed, "progress": False, "precision": "fp32", "max_len": job.max_len}
+    common = {
+        "steps": job.steps,
+        "batch_size": job.batch,
+        "lr": job.lr,
+        "head_lr": job.head_lr,
+        "warmup": 0.0,
+        "weight_decay": 0.0,
+        "seed": job.seed,
+        "progress": False,
+        "precision": "fp32",
+        "max_len": job.max_len,
+    }
     cfg = ClassifyConfig(**common) if job.task == "classify" else TagConfig(**common, read_out="first")
     with StepClock() as clock:
         result = run_task(cfg, model, tokenizer, runtime, data=(job.train, job.test))
@@ -171,17 +188,27 @@ def _hf(job: Job) -> dict[str, Any]:
     transformers.set_seed(job.seed)  # the fresh head's initialisation, as Trainer(model_init=...) would seed it
     if job.task == "classify":
         model = AutoModelForSequenceClassification.from_pretrained(folder, **named)
-        rows = [{**tokenizer(e.text, truncation=True, max_length=job.max_len), "labels": index[e.label]}
-                for e in job.train]
+        rows = [
+            {**tokenizer(e.text, truncation=True, max_length=job.max_len), "labels": index[e.label]} for e in job.train
+        ]
         collator = DataCollatorWithPadding(tokenizer)  # pads each batch to its longest row
     else:
         model = AutoModelForTokenClassification.from_pretrained(folder, **named)
         rows = [word_labels(tokenizer, e.words, [index[t] for t in e.tags], job.max_len)[0] for e in job.train]
         collator = DataCollatorForTokenClassification(tokenizer)  # the same, labels padded with -100
     with tempfile.TemporaryDirectory() as out:
-        args = TrainingArguments(output_dir=out, seed=job.seed, report_to="none", use_cpu=True, save_strategy="no",
-                                 eval_strategy="no", logging_strategy="no", disable_tqdm=True,
-                                 **job.hf_overrides, **({"max_steps": job.steps} if job.force_steps else {}))
+        args = TrainingArguments(
+            output_dir=out,
+            seed=job.seed,
+            report_to="none",
+            use_cpu=True,
+            save_strategy="no",
+            eval_strategy="no",
+            logging_strategy="no",
+            disable_tqdm=True,
+            **job.hf_overrides,
+            **({"max_steps": job.steps} if job.force_steps else {}),
+        )
         trainer = Trainer(model=model, args=args, train_dataset=rows, data_collator=collator)
         with StepClock() as clock:
             began = time.perf_counter()
@@ -193,7 +220,7 @@ def _hf(job: Job) -> dict[str, Any]:
     unread = 0
     with torch.no_grad():
         for start in range(0, len(job.test), 64):
-            chunk = job.test[start:start + 64]
+            chunk = job.test[start : start + 64]
             if job.task == "classify":
                 batch = collator([tokenizer(e.text, truncation=True, max_length=job.max_len) for e in chunk])
                 predicted = model(**batch).logits.argmax(-1).tolist()
@@ -206,8 +233,15 @@ def _hf(job: Job) -> dict[str, Any]:
                 unread += sum(p < 0 for p in positions)
                 predicted = [job.labels[best[row, p]] if p >= 0 else fallback for p in positions]
                 correct += [int(p == t) for p, t in zip(predicted, example.tags)]
-    return _scored(job, correct, clock, train_s, optim=optim, global_step=trainer.state.global_step,
-                   **({"unread_words": unread} if job.task == "tag" else {}))
+    return _scored(
+        job,
+        correct,
+        clock,
+        train_s,
+        optim=optim,
+        global_step=trainer.state.global_step,
+        **({"unread_words": unread} if job.task == "tag" else {}),
+    )
 
 
 # ---- frozen mean embeddings + logistic regression (classification only) -------------------------------------
@@ -229,5 +263,4 @@ def _embed_lr(job: Job) -> dict[str, Any]:
     predicted = fit.predict(test_x)
     train_s = time.perf_counter() - began
     max_len = declared_settings(model_folder(MINILM)).max_len
-    return _scored(job, [int(p == e.label) for p, e in zip(predicted, job.test)], None, train_s,
-                   embed_max_len=max_len)
+    return _scored(job, [int(p == e.label) for p, e in zip(predicted, job.test)], None, train_s, embed_max_len=max_len)

@@ -67,8 +67,9 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, d) -> (B, T, d); SDPA's causal path, so no mask tensor is built."""
         B, T, d = x.shape
-        q, k, v = (part.view(B, T, self.n_heads, d // self.n_heads).transpose(1, 2)
-                   for part in self.qkv(x).split(d, dim=2))  # 3 x (B, H, T, hd)
+        q, k, v = (
+            part.view(B, T, self.n_heads, d // self.n_heads).transpose(1, 2) for part in self.qkv(x).split(d, dim=2)
+        )  # 3 x (B, H, T, hd)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hd)
         return self.proj(y.transpose(1, 2).reshape(B, T, d))
 
@@ -152,8 +153,10 @@ def make_adamw(model: nn.Module, recipe: Recipe) -> tuple[torch.optim.AdamW, str
     params = [p for p in model.parameters() if p.requires_grad]  # the tied matrix appears once
     kept = set() if recipe.decay_embeddings else {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     decayed = [p for p in params if p.dim() >= 2 and id(p) not in kept]
-    groups = [{"params": decayed, "weight_decay": recipe.weight_decay},
-              {"params": [p for p in params if all(p is not q for q in decayed)], "weight_decay": 0.0}]
+    groups = [
+        {"params": decayed, "weight_decay": recipe.weight_decay},
+        {"params": [p for p in params if all(p is not q for q in decayed)], "weight_decay": 0.0},
+    ]
     betas = (0.9, recipe.beta2)
     try:
         return torch.optim.AdamW(groups, lr=recipe.lr, betas=betas, fused=True), "fused"
@@ -172,8 +175,9 @@ def learning_rate(step: int, recipe: Recipe) -> float:
     return recipe.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (recipe.lr - recipe.min_lr)
 
 
-def random_windows(tokens: torch.Tensor, batch_size: int, block_size: int,
-                   generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def random_windows(
+    tokens: torch.Tensor, batch_size: int, block_size: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """nanoGPT's ``get_batch``: ``batch_size`` windows at uniform random offsets, inputs and the
     same windows shifted by one as targets, each (B, block_size)."""
     starts = torch.randint(len(tokens) - block_size, (batch_size,), generator=generator)

@@ -24,23 +24,34 @@ from maskwise.tasks.generate import GenerationConfig, generate_text
 from maskwise.tasks.run import run_task
 from maskwise.train.pretrain import PretrainConfig, pretrain
 
-RUNS = [("encoder-decoder", "span"), ("encoder-decoder", "denoise"), ("encoder", "electra"),
-        ("encoder", "mlm"), ("decoder", "prefix-lm"), ("decoder", "clm")]
+RUNS = [
+    ("encoder-decoder", "span"),
+    ("encoder-decoder", "denoise"),
+    ("encoder", "electra"),
+    ("encoder", "mlm"),
+    ("decoder", "prefix-lm"),
+    ("decoder", "clm"),
+]
 
 
 def use(family: str, objective: str, model, tokenizer, runtime) -> dict:
     model.eval()
     if objective == "electra":
-        cfg = ClassifyConfig(steps=150, batch_size=32, lr=3e-4, pooling="mean", train_per_label=150, test_per_label=50,
-                             progress=False)
+        cfg = ClassifyConfig(
+            steps=150, batch_size=32, lr=3e-4, pooling="mean", train_per_label=150, test_per_label=50, progress=False
+        )
         result = run_task(cfg, model, tokenizer, runtime).record
         return {"genre_accuracy": round(result.accuracy, 3), "majority_baseline": round(result.baseline.accuracy, 3)}
     if family == "encoder":
         return {"fill_mask": fill_mask(model, tokenizer, "To be, or not to [MASK], that is the question", 3)}
     sentinel = tokenizer.id_to_token(tokenizer.sentinel_ids[0])
-    prompt = (f"To be, or not to be, {sentinel} is the question" if objective == "span"
-              else "To be, or not to be, that is the question" if family == "encoder-decoder"
-              else "HAMLET\nTo be, or not to be,")
+    prompt = (
+        f"To be, or not to be, {sentinel} is the question"
+        if objective == "span"
+        else "To be, or not to be, that is the question"
+        if family == "encoder-decoder"
+        else "HAMLET\nTo be, or not to be,"
+    )
     text = generate_text(model, tokenizer, [prompt], GenerationConfig(max_new_tokens=30))[0]
     return {"prompt": prompt, "generated": text}
 
@@ -48,9 +59,12 @@ def use(family: str, objective: str, model, tokenizer, runtime) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=120.0)
-    parser.add_argument("--tokenizer", default="char",
-                        help="char (default: at two minutes a 4096-subword MLM is still on its unigram plateau, "
-                             "measured 6.42 -> 6.37) or bpe")
+    parser.add_argument(
+        "--tokenizer",
+        default="char",
+        help="char (default: at two minutes a 4096-subword MLM is still on its unigram plateau, "
+        "measured 6.42 -> 6.37) or bpe",
+    )
     parser.add_argument("--out", default=None)
     parser.add_argument("--only", default=None, help="one objective name")
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps")
@@ -58,26 +72,54 @@ def main() -> None:
     args = parser.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="maskwise-objectives-")
     runtime = resolve(args.device, args.precision)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.seconds:.0f} s each; "
-          f"{runtime.describe()}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.seconds:.0f} s each; {runtime.describe()}"
+    )
     for family, objective in RUNS:
         if args.only and objective != args.only:
             continue
-        settings = PretrainConfig.from_flat({
-            "family": family, "objective": objective, "tokenizer": args.tokenizer, "vocab_size": 4096,
-            "d_model": 128, "layers": 4, "heads": 4, "block_size": 128, "batch_size": 32, "lr": 2e-3, "warmup": 30, "steps": 100_000,
-            "budget": f"seconds={args.seconds}", "eval_every": 50, "eval_batches": 8, "device": args.device,
-            "precision": args.precision, "progress": False,
-            "out": f"{out}/{objective}", "overwrite": True})
+        settings = PretrainConfig.from_flat(
+            {
+                "family": family,
+                "objective": objective,
+                "tokenizer": args.tokenizer,
+                "vocab_size": 4096,
+                "d_model": 128,
+                "layers": 4,
+                "heads": 4,
+                "block_size": 128,
+                "batch_size": 32,
+                "lr": 2e-3,
+                "warmup": 30,
+                "steps": 100_000,
+                "budget": f"seconds={args.seconds}",
+                "eval_every": 50,
+                "eval_batches": 8,
+                "device": args.device,
+                "precision": args.precision,
+                "progress": False,
+                "out": f"{out}/{objective}",
+                "overwrite": True,
+            }
+        )
         result = pretrain(settings)
         records = result["records"]
-        print(json.dumps({
-            "objective": objective, "family": family, "steps": records[-1]["step"],
-            "tokens_seen": records[-1]["tokens_seen"], "wall_s": round(records[-1]["wall_s"], 1),
-            "val_loss_first": round(records[0]["val_loss"], 3), "val_loss_last": round(records[-1]["val_loss"], 3),
-            "fell": records[-1]["val_loss"] < records[0]["val_loss"],
-            "use": use(family, objective, result["model"], result["tokenizer"], runtime),
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "objective": objective,
+                    "family": family,
+                    "steps": records[-1]["step"],
+                    "tokens_seen": records[-1]["tokens_seen"],
+                    "wall_s": round(records[-1]["wall_s"], 1),
+                    "val_loss_first": round(records[0]["val_loss"], 3),
+                    "val_loss_last": round(records[-1]["val_loss"], 3),
+                    "fell": records[-1]["val_loss"] < records[0]["val_loss"],
+                    "use": use(family, objective, result["model"], result["tokenizer"], runtime),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

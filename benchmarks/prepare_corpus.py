@@ -60,7 +60,7 @@ def generate(folder: Path, target_bytes: int, seed: int = 0) -> tuple[int, int]:
         picks = np.searchsorted(cumulative, rng.random(lengths.sum()))
         words = vocabulary[np.minimum(picks, len(vocabulary) - 1)]
         ends = np.cumsum(lengths)
-        texts = [" ".join(words[end - length:end]) for end, length in zip(ends, lengths)]
+        texts = [" ".join(words[end - length : end]) for end, length in zip(ends, lengths)]
         writer.write_table(pa.table({"text": texts}), row_group_size=DOCUMENTS_PER_BATCH)
         documents += len(texts)
         written += sum(len(text) for text in texts)  # ASCII: characters are bytes
@@ -99,10 +99,15 @@ def prepare(data: str, tokenizer_kind: str, vocab_size: int) -> dict:
     tokenized = time.perf_counter()
     tokens = len(train) + len(val)
     return {
-        "documents": len(corpus.train_part) + len(corpus.val_part), "characters": corpus.train_part.source_chars,
-        "tokens": tokens, "dtype": str(train.ids.dtype), "vocab_size": tokenizer.vocab_size,
-        "hash_s": round(scanned - start, 1), "tokenizer_s": round(trained - scanned, 1),
-        "tokenize_s": round(tokenized - trained, 1), "total_s": round(tokenized - start, 1),
+        "documents": len(corpus.train_part) + len(corpus.val_part),
+        "characters": corpus.train_part.source_chars,
+        "tokens": tokens,
+        "dtype": str(train.ids.dtype),
+        "vocab_size": tokenizer.vocab_size,
+        "hash_s": round(scanned - start, 1),
+        "tokenizer_s": round(trained - scanned, 1),
+        "tokenize_s": round(tokenized - trained, 1),
+        "total_s": round(tokenized - start, 1),
         "tokens_per_s": round(tokens / max(tokenized - trained, 1e-9)),
         "peak_rss_mb": round(peak_rss_bytes() / 2**20, 1),
     }
@@ -128,17 +133,35 @@ def main() -> int:
         start = time.perf_counter()
         documents, written = generate(shards, int(args.gb * 1e9))
         on_disk = sum(file.stat().st_size for file in shards.iterdir())
-        print(f"generated {documents:,} documents, {written / 1e9:.2f} GB of text ({on_disk / 1e9:.2f} GB of "
-              f"Parquet) in {time.perf_counter() - start:.0f} s under {work}", flush=True)
+        print(
+            f"generated {documents:,} documents, {written / 1e9:.2f} GB of text ({on_disk / 1e9:.2f} GB of "
+            f"Parquet) in {time.perf_counter() - start:.0f} s under {work}",
+            flush=True,
+        )
         env = {**os.environ, "MASKWISE_CACHE": str(work / "cache")}
-        child = subprocess.run([sys.executable, __file__, "--prepare-only", str(shards / "*.parquet"),
-                                "--tokenizer", args.tokenizer, "--vocab-size", str(args.vocab_size)],
-                               env=env, stdout=subprocess.PIPE, text=True, check=True)
+        child = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--prepare-only",
+                str(shards / "*.parquet"),
+                "--tokenizer",
+                args.tokenizer,
+                "--vocab-size",
+                str(args.vocab_size),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+            check=True,
+        )
         result = json.loads(child.stdout.strip().splitlines()[-1])
         print(json.dumps(result))
         verdict = "under" if result["peak_rss_mb"] < 1024 else "OVER"
-        print(f"peak RSS of the preparation: {result['peak_rss_mb']:.0f} MB ({verdict} the 1 GB bar); "
-              f"{result['tokens_per_s']:,} tokens/s tokenizing ({result['tokens']:,} tokens, {result['dtype']})")
+        print(
+            f"peak RSS of the preparation: {result['peak_rss_mb']:.0f} MB ({verdict} the 1 GB bar); "
+            f"{result['tokens_per_s']:,} tokens/s tokenizing ({result['tokens']:,} tokens, {result['dtype']})"
+        )
     finally:
         if args.keep:
             print(f"kept {work}")

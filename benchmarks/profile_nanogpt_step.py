@@ -54,12 +54,14 @@ class PhaseTimer:
 
     def wrap(self, name: str, function):
         """``function`` with its wall time added to phase ``name`` at every call."""
+
         def timed(*args, **kwargs):
             started = time.perf_counter()
             try:
                 return function(*args, **kwargs)
             finally:
                 self.seconds[name] += time.perf_counter() - started
+
         return timed
 
     def per_step_ms(self, steps: int) -> dict[str, float]:
@@ -67,15 +69,22 @@ class PhaseTimer:
         return {name: round(1000 * s / steps, 3) for name, s in self.seconds.items()}
 
 
-def maskwise_trainer(precision: str, steps: int, train_ids: torch.Tensor, val_ids: torch.Tensor,
-                     preset: str) -> Trainer:
+def maskwise_trainer(
+    precision: str, steps: int, train_ids: torch.Tensor, val_ids: torch.Tensor, preset: str
+) -> Trainer:
     """The trainer ``maskwise pretrain`` builds for the recipe with ``preset``'s model (no run folder:
     nothing is written)."""
     settings = PretrainConfig.from_flat(maskwise_settings(FIRST_SEED, steps, precision, "unused", preset)).resolved()
     tokenizer = maskwise_token_streams(settings)[2]
     _, objective, model = initial_model(settings, tokenizer)
-    return Trainer(model, objective, TokenStream(train_ids), TokenStream(val_ids), settings.train,
-                   runtime=resolve("cpu", precision))
+    return Trainer(
+        model,
+        objective,
+        TokenStream(train_ids),
+        TokenStream(val_ids),
+        settings.train,
+        runtime=resolve("cpu", precision),
+    )
 
 
 def time_maskwise(precision: str, warmup: int, steps: int, train_ids, val_ids, preset: str) -> dict[str, float]:
@@ -97,11 +106,14 @@ def time_maskwise(precision: str, warmup: int, steps: int, train_ids, val_ids, p
     started = time.perf_counter()
     trainer.fit()
     timer.seconds["loop"] = time.perf_counter() - started
-    return _derived(timer.per_step_ms(steps), {
-        "backward": ("forward + backward", "forward"),
-        "grad scale + norm + clip": ("scale + norm + clip + AdamW", "AdamW"),
-        "loop outside train_step": ("loop", "train_step"),
-    })
+    return _derived(
+        timer.per_step_ms(steps),
+        {
+            "backward": ("forward + backward", "forward"),
+            "grad scale + norm + clip": ("scale + norm + clip + AdamW", "AdamW"),
+            "loop outside train_step": ("loop", "train_step"),
+        },
+    )
 
 
 def time_reference(warmup: int, steps: int, train_ids: torch.Tensor, vocab_size: int) -> dict[str, float]:
@@ -160,10 +172,12 @@ def operator_table(step, steps: int, top: int) -> tuple[str, float, float]:
 
 def maskwise_step(trainer: Trainer):
     """One step as ``Trainer.fit`` takes it, less its record keeping."""
+
     def step():
         set_lr(trainer.optimizer, trainer._lr_factor())
         trainer.train_step()
         trainer.counters.step += 1
+
     return step
 
 
@@ -180,6 +194,7 @@ def reference_step(model, optimizer, recipe, train_ids, generator):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         counter[0] += 1
+
     return step
 
 
@@ -189,16 +204,24 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     parser.add_argument("--top", type=int, default=15, help="operators listed per side")
-    parser.add_argument("--presets", nargs="+", default=["nanogpt", "gpt2"], choices=["nanogpt", "gpt2"],
-                        help="maskwise's models: nanoGPT's layout, GPT-2's (biases, tanh GELU)")
+    parser.add_argument(
+        "--presets",
+        nargs="+",
+        default=["nanogpt", "gpt2"],
+        choices=["nanogpt", "gpt2"],
+        help="maskwise's models: nanoGPT's layout, GPT-2's (biases, tanh GELU)",
+    )
     args = parser.parse_args()
     retain_freed_memory("cpu")
     settings = PretrainConfig.from_flat(maskwise_settings(FIRST_SEED, args.steps, "fp32", "unused")).resolved()
     train_ids, val_ids, tokenizer, _ = maskwise_token_streams(settings)
     print(machine_line(resolve("cpu", "auto")))
     print(f"{args.steps} steps after {args.warmup} warm-up steps per side; per-step milliseconds")
-    sides = [(f"maskwise {precision}, preset {name}", precision, name)
-             for name in args.presets for precision in args.precisions]
+    sides = [
+        (f"maskwise {precision}, preset {name}", precision, name)
+        for name in args.presets
+        for precision in args.precisions
+    ]
     print("phase timers:")
     print(f"  reference fp32: {time_reference(args.warmup, args.steps, train_ids, tokenizer.vocab_size)}")
     for name, precision, model_preset in sides:
@@ -208,11 +231,13 @@ def main() -> None:
     model = minimal_gpt.MinimalGPT(minimal_gpt.GPTShape(vocab_size=tokenizer.vocab_size))
     recipe = minimal_gpt.Recipe(iters=args.warmup + 2 * args.steps)
     optimizer, _ = minimal_gpt.make_adamw(model, recipe)
-    steps = {"reference fp32": reference_step(model, optimizer, recipe, train_ids,
-                                              torch.Generator().manual_seed(FIRST_SEED))}
+    steps = {
+        "reference fp32": reference_step(model, optimizer, recipe, train_ids, torch.Generator().manual_seed(FIRST_SEED))
+    }
     for name, precision, model_preset in sides:
-        steps[name] = maskwise_step(maskwise_trainer(precision, args.warmup + 2 * args.steps, train_ids, val_ids,
-                                                     model_preset))
+        steps[name] = maskwise_step(
+            maskwise_trainer(precision, args.warmup + 2 * args.steps, train_ids, val_ids, model_preset)
+        )
     for name, step in steps.items():
         for _ in range(args.warmup):
             step()

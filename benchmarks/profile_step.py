@@ -106,7 +106,9 @@ def matmul_floor(step, steps: int, dtype: torch.dtype) -> tuple[float, int]:
 
 # Operators, as a dispatch mode names them, whose time is torch's matrix-product and attention kernels.
 KERNELS = {name.removeprefix("aten::") for name in PRODUCTS} | {
-    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward"}
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_flash_attention_for_cpu_backward",
+}
 
 
 class OperatorClock(TorchDispatchMode):
@@ -158,8 +160,15 @@ def alternated_splits(built: dict[str, common.Side], rounds: int) -> dict[str, S
             kernels[side].append(sum(v for name, v in ms.items() if name in KERNELS))
             others[side].append(sum(v for name, v in ms.items() if name not in KERNELS))
             by_name[side].update({name: v / rounds for name, v in ms.items() if name not in KERNELS})
-    return {side: Split(statistics.median(walls[side]), statistics.median(kernels[side]),
-                        statistics.median(others[side]), by_name[side].most_common(5)) for side in built}
+    return {
+        side: Split(
+            statistics.median(walls[side]),
+            statistics.median(kernels[side]),
+            statistics.median(others[side]),
+            by_name[side].most_common(5),
+        )
+        for side in built
+    }
 
 
 def report_floors(args, built: dict[str, common.Side]) -> None:
@@ -172,21 +181,29 @@ def report_floors(args, built: dict[str, common.Side]) -> None:
     ratio = common.target_ratio(args.target or "")
     for side, split in splits.items():
         floor, shapes = floors[side]
-        print(f"{side}: {split.wall:.1f} ms a step (wall, no profiler); its matrix products alone "
-              f"{floor:.1f} ms ({shapes} shapes, {str(dtypes[side]).removeprefix('torch.')}); the rest "
-              f"{split.wall - floor:.1f} ms")
-        print(f"  in place: torch's products and attention {split.kernels:.1f} ms, other operators "
-              f"{split.others:.1f} ms ({', '.join(f'{name} {ms:.1f}' for name, ms in split.costliest)}), "
-              f"between operators {split.between:.1f} ms")
+        print(
+            f"{side}: {split.wall:.1f} ms a step (wall, no profiler); its matrix products alone "
+            f"{floor:.1f} ms ({shapes} shapes, {str(dtypes[side]).removeprefix('torch.')}); the rest "
+            f"{split.wall - floor:.1f} ms"
+        )
+        print(
+            f"  in place: torch's products and attention {split.kernels:.1f} ms, other operators "
+            f"{split.others:.1f} ms ({', '.join(f'{name} {ms:.1f}' for name, ms in split.costliest)}), "
+            f"between operators {split.between:.1f} ms"
+        )
         if ratio and side != reference:
             allowed = splits[reference].wall / ratio
-            verdict = (f"out of reach here: torch's products and attention alone take {split.kernels:.1f} ms in "
-                       "place" if split.kernels >= allowed else
-                       f"not out of reach by torch's kernels: it leaves {allowed - split.kernels:.1f} ms beyond "
-                       f"their {split.kernels:.1f} ms in place, where the other operators take {split.others:.1f} "
-                       f"ms and {split.between:.1f} ms pass between operators")
-            print(f"  target {args.target} {reference} ({splits[reference].wall:.1f} ms, in this process) allows "
-                  f"{allowed:.1f} ms a step: {verdict}")
+            verdict = (
+                f"out of reach here: torch's products and attention alone take {split.kernels:.1f} ms in place"
+                if split.kernels >= allowed
+                else f"not out of reach by torch's kernels: it leaves {allowed - split.kernels:.1f} ms beyond "
+                f"their {split.kernels:.1f} ms in place, where the other operators take {split.others:.1f} "
+                f"ms and {split.between:.1f} ms pass between operators"
+            )
+            print(
+                f"  target {args.target} {reference} ({splits[reference].wall:.1f} ms, in this process) allows "
+                f"{allowed:.1f} ms a step: {verdict}"
+            )
 
 
 def main() -> None:
@@ -195,15 +212,21 @@ def main() -> None:
     parser.add_argument("--objective", choices=tuple(bench_train.REFERENCE), default="span", help="train only")
     parser.add_argument("--task", choices=bench_finetune.KINDS, default="classify", help="finetune only")
     parser.add_argument("--shape", choices=("compare", "wide"), default="compare", help="finetune only")
-    parser.add_argument("--sides", nargs="+", default=["hf", "maskwise"],
-                        choices=["hf", "hf-bf16", "maskwise", "maskwise-bf16"],
-                        help="train and finetune (decode: hf, maskwise)")
+    parser.add_argument(
+        "--sides",
+        nargs="+",
+        default=["hf", "maskwise"],
+        choices=["hf", "hf-bf16", "maskwise", "maskwise-bf16"],
+        help="train and finetune (decode: hf, maskwise)",
+    )
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--top", type=int, default=20, help="operators listed per side")
     parser.add_argument("--floor", action="store_true", help="the matmul floor of each side instead of its table")
-    parser.add_argument("--target", help='with --floor: a speed target such as ">= 1.2x" over the first side, '
-                        "and what it leaves each other side")
+    parser.add_argument(
+        "--target",
+        help='with --floor: a speed target such as ">= 1.2x" over the first side, and what it leaves each other side',
+    )
     bench = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in BENCH_OPTIONS else "train"
     for name, default in BENCH_OPTIONS[bench]:
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=default)
@@ -225,10 +248,17 @@ def main() -> None:
             return
         for side, built in sides.items():
             table, wall_ms, unaccounted_ms = operator_table(built.step, args.steps, args.top)
-            what = (args.objective if args.bench == "train" else f"{args.task} fine-tune" if args.bench == "finetune"
-                    else f"decode, batch {args.batch}")  # only decode has --batch
-            print(f"\n{what} {side}: {wall_ms:.1f} ms per step under the profiler, {unaccounted_ms:.1f} ms of it in "
-                  "no operator")
+            what = (
+                args.objective
+                if args.bench == "train"
+                else f"{args.task} fine-tune"
+                if args.bench == "finetune"
+                else f"decode, batch {args.batch}"
+            )  # only decode has --batch
+            print(
+                f"\n{what} {side}: {wall_ms:.1f} ms per step under the profiler, {unaccounted_ms:.1f} ms of it in "
+                "no operator"
+            )
             print(table)
 
 

@@ -21,11 +21,18 @@ import torch
 from maskwise.train.pretrain import PretrainConfig, pretrain
 
 ANCHORS = {
-    "clm": (dict(family="decoder", objective="clm", steps=2000, batch_size=12, block_size=64, lr=1e-3),
-            "val_loss", 1.88, "<="),
-    "mlm": (dict(family="encoder", objective="mlm", steps=1500, batch_size=64, block_size=64, lr=2e-3,
-                 mask_ratio=0.15),
-            "val_masked_acc", 0.35, ">="),
+    "clm": (
+        dict(family="decoder", objective="clm", steps=2000, batch_size=12, block_size=64, lr=1e-3),
+        "val_loss",
+        1.88,
+        "<=",
+    ),
+    "mlm": (
+        dict(family="encoder", objective="mlm", steps=1500, batch_size=64, block_size=64, lr=2e-3, mask_ratio=0.15),
+        "val_masked_acc",
+        0.35,
+        ">=",
+    ),
 }
 
 
@@ -36,23 +43,49 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="maskwise-anchors-")
-    print(f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, bf16={args.bf16}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, bf16={args.bf16}"
+    )
     for name, (settings, metric, target, op) in ANCHORS.items():
         if args.only and name != args.only:
             continue
-        values = dict(data="shakespeare", tokenizer="char", layers=4, heads=4, d_model=128, dropout=0.0,
-                      min_lr_ratio=0.1, warmup=100, eval_every=250, eval_batches=40, progress=False,
-                      bf16=args.bf16, out=f"{out}/{name}", overwrite=True, **settings)
+        values = dict(
+            data="shakespeare",
+            tokenizer="char",
+            layers=4,
+            heads=4,
+            d_model=128,
+            dropout=0.0,
+            min_lr_ratio=0.1,
+            warmup=100,
+            eval_every=250,
+            eval_batches=40,
+            progress=False,
+            bf16=args.bf16,
+            out=f"{out}/{name}",
+            overwrite=True,
+            **settings,
+        )
         start = time.perf_counter()
         result = pretrain(PretrainConfig.from_flat(values))
         elapsed = time.perf_counter() - start
         last = result["records"][-1]
         value = last[metric]
         ok = value <= target if op == "<=" else value >= target
-        print(json.dumps({"anchor": name, metric: round(value, 4), "target": f"{op} {target}",
-                          "met": ok, "train_wall_s": round(last["wall_s"], 1),
-                          "total_s": round(elapsed, 1), "steps": last["step"]}))
+        print(
+            json.dumps(
+                {
+                    "anchor": name,
+                    metric: round(value, 4),
+                    "target": f"{op} {target}",
+                    "met": ok,
+                    "train_wall_s": round(last["wall_s"], 1),
+                    "total_s": round(elapsed, 1),
+                    "steps": last["step"],
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

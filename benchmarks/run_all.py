@@ -33,14 +33,38 @@ import common
 
 # name -> (script arguments, quick arguments)
 BENCHES = {
-    "train": [(["bench_train.py", "--objective", "mlm"], ["--rounds", "2", "--steps", "1"]),
-              (["bench_train.py", "--objective", "clm", "--compile", "--warmup", "2"], ["--rounds", "2", "--steps", "1"]),
-              (["bench_train.py", "--objective", "span"], ["--rounds", "2", "--steps", "1"]),
-              # GPT-2-small's width, where matrix products dominate a step: the share of the matmul peak it reaches
-              (["bench_train.py", "--objective", "clm", "--d-model", "768", "--heads", "12", "--d-ff", "3072",
-                "--rounds", "3", "--steps", "2", "--warmup", "1"], ["--rounds", "2", "--steps", "1"])],
-    "decode": [(["bench_decode.py", "--curve", "16,32,64,128", "--curve-repeats", "1"],
-                ["--rounds", "2", "--new-tokens", "32", "--curve", "16,32,64"])],
+    "train": [
+        (["bench_train.py", "--objective", "mlm"], ["--rounds", "2", "--steps", "1"]),
+        (["bench_train.py", "--objective", "clm", "--compile", "--warmup", "2"], ["--rounds", "2", "--steps", "1"]),
+        (["bench_train.py", "--objective", "span"], ["--rounds", "2", "--steps", "1"]),
+        # GPT-2-small's width, where matrix products dominate a step: the share of the matmul peak it reaches
+        (
+            [
+                "bench_train.py",
+                "--objective",
+                "clm",
+                "--d-model",
+                "768",
+                "--heads",
+                "12",
+                "--d-ff",
+                "3072",
+                "--rounds",
+                "3",
+                "--steps",
+                "2",
+                "--warmup",
+                "1",
+            ],
+            ["--rounds", "2", "--steps", "1"],
+        ),
+    ],
+    "decode": [
+        (
+            ["bench_decode.py", "--curve", "16,32,64,128", "--curve-repeats", "1"],
+            ["--rounds", "2", "--new-tokens", "32", "--curve", "16,32,64"],
+        )
+    ],
     "embed": [(["bench_embed.py", "--lines", "512"], ["--rounds", "2", "--lines", "256"])],
     "bf16": [(["bench_bf16.py"], ["--steps", "20", "--eval-batches", "4"])],
     "finetune": [(["bench_finetune.py", "--shape", "compare"], ["--quick"])],
@@ -61,15 +85,20 @@ def why_missed(rows: list[common.Row], args, failed: list[str]) -> list[str]:
         threads = ["--threads", str(args.threads)] if args.threads else []
         command = [*row.profile, "--floor", "--target", row.target, *quick, *threads]
         print(f"running profile_step.py {' '.join(command)}", file=sys.stderr, flush=True)
-        result = subprocess.run([sys.executable, str(HERE / "profile_step.py"), *command], capture_output=True,
-                                text=True, check=False)
+        result = subprocess.run(
+            [sys.executable, str(HERE / "profile_step.py"), *command], capture_output=True, text=True, check=False
+        )
         if result.returncode:
             failed.append("profile_step.py")
-            print(f"profile_step.py {' '.join(command)} failed (exit {result.returncode}):\n{result.stderr[-3000:]}",
-                  file=sys.stderr)
+            print(
+                f"profile_step.py {' '.join(command)} failed (exit {result.returncode}):\n{result.stderr[-3000:]}",
+                file=sys.stderr,
+            )
             continue
         split = result.stdout.splitlines()[1:]  # the first line names the machine, as the report's header does
-        heading = f"{row.bench}, {row.side}, {row.target} not met (`python benchmarks/profile_step.py {' '.join(command)}`):"
+        heading = (
+            f"{row.bench}, {row.side}, {row.target} not met (`python benchmarks/profile_step.py {' '.join(command)}`):"
+        )
         why.append("\n".join([heading, "```", *split, "```"]))
     return why
 
@@ -93,16 +122,24 @@ def main() -> None:
                 continue
             for i, (command, quick) in enumerate(BENCHES[name]):
                 out = Path(tmp) / f"{name}-{i}.json"
-                argv = [sys.executable, str(HERE / command[0]), *command[1:], *(quick if args.quick else []),
-                        *(["--threads", str(args.threads)] if args.threads and name != "bf16" else []),
-                        *(["--device", runtime.device] if name in ("train", "bf16") else []),
-                        "--json", str(out)]
+                argv = [
+                    sys.executable,
+                    str(HERE / command[0]),
+                    *command[1:],
+                    *(quick if args.quick else []),
+                    *(["--threads", str(args.threads)] if args.threads and name != "bf16" else []),
+                    *(["--device", runtime.device] if name in ("train", "bf16") else []),
+                    "--json",
+                    str(out),
+                ]
                 print(f"running {' '.join(argv[1:-2])}", file=sys.stderr, flush=True)
                 result = subprocess.run(argv, capture_output=True, text=True, check=False)  # failure: no JSON, below
                 if not out.is_file():
                     failed.append(command[0])
-                    print(f"{' '.join(command)} failed (exit {result.returncode}):\n{result.stderr[-3000:]}",
-                          file=sys.stderr)
+                    print(
+                        f"{' '.join(command)} failed (exit {result.returncode}):\n{result.stderr[-3000:]}",
+                        file=sys.stderr,
+                    )
                     continue
                 report = json.loads(out.read_text())
                 rows += [common.Row(**row) for row in report["rows"]]
@@ -110,10 +147,18 @@ def main() -> None:
                 runs.append("- " + "; ".join(line.removeprefix("command: ") for line in report["header"][1:]))
                 sections += report["extra"]
     if why := why_missed(rows, args, failed):
-        sections.insert(0, "\n\n".join(["Targets not met, and where the step's time goes (`profile_step.py --floor`):",
-                                          *why]))
-    lines = [f"machine: {common.machine(runtime)}", f"command: python benchmarks/run_all.py {' '.join(sys.argv[1:])}",
-             f"total {time.perf_counter() - started:.0f} s", "", common.markdown(rows), "", *runs]
+        sections.insert(
+            0, "\n\n".join(["Targets not met, and where the step's time goes (`profile_step.py --floor`):", *why])
+        )
+    lines = [
+        f"machine: {common.machine(runtime)}",
+        f"command: python benchmarks/run_all.py {' '.join(sys.argv[1:])}",
+        f"total {time.perf_counter() - started:.0f} s",
+        "",
+        common.markdown(rows),
+        "",
+        *runs,
+    ]
     if skipped:
         lines += ["", "Skipped:", *(f"- {line}" for line in skipped)]
     for section in sections:

@@ -62,18 +62,29 @@ def main() -> None:
         for seed in range(args.seeds):
             model, tokenizer = load(run)
             started = time.perf_counter()
-            cfg = TagConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, head_lr=args.head_lr,
-                            seed=seed, progress=False)
+            cfg = TagConfig(
+                steps=args.steps,
+                batch_size=args.batch_size,
+                lr=args.lr,
+                head_lr=args.head_lr,
+                seed=seed,
+                progress=False,
+            )
             tagger = train_tagger(model, tokenizer, train, cfg)
             predicted, _ = predict_tags(tagger, tokenizer, test)
             r = tagging_results(predicted, test, counts, model.cfg.family, tagger.tags)
             det, micro = window_f1_interval(predicted, test, False), window_f1_interval(predicted, test, True)
-            print(f"{run} seed {seed} ({model.cfg.family}): detection F1 {r.detection.f1:.3f} "
-                  f"[{det[0]:.3f}, {det[1]:.3f}], micro F1 {r.micro.f1:.3f} [{micro[0]:.3f}, {micro[1]:.3f}], "
-                  f"macro-F1 {r.macro_f1:.3f}; {time.perf_counter() - started:.0f} s", flush=True)
+            print(
+                f"{run} seed {seed} ({model.cfg.family}): detection F1 {r.detection.f1:.3f} "
+                f"[{det[0]:.3f}, {det[1]:.3f}], micro F1 {r.micro.f1:.3f} [{micro[0]:.3f}, {micro[1]:.3f}], "
+                f"macro-F1 {r.macro_f1:.3f}; {time.perf_counter() - started:.0f} s",
+                flush=True,
+            )
     rule = r.line_break_rule
-    print(f"baselines: {rule.name} detection F1 {rule.detection.f1:.3f}, micro F1 {rule.micro.f1:.3f}; "
-          f"most frequent tag {r.baseline.tag!r} {r.baseline.detection.f1:.3f}")
+    print(
+        f"baselines: {rule.name} detection F1 {rule.detection.f1:.3f}, micro F1 {rule.micro.f1:.3f}; "
+        f"most frequent tag {r.baseline.tag!r} {r.baseline.detection.f1:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -75,18 +75,37 @@ def pretrained(args, family: str) -> str:
     presets = dict(item.split("=", 1) for item in args.preset)
     objectives = dict(item.split("=", 1) for item in args.objective)
     print(f"pretraining {family} -> {out}", flush=True)
-    settings = PretrainConfig.from_flat({
-        "family": family, "preset": presets.get(family, ""), "objective": objectives.get(family, ""),
-        "d_model": args.d_model, "tokenizer": args.tokenizer, "vocab_size": args.vocab_size,
-        "layers": args.layers, "heads": args.heads, "steps": args.pretrain_steps, "block_size": args.block_size,
-        "batch_size": args.batch_size, "lr": args.lr, "warmup": min(100, args.pretrain_steps // 10),
-        "eval_every": args.pretrain_steps, "eval_batches": 5, "out": str(out), "overwrite": True,
-        "progress": args.progress,
-        "cross_rope": args.cross_rope and family == "encoder-decoder", "bf16": args.bf16})
+    settings = PretrainConfig.from_flat(
+        {
+            "family": family,
+            "preset": presets.get(family, ""),
+            "objective": objectives.get(family, ""),
+            "d_model": args.d_model,
+            "tokenizer": args.tokenizer,
+            "vocab_size": args.vocab_size,
+            "layers": args.layers,
+            "heads": args.heads,
+            "steps": args.pretrain_steps,
+            "block_size": args.block_size,
+            "batch_size": args.batch_size,
+            "lr": args.lr,
+            "warmup": min(100, args.pretrain_steps // 10),
+            "eval_every": args.pretrain_steps,
+            "eval_batches": 5,
+            "out": str(out),
+            "overwrite": True,
+            "progress": args.progress,
+            "cross_rope": args.cross_rope and family == "encoder-decoder",
+            "bf16": args.bf16,
+        }
+    )
     started = time.perf_counter()
     result = pretrain(settings)
-    print(f"  {family}: val_loss {result['records'][-1]['val_loss']:.3f} after {args.pretrain_steps} steps, "
-          f"{time.perf_counter() - started:.0f} s", flush=True)
+    print(
+        f"  {family}: val_loss {result['records'][-1]['val_loss']:.3f} after {args.pretrain_steps} steps, "
+        f"{time.perf_counter() - started:.0f} s",
+        flush=True,
+    )
     return str(out)
 
 
@@ -100,8 +119,16 @@ def task_classify(args, runs, results):
     test = genre_examples("test", per_genre=args.eval_per_genre)
     for family, freeze, pooling in (("encoder", False, None), ("encoder", True, "mean"), ("decoder", False, None)):
         model, tok = open_run(runs[family], args.device)
-        cfg = ClassifyConfig(steps=args.finetune_steps, batch_size=16, lr=args.body_lr, freeze=freeze, pooling=pooling,
-                             train_per_label=args.per_genre, test_per_label=args.eval_per_genre, progress=args.progress)
+        cfg = ClassifyConfig(
+            steps=args.finetune_steps,
+            batch_size=16,
+            lr=args.body_lr,
+            freeze=freeze,
+            pooling=pooling,
+            train_per_label=args.per_genre,
+            test_per_label=args.eval_per_genre,
+            progress=args.progress,
+        )
         r = run_task(cfg, model, tok, runtime_of(args)).record
         results[f"classify/{family}/{r.mode}"] = r
         report(f"classify {family} {r.mode} ({r.pooling})", "accuracy", r.accuracy, "majority", r.baseline.accuracy)
@@ -135,27 +162,42 @@ def minilm_embedder():
 def task_retrieve(args, runs, results, shared):
     test = ict_retrieval("test", max_queries=args.max_queries)
     model, tok = open_run(runs["encoder"], args.device)
-    zero = evaluate_retrieval(Embedder(BiEncoder(model, "mean"), tok, max_len=args.block_size), test,
-                              name="encoder zero-shot mean")
+    zero = evaluate_retrieval(
+        Embedder(BiEncoder(model, "mean"), tok, max_len=args.block_size), test, name="encoder zero-shot mean"
+    )
     results["retrieve/encoder/zero-shot"] = zero
     report("retrieve encoder zero-shot (mean)", "nDCG@10", zero.ndcg_at_10, "random", zero.baseline.ndcg_at_10)
-    cfg = EmbedConfig(steps=args.finetune_steps, lr=args.body_lr, max_len=args.block_size, train_pairs=args.train_queries,
-                      test_queries=args.max_queries, progress=args.progress)
+    cfg = EmbedConfig(
+        steps=args.finetune_steps,
+        lr=args.body_lr,
+        max_len=args.block_size,
+        train_pairs=args.train_queries,
+        test_queries=args.max_queries,
+        progress=args.progress,
+    )
     result = run_task(cfg, model, tok, runtime_of(args), label="encoder fine-tuned bi-encoder")
     embedder = Embedder(result.model, tok, max_len=args.block_size)
     tuned = result.record
     results["retrieve/encoder/fine-tuned"] = tuned
     base = tuned.baseline
-    for metric, value, random_value in (("ndcg@10", tuned.ndcg_at_10, base.ndcg_at_10), ("mrr", tuned.mrr, base.mrr),
-                                        ("recall@100", tuned.recall_at_100, base.recall_at_100)):
+    for metric, value, random_value in (
+        ("ndcg@10", tuned.ndcg_at_10, base.ndcg_at_10),
+        ("mrr", tuned.mrr, base.mrr),
+        ("recall@100", tuned.recall_at_100, base.recall_at_100),
+    ):
         report("retrieve encoder fine-tuned bi-encoder", metric, value, "random", random_value)
     shared["embedder"] = embedder
     minilm = minilm_embedder()
     if minilm is not None:
         external = evaluate_retrieval(minilm, test, name="all-MiniLM-L6-v2")
         results["retrieve/all-MiniLM-L6-v2"] = external
-        report("retrieve all-MiniLM-L6-v2 (external)", "nDCG@10", external.ndcg_at_10, "random",
-               external.baseline.ndcg_at_10)
+        report(
+            "retrieve all-MiniLM-L6-v2 (external)",
+            "nDCG@10",
+            external.ndcg_at_10,
+            "random",
+            external.baseline.ndcg_at_10,
+        )
 
 
 def task_rerank(args, runs, results, shared):
@@ -168,14 +210,20 @@ def task_rerank(args, runs, results, shared):
     candidates, _ = rank(embedder, test, k=100)
     for family, kind, what in (("encoder", "cross", "cross-encoder"), ("decoder", "generative", "generative decoder")):
         model, tok = open_run(runs[family], args.device)
-        cfg = RerankConfig(steps=args.finetune_steps // 2, batch_size=8, lr=args.body_lr, head_lr=1e-3,
-                           max_len=args.block_size, reranker=kind, progress=args.progress)
+        cfg = RerankConfig(
+            steps=args.finetune_steps // 2,
+            batch_size=8,
+            lr=args.body_lr,
+            head_lr=1e-3,
+            max_len=args.block_size,
+            reranker=kind,
+            progress=args.progress,
+        )
         r = run_task(cfg, model, tok, runtime_of(args), data=(train, negatives, test, candidates), label=what).record
         results[f"rerank/{kind}"] = r
         report(f"rerank {what} (top 100)", "nDCG@10", r.ndcg_at_10, "bi-encoder", r.baseline.ndcg_at_10)
         report(f"rerank {what} (top 100)", "nDCG@10", r.ndcg_at_10, "random order", r.random_order.ndcg_at_10)
-        print(f"    latency p50 {r.latency.p50_ms:.0f} ms, p99 {r.latency.p99_ms:.0f} ms per query; "
-              f"{gain_summary(r)}")
+        print(f"    latency p50 {r.latency.p50_ms:.0f} ms, p99 {r.latency.p99_ms:.0f} ms per query; {gain_summary(r)}")
 
 
 def task_seq2seq(args, runs, results):
@@ -186,8 +234,14 @@ def task_seq2seq(args, runs, results):
         test = speaker_examples("test", max_chars=max_chars, hide_speakers=hide, limit=args.eval_passages)
         for family in ("encoder-decoder", "decoder"):
             model, tok = open_run(runs[family], args.device)
-            cfg = Seq2SeqConfig(steps=args.seq2seq_steps, batch_size=16, lr=args.seq2seq_lr, max_target_len=max_target,
-                                rename_speakers=args.rename_speakers, progress=args.progress)
+            cfg = Seq2SeqConfig(
+                steps=args.seq2seq_steps,
+                batch_size=16,
+                lr=args.seq2seq_lr,
+                max_target_len=max_target,
+                rename_speakers=args.rename_speakers,
+                progress=args.progress,
+            )
             r = replace(run_task(cfg, model, tok, runtime_of(args), data=(train, test)).record, hide_speakers=hide)
             name = f"seq2seq {family}{' hidden speakers' if hide else ''}"
             results[name.replace(" ", "/")] = r
@@ -199,17 +253,36 @@ def task_break(args, runs, results):
     encoder, enc_tok = open_run(runs["encoder"], args.device)
     decoder, dec_tok = open_run(runs["decoder"], args.device)
     play = split_plays()["test"][0]
-    held_out = render_play(play)[len(play.title):].lstrip()[:args.held_out_chars]
+    held_out = render_play(play)[len(play.title) :].lstrip()[: args.held_out_chars]
     prompt = held_out.split("\n\n", 1)[0] + "\n\n"
-    r = break_exercise(encoder, enc_tok, decoder, dec_tok, prompt, held_out, 120,
-                       GenerationConfig(max_new_tokens=120, temperature=0.8, top_k=20), seed=0)
+    r = break_exercise(
+        encoder,
+        enc_tok,
+        decoder,
+        dec_tok,
+        prompt,
+        held_out,
+        120,
+        GenerationConfig(max_new_tokens=120, temperature=0.8, top_k=20),
+        seed=0,
+    )
     results["break"] = r
     print(f"    encoder (append [MASK]): {r['encoder']['sample']!r}")
     print(f"    decoder:                 {r['decoder']['sample']!r}")
-    report("break: encoder, both sides visible", "bits/char", r["encoder"]["loss_both_sides"]["bits_per_char"],
-           "decoder", r["decoder"]["loss_left_only"]["bits_per_char"])
-    report("break: encoder, left side only", "bits/char", r["encoder"]["loss_left_only"]["bits_per_char"],
-           "decoder", r["decoder"]["loss_left_only"]["bits_per_char"])
+    report(
+        "break: encoder, both sides visible",
+        "bits/char",
+        r["encoder"]["loss_both_sides"]["bits_per_char"],
+        "decoder",
+        r["decoder"]["loss_left_only"]["bits_per_char"],
+    )
+    report(
+        "break: encoder, left side only",
+        "bits/char",
+        r["encoder"]["loss_left_only"]["bits_per_char"],
+        "decoder",
+        r["decoder"]["loss_left_only"]["bits_per_char"],
+    )
 
 
 def main() -> None:
@@ -220,16 +293,32 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=MEASURED, default=MEASURED)
     parser.add_argument("--device", default="cpu")
     # pretraining (when no run folder is given): one size for all three families
-    parser.add_argument("--preset", action="append", default=[], metavar="FAMILY=PRESET",
-                        help="e.g. encoder=modern: a pre-norm encoder leaves MLM's unigram plateau far "
-                             "sooner than post-norm BERT at this size (default: bert, gpt2, t5)")
-    parser.add_argument("--objective", action="append", default=[], metavar="FAMILY=OBJECTIVE",
-                        help="e.g. encoder-decoder=denoise (default: each family's classic objective)")
-    parser.add_argument("--cross-rope", action="store_true",
-                        help="rotary cross-attention for the encoder-decoder (needs a rotary preset, e.g. modern)")
-    parser.add_argument("--tokenizer", default="char",
-                        help="char, wordpiece or bpe for the runs it pretrains; rerankers learn to match a query's "
-                             "words in a passage from word-piece bodies, not from char ones (README, tasks)")
+    parser.add_argument(
+        "--preset",
+        action="append",
+        default=[],
+        metavar="FAMILY=PRESET",
+        help="e.g. encoder=modern: a pre-norm encoder leaves MLM's unigram plateau far "
+        "sooner than post-norm BERT at this size (default: bert, gpt2, t5)",
+    )
+    parser.add_argument(
+        "--objective",
+        action="append",
+        default=[],
+        metavar="FAMILY=OBJECTIVE",
+        help="e.g. encoder-decoder=denoise (default: each family's classic objective)",
+    )
+    parser.add_argument(
+        "--cross-rope",
+        action="store_true",
+        help="rotary cross-attention for the encoder-decoder (needs a rotary preset, e.g. modern)",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default="char",
+        help="char, wordpiece or bpe for the runs it pretrains; rerankers learn to match a query's "
+        "words in a passage from word-piece bodies, not from char ones (README, tasks)",
+    )
     parser.add_argument("--vocab-size", type=int, default=8192, help="for a wordpiece or bpe tokenizer")
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--layers", type=int, default=4)
@@ -240,21 +329,33 @@ def main() -> None:
     parser.add_argument("--pretrain-steps", type=int, default=1200)
     # fine-tuning and evaluation sizes
     parser.add_argument("--finetune-steps", type=int, default=500)
-    parser.add_argument("--body-lr", type=float, default=3e-4,
-                        help="body lr (above BERT's 2e-5: small, briefly pretrained bodies move slowly)")
+    parser.add_argument(
+        "--body-lr",
+        type=float,
+        default=3e-4,
+        help="body lr (above BERT's 2e-5: small, briefly pretrained bodies move slowly)",
+    )
     parser.add_argument("--seq2seq-steps", type=int, default=1500, help="copying names takes a small model longer")
     parser.add_argument("--seq2seq-lr", type=float, default=1e-3)
-    parser.add_argument("--rename-speakers", type=float, default=0.5,
-                        help="fraction of seq2seq training draws with random speaker names (speaker lines and "
-                             "text); without it a small model learns the training cast instead of copying")
+    parser.add_argument(
+        "--rename-speakers",
+        type=float,
+        default=0.5,
+        help="fraction of seq2seq training draws with random speaker names (speaker lines and "
+        "text); without it a small model learns the training cast instead of copying",
+    )
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast when pretraining and fine-tuning")
     parser.add_argument("--per-genre", type=int, default=300)
     parser.add_argument("--eval-per-genre", type=int, default=100)
     parser.add_argument("--train-queries", type=int, default=2000)
     parser.add_argument("--max-queries", type=int, default=300)
     parser.add_argument("--rerank-queries", type=int, default=50)
-    parser.add_argument("--negatives", choices=NEGATIVE_SOURCES, default="first-stage",
-                        help="rerankers' training negatives: the bi-encoder's hard ones, or random documents")
+    parser.add_argument(
+        "--negatives",
+        choices=NEGATIVE_SOURCES,
+        default="first-stage",
+        help="rerankers' training negatives: the bi-encoder's hard ones, or random documents",
+    )
     parser.add_argument("--eval-passages", type=int, default=200)
     parser.add_argument("--held-out-chars", type=int, default=1000)
     parser.add_argument("--no-progress", dest="progress", action="store_false")
@@ -262,8 +363,13 @@ def main() -> None:
 
     print(f"machine: {machine()}", flush=True)
     started = time.perf_counter()
-    needed = {"classify": ("encoder", "decoder"), "retrieve": ("encoder",), "rerank": ("encoder", "decoder"),
-              "seq2seq": ("encoder-decoder", "decoder"), "break": ("encoder", "decoder")}
+    needed = {
+        "classify": ("encoder", "decoder"),
+        "retrieve": ("encoder",),
+        "rerank": ("encoder", "decoder"),
+        "seq2seq": ("encoder-decoder", "decoder"),
+        "break": ("encoder", "decoder"),
+    }
     families = sorted({f for task in args.only for f in needed[task]}, key=FAMILIES.index)
     runs = {family: pretrained(args, family) for family in families}
     results: dict = {"settings": vars(args), "runs": runs}
@@ -279,7 +385,9 @@ def main() -> None:
         else:
             globals()[f"task_{task}"](args, runs, results)
         print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
-        (Path(args.out) / "results.json").write_text(json.dumps(results, indent=2, default=lambda v: v.to_json() if isinstance(v, Fields) else str(v)) + "\n")
+        (Path(args.out) / "results.json").write_text(
+            json.dumps(results, indent=2, default=lambda v: v.to_json() if isinstance(v, Fields) else str(v)) + "\n"
+        )
     print(f"\n{'task':<46} {'metric':<12} {'model':>7}   baseline")
     for what, metric, value, base_name, base in ROWS:
         print(f"{what:<46} {metric:<12} {value:7.3f}   {base_name} {base:.3f}")

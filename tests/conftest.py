@@ -24,9 +24,13 @@ DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipi
 
 
 def pytest_addoption(parser):
-    parser.addoption("--auto-precision", choices=("fp32", "bf16"), default=None,
-                     help="make a CPU's precision auto answer this, as the other machine kind would "
-                          "(bf16 on an AVX2 machine runs emulated, slowly)")
+    parser.addoption(
+        "--auto-precision",
+        choices=("fp32", "bf16"),
+        default=None,
+        help="make a CPU's precision auto answer this, as the other machine kind would "
+        "(bf16 on an AVX2 machine runs emulated, slowly)",
+    )
 
 
 def pytest_configure(config):

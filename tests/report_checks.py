@@ -54,7 +54,7 @@ def check_report_html(out: Path) -> _Page:
     for src in page.images:
         prefix = "data:image/png;base64,"
         assert src.startswith(prefix), src[:80]
-        data = base64.b64decode(src[len(prefix):], validate=True)
+        data = base64.b64decode(src[len(prefix) :], validate=True)
         assert len(data) > len(PNG_SIGNATURE) and data.startswith(PNG_SIGNATURE), src[:80]
     text = "".join(page.text)
     assert "**" not in text and "`" not in text
@@ -65,14 +65,30 @@ def browser_errors(report: Path, tmp_path: Path) -> list[str]:
     """Load ``report`` in headless Chromium; the broken images and console errors it finds."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "no chromium"
-    probe = ("<script>window.addEventListener('load', () => { const broken = [...document.images]"
-             ".filter(i => !(i.complete && i.naturalWidth > 0)).length;"
-             " document.body.setAttribute('data-broken', String(broken)); });</script>")
+    probe = (
+        "<script>window.addEventListener('load', () => { const broken = [...document.images]"
+        ".filter(i => !(i.complete && i.naturalWidth > 0)).length;"
+        " document.body.setAttribute('data-broken', String(broken)); });</script>"
+    )
     page = tmp_path / "probed.html"
     page.write_text(report.read_text(encoding="utf-8").replace("</body>", probe + "</body>"), encoding="utf-8")
-    done = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
-                           "--v=0", "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     errors = [line for line in done.stderr.splitlines() if "CONSOLE" in line and "ERROR" in line.upper()]
     if 'data-broken="0"' not in done.stdout:
         marker = done.stdout.partition("data-broken=")[2][:8] or "(the page did not load)"

@@ -83,8 +83,14 @@ BUCKETS = ("0-199", "200-399", "400-799")
 
 def embedder_metrics(enc: tuple, dec: tuple, axes=AXES, untrained: float = 0.05) -> dict:
     def build(axis):
-        metrics = {key("recall@10", axis): {ENC: seeds(sum(enc) / 3), DEC: seeds(sum(dec) / 3),
-                                            jobs.BASELINE: seeds(0.02, 0.0), jobs.UNTRAINED: seeds(untrained)}}
+        metrics = {
+            key("recall@10", axis): {
+                ENC: seeds(sum(enc) / 3),
+                DEC: seeds(sum(dec) / 3),
+                jobs.BASELINE: seeds(0.02, 0.0),
+                jobs.UNTRAINED: seeds(untrained),
+            }
+        }
         for bucket, e, d in zip(BUCKETS, enc, dec):
             metrics[key(f"{embedder.BUCKET}{bucket} chars", axis)] = {ENC: seeds(e), DEC: seeds(d)}
         return metrics
@@ -112,8 +118,10 @@ def test_embedder_rule():
         noisy[key(f"{embedder.BUCKET}{BUCKETS[-1]} chars", axis)][ENC] = [0.40, 0.33, 0.30]
     verdict, detail = embedder.judge(noisy)
     assert verdict == INCONCLUSIVE and "inconclusive at 3 seeds" in detail and "would need about" in detail
-    disagree = {**embedder_metrics((0.30, 0.40, 0.50), (0.28, 0.30, 0.32), (TOKENS,)),
-                **embedder_metrics((0.30, 0.30, 0.30), (0.30, 0.30, 0.30), (WALL,))}
+    disagree = {
+        **embedder_metrics((0.30, 0.40, 0.50), (0.28, 0.30, 0.32), (TOKENS,)),
+        **embedder_metrics((0.30, 0.30, 0.30), (0.30, 0.30, 0.30), (WALL,)),
+    }
     verdict, detail = embedder.judge(disagree)
     assert verdict == INCONCLUSIVE and detail.startswith("The axes disagree")
 
@@ -124,9 +132,17 @@ def test_mask_ratio_rule():
     low, high = arms[0].label, arms[-1].label
 
     def metrics(loss_low, loss_high, acc_low, acc_high, untrained=0.2):
-        return on_axes(lambda axis: {key(mask_ratio.MASK_LOSS, axis): {low: seeds(loss_low), high: seeds(loss_high)},
-                                     key(TAG_F1, axis): {low: seeds(acc_low), high: seeds(acc_high),
-                                                         jobs.BASELINE: seeds(0.18), jobs.UNTRAINED: seeds(untrained)}})
+        return on_axes(
+            lambda axis: {
+                key(mask_ratio.MASK_LOSS, axis): {low: seeds(loss_low), high: seeds(loss_high)},
+                key(TAG_F1, axis): {
+                    low: seeds(acc_low),
+                    high: seeds(acc_high),
+                    jobs.BASELINE: seeds(0.18),
+                    jobs.UNTRAINED: seeds(untrained),
+                },
+            }
+        )
 
     assert mask_ratio.judge(metrics(5.0, 4.5, 0.50, 0.40), arms)[0] == HELD
     assert mask_ratio.judge(metrics(5.0, 4.5, 0.40, 0.60), arms)[0] == FALSIFIED
@@ -141,8 +157,12 @@ def test_shift_bug_rule():
     bug, ok = shift_bug.SHIFT_BUG.label, shift_bug.SHIFT_OK.label
 
     def metrics(reported_bug, reported_ok, copies_bug, copies_ok):
-        return on_axes(lambda axis: {key(shift_bug.REPORTED, axis): {bug: seeds(reported_bug), ok: seeds(reported_ok)},
-                                     key(shift_bug.COPY_RATE, axis): {bug: seeds(copies_bug), ok: seeds(copies_ok)}})
+        return on_axes(
+            lambda axis: {
+                key(shift_bug.REPORTED, axis): {bug: seeds(reported_bug), ok: seeds(reported_ok)},
+                key(shift_bug.COPY_RATE, axis): {bug: seeds(copies_bug), ok: seeds(copies_ok)},
+            }
+        )
 
     assert shift_bug.judge(metrics(0.1, 5.0, 0.9, 0.05))[0] == HELD
     assert shift_bug.judge(metrics(4.0, 5.0, 0.9, 0.05))[0] == FALSIFIED  # lower, but not by half
@@ -155,10 +175,13 @@ def test_seq2seq_rule():
     ed, do = seq2seq.ENCODER_DECODER.label, seq2seq.DECODER.label
 
     def metrics(short, long, ttft):
-        return on_axes(lambda axis: {
-            key(f"{seq2seq.F1_BUCKET}0-149 chars", axis): {ed: seeds(short[0]), do: seeds(short[1])},
-            key(f"{seq2seq.F1_BUCKET}450-599 chars", axis): {ed: seeds(long[0]), do: seeds(long[1])},
-            key(f"{seq2seq.TTFT_BUCKET}450-599 chars", axis): {ed: seeds(ttft[0], 0.5), do: seeds(ttft[1], 0.5)}})
+        return on_axes(
+            lambda axis: {
+                key(f"{seq2seq.F1_BUCKET}0-149 chars", axis): {ed: seeds(short[0]), do: seeds(short[1])},
+                key(f"{seq2seq.F1_BUCKET}450-599 chars", axis): {ed: seeds(long[0]), do: seeds(long[1])},
+                key(f"{seq2seq.TTFT_BUCKET}450-599 chars", axis): {ed: seeds(ttft[0], 0.5), do: seeds(ttft[1], 0.5)},
+            }
+        )
 
     assert seq2seq.judge(metrics((0.5, 0.5), (0.6, 0.4), (10.0, 20.0)))[0] == HELD
     assert seq2seq.judge(metrics((0.5, 0.5), (0.4, 0.6), (10.0, 20.0)))[0] == FALSIFIED  # decoder writes better
@@ -182,9 +205,16 @@ def test_electra_detection_gain_is_zero_at_the_base_rate():
 
 def test_electra_rule():
     def metrics(electra_acc, mlm_acc, rule=0.18):
-        return on_axes(lambda axis: {key(TAG_F1, axis): {electra.ELECTRA.label: seeds(electra_acc),
-                                                            electra.MLM.label: seeds(mlm_acc),
-                                                            jobs.BASELINE: seeds(rule), jobs.UNTRAINED: seeds(0.2)}})
+        return on_axes(
+            lambda axis: {
+                key(TAG_F1, axis): {
+                    electra.ELECTRA.label: seeds(electra_acc),
+                    electra.MLM.label: seeds(mlm_acc),
+                    jobs.BASELINE: seeds(rule),
+                    jobs.UNTRAINED: seeds(0.2),
+                }
+            }
+        )
 
     assert electra.judge(metrics(0.5, 0.4))[0] == HELD
     assert electra.judge(metrics(0.4, 0.5))[0] == FALSIFIED
@@ -209,11 +239,20 @@ def test_a_study_sets_what_it_fine_tunes_on_and_its_batch_the_scale_how_long(sca
 @pytest.mark.unit
 def test_pooling_rule():
     def metrics(acc_mean, acc_cls, recall_mean, recall_cls, majority=0.2, untrained=0.05, order_control=0.2):
-        return {key(pooling.ORDER_ACC, SHARED): {"mean": seeds(acc_mean), "cls": seeds(acc_cls),
-                                                 jobs.BASELINE: seeds(majority, 0.0),
-                                                 jobs.UNTRAINED: seeds(order_control)},
-                key(RECALL, SHARED): {"mean": seeds(recall_mean), "cls": seeds(recall_cls),
-                                      jobs.BASELINE: seeds(0.02, 0.0), jobs.UNTRAINED: seeds(untrained)}}
+        return {
+            key(pooling.ORDER_ACC, SHARED): {
+                "mean": seeds(acc_mean),
+                "cls": seeds(acc_cls),
+                jobs.BASELINE: seeds(majority, 0.0),
+                jobs.UNTRAINED: seeds(order_control),
+            },
+            key(RECALL, SHARED): {
+                "mean": seeds(recall_mean),
+                "cls": seeds(recall_cls),
+                jobs.BASELINE: seeds(0.02, 0.0),
+                jobs.UNTRAINED: seeds(untrained),
+            },
+        }
 
     assert pooling.judge(metrics(0.50, 0.50, 0.40, 0.20))[0] == HELD
     assert pooling.judge(metrics(0.50, 0.515, 0.40, 0.20))[0] == HELD  # separated but within CLOSE
@@ -222,7 +261,9 @@ def test_pooling_rule():
     assert pooling.judge(metrics(0.50, 0.50, 0.30, 0.30))[0] == INCONCLUSIVE
     verdict, detail = pooling.judge(metrics(0.20, 0.20, 0.40, 0.20, majority=0.25))  # both at chance: no evidence
     assert verdict == INCONCLUSIVE and "the pooling ahead, does not clear the baselines" in detail
-    verdict, detail = pooling.judge(metrics(0.50, 0.60, 0.40, 0.20, order_control=0.65))  # below its control: no evidence
+    verdict, detail = pooling.judge(
+        metrics(0.50, 0.60, 0.40, 0.20, order_control=0.65)
+    )  # below its control: no evidence
     assert verdict == INCONCLUSIVE and "cls, the pooling ahead, does not clear the baselines" in detail
     verdict, detail = pooling.judge(metrics(0.50, 0.50, 0.40, 0.20, untrained=0.45))  # fine-tuning alone got there
     assert verdict == INCONCLUSIVE and "mean does not clear the baselines" in detail
@@ -238,8 +279,11 @@ def test_copy_rate_counts_tokens_equal_to_the_one_before():
 
 def job_metrics(values: dict[str, dict[str, float]]) -> dict:
     """Metrics shaped as ``jobs.tabulate``'s, {job: {group: mean}} with three seeds around each mean, on both axes."""
-    return on_axes(lambda axis: {key(job, axis): {group: seeds(mean) for group, mean in groups.items()}
-                                 for job, groups in values.items()})
+    return on_axes(
+        lambda axis: {
+            key(job, axis): {group: seeds(mean) for group, mean in groups.items()} for job, groups in values.items()
+        }
+    )
 
 
 @pytest.mark.unit
@@ -247,8 +291,12 @@ def test_hybrid_rule():
     enc, dec, hyb, base = hybrid.MLM_ENCODER.label, hybrid.CLM_DECODER.label, hybrid.HYBRID.label, jobs.BASELINE
 
     def metrics(tag, loss, loss_baseline=3.0):
-        return job_metrics({TAG_F1: {enc: tag[0], hyb: tag[1], base: 0.18},
-                            jobs.NEXT_TOKEN: {dec: loss[0], hyb: loss[1], base: loss_baseline}})
+        return job_metrics(
+            {
+                TAG_F1: {enc: tag[0], hyb: tag[1], base: 0.18},
+                jobs.NEXT_TOKEN: {dec: loss[0], hyb: loss[1], base: loss_baseline},
+            }
+        )
 
     assert hybrid.judge(metrics((0.30, 0.32), (2.2, 2.2)))[0] == HELD  # within noise or ahead
     verdict, detail = hybrid.judge(metrics((0.30, 0.25), (2.2, 2.2)))
@@ -278,8 +326,12 @@ def test_cross_objective_rules():
     base = jobs.BASELINE
 
     def metrics(tag, loss):
-        return job_metrics({TAG_F1: {mlm: tag[0], from_clm: tag[1], base: 0.18},
-                            jobs.NEXT_TOKEN: {clm: loss[0], from_mlm: loss[1], base: 3.0}})
+        return job_metrics(
+            {
+                TAG_F1: {mlm: tag[0], from_clm: tag[1], base: 0.18},
+                jobs.NEXT_TOKEN: {clm: loss[0], from_mlm: loss[1], base: 3.0},
+            }
+        )
 
     native_ahead = metrics((0.30, 0.25), (2.2, 2.4))
     assert cross_objective.judge_encoders(native_ahead, arms)[0] == HELD
@@ -333,19 +385,39 @@ def test_shift_bug_report_structure(shift_bug_run):
     out, code, stdout = shift_bug_run
     assert code == 0
     results = json.loads((out / "results.json").read_text())
-    for field in ("title", "kind", "machine", "settings", "wall_s", "runs", "metrics", "table", "parameters",
-                  "verdicts", "summary", "samples", "notes"):
+    for field in (
+        "title",
+        "kind",
+        "machine",
+        "settings",
+        "wall_s",
+        "runs",
+        "metrics",
+        "table",
+        "parameters",
+        "verdicts",
+        "summary",
+        "samples",
+        "notes",
+    ):
         assert field in results, field
     assert results["kind"] == "ablation"
     # The verdict is the coded rule's on the recorded metrics, and on hand-made numbers in the same
     # keys (the pipeline's own labels and axes) that rule must answer held, then falsified.
     [verdict] = results["verdicts"]
-    assert (verdict["verdict"], verdict["details"]) == (shift_bug.judge(results["metrics"])[0],
-                                                        [shift_bug.judge(results["metrics"])[1]])
+    assert (verdict["verdict"], verdict["details"]) == (
+        shift_bug.judge(results["metrics"])[0],
+        [shift_bug.judge(results["metrics"])[1]],
+    )
     assert (verdict["prediction"], verdict["rule"]) == (shift_bug.ABLATION.rules[0].prediction, shift_bug.RULE)
     bug, ok = shift_bug.SHIFT_BUG.label, shift_bug.SHIFT_OK.label
-    made = {name: {bug: seeds(0.9 if shift_bug.COPY_RATE in name else 0.1), ok: seeds(0.05 if
-                   shift_bug.COPY_RATE in name else 5.0)} for name in results["metrics"]}
+    made = {
+        name: {
+            bug: seeds(0.9 if shift_bug.COPY_RATE in name else 0.1),
+            ok: seeds(0.05 if shift_bug.COPY_RATE in name else 5.0),
+        }
+        for name in results["metrics"]
+    }
     assert shift_bug.judge(made)[0] == HELD
     made = {name: {bug: groups[ok], ok: groups[bug]} for name, groups in made.items()}
     assert shift_bug.judge(made)[0] == FALSIFIED
@@ -357,10 +429,17 @@ def test_shift_bug_report_structure(shift_bug_run):
     assert {run["seed"] for run in results["runs"]} == {0, 1} and len(results["runs"]) >= 4
     assert results["summary"].startswith("We replaced")
     assert {name: meta["higher"] for name, meta in results["metric_meta"].items()} == {
-        key(shift_bug.REPORTED, axis): False for axis in AXES} | {key(shift_bug.COPY_RATE, axis): None for axis in AXES}
+        key(shift_bug.REPORTED, axis): False for axis in AXES
+    } | {key(shift_bug.COPY_RATE, axis): None for axis in AXES}
     report = (out / "report.md").read_text()
-    for section in ("## Predictions, rules, verdicts (over 2 seeds)", "## Summary", "## Results", "## Where the parameters go",
-                    "## Plots", "## Settings"):
+    for section in (
+        "## Predictions, rules, verdicts (over 2 seeds)",
+        "## Summary",
+        "## Results",
+        "## Where the parameters go",
+        "## Plots",
+        "## Settings",
+    ):
         assert section in report, section
     for png in ("loss_vs_tokens_seen.png", "loss_vs_wall_s.png"):
         assert (out / png).stat().st_size > 0
@@ -393,8 +472,16 @@ def test_report_over_several_ablations_prints_one_table(shift_bug_run, tmp_path,
     other = tmp_path / "other"
     other.mkdir()
     made_up = [{**results["verdicts"][0], "verdict": FALSIFIED}]
-    (other / "results.json").write_text(json.dumps({**results, "verdicts": made_up, "wall_s": 125.5, "settings": {
-        **results["settings"], "ablation": "made-up"}}))
+    (other / "results.json").write_text(
+        json.dumps(
+            {
+                **results,
+                "verdicts": made_up,
+                "wall_s": 125.5,
+                "settings": {**results["settings"], "ablation": "made-up"},
+            }
+        )
+    )
     capsys.readouterr()
     assert main(["report", str(out), str(other)]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -423,19 +510,25 @@ def test_a_folder_keeps_its_ablation_and_scale(shift_bug_run, capsys):
     assert "holds ablation shift-bug at scale smoke with other settings" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["ablate", "no-such-thing"], "unknown ablation 'no-such-thing'; known: embedder, mask-ratio, shift-bug"),
-    (["ablate", "pooling", "--ratios", "0.2,0.4"], "does not take ratios"),
-    (["ablate", "mask-ratio", "--ratios", "0.2,x"], "--ratios must be comma-separated numbers"),
-    (["ablate", "mask-ratio", "--ratios", "0.2"], "at least two distinct mask ratios"),
-    (["ablate", "cross-objective", "--share", "1.5"], "share: the first phase's share of the budget must be in (0, 1)"),
-    (["ablate", "clm-then-mlm", "--share", "half"], "--share must be a number, got 'half'"),
-    (["ablate", "hybrid", "--share", "0.5"], "ablation hybrid does not take share"),
-    (["ablate", "pooling", "--model", "cross=all-MiniLM-L6-v2"], "ablation pooling does not take models"),
-    (["ablate", "shift-bug", "--seeds", "1"], "seeds must be at least 2"),
-    (["ablate", "shift-bug", "--scale", "huge"], "unknown scale 'huge'; known: default, quick, smoke"),
-    (["ablate", "shift-bug", "--quick", "--scale", "gpu"], "--quick is --scale quick"),  # compare's vocabulary
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["ablate", "no-such-thing"], "unknown ablation 'no-such-thing'; known: embedder, mask-ratio, shift-bug"),
+        (["ablate", "pooling", "--ratios", "0.2,0.4"], "does not take ratios"),
+        (["ablate", "mask-ratio", "--ratios", "0.2,x"], "--ratios must be comma-separated numbers"),
+        (["ablate", "mask-ratio", "--ratios", "0.2"], "at least two distinct mask ratios"),
+        (
+            ["ablate", "cross-objective", "--share", "1.5"],
+            "share: the first phase's share of the budget must be in (0, 1)",
+        ),
+        (["ablate", "clm-then-mlm", "--share", "half"], "--share must be a number, got 'half'"),
+        (["ablate", "hybrid", "--share", "0.5"], "ablation hybrid does not take share"),
+        (["ablate", "pooling", "--model", "cross=all-MiniLM-L6-v2"], "ablation pooling does not take models"),
+        (["ablate", "shift-bug", "--seeds", "1"], "seeds must be at least 2"),
+        (["ablate", "shift-bug", "--scale", "huge"], "unknown scale 'huge'; known: default, quick, smoke"),
+        (["ablate", "shift-bug", "--quick", "--scale", "gpu"], "--quick is --scale quick"),  # compare's vocabulary
+    ],
+)
 @pytest.mark.e2e
 def test_bad_inputs_exit_2_with_one_line(argv, message, tmp_path, capsys):
     scale = [] if "--scale" in argv else ["--scale", "smoke"]
@@ -450,8 +543,9 @@ def test_reranker_ablation_end_to_end_at_smoke_scale(tmp_path, capsys):
     out = tmp_path / "reranker"
     results = smoke_run("reranker", out)
     assert [v["verdict"] in (HELD, FALSIFIED, INCONCLUSIVE) for v in results["verdicts"]] == [True]
-    assert results["summary"].startswith("We replaced a generative reranker with a cross-encoder over the same "
-                                         "top-100 candidates: nDCG@10 went from")
+    assert results["summary"].startswith(
+        "We replaced a generative reranker with a cross-encoder over the same top-100 candidates: nDCG@10 went from"
+    )
     assert results["table"]["columns"][2:-1] == list(reranker.SYSTEMS)
     rows = {row[0]: row for row in results["table"]["rows"]}
     assert set(rows) == {reranker.NDCG, "MRR", reranker.P50, reranker.P99}
@@ -483,22 +577,27 @@ def test_pooling_ablation_end_to_end_at_smoke_scale(tmp_path):
     out = tmp_path / "pooling"
     results = smoke_run("pooling", out)
     assert [(v["verdict"], v["details"]) for v in results["verdicts"]] == [
-        (verdict, [detail]) for verdict, detail in [pooling.judge(results["metrics"])]]
+        (verdict, [detail]) for verdict, detail in [pooling.judge(results["metrics"])]
+    ]
     for measure in (pooling.ORDER_ACC, RECALL):
         groups = results["metrics"][key(measure, SHARED)]
         assert set(groups) == {*pooling.POOLINGS, jobs.BASELINE, jobs.UNTRAINED} and all(
-            len(scores) == 2 for scores in groups.values())
+            len(scores) == 2 for scores in groups.values()
+        )
     assert results["metrics"][key(pooling.ORDER_ACC, SHARED)][jobs.BASELINE] == [0.5, 0.5]  # half of each order
     assert sorted(p.name for p in (out / "steps").glob("*untrained*")) == [
-        f"{task}-untrained-seed{seed}.json" for task in ("classify", "embed") for seed in (0, 1)]
+        f"{task}-untrained-seed{seed}.json" for task in ("classify", "embed") for seed in (0, 1)
+    ]
     rows = {row[0]: row[2:4] for row in results["table"]["rows"]}
     assert rows[f"{pooling.ORDER_ACC}, {jobs.UNTRAINED} (control)"][1] == "—"  # fine-tuned with [CLS]
     assert rows[f"{RECALL}, {jobs.UNTRAINED} (control)"][0] == "—"  # fine-tuned with mean pooling
     assert pooling.ORDER_ACC in results["summary"] and "never pretrained" in results["summary"]
     for seed in (0, 1):  # the study's own task, at the scale's steps, for both poolings and the control
         classify = json.loads((out / "steps" / f"pool-mlm-seed{seed}.json").read_text())["classify"]
-        assert {(r["settings"]["plays_task"], r["settings"]["steps"]) for r in (classify["cls"], classify["mean"], classify["cls"][jobs.UNTRAINED])
-                } == {("word-order", SCALES["smoke"].recipe.tasks["classify"].steps)}
+        assert {
+            (r["settings"]["plays_task"], r["settings"]["steps"])
+            for r in (classify["cls"], classify["mean"], classify["cls"][jobs.UNTRAINED])
+        } == {("word-order", SCALES["smoke"].recipe.tasks["classify"].steps)}
 
 
 @pytest.mark.e2e
@@ -515,7 +614,9 @@ def test_encoder_pretraining_ablations_judge_on_tagging(name, module, tmp_path):
     tagging = results["metric_meta"][key(TAG_F1, AXES[0])]  # its plot draws the verse rule
     assert tagging["higher"] is True and tagging["baseline_name"].endswith("before every line break")
     assert set(results["metrics"][key(TAG_F1, AXES[0])]) == {arm.label for arm in module.ABLATION.arms()} | {
-        jobs.BASELINE, jobs.UNTRAINED}
+        jobs.BASELINE,
+        jobs.UNTRAINED,
+    }
     width = len(results["table"]["columns"])
     assert all(len(row) == width for row in results["table"]["rows"])  # the bars are metric groups, not columns
     batch = SCALES["smoke"].recipe.batch_size // module.ABLATION.steps_factor
@@ -531,8 +632,10 @@ def test_encoder_pretraining_ablations_judge_on_tagging(name, module, tmp_path):
 
 @pytest.mark.e2e
 @pytest.mark.slow
-@pytest.mark.parametrize("name, module, options", [("hybrid", hybrid, {}), ("cross-objective", cross_objective, {}),
-                                                   ("clm-then-mlm", clm_then_mlm, {"share": 0.25})])
+@pytest.mark.parametrize(
+    "name, module, options",
+    [("hybrid", hybrid, {}), ("cross-objective", cross_objective, {}), ("clm-then-mlm", clm_then_mlm, {"share": 0.25})],
+)
 def test_ablations_on_their_arms_jobs_end_to_end_at_smoke_scale(name, module, options, tmp_path):
     out = tmp_path / name
     flags = [f"--{option}={value}" for option, value in options.items()]
@@ -558,16 +661,29 @@ def test_ablations_on_their_arms_jobs_end_to_end_at_smoke_scale(name, module, op
 
 @pytest.mark.unit
 def test_metric_meta_takes_each_key_from_its_longest_declared_measure():
-    metrics = {"speakers F1 at equal tokens": {"a": [0.1], "b": [0.2]},
-               "speakers F1, sources of 0-99 chars at equal tokens": {"a": [0.1], "b": [0.2]},
-               "latency at equal tokens": {"a": [1.0]}, "unplotted at equal tokens": {"a": [1.0]}}
-    meta = metric_meta(metrics, {"speakers F1": (True, ("copy the first line", 0.6)),
-                                 "speakers F1, sources of ": (True, None), "latency": (False, None)})
+    metrics = {
+        "speakers F1 at equal tokens": {"a": [0.1], "b": [0.2]},
+        "speakers F1, sources of 0-99 chars at equal tokens": {"a": [0.1], "b": [0.2]},
+        "latency at equal tokens": {"a": [1.0]},
+        "unplotted at equal tokens": {"a": [1.0]},
+    }
+    meta = metric_meta(
+        metrics,
+        {
+            "speakers F1": (True, ("copy the first line", 0.6)),
+            "speakers F1, sources of ": (True, None),
+            "latency": (False, None),
+        },
+    )
     assert meta == {
-        "speakers F1 at equal tokens": {"higher": True, "baseline_name": "copy the first line",
-                                        "baseline": {"a": 0.6, "b": 0.6}},
+        "speakers F1 at equal tokens": {
+            "higher": True,
+            "baseline_name": "copy the first line",
+            "baseline": {"a": 0.6, "b": 0.6},
+        },
         "speakers F1, sources of 0-99 chars at equal tokens": {"higher": True},
-        "latency at equal tokens": {"higher": False}}
+        "latency at equal tokens": {"higher": False},
+    }
 
 
 @pytest.mark.unit
@@ -603,8 +719,10 @@ class TimedRuns:
         last = {"wall_s": self.seconds.get(name, 1.0), "tokens_seen": read}
         if "init_from" in settings:
             source = self.done[settings["init_from"]]["curve"][-1]
-            last.update(wall_s_total=last["wall_s"] + source["wall_s"],
-                        tokens_seen_total=last["tokens_seen"] + source["tokens_seen"])
+            last.update(
+                wall_s_total=last["wall_s"] + source["wall_s"],
+                tokens_seen_total=last["tokens_seen"] + source["tokens_seen"],
+            )
         run = {"name": name, "run_dir": f"runs/{name}", "settings": settings, "curve": [last]}
         self.done[run["run_dir"]] = run
         return run
@@ -614,13 +732,19 @@ class TimedRuns:
 def test_equal_wall_clock_reruns_only_arms_slower_than_the_tolerance():
     from maskwise.recipes import SCALES
 
-    arms = (Arm("a", "A", {"family": "decoder"}), Arm("b", "B", {"family": "decoder"}),
-            Arm("c", "C", {"family": "decoder"}))
+    arms = (
+        Arm("a", "A", {"family": "decoder"}),
+        Arm("b", "B", {"family": "decoder"}),
+        Arm("c", "C", {"family": "decoder"}),
+    )
     exp = TimedRuns({"a-seed0": 100.0, "b-seed0": 104.0, "c-seed0": 120.0})
     runs = pretrain_arms(Setup(exp, SCALES["smoke"], (0,), False), arms)
     assert exp.started == ["a-seed0", "b-seed0", "c-seed0", "c-seed0-wall"]  # b is within 5% of a: kept
     assert [r["run_dir"] for r in (runs[WALL]["a"][0], runs[WALL]["b"][0], runs[WALL]["c"][0])] == [
-        "runs/a-seed0", "runs/b-seed0", "runs/c-seed0-wall"]
+        "runs/a-seed0",
+        "runs/b-seed0",
+        "runs/c-seed0-wall",
+    ]
     assert runs[WALL]["c"][0]["settings"]["budget"] == "seconds=100.0"
 
 
@@ -653,7 +777,9 @@ def test_a_costlier_arm_runs_on_the_cheap_arms_clock_and_sets_the_equal_tokens_c
     assert runs[WALL]["dear"][0]["settings"]["budget"] == "seconds=100.0"
     assert [runs[WALL][k][0]["run_dir"] for k in ("cheap", "dear")] == ["runs/cheap-seed0", "runs/dear-seed0-wall"]
     assert [runs[TOKENS][k][0]["run_dir"] for k in ("cheap", "dear")] == [
-        "runs/cheap-seed0-tokens3000", "runs/dear-seed0-wall"]
+        "runs/cheap-seed0-tokens3000",
+        "runs/dear-seed0-wall",
+    ]
     assert runs[TOKENS]["cheap"][0]["settings"]["budget"] == "tokens=3000"
     shared = TimedRuns({})  # one model per seed: nothing runs on a clock
     assert set(pretrain_arms(Setup(shared, SCALES["smoke"], (0,), False), (costly, cheap), (TOKENS,))) == {TOKENS}
@@ -676,10 +802,16 @@ def test_a_two_phase_arm_splits_its_budget_and_both_axes_read_its_totals():
     assert exp.started == ["a-seed0", "b-seed0-phase1", "b-seed0", "b-seed0-wall-phase1", "b-seed0-wall"]
     settings = {run["run_dir"]: run["settings"] for run in exp.done.values()}
     assert [settings[f"runs/{name}"]["budget"] for name in exp.started[1:]] == [
-        "tokens=3072", "tokens=1024", "seconds=75.0", "seconds=25.0"]  # the smoke scale's 4096 tokens, 75% first
+        "tokens=3072",
+        "tokens=1024",
+        "seconds=75.0",
+        "seconds=25.0",
+    ]  # the smoke scale's 4096 tokens, 75% first
     assert {k: settings["runs/b-seed0-phase1"][k] for k in first} == first
-    assert (settings["runs/b-seed0"]["init_from"], settings["runs/b-seed0"]["family"]) == ("runs/b-seed0-phase1",
-                                                                                          "encoder")
+    assert (settings["runs/b-seed0"]["init_from"], settings["runs/b-seed0"]["family"]) == (
+        "runs/b-seed0-phase1",
+        "encoder",
+    )
     assert settings["runs/b-seed0-wall"]["init_from"] == "runs/b-seed0-wall-phase1"
     by_tokens, on_clock = runs[TOKENS]["b"][0], runs[WALL]["b"][0]
     assert (by_tokens["run_dir"], by_tokens["before"]["run_dir"]) == ("runs/b-seed0", "runs/b-seed0-phase1")
@@ -687,8 +819,13 @@ def test_a_two_phase_arm_splits_its_budget_and_both_axes_read_its_totals():
     assert (on_clock["run_dir"], on_clock["budget"]) == ("runs/b-seed0-wall", "seconds=100.0")
     assert tokens_per_second(by_tokens) == pytest.approx(4096 / 120.0)
     labels = [entry["label"] for entry in curve_entries(runs, (single, continued))]
-    assert labels == ["A, seed 0", "B, seed 0, phase 1", "B, seed 0, phase 2", "B, seed 0, 100 s budget, phase 1",
-                      "B, seed 0, 100 s budget, phase 2"]
+    assert labels == [
+        "A, seed 0",
+        "B, seed 0, phase 1",
+        "B, seed 0, phase 2",
+        "B, seed 0, 100 s budget, phase 1",
+        "B, seed 0, 100 s budget, phase 2",
+    ]
 
 
 @pytest.mark.unit
@@ -724,13 +861,17 @@ def test_a_two_phase_arm_continues_from_its_first_phase_and_counts_both(tmp_path
 
     monkeypatch.setattr(Trainer, "fit", recording_fit)
     arm = cross_objective.continued(cross_objective.MLM, cross_objective.CLM, 0.75)
-    [run] = pretrain_arms(Setup(Experiment(tmp_path / "exp"), SCALES["smoke"], (0,), False), (arm,), (TOKENS,))[
-        TOKENS][arm.key]
+    [run] = pretrain_arms(Setup(Experiment(tmp_path / "exp"), SCALES["smoke"], (0,), False), (arm,), (TOKENS,))[TOKENS][
+        arm.key
+    ]
     first = tmp_path / "exp" / "runs" / "clm0.75-mlm-seed0-phase1"
-    assert run["before"]["run_dir"] == str(first) and run_files.read_json(first / run_files.CONFIG_FILE)[
-        "family"] == "decoder"
-    assert run_files.read_json(tmp_path / "exp" / "runs" / "clm0.75-mlm-seed0" / run_files.CONFIG_FILE)[
-        "init_from"]["path"] == str(first)
+    assert (
+        run["before"]["run_dir"] == str(first)
+        and run_files.read_json(first / run_files.CONFIG_FILE)["family"] == "decoder"
+    )
+    assert run_files.read_json(tmp_path / "exp" / "runs" / "clm0.75-mlm-seed0" / run_files.CONFIG_FILE)["init_from"][
+        "path"
+    ] == str(first)
     assert len(starts) == 2 and state_dicts_equal(starts[1], run_files.read_safetensors(first / run_files.MODEL_FILE))
     assert (run["before"]["settings"]["budget"], run["settings"]["budget"]) == ("tokens=3072", "tokens=1024")
     one, two = run_files.read_metrics(first)[-1], run["curve"][-1]
@@ -746,7 +887,9 @@ def test_an_ablation_pretrains_on_the_users_corpus_and_reads_the_users_task(tmp_
     out = tmp_path / "mask-ratio"
     results = smoke_run("mask-ratio", out, "--data", str(files["corpus"]), "--task", f"pos=tag:{files['tag']}")
     [data] = [note for note in results["notes"] if note.startswith("Data: ")]
-    assert data.startswith(f"Data: pretraining on {files['corpus']}") and "the tag job reads the user's task pos" in data
+    assert (
+        data.startswith(f"Data: pretraining on {files['corpus']}") and "the tag job reads the user's task pos" in data
+    )
     tag = json.loads((out / "steps" / "mask-ratio0.15-seed0.json").read_text())
     assert tag["baseline"]["name"] == "most frequent tag" and tag["n_test"] < 40  # the file's held-out rows
     assert set(tag["tags"]) == {"DET", "W"}
@@ -768,17 +911,26 @@ def test_the_seq2seq_ablation_reads_the_users_seq2seq_task_by_token_f1(tmp_path)
     [data] = [note for note in results["notes"] if note.startswith("Data: ")]
     assert "the seq2seq job reads the user's task heads" in data
     stored = json.loads(next((out / "steps").glob("seq2seq-encdec*-seed0.json")).read_text())
-    assert stored["baseline"]["name"].startswith("the source's first") and "speaker" not in json.dumps(stored["baseline"])
+    assert stored["baseline"]["name"].startswith("the source's first") and "speaker" not in json.dumps(
+        stored["baseline"]
+    )
     [f1] = [m for key_, m in results["metrics"].items() if key_.startswith("target F1 at equal tokens")]
     assert f1["encoder-decoder"][0] == stored["token_f1"]  # the user's rows are read by token F1
     assert "token F1" in " ".join(results["notes"])
 
 
-@pytest.mark.parametrize("name, task, message", [
-    ("shift-bug", "h=seq2seq:{seq2seq}", "ablation shift-bug reads no task; --task h=seq2seq:"),
-    ("embedder", "p=tag:{tag}", "ablation embedder reads a task of kind embed; --task p=tag:"),
-    ("mask-ratio", "p=tag:{tag}", "ablation mask-ratio reads one task of each kind; --task gives tag more than once"),
-])
+@pytest.mark.parametrize(
+    "name, task, message",
+    [
+        ("shift-bug", "h=seq2seq:{seq2seq}", "ablation shift-bug reads no task; --task h=seq2seq:"),
+        ("embedder", "p=tag:{tag}", "ablation embedder reads a task of kind embed; --task p=tag:"),
+        (
+            "mask-ratio",
+            "p=tag:{tag}",
+            "ablation mask-ratio reads one task of each kind; --task gives tag more than once",
+        ),
+    ],
+)
 @pytest.mark.e2e
 def test_an_ablation_refuses_a_task_it_does_not_read_in_one_line(name, task, message, tmp_path, capsys):
     files = write_task_files(tmp_path / "data")

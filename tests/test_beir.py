@@ -25,24 +25,39 @@ DOCS = [  # _id, title, text
     ("d5", "Verona", "Two lovers in fair Verona."),
     ("d6", "Mantua", "Exile in Mantua."),
 ]
-QUERIES = [("q1", "Where is Rome?"), ("q2", "Which city did Romeo flee to?"), ("q3", "Rivers of France"),
-           ("q4", "unjudged relevance"), ("q5", "a query no qrels name")]
+QUERIES = [
+    ("q1", "Where is Rome?"),
+    ("q2", "Which city did Romeo flee to?"),
+    ("q3", "Rivers of France"),
+    ("q4", "unjudged relevance"),
+    ("q5", "a query no qrels name"),
+]
 # Graded judgements; score 0 = judged not relevant. q4 has only a 0, so it has nothing to find.
-TEST_QRELS = [("q1", "d1", 2), ("q1", "d3", 1), ("q1", "d4", 0), ("q2", "d6", 2), ("q2", "d5", 1),
-              ("q3", "d2", 1), ("q3", "d4", 1), ("q4", "d1", 0)]
+TEST_QRELS = [
+    ("q1", "d1", 2),
+    ("q1", "d3", 1),
+    ("q1", "d4", 0),
+    ("q2", "d6", 2),
+    ("q2", "d5", 1),
+    ("q3", "d2", 1),
+    ("q3", "d4", 1),
+    ("q4", "d1", 0),
+]
 TRAIN_QRELS = [("q1", "d3", 1), ("q2", "d5", 1), ("q3", "d4", 2), ("q3", "d2", 1)]
 
 
 def write_beir(folder, qrels=None, docs=DOCS, queries=QUERIES):
     """A BEIR folder: corpus.jsonl, queries.jsonl and one qrels/<split>.tsv per entry of ``qrels``."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "corpus.jsonl").write_text("".join(
-        json.dumps({"_id": i, "title": title, "text": text}) + "\n" for i, title, text in docs))
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": i, "title": title, "text": text}) + "\n" for i, title, text in docs)
+    )
     (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in queries))
     for split, rows in (qrels if qrels is not None else {"test": TEST_QRELS}).items():
         (folder / "qrels").mkdir(exist_ok=True)
         (folder / "qrels" / f"{split}.tsv").write_text(
-            "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{s}\n" for q, d, s in rows))
+            "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{s}\n" for q, d, s in rows)
+        )
     return folder
 
 
@@ -71,8 +86,9 @@ def test_graded_metrics_match_a_hand_computation():
     # MRR@10: first relevant at rank 2, 1, 2 -> (1/2 + 1 + 1/2) / 3
     assert metrics["mrr@10"] == pytest.approx(2 / 3)
     # Binary relevance would rank q1's D3 as high as D1: graded nDCG is not binary nDCG.
-    assert ndcg_at_k([HAND_RANKING[0]], [{D1, D3}], 10) == pytest.approx((1 / math.log2(3) + 1 / math.log2(5))
-                                                                       / (1 + 1 / math.log2(3)))
+    assert ndcg_at_k([HAND_RANKING[0]], [{D1, D3}], 10) == pytest.approx(
+        (1 / math.log2(3) + 1 / math.log2(5)) / (1 + 1 / math.log2(3))
+    )
     assert ndcg_at_k([HAND_RANKING[0]], [{D1, D3}], 10) != pytest.approx(per_query[0])
 
 
@@ -122,7 +138,10 @@ def test_a_folder_reads_as_beir_does(tmp_path):
     assert data.docs[0] == "Rome The eternal city on the Tiber." and data.docs[1] == "Paris stands on the Seine."
     assert data.pairs()[:2] == [("Where is Rome?", data.docs[0]), ("Where is Rome?", data.docs[2])]
     assert open_beir(tmp_path / "set", ("test",)).split("test", max_queries=2).query_ids in (
-        ("q1", "q2"), ("q1", "q3"), ("q2", "q3"))
+        ("q1", "q2"),
+        ("q1", "q3"),
+        ("q2", "q3"),
+    )
 
 
 def lookup_embedder(vectors: dict[str, list[float]]):
@@ -149,8 +168,9 @@ def test_evaluate_graded_retrieval_scores_a_known_ranking(tmp_path):
 
 @pytest.mark.unit
 def test_ignore_identical_ids_drops_the_query_s_own_document():
-    data = GradedRetrievalSet(query_ids=("d2",), queries=("q",), doc_ids=("d1", "d2"), docs=("one", "two"),
-                              qrels=({0: 1},))
+    data = GradedRetrievalSet(
+        query_ids=("d2",), queries=("q",), doc_ids=("d1", "d2"), docs=("one", "two"), qrels=({0: 1},)
+    )
     embedder = lookup_embedder({"q": [1.0], "one": [0.5], "two": [0.9]})  # its own id first
     assert evaluate_graded_retrieval(embedder, data).mrr_at_10 == 0.5
     assert evaluate_graded_retrieval(embedder, data, ignore_identical_ids=True).mrr_at_10 == 1.0
@@ -167,8 +187,18 @@ def encoder(tmp_path_factory):
 @pytest.mark.e2e
 def test_evaluate_retrieve_on_a_beir_folder(encoder, tmp_path, capsys):
     folder = write_beir(tmp_path / "set", {"test": TEST_QRELS, "train": TRAIN_QRELS})
-    code, out, err = run_cli(capsys, "evaluate", encoder, "--task", "retrieve", "--data", folder,
-                             "--results", tmp_path / "zero-shot.json", "--no-progress")
+    code, out, err = run_cli(
+        capsys,
+        "evaluate",
+        encoder,
+        "--task",
+        "retrieve",
+        "--data",
+        folder,
+        "--results",
+        tmp_path / "zero-shot.json",
+        "--no-progress",
+    )
     assert code == 0, err
     assert "nDCG@10" in out and "MRR@10" in out and "recall@100" in out
     record = json.loads((tmp_path / "zero-shot.json").read_text())
@@ -181,8 +211,21 @@ def test_evaluate_retrieve_on_a_beir_folder(encoder, tmp_path, capsys):
 def test_finetune_embed_trains_on_train_qrels_and_scores_on_test(encoder, tmp_path, capsys):
     folder = write_beir(tmp_path / "set", {"test": TEST_QRELS, "train": TRAIN_QRELS})
     out_run = tmp_path / "bi"
-    code, _, err = run_cli(capsys, "finetune", "embed", encoder, "--out", out_run, "--data", folder,
-                           "--steps", 1, "--batch-size", 2, "--no-progress")
+    code, _, err = run_cli(
+        capsys,
+        "finetune",
+        "embed",
+        encoder,
+        "--out",
+        out_run,
+        "--data",
+        folder,
+        "--steps",
+        1,
+        "--batch-size",
+        2,
+        "--no-progress",
+    )
     assert code == 0, err
     tuned = json.loads((out_run / "results.json").read_text())
     assert tuned["train_pairs"] == 4 and tuned["split"] == "test" and tuned["n_queries"] == 3

@@ -27,8 +27,11 @@ def test_target_ratio_reads_the_ratio_a_target_names():
 @pytest.mark.unit
 @pytest.mark.parametrize(("target", "met"), [(">= 1.2x", True), (">= 1.5x", False), ("", None)])
 def test_a_target_is_met_by_the_median_ratio(target, met):
-    rows = common.rows_of(_comparison([1.1, 1.3, 1.4]), targets={"maskwise": target},
-                          profiles={"maskwise": ["train", "--objective", "span"]})
+    rows = common.rows_of(
+        _comparison([1.1, 1.3, 1.4]),
+        targets={"maskwise": target},
+        profiles={"maskwise": ["train", "--objective", "span"]},
+    )
     reference, side = rows
     assert reference.met is None and side.met is met
     assert side.profile == ["train", "--objective", "span"]
@@ -49,8 +52,11 @@ def test_only_missed_targets_are_explained():
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_a_missed_target_gets_the_split_of_its_step():
-    rows = common.rows_of(_comparison([1.0]), targets={"maskwise": ">= 1.5x"},
-                          profiles={"maskwise": ["finetune", "--task", "tag", "--sides", "hf", "maskwise"]})
+    rows = common.rows_of(
+        _comparison([1.0]),
+        targets={"maskwise": ">= 1.5x"},
+        profiles={"maskwise": ["finetune", "--task", "tag", "--sides", "hf", "maskwise"]},
+    )
     failed = []
     (why,) = run_all.why_missed(rows, argparse.Namespace(quick=True, threads=1), failed)
     assert failed == []

@@ -35,10 +35,17 @@ def tagged(pairs: str) -> TaggedText:
 def test_tfidf_logistic_regression_learns_words_that_decide_the_label():
     rng = random.Random(0)
     filler = "the a of and to in is it".split()
-    rows = [(f"{' '.join(rng.choices(filler, k=6))} {word}", label)
-            for label, word in (("pets", "dog"), ("pets", "cat"), ("money", "bank"), ("money", "loan")) for _ in range(20)]
+    rows = [
+        (f"{' '.join(rng.choices(filler, k=6))} {word}", label)
+        for label, word in (("pets", "dog"), ("pets", "cat"), ("money", "bank"), ("money", "loan"))
+        for _ in range(20)
+    ]
     texts, labels = zip(*rows)
-    assert tfidf_logistic_regression(texts, labels, ["of the dog", "a loan in it", "bank"]) == ["pets", "money", "money"]
+    assert tfidf_logistic_regression(texts, labels, ["of the dog", "a loan in it", "bank"]) == [
+        "pets",
+        "money",
+        "money",
+    ]
 
 
 def test_the_word_tagger_takes_each_words_most_frequent_tag_else_the_most_frequent_overall():
@@ -60,7 +67,8 @@ def test_chars_read_is_where_the_token_cut_falls(small_text):
     assert chars_read(tokenizer, texts, 64, "encoder") == [5, 63]  # an encoder frames a text with [CLS]
     assert chars_read(tokenizer, texts, 64, "decoder") == [5, 64]
     assert share_read((chars_read(tokenizer, texts, 64, "encoder"), [5, 300])).startswith(
-        "34 of 152 characters a text on average (22%)")
+        "34 of 152 characters a text on average (22%)"
+    )
 
 
 def test_an_entity_f1_interval_redraws_texts_and_pools_again():
@@ -76,16 +84,21 @@ def test_an_entity_f1_interval_redraws_texts_and_pools_again():
 def test_always_outside_scores_zero_entity_f1_when_most_texts_have_no_entity():
     test = [tagged("he/O saw/O Ann/B-NAME Lee/I-NAME"), *[tagged("no/O names/O here/O")] * 9]
     predicted = [["O"] * len(e.tags) for e in test]
-    record = tagging_results(predicted, test, {"O": 50, "B-NAME": 5, "I-NAME": 3}, "encoder", ["O", "B-NAME", "I-NAME"],
-                             classic=most_frequent_tags(test, test))
+    record = tagging_results(
+        predicted,
+        test,
+        {"O": 50, "B-NAME": 5, "I-NAME": 3},
+        "encoder",
+        ["O", "B-NAME", "I-NAME"],
+        classic=most_frequent_tags(test, test),
+    )
     assert record.entity["f1"] == 0.0 and record.baseline.entity["f1"] == 0.0
     assert sum(record.per_example.f1) / len(test) == pytest.approx(0.9)  # the old per-text mean rewarded it
     assert record.classic.entity["f1"] == 1.0
 
 
 def _write_conll(path, sentences):
-    path.write_text("\n".join("".join(f"{w}\t{t}\n" for w, t in zip(s.split(), tags.split()))
-                              for s, tags in sentences))
+    path.write_text("\n".join("".join(f"{w}\t{t}\n" for w, t in zip(s.split(), tags.split())) for s, tags in sentences))
 
 
 @pytest.mark.parametrize("scheme", ["bio", "pos"])
@@ -137,14 +150,16 @@ def test_bm25_sits_beside_an_embedder_on_rows_and_on_graded_judgements():
 
     def embedder(texts):  # no model: a constant vector, so every ranking is by index
         import torch
+
         return torch.ones(len(texts), 4)
 
     rows = RetrievalSet(queries, docs, (0, 1, 3))
     record = with_bm25(evaluate_retrieval(embedder, rows), rows, [6, 6, 6, 6])
     assert record.classic_whole.recall_at_10 == [1.0, 1.0, 1.0]
     assert record.chars_read == [6, 6, 6, 6] and record.chars_given == [len(d) for d in docs]
-    graded = GradedRetrievalSet(("q1", "q2", "q3"), queries, ("d1", "d2", "d3", "d4"), docs,
-                                ({0: 2, 2: 1}, {1: 1}, {3: 1}))
+    graded = GradedRetrievalSet(
+        ("q1", "q2", "q3"), queries, ("d1", "d2", "d3", "d4"), docs, ({0: 2, 2: 1}, {1: 1}, {3: 1})
+    )
     record = with_bm25(evaluate_graded_retrieval(embedder, graded), graded, [len(d) for d in docs])
     assert record.classic.ndcg_at_10 == record.classic_whole.ndcg_at_10
     assert record.classic.ndcg_at_10[1:] == [1.0, 1.0] and 0.9 < record.classic.ndcg_at_10[0] <= 1.0

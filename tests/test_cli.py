@@ -13,8 +13,21 @@ from maskwise.cli import main
 from maskwise.runs import read_metrics
 from maskwise.train import loop
 
-TINY = ["--d-model", "32", "--layers", "1", "--heads", "2", "--batch-size", "4", "--block-size", "32",
-        "--eval-batches", "2", "--no-progress"]
+TINY = [
+    "--d-model",
+    "32",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--batch-size",
+    "4",
+    "--block-size",
+    "32",
+    "--eval-batches",
+    "2",
+    "--no-progress",
+]
 
 
 def run_cli(args, capsys):
@@ -27,8 +40,9 @@ def run_cli(args, capsys):
 def test_pretrain_decoder_then_config_override(small_text, tmp_path, capsys):
     config = tmp_path / "c.toml"
     config.write_text('family = "decoder"\nsteps = 4\neval_every = 2\nlr = 0.002\n')
-    code, _out, err = run_cli(["pretrain", "--config", config, "--data", small_text, "--steps", 6,
-                              "--out", tmp_path / "run", *TINY], capsys)
+    code, _out, err = run_cli(
+        ["pretrain", "--config", config, "--data", small_text, "--steps", 6, "--out", tmp_path / "run", *TINY], capsys
+    )
     assert code == 0, err
     assert [r["step"] for r in read_metrics(tmp_path / "run")] == [2, 4, 6]  # --steps overrides the file
     saved = json.loads((tmp_path / "run" / "config.json").read_text())["settings"]
@@ -39,8 +53,9 @@ def test_pretrain_decoder_then_config_override(small_text, tmp_path, capsys):
 @pytest.mark.precision("fp32")
 def test_pretrain_says_its_share_of_the_matmul_peak(small_text, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(loop, "UTILIZATION_MIN_SECONDS", 0.0)
-    code, out, err = run_cli(["pretrain", "--data", small_text, "--steps", 2, "--eval-every", 2,
-                              "--out", tmp_path / "run", *TINY], capsys)
+    code, out, err = run_cli(
+        ["pretrain", "--data", small_text, "--steps", 2, "--eval-every", 2, "--out", tmp_path / "run", *TINY], capsys
+    )
     assert code == 0, err
     line, summary = out.strip().splitlines()[-2:]
     assert line.startswith("training ran at ") and "of this machine's" in line and "matmul peak" in line
@@ -125,15 +140,29 @@ def test_bad_inputs_exit_2_with_one_line(small_text, tmp_path, capsys):
 @pytest.mark.slow
 def test_kill_9_then_resume_gives_identical_losses(small_text, tmp_path):
     """SIGKILL a real process mid-run, resume it, and compare with an uninterrupted run."""
-    base = [sys.executable, "-m", "maskwise", "pretrain", "--data", str(small_text), "--steps", "40",
-            "--eval-every", "5", "--seed", "7", "--precision", "fp32", *[str(a) for a in TINY]]
+    base = [
+        sys.executable,
+        "-m",
+        "maskwise",
+        "pretrain",
+        "--data",
+        str(small_text),
+        "--steps",
+        "40",
+        "--eval-every",
+        "5",
+        "--seed",
+        "7",
+        "--precision",
+        "fp32",
+        *[str(a) for a in TINY],
+    ]
     # fp32 on one thread each: a multi-threaded or bf16 kernel may split a reduction differently from one process
     # to the next (CI saw 1e-5 apart at step 5, before any kill): the kernel's order, not the resume's state.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     subprocess.run([*base, "--out", str(tmp_path / "full")], check=True, env=env, capture_output=True)
     cut = tmp_path / "cut"
-    proc = subprocess.Popen([*base, "--out", str(cut)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([*base, "--out", str(cut)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline:
         checkpoints = list((cut / "checkpoints").glob("step-*")) if (cut / "checkpoints").is_dir() else []
@@ -147,8 +176,7 @@ def test_kill_9_then_resume_gives_identical_losses(small_text, tmp_path):
     subprocess.run([*base, "--out", str(cut), "--resume"], check=True, env=env, capture_output=True)
 
     def losses(run):
-        return [(r["step"], r["train_loss"], r["val_loss"])
-                for r in read_metrics(run)]
+        return [(r["step"], r["train_loss"], r["val_loss"]) for r in read_metrics(run)]
 
     assert losses(cut) == losses(tmp_path / "full")
 
@@ -156,15 +184,17 @@ def test_kill_9_then_resume_gives_identical_losses(small_text, tmp_path):
 @pytest.mark.e2e
 def test_corrupt_newest_checkpoint_is_skipped(small_text, tmp_path, capsys):
     out = tmp_path / "run"
-    code, _, err = run_cli(["pretrain", "--data", small_text, "--steps", 4, "--eval-every", 2,
-                            "--out", out, *TINY], capsys)
+    code, _, err = run_cli(
+        ["pretrain", "--data", small_text, "--steps", 4, "--eval-every", 2, "--out", out, *TINY], capsys
+    )
     assert code == 0, err
     newest = max((out / "checkpoints").glob("step-*"))
     data = (newest / "model.safetensors").read_bytes()
     (newest / "model.safetensors").write_bytes(data[: len(data) // 2])
     with pytest.warns(UserWarning, match="step-00000004"):
-        code, _, err = run_cli(["pretrain", "--data", small_text, "--steps", 6, "--eval-every", 2,
-                                "--out", out, "--resume", *TINY], capsys)
+        code, _, err = run_cli(
+            ["pretrain", "--data", small_text, "--steps", 6, "--eval-every", 2, "--out", out, "--resume", *TINY], capsys
+        )
     assert code == 0, err
     steps = [r["step"] for r in read_metrics(out)]
     assert steps == [2, 4, 6]
@@ -175,20 +205,59 @@ def test_corrupt_newest_checkpoint_is_skipped(small_text, tmp_path, capsys):
 @pytest.mark.precision("fp32")
 def test_two_process_ddp_matches_one_process(small_text, tmp_path):
     """torchrun with 2 gloo processes x batch 2 == 1 process x batch 4 (same global batch)."""
-    common = ["pretrain", "--data", str(small_text), "--steps", "6", "--eval-every", "2", "--seed", "3",
-              "--d-model", "32", "--layers", "1", "--heads", "2", "--block-size", "32",
-              "--eval-batches", "2", "--no-progress"]
+    common = [
+        "pretrain",
+        "--data",
+        str(small_text),
+        "--steps",
+        "6",
+        "--eval-every",
+        "2",
+        "--seed",
+        "3",
+        "--d-model",
+        "32",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--block-size",
+        "32",
+        "--eval-batches",
+        "2",
+        "--no-progress",
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, "-m", "maskwise", *common, "--batch-size", "4", "--out",
-                    str(tmp_path / "one")], check=True, env=env, capture_output=True)
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          "-m", "maskwise", *common, "--batch-size", "2", "--out", str(tmp_path / "two")],
-                         check=False, env=env, capture_output=True, text=True)
+    subprocess.run(
+        [sys.executable, "-m", "maskwise", *common, "--batch-size", "4", "--out", str(tmp_path / "one")],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+    two = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "maskwise",
+            *common,
+            "--batch-size",
+            "2",
+            "--out",
+            str(tmp_path / "two"),
+        ],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert two.returncode == 0, two.stderr[-2000:]
 
     def curve(run):
-        return [(r["step"], r["tokens_seen"], r["train_loss"], r["val_loss"])
-                for r in read_metrics(run)]
+        return [(r["step"], r["tokens_seen"], r["train_loss"], r["val_loss"]) for r in read_metrics(run)]
 
     one_curve, two_curve = curve(tmp_path / "one"), curve(tmp_path / "two")
     assert [r[:2] for r in one_curve] == [r[:2] for r in two_curve]

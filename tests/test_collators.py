@@ -20,8 +20,9 @@ transformers = pytest.importorskip("transformers")
 
 V = 100
 # HF T5's layout: pad 0, EOS 1, unk 2, <extra_id_0> the last id and counting down.
-T5_IDS = SpecialIds(vocab_size=V, pad_id=0, eos_id=1, special_ids=frozenset({2}),
-                    sentinel_ids=tuple(range(V - 1, V - 21, -1)))
+T5_IDS = SpecialIds(
+    vocab_size=V, pad_id=0, eos_id=1, special_ids=frozenset({2}), sentinel_ids=tuple(range(V - 1, V - 21, -1))
+)
 # HF BART's layout: <s> 0, pad 1, </s> 2, unk 3, <mask> the last id.
 BART_IDS = SpecialIds(vocab_size=V, bos_id=0, pad_id=1, eos_id=2, mask_id=V - 1, special_ids=frozenset({3}))
 FIRST, LAST = 5, 79  # ordinary ids used in the data
@@ -38,7 +39,7 @@ def _examples(n: int, seed: int, frame=None) -> list[dict]:
     rows = []
     for _ in range(n):
         start, length = int(torch.randint(0, 29, (1,), generator=g)), int(torch.randint(20, 41, (1,), generator=g))
-        ids = stream[start:start + length].tolist()
+        ids = stream[start : start + length].tolist()
         rows.append({"input_ids": [frame[0], *ids, frame[1]] if frame else ids})
     return rows
 
@@ -52,9 +53,13 @@ def test_special_ids_from_an_hf_tokenizer():
     vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, "hello": 3, ".": 4, "<extra_id_1>": 5, "<extra_id_0>": 6}
     backend = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
     backend.pre_tokenizer = Whitespace()
-    hf = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
-                                              unk_token="<unk>", additional_special_tokens=["<extra_id_0>",
-                                                                                           "<extra_id_1>"])
+    hf = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        additional_special_tokens=["<extra_id_0>", "<extra_id_1>"],
+    )
     ids = SpecialIds.of(hf)
     assert (ids.vocab_size, ids.pad_id, ids.eos_id, ids.mask_id) == (7, 0, 1, None)
     assert ids.sentinel_ids == (6, 5) and ids.special_ids == {0, 1, 2, 5, 6}
@@ -78,8 +83,10 @@ def test_span_batch_layout():
         n, m = int(attention[row].sum()), int((labels[row] != IGNORE_INDEX).sum())
         assert (batch["input_ids"][row, n:] == T5_IDS.pad_id).all()
         assert (labels[row, m:] == IGNORE_INDEX).all()
-        assert restore(batch["input_ids"][row, :n].tolist(), labels[row, :m].tolist(), T5_IDS.sentinel_ids,
-                       T5_IDS.eos_id) == ids
+        assert (
+            restore(batch["input_ids"][row, :n].tolist(), labels[row, :m].tolist(), T5_IDS.sentinel_ids, T5_IDS.eos_id)
+            == ids
+        )
 
 
 @pytest.mark.unit
@@ -88,7 +95,7 @@ def test_denoising_batch_layout():
     batch = DenoisingCollator(BART_IDS, decoder_start_token_id=2, sentence_end_ids=[FULL_STOP], seed=0)(examples)
     for row, example in enumerate(examples):
         ids = example["input_ids"]
-        assert batch["labels"][row, :len(ids)].tolist() == ids
+        assert batch["labels"][row, : len(ids)].tolist() == ids
         n = int(batch["attention_mask"][row].sum())
         assert batch["input_ids"][row, 0] == 0 and batch["input_ids"][row, n - 1] == 2  # <s>, </s> in place
     assert (batch["decoder_input_ids"][:, 0] == 2).all()  # HF BART starts from </s>
@@ -113,8 +120,18 @@ def _train(model, collator, examples, steps=30, lr=3e-3):
 @pytest.mark.integration
 def test_hf_t5_learns_from_span_collator():
     torch.manual_seed(0)
-    config = transformers.T5Config(vocab_size=V, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2,
-                                   pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, dropout_rate=0.0)
+    config = transformers.T5Config(
+        vocab_size=V,
+        d_model=32,
+        d_kv=16,
+        d_ff=64,
+        num_layers=2,
+        num_heads=2,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+        dropout_rate=0.0,
+    )
     model = transformers.T5ForConditionalGeneration(config)
     losses = _train(model, SpanCorruptionCollator(T5_IDS, decoder_start_token_id=0, seed=0), _examples(64, 2))
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
@@ -123,10 +140,22 @@ def test_hf_t5_learns_from_span_collator():
 @pytest.mark.integration
 def test_hf_bart_learns_from_denoising_collator():
     torch.manual_seed(0)
-    config = transformers.BartConfig(vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2,
-                                     encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
-                                     decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=1,
-                                     bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, dropout=0.0)
+    config = transformers.BartConfig(
+        vocab_size=V,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        dropout=0.0,
+    )
     model = transformers.BartForConditionalGeneration(config)
     collator = DenoisingCollator(BART_IDS, decoder_start_token_id=2, sentence_end_ids=[FULL_STOP], seed=0)
     losses = _train(model, collator, _examples(64, 3, frame=(0, 2)))
@@ -137,8 +166,14 @@ def test_hf_bart_learns_from_denoising_collator():
 def test_hf_bert_runs_on_mlm_and_electra_collators():
     torch.manual_seed(0)
     ids = SpecialIds(vocab_size=V, pad_id=0, cls_id=2, sep_id=3, mask_id=4)
-    config = transformers.BertConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=64, max_position_embeddings=64)
+    config = transformers.BertConfig(
+        vocab_size=V,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     model = transformers.BertForMaskedLM(config)
     examples = _examples(8, 4, frame=(2, 3))
     for collator in (MLMCollator(ids, seed=0), ElectraCollator(ids, seed=0)):
@@ -151,8 +186,10 @@ def test_hf_bert_runs_on_mlm_and_electra_collators():
     electra = ElectraCollator(ids, seed=0)(_examples(64, 5, frame=(2, 3)))
     chosen = electra["labels"] != IGNORE_INDEX
     assert float((electra["input_ids"][chosen] == 4).float().mean()) == pytest.approx(0.85, abs=0.06)
-    assert torch.equal(electra["input_ids"][chosen & (electra["input_ids"] != 4)],
-                       electra["labels"][chosen & (electra["input_ids"] != 4)])  # the rest unchanged
+    assert torch.equal(
+        electra["input_ids"][chosen & (electra["input_ids"] != 4)],
+        electra["labels"][chosen & (electra["input_ids"] != 4)],
+    )  # the rest unchanged
 
 
 @pytest.mark.integration

@@ -68,9 +68,14 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     assert results["kind"] == "compare"
     assert [r["group"] for r in results["runs"]] == list(FAMILIES)
     assert [v["claim"] for v in results["verdicts"]] == [
-        "embed, score or classify => encoder", "generate => decoder", "read-then-write => encoder-decoder"]
-    assert all(v["verdict"] in ("held", "falsified", "mixed", "inconclusive", "too few test items") and v["details"]
-               for v in results["verdicts"])  # a tiny config tests a few items: too few for some verdicts
+        "embed, score or classify => encoder",
+        "generate => decoder",
+        "read-then-write => encoder-decoder",
+    ]
+    assert all(
+        v["verdict"] in ("held", "falsified", "mixed", "inconclusive", "too few test items") and v["details"]
+        for v in results["verdicts"]
+    )  # a tiny config tests a few items: too few for some verdicts
     assert results["warning"].startswith("**Warning: too few pretraining steps")  # min_steps above what 3 s allows
     assert all(r["curve"] and "tokens_seen" in r["curve"][0] and "wall_s" in r["curve"][0] for r in results["runs"])
     params = [results["parameters"][f]["total"] for f in FAMILIES]
@@ -81,8 +86,10 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     exports = rows["exports to (`maskwise export RUN --to hf OUT`)"]  # what each family's run leaves maskwise as
     assert exports[:2] == ["`ModernBertForMaskedLM`", "`ModernBertDecoderForCausalLM`"]
     assert exports[2].startswith("no HF class: ") and "cross-attention" in exports[2]
-    assert all("a mark before every line break" in cell for cell in rows[
-        "punctuation restoration F1 per text (tagging) [95% interval]"][:3])  # every family tags, beside the rule
+    assert all(
+        "a mark before every line break" in cell
+        for cell in rows["punctuation restoration F1 per text (tagging) [95% interval]"][:3]
+    )  # every family tags, beside the rule
     order = rows["line order accuracy (classification) [95% interval]"][:3]
     assert all("majority class" in cell for cell in order)  # every family classifies, beside the majority class
     assert [cell.rsplit("; ", 1)[1] for cell in order] == ["cls pooling", "last pooling", "mean pooling"]
@@ -92,12 +99,19 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     ttft = json.loads((out / "steps" / "ttft-seed0.json").read_text())["buckets"]  # the plays': one bucket
     assert len(ttft) == 1 and ttft[0]["batch"] == 3  # both writers, timed on 3 sources at once
     assert [len(ttft[0]["seconds"][f]) for f in ("decoder", "encoder-decoder")] == [2, 2]
-    assert (f"time to first token, the longest test passages: {ttft[0]['source_tokens']}-token sources, batch 3 "
-            "(ms, mean [95% interval])") in rows
+    assert (
+        f"time to first token, the longest test passages: {ttft[0]['source_tokens']}-token sources, batch 3 "
+        "(ms, mean [95% interval])"
+    ) in rows
     report = (out / "report.md").read_text()
     assert report.split("\n")[2].startswith("**Warning")
-    for section in ("## Results", "## Where the parameters go", "## Plots", "## Summary",
-                    "## Predictions, rules, verdicts (one seed)"):
+    for section in (
+        "## Results",
+        "## Where the parameters go",
+        "## Plots",
+        "## Summary",
+        "## Predictions, rules, verdicts (one seed)",
+    ):
         assert section in report
     assert (out / "loss_vs_tokens_seen.png").is_file() and (out / "loss_vs_wall_s.png").is_file()
     html = (out / "report.html").read_text()
@@ -117,12 +131,15 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     assert main(["report", str(out)]) == 0 and (out / "report.md").is_file()
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("secondz = 3\n", "secondz"),
-    ("[tasks.tag]\nstepz = 3\n", "tasks.tag: unknown key(s) stepz"),
-    ("[tasks.tag]\nsteps = 'many'\n", "steps must be int"),
-    ("[tasks.genre]\nsteps = 3\n", "tasks must be a table of"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("secondz = 3\n", "secondz"),
+        ("[tasks.tag]\nstepz = 3\n", "tasks.tag: unknown key(s) stepz"),
+        ("[tasks.tag]\nsteps = 'many'\n", "steps must be int"),
+        ("[tasks.genre]\nsteps = 3\n", "tasks must be a table of"),
+    ],
+)
 def test_compare_rejects_unknown_setting(tmp_path, capsys, text, needle):
     config = tmp_path / "bad.toml"
     config.write_text(text)
@@ -131,15 +148,18 @@ def test_compare_rejects_unknown_setting(tmp_path, capsys, text, needle):
     assert len(err.splitlines()) == 1 and needle in err and not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--scale", "huge"], "unknown scale"),
-    (["--quick", "--scale", "gpu"], "--quick"),
-    (["--seeds", "0"], "--seeds"),
-    (["--seconds", "-1"], "--seconds"),
-    (["--families", "encoder,decoder,encoder-decoder,gpt"], "unknown 'gpt'"),
-    (["--families", "encoder,decoder,encoder-decoder,hybrid,hybrid"], "hybrid more than once"),
-    (["--families", "encoder,decoder,hybrid"], "must include encoder, decoder, encoder-decoder"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--scale", "huge"], "unknown scale"),
+        (["--quick", "--scale", "gpu"], "--quick"),
+        (["--seeds", "0"], "--seeds"),
+        (["--seconds", "-1"], "--seconds"),
+        (["--families", "encoder,decoder,encoder-decoder,gpt"], "unknown 'gpt'"),
+        (["--families", "encoder,decoder,encoder-decoder,hybrid,hybrid"], "hybrid more than once"),
+        (["--families", "encoder,decoder,hybrid"], "must include encoder, decoder, encoder-decoder"),
+    ],
+)
 def test_compare_bad_options_exit_2_with_one_line(tmp_path, capsys, args, needle):
     assert main(["compare", *args, "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip()
@@ -162,13 +182,30 @@ def test_compare_with_the_hybrid_column(tmp_path):
     config = tmp_path / "tiny.toml"
     config.write_text(TINY)
     out = tmp_path / "cmp"
-    assert main(["compare", "--quick", "--config", str(config), "--out", str(out), "--no-progress",
-                 "--families", "hybrid,encoder,decoder,encoder-decoder"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--quick",
+                "--config",
+                str(config),
+                "--out",
+                str(out),
+                "--no-progress",
+                "--families",
+                "hybrid,encoder,decoder,encoder-decoder",
+            ]
+        )
+        == 0
+    )
     results = json.loads((out / "results.json").read_text())
     assert results["table"]["columns"] == ["task", *FAMILIES, "hybrid", CLASSIC_COLUMN, "best"]
     assert [r["group"] for r in results["runs"]] == [*FAMILIES, "hybrid"]
     assert [v["claim"] for v in results["verdicts"]] == [
-        "embed, score or classify => encoder", "generate => decoder", "read-then-write => encoder-decoder"]
+        "embed, score or classify => encoder",
+        "generate => decoder",
+        "read-then-write => encoder-decoder",
+    ]
     hybrid = {row[0]: row[4] for row in results["table"]["rows"]}
     assert hybrid["pretraining objective"] == "hybrid"
     assert hybrid["exports to (`maskwise export RUN --to hf OUT`)"] == "`ModernBertDecoderForCausalLM`"
@@ -177,15 +214,19 @@ def test_compare_with_the_hybrid_column(tmp_path):
     for label in [f"{label} [95% interval]" for label in measured] + [timed]:
         assert re.match(r"\d+\.\d+ \[\d+\.\d+, \d+\.\d+\]", hybrid[label]), (label, hybrid[label])
     assert hybrid["fill a blank (token accuracy) [95% interval]"].endswith(
-        "; both sides, its [MASK] answered from the position before it")
+        "; both sides, its [MASK] answered from the position before it"
+    )
     assert hybrid["held-out next-token loss (nats/char) [95% interval]"].endswith("; read causally")
     assert all("hybrid" in groups for groups in results["metrics"].values())
     assert results["settings"]["families"] == [*FAMILIES, "hybrid"]
     assert "hybrid sample (seed 0)" in results["samples"]
-    assert any(note.startswith("The hybrid column (hybrid pretraining on the decoder family)")
-               for note in results["notes"])
-    assert (f"| task | encoder | decoder | encoder-decoder | hybrid | {CLASSIC_COLUMN} | best |"
-            in (out / "report.md").read_text())
+    assert any(
+        note.startswith("The hybrid column (hybrid pretraining on the decoder family)") for note in results["notes"]
+    )
+    assert (
+        f"| task | encoder | decoder | encoder-decoder | hybrid | {CLASSIC_COLUMN} | best |"
+        in (out / "report.md").read_text()
+    )
     page = check_report_html(out)
     assert len(page.images) == 3 + len(results["metrics"])
     for meta in results["metric_meta"].values():  # the hybrid's dot and interval on every plot it has a row in
@@ -199,15 +240,25 @@ def test_families_are_the_default_columns_and_hybrid_an_extra_one():
     assert COMPARE.arms() == tuple(Arm(f, f, {"family": f, "data": "shakespeare"}) for f in FAMILIES)
     assert columns_of(["hybrid", "encoder-decoder", "decoder", "encoder"]) == (*FAMILIES, "hybrid")
     assert COMPARE.arms(families=columns_of([*FAMILIES, "hybrid"]))[-1] == Arm(
-        "hybrid", "hybrid", {"family": "decoder", "objective": "hybrid", "data": "shakespeare"})
+        "hybrid", "hybrid", {"family": "decoder", "objective": "hybrid", "data": "shakespeare"}
+    )
 
 
 @pytest.mark.unit
 def test_a_hybrid_fills_a_blank_reading_both_sides_from_the_position_before_it(monkeypatch):
     tok = build_tokenizer("char", make_corpus("printable", [string.printable], [string.printable]))
     torch.manual_seed(0)
-    model = build_model(preset("gpt2", vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=2,
-                               max_seq_len=64, reads_bidirectionally=True))
+    model = build_model(
+        preset(
+            "gpt2",
+            vocab_size=tok.vocab_size,
+            d_model=32,
+            n_layers=1,
+            n_heads=2,
+            max_seq_len=64,
+            reads_bidirectionally=True,
+        )
+    )
     with torch.no_grad():  # nothing is added to the residual stream: each position's logits favour its own token
         for name, weight in model.named_parameters():
             if name.startswith("stack.positions") or ".attn.out." in name or ".ffn.down." in name:
@@ -233,26 +284,51 @@ def test_the_hybrid_is_placed_only_where_its_intervals_separate_it_and_never_nam
         return [[value] * n]
 
     gathered = {
-        "next_token": ({"encoder": same(3.0), "decoder": same(1.5), "hybrid": same(2.0)},
-                       {"encoder": same(3.5), "decoder": same(3.5), "hybrid": same(3.5)}),
-        "fill": ({"encoder": same(0.6), "decoder": same(0.3), "encoder-decoder": same(0.3), "hybrid": same(0.9)},
-                 dict.fromkeys(["encoder", "decoder", "encoder-decoder", "hybrid"], same(0.0))),
-        "tag": ({"encoder": same(0.8), "decoder": same(0.2), "encoder-decoder": same(0.8), "hybrid": same(0.8)},
-                dict.fromkeys(["encoder", "decoder", "encoder-decoder", "hybrid"], same(0.1))),
-        "classify": ({f: same(0.6) for f in ("encoder", "decoder", "encoder-decoder", "hybrid")},  # level: not said
-                     dict.fromkeys(["encoder", "decoder", "encoder-decoder", "hybrid"], same(0.5))),
+        "next_token": (
+            {"encoder": same(3.0), "decoder": same(1.5), "hybrid": same(2.0)},
+            {"encoder": same(3.5), "decoder": same(3.5), "hybrid": same(3.5)},
+        ),
+        "fill": (
+            {"encoder": same(0.6), "decoder": same(0.3), "encoder-decoder": same(0.3), "hybrid": same(0.9)},
+            dict.fromkeys(["encoder", "decoder", "encoder-decoder", "hybrid"], same(0.0)),
+        ),
+        "tag": (
+            {"encoder": same(0.8), "decoder": same(0.2), "encoder-decoder": same(0.8), "hybrid": same(0.8)},
+            dict.fromkeys(["encoder", "decoder", "encoder-decoder", "hybrid"], same(0.1)),
+        ),
+        "classify": (
+            {f: same(0.6) for f in ("encoder", "decoder", "encoder-decoder", "hybrid")},  # level: not said
+            dict.fromkeys(["encoder", "decoder", "encoder-decoder", "hybrid"], same(0.5)),
+        ),
         # ahead of the decoder, but not clear of random ranking: not said
-        "embed": ({"encoder": same(0.05), "decoder": same(0.0), "encoder-decoder": same(0.05), "hybrid": same(0.05)},
-                  dict.fromkeys(["encoder", "decoder", "encoder-decoder", "hybrid"], 0.1)),
-        "seq2seq": ({"decoder": same(0.5), "encoder-decoder": same(0.5), "hybrid": same(0.5)},
-                    dict.fromkeys(["decoder", "encoder-decoder", "hybrid"], same(0.1))),
+        "embed": (
+            {"encoder": same(0.05), "decoder": same(0.0), "encoder-decoder": same(0.05), "hybrid": same(0.05)},
+            dict.fromkeys(["encoder", "decoder", "encoder-decoder", "hybrid"], 0.1),
+        ),
+        "seq2seq": (
+            {"decoder": same(0.5), "encoder-decoder": same(0.5), "hybrid": same(0.5)},
+            dict.fromkeys(["decoder", "encoder-decoder", "hybrid"], same(0.1)),
+        ),
     }
-    e = Evidence(rows_of(()), gathered, {"the longest test passages": {
-        "decoder": same(5.0, 10), "encoder-decoder": same(5.0, 10), "hybrid": same(5.0, 10)}})
+    e = Evidence(
+        rows_of(()),
+        gathered,
+        {
+            "the longest test passages": {
+                "decoder": same(5.0, 10),
+                "encoder-decoder": same(5.0, 10),
+                "hybrid": same(5.0, 10),
+            }
+        },
+    )
     assert [said.split(" (")[0] for said in standing(e, "hybrid")] == [
-        "ahead of the encoder at held-out next-token loss", "behind the decoder at held-out next-token loss",
-        "ahead of the encoder at fill a blank", "ahead of the decoder at fill a blank",
-        "ahead of the encoder-decoder at fill a blank", "ahead of the decoder at punctuation restoration F1 per text"]
+        "ahead of the encoder at held-out next-token loss",
+        "behind the decoder at held-out next-token loss",
+        "ahead of the encoder at fill a blank",
+        "ahead of the decoder at fill a blank",
+        "ahead of the encoder-decoder at fill a blank",
+        "ahead of the decoder at punctuation restoration F1 per text",
+    ]
     assert best_cell(*gathered["fill"], higher=True) == "**encoder**"  # the hybrid, far ahead, is not in the running
 
 
@@ -265,8 +341,11 @@ def test_demo_trains_the_models_compare_measures(tmp_path, capsys):
     for family, objective in (("encoder", "mlm"), ("decoder", "clm")):
         settings = json.loads((out / family / "config.json").read_text())["settings"]
         assert settings["objective"] == objective
-        assert (settings["preset"], settings["d_model"], settings["block_size"]) == (DEFAULT.preset, DEFAULT.d_model,
-                                                                                      DEFAULT.block_size)
+        assert (settings["preset"], settings["d_model"], settings["block_size"]) == (
+            DEFAULT.preset,
+            DEFAULT.d_model,
+            DEFAULT.block_size,
+        )
     assert (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -287,8 +366,9 @@ def test_the_pretraining_share_of_the_matmul_peak_is_a_row_where_every_run_has_o
 
     def measured(*shares):
         runs = [{"curve": [{"wall_s": 40.0, **({"share_of_matmul_peak": s} if s is not None else {})}]} for s in shares]
-        return SimpleNamespace(arms=[Arm("enc", "encoder", {}), Arm("dec", "decoder", {})],
-                               runs={WALL: {"enc": runs[:2], "dec": runs[2:]}})
+        return SimpleNamespace(
+            arms=[Arm("enc", "encoder", {}), Arm("dec", "decoder", {})], runs={WALL: {"enc": runs[:2], "dec": runs[2:]}}
+        )
 
     assert peak_share_row(measured(0.5, 0.3, 0.6, 0.6)) == ["pretraining % of the matmul peak", "40%", "60%", "", ""]
     assert peak_share_row(measured(0.5, None, 0.6, 0.6)) == []  # a run under UTILIZATION_MIN_SECONDS: no row

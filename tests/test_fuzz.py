@@ -11,8 +11,14 @@ from maskwise.errors import UserError
 from maskwise.train.pretrain import PretrainConfig, read_toml
 
 KEYS = sorted(PretrainConfig().flat()) + ["stepz", "model", "lr_", ""]
-VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
-                   st.text(max_size=12), st.lists(st.integers(), max_size=3))
+VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=True),
+    st.text(max_size=12),
+    st.lists(st.integers(), max_size=3),
+)
 
 
 @pytest.mark.unit
@@ -25,8 +31,22 @@ def test_config_parsing_only_raises_user_error(values):
         assert "\n" not in str(error)
 
 
-FLAGS = ["--steps", "--lr", "--family", "--objective", "--mask-ratio", "--budget", "--block-size", "--bf16",
-         "--no-progress", "--d-model", "--config", "--preset", "-x", "--"]
+FLAGS = [
+    "--steps",
+    "--lr",
+    "--family",
+    "--objective",
+    "--mask-ratio",
+    "--budget",
+    "--block-size",
+    "--bf16",
+    "--no-progress",
+    "--d-model",
+    "--config",
+    "--preset",
+    "-x",
+    "--",
+]
 
 
 @pytest.mark.unit

@@ -88,8 +88,9 @@ def _as_multi_head(model):
     return mha
 
 
-@pytest.mark.parametrize("name, family", [("modern", "decoder"), ("gpt2", "decoder"), ("modern", "encoder"),
-                                          ("t5", "encoder-decoder")])
+@pytest.mark.parametrize(
+    "name, family", [("modern", "decoder"), ("gpt2", "decoder"), ("modern", "encoder"), ("t5", "encoder-decoder")]
+)
 def test_gqa_equals_multi_head_attention_with_repeated_key_value_heads(name, family):
     model = gqa_model(name, family=family, **({"qkv_bias": True} if name == "modern" else {}))
     mha = _as_multi_head(model)
@@ -121,8 +122,10 @@ def test_gqa_kv_cache_matches_full_forward(name, schedule):
 def test_gqa_cached_generation_equals_uncached(name):
     model = gqa_model(name)
     prompts = [[5, 9, 12], [7, 3, 30, 41, 2]]
-    outputs = [generate(model, prompts, GenerationConfig(max_new_tokens=6, use_cache=use_cache), None, 0,
-                        start_id=1).tokens for use_cache in (True, False)]
+    outputs = [
+        generate(model, prompts, GenerationConfig(max_new_tokens=6, use_cache=use_cache), None, 0, start_id=1).tokens
+        for use_cache in (True, False)
+    ]
     assert outputs[0] == outputs[1] and all(len(row) == 6 for row in outputs[0])
 
 
@@ -145,12 +148,15 @@ def test_accounting_counts_the_fewer_key_value_heads(name, kv_heads):
     assert real["cross_attention"] == formula["cross_attention"]
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"n_heads": 4, "n_kv_heads": 3}, "n_kv_heads 3 does not divide n_heads 4"),
-    ({"n_heads": 4, "n_kv_heads": 8}, "n_kv_heads 8 does not divide n_heads 4"),
-    ({"n_kv_heads": 0}, "n_kv_heads must be positive"),
-    ({"bias": True, "qkv_bias": True}, "qkv_bias=true with bias=true"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"n_heads": 4, "n_kv_heads": 3}, "n_kv_heads 3 does not divide n_heads 4"),
+        ({"n_heads": 4, "n_kv_heads": 8}, "n_kv_heads 8 does not divide n_heads 4"),
+        ({"n_kv_heads": 0}, "n_kv_heads must be positive"),
+        ({"bias": True, "qkv_bias": True}, "qkv_bias=true with bias=true"),
+    ],
+)
 def test_validate_rejects_what_cannot_be_grouped(overrides, message):
     with pytest.raises(UserError, match=message) as error:
         ModelConfig(**overrides).validate()

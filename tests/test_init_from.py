@@ -13,13 +13,32 @@ from maskwise.train.loop import Trainer
 from maskwise.train.pretrain import PretrainConfig, pretrain, untrained
 
 # modernbert: the layout Ettin's encoders and decoders share, so either family's weights fit the other
-TINY = {"preset": "modernbert", "d_model": 32, "layers": 1, "heads": 2, "batch_size": 4, "block_size": 32,
-        "warmup": 2, "eval_every": 2, "eval_batches": 2, "progress": False}
+TINY = {
+    "preset": "modernbert",
+    "d_model": 32,
+    "layers": 1,
+    "heads": 2,
+    "batch_size": 4,
+    "block_size": 32,
+    "warmup": 2,
+    "eval_every": 2,
+    "eval_batches": 2,
+    "progress": False,
+}
 
 
 def _run(small_text, out, family, objective, steps=4, on_eval=None, **extra):
-    settings = PretrainConfig.from_flat({"family": family, "objective": objective, "data": str(small_text),
-                                         "out": str(out), "steps": steps, **TINY, **extra})
+    settings = PretrainConfig.from_flat(
+        {
+            "family": family,
+            "objective": objective,
+            "data": str(small_text),
+            "out": str(out),
+            "steps": steps,
+            **TINY,
+            **extra,
+        }
+    )
     return pretrain(settings, on_eval=on_eval)
 
 
@@ -46,8 +65,9 @@ def start_weights(monkeypatch):
 def test_untrained_is_the_model_a_run_starts_from(family, objective, small_text, tmp_path, start_weights):
     """The ablations' control: the weights pretraining would start from, as its folder would load them."""
     run = _run(small_text, tmp_path / "run", family, objective, steps=1)
-    settings = PretrainConfig.from_flat({"family": family, "objective": objective, "data": str(small_text),
-                                         **TINY, "steps": 1})
+    settings = PretrainConfig.from_flat(
+        {"family": family, "objective": objective, "data": str(small_text), **TINY, "steps": 1}
+    )
     model, tokenizer = untrained(settings)
     assert state_dicts_equal(model.state_dict(), start_weights[-1])
     assert type(model) is type(run["model"]) and tokenizer.vocab_size == run["tokenizer"].vocab_size
@@ -57,8 +77,9 @@ def test_untrained_is_the_model_a_run_starts_from(family, objective, small_text,
 
 @pytest.mark.integration
 @pytest.mark.precision("fp32")
-@pytest.mark.parametrize("first, then", [(("decoder", "clm"), ("encoder", "mlm")),
-                                         (("encoder", "mlm"), ("decoder", "clm"))])
+@pytest.mark.parametrize(
+    "first, then", [(("decoder", "clm"), ("encoder", "mlm")), (("encoder", "mlm"), ("decoder", "clm"))]
+)
 def test_continued_run_starts_from_the_source_weights_and_adds_up(first, then, small_text, tmp_path, start_weights):
     source, continued = tmp_path / "source", tmp_path / "continued"
     _run(small_text, source, *first)
@@ -68,9 +89,15 @@ def test_continued_run_starts_from_the_source_weights_and_adds_up(first, then, s
     config = runs.read_json(continued / runs.CONFIG_FILE)
     end = runs.read_metrics(source)[-1]
     assert config["model"]["family"] == then[0] and config["settings"]["init_from"] == str(source)
-    assert config["init_from"] == {"path": str(source), "family": first[0], "objective": first[1],
-                                   "tokens_seen": end["tokens_seen"], "wall_s": end["wall_s"],
-                                   "tokens_seen_total": end["tokens_seen"], "wall_s_total": end["wall_s"]}
+    assert config["init_from"] == {
+        "path": str(source),
+        "family": first[0],
+        "objective": first[1],
+        "tokens_seen": end["tokens_seen"],
+        "wall_s": end["wall_s"],
+        "tokens_seen_total": end["tokens_seen"],
+        "wall_s_total": end["wall_s"],
+    }
     for record in runs.read_metrics(continued):
         assert record["tokens_seen_total"] == end["tokens_seen"] + record["tokens_seen"]
         assert record["wall_s_total"] == pytest.approx(end["wall_s"] + record["wall_s"], abs=1e-3)
@@ -115,8 +142,25 @@ def test_an_interrupted_continued_run_resumes_exactly_without_its_source(small_t
     assert state_dicts_equal(_weights(tmp_path / "cut"), _weights(tmp_path / "full"))
 
 
-CLI_TINY = ["--d-model", "32", "--layers", "1", "--heads", "2", "--batch-size", "4", "--block-size", "32",
-            "--eval-batches", "2", "--no-progress", "--steps", "2", "--eval-every", "2"]
+CLI_TINY = [
+    "--d-model",
+    "32",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--batch-size",
+    "4",
+    "--block-size",
+    "32",
+    "--eval-batches",
+    "2",
+    "--no-progress",
+    "--steps",
+    "2",
+    "--eval-every",
+    "2",
+]
 
 
 @pytest.mark.e2e
@@ -153,14 +197,23 @@ def test_refusals_are_one_line_and_write_nothing(small_text, tmp_path, capsys):
         assert_one_line_exit_2(capsys, [*into_encoder, *args], needle)
         assert not new.exists()
     code, _, err = run_cli(capsys, *into_encoder, source, "--preset", "bert")
-    assert code == 2 and "missing" in err and "(model (" in err and "preset gpt2" in err  # names a key, its shape, the source's layout
+    assert (
+        code == 2 and "missing" in err and "(model (" in err and "preset gpt2" in err
+    )  # names a key, its shape, the source's layout
     code, _, err = run_cli(capsys, *into_encoder, source, "--preset", "gpt2", "--d-model", "64")
     assert code == 2 and "checkpoint (" in err and "vs model (" in err  # both shapes
 
     assert run_cli(capsys, *into_encoder, source, "--preset", "gpt2")[0] == 0
     before = files_in(new)
-    assert_one_line_exit_2(capsys, [*into_encoder, unfinished, "--preset", "gpt2", "--resume", "--steps", "4"],
-                           "cannot change --init-from")
+    assert_one_line_exit_2(
+        capsys, [*into_encoder, unfinished, "--preset", "gpt2", "--resume", "--steps", "4"], "cannot change --init-from"
+    )
     assert files_in(new) == before
-    assert json.loads(run_cli(capsys, *common, "--family", "encoder", "--preset", "gpt2", "--out", new,
-                              "--resume", "--steps", "4")[1].splitlines()[-1])["tokens_seen_total"] > 0
+    assert (
+        json.loads(
+            run_cli(
+                capsys, *common, "--family", "encoder", "--preset", "gpt2", "--out", new, "--resume", "--steps", "4"
+            )[1].splitlines()[-1]
+        )["tokens_seen_total"]
+        > 0
+    )

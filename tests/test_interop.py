@@ -59,23 +59,58 @@ def untied_t5(**options):
     return model
 
 
-BERT_SIZES = {"vocab_size": V, "hidden_size": D, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "intermediate_size": 64, "max_position_embeddings": 16}
-T5_SIZES = {"vocab_size": V, "d_model": D, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4,
-                "relative_attention_num_buckets": 8, "relative_attention_max_distance": 16}
+BERT_SIZES = {
+    "vocab_size": V,
+    "hidden_size": D,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 64,
+    "max_position_embeddings": 16,
+}
+T5_SIZES = {
+    "vocab_size": V,
+    "d_model": D,
+    "d_kv": 8,
+    "d_ff": 64,
+    "num_layers": 2,
+    "num_heads": 4,
+    "relative_attention_num_buckets": 8,
+    "relative_attention_max_distance": 16,
+}
 HF_MODELS = {  # name: (builder, seq2seq)
     "bert": (lambda: tf.BertForMaskedLM(tf.BertConfig(**BERT_SIZES)), False),
-    "electra-discriminator": (lambda: tf.ElectraForPreTraining(tf.ElectraConfig(embedding_size=D, **BERT_SIZES)),
-                              False),
+    "electra-discriminator": (
+        lambda: tf.ElectraForPreTraining(tf.ElectraConfig(embedding_size=D, **BERT_SIZES)),
+        False,
+    ),
     "electra-generator": (lambda: tf.ElectraForMaskedLM(tf.ElectraConfig(embedding_size=D, **BERT_SIZES)), False),
-    "gpt2": (lambda: tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=V, n_embd=D, n_layer=2, n_head=4, n_positions=16,
-                                                       bos_token_id=0, eos_token_id=0)), False),
+    "gpt2": (
+        lambda: tf.GPT2LMHeadModel(
+            tf.GPT2Config(vocab_size=V, n_embd=D, n_layer=2, n_head=4, n_positions=16, bos_token_id=0, eos_token_id=0)
+        ),
+        False,
+    ),
     "t5": (lambda: tf.T5ForConditionalGeneration(tf.T5Config(**T5_SIZES)), True),
-    "t5.1.1": (lambda: untied_t5(feed_forward_proj="gated-gelu", num_decoder_layers=3, tie_word_embeddings=False),
-               True),
-    "bart": (lambda: tf.BartForConditionalGeneration(tf.BartConfig(
-        vocab_size=V, d_model=D, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=16)), True),
+    "t5.1.1": (
+        lambda: untied_t5(feed_forward_proj="gated-gelu", num_decoder_layers=3, tie_word_embeddings=False),
+        True,
+    ),
+    "bart": (
+        lambda: tf.BartForConditionalGeneration(
+            tf.BartConfig(
+                vocab_size=V,
+                d_model=D,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=4,
+                decoder_attention_heads=4,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                max_position_embeddings=16,
+            )
+        ),
+        True,
+    ),
 }
 
 
@@ -91,7 +126,7 @@ def test_import_matches_hf_logits_with_padding(name):
     if name == "gpt2":  # the positions a causal LM is read at: the real tokens
         assert (got - expected).abs()[MASK.bool()].max() <= ATOL
     if name == "t5":
-        assert ours.cfg.tie_embeddings and ours.cfg.lm_head_input_scale == pytest.approx(D ** -0.5)
+        assert ours.cfg.tie_embeddings and ours.cfg.lm_head_input_scale == pytest.approx(D**-0.5)
     if name == "t5.1.1":
         assert not ours.cfg.tie_embeddings and ours.cfg.lm_head_input_scale == 1.0 and ours.cfg.gated_ffn
 
@@ -121,14 +156,22 @@ EXPORTS = {  # name: (maskwise model, Auto class, HF class)
     "electra": (lambda: build_model(preset("electra", **SMALL)), "AutoModelForMaskedLM", "ElectraForMaskedLM"),
     "electra-discriminator": (
         lambda: Discriminator(preset("electra", **SMALL, lm_head_transform=False, lm_head_bias=False)),
-        "AutoModelForPreTraining", "ElectraForPreTraining"),
+        "AutoModelForPreTraining",
+        "ElectraForPreTraining",
+    ),
     "gpt2": (lambda: build_model(preset("gpt2", **SMALL)), "AutoModelForCausalLM", "GPT2LMHeadModel"),
     # GPT2Config.activation_function takes any activation, so this is still exactly GPT-2
-    "gpt2-relu-untied": (lambda: build_model(preset("gpt2", **SMALL, activation="relu", tie_embeddings=False)),
-                         "AutoModelForCausalLM", "GPT2LMHeadModel"),
+    "gpt2-relu-untied": (
+        lambda: build_model(preset("gpt2", **SMALL, activation="relu", tie_embeddings=False)),
+        "AutoModelForCausalLM",
+        "GPT2LMHeadModel",
+    ),
     "t5": (lambda: build_model(preset("t5", **SMALL)), "AutoModelForSeq2SeqLM", "T5ForConditionalGeneration"),
-    "t5.1.1": (lambda: build_model(preset("t5.1.1", **SMALL, n_decoder_layers=3)), "AutoModelForSeq2SeqLM",
-               "T5ForConditionalGeneration"),
+    "t5.1.1": (
+        lambda: build_model(preset("t5.1.1", **SMALL, n_decoder_layers=3)),
+        "AutoModelForSeq2SeqLM",
+        "T5ForConditionalGeneration",
+    ),
     "bart": (lambda: build_model(preset("bart", **SMALL)), "AutoModelForSeq2SeqLM", "BartForConditionalGeneration"),
 }
 
@@ -139,8 +182,9 @@ def test_export_loads_in_transformers_and_round_trips(name, tmp_path, tiny_token
     build, auto, class_name = EXPORTS[name]
     ours = randomized(build())
     seq2seq = ours.cfg.family == "encoder-decoder"
-    out = export_hf(ours, tmp_path / "hf", tokenizer=tiny_tokenizer,
-                    architecture="electra" if name == "electra" else None)
+    out = export_hf(
+        ours, tmp_path / "hf", tokenizer=tiny_tokenizer, architecture="electra" if name == "electra" else None
+    )
     hf, info = getattr(tf, auto).from_pretrained(out, output_loading_info=True)
     assert type(hf).__name__ == class_name
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
@@ -162,16 +206,19 @@ def test_exported_tokenizer_loads_and_frames_like_pretraining(tmp_path, tiny_tok
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("cfg, problem", [
-    (preset("modern", **SMALL, family="encoder"), "LlamaForCausalLM is causal-only"),
-    (preset("gpt2", **SMALL, gated_ffn=True), "gated_ffn"),
-    (preset("gpt2", **SMALL, position="rope"), "position"),
-    (preset("t5", **SMALL, norm="layernorm"), "norm"),
-    (preset("t5", **SMALL, gated_ffn=True, activation="gelu"), "gated-gelu"),
-    (preset("bart", **SMALL, pre_norm=True), "pre_norm"),
-    (preset("bert", **SMALL, lm_head_transform=False), "lm_head_transform"),
-    (preset("bert", **SMALL, d_head=16), "d_head"),
-])
+@pytest.mark.parametrize(
+    "cfg, problem",
+    [
+        (preset("modern", **SMALL, family="encoder"), "LlamaForCausalLM is causal-only"),
+        (preset("gpt2", **SMALL, gated_ffn=True), "gated_ffn"),
+        (preset("gpt2", **SMALL, position="rope"), "position"),
+        (preset("t5", **SMALL, norm="layernorm"), "norm"),
+        (preset("t5", **SMALL, gated_ffn=True, activation="gelu"), "gated-gelu"),
+        (preset("bart", **SMALL, pre_norm=True), "pre_norm"),
+        (preset("bert", **SMALL, lm_head_transform=False), "lm_head_transform"),
+        (preset("bert", **SMALL, d_head=16), "d_head"),
+    ],
+)
 def test_export_names_the_setting_without_hf_equivalent(cfg, problem, tmp_path):
     with pytest.raises(UserError, match="no HF equivalent") as error:
         export_hf(build_model(cfg), tmp_path / "out")
@@ -199,17 +246,45 @@ def test_export_refuses_to_overwrite_unless_asked(tmp_path):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("build, problem", [
-    (lambda: tf.BertForMaskedLM(tf.BertConfig(**BERT_SIZES, position_embedding_type="relative_key")),
-     "position_embedding_type"),
-    (lambda: tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=V, n_embd=D, n_layer=1, n_head=4, bos_token_id=0,
-                                              eos_token_id=0, scale_attn_by_inverse_layer_idx=True)),
-     "scale_attn_by_inverse_layer_idx"),
-    (lambda: tf.BertForMaskedLM(tf.BertConfig(**{**BERT_SIZES, "hidden_act": "gelu_fast"})), "gelu_fast"),
-    (lambda: tf.BartForConditionalGeneration(tf.BartConfig(
-        vocab_size=V, d_model=D, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
-        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64)), "decoder_attention_heads"),
-])
+@pytest.mark.parametrize(
+    "build, problem",
+    [
+        (
+            lambda: tf.BertForMaskedLM(tf.BertConfig(**BERT_SIZES, position_embedding_type="relative_key")),
+            "position_embedding_type",
+        ),
+        (
+            lambda: tf.GPT2LMHeadModel(
+                tf.GPT2Config(
+                    vocab_size=V,
+                    n_embd=D,
+                    n_layer=1,
+                    n_head=4,
+                    bos_token_id=0,
+                    eos_token_id=0,
+                    scale_attn_by_inverse_layer_idx=True,
+                )
+            ),
+            "scale_attn_by_inverse_layer_idx",
+        ),
+        (lambda: tf.BertForMaskedLM(tf.BertConfig(**{**BERT_SIZES, "hidden_act": "gelu_fast"})), "gelu_fast"),
+        (
+            lambda: tf.BartForConditionalGeneration(
+                tf.BartConfig(
+                    vocab_size=V,
+                    d_model=D,
+                    encoder_layers=1,
+                    decoder_layers=1,
+                    encoder_attention_heads=4,
+                    decoder_attention_heads=2,
+                    encoder_ffn_dim=64,
+                    decoder_ffn_dim=64,
+                )
+            ),
+            "decoder_attention_heads",
+        ),
+    ],
+)
 def test_import_rejects_unsupported_options(build, problem):
     with pytest.raises(UserError, match=problem) as error:
         import_hf(build())
@@ -230,12 +305,20 @@ def _edit_weights(folder, edit):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("edit, problem", [
-    (lambda t: t.pop("bert.encoder.layer.1.attention.self.key.weight"),
-     "missing key bert.encoder.layer.1.attention.self.key.weight"),
-    (lambda t: t.update({"bert.encoder.layer.0.intermediate.dense.weight": torch.zeros(48, D)}), "has shape (48, 32)"),
-    (lambda t: t.update({"bert.encoder.layer.0.attention.self.rotary.weight": torch.zeros(2)}), "unexpected key"),
-])
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (
+            lambda t: t.pop("bert.encoder.layer.1.attention.self.key.weight"),
+            "missing key bert.encoder.layer.1.attention.self.key.weight",
+        ),
+        (
+            lambda t: t.update({"bert.encoder.layer.0.intermediate.dense.weight": torch.zeros(48, D)}),
+            "has shape (48, 32)",
+        ),
+        (lambda t: t.update({"bert.encoder.layer.0.attention.self.rotary.weight": torch.zeros(2)}), "unexpected key"),
+    ],
+)
 def test_import_names_missing_wrong_and_unexpected_keys(bert_folder, edit, problem):
     folder, _ = bert_folder
     _edit_weights(folder, edit)
@@ -315,8 +398,9 @@ def test_minilm_matches_sentence_transformers_recipe():
     reference = []
     with torch.no_grad():
         for start in range(0, len(texts), 8):
-            batch = tokenizer(texts[start:start + 8], padding=True, truncation=True, max_length=256,
-                              return_tensors="pt")
+            batch = tokenizer(
+                texts[start : start + 8], padding=True, truncation=True, max_length=256, return_tensors="pt"
+            )
             hidden = bert(**batch).last_hidden_state
             weights = batch["attention_mask"][..., None].float()
             reference.append(torch.nn.functional.normalize((hidden * weights).sum(1) / weights.sum(1), dim=-1))
@@ -332,15 +416,17 @@ def test_a_task_reads_minilm_texts_framed_as_hf_bert_fine_tunes_read_them(tiny_t
     model, tokenizer = load(package.get_model_path())
     words = TaggedText(("Hello", "world", "again"), ("A", "B", "C"), (" ", " ", ""))
     hf = tf.AutoTokenizer.from_pretrained(package.get_model_path())
-    assert encode_texts(tokenizer, ["Hello world again"], "encoder", 16)[0].tolist() == [hf("Hello world again")[
-        "input_ids"]]  # [CLS] x [SEP], as it was pretrained and as HF's Trainer fine-tunes it
+    assert encode_texts(tokenizer, ["Hello world again"], "encoder", 16)[0].tolist() == [
+        hf("Hello world again")["input_ids"]
+    ]  # [CLS] x [SEP], as it was pretrained and as HF's Trainer fine-tunes it
     assert encode_texts(tokenizer, ["Hello world again"], "encoder", 3)[0].tolist() == [[101, 7592, 102]]  # cut, closed
     ids, positions = word_positions(tokenizer, words, "encoder", 16, read_out="first")
     assert ids == hf("Hello world again")["input_ids"] and positions == [1, 2, 3]
     # maskwise's own tokenizers frame nothing of their own: an encoder pretrained here reads [CLS] x (MLM's framing)
     assert not tiny_tokenizer.closes_with_sep
-    assert encode_texts(tiny_tokenizer, ["ab"], "encoder", 8)[0].tolist() == [[tiny_tokenizer.cls_id,
-                                                                               *tiny_tokenizer.encode("ab")]]
+    assert encode_texts(tiny_tokenizer, ["ab"], "encoder", 8)[0].tolist() == [
+        [tiny_tokenizer.cls_id, *tiny_tokenizer.encode("ab")]
+    ]
 
 
 @pytest.mark.integration
@@ -364,7 +450,6 @@ def test_embeddings_do_not_depend_on_batching_or_order(name, tmp_path, tiny_toke
     np.testing.assert_allclose(raw / np.linalg.norm(raw, axis=1, keepdims=True), batched, atol=1e-5)
 
 
-
 @pytest.mark.integration
 def test_embed_texts_loads_a_folder_once_until_it_changes(tmp_path, tiny_tokenizer, monkeypatch):
     run = make_run(tmp_path / "run", randomized(build_model(preset("bert", **SMALL))), tiny_tokenizer, "bert")
@@ -378,6 +463,7 @@ def test_embed_texts_loads_a_folder_once_until_it_changes(tmp_path, tiny_tokeniz
     embed_texts(run, ["w1 w2"])
     assert len(loads) == 2
 
+
 # ---- CLI ----------------------------------------------------------------------------------------
 
 
@@ -390,9 +476,33 @@ def run_cli(args, capsys):
 @pytest.mark.e2e
 def test_cli_export_of_a_trained_run_loads_in_transformers(small_text, tmp_path, capsys):
     run, out = tmp_path / "run", tmp_path / "hf"
-    code, _, err = run_cli(["pretrain", "--family", "encoder", "--data", small_text, "--steps", 2, "--out", run,
-                            "--d-model", 32, "--layers", 1, "--heads", 2, "--batch-size", 4, "--block-size", 32,
-                            "--eval-batches", 1, "--no-progress"], capsys)
+    code, _, err = run_cli(
+        [
+            "pretrain",
+            "--family",
+            "encoder",
+            "--data",
+            small_text,
+            "--steps",
+            2,
+            "--out",
+            run,
+            "--d-model",
+            32,
+            "--layers",
+            1,
+            "--heads",
+            2,
+            "--batch-size",
+            4,
+            "--block-size",
+            32,
+            "--eval-batches",
+            1,
+            "--no-progress",
+        ],
+        capsys,
+    )
     assert code == 0, err
     code, printed, err = run_cli(["export", run, "--to", "hf", out], capsys)
     assert code == 0, err
@@ -400,8 +510,7 @@ def test_cli_export_of_a_trained_run_loads_in_transformers(small_text, tmp_path,
 
     trained, tokenizer = load(run)
     hf = tf.AutoModelForMaskedLM.from_pretrained(out).eval()
-    batch = tf.AutoTokenizer.from_pretrained(out)(["To be, or not to be", "that is"], padding=True,
-                                                  return_tensors="pt")
+    batch = tf.AutoTokenizer.from_pretrained(out)(["To be, or not to be", "that is"], padding=True, return_tensors="pt")
     assert batch["input_ids"][0, 0] == tokenizer.cls_id
     with torch.no_grad():
         expected = hf(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
@@ -422,8 +531,9 @@ def test_cli_embed(tmp_path, tiny_tokenizer, capsys):
     lines = tmp_path / "lines.txt"
     lines.write_text("w1 w2\nw3\n\nw4 w5 w6\n", encoding="utf-8")
     output = tmp_path / "emb.npy"
-    code, printed, err = run_cli(["embed", "--model", run, "--input", lines, "--output", output,
-                                  "--batch-size", 2], capsys)
+    code, printed, err = run_cli(
+        ["embed", "--model", run, "--input", lines, "--output", output, "--batch-size", 2], capsys
+    )
     assert code == 0, err
     assert "4 lines" in printed and printed.count("\n") == 1
     vectors = np.load(output)

@@ -27,8 +27,15 @@ V, D, E = 64, 64, 32
 ATOL = 1e-5
 IDS = torch.randint(7, V, (3, 7), generator=torch.Generator().manual_seed(5))
 MASK = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
-SIZES = {"vocab_size": V, "hidden_size": D, "embedding_size": E, "num_hidden_layers": 2, "num_attention_heads": 4,
-         "intermediate_size": 128, "max_position_embeddings": 16}
+SIZES = {
+    "vocab_size": V,
+    "hidden_size": D,
+    "embedding_size": E,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 128,
+    "max_position_embeddings": 16,
+}
 SMALL = {"vocab_size": V, "d_model": D, "embedding_size": E, "n_heads": 4, "n_layers": 2, "max_seq_len": 16}
 
 
@@ -69,8 +76,9 @@ def test_maskwise_factorised_encoder_exports_as_electra_without_being_asked(tmp_
     hf = tf.AutoModelForMaskedLM.from_pretrained(out).eval()
     assert type(hf).__name__ == "ElectraForMaskedLM" and hf.config.embedding_size == E
     with torch.no_grad():
-        torch.testing.assert_close(hf(input_ids=IDS, attention_mask=MASK).logits, ours(IDS, MASK).logits,
-                                   atol=ATOL, rtol=0)
+        torch.testing.assert_close(
+            hf(input_ids=IDS, attention_mask=MASK).logits, ours(IDS, MASK).logits, atol=ATOL, rtol=0
+        )
 
 
 @pytest.mark.integration
@@ -78,8 +86,9 @@ def test_base_electra_model_gives_hidden_states_and_names_its_missing_projection
     hf = randomized(tf.ElectraModel(tf.ElectraConfig(**SIZES)))
     ours = import_hf(hf)
     with torch.no_grad():
-        torch.testing.assert_close(ours.hidden_states(IDS, MASK), hf(input_ids=IDS, attention_mask=MASK)
-                                   .last_hidden_state, atol=ATOL, rtol=0)
+        torch.testing.assert_close(
+            ours.hidden_states(IDS, MASK), hf(input_ids=IDS, attention_mask=MASK).last_hidden_state, atol=ATOL, rtol=0
+        )
         with pytest.raises(ValueError, match="no vocabulary projection"):
             ours(IDS, MASK)
 
@@ -103,8 +112,7 @@ def test_embedding_size_setting_is_checked_and_defaults_to_no_projection():
         with pytest.raises(UserError, match=problem):
             ModelConfig.from_dict({"embedding_size": bad})
     plain = build_model(preset("bert", vocab_size=V, d_model=D, n_heads=4, n_layers=1, max_seq_len=16))
-    same = build_model(preset("bert", vocab_size=V, d_model=D, n_heads=4, n_layers=1, max_seq_len=16,
-                              embedding_size=D))
+    same = build_model(preset("bert", vocab_size=V, d_model=D, n_heads=4, n_layers=1, max_seq_len=16, embedding_size=D))
     assert plain.state_dict().keys() == same.state_dict().keys()
     assert not any("embedding_project" in key for key in plain.state_dict())
 

@@ -40,8 +40,14 @@ tf = pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.integration
 
-V, D, IDS, MASK, SMALL, LLAMA_SIZES = (DECODER_VOCAB, DECODER_WIDTH, DECODER_IDS, DECODER_MASK, DECODER_SIZES,
-                                      HF_DECODER_SIZES)
+V, D, IDS, MASK, SMALL, LLAMA_SIZES = (
+    DECODER_VOCAB,
+    DECODER_WIDTH,
+    DECODER_IDS,
+    DECODER_MASK,
+    DECODER_SIZES,
+    HF_DECODER_SIZES,
+)
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +61,12 @@ HF_LLAMAS = {  # name: LlamaConfig options
     "biases-and-wide-heads": {"attention_bias": True, "mlp_bias": True, "head_dim": 16},
     # grouped-query attention: 2 key/value heads for 4 query heads; multi-query: 1 for all 4
     "grouped-query": {"num_key_value_heads": 2},
-    "multi-query-biases-and-wide-heads": {"num_key_value_heads": 1, "attention_bias": True, "mlp_bias": True,
-                                          "head_dim": 16},
+    "multi-query-biases-and-wide-heads": {
+        "num_key_value_heads": 1,
+        "attention_bias": True,
+        "mlp_bias": True,
+        "head_dim": 16,
+    },
 }
 
 
@@ -120,12 +130,15 @@ def test_text_generation_pipeline_greedy_matches_maskwise(kv_heads, tmp_path, wo
     hf_ids = pipe(prompt, max_new_tokens=8, do_sample=False, return_tensors=True)[0]["generated_token_ids"]
 
     prompt_ids = word_tokenizer.encode(prompt)
-    expected = generate(ours, [prompt_ids], GenerationConfig(max_new_tokens=8), word_tokenizer.eos_id,
-                        word_tokenizer.pad_id).tokens[0]
-    assert hf_ids[:len(prompt_ids)] == prompt_ids
-    assert hf_ids[len(prompt_ids):] == expected and len(expected) >= 2
+    expected = generate(
+        ours, [prompt_ids], GenerationConfig(max_new_tokens=8), word_tokenizer.eos_id, word_tokenizer.pad_id
+    ).tokens[0]
+    assert hf_ids[: len(prompt_ids)] == prompt_ids
+    assert hf_ids[len(prompt_ids) :] == expected and len(expected) >= 2
     text = pipe(prompt, max_new_tokens=8, do_sample=False, return_full_text=False)[0]["generated_text"]
-    assert text.lstrip() == word_tokenizer.decode(expected)  # transformers 4.46 keeps the separating space (5.x does not)
+    assert text.lstrip() == word_tokenizer.decode(
+        expected
+    )  # transformers 4.46 keeps the separating space (5.x does not)
 
 
 def test_older_config_with_top_level_rope_theta(tmp_path):
@@ -138,12 +151,15 @@ def test_older_config_with_top_level_rope_theta(tmp_path):
     assert back.cfg.rope_theta == 250.0 and state_dicts_equal(back.state_dict(), ours.state_dict())
 
 
-@pytest.mark.parametrize("options, problem", [
-    ({"num_key_value_heads": 3}, "n_kv_heads 3 does not divide n_heads 4"),
-    ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}}, "rope_type 'linear'"),
-    ({"attention_bias": True}, "one bias setting"),
-    ({"hidden_act": "gelu_fast"}, "gelu_fast"),
-])
+@pytest.mark.parametrize(
+    "options, problem",
+    [
+        ({"num_key_value_heads": 3}, "n_kv_heads 3 does not divide n_heads 4"),
+        ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}}, "rope_type 'linear'"),
+        ({"attention_bias": True}, "one bias setting"),
+        ({"hidden_act": "gelu_fast"}, "gelu_fast"),
+    ],
+)
 def test_llama_import_rejects_what_maskwise_cannot_compute(options, problem):
     with pytest.raises(UserError, match=problem) as error:
         import_hf(tf.LlamaForCausalLM(tf.LlamaConfig(**LLAMA_SIZES, **options)))
@@ -166,11 +182,14 @@ def test_cli_exports_a_modern_decoder_run_as_llama_and_refuses_a_modern_encoder(
     assert not (tmp_path / "refused").exists()
 
 
-@pytest.mark.parametrize("settings, problem", [
-    ({"position": "learned"}, "position='learned'"),
-    ({"norm": "layernorm"}, "norm='layernorm'"),
-    ({"embedding_size": 16}, "embedding_size=16"),
-])
+@pytest.mark.parametrize(
+    "settings, problem",
+    [
+        ({"position": "learned"}, "position='learned'"),
+        ({"norm": "layernorm"}, "norm='layernorm'"),
+        ({"embedding_size": 16}, "embedding_size=16"),
+    ],
+)
 def test_inexact_modern_decoder_names_the_setting_against_llama(settings, problem, tmp_path):
     with pytest.raises(UserError, match="closest is LlamaForCausalLM") as error:
         export_hf(build_model(preset("modern", **SMALL, **settings)), tmp_path / "out")

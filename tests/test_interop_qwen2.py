@@ -41,18 +41,30 @@ tf = pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.integration
 
-V, D, IDS, MASK, SMALL, QWEN2_SIZES = (DECODER_VOCAB, DECODER_WIDTH, DECODER_IDS, DECODER_MASK, DECODER_SIZES,
-                                      HF_DECODER_SIZES)
+V, D, IDS, MASK, SMALL, QWEN2_SIZES = (
+    DECODER_VOCAB,
+    DECODER_WIDTH,
+    DECODER_IDS,
+    DECODER_MASK,
+    DECODER_SIZES,
+    HF_DECODER_SIZES,
+)
 
 # Qwen2's attention reads a head_dim other than hidden_size / heads from transformers 4.48 on (4.46 has none).
-WIDE_HEADS = pytest.mark.skipif(tuple(int(part) for part in tf.__version__.split(".")[:2]) < (4, 48),
-                                reason="Qwen2 has no head_dim before transformers 4.48")
+WIDE_HEADS = pytest.mark.skipif(
+    tuple(int(part) for part in tf.__version__.split(".")[:2]) < (4, 48),
+    reason="Qwen2 has no head_dim before transformers 4.48",
+)
 HF_QWEN2S = {  # name: Qwen2Config options
     "grouped-query": {"num_key_value_heads": 2, "rope_theta": 500.0, "rms_norm_eps": 1e-5},
     "multi-head-tied": {"num_key_value_heads": 4, "tie_word_embeddings": True},
     "multi-query-wide-heads": {"num_key_value_heads": 1, "head_dim": 16},
-    "sliding-window-beyond-the-context": {"num_key_value_heads": 2, "use_sliding_window": True, "sliding_window": 32,
-                                          "max_window_layers": 1},
+    "sliding-window-beyond-the-context": {
+        "num_key_value_heads": 2,
+        "use_sliding_window": True,
+        "sliding_window": 32,
+        "max_window_layers": 1,
+    },
 }
 
 
@@ -69,8 +81,10 @@ def qwen2_folder(folder, seed=0, **options):
     return hf
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=WIDE_HEADS) if "head_dim" in options else name
-                                  for name, options in HF_QWEN2S.items()])
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(name, marks=WIDE_HEADS) if "head_dim" in options else name for name, options in HF_QWEN2S.items()],
+)
 def test_qwen2_folder_imports_with_hf_logits_under_padding(name, tmp_path):
     options = HF_QWEN2S[name]
     hf = qwen2_folder(tmp_path, **options)
@@ -108,9 +122,14 @@ def test_qwen2_greedy_generation_equals_hf_generate(kv_heads, tmp_path):
     ours_tokens = generate(ours, prompts, config, eos_id=None, pad_id=0).tokens
     for prompt, tokens in zip(prompts, ours_tokens):
         with torch.no_grad():
-            hf_ids = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                                 max_new_tokens=8, do_sample=False, pad_token_id=0)[0].tolist()
-        assert hf_ids[:len(prompt)] == prompt and hf_ids[len(prompt):] == tokens
+            hf_ids = hf.generate(
+                torch.tensor([prompt]),
+                attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                max_new_tokens=8,
+                do_sample=False,
+                pad_token_id=0,
+            )[0].tolist()
+        assert hf_ids[: len(prompt)] == prompt and hf_ids[len(prompt) :] == tokens
     assert len({token for row in ours_tokens for token in row}) >= 3  # not one token repeated
 
 
@@ -121,8 +140,13 @@ MODERN_QWEN2S = {  # name: maskwise settings on top of the modern preset, Qwen2'
 }
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=WIDE_HEADS) if "d_head" in settings else name
-                                  for name, settings in MODERN_QWEN2S.items()])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=WIDE_HEADS) if "d_head" in settings else name
+        for name, settings in MODERN_QWEN2S.items()
+    ],
+)
 def test_modern_decoder_with_qkv_bias_exports_as_qwen2_and_round_trips(name, tmp_path, word_tokenizer):
     ours = randomized(build_model(preset("modern", **SMALL, qkv_bias=True, **MODERN_QWEN2S[name])))
     out = export_hf(ours, tmp_path / "hf", tokenizer=word_tokenizer)
@@ -145,12 +169,17 @@ def test_qwen2_folder_round_trips_through_maskwise_identically(tmp_path):
     assert state_dicts_equal(import_hf(out).state_dict(), ours.state_dict())
 
 
-@pytest.mark.parametrize("options, problem", [
-    ({"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1},
-     "use_sliding_window with sliding_window 4 < max_position_embeddings 32 \\(in 1 layer\\(s\\) from layer 1\\)"),
-    ({"rope_parameters": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 10000.0}}, "rope_type 'yarn'"),
-    ({"hidden_act": "gelu_fast"}, "gelu_fast"),
-])
+@pytest.mark.parametrize(
+    "options, problem",
+    [
+        (
+            {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1},
+            "use_sliding_window with sliding_window 4 < max_position_embeddings 32 \\(in 1 layer\\(s\\) from layer 1\\)",
+        ),
+        ({"rope_parameters": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 10000.0}}, "rope_type 'yarn'"),
+        ({"hidden_act": "gelu_fast"}, "gelu_fast"),
+    ],
+)
 def test_qwen2_import_refuses_what_maskwise_cannot_compute(options, problem):
     with pytest.raises(UserError, match=problem) as error:
         import_hf(tf.Qwen2ForCausalLM(tf.Qwen2Config(**QWEN2_SIZES, num_key_value_heads=2, **options)))

@@ -53,8 +53,9 @@ def texts():
 
 
 def random_model(tokenizer, name="bert", **overrides):
-    model = build_model(preset(name, vocab_size=tokenizer.vocab_size, d_model=32, n_heads=4, n_layers=2,
-                               max_seq_len=64, **overrides))
+    model = build_model(
+        preset(name, vocab_size=tokenizer.vocab_size, d_model=32, n_heads=4, n_layers=2, max_seq_len=64, **overrides)
+    )
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in model.parameters():
@@ -65,10 +66,17 @@ def random_model(tokenizer, name="bert", **overrides):
 def embed_run(folder, model, tokenizer, pooling, normalize=True, preset_name="bert"):
     """A run folder laid out as ``maskwise finetune embed`` writes one."""
     folder.mkdir()
-    task = {"kind": "embed", "base": "pretrained", "pooling": pooling, "normalize": normalize, "max_len": MAX_LEN,
-            "temperature": 0.05}
-    runs.write_json(folder / runs.CONFIG_FILE, {"model": model.cfg.to_dict(), "task": task,
-                                                "settings": {"preset": preset_name}})
+    task = {
+        "kind": "embed",
+        "base": "pretrained",
+        "pooling": pooling,
+        "normalize": normalize,
+        "max_len": MAX_LEN,
+        "temperature": 0.05,
+    }
+    runs.write_json(
+        folder / runs.CONFIG_FILE, {"model": model.cfg.to_dict(), "task": task, "settings": {"preset": preset_name}}
+    )
     runs.save_weights(model, folder / runs.MODEL_FILE)
     tokenizer.save(folder / runs.TOKENIZER_FILE)
     return folder
@@ -109,19 +117,27 @@ def test_export_encodes_in_sentence_transformers_as_maskwise_embeds(st, tokenize
     # The framing and the truncation are maskwise's: [CLS] x, at most MAX_LEN ids with the [CLS].
     assert loaded.max_seq_length == MAX_LEN
     framed = loaded.tokenizer(texts, truncation=True, max_length=loaded.max_seq_length)["input_ids"]
-    assert framed == [[tokenizer.cls_id, *ids[:MAX_LEN - 1]] for ids in tokenizer.encode_batch(texts)]
+    assert framed == [[tokenizer.cls_id, *ids[: MAX_LEN - 1]] for ids in tokenizer.encode_batch(texts)]
     assert len(framed[-1]) == MAX_LEN and len(framed[-2]) < MAX_LEN
 
 
 @pytest.mark.e2e
 def test_export_refuses_runs_it_cannot_represent_and_guards_out(tokenizer, tmp_path, capsys):
     bert = embed_run(tmp_path / "bert", random_model(tokenizer), tokenizer, "mean")
-    modern = embed_run(tmp_path / "modern", random_model(tokenizer, "modern", family="encoder"), tokenizer, "mean",
-                       preset_name="modern")  # RoPE, RMSNorm, SwiGLU: no HF encoder computes that
+    modern = embed_run(
+        tmp_path / "modern",
+        random_model(tokenizer, "modern", family="encoder"),
+        tokenizer,
+        "mean",
+        preset_name="modern",
+    )  # RoPE, RMSNorm, SwiGLU: no HF encoder computes that
     gpt2 = embed_run(tmp_path / "gpt2", random_model(tokenizer, "gpt2"), tokenizer, "last", preset_name="gpt2")
     out = tmp_path / "out"
-    for run, problem in [(modern, "no HF equivalent"), (gpt2, "takes encoder runs"),
-                         (tmp_path / "nothing", "not a maskwise run folder")]:
+    for run, problem in [
+        (modern, "no HF equivalent"),
+        (gpt2, "takes encoder runs"),
+        (tmp_path / "nothing", "not a maskwise run folder"),
+    ]:
         code, _, err = cli(capsys, "export", run, "--to", "sentence-transformers", out)
         assert code == 2 and problem in err and err.count("\n") == 1, err
         assert not out.exists()
@@ -140,13 +156,28 @@ def st_folder(st, tokenizer, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("st-made")
     backend = tokenizer.backend.__class__.from_str(tokenizer.backend.to_str())
-    backend.post_processor = TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[
-        ("[CLS]", tokenizer.cls_id), ("[SEP]", tokenizer.sep_id)])
-    hf_tokenizer = tf.PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]",
-                                              cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+    backend.post_processor = TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", tokenizer.cls_id), ("[SEP]", tokenizer.sep_id)]
+    )
+    hf_tokenizer = tf.PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
     torch.manual_seed(0)
-    bert = tf.BertModel(tf.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                                      num_attention_heads=4, intermediate_size=64, max_position_embeddings=64))
+    bert = tf.BertModel(
+        tf.BertConfig(
+            vocab_size=tokenizer.vocab_size,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=64,
+        )
+    )
     with torch.no_grad():
         for p in bert.parameters():
             p.normal_(0, 0.2)
@@ -181,7 +212,6 @@ def test_sentence_transformers_folders_embed_in_maskwise_as_they_encode(st, st_f
     assert cosines(np.load(tmp_path / "max.npy"), theirs).min() >= 0.99999
 
 
-
 @pytest.mark.integration
 @pytest.mark.slow
 def test_a_six_x_folder_with_two_poolings_and_pre_6_settings_embeds_as_it_encodes(st, st_folder, texts, tmp_path):
@@ -195,8 +225,9 @@ def test_a_six_x_folder_with_two_poolings_and_pre_6_settings_embeds_as_it_encode
         if item.is_file():
             (variant / item.name).write_bytes(item.read_bytes())
     (variant / "1_Pooling").mkdir()
-    (variant / "1_Pooling" / "config.json").write_text(json.dumps(
-        {"embedding_dimension": 32, "pooling_mode": ["mean_sqrt_len_tokens", "cls"]}))
+    (variant / "1_Pooling" / "config.json").write_text(
+        json.dumps({"embedding_dimension": 32, "pooling_mode": ["mean_sqrt_len_tokens", "cls"]})
+    )
     (variant / "modules.json").write_text(json.dumps(json.loads((variant / "modules.json").read_text())[:2]))
     rewrite(variant / "sentence_bert_config.json", max_seq_length=12, do_lower_case=True)
     theirs = st.SentenceTransformer(str(variant), device="cpu").encode(texts, batch_size=8)
@@ -221,14 +252,16 @@ def test_cli_embed_of_the_shipped_minilm_gives_sentence_transformers_vectors_und
     code, _, err = cli(capsys, "embed", "--model", "all-MiniLM-L6-v2", "--input", lines, "--output", tmp_path / "v.npy")
     assert code == 0, err
     theirs = st.SentenceTransformer(str(package.get_model_path()), device="cpu").encode(
-        lines.read_text(encoding="utf-8").splitlines(), batch_size=32)
+        lines.read_text(encoding="utf-8").splitlines(), batch_size=32
+    )
     assert cosines(np.load(tmp_path / "v.npy"), theirs).min() >= 0.99999
 
 
 @pytest.mark.e2e
 def test_sentence_transformers_folders_maskwise_cannot_read_fail_in_one_line(tokenizer, tmp_path, capsys):
-    good = export_sentence_transformers(embed_run(tmp_path / "run", random_model(tokenizer), tokenizer, "mean"),
-                                        tmp_path / "good")
+    good = export_sentence_transformers(
+        embed_run(tmp_path / "run", random_model(tokenizer), tokenizer, "mean"), tmp_path / "good"
+    )
     lines = tmp_path / "lines.txt"
     lines.write_text("To be, or not to be\n", encoding="utf-8")
     modules = json.loads((good / "modules.json").read_text())
@@ -236,11 +269,15 @@ def test_sentence_transformers_folders_maskwise_cannot_read_fail_in_one_line(tok
     cases = {
         "Dense": ("modules.json", [*modules, dense]),
         "weightedmean": ("1_Pooling/config.json", {"embedding_dimension": 32, "pooling_mode": "weightedmean"}),
-        "no pooling mode": ("1_Pooling/config.json", {"word_embedding_dimension": 32,
-                                                      "pooling_mode_mean_tokens": False}),
+        "no pooling mode": (
+            "1_Pooling/config.json",
+            {"word_embedding_dimension": 32, "pooling_mode_mean_tokens": False},
+        ),
         "Transformer -> Pooling": ("modules.json", [modules[0], modules[2], modules[1]]),
-        "default prompt": ("config_sentence_transformers.json", {"default_prompt_name": "query",
-                                                                 "prompts": {"query": "query: "}}),
+        "default prompt": (
+            "config_sentence_transformers.json",
+            {"default_prompt_name": "query", "prompts": {"query": "query: "}},
+        ),
         "SparseEncoder": ("config_sentence_transformers.json", {"model_type": "SparseEncoder"}),
     }
     for i, (problem, (name, content)) in enumerate(cases.items()):

@@ -62,8 +62,10 @@ def test_best_of_one_clear_winner_and_a_tie():
 
 def test_best_of_respects_lower_is_better():
     rng = random.Random(0)
-    loss = {"decoder": [[2.0 + 0.1 * rng.random() for _ in range(30)]],
-            "encoder": [[3.0 + 0.1 * rng.random() for _ in range(30)]]}
+    loss = {
+        "decoder": [[2.0 + 0.1 * rng.random() for _ in range(30)]],
+        "encoder": [[3.0 + 0.1 * rng.random() for _ in range(30)]],
+    }
     unigram = {f: [[3.3] * 30] for f in loss}
     assert best_of(loss, unigram, higher_is_better=False) == "decoder"
     assert best_of(loss, unigram, higher_is_better=True) == AT_CHANCE  # read the wrong way, nobody clears it

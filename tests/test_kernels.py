@@ -48,6 +48,7 @@ def _grads(out, inputs, grad_out):
 
 # --- off the CPU: torch's own kernels ------------------------------------------------------------
 
+
 @pytest.mark.parametrize("autocast", [False, True])
 def test_off_cpu_every_operation_is_torchs(calls, autocast):
     """Even under CPU autocast and with T5's bias, the conditions that pick the CPU paths."""
@@ -56,15 +57,20 @@ def test_off_cpu_every_operation_is_torchs(calls, autocast):
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         kernels.rms_norm(torch.empty(2, 5, 8, **meta), torch.empty(8, **meta), 1e-6)
         kernels.attention(q, q, q, build_mask("causal", 5, 5, device="meta"), None, 0.0, None)
-        kernels.attention(q, q, q, build_mask("bidirectional", 5, 5, device="meta"),
-                          torch.empty(1, 2, 5, 5, **meta), 0.0, 1.0)
+        kernels.attention(
+            q, q, q, build_mask("bidirectional", 5, 5, device="meta"), torch.empty(1, 2, 5, 5, **meta), 0.0, 1.0
+        )
         h, weight = torch.empty(6, 8, **meta), torch.empty(50, 8, **meta)
         loss = kernels.linear_cross_entropy(h, weight, None, torch.zeros(6, dtype=torch.long, **meta), IGNORE)
         assert kernels.decoding_split(weight, None) is None
         kernels.project(h, weight, None, None)
     assert loss.shape == () and loss.dtype == torch.float32
-    assert calls == ["F.rms_norm", "F.scaled_dot_product_attention", "F.scaled_dot_product_attention",
-                     "F.cross_entropy"]
+    assert calls == [
+        "F.rms_norm",
+        "F.scaled_dot_product_attention",
+        "F.scaled_dot_product_attention",
+        "F.cross_entropy",
+    ]
 
 
 @pytest.mark.parametrize("name", ["t5", "modern"])  # RMSNorm, T5's bias; RMSNorm, RoPE
@@ -79,6 +85,7 @@ def test_off_cpu_a_model_calls_no_cpu_implementation(calls, name):
 
 
 # --- on the CPU: the CPU implementations, equal to torch's ops -----------------------------------
+
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_rms_norm_on_cpu_is_the_cpu_backward_and_equals_torch(calls, dtype):
@@ -130,10 +137,13 @@ def test_attention_with_t5_bias_on_cpu_is_explicit_and_equals_sdpa(calls, autoca
         torch.testing.assert_close(a, b, **tol)
 
 
-@pytest.mark.parametrize("keys, expected_calls", [
-    (24, ["cpu.explicit_attention"]),
-    (cpu.EXPLICIT_ATTENTION_MAX_KEYS + 8, ["F.scaled_dot_product_attention"]),  # long: fp32 SDPA
-])
+@pytest.mark.parametrize(
+    "keys, expected_calls",
+    [
+        (24, ["cpu.explicit_attention"]),
+        (cpu.EXPLICIT_ATTENTION_MAX_KEYS + 8, ["F.scaled_dot_product_attention"]),  # long: fp32 SDPA
+    ],
+)
 def test_attention_under_cpu_autocast(calls, keys, expected_calls):
     q, k, v, grad_out = _attention_inputs(keys)
     mask = build_mask("causal", keys, keys)
@@ -185,8 +195,9 @@ def test_decoding_split_on_cpu_projects_as_f_linear(calls):
         assert calls == ["cpu.split_for_decoding"]
         assert split.weight.shape == (torch.get_num_threads(), 16, 64 // torch.get_num_threads())
         for x in (torch.randn(3, 16), torch.randn(2, 5, 16), torch.randn(1, 5, 16), torch.randn(1, 1, 16)):
-            torch.testing.assert_close(kernels.project(x, weight, with_bias, split), F.linear(x, weight, with_bias),
-                                       **FP32)
+            torch.testing.assert_close(
+                kernels.project(x, weight, with_bias, split), F.linear(x, weight, with_bias), **FP32
+            )
             assert calls[-1] == "cpu.split_project"
 
 
@@ -210,6 +221,8 @@ def test_gelu_tanh_in_bf16_on_cpu_is_within_the_gap_at_every_bf16_input():
     half_step = expected.abs().clamp_min(torch.finfo(torch.bfloat16).tiny) * 2.0**-8
     assert ((got - expected).abs() <= kernels.GELU_TANH_MAX_GAP + half_step).all()
     assert not torch.equal(got, F.gelu(x, approximate="tanh").double())  # the exact GELU, not the tanh form
-    wide = x[expected.abs() >= 0.125]  # where the gap is under half a step, rounding picks the same value or a neighbour
+    wide = x[
+        expected.abs() >= 0.125
+    ]  # where the gap is under half a step, rounding picks the same value or a neighbour
     steps = (kernels.gelu_tanh(wide).double() - _tanh_gelu_fp64(wide).to(torch.bfloat16).double()).abs()
     assert (steps <= _tanh_gelu_fp64(wide).abs() * 2.0**-7).all()

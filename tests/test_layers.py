@@ -41,8 +41,11 @@ def imports_against_the_layers(root: Path) -> list[str]:
                 names = [a.name for a in node.names]
             else:
                 continue
-            found += [f"{module} -> {name}" for name in names
-                      if here is not None and (there := layer_of(name)) is not None and there > here]
+            found += [
+                f"{module} -> {name}"
+                for name in names
+                if here is not None and (there := layer_of(name)) is not None and there > here
+            ]
     return found
 
 

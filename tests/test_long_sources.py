@@ -39,8 +39,11 @@ def tokenizer(small_text):
 
 def tiny(family: str, tokenizer, name: str = "modernbert", context: int = 32):
     torch.manual_seed(0)
-    return build_model(preset(name, vocab_size=tokenizer.vocab_size, d_model=32, n_layers=2, n_heads=2,
-                              max_seq_len=context, family=family))
+    return build_model(
+        preset(
+            name, vocab_size=tokenizer.vocab_size, d_model=32, n_layers=2, n_heads=2, max_seq_len=context, family=family
+        )
+    )
 
 
 @pytest.fixture
@@ -49,7 +52,7 @@ def long_task(tmp_path):
     rng = random.Random(0)
     rows = []
     for i in range(320):
-        source = " ".join(rng.choice(WORDS) for _ in range(40))[:40 + (i % 9) * 10].strip()
+        source = " ".join(rng.choice(WORDS) for _ in range(40))[: 40 + (i % 9) * 10].strip()
         rows.append({"source": source, "target": " ".join(source.split()[:2])})
     path = tmp_path / "long.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
@@ -59,8 +62,9 @@ def long_task(tmp_path):
 @pytest.mark.unit
 def test_rotary_positions_extend_and_a_learned_table_does_not(tokenizer):
     rotary, learned = tiny("decoder", tokenizer), tiny("decoder", tokenizer, "gpt2")
-    assert extend_context(rotary, 100) == 68 and all(m.cfg.max_seq_len == 100 for m in rotary.modules()
-                                                      if hasattr(m, "cfg"))
+    assert extend_context(rotary, 100) == 68 and all(
+        m.cfg.max_seq_len == 100 for m in rotary.modules() if hasattr(m, "cfg")
+    )
     rotary(torch.randint(10, 40, (1, 100)))  # reads 100 positions now
     assert extend_context(learned, 100) == 0 and learned.cfg.max_seq_len == 32
     assert extend_context(rotary, 50) == 0  # already holds it
@@ -87,23 +91,38 @@ def test_the_window_holds_the_longest_source_up_to_the_cap(long_task):
 def test_a_rotary_body_reads_every_source_whole_past_its_pretrained_context(tokenizer, long_task, family):
     seq2seq = TASKS["seq2seq"]
     cfg = seq2seq.configure(Seq2SeqConfig(steps=2, batch_size=4, progress=False), long_task, context=32)
-    record = run_task(cfg, tiny(family, tokenizer), tokenizer, resolve("cpu", "fp32"),
-                      seq2seq.run_data(long_task, cfg)).record
+    record = run_task(
+        cfg, tiny(family, tokenizer), tokenizer, resolve("cpu", "fp32"), seq2seq.run_data(long_task, cfg)
+    ).record
     assert record.chars_read == record.source_chars  # every character of every source
     target_room = 0 if family == "encoder-decoder" else cfg.max_target_len + 2
-    assert record.positions_past_pretrained == max(map(len, tokenizer.encode_batch(
-        [e.source for e in [*long_task.train, *long_task.test]]))) + target_room - 32
+    assert (
+        record.positions_past_pretrained
+        == max(map(len, tokenizer.encode_batch([e.source for e in [*long_task.train, *long_task.test]])))
+        + target_room
+        - 32
+    )
 
 
 @pytest.mark.integration
 def test_a_learned_position_table_reads_the_start_and_says_so(tokenizer, long_task):
     seq2seq = TASKS["seq2seq"]
     cfg = seq2seq.configure(Seq2SeqConfig(steps=2, batch_size=4, progress=False), long_task, context=32)
-    record = run_task(cfg, tiny("encoder-decoder", tokenizer, "t5", context=32), tokenizer, resolve("cpu", "fp32"),
-                      seq2seq.run_data(long_task, cfg)).record
+    record = run_task(
+        cfg,
+        tiny("encoder-decoder", tokenizer, "t5", context=32),
+        tokenizer,
+        resolve("cpu", "fp32"),
+        seq2seq.run_data(long_task, cfg),
+    ).record
     assert record.positions_past_pretrained > 0  # T5's relative buckets hold any length
-    gpt2 = run_task(cfg, tiny("decoder", tokenizer, "gpt2", context=48), tokenizer, resolve("cpu", "fp32"),
-                    seq2seq.run_data(long_task, cfg)).record
+    gpt2 = run_task(
+        cfg,
+        tiny("decoder", tokenizer, "gpt2", context=48),
+        tokenizer,
+        resolve("cpu", "fp32"),
+        seq2seq.run_data(long_task, cfg),
+    ).record
     assert gpt2.positions_past_pretrained == 0
     room = 48 - cfg.max_target_len - 2  # what its table holds beside the target
     assert max(gpt2.chars_read) == room < max(gpt2.source_chars)

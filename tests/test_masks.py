@@ -21,6 +21,7 @@ def grid(*rows: str) -> torch.Tensor:
 
 # --- each pattern's exact grid, no padding -------------------------------------------------------
 
+
 def test_bidirectional_grid_is_all_true():
     assert torch.equal(build_mask("bidirectional", 3, 3).dense(3, 3)[0, 0], grid("###", "###", "###"))
 
@@ -46,6 +47,7 @@ def test_prefix_grid_per_row():
 
 # --- padding is combined by AND ------------------------------------------------------------------
 
+
 def test_padding_and_bidirectional():
     padding = torch.tensor([[1, 1, 0], [0, 1, 1]])
     mask = build_mask("bidirectional", 3, 3, key_padding=padding)
@@ -53,8 +55,9 @@ def test_padding_and_bidirectional():
     allowed = mask.allowed.expand(-1, -1, 3, -1)
     assert torch.equal(allowed[0, 0], grid("##.", "##.", "##."))
     assert torch.equal(allowed[1, 0], grid(".##", ".##", ".##"))
-    assert torch.equal(build_mask("bidirectional", 2, 2, key_padding=torch.tensor([[0, 0]])).allowed[0, 0],
-                       grid("##"))  # a sequence of padding alone: opened, as a fully masked row would give NaN
+    assert torch.equal(
+        build_mask("bidirectional", 2, 2, key_padding=torch.tensor([[0, 0]])).allowed[0, 0], grid("##")
+    )  # a sequence of padding alone: opened, as a fully masked row would give NaN
 
 
 def test_padding_and_causal():
@@ -92,6 +95,7 @@ def test_padding_is_and_of_pattern_and_keys(pattern):
 
 # --- fully masked rows, cached decoding ----------------------------------------------------------
 
+
 def test_fully_masked_rows_are_opened_and_attention_stays_finite():
     padding = torch.tensor([[0, 0, 1, 1]])  # left padding under a causal mask: queries 0, 1 see nothing
     mask = build_mask("causal", 4, 4, key_padding=padding)
@@ -124,6 +128,7 @@ def test_q_offset_with_padding_and_prefix():
 
 
 # --- fast paths: None / is_causal exactly when nothing else is needed ----------------------------
+
 
 @pytest.mark.parametrize(
     "pattern, q_len, k_len, q_offset, expected",
@@ -161,9 +166,15 @@ def test_dense_materialises_fast_paths():
     assert Mask(None).dense(2, 3).shape == (1, 1, 2, 3) and Mask(None).dense(2, 3).all()
 
 
-@pytest.mark.parametrize("pattern, kwargs", [("causal", {}), ("bidirectional", {}),
-                                             ("bidirectional", {"key_padding": torch.tensor([[1, 1, 0, 0]])}),
-                                             ("prefix", {"prefix_lengths": torch.tensor([2])})])
+@pytest.mark.parametrize(
+    "pattern, kwargs",
+    [
+        ("causal", {}),
+        ("bidirectional", {}),
+        ("bidirectional", {"key_padding": torch.tensor([[1, 1, 0, 0]])}),
+        ("prefix", {"prefix_lengths": torch.tensor([2])}),
+    ],
+)
 def test_additive_is_zero_where_allowed_and_minus_inf_elsewhere(pattern, kwargs):
     mask = build_mask(pattern, 4, 4, **kwargs)
     additive = mask.additive(4, 4)
@@ -184,14 +195,17 @@ def test_bad_arguments():
 
 # --- sliding windows (local layers), combined by AND too -----------------------------------------
 
+
 def test_bidirectional_window_is_a_band():
-    assert torch.equal(build_mask("bidirectional", 5, 5, window=1).dense(5, 5)[0, 0],
-                       grid("##...", "###..", ".###.", "..###", "...##"))
+    assert torch.equal(
+        build_mask("bidirectional", 5, 5, window=1).dense(5, 5)[0, 0], grid("##...", "###..", ".###.", "..###", "...##")
+    )
 
 
 def test_causal_window_reaches_back_window_tokens():
-    assert torch.equal(build_mask("causal", 5, 5, window=2).dense(5, 5)[0, 0],
-                       grid("#....", "##...", "###..", ".###.", "..###"))
+    assert torch.equal(
+        build_mask("causal", 5, 5, window=2).dense(5, 5)[0, 0], grid("#....", "##...", "###..", ".###.", "..###")
+    )
 
 
 def test_window_and_padding_and_a_query_whose_window_holds_only_padding():
@@ -228,15 +242,18 @@ def test_cross_attention_has_no_window():
 
 # --- describe ------------------------------------------------------------------------------------
 
+
 def test_describe_causal():
-    assert describe("causal", 4) == "\n".join([
-        "causal (row = query, column = key, # = may attend)",
-        "    0 1 2 3",
-        "  0 # . . .",
-        "  1 # # . .",
-        "  2 # # # .",
-        "  3 # # # #",
-    ])
+    assert describe("causal", 4) == "\n".join(
+        [
+            "causal (row = query, column = key, # = may attend)",
+            "    0 1 2 3",
+            "  0 # . . .",
+            "  1 # # . .",
+            "  2 # # # .",
+            "  3 # # # #",
+        ]
+    )
 
 
 def test_describe_prefix_and_cross_headers():

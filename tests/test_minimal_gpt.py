@@ -63,8 +63,9 @@ def test_shared_evaluation_repeats_for_both_sides():
     assert all(torch.equal(a, b) for a, b in zip(windows, again))
     torch.manual_seed(0)
     reference = minimal_gpt.MinimalGPT(TINY)
-    maskwise_model = build_model(preset("gpt2", vocab_size=64, d_model=32, n_layers=1, n_heads=2, d_ff=64,
-                                        max_seq_len=TINY.block_size))
+    maskwise_model = build_model(
+        preset("gpt2", vocab_size=64, d_model=32, n_layers=1, n_heads=2, d_ff=64, max_seq_len=TINY.block_size)
+    )
     for logits_of in (bench_nanogpt.reference_logits(reference), bench_nanogpt.maskwise_logits(maskwise_model)):
         first = bench_nanogpt.validation_loss(logits_of, *windows, batch=5)
         assert bench_nanogpt.validation_loss(logits_of, *windows, batch=5) == first
@@ -75,12 +76,26 @@ def test_nanogpt_preset_computes_the_reference_models_logits():
     """The ``nanogpt`` preset is nanoGPT's model: given the reference's weights, the same logits."""
     torch.manual_seed(0)
     reference = minimal_gpt.MinimalGPT(TINY).eval()
-    maskwise_model = build_model(preset("nanogpt", vocab_size=TINY.vocab_size, d_model=TINY.d_model,
-                                        n_layers=TINY.n_layers, n_heads=TINY.n_heads,
-                                        max_seq_len=TINY.block_size)).eval()
-    renames = {"token_embedding": "embed", "position_embedding": "stack.positions", "blocks": "stack.blocks",
-               "attn.proj": "attn.out", "mlp_norm": "ffn_norm", "mlp.fc": "ffn.up", "mlp.proj": "ffn.down",
-               "final_norm": "stack.final_norm"}
+    maskwise_model = build_model(
+        preset(
+            "nanogpt",
+            vocab_size=TINY.vocab_size,
+            d_model=TINY.d_model,
+            n_layers=TINY.n_layers,
+            n_heads=TINY.n_heads,
+            max_seq_len=TINY.block_size,
+        )
+    ).eval()
+    renames = {
+        "token_embedding": "embed",
+        "position_embedding": "stack.positions",
+        "blocks": "stack.blocks",
+        "attn.proj": "attn.out",
+        "mlp_norm": "ffn_norm",
+        "mlp.fc": "ffn.up",
+        "mlp.proj": "ffn.down",
+        "final_norm": "stack.final_norm",
+    }
     weights = {}
     for name, tensor in reference.state_dict().items():
         if name == "lm_head.weight":

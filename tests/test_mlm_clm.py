@@ -60,8 +60,7 @@ def test_padding_never_chosen():
     ids = _ids(0, (4, 20))
     attention = torch.ones_like(ids)
     attention[:, 12:] = 0
-    _, labels = mask_tokens(ids, IS_SPECIAL, MASK, torch.Generator().manual_seed(0), 0.5,
-                            attention_mask=attention)
+    _, labels = mask_tokens(ids, IS_SPECIAL, MASK, torch.Generator().manual_seed(0), 0.5, attention_mask=attention)
     assert (labels[:, 12:] == IGNORE_INDEX).all()
 
 

@@ -50,6 +50,7 @@ def ids(*shape: int, seed: int = 0) -> torch.Tensor:
 
 # --- tier 1: shapes and backward -----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_shapes_and_backward(name, family, device):
@@ -98,6 +99,7 @@ def test_classifier_head_shapes_and_backward():
 
 # --- LM head: sparse == dense --------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["bert", "t5", "modern"])  # transform + bias; input scale; untied
 def test_sparse_lm_head_equals_dense(name):
     model = build_model(preset(name, **TINY))
@@ -141,8 +143,8 @@ def test_logits_with_labels_are_the_labelled_positions_in_row_major_order():
     torch.testing.assert_close(out.loss, expected)
 
 
-
 # --- attention under CPU autocast: explicit bf16 matmuls (short) or fp32 flash (long) ---------------
+
 
 def _attention_case(kind: str, keys: int):
     """q, k, v (fp32, requiring grad), the Mask and bias the model would pass, and the fp32 SDPA
@@ -157,12 +159,12 @@ def _attention_case(kind: str, keys: int):
         reference = {"is_causal": True}
     elif kind == "padding":
         padding = torch.ones(B, keys, dtype=torch.long)
-        padding[1, keys // 2:] = 0
+        padding[1, keys // 2 :] = 0
         mask = build_mask("bidirectional", queries, keys, key_padding=padding)
         reference = {"attn_mask": mask.allowed}
     elif kind == "t5-bias":  # a relative bias with the causal mask folded in, as Stack passes it
         with torch.no_grad():
-            q /= hd ** 0.5  # T5 does not scale its scores; its initialisation keeps them O(1)
+            q /= hd**0.5  # T5 does not scale its scores; its initialisation keeps them O(1)
         mask = build_mask("causal", queries, keys)
         bias = torch.randn(1, H, queries, keys, generator=g).masked_fill(~mask.dense(queries, keys), float("-inf"))
         reference = {"attn_mask": bias, "scale": 1.0}
@@ -198,6 +200,7 @@ def test_explicit_attention_equals_fp32_sdpa(kind, keys, autocast):
 
 
 # --- LM head: the fused, chunked loss (return_logits=False) == logits + F.cross_entropy -------------
+
 
 def _loss_and_grads(loss_fn, *tensors):
     """loss_fn's value and the gradients of 3 x loss (an incoming gradient != 1) w.r.t. tensors."""
@@ -250,9 +253,11 @@ def test_linear_cross_entropy_equals_plain_cross_entropy(chunk_rows, with_ignore
 
     plain, plain_grads = _loss_and_grads(
         lambda: F.cross_entropy(F.linear(h, weight, bias), targets, ignore_index=IGNORE_INDEX, reduction="sum"),
-        *tensors)
+        *tensors,
+    )
     fused, fused_grads = _loss_and_grads(
-        lambda: cpu.linear_cross_entropy(h, weight, bias, targets, IGNORE_INDEX, chunk_rows), *tensors)
+        lambda: cpu.linear_cross_entropy(h, weight, bias, targets, IGNORE_INDEX, chunk_rows), *tensors
+    )
     assert fused.dtype == torch.float32
     torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
     for name, f, p in zip(("h", "weight", "bias"), fused_grads, plain_grads):
@@ -304,12 +309,22 @@ def test_linear_cross_entropy_under_bf16_autocast_matches_the_autocast_path():
         def run():
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 return fn()
+
         return run
 
-    plain, plain_grads = _loss_and_grads(autocast(lambda: F.cross_entropy(
-        F.linear(h, weight, bias).float(), targets, ignore_index=IGNORE_INDEX, reduction="sum")), h, weight, bias)
+    plain, plain_grads = _loss_and_grads(
+        autocast(
+            lambda: F.cross_entropy(
+                F.linear(h, weight, bias).float(), targets, ignore_index=IGNORE_INDEX, reduction="sum"
+            )
+        ),
+        h,
+        weight,
+        bias,
+    )
     fused, fused_grads = _loss_and_grads(
-        autocast(lambda: cpu.linear_cross_entropy(h, weight, bias, targets, IGNORE_INDEX, 16)), h, weight, bias)
+        autocast(lambda: cpu.linear_cross_entropy(h, weight, bias, targets, IGNORE_INDEX, 16)), h, weight, bias
+    )
     assert fused.dtype == torch.float32
     torch.testing.assert_close(fused, plain, rtol=1e-6, atol=1e-4)
     for name, f, p in zip(("h", "weight", "bias"), fused_grads, plain_grads):
@@ -336,9 +351,11 @@ def test_linear_cross_entropy_where_the_target_probability_underflows_fp32():
     assert row_logp[1] < -104 and row_logp[4] < -104  # below fp32's smallest subnormal: exp() is 0
 
     plain, plain_grads = _loss_and_grads(
-        lambda: F.cross_entropy(h @ weight.T, targets, ignore_index=IGNORE_INDEX, reduction="sum"), h, weight)
+        lambda: F.cross_entropy(h @ weight.T, targets, ignore_index=IGNORE_INDEX, reduction="sum"), h, weight
+    )
     fused, fused_grads = _loss_and_grads(
-        lambda: cpu.linear_cross_entropy(h, weight, None, targets, IGNORE_INDEX, 4), h, weight)
+        lambda: cpu.linear_cross_entropy(h, weight, None, targets, IGNORE_INDEX, 4), h, weight
+    )
     assert torch.isfinite(fused)
     torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-4)
     for name, f, p in zip(("h", "weight"), fused_grads, plain_grads):
@@ -359,15 +376,19 @@ def test_lm_head_without_logits_needs_labels():
     with pytest.raises(ValueError, match="needs labels"):
         tiny_model("gpt2").lm_head(torch.zeros(1, 2, TINY["d_model"]), return_logits=False)
 
+
 # --- pooling -------------------------------------------------------------------------------------
+
 
 def test_pooling_under_left_and_right_padding():
     h = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(0))
-    mask = torch.tensor([
-        [1, 1, 1, 0, 0],  # right padding: real tokens 0..2
-        [0, 0, 1, 1, 1],  # left padding: real tokens 2..4
-        [1, 1, 1, 1, 1],
-    ])
+    mask = torch.tensor(
+        [
+            [1, 1, 1, 0, 0],  # right padding: real tokens 0..2
+            [0, 0, 1, 1, 1],  # left padding: real tokens 2..4
+            [1, 1, 1, 1, 1],
+        ]
+    )
     torch.testing.assert_close(pool(h, mask, "cls"), torch.stack([h[0, 0], h[1, 2], h[2, 0]]))
     torch.testing.assert_close(pool(h, mask, "last"), torch.stack([h[0, 2], h[1, 4], h[2, 4]]))
     mean = torch.stack([(h[0, 0] + h[0, 1] + h[0, 2]) / 3, (h[1, 2] + h[1, 3] + h[1, 4]) / 3, h[2].sum(0) / 5])
@@ -379,6 +400,7 @@ def test_pooling_under_left_and_right_padding():
 
 
 # --- reading some positions alone (read_at): the last layer skips the other queries ----------------
+
 
 def _padded_batch(B: int = 3, T: int = 12):
     mask = torch.ones(B, T, dtype=torch.long)
@@ -454,6 +476,7 @@ def test_labelled_reading_keeps_order_and_reads_all_where_most_are_labelled():
 
 # --- packing: a training pass's token-wise work on the real tokens alone ---------------------------
 
+
 @pytest.mark.parametrize("multiple, rows", [(1, 5), (4, 8)])  # 4: three rows round the 5 real ones up to 8
 def test_packing_moves_rows_and_their_gradients(multiple, rows, monkeypatch):
     """Each direction and its gradient, where nothing reads the padding (the rounding rows copy its first position)."""
@@ -513,7 +536,9 @@ def test_a_packed_training_pass_equals_the_padded_one(name, family, monkeypatch)
         some = model.read(x, mask, read_at=read_at)
         outputs = [h * mask[..., None], some]
         if family == "encoder-decoder":
-            outputs.append(model(x, mask, decoder_input_ids=y, decoder_attention_mask=y_mask).logits * y_mask[..., None])
+            outputs.append(
+                model(x, mask, decoder_input_ids=y, decoder_attention_mask=y_mask).logits * y_mask[..., None]
+            )
         sum(o.pow(2).mean() for o in outputs).backward()
         return outputs, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
@@ -533,6 +558,7 @@ def test_a_packed_training_pass_equals_the_padded_one(name, family, monkeypatch)
 
 
 # --- padding invariance and causality -------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_encoder_outputs_ignore_appended_padding(name):
@@ -569,14 +595,14 @@ def test_decoder_output_at_t_ignores_later_tokens(name, data):
     t = data.draw(st.integers(0, n - 2), label="t")
     later = data.draw(st.lists(st.integers(0, V - 1), min_size=n - t - 1, max_size=n - t - 1), label="later")
     a = torch.tensor([tokens])
-    b = torch.tensor([tokens[:t + 1] + later])
+    b = torch.tensor([tokens[: t + 1] + later])
     with torch.no_grad():
         if model.family == "encoder-decoder":
             src = ids(1, 5)
             out_a, out_b = model(src, decoder_input_ids=a).logits, model(src, decoder_input_ids=b).logits
         else:
             out_a, out_b = model(a).logits, model(b).logits
-    torch.testing.assert_close(out_a[:, :t + 1], out_b[:, :t + 1], rtol=0, atol=1e-5)
+    torch.testing.assert_close(out_a[:, : t + 1], out_b[:, : t + 1], rtol=0, atol=1e-5)
 
 
 @settings(max_examples=20, deadline=None)
@@ -623,11 +649,11 @@ def decode_with_cache(model, tokens, chunks, src=None, src_mask=None, mask=None,
             cache.reorder(reorder[1])
             tokens, src, src_mask, mask = (None if v is None else v[reorder[1]] for v in (tokens, src, src_mask, mask))
             logits = [piece[reorder[1]] for piece in logits]
-        chunk = tokens[:, start:start + size]
+        chunk = tokens[:, start : start + size]
         if model.family == "encoder-decoder":
             out = model(src, src_mask, decoder_input_ids=chunk, cache=cache)
         else:
-            out = model(chunk, mask[:, :start + size] if mask is not None else None, cache=cache)
+            out = model(chunk, mask[:, : start + size] if mask is not None else None, cache=cache)
         logits.append(out.logits)
         start += size
     assert cache.length == tokens.shape[1]
@@ -665,8 +691,9 @@ def test_a_prompt_read_at_its_last_position_fills_the_cache_as_a_full_read_does(
         full = model.lm_head.logits(model.hidden_states(tokens, mask))  # (B, 8, V)
         cache = model.make_cache(2, max_len=8)
         prompt = model.hidden_states(tokens[:, :5], mask[:, :5], cache=cache, read_at=torch.full((2, 1), 4))
-        steps = [prompt[:, 0]] + [model.hidden_states(tokens[:, t:t + 1], mask[:, :t + 1], cache=cache)[:, 0]
-                                  for t in range(5, 8)]
+        steps = [prompt[:, 0]] + [
+            model.hidden_states(tokens[:, t : t + 1], mask[:, : t + 1], cache=cache)[:, 0] for t in range(5, 8)
+        ]
     torch.testing.assert_close(model.lm_head.logits(torch.stack(steps, 1)), full[:, 4:], rtol=0, atol=1e-5)
 
 
@@ -697,6 +724,7 @@ def test_kv_cache_full_raises():
 
 # --- config: presets, from_dict, validate --------------------------------------------------------
 
+
 @pytest.mark.parametrize("d_model, d_ff", [(32, 128), (64, 192), (96, 256), (256, 704), (4096, 10944)])
 def test_modern_d_ff_is_8d_over_3_rounded_up_to_64(d_model, d_ff):
     assert preset("modern", d_model=d_model, n_heads=4).d_ff == d_ff
@@ -705,8 +733,8 @@ def test_modern_d_ff_is_8d_over_3_rounded_up_to_64(d_model, d_ff):
 def test_preset_values():
     assert preset("gpt2", d_model=48, n_heads=4).d_ff == 4 * 48
     assert preset("modern", d_ff=100).d_ff == 100  # an explicit width is kept
-    assert preset("t5", d_model=64).lm_head_input_scale == pytest.approx(64 ** -0.5)
-    assert preset("t5").lm_head_input_scale == pytest.approx(ModelConfig.d_model ** -0.5)
+    assert preset("t5", d_model=64).lm_head_input_scale == pytest.approx(64**-0.5)
+    assert preset("t5").lm_head_input_scale == pytest.approx(ModelConfig.d_model**-0.5)
     assert preset("t5.1.1").lm_head_input_scale == 1.0  # untied: no rescale
     assert preset("bart").position_offset == 2 and preset("bert").norm_eps == 1e-12
     assert preset("gpt2", family="encoder").activation == "gelu_tanh"  # layout kept across families
@@ -727,10 +755,20 @@ def test_from_dict_rejects_unknown_keys():
         ModelConfig.from_dict({"layers": 2, "heads": 4, "d_model": 64})
 
 
-@pytest.mark.parametrize("key, value", [
-    ("vocab_size", "8192"), ("vocab_size", 8.0), ("d_model", True), ("pre_norm", 1), ("pre_norm", "yes"),
-    ("norm_eps", "1e-5"), ("norm_eps", False), ("activation", 3), ("dropout", [0.1]),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("vocab_size", "8192"),
+        ("vocab_size", 8.0),
+        ("d_model", True),
+        ("pre_norm", 1),
+        ("pre_norm", "yes"),
+        ("norm_eps", "1e-5"),
+        ("norm_eps", False),
+        ("activation", 3),
+        ("dropout", [0.1]),
+    ],
+)
 def test_from_dict_rejects_wrong_types(key, value):
     with pytest.raises(UserError, match=key):
         ModelConfig.from_dict({key: value})
@@ -741,15 +779,17 @@ def test_from_dict_coerces_ints_to_floats():
     assert isinstance(cfg.norm_eps, float) and cfg.rope_theta == 500.0
 
 
-@pytest.mark.parametrize("key, value", [("d_head", "8"), ("n_decoder_layers", 1.5), ("pre_norm", None),
-                                        ("vocab_size", None)])
+@pytest.mark.parametrize(
+    "key, value", [("d_head", "8"), ("n_decoder_layers", 1.5), ("pre_norm", None), ("vocab_size", None)]
+)
 def test_from_dict_rejects_wrong_types_of_optional_and_none(key, value):
     with pytest.raises(UserError, match=key):
         ModelConfig.from_dict({key: value})
 
 
-@pytest.mark.parametrize("key", ["vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len",
-                                 "n_decoder_layers"])
+@pytest.mark.parametrize(
+    "key", ["vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len", "n_decoder_layers"]
+)
 @pytest.mark.parametrize("value", [0, -1])
 def test_validate_rejects_non_positive_sizes(key, value):
     with pytest.raises(UserError, match=f"{key} must be positive"):
@@ -763,16 +803,19 @@ def test_validate_rejects_non_positive_d_head():
         ModelConfig(d_head=0).validate()
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"d_model": 30, "n_heads": 4}, "not divisible by n_heads"),
-    ({"position": "rope", "d_model": 36, "n_heads": 4}, "even head dim"),
-    ({"dropout": 1.0}, "dropout"),
-    ({"dropout": -0.1}, "dropout"),
-    ({"family": "seq2seq"}, "family"),
-    ({"norm": "batchnorm"}, "norm"),
-    ({"activation": "tanh"}, "activation"),
-    ({"position": "alibi"}, "position"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"d_model": 30, "n_heads": 4}, "not divisible by n_heads"),
+        ({"position": "rope", "d_model": 36, "n_heads": 4}, "even head dim"),
+        ({"dropout": 1.0}, "dropout"),
+        ({"dropout": -0.1}, "dropout"),
+        ({"family": "seq2seq"}, "family"),
+        ({"norm": "batchnorm"}, "norm"),
+        ({"activation": "tanh"}, "activation"),
+        ({"position": "alibi"}, "position"),
+    ],
+)
 def test_validate_rejections(overrides, message):
     with pytest.raises(UserError, match=message):
         ModelConfig(**overrides).validate()

@@ -44,7 +44,7 @@ def randomize(model: nn.Module, seed: int) -> nn.Module:
     with torch.no_grad():
         for name, module in model.named_modules():
             if isinstance(module, nn.Linear):
-                draw(module.weight, 0.0, module.in_features ** -0.5)
+                draw(module.weight, 0.0, module.in_features**-0.5)
                 if module.bias is not None:
                     draw(module.bias, 0.0, 0.1)
             elif isinstance(module, nn.Embedding):
@@ -93,12 +93,14 @@ def both(name: str, family: str, with_prefix: bool = False, seed: int = 0, **ove
         if with_prefix:
             kwargs["prefix_lengths"] = x["prefix_lengths"]
     else:
-        kwargs = {"attention_mask": x["attention_mask"], "decoder_input_ids": x["decoder_input_ids"],
-                      "decoder_attention_mask": x["decoder_attention_mask"]}
+        kwargs = {
+            "attention_mask": x["attention_mask"],
+            "decoder_input_ids": x["decoder_input_ids"],
+            "decoder_attention_mask": x["decoder_attention_mask"],
+        }
     with torch.no_grad():
         got = model(x["input_ids"], **kwargs).logits.double().numpy()
-    expected = numpy_ref.forward(weights, cfg, x["input_ids"].numpy(),
-                                 **{k: v.numpy() for k, v in kwargs.items()})
+    expected = numpy_ref.forward(weights, cfg, x["input_ids"].numpy(), **{k: v.numpy() for k, v in kwargs.items()})
     return got, expected
 
 

@@ -43,8 +43,13 @@ def _is_subsequence(small: list[int], big: list[int]) -> bool:
 
 @pytest.mark.unit
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(1, 200), ratio=st.floats(0.0, 1.0), replace_length=st.sampled_from([-1, 0, 1]),
-       lam=st.floats(0.5, 6.0), seed=st.integers(0, 2**31 - 1))
+@given(
+    n=st.integers(1, 200),
+    ratio=st.floats(0.0, 1.0),
+    replace_length=st.sampled_from([-1, 0, 1]),
+    lam=st.floats(0.5, 6.0),
+    seed=st.integers(0, 2**31 - 1),
+)
 def test_infilling_keeps_the_order_of_kept_tokens(n, ratio, replace_length, lam, seed):
     ids = _document(n, seed)
     out = text_infilling(ids, ratio, MASK, torch.Generator().manual_seed(seed), lam, replace_length)
@@ -117,7 +122,7 @@ def test_permutation_keeps_multiset_and_sentences(ends, ratio, seed):
     rebuilt, i = [], 0
     while i < len(out):  # the output is whole sentences, each in its own internal order
         sentence = sentences.pop(int(out[i]))
-        assert out[i:i + len(sentence)].tolist() == sentence
+        assert out[i : i + len(sentence)].tolist() == sentence
         rebuilt.append(sentence[0])
         i += len(sentence)
     assert not sentences
@@ -150,8 +155,18 @@ class _TextTok:
 def test_sentence_end_lookup():
     words = ("[SEP].", "word", ".", " ?", '!"', ".)\n", "Mr", "\n", "etc.", ";")
     tok = _TextTok(words)
-    assert sentence_end_lookup(tok, len(words)).tolist() == [False, False, True, True, True, True, False, False,
-                                                             True, False]
+    assert sentence_end_lookup(tok, len(words)).tolist() == [
+        False,
+        False,
+        True,
+        True,
+        True,
+        True,
+        False,
+        False,
+        True,
+        False,
+    ]
     with_newlines = sentence_end_lookup(tok, len(words), enders=(".", "!", "?", "\n"))
     assert with_newlines[7] and not with_newlines[9]
 
@@ -191,7 +206,7 @@ def test_prompt_denoising_batch_layout():
         assert sep <= window.numel()
         assert (labels[:sep] == -100).all()  # the noised source is read, not predicted
         assert torch.equal(labels[sep:], torch.cat([window, window.new_tensor([TOK.eos_id])]))
-        assert torch.equal(inputs[sep + 1:], window)  # teacher forcing: position t reads token t
+        assert torch.equal(inputs[sep + 1 :], window)  # teacher forcing: position t reads token t
         assert (batch["labels"][row, n:] == -100).all()
     assert (batch["input_ids"] == TOK.mask_id).any()  # the source is noised
 
@@ -199,6 +214,7 @@ def test_prompt_denoising_batch_layout():
 @pytest.mark.unit
 def test_denoise_builds_for_each_structure():
     from maskwise.objectives.registry import build_objective
+
     options = {"sentence_end_ids": []}
     assert type(build_objective("denoise", "decoder", TOK, V, **options)) is PromptDenoising
     assert type(build_objective("denoise", "encoder-decoder", TOK, V, **options)) is Denoising

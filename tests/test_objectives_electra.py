@@ -131,8 +131,13 @@ def test_pinned_losses_fall_and_metrics():
     assert losses == pytest.approx(PINNED, abs=1e-4)
     parts = objective.loss(model, batch)
     metrics = objective.eval_metrics({"n_positions": parts.n_positions, **parts.metrics})
-    assert set(metrics) == {"generator_acc", "generator_loss", "discriminator_acc", "discriminator_loss",
-                            "replaced_fraction"}
+    assert set(metrics) == {
+        "generator_acc",
+        "generator_loss",
+        "discriminator_acc",
+        "discriminator_loss",
+        "replaced_fraction",
+    }
     assert all(0.0 <= metrics[k] <= 1.0 for k in ("generator_acc", "discriminator_acc", "replaced_fraction"))
     expected = metrics["generator_loss"] + 50 * metrics["discriminator_loss"]
     assert float(parts.loss_sum.detach()) / parts.n_positions == pytest.approx(expected, rel=1e-5)

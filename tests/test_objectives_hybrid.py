@@ -55,7 +55,8 @@ def test_hand_made_batch_targets():
     assert torch.equal(causal["input_ids"], windows[:, :8]) and torch.equal(causal["labels"], windows[:, 1:])
 
     masked = Hybrid(TOK, V, causal_fraction=0.0, mask_ratio=0.4, p_mask=1.0, p_random=0.0).prepare(
-        windows, torch.Generator().manual_seed(0))
+        windows, torch.Generator().manual_seed(0)
+    )
     inputs, labels = masked["input_ids"], masked["labels"]
     assert masked["n_causal"] == 0 and inputs.shape == labels.shape == (2, 8)
     chosen = inputs == TOK.mask_id  # (2, 8): every chosen position became [MASK] (p_mask = 1)
@@ -76,7 +77,7 @@ def test_masked_batches_never_hit_special_tokens(block, seed):
     batch = Hybrid(TOK, V, causal_fraction=0.0).prepare(windows, g)
     assert (batch["labels"][:, 1] == IGNORE_INDEX).all()  # position 1 would predict the [SEP] at 2
     carries = batch["labels"] != IGNORE_INDEX
-    assert torch.equal(batch["labels"][carries], windows[:, 1:block + 1][carries])
+    assert torch.equal(batch["labels"][carries], windows[:, 1 : block + 1][carries])
 
 
 @pytest.mark.unit
@@ -141,8 +142,11 @@ def test_loss_is_the_mean_over_the_positions_of_the_accumulated_batch():
     g = torch.Generator().manual_seed(3)
     windows = [torch.randint(7, V, (4, 17), generator=g) for _ in range(2)]
     halves = [Hybrid(_Tok(), V, causal_fraction=f).prepare(w, g) for f, w in zip((1.0, 0.0), windows)]
-    whole = {"input_ids": torch.cat([h["input_ids"] for h in halves]),
-             "labels": torch.cat([h["labels"] for h in halves]), "n_causal": 4}
+    whole = {
+        "input_ids": torch.cat([h["input_ids"] for h in halves]),
+        "labels": torch.cat([h["labels"] for h in halves]),
+        "n_causal": 4,
+    }
     small = _trainer(Replay(Hybrid(_Tok(), V), halves), "decoder", steps=1, batch_size=4, grad_accum=2)
     sums, positions = [], []
     with torch.no_grad():
@@ -238,8 +242,25 @@ def test_bad_configs_refused():
 @pytest.mark.precision("fp32")
 def test_one_run_fills_masks_and_generates(small_text, tmp_path, capsys):
     run = tmp_path / "hybrid"
-    code, out, err = run_cli(capsys, "pretrain", "--family", "decoder", "--objective", "hybrid", "--data", small_text,
-                             "--steps", 4, "--eval-every", 2, "--causal-fraction", 0.5, "--out", run, *TINY)
+    code, out, err = run_cli(
+        capsys,
+        "pretrain",
+        "--family",
+        "decoder",
+        "--objective",
+        "hybrid",
+        "--data",
+        small_text,
+        "--steps",
+        4,
+        "--eval-every",
+        2,
+        "--causal-fraction",
+        0.5,
+        "--out",
+        run,
+        *TINY,
+    )
     assert code == 0, err
     summary = json.loads(out.strip().splitlines()[-1])
     assert {"val_causal_loss", "val_masked_loss", "val_masked_acc"} <= set(summary)
@@ -255,8 +276,9 @@ def test_one_run_fills_masks_and_generates(small_text, tmp_path, capsys):
 
     generated = {}
     for cache in ([], ["--no-cache"]):
-        code, out, err = run_cli(capsys, "generate", run, "--prompt", "ROMEO", "--prompt", "To be",
-                                 "--max-new-tokens", 12, *cache)
+        code, out, err = run_cli(
+            capsys, "generate", run, "--prompt", "ROMEO", "--prompt", "To be", "--max-new-tokens", 12, *cache
+        )
         assert code == 0, err
         generated[bool(cache)] = out
     assert generated[False] == generated[True] and generated[False].startswith("ROMEO")
@@ -265,9 +287,18 @@ def test_one_run_fills_masks_and_generates(small_text, tmp_path, capsys):
 @pytest.mark.e2e
 def test_bad_hybrid_runs_refused(small_text, tmp_path, capsys):
     out = ["--data", small_text, "--out", tmp_path / "out", *TINY]
-    assert_one_line_exit_2(capsys, ["pretrain", "--family", "decoder", "--objective", "hybrid",
-                                    "--causal-fraction", "1.5", *out], "causal-fraction must be in [0, 1]")
-    assert_one_line_exit_2(capsys, ["pretrain", "--family", "decoder", "--objective", "hybrid",
-                                    "--causal-fraction", "-0.1", *out], "causal-fraction")
-    assert_one_line_exit_2(capsys, ["pretrain", "--family", "encoder", "--objective", "hybrid", *out],
-                           "does not apply to the encoder family")
+    assert_one_line_exit_2(
+        capsys,
+        ["pretrain", "--family", "decoder", "--objective", "hybrid", "--causal-fraction", "1.5", *out],
+        "causal-fraction must be in [0, 1]",
+    )
+    assert_one_line_exit_2(
+        capsys,
+        ["pretrain", "--family", "decoder", "--objective", "hybrid", "--causal-fraction", "-0.1", *out],
+        "causal-fraction",
+    )
+    assert_one_line_exit_2(
+        capsys,
+        ["pretrain", "--family", "encoder", "--objective", "hybrid", *out],
+        "does not apply to the encoder family",
+    )

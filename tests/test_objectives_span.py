@@ -26,8 +26,9 @@ from maskwise.objectives.span import (
 )
 
 V = 64
-TOK = SpecialIds(vocab_size=V, pad_id=0, cls_id=1, sep_id=2, mask_id=3, bos_id=4, eos_id=5,
-                 sentinel_ids=tuple(range(6, 22)))
+TOK = SpecialIds(
+    vocab_size=V, pad_id=0, cls_id=1, sep_id=2, mask_id=3, bos_id=4, eos_id=5, sentinel_ids=tuple(range(6, 22))
+)
 ORDINARY = 22  # ids 22..63 are ordinary tokens
 
 
@@ -37,7 +38,7 @@ def learnable_windows(batch: int, length: int, generator: torch.Generator, perio
     base = torch.randint(ORDINARY, V, (period,), generator=torch.Generator().manual_seed(0))
     stream = base.repeat(length // period + 2)
     starts = torch.randint(0, period, (batch,), generator=generator).tolist()
-    return torch.stack([stream[s:s + length] for s in starts])
+    return torch.stack([stream[s : s + length] for s in starts])
 
 
 def train_losses(objective, model, steps: int = 6, block_size: int = 32, batch: int = 4) -> list[float]:
@@ -46,8 +47,9 @@ def train_losses(objective, model, steps: int = 6, block_size: int = 32, batch: 
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     losses = []
     for _ in range(steps):
-        parts = objective.loss(model, objective.prepare(
-            learnable_windows(batch, objective.raw_length(block_size), g), g))
+        parts = objective.loss(
+            model, objective.prepare(learnable_windows(batch, objective.raw_length(block_size), g), g)
+        )
         loss = parts.loss_sum / parts.n_positions
         optimizer.zero_grad()
         loss.backward()
@@ -98,8 +100,9 @@ def test_computed_lengths_are_exact_and_maximal(input_length, density, mean):
 
 @pytest.mark.unit
 @settings(max_examples=80, deadline=None)
-@given(length=st.integers(2, 300), density=st.floats(0.05, 0.45), mean=st.floats(1.0, 6.0),
-       seed=st.integers(0, 2**31 - 1))
+@given(
+    length=st.integers(2, 300), density=st.floats(0.05, 0.45), mean=st.floats(1.0, 6.0), seed=st.integers(0, 2**31 - 1)
+)
 def test_mask_counts_and_round_trip(length, density, mean, seed):
     try:
         n = span_lengths(length, density, mean)
@@ -167,8 +170,10 @@ def test_objective_batch_layout():
     assert torch.equal(batch["decoder_input_ids"][:, 1:], batch["labels"][:, :-1])
     assert (batch["labels"] >= 0).all()  # no padding, so no -100
     for row in range(3):
-        assert restore(batch["input_ids"][row].tolist(), batch["labels"][row].tolist(), TOK.sentinel_ids,
-                       TOK.eos_id) == windows[row].tolist()
+        assert (
+            restore(batch["input_ids"][row].tolist(), batch["labels"][row].tolist(), TOK.sentinel_ids, TOK.eos_id)
+            == windows[row].tolist()
+        )
 
 
 @pytest.mark.unit
@@ -180,8 +185,12 @@ def test_same_generator_same_corruption():
 
 @pytest.mark.unit
 def test_registry_knows_the_new_objectives():
-    for name, family in [("span", "encoder-decoder"), ("denoise", "encoder-decoder"), ("electra", "encoder"),
-                         ("prefix-lm", "decoder")]:
+    for name, family in [
+        ("span", "encoder-decoder"),
+        ("denoise", "encoder-decoder"),
+        ("electra", "encoder"),
+        ("prefix-lm", "decoder"),
+    ]:
         options = {"sentence_end_ids": [ORDINARY]} if name == "denoise" else {}
         assert build_objective(name, family, TOK, V, **options).name == name
     with pytest.raises(UserError, match="does not apply"):
@@ -202,8 +211,10 @@ def test_pinned_losses_fall():
     losses = train_losses(objective, model)
     assert losses[-1] < losses[0]
     assert losses == pytest.approx(PINNED, abs=1e-4)
-    parts = objective.loss(model.eval(), objective.prepare(learnable_windows(2, objective.raw_length(32),
-                                                                             torch.Generator()), torch.Generator()))
+    parts = objective.loss(
+        model.eval(),
+        objective.prepare(learnable_windows(2, objective.raw_length(32), torch.Generator()), torch.Generator()),
+    )
     assert parts.encoder_tokens == 2 * 32 and parts.decoder_tokens == 2 * compute_input_and_target_lengths(32)[1]
     assert 0.0 <= objective.eval_metrics({"n_positions": parts.n_positions, **parts.metrics})["token_acc"] <= 1.0
 
@@ -223,8 +234,9 @@ def test_training_steps_skip_logits_and_accuracy(family):
     only the loss); evaluation adds the accuracy counts. Both modes give the same loss."""
     torch.manual_seed(0)
     preset_name, objective = {"mlm": ("bert", MLM(TOK, V)), "span": ("t5", SpanCorruption(TOK))}[family]
-    model = build_model(preset(preset_name, vocab_size=V, d_model=32, n_heads=2, n_layers=1, max_seq_len=64,
-                               dropout=0.0))
+    model = build_model(
+        preset(preset_name, vocab_size=V, d_model=32, n_heads=2, n_layers=1, max_seq_len=64, dropout=0.0)
+    )
     g = torch.Generator().manual_seed(0)
     batch = objective.prepare(learnable_windows(4, objective.raw_length(32), g), g)
     training = objective.loss(model.train(), batch)

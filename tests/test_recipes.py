@@ -19,7 +19,9 @@ pytestmark = pytest.mark.unit
 FAMILIES = ("encoder", "decoder", "encoder-decoder")
 
 
-@pytest.mark.parametrize("scale", [f"compare {n}" for n in sorted(COMPARE_SCALES)] + [f"ablate {n}" for n in sorted(SCALES)])
+@pytest.mark.parametrize(
+    "scale", [f"compare {n}" for n in sorted(COMPARE_SCALES)] + [f"ablate {n}" for n in sorted(SCALES)]
+)
 def test_every_scale_gives_the_three_families_equal_parameters(scale):
     kind, name = scale.split()
     s = COMPARE_SCALES[name] if kind == "compare" else SCALES[name]
@@ -44,9 +46,11 @@ def test_matched_ffn_width_pays_for_cross_attention_exactly():
 
 def test_compare_fine_tunes_with_the_shared_recipe():
     s = COMPARE_SCALES["default"]
-    expected = {"classify": {"batch_size": 32, "lr": 1e-3, "head_lr": 3e-3, "steps": 400, "plays_task": "line-order"},
-                "embed": {"batch_size": 32, "lr": 1e-3, "train_pairs": 3000},
-                "seq2seq": {"max_target_len": 64, "rename_speakers": 0.5, "max_chars": 120, "mid_speech": True}}
+    expected = {
+        "classify": {"batch_size": 32, "lr": 1e-3, "head_lr": 3e-3, "steps": 400, "plays_task": "line-order"},
+        "embed": {"batch_size": 32, "lr": 1e-3, "train_pairs": 3000},
+        "seq2seq": {"max_target_len": 64, "rename_speakers": 0.5, "max_chars": 120, "mid_speech": True},
+    }
     for task, values in expected.items():  # the recipe's numbers, written out: what compare and every ablation use
         cfg = s.task(task, seed=1, progress=False)
         assert isinstance(cfg, TASKS[task].config)

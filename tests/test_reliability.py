@@ -14,15 +14,30 @@ from maskwise.config import preset
 from maskwise.errors import UserError
 from maskwise.model.transformer import build_model
 
-TINY = ["--d-model", "32", "--layers", "1", "--heads", "2", "--batch-size", "4", "--block-size", "32",
-        "--eval-batches", "2", "--no-progress"]
+TINY = [
+    "--d-model",
+    "32",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--batch-size",
+    "4",
+    "--block-size",
+    "32",
+    "--eval-batches",
+    "2",
+    "--no-progress",
+]
 
 
 @pytest.mark.e2e
 def test_disk_full_while_saving_keeps_previous_checkpoint(small_text, tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
-    assert main(["pretrain", "--data", str(small_text), "--steps", "2", "--eval-every", "2",
-                 "--out", str(out), *TINY]) == 0
+    assert (
+        main(["pretrain", "--data", str(small_text), "--steps", "2", "--eval-every", "2", "--out", str(out), *TINY])
+        == 0
+    )
     good = sorted((out / "checkpoints").glob("step-*"))
     assert [p.name for p in good] == ["step-00000002"]
     capsys.readouterr()  # the first run's output (the runtime line, said once per process)
@@ -32,8 +47,21 @@ def test_disk_full_while_saving_keeps_previous_checkpoint(small_text, tmp_path, 
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", full_disk)
-    code = main(["pretrain", "--data", str(small_text), "--steps", "4", "--eval-every", "2",
-                 "--out", str(out), "--resume", *TINY])
+    code = main(
+        [
+            "pretrain",
+            "--data",
+            str(small_text),
+            "--steps",
+            "4",
+            "--eval-every",
+            "2",
+            "--out",
+            str(out),
+            "--resume",
+            *TINY,
+        ]
+    )
     monkeypatch.setattr(os, "fsync", real_fsync)
     err = capsys.readouterr().err
     assert code == 2 and "No space left" in err and len(err.strip().splitlines()) == 1
@@ -47,15 +75,19 @@ def test_a_refused_overwrite_or_resume_leaves_the_run_as_it_was(small_text, tmp_
     """--overwrite replaces a run only after everything the new run reads has been checked, and --resume
     without an intact checkpoint refuses rather than start again over a finished model."""
     out = tmp_path / "run"
-    assert main(["pretrain", "--data", str(small_text), "--steps", "2", "--eval-every", "2",
-                 "--out", str(out), *TINY]) == 0
+    assert (
+        main(["pretrain", "--data", str(small_text), "--steps", "2", "--eval-every", "2", "--out", str(out), *TINY])
+        == 0
+    )
     capsys.readouterr()
     before = files_in(out)
     tiny = tmp_path / "tiny.txt"
     tiny.write_text("To be.")
     overwrite = ["pretrain", "--data", str(small_text), "--steps", "2", "--out", str(out), "--overwrite", *TINY]
-    for extra, needle in [(["--block-size", "100000"], "fewer than one block"),  # found by the token stream
-                          (["--val-data", str(tiny)], "validation data")]:
+    for extra, needle in [
+        (["--block-size", "100000"], "fewer than one block"),  # found by the token stream
+        (["--val-data", str(tiny)], "validation data"),
+    ]:
         code = main([*overwrite, *extra])
         err = capsys.readouterr().err
         assert code == 2 and needle in err and "Traceback" not in err, err
@@ -101,18 +133,37 @@ def test_resume_reads_past_garbage_in_metrics_and_an_unreadable_manifest(small_t
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("tamper, needle", [
-    ("optimizer of another model", "has shape"),  # AdamW's fused step corrupted memory on it (abort, exit 134)
-    ("counters not numbers", "loop counters"),
-    ("state not an object", "loop state"),
-])
-def test_a_checkpoint_that_verifies_but_does_not_fit_is_a_user_error(small_text, tmp_path, capsys, tamper,
-                                                                      needle):
+@pytest.mark.parametrize(
+    "tamper, needle",
+    [
+        ("optimizer of another model", "has shape"),  # AdamW's fused step corrupted memory on it (abort, exit 134)
+        ("counters not numbers", "loop counters"),
+        ("state not an object", "loop state"),
+    ],
+)
+def test_a_checkpoint_that_verifies_but_does_not_fit_is_a_user_error(small_text, tmp_path, capsys, tamper, needle):
     """Checksums catch damage, not a checkpoint whose manifest was rewritten to match: what it holds is
     checked before it is loaded."""
+
     def pretrain(out, *args):
-        assert main(["pretrain", "--data", str(small_text), "--steps", "2", "--eval-every", "2",
-                     "--out", str(out), *TINY, *args]) == 0
+        assert (
+            main(
+                [
+                    "pretrain",
+                    "--data",
+                    str(small_text),
+                    "--steps",
+                    "2",
+                    "--eval-every",
+                    "2",
+                    "--out",
+                    str(out),
+                    *TINY,
+                    *args,
+                ]
+            )
+            == 0
+        )
 
     out = tmp_path / "run"
     pretrain(out)
@@ -120,7 +171,8 @@ def test_a_checkpoint_that_verifies_but_does_not_fit_is_a_user_error(small_text,
     if tamper == "optimizer of another model":
         pretrain(tmp_path / "wider", "--d-model", "64")
         (step / "optimizer.safetensors").write_bytes(
-            (tmp_path / "wider" / "checkpoints" / "step-00000002" / "optimizer.safetensors").read_bytes())
+            (tmp_path / "wider" / "checkpoints" / "step-00000002" / "optimizer.safetensors").read_bytes()
+        )
     else:
         state = json.loads((step / "state.json").read_text())
         if tamper == "counters not numbers":
@@ -128,8 +180,10 @@ def test_a_checkpoint_that_verifies_but_does_not_fit_is_a_user_error(small_text,
         else:
             state = []
         (step / "state.json").write_text(json.dumps(state))
-    runs.write_json(step / runs.MANIFEST_FILE, {p.name: runs.sha256_of(p) for p in sorted(step.iterdir())
-                                                if p.name != runs.MANIFEST_FILE})
+    runs.write_json(
+        step / runs.MANIFEST_FILE,
+        {p.name: runs.sha256_of(p) for p in sorted(step.iterdir()) if p.name != runs.MANIFEST_FILE},
+    )
     capsys.readouterr()
     code = main(["pretrain", "--data", str(small_text), "--steps", "4", "--out", str(out), "--resume", *TINY])
     err = capsys.readouterr().err
@@ -139,8 +193,10 @@ def test_a_checkpoint_that_verifies_but_does_not_fit_is_a_user_error(small_text,
 @pytest.mark.e2e
 def test_vocabulary_checkpoint_mismatch_is_named(small_text, tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["pretrain", "--data", str(small_text), "--steps", "2", "--eval-every", "2",
-                 "--out", str(out), *TINY]) == 0
+    assert (
+        main(["pretrain", "--data", str(small_text), "--steps", "2", "--eval-every", "2", "--out", str(out), *TINY])
+        == 0
+    )
     config = json.loads((out / "config.json").read_text())
     config["model"]["vocab_size"] += 64
     (out / "config.json").write_text(json.dumps(config))

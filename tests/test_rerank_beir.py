@@ -31,8 +31,11 @@ def test_training_rows_are_each_judged_pair_with_bm25_misses_that_are_none_of_it
     train, negatives, test, candidates = TASKS["rerank"].run_data(task, RerankConfig(n_negatives=2, candidates=4))
     doc = {d: i for i, d in enumerate(task.train.doc_ids)}
     assert list(zip(train.queries, train.relevant)) == [  # q3 is judged relevant to two documents: two rows
-        ("Where is Rome?", doc["d3"]), ("Which city did Romeo flee to?", doc["d5"]),
-        ("Rivers of France", doc["d4"]), ("Rivers of France", doc["d2"])]
+        ("Where is Rome?", doc["d3"]),
+        ("Which city did Romeo flee to?", doc["d5"]),
+        ("Rivers of France", doc["d4"]),
+        ("Rivers of France", doc["d2"]),
+    ]
     assert all(len(n) == 2 for n in negatives)
     assert not {doc["d4"], doc["d2"]} & {*negatives[2], *negatives[3]}  # neither of q3's relevant documents
     assert test is task.test and candidates == bm25_ranking(task.test, 4)

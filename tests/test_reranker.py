@@ -21,8 +21,12 @@ pytestmark = pytest.mark.unit
 
 
 def test_bm25_puts_the_document_sharing_the_rare_words_first():
-    docs = ("the king is dead and the queen weeps", "the fool sings of rain",
-            "the the the the king", "a horse, a horse, my kingdom for a horse")
+    docs = (
+        "the king is dead and the queen weeps",
+        "the fool sings of rain",
+        "the the the the king",
+        "a horse, a horse, my kingdom for a horse",
+    )
     data = RetrievalSet(("my kingdom for a horse", "who sings of the rain", "the queen"), docs, (3, 1, 0))
     ranked = bm25_ranking(data, k=2)
     assert [r[0] for r in ranked] == [3, 1, 0]
@@ -34,13 +38,23 @@ def record(ndcg: float, p50_ms: float, p99_ms: float) -> dict:
     0.10), a random order at 0.02."""
     recall, no_gain = {"recall@100": 1.0}, PairedGain(difference=0.0, ci95_low=0.0, ci95_high=0.0, p_not_better=1.0)
     return RerankRecord(
-        recall=recall, mrr=ndcg, ndcg_at_10=ndcg, reranker="cross", n_queries=2, candidates_per_query=100,
-        per_query=QueryScores(ndcg_at_10=[ndcg, ndcg], seconds=[p50_ms / 1000] * 2, first_stage_ndcg_at_10=[0.10, 0.12],
-                           random_order_ndcg_at_10=[0.02, 0.02]),
+        recall=recall,
+        mrr=ndcg,
+        ndcg_at_10=ndcg,
+        reranker="cross",
+        n_queries=2,
+        candidates_per_query=100,
+        per_query=QueryScores(
+            ndcg_at_10=[ndcg, ndcg],
+            seconds=[p50_ms / 1000] * 2,
+            first_stage_ndcg_at_10=[0.10, 0.12],
+            random_order_ndcg_at_10=[0.02, 0.02],
+        ),
         latency=Latency(p50_ms=p50_ms, p99_ms=p99_ms),
         baseline=OrderBaseline(recall=recall, mrr=0.10, ndcg_at_10=0.11, name="first-stage order"),
         random_order=OrderBaseline(recall=recall, mrr=0.02, ndcg_at_10=0.02, name="random order"),
-        ndcg_at_10_gain=NdcgGains(over_random_order=no_gain, over_first_stage=no_gain)).to_json()
+        ndcg_at_10_gain=NdcgGains(over_random_order=no_gain, over_first_stage=no_gain),
+    ).to_json()
 
 
 def measured(cross: list[tuple], scores: list[tuple], writes: list[tuple]) -> Measured:
@@ -51,25 +65,40 @@ def measured(cross: list[tuple], scores: list[tuple], writes: list[tuple]) -> Me
 
 
 def test_rule_held_falsified_inconclusive_on_synthetic_seeds():
-    fast_and_good = measured([(0.30, 20, 40), (0.32, 21, 41), (0.31, 20, 42)],
-                             [(0.25, 25, 50)] * 3, [(0.26, 200, 400), (0.27, 210, 420), (0.29, 190, 380)])
+    fast_and_good = measured(
+        [(0.30, 20, 40), (0.32, 21, 41), (0.31, 20, 42)],
+        [(0.25, 25, 50)] * 3,
+        [(0.26, 200, 400), (0.27, 210, 420), (0.29, 190, 380)],
+    )
     metrics, rows = reranker.ABLATION.tabulate(fast_and_good)
     assert reranker.judge(metrics)[0] == "held"
     assert [len(r) for r in rows] == [len(reranker.SYSTEMS) + 3] * len(rows)  # measure, axis, systems, verdict
-    writer_better = measured([(0.20, 20, 40), (0.21, 21, 41), (0.22, 20, 42)],
-                             [(0.25, 25, 50)] * 3, [(0.40, 200, 400), (0.41, 210, 420), (0.43, 190, 380)])
+    writer_better = measured(
+        [(0.20, 20, 40), (0.21, 21, 41), (0.22, 20, 42)],
+        [(0.25, 25, 50)] * 3,
+        [(0.40, 200, 400), (0.41, 210, 420), (0.43, 190, 380)],
+    )
     assert reranker.judge(reranker.ABLATION.tabulate(writer_better)[0])[0] == "falsified"
-    unlearned = measured([(0.021, 20, 40), (0.019, 21, 41), (0.020, 20, 42)],
-                         [(0.02, 25, 50)] * 3, [(0.02, 200, 400), (0.021, 210, 420), (0.019, 190, 380)])
+    unlearned = measured(
+        [(0.021, 20, 40), (0.019, 21, 41), (0.020, 20, 42)],
+        [(0.02, 25, 50)] * 3,
+        [(0.02, 200, 400), (0.021, 210, 420), (0.019, 190, 380)],
+    )
     verdict, detail = reranker.judge(reranker.ABLATION.tabulate(unlearned)[0])
     assert verdict == "inconclusive" and ("would need" in detail or "no gap" in detail)
-    below_random = measured([(0.004, 20, 40), (0.006, 21, 41), (0.005, 20, 42)],  # random order: 0.02
-                            [(0.02, 25, 50)] * 3, [(0.03, 200, 400), (0.031, 210, 420), (0.029, 190, 380)])
+    below_random = measured(
+        [(0.004, 20, 40), (0.006, 21, 41), (0.005, 20, 42)],  # random order: 0.02
+        [(0.02, 25, 50)] * 3,
+        [(0.03, 200, 400), (0.031, 210, 420), (0.029, 190, 380)],
+    )
     verdict, detail = reranker.judge(reranker.ABLATION.tabulate(below_random)[0])
     # a failed precondition falsifies nothing
     assert verdict == "inconclusive" and "nothing learned to compare" in detail
-    behind_first_stage = measured([(0.060, 20, 40), (0.070, 21, 41), (0.065, 20, 42)],  # BM25's order: 0.11
-                                  [(0.02, 25, 50)] * 3, [(0.01, 200, 400), (0.011, 210, 420), (0.009, 190, 380)])
+    behind_first_stage = measured(
+        [(0.060, 20, 40), (0.070, 21, 41), (0.065, 20, 42)],  # BM25's order: 0.11
+        [(0.02, 25, 50)] * 3,
+        [(0.01, 200, 400), (0.011, 210, 420), (0.009, 190, 380)],
+    )
     verdict, detail = reranker.judge(reranker.ABLATION.tabulate(behind_first_stage)[0])
     assert verdict == "inconclusive" and "does not improve on the first stage's own order" in detail
 
@@ -78,8 +107,10 @@ def test_summary_is_the_templates_sentence_with_the_measured_numbers():
     m = measured([(0.30, 20, 40)] * 2, [(0.25, 25, 50)] * 2, [(0.26, 200, 400)] * 2)
     metrics, _ = reranker.ABLATION.tabulate(m)
     text = reranker.ABLATION.summary(m, metrics)
-    assert text.startswith("We replaced a generative reranker with a cross-encoder over the same top-100 candidates: "
-                           "nDCG@10 went from 0.260 to 0.300 while p99 latency fell from 400 ms to 40 ms")
+    assert text.startswith(
+        "We replaced a generative reranker with a cross-encoder over the same top-100 candidates: "
+        "nDCG@10 went from 0.260 to 0.300 while p99 latency fell from 400 ms to 40 ms"
+    )
     assert metrics[key(reranker.P99, TOKENS)][reranker.FIRST] == []  # nothing to time for a baseline order
 
 
@@ -92,8 +123,9 @@ def test_judging_scorer_writes_and_counts_yes(small_text):
 
     tokenizer = build_tokenizer("char", load_corpus(str(small_text)))
     torch.manual_seed(0)
-    model = build_model(preset("gpt2", vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2,
-                               max_seq_len=64))
+    model = build_model(
+        preset("gpt2", vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2, max_seq_len=64)
+    )
     scores = judging_scorer(model, tokenizer, max_len=64)("a line", ["one passage", "another"])
     assert scores.shape == (2,) and set(scores.tolist()) <= {0.0, 1.0}
 
@@ -108,8 +140,14 @@ def bert_folder(tmp_path, small_text):
 
     tokenizer = build_tokenizer("char", load_corpus(str(small_text)))
     torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
-                                     num_attention_heads=2, intermediate_size=64, max_position_embeddings=160)
+    config = transformers.BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=160,
+    )
     transformers.BertModel(config).save_pretrained(tmp_path / "bert")
     tokenizer.save(tmp_path / "bert" / "tokenizer.json")
     return tmp_path / "bert"
@@ -159,11 +197,16 @@ def test_models_option_is_checked_in_one_line_before_anything_runs(bert_folder, 
     from maskwise.errors import UserError
     from maskwise.experiments.ablations.registry import checked
 
-    assert reranker.ABLATION.arms(f"cross={bert_folder}") == (reranker.CLM_DECODER,)  # only the decoder is pretrained here
+    assert reranker.ABLATION.arms(f"cross={bert_folder}") == (
+        reranker.CLM_DECODER,
+    )  # only the decoder is pretrained here
     assert reranker.ABLATION.arms({"cross": str(bert_folder)}) == (reranker.CLM_DECODER,)
-    for models, needle in ((f"cross={tmp_path / 'nope'}", "no such folder"), ("judge=x", "expected cross=FOLDER"),
-                           (f"cross={bert_folder},cross={bert_folder}", "expected cross=FOLDER"),
-                           (f"generative={bert_folder}", "holds a model of family encoder")):
+    for models, needle in (
+        (f"cross={tmp_path / 'nope'}", "no such folder"),
+        ("judge=x", "expected cross=FOLDER"),
+        (f"cross={bert_folder},cross={bert_folder}", "expected cross=FOLDER"),
+        (f"generative={bert_folder}", "holds a model of family encoder"),
+    ):
         with pytest.raises(UserError, match=needle) as error:
             checked("reranker", "smoke", 2, {"models": models})
         assert "\n" not in str(error.value)
@@ -180,8 +223,14 @@ def test_reranker_ablation_starts_its_cross_encoder_from_a_folder_on_a_beir_task
     from tests.test_beir import TEST_QRELS, TRAIN_QRELS, write_beir
 
     beir = write_beir(tmp_path / "beir", {"train": TRAIN_QRELS, "test": TEST_QRELS})
-    out = run_ablation("reranker", tmp_path / "out", "smoke", 2, tasks=[parse_task(f"t=rerank:{beir}", tuple(TASKS))],
-                       models=f"cross={bert_folder}")
+    out = run_ablation(
+        "reranker",
+        tmp_path / "out",
+        "smoke",
+        2,
+        tasks=[parse_task(f"t=rerank:{beir}", tuple(TASKS))],
+        models=f"cross={bert_folder}",
+    )
     results = json.loads((out / "results.json").read_text())
     assert "the 3 test queries of the user's task t" in " ".join(results["notes"])
     assert set(results["parameters"]) == {reranker.CLM_DECODER.label}  # no encoder pretrained
@@ -191,7 +240,10 @@ def test_reranker_ablation_starts_its_cross_encoder_from_a_folder_on_a_beir_task
     cross = folders["systems"][reranker.CROSS]
     assert folders["bodies"]["cross"]["folder"] == str(bert_folder.resolve())
     assert (cross["settings"]["lr"], cross["settings"]["head_lr"], cross["settings"]["batch_size"]) == (
-        5e-5, 5e-5, 8)  # a pretrained body: HF Trainer's defaults (``finetune.PRETRAINED``)
+        5e-5,
+        5e-5,
+        8,
+    )  # a pretrained body: HF Trainer's defaults (``finetune.PRETRAINED``)
     assert cross["settings"]["readout"] == cross["readout"] == "segments"  # a pretrained body scores as it was trained
     assert any(f"the folder {bert_folder.resolve()}" in note for note in results["notes"])
     assert results["settings"]["models"] == f"cross={bert_folder}"

@@ -67,10 +67,12 @@ DECISIONS = [
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("hw, device, precision, speedup, want_device, want_precision, reason, warns, probed",
-                         DECISIONS)
-def test_decision_table(hw, device, precision, speedup, want_device, want_precision, reason, warns, probed,
-                        monkeypatch):
+@pytest.mark.parametrize(
+    "hw, device, precision, speedup, want_device, want_precision, reason, warns, probed", DECISIONS
+)
+def test_decision_table(
+    hw, device, precision, speedup, want_device, want_precision, reason, warns, probed, monkeypatch
+):
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     monkeypatch.delenv(AUTO_PRECISION_ENV, raising=False)  # the machine's own answer, not a forced one
     probe = Probe(speedup)
@@ -94,15 +96,18 @@ def test_torchrun_takes_the_local_rank_gpu(monkeypatch):
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("hw, device, precision, message", [
-    (AVX2, "cuda", "auto", "CUDA is not available"),
-    (AVX2, "cuda:0", "auto", "CUDA is not available"),
-    (SM80, "cuda:1", "auto", "1 CUDA GPU"),
-    (SM80, "cuda:x", "auto", "1 CUDA GPU"),
-    (AVX2, "mps", "auto", "no Apple GPU"),
-    (AVX2, "tpu", "auto", "--device must be"),
-    (AVX2, "cpu", "fp8", "--precision must be"),
-])
+@pytest.mark.parametrize(
+    "hw, device, precision, message",
+    [
+        (AVX2, "cuda", "auto", "CUDA is not available"),
+        (AVX2, "cuda:0", "auto", "CUDA is not available"),
+        (SM80, "cuda:1", "auto", "1 CUDA GPU"),
+        (SM80, "cuda:x", "auto", "1 CUDA GPU"),
+        (AVX2, "mps", "auto", "no Apple GPU"),
+        (AVX2, "tpu", "auto", "--device must be"),
+        (AVX2, "cpu", "fp8", "--precision must be"),
+    ],
+)
 def test_unavailable_or_unknown_choices_are_user_errors(hw, device, precision, message, monkeypatch):
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     with pytest.raises(UserError, match=message):
@@ -138,7 +143,9 @@ def test_this_machine_is_described_from_torch_and_the_cpu(monkeypatch):
 @pytest.mark.unit
 def test_the_cpu_is_named_with_its_family_and_model_and_its_flags_read(tmp_path):
     """Two cloud EPYCs both call themselves "AMD EPYC"; the family and model tell Zen 4 from Zen 5."""
-    processor = "processor\t: {n}\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512_bf16\n"
+    processor = (
+        "processor\t: {n}\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512_bf16\n"
+    )
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(processor.format(n=0) + "\n" + processor.format(n=1))
     flags, name = runtime_module._cpu_facts(cpuinfo)
@@ -151,11 +158,14 @@ def test_the_cpu_is_named_with_its_family_and_model_and_its_flags_read(tmp_path)
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("hw, forced, want, warns", [
-    (AVX2, "bf16", "bf16", True),  # the AVX-512 kind's answer on AVX2: emulated, so a warning
-    (AVX512_BF16, "fp32", "fp32", False),  # the AVX2 kind's answer on AVX-512
-    (AVX512_BF16, "bf16", "bf16", False),
-])
+@pytest.mark.parametrize(
+    "hw, forced, want, warns",
+    [
+        (AVX2, "bf16", "bf16", True),  # the AVX-512 kind's answer on AVX2: emulated, so a warning
+        (AVX512_BF16, "fp32", "fp32", False),  # the AVX2 kind's answer on AVX-512
+        (AVX512_BF16, "bf16", "bf16", False),
+    ],
+)
 def test_the_environment_switch_forces_what_auto_means_on_a_cpu(hw, forced, want, warns, monkeypatch):
     monkeypatch.setenv(AUTO_PRECISION_ENV, forced)
     probe = Probe(2.0)
@@ -244,8 +254,9 @@ def test_fp16_trains_with_a_loss_scaler_that_resumes(tmp_path):
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("budget, total, unit", [("", 20, "step"), ("seconds=30", 30, "s"),
-                                                 ("tokens=5000", 5000, "tok")])
+@pytest.mark.parametrize(
+    "budget, total, unit", [("", 20, "step"), ("seconds=30", 30, "s"), ("tokens=5000", 5000, "tok")]
+)
 def test_progress_counts_what_ends_the_run(budget, total, unit):
     trainer = _trainer(CLM(), "decoder", budget=budget, progress=True)
     bar = trainer._progress_bar()
@@ -256,8 +267,22 @@ def test_progress_counts_what_ends_the_run(budget, total, unit):
 @pytest.mark.e2e
 def test_run_records_its_runtime(tmp_path, small_text, capsys, monkeypatch):
     monkeypatch.setattr(runtime_module, "_announced", set())  # said once per process: say it again here
-    code = main(["pretrain", "--data", str(small_text), "--steps", "2", "--eval-every", "2", "--out",
-                 str(tmp_path / "run"), "--device", "cpu", *TINY])
+    code = main(
+        [
+            "pretrain",
+            "--data",
+            str(small_text),
+            "--steps",
+            "2",
+            "--eval-every",
+            "2",
+            "--out",
+            str(tmp_path / "run"),
+            "--device",
+            "cpu",
+            *TINY,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 0, err
     assert err.startswith(resolve("cpu").describe())
@@ -268,17 +293,38 @@ def test_run_records_its_runtime(tmp_path, small_text, capsys, monkeypatch):
 
 # ---- the CLI ------------------------------------------------------------------------------------
 
-TINY = ["--d-model", "16", "--layers", "1", "--heads", "2", "--batch-size", "2", "--block-size", "16",
-        "--eval-batches", "1", "--no-progress"]
+TINY = [
+    "--d-model",
+    "16",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--batch-size",
+    "2",
+    "--block-size",
+    "16",
+    "--eval-batches",
+    "1",
+    "--no-progress",
+]
 
 
 @pytest.mark.e2e
 @pytest.mark.skipif(HAS_CUDA, reason="this machine has CUDA")
-@pytest.mark.parametrize("command", [
-    ["pretrain", "--steps", "2"], ["compare", "--quick"], ["ablate", "shift-bug", "--scale", "quick"], ["demo"],
-    ["generate", "no-such-run", "--prompt", "x"], ["finetune", "classify", "no-such-run", "--out", "o"],
-    ["evaluate", "no-such-run"], ["fill-mask", "no-such-run", "a [MASK]"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["pretrain", "--steps", "2"],
+        ["compare", "--quick"],
+        ["ablate", "shift-bug", "--scale", "quick"],
+        ["demo"],
+        ["generate", "no-such-run", "--prompt", "x"],
+        ["finetune", "classify", "no-such-run", "--out", "o"],
+        ["evaluate", "no-such-run"],
+        ["fill-mask", "no-such-run", "a [MASK]"],
+    ],
+)
 def test_device_cuda_without_cuda_is_one_line_and_exit_2(command, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code = main([*command, "--device", "cuda"])
@@ -289,13 +335,17 @@ def test_device_cuda_without_cuda_is_one_line_and_exit_2(command, tmp_path, caps
 
 
 def _tree(folder):
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("flag, value", [("--d-model", "32"), ("--objective", "prefix-lm"),
-                                         ("--tokenizer", "bpe"), ("--lr", "0.5")])
+@pytest.mark.parametrize(
+    "flag, value", [("--d-model", "32"), ("--objective", "prefix-lm"), ("--tokenizer", "bpe"), ("--lr", "0.5")]
+)
 def test_resume_refuses_a_changed_setting_and_leaves_the_run_as_it_was(flag, value, small_text, tmp_path, capsys):
     run = ["pretrain", "--data", str(small_text), "--steps", "2", "--eval-every", "2", "--out", str(tmp_path / "run")]
     assert main([*run, *TINY]) == 0
@@ -322,8 +372,9 @@ def test_a_run_written_under_another_device_resumes_on_the_cpu(small_text, tmp_p
     config["runtime"] = {**config["runtime"], "device": "cuda:0", "precision": "bf16"}
     config_path.write_text(json.dumps(config))
     capsys.readouterr()
-    code = main([*common, "--steps", "6", "--out", str(tmp_path / "cut"), "--resume", "--device", "cpu",
-                 "--precision", "fp32"])
+    code = main(
+        [*common, "--steps", "6", "--out", str(tmp_path / "cut"), "--resume", "--device", "cpu", "--precision", "fp32"]
+    )
     assert code == 0, capsys.readouterr().err
 
     def curve(run):
@@ -331,4 +382,3 @@ def test_a_run_written_under_another_device_resumes_on_the_cpu(small_text, tmp_p
 
     assert curve(tmp_path / "cut") == curve(tmp_path / "full")
     assert [h["runtime"]["device"] for h in read_metrics(tmp_path / "cut", headers=True)] == ["cpu", "cpu"]
-

@@ -132,15 +132,20 @@ def test_user_files_in_conll_and_jsonl(tmp_path):
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("name, text, message", [
-    ("bad.conll", "John B-PER\nlonely\n", "line 2 has one column"),
-    ("bad.jsonl", '{"tokens": ["a"], "tags": ["O", "O"]}\n', "line 1 has 1 tokens but 2 tags"),
-    ("bad.jsonl", '{"tokens": ["a b"], "tags": ["O"]}\n', "line 1 needs 'tokens' and 'tags'"),
-    ("bad.jsonl", "{not json\n", "line 1 is not valid JSON"),
-    pytest.param("deep.jsonl", "[" * 100_000 + "\n", "line 1 is not valid JSON", id="nested-past-the-recursion-limit"),
-    ("list.jsonl", '["a", "O"]\n', "line 1 is not a JSON object \\(need 'tokens' and 'tags'\\)"),
-    ("empty.conll", "\n\n", "has no sentences"),
-])
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("bad.conll", "John B-PER\nlonely\n", "line 2 has one column"),
+        ("bad.jsonl", '{"tokens": ["a"], "tags": ["O", "O"]}\n', "line 1 has 1 tokens but 2 tags"),
+        ("bad.jsonl", '{"tokens": ["a b"], "tags": ["O"]}\n', "line 1 needs 'tokens' and 'tags'"),
+        ("bad.jsonl", "{not json\n", "line 1 is not valid JSON"),
+        pytest.param(
+            "deep.jsonl", "[" * 100_000 + "\n", "line 1 is not valid JSON", id="nested-past-the-recursion-limit"
+        ),
+        ("list.jsonl", '["a", "O"]\n', "line 1 is not a JSON object \\(need 'tokens' and 'tags'\\)"),
+        ("empty.conll", "\n\n", "has no sentences"),
+    ],
+)
 def test_bad_tagging_files_are_one_line_errors(tmp_path, name, text, message):
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
@@ -180,8 +185,23 @@ def test_finetune_tag_on_a_users_file_and_evaluate_the_saved_tagger(tmp_path, ca
     sentences = ["John B-PER\nlives O\nin O\nParis B-LOC", "Mary B-PER\nsaw O\nRome B-LOC", "it O\nrains O"] * 4
     data = tmp_path / "ner.conll"
     data.write_text("\n\n".join(sentences) + "\n", encoding="utf-8")
-    code, out, err = run_cli(capsys, "finetune", "tag", run, "--out", tmp_path / "tagger", "--data", data,
-                             "--steps", 2, "--batch-size", 4, "--read-out", "first", "--no-progress")
+    code, out, err = run_cli(
+        capsys,
+        "finetune",
+        "tag",
+        run,
+        "--out",
+        tmp_path / "tagger",
+        "--data",
+        data,
+        "--steps",
+        2,
+        "--batch-size",
+        4,
+        "--read-out",
+        "first",
+        "--no-progress",
+    )
     assert code == 0, err
     assert out.startswith("tag (encoder) ") and " words of 1 texts" in out  # a random 10% of 12 sentences: one
     assert json.loads((tmp_path / "tagger" / "config.json").read_text())["task"]["read_out"] == "first"  # kept
@@ -202,8 +222,23 @@ def test_finetune_tag_on_the_plays_reproduces_under_evaluate(tmp_path, capsys):
     from tests.tiny_run import encoder_run, run_cli
 
     run = encoder_run(tmp_path / "enc")
-    code, _, err = run_cli(capsys, "finetune", "tag", run, "--out", tmp_path / "tagger", "--steps", 2,
-                             "--batch-size", 4, "--train-windows", 20, "--eval-windows", 30, "--no-progress")
+    code, _, err = run_cli(
+        capsys,
+        "finetune",
+        "tag",
+        run,
+        "--out",
+        tmp_path / "tagger",
+        "--steps",
+        2,
+        "--batch-size",
+        4,
+        "--train-windows",
+        20,
+        "--eval-windows",
+        30,
+        "--no-progress",
+    )
     assert code == 0, err
     tuned = json.loads((tmp_path / "tagger" / "results.json").read_text())
     code, _, err = run_cli(capsys, "evaluate", tmp_path / "tagger", "--eval-windows", 30, "--no-progress")

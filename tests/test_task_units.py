@@ -20,6 +20,7 @@ from maskwise.tasks.unit import Head, Row, Task
 
 pytestmark = pytest.mark.unit
 
+
 def help_of(capsys, *argv) -> str:
     with pytest.raises(SystemExit):
         build_parser().parse_args([*argv, "--help"])
@@ -66,8 +67,9 @@ def test_a_task_registered_at_runtime_gets_its_commands(monkeypatch, capsys):
     monkeypatch.setitem(TASKS, "toy", toy)
     assert "toy" in choices_in(help_of(capsys, "finetune"), "usage: maskwise finetune [-h] ")
     assert "toy" in choices_in(help_of(capsys, "evaluate"), "--task ")
-    args = build_parser().parse_args(["finetune", "toy", "run", "--out", "fine-tuned", "--plays-task", "line-order",
-                                      "--freeze"])
+    args = build_parser().parse_args(
+        ["finetune", "toy", "run", "--out", "fine-tuned", "--plays-task", "line-order", "--freeze"]
+    )
     assert (args.task, args.handler) == ("toy", run_finetune)
     assert (args.plays_task, args.freeze, args.pooling) == ("line-order", True, None)  # from ClassifyConfig's fields
     assert by_evaluate_name()["toy"] is toy
@@ -76,8 +78,9 @@ def test_a_task_registered_at_runtime_gets_its_commands(monkeypatch, capsys):
         build_parser().parse_args(["finetune", "toy", "run", "--out", "fine-tuned"])
 
 
-@pytest.mark.parametrize("scale", [f"compare {n}" for n in sorted(COMPARE_SCALES)]
-                         + [f"ablate {n}" for n in sorted(SCALES)] + ["smoke"])
+@pytest.mark.parametrize(
+    "scale", [f"compare {n}" for n in sorted(COMPARE_SCALES)] + [f"ablate {n}" for n in sorted(SCALES)] + ["smoke"]
+)
 def test_every_scale_sets_every_registered_task(scale):
     kind, _, name = scale.partition(" ")
     recipe = SMOKE if kind == "smoke" else COMPARE_SCALES[name] if kind == "compare" else SCALES[name].recipe
@@ -98,7 +101,12 @@ def test_no_task_module_imports_the_command_line_experiments_or_interop():
     found = []
     for path in sorted(Path(maskwise.tasks.__file__).parent.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = ([node.module or ""] if isinstance(node, ast.ImportFrom) else
-                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
             found += [f"{path.name}: {name}" for name in names if name.startswith(upward)]
     assert found == []

@@ -50,12 +50,28 @@ def cli(capsys, *args):
 
 
 def test_generate(runs, capsys):
-    code, out, err = cli(capsys, "generate", runs["decoder"], "--prompt", "ROMEO", "--prompt", "To be",
-                         "--max-new-tokens", 5, "--temperature", 0.8, "--top-k", 10, "--seed", 1)
+    code, out, err = cli(
+        capsys,
+        "generate",
+        runs["decoder"],
+        "--prompt",
+        "ROMEO",
+        "--prompt",
+        "To be",
+        "--max-new-tokens",
+        5,
+        "--temperature",
+        0.8,
+        "--top-k",
+        10,
+        "--seed",
+        1,
+    )
     assert code == 0, err
     assert out.startswith("ROMEO") and "\nTo be" in out
-    code, out, err = cli(capsys, "generate", runs["encoder-decoder"], "--prompt", "ROMEO\nHi.", "--num-beams", 2,
-                         "--max-new-tokens", 4)
+    code, out, err = cli(
+        capsys, "generate", runs["encoder-decoder"], "--prompt", "ROMEO\nHi.", "--num-beams", 2, "--max-new-tokens", 4
+    )
     assert code == 0, err
 
 
@@ -67,9 +83,25 @@ def test_fill_mask(runs, capsys):
 
 def test_finetune_then_evaluate_and_search(runs, tmp_path, capsys):
     out = tmp_path / "cls"
-    code, stdout, err = cli(capsys, "finetune", "classify", runs["encoder"], "--out", out, "--steps", 2,
-                            "--batch-size", 4, "--plays-task", "line-order", "--per-label", 3, "--eval-per-label", 5,
-                            "--no-progress")
+    code, stdout, err = cli(
+        capsys,
+        "finetune",
+        "classify",
+        runs["encoder"],
+        "--out",
+        out,
+        "--steps",
+        2,
+        "--batch-size",
+        4,
+        "--plays-task",
+        "line-order",
+        "--per-label",
+        3,
+        "--eval-per-label",
+        5,
+        "--no-progress",
+    )
     assert code == 0, err
     assert "accuracy" in stdout and "majority class" in stdout
     results = json.loads((out / "results.json").read_text())
@@ -79,8 +111,20 @@ def test_finetune_then_evaluate_and_search(runs, tmp_path, capsys):
     before = files_in(out)
     unlabelled = tmp_path / "unlabelled.jsonl"
     unlabelled.write_text('{"text": "a line"}\n')
-    code, _, err = cli(capsys, "finetune", "classify", runs["encoder"], "--out", out, "--overwrite", "--data",
-                       unlabelled, "--steps", 2, "--no-progress")
+    code, _, err = cli(
+        capsys,
+        "finetune",
+        "classify",
+        runs["encoder"],
+        "--out",
+        out,
+        "--overwrite",
+        "--data",
+        unlabelled,
+        "--steps",
+        2,
+        "--no-progress",
+    )
     assert code == 2 and "label" in err
     assert files_in(out) == before  # refused: nothing replaced
     code, stdout, err = cli(capsys, "evaluate", out, "--eval-per-label", 5, "--no-progress")  # the task it was tuned on
@@ -93,8 +137,11 @@ def test_finetune_then_evaluate_and_search(runs, tmp_path, capsys):
     shutil.copytree(out, damaged)
     config = json.loads((damaged / "config.json").read_text())
     for field, value in [("labels", None), ("train_labels", 5)]:  # a KeyError and a TypeError before
-        task = {**config["task"], field: value} if value is not None else {
-            k: v for k, v in config["task"].items() if k != field}
+        task = (
+            {**config["task"], field: value}
+            if value is not None
+            else {k: v for k, v in config["task"].items() if k != field}
+        )
         (damaged / "config.json").write_text(json.dumps({**config, "task": task}))
         code, _, err = cli(capsys, "evaluate", damaged, "--eval-per-label", 2, "--no-progress")
         assert code == 2 and f"without its {field}" in err and "Traceback" not in err, err
@@ -109,8 +156,21 @@ def test_finetune_then_evaluate_and_search(runs, tmp_path, capsys):
 def test_finetune_on_own_data(runs, tmp_path, capsys):
     data = tmp_path / "own.jsonl"
     data.write_text("".join(json.dumps({"source": f"A{i}\nline", "target": f"A{i}"}) + "\n" for i in range(10)))
-    code, _, err = cli(capsys, "finetune", "seq2seq", runs["encoder-decoder"], "--out", tmp_path / "s2s",
-                       "--data", data, "--steps", 2, "--batch-size", 2, "--no-progress")
+    code, _, err = cli(
+        capsys,
+        "finetune",
+        "seq2seq",
+        runs["encoder-decoder"],
+        "--out",
+        tmp_path / "s2s",
+        "--data",
+        data,
+        "--steps",
+        2,
+        "--batch-size",
+        2,
+        "--no-progress",
+    )
     assert code == 0, err
     results = json.loads((tmp_path / "s2s" / "results.json").read_text())
     assert results["n_test"] == 1
@@ -121,9 +181,27 @@ def test_finetune_on_own_data(runs, tmp_path, capsys):
 
 def test_finetune_rerank_reports_gains_with_intervals(runs, tmp_path, capsys):
     out = tmp_path / "rerank"
-    code, stdout, err = cli(capsys, "finetune", "rerank", runs["encoder"], "--out", out, "--steps", 1,
-                            "--batch-size", 2, "--negatives", "random", "--train-queries", 8, "--candidates", 5,
-                            "--rerank-queries", 6, "--no-progress")
+    code, stdout, err = cli(
+        capsys,
+        "finetune",
+        "rerank",
+        runs["encoder"],
+        "--out",
+        out,
+        "--steps",
+        1,
+        "--batch-size",
+        2,
+        "--negatives",
+        "random",
+        "--train-queries",
+        8,
+        "--candidates",
+        5,
+        "--rerank-queries",
+        6,
+        "--no-progress",
+    )
     assert code == 0, err
     assert "over random order (95% CI" in stdout and "over first stage (95% CI" in stdout
     results = json.loads((out / "results.json").read_text())
@@ -134,8 +212,25 @@ def test_finetune_rerank_reports_gains_with_intervals(runs, tmp_path, capsys):
 def test_a_segment_readout_cross_encoder_is_kept_and_read_back_by_evaluate(runs, tmp_path, capsys):
     out = tmp_path / "rerank"
     flags = ["--candidates", 5, "--rerank-queries", 6, "--no-progress"]
-    code, _, err = cli(capsys, "finetune", "rerank", runs["encoder"], "--out", out, "--steps", 2, "--batch-size", 2,
-                       "--negatives", "random", "--train-queries", 8, "--readout", "segments", *flags)
+    code, _, err = cli(
+        capsys,
+        "finetune",
+        "rerank",
+        runs["encoder"],
+        "--out",
+        out,
+        "--steps",
+        2,
+        "--batch-size",
+        2,
+        "--negatives",
+        "random",
+        "--train-queries",
+        8,
+        "--readout",
+        "segments",
+        *flags,
+    )
     assert code == 0, err
     trained = json.loads((out / "results.json").read_text())
     assert trained["readout"] == "segments"
@@ -162,16 +257,39 @@ def _bad(runs, tmp_path):
         (["fill-mask", runs["decoder"], "a [MASK]"], "encoder"),
         (["finetune", "classify", runs["encoder"], "--out", tmp_path / "o1", "--data", bad_rows, *common], "line 3"),
         (["finetune", "seq2seq", runs["encoder"], "--out", tmp_path / "o2", *common], "encoder"),
-        (["finetune", "seq2seq", runs["encoder-decoder"], "--out", tmp_path / "o7", "--data", bad_rows,
-          "--rename-speakers", "0.5", *common], "embedded passages"),
-        (["finetune", "seq2seq", runs["encoder-decoder"], "--out", tmp_path / "o8", "--rename-speakers", "2",
-          *common], "[0, 1]"),
+        (
+            [
+                "finetune",
+                "seq2seq",
+                runs["encoder-decoder"],
+                "--out",
+                tmp_path / "o7",
+                "--data",
+                bad_rows,
+                "--rename-speakers",
+                "0.5",
+                *common,
+            ],
+            "embedded passages",
+        ),
+        (
+            [
+                "finetune",
+                "seq2seq",
+                runs["encoder-decoder"],
+                "--out",
+                tmp_path / "o8",
+                "--rename-speakers",
+                "2",
+                *common,
+            ],
+            "[0, 1]",
+        ),
         (["finetune", "classify", runs["encoder"], "--out", existing, *common], "already exists"),
         (["finetune", "classify", runs["encoder"], "--out", tmp_path / "o3", "--steps", "0"], "steps"),
         (["finetune", "embed", runs["encoder"], "--out", tmp_path / "o4", "--lr", "-1", *common], "lr"),
         (["finetune", "classify", runs["decoder"], "--out", tmp_path / "o5", "--pooling", "cls", *common], "cls"),
-        (["finetune", "rerank", runs["encoder"], "--out", tmp_path / "o6", "--eval-data", bad_rows, *common],
-         "--data"),
+        (["finetune", "rerank", runs["encoder"], "--out", tmp_path / "o6", "--eval-data", bad_rows, *common], "--data"),
         (["evaluate", runs["encoder"]], "--task"),
         (["evaluate", runs["encoder"], "--task", "classify"], "finetune classify"),
         (["break", runs["decoder"], runs["decoder"]], "not an encoder"),
@@ -190,8 +308,24 @@ def test_bad_inputs_exit_2_with_one_line(runs, tmp_path, capsys):
 
 def test_mid_speech_seq2seq_is_kept_by_evaluate(runs, tmp_path, capsys):
     out = tmp_path / "mid"
-    code, _, err = cli(capsys, "finetune", "seq2seq", runs["encoder-decoder"], "--out", out, "--mid-speech",
-                       "--steps", 2, "--batch-size", 2, "--eval-limit", 6, "--max-chars", 100, "--no-progress")
+    code, _, err = cli(
+        capsys,
+        "finetune",
+        "seq2seq",
+        runs["encoder-decoder"],
+        "--out",
+        out,
+        "--mid-speech",
+        "--steps",
+        2,
+        "--batch-size",
+        2,
+        "--eval-limit",
+        6,
+        "--max-chars",
+        100,
+        "--no-progress",
+    )
     assert code == 0, err
     tuned = json.loads((out / "results.json").read_text())
     assert tuned["mid_speech"] is True and tuned["n_test"] == 6

@@ -61,9 +61,12 @@ def test_line_order_pairs_are_consecutive_lines_half_of_them_swapped():
     assert examples != line_order_examples("test", per_order=200, seed=1)
     assert {e.label: sum(x.label == e.label for x in examples) for e in examples} == dict.fromkeys(LINE_ORDERS, 200)
     assert {e.origin for e in examples} <= _slugs("test")
-    consecutive = {(speech.text.split("\n")[i], speech.text.split("\n")[i + 1])
-                   for play in split_plays()["test"] for speech in play.speeches
-                   for i in range(len(speech.text.split("\n")) - 1)}
+    consecutive = {
+        (speech.text.split("\n")[i], speech.text.split("\n")[i + 1])
+        for play in split_plays()["test"]
+        for speech in play.speeches
+        for i in range(len(speech.text.split("\n")) - 1)
+    }
     for e in examples:
         first, second = e.text.split("\n")
         assert min(len(first.split()), len(second.split())) >= 4
@@ -78,8 +81,12 @@ def test_word_order_lines_keep_their_words_and_first_word_half_of_them_shuffled(
     assert examples != word_order_examples("test", per_order=200, seed=1)
     assert {label: sum(e.label == label for e in examples) for label in WORD_ORDERS} == dict.fromkeys(WORD_ORDERS, 200)
     assert {e.origin for e in examples} <= _slugs("test")
-    lines = {" ".join(line.split()) for play in split_plays()["test"] for speech in play.speeches
-             for line in speech.text.split("\n")}
+    lines = {
+        " ".join(line.split())
+        for play in split_plays()["test"]
+        for speech in play.speeches
+        for line in speech.text.split("\n")
+    }
     by_words = {}
     for line in lines:
         words = line.split()
@@ -98,10 +105,14 @@ def test_sentence_marks_are_balanced_unpunctuated_sentences_of_the_split():
     examples = sentence_mark_examples("test", per_mark=100)
     assert examples == sentence_mark_examples("test", per_mark=100)
     assert {label: sum(e.label == label for e in examples) for label in SENTENCE_MARKS.values()} == dict.fromkeys(
-        SENTENCE_MARKS.values(), 100)
+        SENTENCE_MARKS.values(), 100
+    )
     assert {e.origin for e in examples} <= _slugs("test")
-    spoken = " ".join(" ".join(re.sub("[,.;:!?]", "", speech.text).split())
-                      for play in split_plays()["test"] for speech in play.speeches)
+    spoken = " ".join(
+        " ".join(re.sub("[,.;:!?]", "", speech.text).split())
+        for play in split_plays()["test"]
+        for speech in play.speeches
+    )
     for e in examples:
         assert not set(",.;:!?") & set(e.text) and len(e.text.split()) >= 4
         assert e.text in spoken  # a stretch of a test speech, its marks taken out
@@ -157,12 +168,14 @@ def test_rename_speakers_renames_consistently_and_keeps_the_text():
 
 
 def test_rename_speakers_renames_names_in_the_text_too():
-    hidden = Seq2SeqExample("My true Paulina,\nall is well, Leontes.\n\nAy, LEONTES; and ALL of you.",
-                            "LEONTES, ALL", "x")
+    hidden = Seq2SeqExample(
+        "My true Paulina,\nall is well, Leontes.\n\nAy, LEONTES; and ALL of you.", "LEONTES, ALL", "x"
+    )
     renamed = rename_speakers(hidden, random.Random(3))
     leontes, everyone = renamed.target.split(", ")
-    assert renamed.source == (f"My true Paulina,\nall is well, {leontes.capitalize()}.\n\n"
-                              f"Ay, {leontes}; and {everyone} of you.")  # "all" is just a word; PAULINA is no speaker
+    assert renamed.source == (
+        f"My true Paulina,\nall is well, {leontes.capitalize()}.\n\nAy, {leontes}; and {everyone} of you."
+    )  # "all" is just a word; PAULINA is no speaker
     shown = Seq2SeqExample("LEONTES\nGood Paulina.\n\nPAULINA\nMy lord Leontes.", "LEONTES, PAULINA", "y")
     renamed = rename_speakers(shown, random.Random(4))
     leontes, paulina = renamed.target.split(", ")
@@ -186,15 +199,18 @@ def test_user_files_jsonl_and_csv(tmp_path):
     assert held != [18, 19] and train == sorted(train) and hold_out(list(range(20))) == (train, held)  # seeded
 
 
-@pytest.mark.parametrize("name, content, needle", [
-    ("bad.jsonl", '{"text": "a", "label": "x"}\n{"text": oops}\n', "line 2"),
-    ("bad.jsonl", '{"text": "a", "label": "x"}\n\n{"text": "b"}\n', "line 3"),
-    ("bad.jsonl", '["text", "label"]\n', "line 1"),
-    ("bad.csv", "text,label\na,x\n,y\n", "line 3"),
-    ("bad.csv", "text,other\na,x\n", "label"),
-    ("bad.csv", "text,label\na,x,extra\n", "line 2"),
-    ("bad.txt", "text\n", ".jsonl, .csv or .tsv"),
-])
+@pytest.mark.parametrize(
+    "name, content, needle",
+    [
+        ("bad.jsonl", '{"text": "a", "label": "x"}\n{"text": oops}\n', "line 2"),
+        ("bad.jsonl", '{"text": "a", "label": "x"}\n\n{"text": "b"}\n', "line 3"),
+        ("bad.jsonl", '["text", "label"]\n', "line 1"),
+        ("bad.csv", "text,label\na,x\n,y\n", "line 3"),
+        ("bad.csv", "text,other\na,x\n", "label"),
+        ("bad.csv", "text,label\na,x,extra\n", "line 2"),
+        ("bad.txt", "text\n", ".jsonl, .csv or .tsv"),
+    ],
+)
 def test_bad_rows_name_their_line(tmp_path, name, content, needle):
     path = tmp_path / name
     path.write_text(content)

@@ -72,7 +72,6 @@ def test_left_padded_row_generates_what_it_would_alone(name):
         torch.testing.assert_close(alone.logits[0], batched.logits[row], atol=1e-5, rtol=1e-5)
 
 
-
 EVEN = [[5, 9, 11, 3], [13, 40, 2, 7], [40, 41, 42, 43]]  # equal lengths: nothing is padded
 
 
@@ -97,14 +96,19 @@ def test_unpadded_batch_decodes_without_a_mask_until_a_row_finishes(name, monkey
 
     # A row that ends early pads the batch from then on: the mask appears, nothing else changes.
     eos = cached.tokens[0][2]
-    ended = {use_cache: generate(model, EVEN, GenerationConfig(max_new_tokens=8, use_cache=use_cache), eos, PAD,
-                                 START, output_logits=True) for use_cache in (True, False)}
+    ended = {
+        use_cache: generate(
+            model, EVEN, GenerationConfig(max_new_tokens=8, use_cache=use_cache), eos, PAD, START, output_logits=True
+        )
+        for use_cache in (True, False)
+    }
     assert any(p is not None for p in paddings)
     assert ended[True].tokens == ended[False].tokens and len(ended[True].tokens[0]) < 8
     torch.testing.assert_close(ended[True].logits, ended[False].logits, atol=1e-5, rtol=1e-5)
     for row, prompt in enumerate(EVEN):
         alone = generate(model, [prompt], GenerationConfig(max_new_tokens=8), eos, PAD, START)
         assert alone.tokens[0] == ended[True].tokens[row]
+
 
 @pytest.mark.parametrize("name", GENERATIVE)
 def test_beam_one_is_greedy_and_beams_agree_with_and_without_cache(name, device):
@@ -115,8 +119,9 @@ def test_beam_one_is_greedy_and_beams_agree_with_and_without_cache(name, device)
     one = beam_search(model, PROMPTS, GenerationConfig(max_new_tokens=15, num_beams=1), eos, PAD, START)
     assert one.tokens == greedy.tokens
     three = beam_search(model, PROMPTS, GenerationConfig(max_new_tokens=15, num_beams=3), eos, PAD, START)
-    three_uncached = beam_search(model, PROMPTS, GenerationConfig(max_new_tokens=15, num_beams=3, use_cache=False),
-                                 eos, PAD, START)
+    three_uncached = beam_search(
+        model, PROMPTS, GenerationConfig(max_new_tokens=15, num_beams=3, use_cache=False), eos, PAD, START
+    )
     assert three.tokens == three_uncached.tokens
     assert three.scores == pytest.approx(three_uncached.scores, abs=1e-4)
 
@@ -165,14 +170,17 @@ def test_continuation_logprobs_match_a_manual_sum():
     torch.testing.assert_close(got[0], expected, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("options, needle", [
-    ({"top_k": 5}, "temperature"),
-    ({"num_beams": 2, "temperature": 1.0}, "beam"),
-    ({"max_new_tokens": 0}, "max-new-tokens"),
-    ({"top_p": 0.0, "temperature": 1.0}, "top-p"),
-    ({"repetition_penalty": 0.0}, "repetition"),
-    ({"num_beams": 2, "stop": ((3,),)}, "stop"),
-])
+@pytest.mark.parametrize(
+    "options, needle",
+    [
+        ({"top_k": 5}, "temperature"),
+        ({"num_beams": 2, "temperature": 1.0}, "beam"),
+        ({"max_new_tokens": 0}, "max-new-tokens"),
+        ({"top_p": 0.0, "temperature": 1.0}, "top-p"),
+        ({"repetition_penalty": 0.0}, "repetition"),
+        ({"num_beams": 2, "stop": ((3,),)}, "stop"),
+    ],
+)
 def test_bad_settings_are_user_errors(options, needle):
     with pytest.raises(UserError, match=needle):
         GenerationConfig(**options).validate()
@@ -236,8 +244,17 @@ def test_cross_rope_cache_equals_no_cache_and_changes_the_function():
     offset) gives the uncached tokens and logits, and the same weights compute something else
     without it (the option is not a no-op)."""
     torch.manual_seed(0)
-    cfg = preset("modern", family="encoder-decoder", vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=2,
-                 max_seq_len=CONTEXT, init_std=0.2, cross_rope=True)
+    cfg = preset(
+        "modern",
+        family="encoder-decoder",
+        vocab_size=VOCAB,
+        d_model=32,
+        n_layers=2,
+        n_heads=2,
+        max_seq_len=CONTEXT,
+        init_std=0.2,
+        cross_rope=True,
+    )
     model = build_model(cfg).eval()
     cached = run(model, seed=3, max_new_tokens=12, **SAMPLING)
     uncached = run(model, seed=3, max_new_tokens=12, use_cache=False, **SAMPLING)
@@ -251,5 +268,13 @@ def test_cross_rope_cache_equals_no_cache_and_changes_the_function():
 @pytest.mark.parametrize("family, position", [("decoder", "rope"), ("encoder-decoder", "learned")])
 def test_cross_rope_needs_a_rotary_encoder_decoder(family, position):
     with pytest.raises(UserError, match="cross_rope"):
-        preset("gpt2", family=family, position=position, vocab_size=VOCAB, d_model=32, n_layers=1, n_heads=2,
-               cross_rope=True).validate()
+        preset(
+            "gpt2",
+            family=family,
+            position=position,
+            vocab_size=VOCAB,
+            d_model=32,
+            n_layers=1,
+            n_heads=2,
+            cross_rope=True,
+        ).validate()

@@ -70,8 +70,9 @@ def tokenizer(small_text):
 
 def tiny(family: str, tokenizer, context: int = 96):
     torch.manual_seed(0)
-    return build_model(preset(PRESETS[family], vocab_size=tokenizer.vocab_size, d_model=32, n_layers=1,
-                              n_heads=2, max_seq_len=context))
+    return build_model(
+        preset(PRESETS[family], vocab_size=tokenizer.vocab_size, d_model=32, n_layers=1, n_heads=2, max_seq_len=context)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -99,12 +100,15 @@ def test_pool_reads_real_tokens_under_left_and_right_padding():
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("family, side, poolings", [
-    ("decoder", "left", ("last", "mean")),
-    ("decoder", "right", ("last", "mean")),
-    ("encoder", "right", ("cls", "mean")),
-    ("encoder-decoder", "right", ("mean",)),
-])
+@pytest.mark.parametrize(
+    "family, side, poolings",
+    [
+        ("decoder", "left", ("last", "mean")),
+        ("decoder", "right", ("last", "mean")),
+        ("encoder", "right", ("cls", "mean")),
+        ("encoder-decoder", "right", ("mean",)),
+    ],
+)
 def test_pooled_body_states_do_not_depend_on_padding(tokenizer, family, side, poolings):
     model = tiny(family, tokenizer).eval()
     short, longer = tokenizer.encode("To be"), tokenizer.encode("or not to be, that")
@@ -117,12 +121,17 @@ def test_pooled_body_states_do_not_depend_on_padding(tokenizer, family, side, po
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("family, side, pooling", [
-    ("encoder", "right", "cls"), ("encoder", "left", "cls"),
-    ("decoder", "left", "last"), ("decoder", "right", "last"), ("encoder-decoder", "right", "cls"),
-])
-def test_a_one_position_classifier_reads_that_position_alone_as_the_pooled_full_read(tokenizer, family, side,
-                                                                                       pooling):
+@pytest.mark.parametrize(
+    "family, side, pooling",
+    [
+        ("encoder", "right", "cls"),
+        ("encoder", "left", "cls"),
+        ("decoder", "left", "last"),
+        ("decoder", "right", "last"),
+        ("encoder-decoder", "right", "cls"),
+    ],
+)
+def test_a_one_position_classifier_reads_that_position_alone_as_the_pooled_full_read(tokenizer, family, side, pooling):
     classifier = SequenceClassifier(tiny(family, tokenizer), ["a", "b", "c"], pooling).eval()
     ids, mask = pad([tokenizer.encode("To be"), tokenizer.encode("or not to be, that")], tokenizer.pad_id, side)
     with torch.no_grad():
@@ -238,8 +247,14 @@ def test_zero_shot_picks_the_label_with_the_best_log_probability_per_token(token
     from maskwise.tasks import classify
 
     labels = ["roman", "tragedy"]  # " roman" 6 characters, " tragedy" 8
-    sums = torch.tensor([-6.0, -7.2,  # text 0: means -1.00 vs -0.90: tragedy per token, roman by sum
-                         -3.0, -8.0])  # text 1: roman either way
+    sums = torch.tensor(
+        [
+            -6.0,
+            -7.2,  # text 0: means -1.00 vs -0.90: tragedy per token, roman by sum
+            -3.0,
+            -8.0,
+        ]
+    )  # text 1: roman either way
     seen = {}
 
     def scores(model, prompts, continuations, pad_id, batch_size, start):
@@ -263,8 +278,9 @@ def test_embed_and_retrieve_end_to_end(tokenizer, retrieval):
     assert 0 <= result.baseline.recall_at_10 <= 1 and result.baseline.expected.recall_at_10 == 10 / 40
 
     def external(texts):  # any callable embedder is a baseline: here, letter counts
-        return torch.stack([torch.tensor([t.lower().count(c) for c in "etaoinshr"], dtype=torch.float32)
-                            for t in texts])
+        return torch.stack(
+            [torch.tensor([t.lower().count(c) for c in "etaoinshr"], dtype=torch.float32) for t in texts]
+        )
 
     assert evaluate_retrieval(external, retrieval, k=10).n_docs == 40
     _, index = search(torch.eye(3), torch.tensor([[0.0, 1, 0], [1, 0, 0], [0.5, 0.5, 0]]), k=2)
@@ -275,8 +291,11 @@ def test_embed_and_retrieve_end_to_end(tokenizer, retrieval):
 @pytest.mark.parametrize("family", ["encoder", "decoder"])
 def test_rerank_end_to_end(tokenizer, retrieval, family):
     model = tiny(family, tokenizer, context=128)
-    embedder = Embedder(train_bi_encoder(tiny("encoder", tokenizer), tokenizer, retrieval.pairs(),
-                                         EmbedConfig(max_len=48, **QUICK)), tokenizer, max_len=48)
+    embedder = Embedder(
+        train_bi_encoder(tiny("encoder", tokenizer), tokenizer, retrieval.pairs(), EmbedConfig(max_len=48, **QUICK)),
+        tokenizer,
+        max_len=48,
+    )
     ranked, _ = rank(embedder, retrieval, k=4)
     negatives = hard_negatives(ranked, retrieval.relevant, 3)
     cfg = RerankConfig(n_negatives=3, max_len=128, **{**QUICK, "batch_size": 2})
@@ -288,8 +307,10 @@ def test_rerank_end_to_end(tokenizer, retrieval, family):
     result = evaluate_reranker(score, retrieval, candidates, family, progress=False)
     assert result.candidates_per_query == 5 and result.latency.p99_ms >= result.latency.p50_ms
     assert result.recall["recall@5"] == result.baseline.recall["recall@5"] == result.random_order.recall["recall@5"]
-    for baseline, g in ((result.random_order, result.ndcg_at_10_gain.over_random_order),
-                        (result.baseline, result.ndcg_at_10_gain.over_first_stage)):
+    for baseline, g in (
+        (result.random_order, result.ndcg_at_10_gain.over_random_order),
+        (result.baseline, result.ndcg_at_10_gain.over_first_stage),
+    ):
         assert g.difference == pytest.approx(result.ndcg_at_10 - baseline.ndcg_at_10)
         assert g.ci95_low <= g.difference <= g.ci95_high and 0 <= g.p_not_better <= 1
     written = result.to_json()  # each recall beside mrr and ndcg@10, as ranking_metrics writes them
@@ -330,8 +351,14 @@ def test_seq2seq_end_to_end(tokenizer, family):
     assert drawn and set(drawn) <= set(train)
     assert 0 < len(drawn) < cfg.steps * cfg.batch_size  # a fraction of the draws, not all or none
     for beams in (1, 2):
-        result = evaluate_seq2seq(model, tokenizer, test, GenerationConfig(max_new_tokens=17, num_beams=beams),
-                                  cfg.max_target_len, progress=False)
+        result = evaluate_seq2seq(
+            model,
+            tokenizer,
+            test,
+            GenerationConfig(max_new_tokens=17, num_beams=beams),
+            cfg.max_target_len,
+            progress=False,
+        )
         assert result.n_test == 4 and 0 <= result.items_f1 <= 1
     assert result.baseline.items_f1 > 0.4  # the first line names one of the passage's speakers
 
@@ -362,8 +389,9 @@ def test_fill_mask_and_break(tokenizer):
     predictions = fill_mask(encoder, tokenizer, "To be, or [MASK]ot to [MASK]", top_k=3)
     assert len(predictions) == 2 and all(len(p) == 3 for p in predictions)
     assert all(0 < prob <= 1 for p in predictions for _, prob in p)
-    result = break_exercise(encoder, tokenizer, decoder, tokenizer, "HAMLET\n", "To be, or not to be: that is",
-                            max_new_tokens=8)
+    result = break_exercise(
+        encoder, tokenizer, decoder, tokenizer, "HAMLET\n", "To be, or not to be: that is", max_new_tokens=8
+    )
     assert len(result["decoder"]["sample"]) <= 8
     enc = result["encoder"]
     both = enc["loss_both_sides"]

@@ -160,7 +160,10 @@ def test_entities_by_hand():
     assert entities(["O", "I-PER", "I-PER"]) == {("PER", 1, 2)}  # an I after O opens a chunk
     assert entities(["B-PER", "I-LOC", "I-LOC"]) == {("PER", 0, 0), ("LOC", 1, 2)}  # so does a type change
     assert entities(["B-PER", "E-PER", "S-LOC", "B-PER", "I-PER", "E-PER"]) == {
-        ("PER", 0, 1), ("LOC", 2, 2), ("PER", 3, 5)}
+        ("PER", 0, 1),
+        ("LOC", 2, 2),
+        ("PER", 3, 5),
+    }
     assert entities(["E-PER", "E-PER", "I-PER"]) == {("PER", 0, 0), ("PER", 1, 1), ("PER", 2, 2)}
     # L and U carry only their type: a chunk ends at a type change or O, so two U-PER merge
     assert entities(["B-PER", "L-PER", "U-LOC"]) == {("PER", 0, 1), ("LOC", 2, 2)}

@@ -26,9 +26,7 @@ KINDS = ("char", "wordpiece", "bpe")
 def corpus():
     """Three training plays and one validation play: enough text to train on in a blink."""
     splits = split_plays()
-    return make_corpus(
-        "small", [render_play(p) for p in splits["train"][:3]], [render_play(splits["val"][0])]
-    )
+    return make_corpus("small", [render_play(p) for p in splits["train"][:3]], [render_play(splits["val"][0])])
 
 
 @pytest.fixture(scope="module")

@@ -75,12 +75,20 @@ class Toy(Task[ToyConfig]):
 
     def read(self, spec: TaskSpec) -> UserTask:
         train, test = read_labelled(spec)
-        return UserTask(spec, train, test, len(train), len(test), details={"metric": "accuracy"},
-                        too_few=None if len(Counter(e.label for e in test)) > 1 else "one test label")
+        return UserTask(
+            spec,
+            train,
+            test,
+            len(train),
+            len(test),
+            details={"metric": "accuracy"},
+            too_few=None if len(Counter(e.label for e in test)) > 1 else "one test label",
+        )
 
     def user_rows(self, task: UserTask, cfg: ToyConfig) -> tuple[Row, ...]:
-        return (Row(f"{task.spec.name}: accuracy (toy)", True, lambda r: r.correct, lambda r: r.majority,
-                    "majority class"),)
+        return (
+            Row(f"{task.spec.name}: accuracy (toy)", True, lambda r: r.correct, lambda r: r.majority, "majority class"),
+        )
 
     def work(self, cfg: ToyConfig, task: UserTask | None, per_char: float) -> Work:
         return Work(cfg.steps * cfg.batch_size * 40.0, (task.test_rows if task else 0) * 40.0, 1.0)
@@ -103,8 +111,21 @@ def toy_registered():
 def test_a_kind_defined_outside_the_package_fine_tunes_from_the_command_line(tmp_path, capsys, toy_registered):
     files = write_task_files(tmp_path / "data")
     run = encoder_run(tmp_path / "run")
-    code, out, err = run_cli(capsys, "finetune", "toy", run, "--data", files["classify"], "--out", tmp_path / "ft",
-                             "--steps", "2", "--pooling", "mean", "--no-progress")  # --pooling: its config's field
+    code, out, err = run_cli(
+        capsys,
+        "finetune",
+        "toy",
+        run,
+        "--data",
+        files["classify"],
+        "--out",
+        tmp_path / "ft",
+        "--steps",
+        "2",
+        "--pooling",
+        "mean",
+        "--no-progress",
+    )  # --pooling: its config's field
     assert code == 0, err
     assert "toy: accuracy" in out
     results = json.loads((tmp_path / "ft" / "results.json").read_text())
@@ -119,8 +140,20 @@ def test_compare_judges_a_kind_defined_outside_the_package(tmp_path, capsys, toy
     config = tmp_path / "tiny.toml"
     config.write_text(TINY)
     out = tmp_path / "cmp"
-    code, _, err = run_cli(capsys, "compare", "--quick", "--config", config, "--out", out, "--no-progress", "--data",
-                           files["corpus"], "--task", f"calm=toy:{files['classify']}")
+    code, _, err = run_cli(
+        capsys,
+        "compare",
+        "--quick",
+        "--config",
+        config,
+        "--out",
+        out,
+        "--no-progress",
+        "--data",
+        files["corpus"],
+        "--task",
+        f"calm=toy:{files['classify']}",
+    )
     assert code == 0, err
     results = json.loads((out / "results.json").read_text())
     rows = {row[0]: row[1:] for row in results["table"]["rows"]}
@@ -128,7 +161,8 @@ def test_compare_judges_a_kind_defined_outside_the_package(tmp_path, capsys, toy
     assert len(toy_row) >= 3 and not any(cell.startswith("cannot") for cell in toy_row[:3])  # every family scored
     verdict = next(v for v in results["verdicts"] if v["claim"] == ENCODER_JOBS)
     assert verdict["verdict"] in ("held", "falsified", "mixed", "inconclusive") and verdict["details"][1].startswith(
-        "calm")  # judged under the claim it declares, from its own row
+        "calm"
+    )  # judged under the claim it declares, from its own row
 
 
 @pytest.mark.e2e
@@ -142,12 +176,39 @@ def test_a_kind_registers_from_an_installed_distributions_entry_point(tmp_path):
     files = write_task_files(tmp_path / "data")
     run = encoder_run(tmp_path / "run")
     env = {**os.environ, "PYTHONPATH": f"{site}:{ROOT}", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "maskwise", "finetune", "toy", str(run), "--data",
-                           str(files["classify"]), "--out", str(tmp_path / "ft"), "--steps", "2", "--no-progress"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "maskwise",
+            "finetune",
+            "toy",
+            str(run),
+            "--data",
+            str(files["classify"]),
+            "--out",
+            str(tmp_path / "ft"),
+            "--steps",
+            "2",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "toy: accuracy" in done.stdout and (tmp_path / "ft" / "results.json").is_file()
     (site / "toy_kind-0.1.dist-info" / "entry_points.txt").write_text("[maskwise.tasks]\n")  # uninstalled: unknown
-    done = subprocess.run([sys.executable, "-m", "maskwise", "finetune", "toy", str(run), "--out", str(tmp_path / "x")],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "maskwise", "finetune", "toy", str(run), "--out", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 2 and "invalid choice: 'toy'" in done.stderr

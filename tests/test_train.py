@@ -1,6 +1,5 @@
 """The training loop: pinned losses, exact accumulation averaging, budgets, resume, guards."""
 
-
 import dataclasses
 import shutil
 import sys
@@ -44,8 +43,19 @@ def _trainer(objective, family, run_dir=None, **train):
     torch.manual_seed(0)
     name = {"encoder": "bert", "decoder": "gpt2"}[family]
     model = build_model(preset(name, vocab_size=V, d_model=32, n_heads=4, n_layers=2, max_seq_len=32))
-    cfg = TrainConfig(**{"steps": 20, "batch_size": 4, "block_size": 16, "lr": 3e-3, "warmup": 2,
-                         "eval_every": 10, "eval_batches": 2, "progress": False, **train})
+    cfg = TrainConfig(
+        **{
+            "steps": 20,
+            "batch_size": 4,
+            "block_size": 16,
+            "lr": 3e-3,
+            "warmup": 2,
+            "eval_every": 10,
+            "eval_batches": 2,
+            "progress": False,
+            **train,
+        }
+    )
     return Trainer(model, objective, _stream(1), _stream(2), cfg, run_dir)
 
 
@@ -84,8 +94,7 @@ def test_accumulation_averages_over_all_positions():
     masked positions: the loss is the mean over the masked positions of the whole batch, not a mean
     of micro-batch means."""
     g = torch.Generator().manual_seed(3)
-    halves = [MLM(_Tok(), V, mask_ratio=r).prepare(torch.randint(7, V, (4, 15), generator=g), g)
-              for r in (0.1, 0.5)]
+    halves = [MLM(_Tok(), V, mask_ratio=r).prepare(torch.randint(7, V, (4, 15), generator=g), g) for r in (0.1, 0.5)]
     whole = {k: torch.cat([h[k] for h in halves]) for k in halves[0]}
     big = _trainer(Replay(MLM(_Tok(), V), [whole]), "encoder", steps=1, batch_size=8)
     small = _trainer(Replay(MLM(_Tok(), V), halves), "encoder", steps=1, batch_size=4, grad_accum=2)
@@ -185,15 +194,36 @@ def test_schedule_and_groups():
 
 @pytest.mark.integration
 def test_pretrain_writes_run_folder(small_text, tmp_path):
-    settings = PretrainConfig.from_flat({
-        "family": "encoder", "data": str(small_text), "d_model": 32, "layers": 1, "heads": 2,
-        "out": str(tmp_path / "run"), "steps": 6, "batch_size": 4, "block_size": 32, "eval_every": 3, "eval_batches": 2, "progress": False})
+    settings = PretrainConfig.from_flat(
+        {
+            "family": "encoder",
+            "data": str(small_text),
+            "d_model": 32,
+            "layers": 1,
+            "heads": 2,
+            "out": str(tmp_path / "run"),
+            "steps": 6,
+            "batch_size": 4,
+            "block_size": 32,
+            "eval_every": 3,
+            "eval_batches": 2,
+            "progress": False,
+        }
+    )
     result = pretrain(settings)
     run = tmp_path / "run"
     assert {p.name for p in run.iterdir()} >= {"config.json", "tokenizer.json", "model.safetensors", "metrics.jsonl"}
     record = read_metrics(run)[-1]
-    for key in ("step", "tokens_seen", "loss_positions_seen", "wall_s", "train_loss", "val_loss", "lr",
-                "val_masked_acc"):
+    for key in (
+        "step",
+        "tokens_seen",
+        "loss_positions_seen",
+        "wall_s",
+        "train_loss",
+        "val_loss",
+        "lr",
+        "val_masked_acc",
+    ):
         assert key in record
     assert result["settings"].objective == "mlm"
 
@@ -201,7 +231,11 @@ def test_pretrain_writes_run_folder(small_text, tmp_path):
 @pytest.mark.unit
 def test_scalar_tags():
     assert [scalar_tag(k) for k in ("val_loss", "train_loss", "val_masked_acc", "tokens_seen")] == [
-        "val/loss", "train/loss", "val/masked_acc", "progress/tokens_seen"]
+        "val/loss",
+        "train/loss",
+        "val/masked_acc",
+        "progress/tokens_seen",
+    ]
 
 
 @pytest.mark.integration

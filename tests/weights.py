@@ -32,8 +32,9 @@ def check_export(out, ours, auto_class, class_name, tokenizer, ids, mask, atol=1
     assert type(hf).__name__ == class_name
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
     with torch.no_grad():
-        torch.testing.assert_close(hf.eval()(input_ids=ids, attention_mask=mask).logits, ours(ids, mask).logits,
-                                   atol=atol, rtol=0)
+        torch.testing.assert_close(
+            hf.eval()(input_ids=ids, attention_mask=mask).logits, ours(ids, mask).logits, atol=atol, rtol=0
+        )
     back, loaded_tokenizer = load(out)
     assert type(back) is type(ours) and back.cfg == ours.cfg
     assert state_dicts_equal(back.state_dict(), ours.state_dict())
@@ -45,10 +46,15 @@ ATOL = 1e-4  # logits against HF's, fp32
 DECODER_VOCAB, DECODER_WIDTH = 64, 32
 DECODER_IDS = torch.randint(7, DECODER_VOCAB, (3, 7), generator=torch.Generator().manual_seed(3))
 DECODER_MASK = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
-DECODER_SIZES = {"vocab_size": DECODER_VOCAB, "d_model": DECODER_WIDTH, "n_heads": 4, "n_layers": 2,
-                 "max_seq_len": 32}
-HF_DECODER_SIZES = {"vocab_size": DECODER_VOCAB, "hidden_size": DECODER_WIDTH, "num_hidden_layers": 2,
-                    "num_attention_heads": 4, "intermediate_size": 96, "max_position_embeddings": 32}
+DECODER_SIZES = {"vocab_size": DECODER_VOCAB, "d_model": DECODER_WIDTH, "n_heads": 4, "n_layers": 2, "max_seq_len": 32}
+HF_DECODER_SIZES = {
+    "vocab_size": DECODER_VOCAB,
+    "hidden_size": DECODER_WIDTH,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 96,
+    "max_position_embeddings": 32,
+}
 
 
 def make_run(folder, model, tokenizer, preset_name):
@@ -62,7 +68,9 @@ def make_run(folder, model, tokenizer, preset_name):
 
 def word_level_tokenizer(size):
     """Word-level: maskwise's special tokens, then w0, w1, ... up to ``size`` ids."""
-    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *(f"w{i}" for i in range(size - len(SPECIAL_TOKENS)))])}
+    vocab = {
+        token: i for i, token in enumerate([*SPECIAL_TOKENS, *(f"w{i}" for i in range(size - len(SPECIAL_TOKENS)))])
+    }
     backend = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     backend.add_special_tokens(list(SPECIAL_TOKENS))

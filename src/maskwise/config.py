@@ -117,11 +117,14 @@ class ModelConfig:
         _choice("activation", self.activation, ACTIVATIONS)
         _choice("position", self.position, POSITIONS)
         if self.reads_bidirectionally and not family_of(self.family).causal:
-            raise UserError(f"model config: reads_bidirectionally is for a decoder (an {self.family} reads "
-                            f"bidirectionally already)")
+            raise UserError(
+                f"model config: reads_bidirectionally is for a decoder (an {self.family} reads bidirectionally already)"
+            )
         if self.reads_bidirectionally and self.position == "relative":
-            raise UserError("model config: reads_bidirectionally needs a position other than 'relative' (a causal "
-                            "stack's relative bias has no buckets for later keys)")
+            raise UserError(
+                "model config: reads_bidirectionally needs a position other than 'relative' (a causal "
+                "stack's relative bias has no buckets for later keys)"
+            )
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_seq_len"):
             if getattr(self, name) <= 0:
                 raise UserError(f"model config: {name} must be positive, got {getattr(self, name)}")
@@ -136,25 +139,30 @@ class ModelConfig:
             if getattr(self, name) < 0:
                 raise UserError(f"model config: {name} must be >= 0, got {getattr(self, name)}")
         if self.d_head is None and self.d_model % self.n_heads:
-            raise UserError(
-                f"model config: d_model {self.d_model} is not divisible by n_heads {self.n_heads}"
-            )
+            raise UserError(f"model config: d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
         if self.n_heads % self.kv_heads:
-            raise UserError(f"model config: n_kv_heads {self.n_kv_heads} does not divide n_heads {self.n_heads} "
-                            f"(each key/value head serves an equal group of query heads)")
+            raise UserError(
+                f"model config: n_kv_heads {self.n_kv_heads} does not divide n_heads {self.n_heads} "
+                f"(each key/value head serves an equal group of query heads)"
+            )
         if self.qkv_bias and self.bias:
-            raise UserError("model config: qkv_bias=true with bias=true (qkv_bias adds q/k/v biases to a model "
-                            "without biases; with bias=true they are there already)")
+            raise UserError(
+                "model config: qkv_bias=true with bias=true (qkv_bias adds q/k/v biases to a model "
+                "without biases; with bias=true they are there already)"
+            )
         if self.cross_rope and (self.position != "rope" or not self.kind.two_stacks):
             raise UserError("model config: cross_rope needs an encoder-decoder with position 'rope'")
         if not self.first_attn_norm and not self.pre_norm:
-            raise UserError("model config: first_attn_norm=false needs pre_norm (a post-norm layer's norm is its "
-                            "output)")
+            raise UserError(
+                "model config: first_attn_norm=false needs pre_norm (a post-norm layer's norm is its output)"
+            )
         if self.global_every < 1:
             raise UserError(f"model config: global_every must be >= 1, got {self.global_every}")
         if (self.global_every == 1) != (self.local_window is None):
-            raise UserError(f"model config: global_every={self.global_every} with local_window={self.local_window} "
-                            f"(local layers need both: global_every > 1 and a local_window)")
+            raise UserError(
+                f"model config: global_every={self.global_every} with local_window={self.local_window} "
+                f"(local layers need both: global_every > 1 and a local_window)"
+            )
         if self.local_window is not None and self.local_window < 0:
             raise UserError(f"model config: local_window must be >= 0, got {self.local_window}")
         if not self.local_rope_theta > 0:
@@ -192,8 +200,9 @@ def _coerce(what: str, key: str, value: Any, default: Any, optional_bool: bool =
     optional integers (optional booleans where annotated ``bool | None``); every other field must
     have its default's type (ints widen to floats)."""
     if default is None:
-        if value is None or (isinstance(value, bool) if optional_bool else
-                             isinstance(value, int) and not isinstance(value, bool)):
+        if value is None or (
+            isinstance(value, bool) if optional_bool else isinstance(value, int) and not isinstance(value, bool)
+        ):
             return value
         kind = "true, false" if optional_bool else "an integer"
         raise UserError(f"{what}: {key} must be {kind} or null, got {type(value).__name__} ({value!r})")
@@ -214,9 +223,7 @@ def _coerce(what: str, key: str, value: Any, default: Any, optional_bool: bool =
             return type(default)(value)
     else:
         return value
-    raise UserError(
-        f"{what}: {key} must be {type(default).__name__}, got {type(value).__name__} ({value!r})"
-    )
+    raise UserError(f"{what}: {key} must be {type(default).__name__}, got {type(value).__name__} ({value!r})")
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -229,8 +236,15 @@ def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
 # BERT: post-norm, LayerNorm(eps 1e-12) on the embeddings, GELU (erf), learned positions,
 # token types, MLM head with a dense+GELU+LayerNorm transform and a vocab bias.
 _BERT = {
-    "family": "encoder", "pre_norm": False, "final_norm": False, "embedding_norm": True, "norm_eps": 1e-12,
-    "activation": "gelu", "position": "learned", "type_vocab_size": 2, "lm_head_transform": True,
+    "family": "encoder",
+    "pre_norm": False,
+    "final_norm": False,
+    "embedding_norm": True,
+    "norm_eps": 1e-12,
+    "activation": "gelu",
+    "position": "learned",
+    "type_vocab_size": 2,
+    "lm_head_transform": True,
     "lm_head_bias": True,
 }
 
@@ -241,38 +255,78 @@ PRESETS: dict[str, dict[str, Any]] = {
     "electra": _BERT,
     # GPT-2: pre-norm LayerNorm, GELU (tanh approximation), learned positions, tied head, final norm.
     "gpt2": {
-        "family": "decoder", "pre_norm": True, "final_norm": True, "activation": "gelu_tanh",
-        "position": "learned", "tie_embeddings": True,
+        "family": "decoder",
+        "pre_norm": True,
+        "final_norm": True,
+        "activation": "gelu_tanh",
+        "position": "learned",
+        "tie_embeddings": True,
     },
     # nanoGPT's GPT (Karpathy's train.py defaults): GPT-2's layout without biases in any linear layer or
     # norm, and with the exact (erf) GELU of its nn.GELU(); its recipe is benchmarks/bench_nanogpt.py's.
     "nanogpt": {
-        "family": "decoder", "pre_norm": True, "final_norm": True, "activation": "gelu", "bias": False,
-        "position": "learned", "tie_embeddings": True,
+        "family": "decoder",
+        "pre_norm": True,
+        "final_norm": True,
+        "activation": "gelu",
+        "bias": False,
+        "position": "learned",
+        "tie_embeddings": True,
     },
     # T5 v1.0: pre-norm RMSNorm (eps 1e-6), ReLU, no biases, relative position bias, unscaled
     # attention, tied embeddings with the d_model ** -0.5 rescale before the head.
     "t5": {
-        "family": "encoder-decoder", "pre_norm": True, "final_norm": True, "norm": "rmsnorm", "norm_eps": 1e-6,
-        "activation": "relu", "bias": False, "position": "relative", "attention_scale": False,
-        "tie_embeddings": True, "lm_head_input_scale": -1.0, "dropout": 0.0,
+        "family": "encoder-decoder",
+        "pre_norm": True,
+        "final_norm": True,
+        "norm": "rmsnorm",
+        "norm_eps": 1e-6,
+        "activation": "relu",
+        "bias": False,
+        "position": "relative",
+        "attention_scale": False,
+        "tie_embeddings": True,
+        "lm_head_input_scale": -1.0,
+        "dropout": 0.0,
     },
     # T5 v1.1: gated GELU (tanh), untied head, otherwise T5.
     "t5.1.1": {
-        "family": "encoder-decoder", "pre_norm": True, "final_norm": True, "norm": "rmsnorm", "norm_eps": 1e-6,
-        "activation": "gelu_tanh", "gated_ffn": True, "bias": False, "position": "relative",
-        "attention_scale": False, "tie_embeddings": False,
+        "family": "encoder-decoder",
+        "pre_norm": True,
+        "final_norm": True,
+        "norm": "rmsnorm",
+        "norm_eps": 1e-6,
+        "activation": "gelu_tanh",
+        "gated_ffn": True,
+        "bias": False,
+        "position": "relative",
+        "attention_scale": False,
+        "tie_embeddings": False,
     },
     # BART: post-norm, LayerNorm on embeddings, GELU, learned positions offset by 2, final logits bias.
     "bart": {
-        "family": "encoder-decoder", "pre_norm": False, "final_norm": False, "embedding_norm": True,
-        "activation": "gelu", "position": "learned", "position_offset": 2, "tie_embeddings": True,
+        "family": "encoder-decoder",
+        "pre_norm": False,
+        "final_norm": False,
+        "embedding_norm": True,
+        "activation": "gelu",
+        "position": "learned",
+        "position_offset": 2,
+        "tie_embeddings": True,
         "lm_head_bias": True,
     },
     # modern (Llama-style): pre-norm RMSNorm, RoPE, SwiGLU at 8d/3, no biases, untied head.
     "modern": {
-        "family": "decoder", "pre_norm": True, "final_norm": True, "norm": "rmsnorm", "norm_eps": 1e-6,
-        "activation": "silu", "gated_ffn": True, "bias": False, "position": "rope", "tie_embeddings": False,
+        "family": "decoder",
+        "pre_norm": True,
+        "final_norm": True,
+        "norm": "rmsnorm",
+        "norm_eps": 1e-6,
+        "activation": "silu",
+        "gated_ffn": True,
+        "bias": False,
+        "position": "rope",
+        "tie_embeddings": False,
     },
     # ModernBERT, and ModernBERT-decoder (Ettin's paired encoders and decoders) as family "decoder":
     # pre-norm LayerNorm, no biases, the embeddings normed and read by layer 0 without an attention
@@ -280,10 +334,23 @@ PRESETS: dict[str, dict[str, Any]] = {
     # layer; ModernBERT-base's own pattern is global_every=3, local_window=64, local_rope_theta 10k),
     # a final norm, and a tied head: bias-free dense + GELU + norm, then a vocab bias.
     "modernbert": {
-        "family": "encoder", "pre_norm": True, "final_norm": True, "embedding_norm": True, "first_attn_norm": False,
-        "norm": "layernorm", "norm_eps": 1e-5, "activation": "gelu", "gated_ffn": True, "bias": False,
-        "position": "rope", "rope_theta": 160000.0, "tie_embeddings": True, "lm_head_transform": True,
-        "lm_head_transform_bias": False, "lm_head_bias": True, "classifier_transform": True,
+        "family": "encoder",
+        "pre_norm": True,
+        "final_norm": True,
+        "embedding_norm": True,
+        "first_attn_norm": False,
+        "norm": "layernorm",
+        "norm_eps": 1e-5,
+        "activation": "gelu",
+        "gated_ffn": True,
+        "bias": False,
+        "position": "rope",
+        "rope_theta": 160000.0,
+        "tie_embeddings": True,
+        "lm_head_transform": True,
+        "lm_head_transform_bias": False,
+        "lm_head_bias": True,
+        "classifier_transform": True,
     },
 }
 
@@ -302,11 +369,9 @@ def preset(name: str, **overrides: Any) -> ModelConfig:
     if "d_ff" not in overrides:
         values["d_ff"] = _gated_width(d_model) if values.get("gated_ffn") else 4 * d_model
     if values.get("lm_head_input_scale") == -1.0:
-        values["lm_head_input_scale"] = d_model ** -0.5
+        values["lm_head_input_scale"] = d_model**-0.5
     return ModelConfig.from_dict(values)
 
 
 def _gated_width(d_model: int) -> int:
     return -(-(8 * d_model // 3) // 64) * 64
-
-

@@ -52,16 +52,41 @@ class Family:
         so a summary is the mean of them, as for an encoder's bi-encoder."""
         if not self.causal:
             raise ValueError(f"the {self.name} family reads bidirectionally already")
-        return replace(self, reads_bidirectionally=True, objective="hybrid", classify_pooling="mean",
-                       embed_pooling="mean")
+        return replace(
+            self, reads_bidirectionally=True, objective="hybrid", classify_pooling="mean", embed_pooling="mean"
+        )
 
 
-ENCODER = Family("encoder", causal=False, two_stacks=False, objective="mlm", preset="bert",
-                 classify_pooling="cls", embed_pooling="mean", reranker="cross")
-DECODER = Family("decoder", causal=True, two_stacks=False, objective="clm", preset="gpt2",
-                 classify_pooling="last", embed_pooling="last", reranker="generative")
-ENCODER_DECODER = Family("encoder-decoder", causal=False, two_stacks=True, objective="span", preset="t5",
-                         classify_pooling="mean", embed_pooling="mean", reranker="generative")
+ENCODER = Family(
+    "encoder",
+    causal=False,
+    two_stacks=False,
+    objective="mlm",
+    preset="bert",
+    classify_pooling="cls",
+    embed_pooling="mean",
+    reranker="cross",
+)
+DECODER = Family(
+    "decoder",
+    causal=True,
+    two_stacks=False,
+    objective="clm",
+    preset="gpt2",
+    classify_pooling="last",
+    embed_pooling="last",
+    reranker="generative",
+)
+ENCODER_DECODER = Family(
+    "encoder-decoder",
+    causal=False,
+    two_stacks=True,
+    objective="span",
+    preset="t5",
+    classify_pooling="mean",
+    embed_pooling="mean",
+    reranker="generative",
+)
 FAMILY = {f.name: f for f in (ENCODER, DECODER, ENCODER_DECODER)}
 FAMILIES = tuple(FAMILY)
 

@@ -9,8 +9,9 @@ import torch
 PAD_SIDES = ("left", "right")
 
 
-def pad(seqs: Sequence[Sequence[int]], pad_id: int, side: str = "right",
-        device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def pad(
+    seqs: Sequence[Sequence[int]], pad_id: int, side: str = "right", device: torch.device | str | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Pad id lists into ``(B, T)`` ids and a ``(B, T)`` attention mask (1 = real token)."""
     if side not in PAD_SIDES:
         raise ValueError(f"unknown padding side {side!r}; known: {', '.join(PAD_SIDES)}")
@@ -23,6 +24,6 @@ def pad(seqs: Sequence[Sequence[int]], pad_id: int, side: str = "right",
         if not seq:
             continue
         start = width - len(seq) if side == "left" else 0
-        ids[row, start:start + len(seq)] = torch.tensor(list(seq), dtype=torch.long)
-        mask[row, start:start + len(seq)] = 1
+        ids[row, start : start + len(seq)] = torch.tensor(list(seq), dtype=torch.long)
+        mask[row, start : start + len(seq)] = 1
     return ids.to(device), mask.to(device)

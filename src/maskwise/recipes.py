@@ -39,8 +39,15 @@ def by_kind(*configs: FinetuneConfig) -> dict[str, FinetuneConfig]:
 DEFAULT_FINETUNES = by_kind(
     # Line order (compare's classification row): the train plays hold 14,098 pairs an order, the test plays 3,255.
     # 400 steps: at 100 an ablation's 1.4 M-token encoder stayed near chance (docs/results.md).
-    ClassifyConfig(steps=400, batch_size=32, lr=1e-3, head_lr=3e-3, plays_task="line-order",
-                   train_per_label=2000, test_per_label=500),
+    ClassifyConfig(
+        steps=400,
+        batch_size=32,
+        lr=1e-3,
+        head_lr=3e-3,
+        plays_task="line-order",
+        train_per_label=2000,
+        test_per_label=500,
+    ),
     # Pairs drawn among every train speech; the collection: 500 of the test plays' ~2,000 speeches (in
     # all of them one relevant speech is a needle a minutes-old model does not find), each a query.
     EmbedConfig(steps=100, batch_size=32, lr=1e-3, train_pairs=3000, test_queries=500, test_docs=500),
@@ -49,17 +56,26 @@ DEFAULT_FINETUNES = by_kind(
     # renamed: the names must be copied from the source, not recalled. 600 steps: enough for the copying
     # encoder-decoder to write a name whole (the step counts tried: docs/results.md). Three length buckets
     # of the test plays' 369 such passages: 72 under 60 characters, 135 of 60-89, 162 from 90.
-    Seq2SeqConfig(steps=600, batch_size=16, lr=1e-3, train_passages=2000, test_passages=200,
-                  max_chars=120, mid_speech=True, max_target_len=64, rename_speakers=0.5,
-                  source_edges=(0, 60, 90)),
+    Seq2SeqConfig(
+        steps=600,
+        batch_size=16,
+        lr=1e-3,
+        train_passages=2000,
+        test_passages=200,
+        max_chars=120,
+        mid_speech=True,
+        max_target_len=64,
+        rename_speakers=0.5,
+        source_edges=(0, 60, 90),
+    ),
     # 1,000 test windows of whole words from the six test plays, 120 characters: within every family's
     # context, the encoder-decoder's half of the block included, with room for [CLS].
-    TagConfig(steps=150, batch_size=16, lr=1e-3, head_lr=3e-3, train_windows=4000, test_windows=1000,
-              window_chars=120),
+    TagConfig(steps=150, batch_size=16, lr=1e-3, head_lr=3e-3, train_windows=4000, test_windows=1000, window_chars=120),
     # The reranker ablation (compare has no reranking row): 60 test queries, each over its BM25 top 100,
     # read three ways a seed: what fits its 30 minutes on 2 CPU cores.
-    RerankConfig(steps=100, batch_size=8, lr=1e-3, head_lr=3e-3, n_negatives=3, max_len=192,
-                 train_queries=1000, test_queries=60),
+    RerankConfig(
+        steps=100, batch_size=8, lr=1e-3, head_lr=3e-3, n_negatives=3, max_len=192, train_queries=1000, test_queries=60
+    ),
 )
 
 
@@ -114,18 +130,34 @@ class CompareSettings:
     ttft_batch: int = 8
 
     def model(self) -> dict:
-        return {"preset": self.preset, "tokenizer": self.tokenizer, "vocab_size": self.vocab_size,
-                "d_model": self.d_model, "heads": self.heads, "layers": self.layers, "block_size": self.block_size,
-                "batch_size": self.batch_size, "lr": self.lr}
+        return {
+            "preset": self.preset,
+            "tokenizer": self.tokenizer,
+            "vocab_size": self.vocab_size,
+            "d_model": self.d_model,
+            "heads": self.heads,
+            "layers": self.layers,
+            "block_size": self.block_size,
+            "batch_size": self.batch_size,
+            "lr": self.lr,
+        }
 
     def schedule(self, budget: str) -> dict:
         """The clock ends every run (``budget``, else the scale's seconds); ``steps`` never binds."""
-        return {"steps": 100_000, "warmup": self.warmup, "budget": budget or f"seconds={self.seconds}",
-                "eval_every": 50, "eval_batches": 8}
+        return {
+            "steps": 100_000,
+            "warmup": self.warmup,
+            "budget": budget or f"seconds={self.seconds}",
+            "eval_every": 50,
+            "eval_batches": 8,
+        }
 
     def objective(self, family: str) -> str:
-        return {"encoder": self.encoder_objective, "decoder": self.decoder_objective,
-                "encoder-decoder": self.encoder_decoder_objective}[family]
+        return {
+            "encoder": self.encoder_objective,
+            "decoder": self.decoder_objective,
+            "encoder-decoder": self.encoder_decoder_objective,
+        }[family]
 
     def family_arm(self, family: str, data: str) -> dict:
         """A family with this scale's objective for it, on ``data``."""
@@ -137,8 +169,12 @@ class CompareSettings:
         if not family_of(family).two_stacks:
             return {}
         half = max(1, self.layers // 2)
-        shape = {"layers": half, "decoder_layers": half, "cross_rope": True,
-                 "d_ff": matched_ffn_width(self.preset, self.d_model, self.layers)}
+        shape = {
+            "layers": half,
+            "decoder_layers": half,
+            "cross_rope": True,
+            "d_ff": matched_ffn_width(self.preset, self.d_model, self.layers),
+        }
         if self.split_context:
             shape.update(block_size=self.block_size // 2, batch_size=2 * self.batch_size)
         return shape
@@ -167,8 +203,11 @@ class CompareSettings:
             config = TASKS[task].config
             done = from_dict(config, table, f"{what}, tasks.{task}")
             tuned[config] = {key: getattr(done, key) for key in table}
-        return self.retuned(checked.name if "name" in own else self.name, tuned,
-                           **{key: getattr(checked, key) for key in own if key != "name"})
+        return self.retuned(
+            checked.name if "name" in own else self.name,
+            tuned,
+            **{key: getattr(checked, key) for key in own if key != "name"},
+        )
 
     def retuned(self, name: str, tasks: Tuning | None = None, **changes: Any) -> CompareSettings:
         """Another scale: ``changes`` to this one's fields, ``tasks`` to its fine-tunes' (config type -> fields)."""
@@ -192,33 +231,71 @@ def matched_ffn_width(preset_name: str, d_model: int, layers: int) -> int:
 
 
 DEFAULT = CompareSettings()
-QUICK = DEFAULT.retuned("quick", seconds=15.0, d_model=64, min_steps=40, held_out_chars=600, held_out_blocks=10,
-                        fill_positions=100, ttft_repeats=10, tasks={
-                            ClassifyConfig: {"steps": 60, "train_per_label": 300, "test_per_label": 100},
-                            EmbedConfig: {"steps": 30, "train_pairs": 600, "test_queries": 150, "test_docs": 300},
-                            Seq2SeqConfig: {"steps": 30, "train_passages": 400, "test_passages": 60},
-                            TagConfig: {"steps": 60, "train_windows": 1000, "test_windows": 300}})
+QUICK = DEFAULT.retuned(
+    "quick",
+    seconds=15.0,
+    d_model=64,
+    min_steps=40,
+    held_out_chars=600,
+    held_out_blocks=10,
+    fill_positions=100,
+    ttft_repeats=10,
+    tasks={
+        ClassifyConfig: {"steps": 60, "train_per_label": 300, "test_per_label": 100},
+        EmbedConfig: {"steps": 30, "train_pairs": 600, "test_queries": 150, "test_docs": 300},
+        Seq2SeqConfig: {"steps": 30, "train_passages": 400, "test_passages": 60},
+        TagConfig: {"steps": 60, "train_windows": 1000, "test_windows": 300},
+    },
+)
 
 # One modern GPU for about 15 minutes (sized, not yet run on one: README, the main job). Byte-level
 # BPE rather than WordPiece, whose normaliser turns the newline after a speaker's name into a space.
-GPU = DEFAULT.retuned("gpu", seconds=180.0, d_model=384, heads=6, layers=6, block_size=512, batch_size=64,
-                      tokenizer="bpe", vocab_size=4096, lr=1e-3, warmup=100, min_steps=1500, held_out_chars=8000,
-                      tasks={ClassifyConfig: {"steps": 800, "train_per_label": 8000, "test_per_label": 1000},
-                             EmbedConfig: {"steps": 400, "train_pairs": 8000},
-                             Seq2SeqConfig: {"steps": 600, "train_passages": 6000, "max_chars": 400, "max_target_len": 48},
-                             TagConfig: {"steps": 400, "train_windows": 8000, "test_windows": 2000, "window_chars": 400}})
+GPU = DEFAULT.retuned(
+    "gpu",
+    seconds=180.0,
+    d_model=384,
+    heads=6,
+    layers=6,
+    block_size=512,
+    batch_size=64,
+    tokenizer="bpe",
+    vocab_size=4096,
+    lr=1e-3,
+    warmup=100,
+    min_steps=1500,
+    held_out_chars=8000,
+    tasks={
+        ClassifyConfig: {"steps": 800, "train_per_label": 8000, "test_per_label": 1000},
+        EmbedConfig: {"steps": 400, "train_pairs": 8000},
+        Seq2SeqConfig: {"steps": 600, "train_passages": 6000, "max_chars": 400, "max_target_len": 48},
+        TagConfig: {"steps": 400, "train_windows": 8000, "test_windows": 2000, "window_chars": 400},
+    },
+)
 
 COMPARE_SCALES = {"default": DEFAULT, "quick": QUICK, "gpu": GPU}
 
 # A few steps of everything, for the tests' plumbing checks (the ablations' smoke scale).
-SMOKE = DEFAULT.retuned("smoke", seconds=2.0, d_model=32, heads=2, layers=2, block_size=64, batch_size=8, min_steps=1,
-                        held_out_chars=200, held_out_blocks=2, fill_positions=10, ttft_repeats=2, tasks={
-                            ClassifyConfig: {"steps": 2, "train_per_label": 4, "test_per_label": 4},
-                            EmbedConfig: {"steps": 2, "train_pairs": 24, "test_queries": 24, "test_docs": 48},
-                            Seq2SeqConfig: {"steps": 2, "train_passages": 24, "test_passages": 24, "max_chars": 40,
-                                        "max_target_len": 16},
-                            TagConfig: {"steps": 2, "train_windows": 16, "test_windows": 8, "window_chars": 50},
-                            RerankConfig: {"steps": 2, "train_queries": 24, "test_queries": 8}})
+SMOKE = DEFAULT.retuned(
+    "smoke",
+    seconds=2.0,
+    d_model=32,
+    heads=2,
+    layers=2,
+    block_size=64,
+    batch_size=8,
+    min_steps=1,
+    held_out_chars=200,
+    held_out_blocks=2,
+    fill_positions=10,
+    ttft_repeats=2,
+    tasks={
+        ClassifyConfig: {"steps": 2, "train_per_label": 4, "test_per_label": 4},
+        EmbedConfig: {"steps": 2, "train_pairs": 24, "test_queries": 24, "test_docs": 48},
+        Seq2SeqConfig: {"steps": 2, "train_passages": 24, "test_passages": 24, "max_chars": 40, "max_target_len": 16},
+        TagConfig: {"steps": 2, "train_windows": 16, "test_windows": 8, "window_chars": 50},
+        RerankConfig: {"steps": 2, "train_queries": 24, "test_queries": 8},
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -238,8 +315,13 @@ class Scale:
         token budget allows so that it never binds first (an encoder-decoder reads more than batch x
         block tokens a step), with warmup 10% of it (5% of the run)."""
         steps = 2 * -(-self.tokens // (values["batch_size"] * values["block_size"]))
-        return {"steps": steps, "warmup": steps // 10, "eval_every": max(1, steps // (2 * self.evals)),
-                "eval_batches": self.eval_batches, "budget": budget or f"tokens={self.tokens}"}
+        return {
+            "steps": steps,
+            "warmup": steps // 10,
+            "eval_every": max(1, steps // (2 * self.evals)),
+            "eval_batches": self.eval_batches,
+            "budget": budget or f"tokens={self.tokens}",
+        }
 
 
 # The ablations' default recipe: compare's, but 400 tagging steps, not 150, 300 retrieval steps, not 100, and 1,200
@@ -250,15 +332,17 @@ class Scale:
 # fine-tune sits at chance for 200-600 steps before it learns; at 400, [CLS] or mean pooling stayed there on some
 # seeds; at 1,200 mean pooling learned on every seed, [CLS] on two of three (docs/results.md). compare's bodies
 # read 2-4x those tokens.
-ABLATION_DEFAULT = DEFAULT.retuned("default", tasks={TagConfig: {"steps": 400}, EmbedConfig: {"steps": 300},
-                                                     ClassifyConfig: {"steps": 1200}})
+ABLATION_DEFAULT = DEFAULT.retuned(
+    "default", tasks={TagConfig: {"steps": 400}, EmbedConfig: {"steps": 300}, ClassifyConfig: {"steps": 1200}}
+)
 
 # Default: 1.4 M tokens per arm, about half what compare's 120 s per family read at d 64 in fp32 on AVX2, so
 # that four arms over three seeds fit 30 minutes there (cross-objective, the longest, 15 min 41 s capped at
 # AVX2; docs/results.md). gpu: sized for one GPU, not yet run.
 SCALES = {
-    "default": Scale("default", tokens=1_400_000, recipe=ABLATION_DEFAULT, evals=8, eval_batches=8,
-                     held_out_chars=3000),
+    "default": Scale(
+        "default", tokens=1_400_000, recipe=ABLATION_DEFAULT, evals=8, eval_batches=8, held_out_chars=3000
+    ),
     "quick": Scale("quick", tokens=200_000, recipe=QUICK, evals=4, eval_batches=4, held_out_chars=1000),
     "smoke": Scale("smoke", tokens=4096, recipe=SMOKE, evals=1, eval_batches=1, held_out_chars=200),
     "gpu": Scale("gpu", tokens=20_000_000, recipe=GPU, evals=8, eval_batches=16, held_out_chars=8000),

@@ -39,7 +39,11 @@ from maskwise.errors import UserError
 from maskwise.model.transformer import build_model
 
 CONFIG_FILE, TOKENIZER_FILE, MODEL_FILE, METRICS_FILE = (
-    "config.json", "tokenizer.json", "model.safetensors", "metrics.jsonl")
+    "config.json",
+    "tokenizer.json",
+    "model.safetensors",
+    "metrics.jsonl",
+)
 CHECKPOINTS, MANIFEST_FILE = "checkpoints", "manifest.json"
 HEAD_FILE = "head.safetensors"  # the head a fine-tune trained, beside the body's model.safetensors
 
@@ -104,8 +108,9 @@ def read_metrics(run_dir: str | Path, headers: bool = False) -> list[dict]:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
         raise UserError(f"run metrics: {path} is not UTF-8 text (byte offset {error.start})") from None
-    return [record for _, record in jsonl_rows(path, text.split("\n"), "run metrics")
-            if ("header" in record) == headers]
+    return [
+        record for _, record in jsonl_rows(path, text.split("\n"), "run metrics") if ("header" in record) == headers
+    ]
 
 
 # ---- weights --------------------------------------------------------------------------------
@@ -138,12 +143,15 @@ def load_weights_into(model: torch.nn.Module, tensors: dict[str, torch.Tensor], 
     if missing:
         problems.append(f"missing {len(missing)} key(s) e.g. {missing[0]} (model {tuple(expected[missing[0]].shape)})")
     if unexpected:
-        problems.append(f"unexpected {len(unexpected)} key(s) e.g. {unexpected[0]} "
-                        f"(checkpoint {tuple(tensors[unexpected[0]].shape)})")
+        problems.append(
+            f"unexpected {len(unexpected)} key(s) e.g. {unexpected[0]} "
+            f"(checkpoint {tuple(tensors[unexpected[0]].shape)})"
+        )
     if wrong:
         k = wrong[0]
-        problems.append(f"shape mismatch for {k}: checkpoint {tuple(tensors[k].shape)} vs model "
-                        f"{tuple(expected[k].shape)}")
+        problems.append(
+            f"shape mismatch for {k}: checkpoint {tuple(tensors[k].shape)} vs model {tuple(expected[k].shape)}"
+        )
     if problems:
         raise UserError(f"{source} does not match the model: {'; '.join(problems)}")
     model.load_state_dict(tensors)
@@ -194,9 +202,17 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 # ---- the one overwrite guard --------------------------------------------------------------------
 
 
-def prepare_folder(path: str | Path, overwrite: bool = False, resume: bool = False, marker: str = CONFIG_FILE,
-                   kind: str = "maskwise run folder", what: str = "--out", resume_flag: str | None = None,
-                   create: bool = True, replace: bool = True) -> Path:
+def prepare_folder(
+    path: str | Path,
+    overwrite: bool = False,
+    resume: bool = False,
+    marker: str = CONFIG_FILE,
+    kind: str = "maskwise run folder",
+    what: str = "--out",
+    resume_flag: str | None = None,
+    create: bool = True,
+    replace: bool = True,
+) -> Path:
     """Refuse to write into ``path`` unless that loses nothing; then (with ``create``) empty and make it.
 
     A non-empty folder is kept with ``resume`` and replaced with ``overwrite``, either only when it
@@ -269,7 +285,8 @@ def load_run(run_dir: str | Path, weights: str | Path | None = None) -> Run:
     load_weights_into(model, read_safetensors(weights), str(weights))
     tokenizer = Tokenizer.load(run_dir / TOKENIZER_FILE)
     if tokenizer.vocab_size > model.cfg.vocab_size:
-        raise UserError(f"{run_dir}: tokenizer has {tokenizer.vocab_size} tokens but the model only "
-                        f"{model.cfg.vocab_size}")
+        raise UserError(
+            f"{run_dir}: tokenizer has {tokenizer.vocab_size} tokens but the model only {model.cfg.vocab_size}"
+        )
     model.eval()
     return Run(run_dir, model, tokenizer, config)

@@ -119,8 +119,10 @@ class Bf16Probe:
         return self.fp32_ms / max(self.bf16_ms, 1e-9)
 
     def describe(self) -> str:
-        return (f"a d-{PROBE_WIDTH} MLP's forward + backward on {PROBE_ROWS} rows took {self.bf16_ms:.1f} ms in "
-                f"bf16 vs {self.fp32_ms:.1f} ms in fp32 ({self.speedup:.1f}x)")
+        return (
+            f"a d-{PROBE_WIDTH} MLP's forward + backward on {PROBE_ROWS} rows took {self.bf16_ms:.1f} ms in "
+            f"bf16 vs {self.fp32_ms:.1f} ms in fp32 ({self.speedup:.1f}x)"
+        )
 
 
 PROBE_WIDTH, PROBE_ROWS, PROBE_REPEATS = 256, 1024, 5
@@ -184,8 +186,13 @@ class Runtime:
         ``auto`` (the same scores and vectors on every machine kind), else this one."""
         if self.requested != "auto" or self.precision == "fp32":
             return self
-        return Runtime(self.device, "fp32", f"inference under precision auto runs fp32 (training: {self.precision})",
-                       requested=self.requested, measured=self.measured)
+        return Runtime(
+            self.device,
+            "fp32",
+            f"inference under precision auto runs fp32 (training: {self.precision})",
+            requested=self.requested,
+            measured=self.measured,
+        )
 
     def autocast(self):
         """The autocast context of this precision (none for fp32)."""
@@ -201,8 +208,12 @@ class Runtime:
         if self.device_type == "cpu":
             return batch
         pin = self.device_type == "cuda"
-        return {key: (value.pin_memory() if pin else value).to(self.torch_device, non_blocking=pin)
-                if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
+        return {
+            key: (value.pin_memory() if pin else value).to(self.torch_device, non_blocking=pin)
+            if isinstance(value, torch.Tensor)
+            else value
+            for key, value in batch.items()
+        }
 
     def describe(self) -> str:
         """One line: "device cpu, precision fp32: this CPU has no native bf16 (AVX2)"."""
@@ -233,8 +244,9 @@ def _device(requested: str, hw: Hardware) -> str:
         return "mps"
     if requested == "cuda" or requested.startswith("cuda:"):
         if not n_gpus:
-            raise UserError(f"--device {requested}: CUDA is not available here "
-                            f"(torch {torch.__version__}, no CUDA GPU visible)")
+            raise UserError(
+                f"--device {requested}: CUDA is not available here (torch {torch.__version__}, no CUDA GPU visible)"
+            )
         index = str(local_rank() or 0) if requested == "cuda" else requested.partition(":")[2]
         if not index.isdigit() or int(index) >= n_gpus:
             raise UserError(f"--device {requested}: this machine has {n_gpus} CUDA GPU(s) (cuda:0..cuda:{n_gpus - 1})")
@@ -273,23 +285,48 @@ def _cpu_precision(requested: str, hw: Hardware, probe: Callable[[], Bf16Probe])
         forced = _forced_auto()
         if forced:
             slow = forced == "bf16" and not hw.cpu_bf16_native
-            return forced, f"{AUTO_PRECISION_ENV}={forced} ({isa})", \
-                (f"precision auto forced to bf16 on a CPU without native bf16 ({isa}): emulated, slow" if slow else ""), ""
+            return (
+                forced,
+                f"{AUTO_PRECISION_ENV}={forced} ({isa})",
+                (f"precision auto forced to bf16 on a CPU without native bf16 ({isa}): emulated, slow" if slow else ""),
+                "",
+            )
         if not hw.cpu_bf16_native:
             return "fp32", f"this CPU has no native bf16 ({isa})", "", ""
         measured = probe()
         if measured.speedup > 1.0:
-            return "bf16", f"this CPU has native bf16 ({isa}) and ran the probe's MLP faster in bf16", "", measured.describe()
-        return "fp32", f"this CPU has native bf16 ({isa}) but ran the probe's MLP slower in bf16", "", measured.describe()
+            return (
+                "bf16",
+                f"this CPU has native bf16 ({isa}) and ran the probe's MLP faster in bf16",
+                "",
+                measured.describe(),
+            )
+        return (
+            "fp32",
+            f"this CPU has native bf16 ({isa}) but ran the probe's MLP slower in bf16",
+            "",
+            measured.describe(),
+        )
     native = {"bf16": hw.cpu_bf16_native, "fp16": any(f in hw.cpu_flags for f in CPU_FP16_FLAGS)}
     if requested in native and not native[requested]:
-        return requested, "asked for", (f"precision {requested} on a CPU without native {requested} ({isa}): "
-                                        "its matmuls are emulated and may be far slower than fp32"), ""
+        return (
+            requested,
+            "asked for",
+            (
+                f"precision {requested} on a CPU without native {requested} ({isa}): "
+                "its matmuls are emulated and may be far slower than fp32"
+            ),
+            "",
+        )
     return requested, "asked for", "", ""
 
 
-def resolve(device: str = "auto", precision: str = "auto", hardware: Hardware | None = None,
-            bf16_probe: Callable[[], Bf16Probe] = cpu_bf16_probe) -> Runtime:
+def resolve(
+    device: str = "auto",
+    precision: str = "auto",
+    hardware: Hardware | None = None,
+    bf16_probe: Callable[[], Bf16Probe] = cpu_bf16_probe,
+) -> Runtime:
     """The device and precision to run on, from the user's settings and the hardware present."""
     precision = precision.strip().lower()
     if precision not in PRECISIONS:
@@ -302,8 +339,11 @@ def resolve(device: str = "auto", precision: str = "auto", hardware: Hardware | 
         name = hw.cuda_names[index] if index < len(hw.cuda_names) else ""
         dtype, reason, warning = _cuda_precision(precision, hw.cuda_capabilities[index], name)
     elif kind == "mps":
-        dtype, reason, warning = ("fp32", "MPS: fp32 (bf16/fp16 not measured there)", "") \
-            if precision == "auto" else (precision, "asked for", "")
+        dtype, reason, warning = (
+            ("fp32", "MPS: fp32 (bf16/fp16 not measured there)", "")
+            if precision == "auto"
+            else (precision, "asked for", "")
+        )
     else:
         dtype, reason, warning, measured = _cpu_precision(precision, hw, bf16_probe)
     return Runtime(chosen, dtype, reason, warning, requested=precision, measured=measured)
@@ -336,8 +376,11 @@ def announce(runtime: Runtime) -> None:
 def machine_line(runtime: Runtime | None = None) -> str:
     """The machine a report's numbers come from, with the runtime they ran under."""
     hw = detect_hardware()
-    parts = [f"{hw.cpu_name}, {os.cpu_count()} cores, {hw.cpu_kind}",
-             f"{torch.get_num_threads()} threads", f"torch {torch.__version__}"]
+    parts = [
+        f"{hw.cpu_name}, {os.cpu_count()} cores, {hw.cpu_kind}",
+        f"{torch.get_num_threads()} threads",
+        f"torch {torch.__version__}",
+    ]
     if hw.cuda_names:
         parts.append(", ".join(hw.cuda_names))
     if runtime is not None:
@@ -365,4 +408,4 @@ def matmul_peak(dtype: torch.dtype, device: str = "cpu", seconds: float = 1.0, n
             torch.cuda.synchronize(device)  # the product has only been queued until then
         elapsed = time.perf_counter() - start
         if elapsed >= seconds and count >= 3:
-            return 2.0 * n ** 3 * count / elapsed
+            return 2.0 * n**3 * count / elapsed

@@ -29,7 +29,10 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="maskwise", description="Encoder, decoder and encoder-decoder transformers from one block: pretrain, fine-tune, compare.")
+    parser = OneLineParser(
+        prog="maskwise",
+        description="Encoder, decoder and encoder-decoder transformers from one block: pretrain, fine-tune, compare.",
+    )
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     register_installed()  # other packages' task kinds, before any command lists the kinds
     for name in COMMAND_MODULES:

@@ -39,33 +39,57 @@ def register(subparsers) -> None:
     demo.set_defaults(handler=run_demo)
 
     compare = subparsers.add_parser(
-        "compare", help="the main job: pretrain encoder, decoder and encoder-decoder at one budget, evaluate all")
-    compare.add_argument("--scale", default=None,
-                         help="default (about 15 minutes on 2 CPU cores), quick (about 2), or gpu (one modern GPU, "
-                              "about 15)")
+        "compare", help="the main job: pretrain encoder, decoder and encoder-decoder at one budget, evaluate all"
+    )
+    compare.add_argument(
+        "--scale",
+        default=None,
+        help="default (about 15 minutes on 2 CPU cores), quick (about 2), or gpu (one modern GPU, about 15)",
+    )
     compare.add_argument("--quick", action="store_true", help="the same report in about 2 minutes (= --scale quick)")
-    compare.add_argument("--seeds", type=int, default=1,
-                         help="seeds per family (default 1; 3 gives intervals over seeds; the time grows with it)")
+    compare.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="seeds per family (default 1; 3 gives intervals over seeds; the time grows with it)",
+    )
     compare.add_argument("--seconds", type=float, default=None, help="pretraining seconds per family")
-    compare.add_argument("--config", default=None,
-                         help="TOML file overriding the experiment's settings (sizes, steps, budgets)")
-    compare.add_argument("--data", default="shakespeare",
-                         help="pretraining data: a text, JSONL, CSV or Parquet file, a folder of them, or an HF "
-                              "dataset folder (default: the plays); its validation part is the held-out text")
-    compare.add_argument("--task", action="append", default=[], metavar="NAME=KIND:PATH[,test=PATH]",
-                         help="a task of your own, repeatable: KIND is classify, tag, embed, rerank or seq2seq; "
-                              "PATH a .jsonl/.csv/.tsv (tag: CoNLL or .jsonl; embed: or a BEIR folder); "
-                              "text=COLUMN, label=COLUMN name a classification file's columns; without test= a "
-                              "random 10%% of the rows test, at least 30 (docs/your-data.md). None: the plays' tasks "
-                              "on the plays, only the held-out text on a corpus of your own")
-    compare.add_argument("--families", default=None,
-                         help="the columns, comma-separated: the three families (the verdicts compare them), "
-                              "optionally with hybrid (a decoder pretrained by --objective hybrid, GPT-BERT's)")
-    compare.add_argument("--model", action="append", default=[], metavar="NAME=PATH[,family=F][,body=B]",
-                         help="a model of your own instead of pretraining, repeatable: a maskwise run folder, an HF "
-                              "folder maskwise imports (sentence-transformers too) or an org/name in the local HF "
-                              "cache; family= overrides the family read from it, body=scratch fine-tunes an HF "
-                              "folder at the scale's rates (docs/your-candidates.md)")
+    compare.add_argument(
+        "--config", default=None, help="TOML file overriding the experiment's settings (sizes, steps, budgets)"
+    )
+    compare.add_argument(
+        "--data",
+        default="shakespeare",
+        help="pretraining data: a text, JSONL, CSV or Parquet file, a folder of them, or an HF "
+        "dataset folder (default: the plays); its validation part is the held-out text",
+    )
+    compare.add_argument(
+        "--task",
+        action="append",
+        default=[],
+        metavar="NAME=KIND:PATH[,test=PATH]",
+        help="a task of your own, repeatable: KIND is classify, tag, embed, rerank or seq2seq; "
+        "PATH a .jsonl/.csv/.tsv (tag: CoNLL or .jsonl; embed: or a BEIR folder); "
+        "text=COLUMN, label=COLUMN name a classification file's columns; without test= a "
+        "random 10%% of the rows test, at least 30 (docs/your-data.md). None: the plays' tasks "
+        "on the plays, only the held-out text on a corpus of your own",
+    )
+    compare.add_argument(
+        "--families",
+        default=None,
+        help="the columns, comma-separated: the three families (the verdicts compare them), "
+        "optionally with hybrid (a decoder pretrained by --objective hybrid, GPT-BERT's)",
+    )
+    compare.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME=PATH[,family=F][,body=B]",
+        help="a model of your own instead of pretraining, repeatable: a maskwise run folder, an HF "
+        "folder maskwise imports (sentence-transformers too) or an org/name in the local HF "
+        "cache; family= overrides the family read from it, body=scratch fine-tunes an HF "
+        "folder at the scale's rates (docs/your-candidates.md)",
+    )
     compare.add_argument("--seed", type=int, default=0, help="the first seed")
     compare.add_argument("--out", default="runs/compare")
     compare.add_argument("--overwrite", action="store_true", help="start over instead of continuing")
@@ -74,26 +98,46 @@ def register(subparsers) -> None:
     compare.set_defaults(handler=run_compare)
 
     ablate = subparsers.add_parser(
-        "ablate", help="change one design choice, hold the rest, and judge a prediction by a coded rule")
+        "ablate", help="change one design choice, hold the rest, and judge a prediction by a coded rule"
+    )
     ablate.add_argument("name", help="the ablation to run (an unknown name lists the known ones)")
-    ablate.add_argument("--scale", default=None,
-                        help="default (compare's default recipe at the tokens its 120 s read on 2 CPU cores), "
-                             "quick, or gpu (compare's gpu recipe, sized for one modern GPU)")
+    ablate.add_argument(
+        "--scale",
+        default=None,
+        help="default (compare's default recipe at the tokens its 120 s read on 2 CPU cores), "
+        "quick, or gpu (compare's gpu recipe, sized for one modern GPU)",
+    )
     ablate.add_argument("--quick", action="store_true", help="the same report at a smaller scale (= --scale quick)")
     ablate.add_argument("--seeds", type=int, default=3, help="seeds per arm (default 3, at least 2)")
     ablate.add_argument("--out", default=None, help="output folder (default runs/ablate-NAME)")
     ablate.add_argument("--overwrite", action="store_true", help="start over instead of continuing")
     ablate.add_argument("--ratios", default=None, help="mask-ratio only: comma-separated ratios (default 0.15,0.3)")
-    ablate.add_argument("--share", default=None, help="cross-objective and clm-then-mlm only: the first objective's "
-                                                      "share of the budget (default 0.75 and 0.5)")
-    ablate.add_argument("--model", action="append", default=[], metavar="ROLE=FOLDER",
-                        help="reranker only: cross=FOLDER (an encoder, or all-MiniLM-L6-v2) and/or generative=FOLDER "
-                             "start that reranker from a folder instead of pretraining it here")
-    ablate.add_argument("--data", default="shakespeare",
-                        help="the corpus every arm pretrains on, as compare's --data (default: the plays)")
-    ablate.add_argument("--task", action="append", default=[], metavar="NAME=KIND:PATH[,test=PATH]",
-                        help="as compare's --task: a user's task replacing the plays' rows in the ablation's job of "
-                             "that kind (the report names what each job read); repeatable, one of each kind")
+    ablate.add_argument(
+        "--share",
+        default=None,
+        help="cross-objective and clm-then-mlm only: the first objective's share of the budget (default 0.75 and 0.5)",
+    )
+    ablate.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="ROLE=FOLDER",
+        help="reranker only: cross=FOLDER (an encoder, or all-MiniLM-L6-v2) and/or generative=FOLDER "
+        "start that reranker from a folder instead of pretraining it here",
+    )
+    ablate.add_argument(
+        "--data",
+        default="shakespeare",
+        help="the corpus every arm pretrains on, as compare's --data (default: the plays)",
+    )
+    ablate.add_argument(
+        "--task",
+        action="append",
+        default=[],
+        metavar="NAME=KIND:PATH[,test=PATH]",
+        help="as compare's --task: a user's task replacing the plays' rows in the ablation's job of "
+        "that kind (the report names what each job read); repeatable, one of each kind",
+    )
     ablate.add_argument("--no-progress", dest="progress", action="store_false")
     runtime_flags(ablate)
     ablate.set_defaults(handler=run_ablate)
@@ -109,8 +153,10 @@ def run_demo(args) -> int:
     result = demo_experiment(args.out, args.seconds, args.progress, runtime_of(args))
     for family, record in result["final"].items():
         extra = f", masked accuracy {record['val_masked_acc']:.3f}" if "val_masked_acc" in record else ""
-        print(f"{family}: {record['step']} steps, {record['tokens_seen']:,} tokens in {record['wall_s']:.0f} s, "
-              f"validation loss {record['val_loss']:.3f}{extra}")
+        print(
+            f"{family}: {record['step']} steps, {record['tokens_seen']:,} tokens in {record['wall_s']:.0f} s, "
+            f"validation loss {record['val_loss']:.3f}{extra}"
+        )
     print("\n--- the decoder continues a prompt (temperature 0.8, top-k 40) ---")
     print(result["sample"])
     print(f"\n--- the encoder fills a blank: {BLANK} ---")
@@ -167,10 +213,14 @@ def conduct_compare(args, study: CompareStudy, plan: ComparePlan, settings, fit:
     plan, timing = fitted(study, plan, settings, args.seeds, runtime, fit, **options)
     print(timing.text([arm.label for arm in study.arms(**options)], args.seeds), file=sys.stderr)
     if plan.narrowed:
-        print(plan.narrowed, "; ".join(f"{t['name']}: {t['window']}" for t in plan.described["tasks"]
-                                       if "window" in t), file=sys.stderr)
-    out = compare_experiment(study, args.out, plan, timing, args.seeds, args.seed, args.overwrite, args.progress,
-                             runtime, **options)
+        print(
+            plan.narrowed,
+            "; ".join(f"{t['name']}: {t['window']}" for t in plan.described["tasks"] if "window" in t),
+            file=sys.stderr,
+        )
+    out = compare_experiment(
+        study, args.out, plan, timing, args.seeds, args.seed, args.overwrite, args.progress, runtime, **options
+    )
     print((out / "report.md").read_text())
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     return 0
@@ -200,8 +250,18 @@ def run_ablate(args) -> int:
     scale = scale_of(args)
     tasks = [parse_task(value, tuple(TASKS)) for value in args.task]
     checked(args.name, scale, args.seeds, options, args.data, tasks)  # bad input: its one line before the device's
-    out = run_ablation(args.name, args.out, scale, args.seeds, args.overwrite, args.progress,
-                       runtime_of(args), args.data, tasks, **options)
+    out = run_ablation(
+        args.name,
+        args.out,
+        scale,
+        args.seeds,
+        args.overwrite,
+        args.progress,
+        runtime_of(args),
+        args.data,
+        tasks,
+        **options,
+    )
     results = read_json(out / RESULTS)
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     for verdict in results["verdicts"]:

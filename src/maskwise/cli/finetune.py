@@ -35,13 +35,23 @@ def register(subparsers) -> None:
         parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the task's)")
         parser.add_argument("--batch-size", type=int, default=None)
         parser.add_argument("--lr", type=float, default=None, help="body learning rate (default: the task's)")
-        parser.add_argument("--head-lr", type=float, default=None, help="fresh head learning rate (default: the task's)")
+        parser.add_argument(
+            "--head-lr", type=float, default=None, help="fresh head learning rate (default: the task's)"
+        )
         parser.add_argument("--bf16", action="store_true", default=None, help="alias of --precision bf16")
         parser.add_argument("--seed", type=int, default=0)
-        parser.add_argument("--data", default=None,
-                            help="your own .jsonl/.csv/.tsv training rows instead of the plays" + declared.data_help)
-        parser.add_argument("--eval-data", "--val-data", dest="eval_data", default=None,
-                            help="your own evaluation rows (default: a random 10%% of --data, seed 0)")
+        parser.add_argument(
+            "--data",
+            default=None,
+            help="your own .jsonl/.csv/.tsv training rows instead of the plays" + declared.data_help,
+        )
+        parser.add_argument(
+            "--eval-data",
+            "--val-data",
+            dest="eval_data",
+            default=None,
+            help="your own evaluation rows (default: a random 10%% of --data, seed 0)",
+        )
         adapter_of(declared).flags(parser, False)
         add_common_flags(parser)
         parser.set_defaults(handler=run_finetune)
@@ -51,7 +61,9 @@ def run_finetune(args) -> int:
     if args.eval_data is not None and args.data is None:
         raise UserError("--eval-data needs --data (the plays come with their own evaluation split)")
     if getattr(args, "ignore_identical_ids", False) and not is_beir_folder(args.data):
-        raise UserError("--ignore-identical-ids compares a BEIR folder's query and document ids: it needs --data FOLDER")
+        raise UserError(
+            "--ignore-identical-ids compares a BEIR folder's query and document ids: it needs --data FOLDER"
+        )
     model, tokenizer, _ = open_model(args.model, args)
     out = prepare_folder(Path(args.out).expanduser(), args.overwrite, replace=False)
 
@@ -71,4 +83,3 @@ def run_finetune(args) -> int:
     print(summary)
     print(f"run folder: {out} (results: {out / RESULTS_FILE})")
     return 0
-

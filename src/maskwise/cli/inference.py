@@ -28,8 +28,11 @@ def register(subparsers) -> None:
     search.add_argument("model", help="run folder (an embed fine-tune, or any body) or HF model folder")
     search.add_argument("--query", required=True)
     search.add_argument("--k", type=positive, default=10)
-    search.add_argument("--collection", default=None,
-                        help="text file (one passage per line) or .jsonl/.csv with 'text'; default: the ICT collection")
+    search.add_argument(
+        "--collection",
+        default=None,
+        help="text file (one passage per line) or .jsonl/.csv with 'text'; default: the ICT collection",
+    )
     search.add_argument("--split", choices=("train", "val", "test"), default="test")
     search.add_argument("--pooling", choices=("cls", "mean", "last"), default=None)
     add_common_flags(search)
@@ -89,8 +92,14 @@ def run_search(args) -> int:
 
 def _generation_config(args, max_new_tokens: int, **extra):
     """The validated ``GenerationConfig`` the sampling flags describe."""
-    return GenerationConfig(max_new_tokens=max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                            top_p=args.top_p, repetition_penalty=args.repetition_penalty, **extra).validate()
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        repetition_penalty=args.repetition_penalty,
+        **extra,
+    ).validate()
 
 
 def run_generate(args) -> int:
@@ -128,11 +137,10 @@ def run_break(args) -> int:
         raise UserError(f"{args.decoder} is a {decoder.cfg.family}, not a decoder")
     play = split_plays()["test"][0]  # test plays are never pretrained on
     text = render_play(play)
-    held_out = text[len(play.title):].lstrip()[:args.held_out_chars]
+    held_out = text[len(play.title) :].lstrip()[: args.held_out_chars]
     prompt = args.prompt if args.prompt is not None else held_out.split("\n\n", 1)[0] + "\n\n"
     cfg = _generation_config(args, args.max_new_tokens)
-    results = break_exercise(encoder, enc_tok, decoder, dec_tok, prompt, held_out, args.max_new_tokens, cfg,
-                             args.seed)
+    results = break_exercise(encoder, enc_tok, decoder, dec_tok, prompt, held_out, args.max_new_tokens, cfg, args.seed)
     results["held_out_from"] = play.slug
     if args.results:
         write_json(Path(args.results), results)

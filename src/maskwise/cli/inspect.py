@@ -19,8 +19,15 @@ def register(subparsers) -> None:
     params = subparsers.add_parser("params", help="parameter accounting of a model config")
     params.add_argument("--family", default="decoder", choices=("encoder", "decoder", "encoder-decoder"))
     params.add_argument("--preset", default="")
-    for flag, default in (("--layers", 4), ("--decoder-layers", 0), ("--heads", 4), ("--d-model", 128),
-                          ("--d-ff", 0), ("--vocab-size", 8192), ("--block-size", 128)):
+    for flag, default in (
+        ("--layers", 4),
+        ("--decoder-layers", 0),
+        ("--heads", 4),
+        ("--d-model", 128),
+        ("--d-ff", 0),
+        ("--vocab-size", 8192),
+        ("--block-size", 128),
+    ):
         params.add_argument(flag, type=int, default=default)
     params.set_defaults(handler=run_params)
 
@@ -35,12 +42,21 @@ def run_masks(args) -> int:
 
 
 def run_params(args) -> int:
-    settings = PretrainConfig(family=args.family, preset=args.preset, layers=args.layers,
-                              decoder_layers=args.decoder_layers, heads=args.heads, d_model=args.d_model,
-                              d_ff=args.d_ff, train=TrainConfig(block_size=args.block_size)).resolved()
+    settings = PretrainConfig(
+        family=args.family,
+        preset=args.preset,
+        layers=args.layers,
+        decoder_layers=args.decoder_layers,
+        heads=args.heads,
+        d_model=args.d_model,
+        d_ff=args.d_ff,
+        train=TrainConfig(block_size=args.block_size),
+    ).resolved()
     cfg = model_config(settings, args.vocab_size)
-    print(f"{cfg.family} ({settings.preset} layout): d_model {cfg.d_model}, layers {cfg.n_layers}"
-          + (f"+{cfg.decoder_layers}" if cfg.kind.two_stacks else "")
-          + f", heads {cfg.n_heads}, d_ff {cfg.d_ff}, vocab {cfg.vocab_size}")
+    print(
+        f"{cfg.family} ({settings.preset} layout): d_model {cfg.d_model}, layers {cfg.n_layers}"
+        + (f"+{cfg.decoder_layers}" if cfg.kind.two_stacks else "")
+        + f", heads {cfg.n_heads}, d_ff {cfg.d_ff}, vocab {cfg.vocab_size}"
+    )
     print(breakdown_table(cfg, build_model(cfg)))
     return 0

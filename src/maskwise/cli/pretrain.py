@@ -16,14 +16,14 @@ HELP = {
     "family": "encoder, decoder or encoder-decoder",
     "objective": "mlm, clm, span, denoise, electra, prefix-lm, hybrid (default: the family's classic one)",
     "data": "shakespeare (embedded); a .txt, .jsonl or .parquet file; a folder of .txt or .parquet files; "
-            "a quoted glob ('shards/*.parquet'); a datasets save_to_disk folder; or an HF dataset NAME[:CONFIG] "
-            "(offline: from the local cache)",
+    "a quoted glob ('shards/*.parquet'); a datasets save_to_disk folder; or an HF dataset NAME[:CONFIG] "
+    "(offline: from the local cache)",
     "text_field": "the text field of JSONL records, Parquet files and HF datasets",
     "val_data": "validation data (default: last 10%% of --data)",
     "tokenizer": "char, wordpiece, bpe, or a path to a tokenizer.json (with --init-from: that run's)",
     "preset": "bert, electra, gpt2, nanogpt, t5, t5.1.1, bart, modern (default by family)",
     "budget": "stop at tokens=N, seconds=S or flops=F (the LR schedule follows it; with --init-from it "
-              "counts this run's phase only)",
+    "counts this run's phase only)",
     "no_shift": "CLM without the shift: predict the current token (the shift-bug ablation)",
     "causal_fraction": "hybrid: the fraction of batches that are causal; the others are masked, read bidirectionally",
     "out": "run folder (default runs/<family>-<objective>)",
@@ -32,12 +32,12 @@ HELP = {
     "bf16": "alias of --precision bf16",
     "compile": "torch.compile the model (compiles for tens of seconds first; docs/results.md, Performance)",
     "resume": "continue from the newest intact checkpoint; only --device, --precision, --compile, --steps, "
-              "--budget, --eval-every, --keep-last, --max-nonfinite, --tensorboard and progress may change",
+    "--budget, --eval-every, --keep-last, --max-nonfinite, --tensorboard and progress may change",
     "init_from": "a finished run folder whose final weights start this run, trained with this run's "
-                 "--family and --objective (a decoder continued with MLM, an encoder with CLM); its "
-                 "tokenizer is used (--tokenizer, --vocab-size: leave out); --preset and sizes must give "
-                 "the same weight shapes; config.json records the source, metrics the tokens_seen_total "
-                 "and wall_s_total of both phases",
+    "--family and --objective (a decoder continued with MLM, an encoder with CLM); its "
+    "tokenizer is used (--tokenizer, --vocab-size: leave out); --preset and sizes must give "
+    "the same weight shapes; config.json records the source, metrics the tokens_seen_total "
+    "and wall_s_total of both phases",
     "tensorboard": "also write TensorBoard event files to OUT/tensorboard (pip install 'maskwise[tensorboard]')",
 }
 
@@ -48,8 +48,9 @@ def _settings_fields():
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("pretrain", help="pretrain a model with one objective",
-                                   argument_default=argparse.SUPPRESS)
+    parser = subparsers.add_parser(
+        "pretrain", help="pretrain a model with one objective", argument_default=argparse.SUPPRESS
+    )
     parser.add_argument("--config", help="TOML file of settings (flat keys, same names as the flags)")
     fields, defaults = _settings_fields()
     flat_defaults = defaults.flat()
@@ -59,8 +60,12 @@ def register(subparsers) -> None:
         help_text = HELP.get(field.name, "")
         if isinstance(default, bool) or field.type == "bool | None":  # None: an alias left unset
             if default:
-                parser.add_argument("--no-" + field.name.replace("_", "-"), dest=field.name,
-                                    action="store_false", help=help_text or f"disable {field.name}")
+                parser.add_argument(
+                    "--no-" + field.name.replace("_", "-"),
+                    dest=field.name,
+                    action="store_false",
+                    help=help_text or f"disable {field.name}",
+                )
             else:
                 parser.add_argument(flag, action="store_true", help=help_text)
         else:
@@ -75,14 +80,19 @@ def run_pretrain(args) -> int:
     result = pretrain(settings, given=set(values))
     records = result["records"]
     last = records[-1] if records else {}
-    summary = {k: last[k] for k in ("step", "tokens_seen", "wall_s", "tokens_seen_total", "wall_s_total",
-                                    "train_loss", "val_loss") if k in last}
+    summary = {
+        k: last[k]
+        for k in ("step", "tokens_seen", "wall_s", "tokens_seen_total", "wall_s_total", "train_loss", "val_loss")
+        if k in last
+    }
     summary.update({k: v for k, v in last.items() if k.startswith("val_") and k != "val_loss"})
     print(f"run folder: {result['run_dir']}")
     if "share_of_matmul_peak" in last:
         summary.update({k: last[k] for k in ("model_flops_per_s", "matmul_peak_flops_per_s", "share_of_matmul_peak")})
-        print(f"training ran at {last['model_flops_per_s'] / 1e9:,.1f} GFLOP/s of model FLOPs, "
-              f"{last['share_of_matmul_peak']:.0%} of this machine's {last['matmul_peak_dtype']} matmul peak "
-              f"({last['matmul_peak_flops_per_s'] / 1e9:,.1f} GFLOP/s, measured after training)")
+        print(
+            f"training ran at {last['model_flops_per_s'] / 1e9:,.1f} GFLOP/s of model FLOPs, "
+            f"{last['share_of_matmul_peak']:.0%} of this machine's {last['matmul_peak_dtype']} matmul peak "
+            f"({last['matmul_peak_flops_per_s'] / 1e9:,.1f} GFLOP/s, measured after training)"
+        )
     print(json.dumps(summary), file=sys.stdout)
     return 0

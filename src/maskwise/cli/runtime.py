@@ -8,8 +8,10 @@ import argparse
 from maskwise.runtime import announce, precision_setting, resolve
 
 DEVICE_HELP = "auto, cpu, cuda, cuda:N or mps (default auto: CUDA, else MPS, else CPU)"
-PRECISION_HELP = ("auto, fp32, bf16 or fp16 (default auto: training in bf16 where the device runs it natively and "
-                  "faster, fp16 with loss scaling on pre-Ampere GPUs, else fp32; inference in fp32)")
+PRECISION_HELP = (
+    "auto, fp32, bf16 or fp16 (default auto: training in bf16 where the device runs it natively and "
+    "faster, fp16 with loss scaling on pre-Ampere GPUs, else fp32; inference in fp32)"
+)
 
 
 def runtime_flags(parser: argparse.ArgumentParser) -> None:
@@ -30,8 +32,10 @@ def runtime_of(args):
 
 def in_runtime(handler):
     """Run an inference command's handler under its inference precision's autocast (fp32 under auto)."""
+
     def run(args) -> int:
         args.inference = True
         with runtime_of(args).autocast():
             return handler(args)
+
     return run

@@ -40,8 +40,9 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
 def config_from_flags(config_cls, args, **values):
     """The task config the command's flags give: every field whose flag was given (a dest of that
     name, not None), ``values``, and the config's own defaults for the rest."""
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)
-             if getattr(args, f.name, None) is not None}
+    given = {
+        f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls) if getattr(args, f.name, None) is not None
+    }
     return config_cls(**{**given, **values})
 
 

@@ -37,8 +37,12 @@ def embedder_of(path: str, args, progress: bool, pooling: str | None = None):
     model, tokenizer, config = open_model(path, args)
     task = config.get("task", {})
     if task.get("kind") == "embed" and pooling is None:
-        return Embedder(BiEncoder(model, task["pooling"], task["normalize"]), tokenizer,
-                        max_len=task.get("max_len"), progress=progress), f"{path} ({task['pooling']} pooling)"
+        return Embedder(
+            BiEncoder(model, task["pooling"], task["normalize"]),
+            tokenizer,
+            max_len=task.get("max_len"),
+            progress=progress,
+        ), f"{path} ({task['pooling']} pooling)"
     bi = BiEncoder(model, pooling)
     return Embedder(bi, tokenizer, progress=progress), f"{path} ({bi.pooling} pooling, zero-shot)"
 
@@ -48,8 +52,16 @@ def embedder_of(path: str, args, progress: bool, pooling: str | None = None):
 
 def user_task(args, task: Task) -> UserTask:
     """--data (and --eval-data) read by ``task``'s own reader, the one ``compare --task`` reads the same files with."""
-    return task.read(TaskSpec(task.kind, task.kind, args.data, args.eval_data,
-                              text=getattr(args, "text_column", "text"), label=getattr(args, "label_column", "label")))
+    return task.read(
+        TaskSpec(
+            task.kind,
+            task.kind,
+            args.data,
+            args.eval_data,
+            text=getattr(args, "text_column", "text"),
+            label=getattr(args, "label_column", "label"),
+        )
+    )
 
 
 def classify_data(args, cfg: ClassifyConfig, split: str = "test", training: bool = True):
@@ -88,8 +100,9 @@ def beir_finetune_data(args, cfg: EmbedConfig):
         raise UserError("--eval-data: a BEIR folder is evaluated on its own test (or dev) qrels")
     splits = beir_splits(args.data)
     if "train" not in splits:
-        raise UserError(f"BEIR folder {args.data} has no qrels/train.tsv to fine-tune on "
-                        f"(splits with qrels: {', '.join(splits)})")
+        raise UserError(
+            f"BEIR folder {args.data} has no qrels/train.tsv to fine-tune on (splits with qrels: {', '.join(splits)})"
+        )
     held_out = next((s for s in ("test", "dev") if s in splits), None)
     if held_out is None:
         raise UserError(f"BEIR folder {args.data} has no qrels/test.tsv or qrels/dev.tsv to evaluate the fine-tune on")

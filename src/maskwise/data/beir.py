@@ -80,9 +80,13 @@ class BeirFolder:
             keep = sorted(random.Random(f"beir/{name}/{seed}").sample(range(len(ids)), max_queries))
             ids = [ids[i] for i in keep]
         return GradedRetrievalSet(
-            query_ids=tuple(ids), queries=tuple(self.queries[q] for q in ids), doc_ids=self.doc_ids, docs=self.docs,
+            query_ids=tuple(ids),
+            queries=tuple(self.queries[q] for q in ids),
+            doc_ids=self.doc_ids,
+            docs=self.docs,
             qrels=tuple({doc: g for doc, g in relevant[q].items() if g > 0} for q in ids),
-            without_relevant=len(judged) - len(relevant))
+            without_relevant=len(judged) - len(relevant),
+        )
 
 
 def open_beir(folder: str | Path, splits: tuple[str, ...]) -> BeirFolder:
@@ -91,8 +95,10 @@ def open_beir(folder: str | Path, splits: tuple[str, ...]) -> BeirFolder:
     path = _folder(folder)
     for split in splits:
         _qrels_path(path, split)
-    docs = {doc_id: f"{r['title']} {r['text']}".strip() if r["title"] else r["text"].strip()
-            for doc_id, r in _by_id(path / CORPUS_FILE, ("_id", "text"), optional=("title",)).items()}
+    docs = {
+        doc_id: f"{r['title']} {r['text']}".strip() if r["title"] else r["text"].strip()
+        for doc_id, r in _by_id(path / CORPUS_FILE, ("_id", "text"), optional=("title",)).items()
+    }
     queries = {query_id: r["text"] for query_id, r in _by_id(path / QUERIES_FILE, ("_id", "text")).items()}
     return BeirFolder(path, tuple(docs), tuple(docs.values()), queries)
 
@@ -103,16 +109,19 @@ def _folder(folder: str | Path) -> Path:
         raise UserError(f"BEIR folder {folder}: no such folder")
     missing = [name for name in (CORPUS_FILE, QUERIES_FILE) if not (path / name).is_file()]
     if missing:
-        raise UserError(f"BEIR folder {folder} has no {' or '.join(missing)} (expected corpus.jsonl, "
-                        f"queries.jsonl and qrels/<split>.tsv)")
+        raise UserError(
+            f"BEIR folder {folder} has no {' or '.join(missing)} (expected corpus.jsonl, "
+            f"queries.jsonl and qrels/<split>.tsv)"
+        )
     return path
 
 
 def _qrels_path(path: Path, split: str) -> Path:
     qrels = path / QRELS_FOLDER / f"{split}.tsv"
     if not qrels.is_file():
-        raise UserError(f"BEIR folder {path} has no qrels/{split}.tsv (splits with qrels: "
-                        f"{', '.join(beir_splits(path))})")
+        raise UserError(
+            f"BEIR folder {path} has no qrels/{split}.tsv (splits with qrels: {', '.join(beir_splits(path))})"
+        )
     return qrels
 
 
@@ -154,8 +163,9 @@ def _read_qrels(path: Path, queries: dict[str, str], doc_index: dict[str, int]) 
                 if not row or not any(cell.strip() for cell in row):
                     continue
                 if len(row) != 3:
-                    raise UserError(f"BEIR qrels: {path} line {line} has {len(row)} cells, expected 3 "
-                                    f"(query-id, corpus-id, score)")
+                    raise UserError(
+                        f"BEIR qrels: {path} line {line} has {len(row)} cells, expected 3 (query-id, corpus-id, score)"
+                    )
                 query, doc, score = (cell.strip() for cell in row)
                 try:
                     grade = int(score)
@@ -169,8 +179,10 @@ def _read_qrels(path: Path, queries: dict[str, str], doc_index: dict[str, int]) 
                     raise UserError(f"BEIR qrels: {path} line {line} names document {doc!r}, not in {CORPUS_FILE}")
                 grades = judged.setdefault(query, {})
                 if grades.setdefault(doc_index[doc], grade) != grade:
-                    raise UserError(f"BEIR qrels: {path} line {line} grades ({query!r}, {doc!r}) {grade}, "
-                                    f"after {grades[doc_index[doc]]} earlier")
+                    raise UserError(
+                        f"BEIR qrels: {path} line {line} grades ({query!r}, {doc!r}) {grade}, "
+                        f"after {grades[doc_index[doc]]} earlier"
+                    )
     except UnicodeDecodeError as error:
         raise UserError(f"BEIR qrels: {path} is not UTF-8 text (byte offset {error.start})") from None
     except csv.Error as error:

@@ -166,11 +166,15 @@ def _split(name: str, source: DocumentSource) -> Corpus:
         cut = int(len(text) * (1 - VAL_FRACTION))
         return make_corpus(name, (text[:cut],), (text[cut:],))
     n_val = max(1, int(count * VAL_FRACTION))
-    return _corpus(name, CorpusPart(source, 0, count - n_val, digest, characters),
-                   CorpusPart(source, count - n_val, count, digest, characters))
+    return _corpus(
+        name,
+        CorpusPart(source, 0, count - n_val, digest, characters),
+        CorpusPart(source, count - n_val, count, digest, characters),
+    )
 
 
 def _corpus(name: str, train: CorpusPart, val: CorpusPart) -> Corpus:
-    description = "".join(f"{label} {part.source_digest} [{part.start}:{part.stop}]\n"
-                          for label, part in (("train", train), ("val", val)))
+    description = "".join(
+        f"{label} {part.source_digest} [{part.start}:{part.stop}]\n" for label, part in (("train", train), ("val", val))
+    )
     return Corpus(name, train, val, hashlib.sha256(description.encode()).hexdigest())

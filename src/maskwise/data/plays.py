@@ -110,7 +110,7 @@ def _unescape(text: str) -> str:
 
 
 def _clean_direction(raw: str) -> str:
-    """"_\\[To LAVINIA]_" -> "To LAVINIA"; "*Enter King Edward, and \\nArtois.*" -> one line."""
+    """ "_\\[To LAVINIA]_" -> "To LAVINIA"; "*Enter King Edward, and \\nArtois.*" -> one line."""
     # Underscores, asterisks and brackets only ever mark up a direction, sometimes unbalanced
     # ("_Burthen _\\[dispersedly, within_"), so they all go.
     return " ".join(re.sub(r"[\[\]_*]", " ", _unescape(raw)).split())
@@ -358,8 +358,7 @@ def _title_from_slug(slug: str) -> str:
     """Measure for Measure's file has no title heading; its file name still spells the title."""
     words = slug.split("-")
     return " ".join(
-        word if position and word in _SMALL_TITLE_WORDS else word.capitalize()
-        for position, word in enumerate(words)
+        word if position and word in _SMALL_TITLE_WORDS else word.capitalize() for position, word in enumerate(words)
     )
 
 
@@ -413,7 +412,7 @@ def split_plays(plays: Iterable[Play] | None = None) -> dict[str, tuple[Play, ..
 
 
 def render_speech(speech: Speech) -> str:
-    """"SPEAKER\\ntext": the plain-text form of one speech used for language-model pretraining."""
+    """ "SPEAKER\\ntext": the plain-text form of one speech used for language-model pretraining."""
     return f"{speech.speaker}\n{speech.text}"
 
 

@@ -74,11 +74,15 @@ def open_data(data: str, text_field: str = "text") -> tuple[DocumentSource, Docu
 def _open_folder(path: Path, text_field: str) -> tuple[DocumentSource, DocumentSource | None]:
     if any((path / marker).is_file() for marker in DATASET_MARKERS):
         return _open_saved_dataset(path, text_field)
-    found = {suffix: sorted((file for file in path.rglob(f"*{suffix}") if file.is_file()), key=Path.as_posix)
-             for suffix in (".txt", ".parquet")}
+    found = {
+        suffix: sorted((file for file in path.rglob(f"*{suffix}") if file.is_file()), key=Path.as_posix)
+        for suffix in (".txt", ".parquet")
+    }
     if found[".txt"] and found[".parquet"]:
-        raise UserError(f"corpus: folder {path} holds both .txt and .parquet files; "
-                        f"name one kind with a glob, e.g. '{path}/**/*.parquet'")
+        raise UserError(
+            f"corpus: folder {path} holds both .txt and .parquet files; "
+            f"name one kind with a glob, e.g. '{path}/**/*.parquet'"
+        )
     files = found[".parquet"] or found[".txt"]
     if not files:
         raise UserError(f"corpus: no .txt files (nor .parquet files) in folder {path}")
@@ -166,8 +170,10 @@ def _decoded_lines(handle, path: Path) -> Iterator[str]:
 
 def _require_text_column(where: str, columns: list[str], text_field: str, non_text_type: str | None) -> None:
     if text_field not in columns:
-        raise UserError(f"corpus: {where} has no column {text_field!r} (columns: {', '.join(columns) or 'none'}; "
-                        "choose one with --text-field)")
+        raise UserError(
+            f"corpus: {where} has no column {text_field!r} (columns: {', '.join(columns) or 'none'}; "
+            "choose one with --text-field)"
+        )
     if non_text_type is not None:
         raise UserError(f"corpus: {where} column {text_field!r} holds {non_text_type}, not strings")
 
@@ -182,8 +188,9 @@ def _parquet_reader(file: Path, text_field: str) -> Callable[[], Iterator[str | 
     except (pa.ArrowException, OSError) as error:
         raise UserError(f"corpus: {file} is not a Parquet file ({_first_line(error)})") from None
     column_type = schema.field(text_field).type if text_field in schema.names else None
-    is_text = column_type is not None and (pa.types.is_string(column_type) or pa.types.is_large_string(column_type)
-                                           or pa.types.is_string_view(column_type))
+    is_text = column_type is not None and (
+        pa.types.is_string(column_type) or pa.types.is_large_string(column_type) or pa.types.is_string_view(column_type)
+    )
     _require_text_column(str(file), list(schema.names), text_field, None if is_text else str(column_type))
 
     def read() -> Iterator[str | None]:
@@ -214,8 +221,10 @@ def _open_hub_dataset(data: str, text_field: str) -> tuple[DocumentSource, Docum
     try:
         loaded = datasets.load_dataset(name, config or None)
     except (OSError, ValueError) as error:  # offline: ConnectionError; online: DatasetNotFoundError
-        raise UserError(f"corpus: {data} is no file or folder, and datasets cannot load a dataset of that name: "
-                        f"{_first_line(error)}") from None
+        raise UserError(
+            f"corpus: {data} is no file or folder, and datasets cannot load a dataset of that name: "
+            f"{_first_line(error)}"
+        ) from None
     return _dataset_sources(data, loaded, text_field)
 
 

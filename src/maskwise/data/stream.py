@@ -24,8 +24,9 @@ class TokenStream:
         self.name = name
 
     @classmethod
-    def from_texts(cls, texts, tokenizer, name: str = "data", cache_key: str | None = None,
-                   progress: bool = False) -> TokenStream:
+    def from_texts(
+        cls, texts, tokenizer, name: str = "data", cache_key: str | None = None, progress: bool = False
+    ) -> TokenStream:
         """Tokenize ``texts`` into one stream. With ``cache_key`` (a fingerprint of the texts), the
         ids stream into a memory-mapped token file beside the tokenizers, keyed by it and by the
         tokenizer itself, so a corpus larger than memory trains and experiments that pretrain many
@@ -39,14 +40,17 @@ class TokenStream:
 
     def check_length(self, length: int) -> None:
         if len(self.ids) < length + 1:
-            raise UserError(f"{self.name} has {len(self.ids)} tokens, fewer than one block of {length + 1}; "
-                            "use a smaller --block-size or more data")
+            raise UserError(
+                f"{self.name} has {len(self.ids)} tokens, fewer than one block of {length + 1}; "
+                "use a smaller --block-size or more data"
+            )
 
-    def windows(self, batch: int, length: int, generator: torch.Generator,
-                rank: int = 0, world: int = 1) -> torch.Tensor:
+    def windows(
+        self, batch: int, length: int, generator: torch.Generator, rank: int = 0, world: int = 1
+    ) -> torch.Tensor:
         """(batch, length) windows; draws ``batch * world`` offsets and returns this rank's slice."""
         starts = torch.randint(len(self.ids) - length, (batch * world,), generator=generator)
-        starts = starts[rank * batch:(rank + 1) * batch]
+        starts = starts[rank * batch : (rank + 1) * batch]
         index = starts[:, None] + torch.arange(length)  # (B, length)
         if isinstance(self.ids, torch.Tensor):
             return self.ids[index]

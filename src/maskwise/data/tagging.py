@@ -95,8 +95,14 @@ def punctuation_examples(split: str, max_chars: int = 200, limit: int | None = N
                     length += len(words[end]) + 1
                     end += 1
                 end = max(end, start + 1)  # a word longer than the window stands alone
-                windows.append(TaggedText(tuple(words[start:end]), tuple(tags[start:end]),
-                                          tuple(separators[start:end]), f"{play.slug}:{number}"))
+                windows.append(
+                    TaggedText(
+                        tuple(words[start:end]),
+                        tuple(tags[start:end]),
+                        tuple(separators[start:end]),
+                        f"{play.slug}:{number}",
+                    )
+                )
                 start = end
     if limit is not None and limit < len(windows):
         windows = random.Random(seed).sample(windows, limit)
@@ -139,8 +145,10 @@ def _conll(path: Path, text: str) -> list[TaggedText]:
             raise UserError(f"tagging data: {path} line {number} has one column; CoNLL lines are 'word ... tag'")
         width = width or (len(columns), number)
         if len(columns) != width[0]:
-            raise UserError(f"tagging data: {path} line {number} has {len(columns)} columns, line {width[1]} has "
-                            f"{width[0]}; every CoNLL line needs the same columns, the tag last")
+            raise UserError(
+                f"tagging data: {path} line {number} has {len(columns)} columns, line {width[1]} has "
+                f"{width[0]}; every CoNLL line needs the same columns, the tag last"
+            )
         if not words:
             first = number
         words.append(columns[0])
@@ -154,11 +162,17 @@ def _jsonl(path: Path, text: str) -> list[TaggedText]:
     rows = []
     for number, record in jsonl_rows(path, text.split("\n"), "tagging data", "need 'tokens' and 'tags'"):
         words, tags = record.get("tokens"), record.get("tags")
-        if not (isinstance(words, list) and isinstance(tags, list) and words
-                and all(isinstance(x, str) and x.strip() and not any(c.isspace() for c in x) for x in words)
-                and all(isinstance(x, str) and x for x in tags)):
-            raise UserError(f"tagging data: {path} line {number} needs 'tokens' and 'tags': lists of non-empty "
-                            f"strings (tokens without spaces)")
+        if not (
+            isinstance(words, list)
+            and isinstance(tags, list)
+            and words
+            and all(isinstance(x, str) and x.strip() and not any(c.isspace() for c in x) for x in words)
+            and all(isinstance(x, str) and x for x in tags)
+        ):
+            raise UserError(
+                f"tagging data: {path} line {number} needs 'tokens' and 'tags': lists of non-empty "
+                f"strings (tokens without spaces)"
+            )
         if len(words) != len(tags):
             raise UserError(f"tagging data: {path} line {number} has {len(words)} tokens but {len(tags)} tags")
         rows.append(_example(words, tags, f"{path.name}:{number}"))

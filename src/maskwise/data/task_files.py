@@ -40,8 +40,10 @@ def read_task_file(path: str | Path, fields: Sequence[str]) -> list[tuple[int, d
     turned into text); otherwise a ``UserError`` names the file, line and field."""
     path = Path(path).expanduser()
     if path.is_dir():
-        raise UserError(f"task data: {path} is a folder, not a .jsonl, .csv or .tsv file (a BEIR folder serves "
-                        f"`evaluate --task retrieve` and `finetune embed`)")
+        raise UserError(
+            f"task data: {path} is a folder, not a .jsonl, .csv or .tsv file (a BEIR folder serves "
+            f"`evaluate --task retrieve` and `finetune embed`)"
+        )
     if not path.is_file():
         raise UserError(f"task data: no such file {path}")
     suffix = path.suffix.lower()
@@ -51,7 +53,11 @@ def read_task_file(path: str | Path, fields: Sequence[str]) -> list[tuple[int, d
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as error:
         raise UserError(f"task data: {path} is not UTF-8 text (byte offset {error.start})") from None
-    rows = jsonl_rows(path, text.split("\n"), "task data") if suffix == ".jsonl" else _csv_rows(path, text, fields, suffix == ".tsv")
+    rows = (
+        jsonl_rows(path, text.split("\n"), "task data")
+        if suffix == ".jsonl"
+        else _csv_rows(path, text, fields, suffix == ".tsv")
+    )
     result = []
     for line, record in rows:
         values = {}
@@ -74,8 +80,10 @@ def _csv_rows(path: Path, text: str, fields: Sequence[str], tabs: bool = False):
     reader = csv.DictReader(io.StringIO(text, newline=""), **dialect)  # lines end at \n or \r only
     missing = [name for name in fields if name not in (reader.fieldnames or ())]
     if missing:
-        raise UserError(f"task data: {path} line 1 (header) lacks column(s) {', '.join(missing)} "
-                        f"(columns: {', '.join(reader.fieldnames or ()) or 'none'})")
+        raise UserError(
+            f"task data: {path} line 1 (header) lacks column(s) {', '.join(missing)} "
+            f"(columns: {', '.join(reader.fieldnames or ()) or 'none'})"
+        )
     try:
         for record in reader:
             if None in record:
@@ -97,13 +105,16 @@ def retrieval_from_file(path: str | Path) -> RetrievalSet:
     doc_index: dict[str, int] = {}
     for _, r in rows:
         doc_index.setdefault(r["positive"], len(doc_index))
-    return RetrievalSet(tuple(r["query"] for _, r in rows), tuple(doc_index),
-                        tuple(doc_index[r["positive"]] for _, r in rows))
+    return RetrievalSet(
+        tuple(r["query"] for _, r in rows), tuple(doc_index), tuple(doc_index[r["positive"]] for _, r in rows)
+    )
 
 
 def seq2seq_from_file(path: str | Path) -> list[Seq2SeqExample]:
-    return [Seq2SeqExample(r["source"], r["target"], f"{Path(path).name}:{line}")
-            for line, r in read_task_file(path, SEQ2SEQ_FIELDS)]
+    return [
+        Seq2SeqExample(r["source"], r["target"], f"{Path(path).name}:{line}")
+        for line, r in read_task_file(path, SEQ2SEQ_FIELDS)
+    ]
 
 
 def collection_from_file(path: str | Path) -> tuple[str, ...]:
@@ -130,8 +141,10 @@ def hold_out(items: Sequence, fraction: float = HOLD_OUT) -> tuple[list, list]:
         raise UserError(f"task data: need at least 2 rows to hold some out for evaluation, got {len(items)}")
     n_eval = max(1, int(len(items) * fraction))
     held = set(random.Random(HOLD_OUT_SEED).sample(range(len(items)), n_eval))
-    return ([item for i, item in enumerate(items) if i not in held],
-            [item for i, item in enumerate(items) if i in held])
+    return (
+        [item for i, item in enumerate(items) if i not in held],
+        [item for i, item in enumerate(items) if i in held],
+    )
 
 
 def user_split(read, data: str | Path, test: str | Path | None = None) -> tuple[list, list]:
@@ -150,7 +163,8 @@ def retrieval_split(data: str | Path, test: str | Path | None = None) -> tuple[R
     train_rows, test_rows = hold_out(range(len(rows.queries)))
 
     def subset(indices):
-        return RetrievalSet(tuple(rows.queries[i] for i in indices), rows.docs,
-                            tuple(rows.relevant[i] for i in indices))
+        return RetrievalSet(
+            tuple(rows.queries[i] for i in indices), rows.docs, tuple(rows.relevant[i] for i in indices)
+        )
 
     return subset(train_rows), subset(test_rows)

@@ -27,18 +27,21 @@ def refuse_unseen(spec: TaskSpec, train: Counter, test: Counter, what: str) -> N
     unseen = {label: n for label, n in test.items() if label not in train}
     if unseen:
         shown = ", ".join(f"{label!r} ({n})" for label, n in sorted(unseen.items())[:5])
-        raise UserError(f"task {spec.name}: {sum(unseen.values())} test row(s) of {spec.test or spec.data} have "
-                        f"{what} no training row has: {shown}; add training rows of them or drop those rows")
+        raise UserError(
+            f"task {spec.name}: {sum(unseen.values())} test row(s) of {spec.test or spec.data} have "
+            f"{what} no training row has: {shown}; add training rows of them or drop those rows"
+        )
 
 
 def read_labelled(spec: TaskSpec) -> tuple[list[LabelledText], list[LabelledText]]:
     """Labelled texts from ``spec``'s text and label columns: at least 2 training labels, no test label unseen."""
-    train, test = user_split(lambda path: labelled_texts_from_file(path, (spec.text, spec.label)), spec.data,
-                             spec.test)
+    train, test = user_split(lambda path: labelled_texts_from_file(path, (spec.text, spec.label)), spec.data, spec.test)
     classes = Counter(e.label for e in train)
     if len(classes) < 2:
-        raise UserError(f"task {spec.name}: the training rows' {spec.label!r} column holds one label "
-                        f"({next(iter(classes))!r}); classification needs at least 2")
+        raise UserError(
+            f"task {spec.name}: the training rows' {spec.label!r} column holds one label "
+            f"({next(iter(classes))!r}); classification needs at least 2"
+        )
     refuse_unseen(spec, classes, Counter(e.label for e in test), "labels")
     return train, test
 
@@ -63,12 +66,26 @@ def read_retrieval(spec: TaskSpec) -> UserTask:
         splits = beir_splits(spec.data)
         held_out = next((s for s in ("test", "dev") if s in splits), None)
         if "train" not in splits or held_out is None:
-            raise UserError(f"task {spec.name}: BEIR folder {spec.data} needs qrels/train.tsv and qrels/test.tsv "
-                            f"(or dev.tsv); it has {', '.join(splits) or 'none'}")
+            raise UserError(
+                f"task {spec.name}: BEIR folder {spec.data} needs qrels/train.tsv and qrels/test.tsv "
+                f"(or dev.tsv); it has {', '.join(splits) or 'none'}"
+            )
         folder = open_beir(spec.data, ("train", held_out))
         train, test = folder.split("train"), folder.split(held_out)
-        return UserTask(spec, train, test, len(train.queries), len(test.queries),
-                        details={"collection": len(folder.docs), "metric": "nDCG@10", "beir_split": held_out})
+        return UserTask(
+            spec,
+            train,
+            test,
+            len(train.queries),
+            len(test.queries),
+            details={"collection": len(folder.docs), "metric": "nDCG@10", "beir_split": held_out},
+        )
     rows, tested = retrieval_split(spec.data, spec.test)
-    return UserTask(spec, rows, tested, len(rows.queries), len(tested.queries),
-                    details={"collection": len(tested.docs), "metric": "recall@10"})
+    return UserTask(
+        spec,
+        rows,
+        tested,
+        len(rows.queries),
+        len(tested.queries),
+        details={"collection": len(tested.docs), "metric": "recall@10"},
+    )

@@ -85,9 +85,14 @@ def _plays(split: str, plays: Sequence[Play] | None) -> tuple[Play, ...]:
 # ---- genre classification -----------------------------------------------------------------------
 
 
-def genre_examples(split: str, per_genre: int = 300, window: tuple[int, int] = (1, 3),
-                   min_chars: int = 80, seed: int = 0,
-                   plays: Sequence[Play] | None = None) -> list[LabelledText]:
+def genre_examples(
+    split: str,
+    per_genre: int = 300,
+    window: tuple[int, int] = (1, 3),
+    min_chars: int = 80,
+    seed: int = 0,
+    plays: Sequence[Play] | None = None,
+) -> list[LabelledText]:
     """Windows of ``window[0]..window[1]`` consecutive speeches (length drawn per window) -> genre.
 
     The windows tile each play without overlap; windows shorter than ``min_chars`` (a lone "Ay, my
@@ -102,7 +107,7 @@ def genre_examples(split: str, per_genre: int = 300, window: tuple[int, int] = (
         start = 0
         while start < len(speeches):
             size = rng.randint(*window)
-            text = "\n\n".join(render_speech(s) for s in speeches[start:start + size])
+            text = "\n\n".join(render_speech(s) for s in speeches[start : start + size])
             start += size
             if len(text) >= min_chars:
                 by_genre[play.genre].append(LabelledText(text, play.genre, play.slug))
@@ -118,8 +123,9 @@ def genre_examples(split: str, per_genre: int = 300, window: tuple[int, int] = (
 LINE_ORDERS = ("in order", "swapped")
 
 
-def line_order_examples(split: str, per_order: int = 300, min_words: int = 4, seed: int = 0,
-                        plays: Sequence[Play] | None = None) -> list[LabelledText]:
+def line_order_examples(
+    split: str, per_order: int = 300, min_words: int = 4, seed: int = 0, plays: Sequence[Play] | None = None
+) -> list[LabelledText]:
     """Pairs of consecutive lines of one speech, ``per_order`` printed as written and as many swapped.
 
     The pairs tile each speech without overlap (lines 1-2, 3-4, ...), so no line is in two items;
@@ -130,11 +136,16 @@ def line_order_examples(split: str, per_order: int = 300, min_words: int = 4, se
     for play in _plays(split, plays):
         for speech in play.speeches:
             lines = speech.text.split("\n")
-            pairs.extend((lines[i], lines[i + 1], play.slug) for i in range(0, len(lines) - 1, 2)
-                         if min(len(lines[i].split()), len(lines[i + 1].split())) >= min_words)
+            pairs.extend(
+                (lines[i], lines[i + 1], play.slug)
+                for i in range(0, len(lines) - 1, 2)
+                if min(len(lines[i].split()), len(lines[i + 1].split())) >= min_words
+            )
     rng.shuffle(pairs)
-    examples = [LabelledText(f"{first}\n{second}" if i % 2 == 0 else f"{second}\n{first}", LINE_ORDERS[i % 2], slug)
-                for i, (first, second, slug) in enumerate(pairs[:2 * per_order])]
+    examples = [
+        LabelledText(f"{first}\n{second}" if i % 2 == 0 else f"{second}\n{first}", LINE_ORDERS[i % 2], slug)
+        for i, (first, second, slug) in enumerate(pairs[: 2 * per_order])
+    ]
     rng.shuffle(examples)
     return examples
 
@@ -142,19 +153,24 @@ def line_order_examples(split: str, per_order: int = 300, min_words: int = 4, se
 WORD_ORDERS = ("as written", "shuffled")
 
 
-def word_order_examples(split: str, per_order: int = 300, min_words: int = 5, seed: int = 0,
-                        plays: Sequence[Play] | None = None) -> list[LabelledText]:
+def word_order_examples(
+    split: str, per_order: int = 300, min_words: int = 5, seed: int = 0, plays: Sequence[Play] | None = None
+) -> list[LabelledText]:
     """Lines of a speech (at least ``min_words`` words, two of them different after the first), ``per_order``
     as written and as many with every word after the first shuffled into another order; each line in one item.
 
     The first word stays: it carries the verse line's capital, a cue fine-tuning finds without reading order."""
     rng = _rng(seed, split, "word-order")
-    lines = [(line, play.slug) for play in _plays(split, plays) for speech in play.speeches
-             for line in speech.text.split("\n")
-             if len(line.split()) >= min_words and len(set(line.split()[1:])) > 1]
+    lines = [
+        (line, play.slug)
+        for play in _plays(split, plays)
+        for speech in play.speeches
+        for line in speech.text.split("\n")
+        if len(line.split()) >= min_words and len(set(line.split()[1:])) > 1
+    ]
     rng.shuffle(lines)
     examples = []
-    for i, (line, slug) in enumerate(lines[:2 * per_order]):
+    for i, (line, slug) in enumerate(lines[: 2 * per_order]):
         words = line.split()
         if i % 2:
             shuffled = words
@@ -171,8 +187,9 @@ SENTENCE = re.compile(r"[^.?!]+[.?!]")
 PUNCTUATION = re.compile(r"[,.;:!?]")
 
 
-def sentence_mark_examples(split: str, per_mark: int = 300, min_words: int = 4, seed: int = 0,
-                           plays: Sequence[Play] | None = None) -> list[LabelledText]:
+def sentence_mark_examples(
+    split: str, per_mark: int = 300, min_words: int = 4, seed: int = 0, plays: Sequence[Play] | None = None
+) -> list[LabelledText]:
     """Sentences of the speeches (text up to a ``.``, ``?`` or ``!``, lines joined by spaces), their
     punctuation removed, labelled by the mark that ended them; a random ``per_mark`` of each kind
     (the test plays hold 815 exclamations of at least ``min_words`` words), shuffled."""
@@ -195,8 +212,15 @@ def sentence_mark_examples(split: str, per_mark: int = 300, min_words: int = 4, 
 # ---- retrieval (inverse cloze) -------------------------------------------------------------------
 
 
-def ict_retrieval(split: str, min_lines: int = 4, min_query_words: int = 4, max_queries: int | None = None,
-                  max_docs: int | None = None, seed: int = 0, plays: Sequence[Play] | None = None) -> RetrievalSet:
+def ict_retrieval(
+    split: str,
+    min_lines: int = 4,
+    min_query_words: int = 4,
+    max_queries: int | None = None,
+    max_docs: int | None = None,
+    seed: int = 0,
+    plays: Sequence[Play] | None = None,
+) -> RetrievalSet:
     """The inverse cloze task over one split.
 
     Every speech with at least ``min_lines`` lines and a line of at least ``min_query_words`` words
@@ -219,7 +243,7 @@ def ict_retrieval(split: str, min_lines: int = 4, min_query_words: int = 4, max_
                 continue
             taken = rng.choice(eligible)
             queries.append(lines[taken])
-            docs.append("\n".join(lines[:taken] + lines[taken + 1:]))
+            docs.append("\n".join(lines[:taken] + lines[taken + 1 :]))
     if max_docs is not None and max_docs < len(docs):
         keep = sorted(rng.sample(range(len(docs)), max_docs))
         queries, docs = [queries[i] for i in keep], [docs[i] for i in keep]
@@ -234,7 +258,7 @@ def ict_retrieval(split: str, min_lines: int = 4, min_query_words: int = 4, max_
 
 
 def speakers_target(speeches: Sequence[Speech]) -> str:
-    """"A, B, C": the speakers in order of first speech, each once."""
+    """ "A, B, C": the speakers in order of first speech, each once."""
     return ", ".join(dict.fromkeys(s.speaker for s in speeches))
 
 
@@ -243,10 +267,17 @@ def render_passage(speeches: Sequence[Speech], hide_speakers: bool = False) -> s
     return "\n\n".join(s.text if hide_speakers else render_speech(s) for s in speeches)
 
 
-def speaker_examples(split: str, n_speeches: tuple[int, int] = (2, 6), max_chars: int = 600,
-                     whole_scenes: bool = False, hide_speakers: bool = False, mid_speech: bool = False,
-                     limit: int | None = None, seed: int = 0,
-                     plays: Sequence[Play] | None = None) -> list[Seq2SeqExample]:
+def speaker_examples(
+    split: str,
+    n_speeches: tuple[int, int] = (2, 6),
+    max_chars: int = 600,
+    whole_scenes: bool = False,
+    hide_speakers: bool = False,
+    mid_speech: bool = False,
+    limit: int | None = None,
+    seed: int = 0,
+    plays: Sequence[Play] | None = None,
+) -> list[Seq2SeqExample]:
     """Passages of consecutive speeches within a scene -> their speakers.
 
     ``mid_speech``: each passage opens inside its first speech, whose speaker line is left out, as an
@@ -272,7 +303,7 @@ def speaker_examples(split: str, n_speeches: tuple[int, int] = (2, 6), max_chars
                 windows, start = [], 0
                 while start < len(scene.speeches):
                     size = rng.randint(*n_speeches)
-                    windows.append(scene.speeches[start:start + size])
+                    windows.append(scene.speeches[start : start + size])
                     start += size
             for speeches in windows:
                 if not whole_scenes:

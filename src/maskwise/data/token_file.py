@@ -54,8 +54,9 @@ def encode_documents(documents: Iterable[str], tokenizer) -> list[int]:
     return ids
 
 
-def cached_tokens(fingerprint: str, documents: Iterable[str], tokenizer, cache_root: Path,
-                  progress: bool = False) -> np.ndarray:
+def cached_tokens(
+    fingerprint: str, documents: Iterable[str], tokenizer, cache_root: Path, progress: bool = False
+) -> np.ndarray:
     """The token file of ``documents`` (whose fingerprint is ``fingerprint``) under ``cache_root``,
     memory-mapped: the one already there for this text and tokenizer, else written now."""
     header = {"format": FORMAT, "fingerprint": fingerprint, "tokenizer": tokenizer_hash(tokenizer)}
@@ -91,8 +92,9 @@ def read_token_file(path: Path, header: dict) -> np.ndarray | None:
     return np.memmap(path, dtype=dtype, mode="r", shape=(length,))
 
 
-def write_token_file(path: Path, documents: Iterable[str], tokenizer, header: dict,
-                     progress: bool = False) -> np.ndarray:
+def write_token_file(
+    path: Path, documents: Iterable[str], tokenizer, header: dict, progress: bool = False
+) -> np.ndarray:
     """Tokenize ``documents`` chunk by chunk into ``path``; returns the finished file, memory-mapped."""
     dtype = token_dtype(tokenizer.vocab_size)
     total = len(documents) if isinstance(documents, Sized) else None
@@ -100,8 +102,16 @@ def write_token_file(path: Path, documents: Iterable[str], tokenizer, header: di
     length = 0
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(temporary, "wb") as handle, tqdm(total=total, unit="doc", desc=f"tokenizing into {path.name}",
-                                                   file=sys.stderr, disable=None if progress else True) as bar:
+        with (
+            open(temporary, "wb") as handle,
+            tqdm(
+                total=total,
+                unit="doc",
+                desc=f"tokenizing into {path.name}",
+                file=sys.stderr,
+                disable=None if progress else True,
+            ) as bar,
+        ):
             for chunk in _chunks(documents):
                 ids = np.asarray(encode_documents(chunk, tokenizer), dtype=dtype)
                 handle.write(ids.tobytes())

@@ -22,8 +22,19 @@ from maskwise.errors import UserError
 
 OPTIONS = ("test", "text", "label")  # what may follow the path, as key=value
 # compare's own steps and rows (``compare``, ``compare --model``): no task or model may take one of these names.
-RESERVED = ("lm", "export", "ttft", "next_token", "fill", "pretrain", "measures", "compare", "compare-models", "costs",
-            "model")
+RESERVED = (
+    "lm",
+    "export",
+    "ttft",
+    "next_token",
+    "fill",
+    "pretrain",
+    "measures",
+    "compare",
+    "compare-models",
+    "costs",
+    "model",
+)
 
 
 @dataclass(frozen=True)
@@ -39,8 +50,11 @@ class TaskSpec:
 
     def flag(self) -> str:
         """The spec as the ``--task`` value that gives it back (for the report and the folder's record)."""
-        extra = [f"{name}={getattr(self, name)}" for name in OPTIONS
-                 if getattr(self, name) != next(f.default for f in fields(self) if f.name == name)]
+        extra = [
+            f"{name}={getattr(self, name)}"
+            for name in OPTIONS
+            if getattr(self, name) != next(f.default for f in fields(self) if f.name == name)
+        ]
         return f"{self.name}={self.kind}:{','.join([self.data, *extra])}"
 
 
@@ -69,8 +83,10 @@ def checked_spec(values: dict[str, Any], kinds: tuple[str, ...], what: str) -> T
         raise UserError(f"{what}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     missing = [key for key in ("name", "kind", "data") if not values.get(key)]
     if missing or not all(isinstance(v, str) for v in values.values()):
-        raise UserError(f"{what}: needs name, kind and data as text (missing or not text: "
-                        f"{', '.join(missing) or ', '.join(k for k, v in values.items() if not isinstance(v, str))})")
+        raise UserError(
+            f"{what}: needs name, kind and data as text (missing or not text: "
+            f"{', '.join(missing) or ', '.join(k for k, v in values.items() if not isinstance(v, str))})"
+        )
     spec = TaskSpec(**values)
     if spec.kind not in kinds:
         raise UserError(f"{what}: unknown task kind {spec.kind!r}; known: {', '.join(kinds)}")
@@ -92,7 +108,7 @@ def fingerprint(path: str | Path) -> str:
 
 
 def distribution(labels: list[str], top: int = 8) -> str:
-    """"a 60%, b 40%": the most frequent ``top`` labels' shares, and how many more there are."""
+    """ "a 60%, b 40%": the most frequent ``top`` labels' shares, and how many more there are."""
     counts = Counter(labels)
     shown = ", ".join(f"{label} {n / len(labels):.0%}" for label, n in counts.most_common(top))
     return shown + (f" (+{len(counts) - top} more)" if len(counts) > top else "")
@@ -119,9 +135,16 @@ class UserTask:
     def describe(self) -> dict[str, Any]:
         """What the report names: files, fingerprints, rows per split, labels, the split's rule."""
         files = [self.spec.data] + ([self.spec.test] if self.spec.test else [])
-        return {"name": self.spec.name, "kind": self.spec.kind, "flag": self.spec.flag(),
-                "files": {f: fingerprint(f) for f in files}, "train_rows": self.train_rows,
-                "test_rows": self.test_rows,
-                "split": (f"a random {HOLD_OUT:.0%} of the rows held out (seed {HOLD_OUT_SEED})" if self.held_out
-                          else "given"),
-                **({"labels": self.labels} if self.labels else {}), **self.details}
+        return {
+            "name": self.spec.name,
+            "kind": self.spec.kind,
+            "flag": self.spec.flag(),
+            "files": {f: fingerprint(f) for f in files},
+            "train_rows": self.train_rows,
+            "test_rows": self.test_rows,
+            "split": (
+                f"a random {HOLD_OUT:.0%} of the rows held out (seed {HOLD_OUT_SEED})" if self.held_out else "given"
+            ),
+            **({"labels": self.labels} if self.labels else {}),
+            **self.details,
+        }

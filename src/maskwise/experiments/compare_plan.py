@@ -61,8 +61,11 @@ class ComparePlan:
         (fixed before any number is seen; the others are columns beside it, ``candidates``' docstring says why)."""
         if not self.models:
             return {f: f for f in FAMILIES}
-        return {f: next(c.name for c in self.models if c.family == f) for f in FAMILIES
-                if any(c.family == f for c in self.models)}
+        return {
+            f: next(c.name for c in self.models if c.family == f)
+            for f in FAMILIES
+            if any(c.family == f for c in self.models)
+        }
 
     @property
     def contenders(self) -> tuple[str, ...]:
@@ -88,19 +91,26 @@ class ComparePlan:
         if self.tasks:
             return f"judged: the {len(self.tasks)} task(s) given (--task) and the held-out text of the corpus"
         if self.data == SHAKESPEARE:
-            return ("judged: the plays' tasks (punctuation, line order, retrieval, passage -> speakers) and the "
-                    "held-out text; give --task NAME=KIND:FILE to judge your own")
-        return ("judged: the corpus' held-out text only (generate => decoder); no --task was given, so the encoder's "
-                "and the encoder-decoder's claims are not measured: a family pretrained on this corpus and tested "
-                "on Shakespeare would not answer for your data. Give --task NAME=KIND:FILE to judge them")
+            return (
+                "judged: the plays' tasks (punctuation, line order, retrieval, passage -> speakers) and the "
+                "held-out text; give --task NAME=KIND:FILE to judge your own"
+            )
+        return (
+            "judged: the corpus' held-out text only (generate => decoder); no --task was given, so the encoder's "
+            "and the encoder-decoder's claims are not measured: a family pretrained on this corpus and tested "
+            "on Shakespeare would not answer for your data. Give --task NAME=KIND:FILE to judge them"
+        )
 
     def fine_tunes(self, s: CompareSettings) -> dict[str, tuple[str, FinetuneConfig, UserTask | None]]:
         """Every fine-tune a column takes, measure key -> (task kind, config at seed 0, the user's task or None): each
         user task and its variants at their configs, else the plays' tasks at the scale's."""
         if not self.tasks:
             return {kind: (kind, s.tasks[kind], None) for kind in self.plays_tasks}
-        return {key: (t.spec.kind, self.configs[key], t) for t in self.tasks
-                for key in (t.spec.name, *(variant_key(t.spec.name, v) for v in TASKS[t.spec.kind].variants))}
+        return {
+            key: (t.spec.kind, self.configs[key], t)
+            for t in self.tasks
+            for key in (t.spec.name, *(variant_key(t.spec.name, v) for v in TASKS[t.spec.kind].variants))
+        }
 
     @property
     def classified(self) -> dict[str, UserTask | None]:
@@ -114,8 +124,9 @@ class ComparePlan:
         """The user's task of ``kind`` (an ablation reads at most one of each), or None: the plays'."""
         return next((t for t in self.tasks if t.spec.kind == kind), None)
 
-    def fine_tune(self, key: str, kind: str, task: UserTask | None, recipe: CompareSettings, seed: int,
-                  progress: bool) -> tuple[FinetuneConfig, object]:
+    def fine_tune(
+        self, key: str, kind: str, task: UserTask | None, recipe: CompareSettings, seed: int, progress: bool
+    ) -> tuple[FinetuneConfig, object]:
         """(the config, the rows ``run_task`` is given) of a fine-tune for ``seed``: the user's ``task`` at its
         configured settings (``configs[key]``), else the plays' at the recipe's (the seed draws their rows)."""
         if task is None:
@@ -131,18 +142,34 @@ class ComparePlan:
         else:
             found = Path(self.data).expanduser().exists()
             corpus = f"{self.data}" + (f" (sha256 {fingerprint(self.data)})" if found else "")
-        tasks = [{**t.describe(), **({"window": reading} if (reading := TASKS[t.spec.kind].reading(
-            self.configs[t.spec.name], t, self.context)) else {})} for t in self.tasks]
-        return {"corpus": corpus, "tasks": tasks, "scope": self.scope,
-                **({"narrowed": self.narrowed} if self.narrowed else {})}
-
-
+        tasks = [
+            {
+                **t.describe(),
+                **(
+                    {"window": reading}
+                    if (reading := TASKS[t.spec.kind].reading(self.configs[t.spec.name], t, self.context))
+                    else {}
+                ),
+            }
+            for t in self.tasks
+        ]
+        return {
+            "corpus": corpus,
+            "tasks": tasks,
+            "scope": self.scope,
+            **({"narrowed": self.narrowed} if self.narrowed else {}),
+        }
 
 
 def with_variants(task: UserTask, cfg: FinetuneConfig) -> dict[str, FinetuneConfig]:
     """``task``'s config by its measure key, and each of its kind's variants' beside it."""
-    return {task.spec.name: cfg, **{variant_key(task.spec.name, v): replace(cfg, **changes)
-                                    for v, changes in TASKS[task.spec.kind].variants.items()}}
+    return {
+        task.spec.name: cfg,
+        **{
+            variant_key(task.spec.name, v): replace(cfg, **changes)
+            for v, changes in TASKS[task.spec.kind].variants.items()
+        },
+    }
 
 
 def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings, models: Sequence[Candidate] = ()) -> ComparePlan:
@@ -162,14 +189,17 @@ def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings, models: Se
     for task in tasks:
         shared = shared_with_training(task)
         if shared:
-            warnings.warn(f"task {task.spec.name}: {shared} of its {task.test_rows} test items have the text of a "
-                          "training row too: the fine-tune may have been trained on the answers")
+            warnings.warn(
+                f"task {task.spec.name}: {shared} of its {task.test_rows} test items have the text of a "
+                "training row too: the fine-tune may have been trained on the answers"
+            )
     if tasks and corpus is not None:  # the corpus read above, not a second pass over it
         for name, count in leaked(list(tasks), opening(corpus.iter_train(), LEAK_CHARS)).items():
-            warnings.warn(f"task {name}: {count} test item(s) occur verbatim in the pretraining corpus {data} (its "
-                          f"first {LEAK_CHARS:,} characters): the models may have read the answers in pretraining")
-    plan = ComparePlan(data, tasks, configs, rows_of(tasks, configs, plays=data == SHAKESPEARE), tuple(models),
-                       context)
+            warnings.warn(
+                f"task {name}: {count} test item(s) occur verbatim in the pretraining corpus {data} (its "
+                f"first {LEAK_CHARS:,} characters): the models may have read the answers in pretraining"
+            )
+    plan = ComparePlan(data, tasks, configs, rows_of(tasks, configs, plays=data == SHAKESPEARE), tuple(models), context)
     return replace(plan, rows=plan.rows + prompting_rows(plan)) if models else plan
 
 
@@ -194,10 +224,18 @@ def prompting_rows(plan: ComparePlan) -> tuple[CompareRow, ...]:
         key, name = prompted_key(task), task if plan.tasks else "line order"
         for way in PROMPTED:
             shots = f", {SHOTS} training example(s) per label in the prompt" if way == "few-shot" else ""
-            rows.append(CompareRow(f"{key}/{way}", "prompt",
-                                   f"{name}: accuracy by prompting, {way}{shots}, no fine-tuning (classify)", True,
-                                   partial(prompted_score, way, key), partial(prompted_score, "majority", key),
-                                   "majority class", None))
+            rows.append(
+                CompareRow(
+                    f"{key}/{way}",
+                    "prompt",
+                    f"{name}: accuracy by prompting, {way}{shots}, no fine-tuning (classify)",
+                    True,
+                    partial(prompted_score, way, key),
+                    partial(prompted_score, "majority", key),
+                    "majority class",
+                    None,
+                )
+            )
     return tuple(rows)
 
 
@@ -239,25 +277,40 @@ class TimePlan:
     def text(self, columns: Sequence[str], seeds: int) -> str:
         """The line said before the first step: what runs, each kind of step's seconds, the minutes in all."""
         s, each = self.settings, {e.prefix: e for e in self.expected}
-        tasks = [e for e in self.expected if e.prefix not in ("pretrain", "lm", "ttft", "export", "costs")
-                 and not e.prefix.endswith(".prompted")]
+        tasks = [
+            e
+            for e in self.expected
+            if e.prefix not in ("pretrain", "lm", "ttft", "export", "costs") and not e.prefix.endswith(".prompted")
+        ]
         if "pretrain" not in each:  # the models given (``compare --model``), each probed on its own weights
-            return (f"plan: {len(columns)} models x {seeds} fine-tuning seed(s), nothing pretrained; per model and "
-                    "seed, estimated at this machine's speeds (each model probed on its own weights; a pretrained "
-                    f"body fine-tuned {PRETRAINED.epochs:g} epochs at batch {PRETRAINED.batch_size}, HF Trainer's "
-                    "defaults): " + ", ".join(f"{e.prefix} ~{e.seconds:.0f} s" for e in tasks)
-                    + f"; about {self.total / 60:.0f} min in all")
-        fitted = (f", shortened from the scale's {self.fitted_from:.0f} s so that the estimate fits the "
-                  f"{s.minutes:.0f}-minute budget (--seconds sets it yourself)" if self.fitted_from else "")
-        return (f"plan: {len(columns)} columns x {seeds} seed(s): pretraining {s.seconds:.0f} s each{fitted}; then per "
-                "run, estimated at this machine's speed (probed: "
-                f"{1 / self.speeds.train_s_per_token / 1000:.0f}k tokens/s training, "
-                f"{1 / self.speeds.read_s_per_token / 1000:.0f}k reading): "
+            return (
+                f"plan: {len(columns)} models x {seeds} fine-tuning seed(s), nothing pretrained; per model and "
+                "seed, estimated at this machine's speeds (each model probed on its own weights; a pretrained "
+                f"body fine-tuned {PRETRAINED.epochs:g} epochs at batch {PRETRAINED.batch_size}, HF Trainer's "
+                "defaults): "
                 + ", ".join(f"{e.prefix} ~{e.seconds:.0f} s" for e in tasks)
-                + f", held-out text ~{each['lm'].seconds:.0f} s; about {self.total / 60:.0f} min in all"
-                + (f", over the {s.minutes:.0f}-minute budget even with pretraining at its floor "
-                   f"({MIN_PRETRAIN_SHARE:.0%} of the scale's clock): fewer or smaller tasks (rows, steps) fit it"
-                   if self.fitted_from and self.total > 60 * s.minutes else ""))
+                + f"; about {self.total / 60:.0f} min in all"
+            )
+        fitted = (
+            f", shortened from the scale's {self.fitted_from:.0f} s so that the estimate fits the "
+            f"{s.minutes:.0f}-minute budget (--seconds sets it yourself)"
+            if self.fitted_from
+            else ""
+        )
+        return (
+            f"plan: {len(columns)} columns x {seeds} seed(s): pretraining {s.seconds:.0f} s each{fitted}; then per "
+            "run, estimated at this machine's speed (probed: "
+            f"{1 / self.speeds.train_s_per_token / 1000:.0f}k tokens/s training, "
+            f"{1 / self.speeds.read_s_per_token / 1000:.0f}k reading): "
+            + ", ".join(f"{e.prefix} ~{e.seconds:.0f} s" for e in tasks)
+            + f", held-out text ~{each['lm'].seconds:.0f} s; about {self.total / 60:.0f} min in all"
+            + (
+                f", over the {s.minutes:.0f}-minute budget even with pretraining at its floor "
+                f"({MIN_PRETRAIN_SHARE:.0%} of the scale's clock): fewer or smaller tasks (rows, steps) fit it"
+                if self.fitted_from and self.total > 60 * s.minutes
+                else ""
+            )
+        )
 
 
 def held_out_seconds(r: Reader) -> float:
@@ -276,16 +329,23 @@ def each_of(prefix: str, readers: Sequence[Reader], seconds: Callable[[Reader], 
     return Expected(prefix, runs * len(readers), statistics.mean(map(seconds, readers)) if readers else 0.0)
 
 
-def measure_steps(plan: ComparePlan, s: CompareSettings, seeds: int,
-                  readers: Mapping[str, Reader]) -> list[Expected]:
+def measure_steps(plan: ComparePlan, s: CompareSettings, seeds: int, readers: Mapping[str, Reader]) -> list[Expected]:
     """The measures every column takes whether pretrained or given: its held-out text, each fine-tune it can take,
     and, with a read-then-write task, the first-token timing of every seed."""
     columns = list(readers.values())
     tasks = plan.fine_tunes(s)
-    steps = [each_of("lm", columns, held_out_seconds, seeds),
-             *[each_of(key, [r for r in columns if cannot(r.kind, kind) is None],
-                       partial(fine_tune_seconds, plan, kind, cfg, task), seeds)
-               for key, (kind, cfg, task) in tasks.items()]]
+    steps = [
+        each_of("lm", columns, held_out_seconds, seeds),
+        *[
+            each_of(
+                key,
+                [r for r in columns if cannot(r.kind, kind) is None],
+                partial(fine_tune_seconds, plan, kind, cfg, task),
+                seeds,
+            )
+            for key, (kind, cfg, task) in tasks.items()
+        ],
+    ]
     if any(TASKS[kind].claim == READ_THEN_WRITE for kind, _, _ in tasks.values()):
         steps.append(Expected("ttft", seeds, TTFT_S * statistics.mean(r.factor for r in columns)))
     return steps

@@ -41,8 +41,13 @@ from maskwise.tasks.registry import CLAIMS, TASKS
 # measure -> (whether it cannot, the cell that says so). Every skipped measure and every report cell reads it.
 CANNOT: dict[str, tuple[Callable[[Family], bool], str]] = {
     "ttft": (lambda kind: not kind.writes, "cannot: writes no answer"),
-    "next_token": (lambda kind: kind.two_stacks, ("conditional only: its decoder models targets given a source, "
-                                                  "not the text itself (its own objective's loss in the curves)")),
+    "next_token": (
+        lambda kind: kind.two_stacks,
+        (
+            "conditional only: its decoder models targets given a source, "
+            "not the text itself (its own objective's loss in the curves)"
+        ),
+    ),
 }
 
 
@@ -70,20 +75,32 @@ def _baseline_mean(baseline: PerSeed | float) -> float:
     return score(baseline)
 
 
-def best_family(scores: Mapping[str, PerSeed], baselines: Mapping[str, PerSeed | float], higher: bool,
-                contenders: Sequence[str] = FAMILIES) -> str:
+def best_family(
+    scores: Mapping[str, PerSeed],
+    baselines: Mapping[str, PerSeed | float],
+    higher: bool,
+    contenders: Sequence[str] = FAMILIES,
+) -> str:
     """``best_of`` the ``contenders`` (the three families: a column beside them, the hybrid, is not in the
     running; ``compare --model``: every model)."""
     return best_of({f: scores[f] for f in contenders if f in scores}, baselines, higher)
 
 
-def best_cell(scores: Mapping[str, PerSeed], baselines: Mapping[str, PerSeed | float], higher: bool,
-              contenders: Sequence[str] = FAMILIES, classic: Classic | None = None) -> str:
+def best_cell(
+    scores: Mapping[str, PerSeed],
+    baselines: Mapping[str, PerSeed | float],
+    higher: bool,
+    contenders: Sequence[str] = FAMILIES,
+    classic: Classic | None = None,
+) -> str:
     """The row's best column, or the classic method where it beats every contender on their own test items (and so
     their winner too)."""
     columns = [c for c in contenders if c in scores]
-    if classic is not None and columns and all(c in classic.same and beats(classic.same[c], scores[c], higher)
-                                               for c in columns):
+    if (
+        classic is not None
+        and columns
+        and all(c in classic.same and beats(classic.same[c], scores[c], higher) for c in columns)
+    ):
         return f"**{classic.name}** (classic method)"
     winner = best_family(scores, baselines, higher, contenders)
     return winner if winner in (AT_CHANCE, WITHIN_NOISE) else f"**{winner}**"
@@ -109,9 +126,12 @@ def standing(e: Evidence, column: str) -> list[str]:
     """Where ``column`` (one beside the families) separates from the column judged for a family
     (``Evidence.judged``), by the rules' own test: a paired interval of the difference that excludes 0, with the
     side ahead clearing its trivial baseline."""
-    rows = {**{row.key: (row.label, row.higher, *e.gathered[row.key]) for row in e.rows},
-            **{f"ttft {name}": (f"time to first token (ms), {name}", False, times, {})
-               for name, times in e.ttft_ms.items()}}
+    rows = {
+        **{row.key: (row.label, row.higher, *e.gathered[row.key]) for row in e.rows},
+        **{
+            f"ttft {name}": (f"time to first token (ms), {name}", False, times, {}) for name, times in e.ttft_ms.items()
+        },
+    }
     said = []
     for label, higher, scores, baselines in rows.values():
         for family, judged in e.judged.items():
@@ -121,8 +141,11 @@ def standing(e: Evidence, column: str) -> list[str]:
             ahead = column if order > 0 else judged
             if order == 0 or (ahead in baselines and not beats(scores[ahead], baselines[ahead], higher)):
                 continue
-            difference = (f"paired difference {gap.text()}" if gap is not None else
-                          f"{interval(scores[column]).text()} vs {interval(scores[judged]).text()}")
+            difference = (
+                f"paired difference {gap.text()}"
+                if gap is not None
+                else f"{interval(scores[column]).text()} vs {interval(scores[judged]).text()}"
+            )
             who = family if judged == family else f"{family} ({judged})"
             said.append(f"{'ahead of' if order > 0 else 'behind'} the {who} at {label}, {difference}")
     return said
@@ -145,9 +168,11 @@ def warning_text(short: Sequence[str], min_steps: int, runtime, load_at_start: f
     if load_at_start is not None and cores and load_at_start > 0.5 * cores:
         causes.append(f"a busy machine: load average {load_at_start:.1f} on {cores} cores when the run started")
     causes.append("or a slower machine than the recipe was sized on (README, the main job)")
-    return (f"**Warning: too few pretraining steps to draw conclusions.** This recipe needs at least {min_steps} "
-            f"optimizer steps per family in its budget; {', '.join(short)}. Likely cause: {'; '.join(causes)}. "
-            "The numbers below are measured, but the verdicts are not evidence about the families.")
+    return (
+        f"**Warning: too few pretraining steps to draw conclusions.** This recipe needs at least {min_steps} "
+        f"optimizer steps per family in its budget; {', '.join(short)}. Likely cause: {'; '.join(causes)}. "
+        "The numbers below are measured, but the verdicts are not evidence about the families."
+    )
 
 
 # ---- what both compare studies read and report (``compare_study.CompareStudy``) ---------------------
@@ -161,9 +186,14 @@ def by_seed(m: Measured) -> dict[int, dict[str, dict]]:
 def evidence(m: Measured, metrics: dict | None = None) -> Evidence:
     measured = by_seed(m)
     rows = m.setup.plan.rows
-    return Evidence(rows, {row.key: gather(measured, row) for row in rows}, ttft_milliseconds(m.per_seed),
-                    m.setup.plan.judged, m.setup.plan.contenders,
-                    {row.key: gather_classic(measured, row) for row in rows})
+    return Evidence(
+        rows,
+        {row.key: gather(measured, row) for row in rows},
+        ttft_milliseconds(m.per_seed),
+        m.setup.plan.judged,
+        m.setup.plan.contenders,
+        {row.key: gather_classic(measured, row) for row in rows},
+    )
 
 
 def peak_share_row(m: Measured) -> list[str]:
@@ -172,8 +202,12 @@ def peak_share_row(m: Measured) -> list[str]:
     shares = matmul_peak_shares(m.runs[WALL], m.arms)
     if shares is None:
         return []
-    return ["pretraining % of the matmul peak", *[f"{100 * statistics.fmean(shares[a.key]):.0f}%" for a in m.arms],
-            "", ""]
+    return [
+        "pretraining % of the matmul peak",
+        *[f"{100 * statistics.fmean(shares[a.key]):.0f}%" for a in m.arms],
+        "",
+        "",
+    ]
 
 
 def kinds(m: Measured) -> dict[str, Family]:
@@ -214,21 +248,37 @@ def result_rows(m: Measured, e: Evidence, why_not: Callable[[str, str], str | No
             elif row.kind == "fill" and kind.causal:
                 cell += "; left side only"
             elif row.kind == "fill" and kind.two_stacks:
-                cell += ("; rewriting the source up to the blank" if objective_of(m, arm) == "denoise"
-                         else "; via sentinel span")
+                cell += (
+                    "; rewriting the source up to the blank"
+                    if objective_of(m, arm) == "denoise"
+                    else "; via sentinel span"
+                )
             elif "pooling" in measured[seeds[0]][column].get(row.key, {}):  # where a text is read: [CLS], last, mean
                 cell += f"; {measured[seeds[0]][column][row.key]['pooling']} pooling"
             cells.append(cell)
-        rows.append([label + " [95% interval]", *cells, classic_cell(e, row),
-                     best_cell(scores, baselines, higher, e.contenders, e.classic.get(row.key))])
+        rows.append(
+            [
+                label + " [95% interval]",
+                *cells,
+                classic_cell(e, row),
+                best_cell(scores, baselines, higher, e.contenders, e.classic.get(row.key)),
+            ]
+        )
         metrics[label] = {f: [score([v]) for v in scores[f]] for f in scores}
     # Per source-length bucket (none without a seq2seq task, so no source to time): the longest is judged.
     for timed in m.per_seed[seeds[0]].get("buckets", []):
         times = e.ttft_ms[timed["name"]]
-        rows.append([(f"time to first token, {timed['name']}: {timed['source_tokens']}-token sources, batch "
-                      f"{timed['batch']} (ms, mean [95% interval])"),
-                     *[interval(times[a.key]).text(2) if a.key in times else why_not(a.key, "ttft")
-                       or "n/a" for a in arms], "", best_cell(times, {}, False, e.contenders)])
+        rows.append(
+            [
+                (
+                    f"time to first token, {timed['name']}: {timed['source_tokens']}-token sources, batch "
+                    f"{timed['batch']} (ms, mean [95% interval])"
+                ),
+                *[interval(times[a.key]).text(2) if a.key in times else why_not(a.key, "ttft") or "n/a" for a in arms],
+                "",
+                best_cell(times, {}, False, e.contenders),
+            ]
+        )
     return metrics, rows
 
 
@@ -238,14 +288,16 @@ def meta(m: Measured, metrics: dict) -> dict:
     for row in e.rows:
         label, higher, baseline_name = row.label, row.higher, row.baseline_name
         scores, baselines = e.gathered[row.key]
-        out[label] = {"higher": higher, "baseline_name": baseline_name,
-                      "baseline": {f: _baseline_mean(baselines[f]) for f in scores},
-                      "intervals": {f: [iv.mean, iv.low, iv.high] for f, iv in
-                                    ((f, interval(scores[f])) for f in scores)},
-                      # for the figure at a glance: the family the row's claim predicts, and the one that won
-                      "predicted": e.judged.get(CLAIMS[row.claim][0]) if row.claim else None,
-                      "winner": best_family(scores, baselines, higher, e.contenders),
-                      **({"classic": classic_means(c, e.contenders)} if (c := e.classic.get(row.key)) else {})}
+        out[label] = {
+            "higher": higher,
+            "baseline_name": baseline_name,
+            "baseline": {f: _baseline_mean(baselines[f]) for f in scores},
+            "intervals": {f: [iv.mean, iv.low, iv.high] for f, iv in ((f, interval(scores[f])) for f in scores)},
+            # for the figure at a glance: the family the row's claim predicts, and the one that won
+            "predicted": e.judged.get(CLAIMS[row.claim][0]) if row.claim else None,
+            "winner": best_family(scores, baselines, higher, e.contenders),
+            **({"classic": classic_means(c, e.contenders)} if (c := e.classic.get(row.key)) else {}),
+        }
     return out
 
 
@@ -253,8 +305,11 @@ def classic_means(c: Classic, contenders: Sequence[str]) -> dict:
     """The classic method's name and scores (on the first contender's test items) for the figure: on the same
     characters and on whole texts, None where not measured (its trivial baseline is the classic method)."""
     first = c.reference(contenders)
-    return {"name": c.name, "same": score(c.same[first]) if first else None,
-            "whole": score(c.whole[first]) if first in c.whole else None}
+    return {
+        "name": c.name,
+        "same": score(c.same[first]) if first else None,
+        "whole": score(c.whole[first]) if first in c.whole else None,
+    }
 
 
 def verdicts_said(m: Measured, others: str = "the other families") -> str:
@@ -262,26 +317,44 @@ def verdicts_said(m: Measured, others: str = "the other families") -> str:
     the judged ones separates from them."""
     seeds, e = m.setup.seeds, evidence(m)
     verdicts = [(rule.claim, rule.judge(e, m.arms)[0]) for rule in RULES]
-    scope = (f"{len(seeds)} seeds (intervals over seeds and test items)" if len(seeds) > 1 else
-             "a single seed (intervals over test items only; `--seeds 3` adds the spread between seeds)")
+    scope = (
+        f"{len(seeds)} seeds (intervals over seeds and test items)"
+        if len(seeds) > 1
+        else "a single seed (intervals over test items only; `--seeds 3` adds the spread between seeds)"
+    )
     best = {row.label: best_family(*e.gathered[row.key], row.higher, e.contenders) for row in e.rows}
-    beside = [f" The {arm.label}, beside the judged columns: {'; '.join(said)}." for arm in m.arms
-              if arm.key not in e.judged.values() and (said := standing(e, arm.key))]
-    return (f"{scope}: " + "; ".join(f"{claim} {verdict}" for claim, verdict in verdicts) + ". "
-            + f"Best (95% intervals separate it from {others} and from the trivial baseline): "
-            + "; ".join(f"{label}: {winner}" for label, winner in best.items()) + "." + "".join(beside))
+    beside = [
+        f" The {arm.label}, beside the judged columns: {'; '.join(said)}."
+        for arm in m.arms
+        if arm.key not in e.judged.values() and (said := standing(e, arm.key))
+    ]
+    return (
+        f"{scope}: "
+        + "; ".join(f"{claim} {verdict}" for claim, verdict in verdicts)
+        + ". "
+        + f"Best (95% intervals separate it from {others} and from the trivial baseline): "
+        + "; ".join(f"{label}: {winner}" for label, winner in best.items())
+        + "."
+        + "".join(beside)
+    )
 
 
 def data_notes(described: dict) -> list[str]:
     """The report's lines on its data: the corpus, then each task's files, rows, labels and how it is read."""
-    lines = [f"Data: pretraining on {described['corpus']}; the held-out text rows read its validation part.",
-             *([described["scope"][0].upper() + described["scope"][1:] + "."] if "scope" in described else []),
-             *([described["narrowed"]] if "narrowed" in described else [])]
+    lines = [
+        f"Data: pretraining on {described['corpus']}; the held-out text rows read its validation part.",
+        *([described["scope"][0].upper() + described["scope"][1:] + "."] if "scope" in described else []),
+        *([described["narrowed"]] if "narrowed" in described else []),
+    ]
     for t in described["tasks"]:
         files = ", ".join(f"`{path}` (sha256 {digest})" for path, digest in t["files"].items())
-        extra = "".join(f"; {key.replace('_', ' ')}: {t[key]}" for key in ("labels", "why_metric", "read_out",
-                                                                           "first_stage", "collection", "window")
-                        if key in t)
-        lines.append(f"Task {t['name']} ({t['kind']}, `--task {t['flag']}`): {files}; {t['train_rows']:,} training "
-                     f"and {t['test_rows']:,} test rows ({t['split']}){extra}.")
+        extra = "".join(
+            f"; {key.replace('_', ' ')}: {t[key]}"
+            for key in ("labels", "why_metric", "read_out", "first_stage", "collection", "window")
+            if key in t
+        )
+        lines.append(
+            f"Task {t['name']} ({t['kind']}, `--task {t['flag']}`): {files}; {t['train_rows']:,} training "
+            f"and {t['test_rows']:,} test rows ({t['split']}){extra}."
+        )
     return lines

@@ -63,7 +63,7 @@ def ttft_buckets(plan: ComparePlan, s: CompareSettings) -> tuple[list[tuple[str,
     cfg = plan.configs[task.spec.name] if task is not None else None
     if task is None or not isinstance(cfg, Seq2SeqConfig):  # a writing task of another kind: its own sources
         return [], 0
-    sources = [e.source[:cfg.max_chars] for e in task.test]  # as every family reads them (``_seq2seq_data``)
+    sources = [e.source[: cfg.max_chars] for e in task.test]  # as every family reads them (``_seq2seq_data``)
     edges = cfg.source_edges or (0,)
     buckets = []
     for low, high in zip(edges, [*edges[1:], None]):
@@ -92,12 +92,14 @@ def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSetting
     one = GenerationConfig(max_new_tokens=1)
     timed = []
     for name, sources in buckets:
-        chosen = sorted(sources, key=len, reverse=True)[:s.ttft_batch]
+        chosen = sorted(sources, key=len, reverse=True)[: s.ttft_batch]
         batches = {f: [source_ids(r.model, r.tokenizer, source, room) for source in chosen] for f, r in loaded.items()}
         length = min(len(p) for batch in batches.values() for p in batch)
         # the same source length for all, a causal prompt keeping its closing [SEP]
-        batches = {f: [p[:length - 1] + p[-1:] if config_of(loaded[f].model).kind.causal else p[:length] for p in batch]
-                   for f, batch in batches.items()}
+        batches = {
+            f: [p[: length - 1] + p[-1:] if config_of(loaded[f].model).kind.causal else p[:length] for p in batch]
+            for f, batch in batches.items()
+        }
         seconds: dict[str, list[float]] = {f: [] for f in loaded}
         for repeat in range(s.ttft_repeats + 2):  # two warm-up turns, not kept
             for family, run in loaded.items():
@@ -124,15 +126,20 @@ def fine_tune(key: str, kind: str, task: UserTask | None, setup: Setup, name: st
     result = run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, data=data, label=name)
     folder = setup.exp.out / FINE_TUNED / step_name(key, name)
     keep_fine_tune(folder, kind, result.model, result.record, cfg, run.tokenizer, str(setup.exp.run_dir(name)))
-    return {**result.record.to_json(), "folder": f"{FINE_TUNED}/{folder.name}",
-            "fine_tuning": {"steps": cfg.steps, "batch_size": cfg.batch_size, "lr": cfg.lr, "head_lr": cfg.head_lr}}
+    return {
+        **result.record.to_json(),
+        "folder": f"{FINE_TUNED}/{folder.name}",
+        "fine_tuning": {"steps": cfg.steps, "batch_size": cfg.batch_size, "lr": cfg.lr, "head_lr": cfg.head_lr},
+    }
 
 
 def task_measures(plan: ComparePlan, s: CompareSettings) -> dict[str, tuple[str, Measure]]:
     """What one run is measured on, measure name -> (what ``cannot`` is asked, how): the held-out text, and each
     task with a row in the report (the user's, else the plays')."""
-    return {"lm": ("lm", held_out), **{key: (kind, partial(fine_tune, key, kind, task))
-                                       for key, (kind, _, task) in plan.fine_tunes(s).items()}}
+    return {
+        "lm": ("lm", held_out),
+        **{key: (kind, partial(fine_tune, key, kind, task)) for key, (kind, _, task) in plan.fine_tunes(s).items()},
+    }
 
 
 # ---- the study ----------------------------------------------------------------------------------------------
@@ -159,8 +166,9 @@ class CompareStudy(Study):
         """The experiment folder its runs are read from."""
 
     @abstractmethod
-    def readers(self, plan: ComparePlan, s: CompareSettings, arms: Sequence[Arm], body: Speeds,
-                runtime: Runtime) -> dict[str, Reader]:
+    def readers(
+        self, plan: ComparePlan, s: CompareSettings, arms: Sequence[Arm], body: Speeds, runtime: Runtime
+    ) -> dict[str, Reader]:
         """Each column as the time plan sees it (``body``: the scale's body's probed speeds)."""
 
     @abstractmethod
@@ -168,8 +176,9 @@ class CompareStudy(Study):
         """The steps it takes beyond the measures every compare takes (``compare_plan.measure_steps``)."""
 
     @abstractmethod
-    def pretraining(self, plan: ComparePlan, s: CompareSettings, runs: int, rest: float,
-                    fit: bool) -> tuple[CompareSettings, float | None, list[Expected]]:
+    def pretraining(
+        self, plan: ComparePlan, s: CompareSettings, runs: int, rest: float, fit: bool
+    ) -> tuple[CompareSettings, float | None, list[Expected]]:
         """(the settings, the scale's seconds where ``fit`` shortened them, the pretraining steps) of ``runs``
         columns-and-seeds whose other steps take ``rest`` seconds."""
 
@@ -179,8 +188,10 @@ class CompareStudy(Study):
 
     def measure(self, setup: Setup, arm: Arm, name: str, seed: int) -> dict:
         """Each of ``measures``, its own cached step."""
-        return {what: setup.exp.step(step_name(what, name), partial(fn, setup, name, seed))
-                for what, fn in self.measures(setup, name, seed).items()}
+        return {
+            what: setup.exp.step(step_name(what, name), partial(fn, setup, name, seed))
+            for what, fn in self.measures(setup, name, seed).items()
+        }
 
     def measure_seed(self, setup: Setup, names: dict[str, str], seed: int) -> dict:
         """The time to the first token of every column that writes (``time_to_first_token``)."""
@@ -199,12 +210,23 @@ class CompareStudy(Study):
     def samples(self, m: Measured) -> dict[str, str]:
         """The first seed's held-out sample of every column that has a next-token head."""
         first = m.setup.seeds[0]
-        return {f"{a.label} sample (seed {first})": m.measured[WALL][a.key][0]["lm"]["sample"] for a in m.arms
-                if "lm" in m.measured[WALL][a.key][0]}
+        return {
+            f"{a.label} sample (seed {first})": m.measured[WALL][a.key][0]["lm"]["sample"]
+            for a in m.arms
+            if "lm" in m.measured[WALL][a.key][0]
+        }
 
 
-def time_plan(study: CompareStudy, plan: ComparePlan, s: CompareSettings, seeds: int, runtime: Runtime,
-              fit: bool = True, body: Speeds | None = None, **options: Any) -> TimePlan:
+def time_plan(
+    study: CompareStudy,
+    plan: ComparePlan,
+    s: CompareSettings,
+    seeds: int,
+    runtime: Runtime,
+    fit: bool = True,
+    body: Speeds | None = None,
+    **options: Any,
+) -> TimePlan:
     """What ``study`` with ``options`` will spend at this machine's probed speeds (``body``: probed already); with the
     user's tasks and ``fit``, the pretraining clock shortened where the estimate would pass ``s.minutes``
     (``CompareStudy.pretraining``)."""
@@ -212,37 +234,61 @@ def time_plan(study: CompareStudy, plan: ComparePlan, s: CompareSettings, seeds:
     body = body or probe(pretrain_settings(s, {"family": "decoder"}, 0), runtime)
     readers = study.readers(plan, s, arms, body, runtime)
     steps = [*measure_steps(plan, s, seeds, readers), *study.own_steps(plan, readers, seeds)]
-    settings, fitted_from, pretraining = study.pretraining(plan, s, len(arms) * seeds,
-                                                           sum(e.count * e.seconds for e in steps), fit)
+    settings, fitted_from, pretraining = study.pretraining(
+        plan, s, len(arms) * seeds, sum(e.count * e.seconds for e in steps), fit
+    )
     return TimePlan(settings, (*pretraining, *steps), body, fitted_from)
 
 
-def fitted(study: CompareStudy, plan: ComparePlan, s: CompareSettings, seeds: int, runtime: Runtime,
-           fit: bool = True, **options: Any) -> tuple[ComparePlan, TimePlan]:
+def fitted(
+    study: CompareStudy,
+    plan: ComparePlan,
+    s: CompareSettings,
+    seeds: int,
+    runtime: Runtime,
+    fit: bool = True,
+    **options: Any,
+) -> tuple[ComparePlan, TimePlan]:
     """The plan and its time plan; where the estimate passes ``s.minutes`` (pretraining at its floor already, where
     ``fit``), each task that can read less of its rows (``Task.shorter``: a seq2seq window, halved) is narrowed until
     it fits or none can, and the plan says why, with the time plan's numbers."""
     timing = time_plan(study, plan, s, seeds, runtime, fit, **options)
     first, budget = timing, 60 * s.minutes
     while timing.total > budget:
-        narrower = {t.spec.name: cfg for t in plan.tasks
-                    if (cfg := TASKS[t.spec.kind].shorter(plan.configs[t.spec.name], t, plan.context)) is not None}
+        narrower = {
+            t.spec.name: cfg
+            for t in plan.tasks
+            if (cfg := TASKS[t.spec.kind].shorter(plan.configs[t.spec.name], t, plan.context)) is not None
+        }
         if not narrower:
             break
         for name, cfg in narrower.items():
             plan = plan.reconfigured(name, cfg)
         timing = time_plan(study, plan, s, seeds, runtime, fit, timing.speeds, **options)
     if timing is not first:
-        plan = replace(plan, narrowed=(
-            f"Read less to fit the {s.minutes:g}-minute budget: the time plan estimated about {first.total / 60:.0f} "
-            f"min at this machine's probed speed with every task read as configured, and {timing.total / 60:.0f} min "
-            "as read here (each task's reading below)."))
+        plan = replace(
+            plan,
+            narrowed=(
+                f"Read less to fit the {s.minutes:g}-minute budget: the time plan estimated about {first.total / 60:.0f} "
+                f"min at this machine's probed speed with every task read as configured, and {timing.total / 60:.0f} min "
+                "as read here (each task's reading below)."
+            ),
+        )
     return plan, timing
 
 
-def run_compare(study: CompareStudy, out: str | Path, plan: ComparePlan, timing: TimePlan, seeds: int = 1,
-                first_seed: int = 0, overwrite: bool = False, progress: bool = True, runtime: Runtime | None = None,
-                **options: Any) -> Path:
+def run_compare(
+    study: CompareStudy,
+    out: str | Path,
+    plan: ComparePlan,
+    timing: TimePlan,
+    seeds: int = 1,
+    first_seed: int = 0,
+    overwrite: bool = False,
+    progress: bool = True,
+    runtime: Runtime | None = None,
+    **options: Any,
+) -> Path:
     """Measure ``study``'s columns (``options``) on ``plan`` (``compare_plan.plan_of``, every file read and checked
     before this replaces a folder) at ``timing``'s settings (its ``time_plan``), judge them, and write the report
     into ``out``."""
@@ -253,17 +299,29 @@ def run_compare(study: CompareStudy, out: str | Path, plan: ComparePlan, timing:
         s = replace(s, seconds=kept["settings"]["seconds"])
     exp.ledger = Ledger(list(timing.expected), progress, "compare")
     described, columns = plan.described, study.recorded(**options)
-    other, _ = exp.keep_recipe(study.kept_as, {"settings": dataclasses.asdict(s), "data": plan.data, **columns,
-                                               "tasks": described["tasks"]})
+    other, _ = exp.keep_recipe(
+        study.kept_as, {"settings": dataclasses.asdict(s), "data": plan.data, **columns, "tasks": described["tasks"]}
+    )
     if other is not None:
         labels = ", ".join(arm.label for arm in study.arms(**options))
-        raise UserError(f"{exp.out} holds a compare at scale {other['settings']['name']} with other settings, "
-                        f"{study.columns_are} or tasks than now ({s.name}: {labels}); use --overwrite or another --out")
+        raise UserError(
+            f"{exp.out} holds a compare at scale {other['settings']['name']} with other settings, "
+            f"{study.columns_are} or tasks than now ({s.name}: {labels}); use --overwrite or another --out"
+        )
     seed_list = tuple(range(first_seed, first_seed + seeds))
     try:
         results = conduct(study, Setup(exp, s, seed_list, progress, plan), **options)
     finally:
         exp.ledger.close()
-    return write(exp, {**results, "data": described}, "compare",
-                 {**dataclasses.asdict(s), "seeds": list(seed_list), "data": plan.data, **columns,
-                  "task_flags": [t.spec.flag() for t in plan.tasks]})
+    return write(
+        exp,
+        {**results, "data": described},
+        "compare",
+        {
+            **dataclasses.asdict(s),
+            "seeds": list(seed_list),
+            "data": plan.data,
+            **columns,
+            "task_flags": [t.spec.flag() for t in plan.tasks],
+        },
+    )

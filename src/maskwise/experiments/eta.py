@@ -35,8 +35,12 @@ def step_name(what: str, run: str) -> str:
 def probe(settings: dict, runtime: Runtime, rows: int = 16, length: int = 128) -> Speeds:
     """``probe_model`` on the scale's fresh body (``settings``: flat pretraining settings), a second or two in all on
     2 cores at the default scale."""
-    return probe_model(build_model(model_config(PretrainConfig.from_flat(settings), 256)).to(runtime.torch_device),
-                       runtime, rows, length)
+    return probe_model(
+        build_model(model_config(PretrainConfig.from_flat(settings), 256)).to(runtime.torch_device),
+        runtime,
+        rows,
+        length,
+    )
 
 
 def probe_model(model: torch.nn.Module, runtime: Runtime, rows: int = 16, length: int = 128) -> Speeds:
@@ -92,8 +96,15 @@ class Ledger:
         self.measured: dict[str, list[float]] = {e.prefix: [] for e in expected}
         self.reused: dict[str, int] = {e.prefix: 0 for e in expected}
         self.started = time.perf_counter()
-        self.bar = tqdm(total=sum(e.count for e in expected), desc=what, unit="step", dynamic_ncols=True,
-                        disable=not progress, postfix=[""], bar_format="{desc}: {n}/{total} steps |{bar}| {postfix[0]}")
+        self.bar = tqdm(
+            total=sum(e.count for e in expected),
+            desc=what,
+            unit="step",
+            dynamic_ncols=True,
+            disable=not progress,
+            postfix=[""],
+            bar_format="{desc}: {n}/{total} steps |{bar}| {postfix[0]}",
+        )
         self._show()
 
     def kind_of(self, name: str) -> str | None:
@@ -120,8 +131,14 @@ class Ledger:
         """Seconds left: each kind's mean measured seconds where it has run, else its estimate scaled by how far
         the estimates of the kinds that ran were off (the clock-bound pretraining aside, whose seconds are set)."""
         ran = [k for k, seconds in self.measured.items() if seconds and k != "pretrain"]
-        scale = (sum(sum(self.measured[k]) / len(self.measured[k]) for k in ran)
-                 / max(sum(self.expected[k].seconds for k in ran), 1e-9)) if ran else 1.0
+        scale = (
+            (
+                sum(sum(self.measured[k]) / len(self.measured[k]) for k in ran)
+                / max(sum(self.expected[k].seconds for k in ran), 1e-9)
+            )
+            if ran
+            else 1.0
+        )
         left = 0.0
         for kind, e in self.expected.items():
             count = e.count - len(self.measured[kind]) - self.reused[kind]
@@ -146,4 +163,3 @@ class Ledger:
 def _clock(seconds: float) -> str:
     minutes, rest = divmod(round(seconds), 60)
     return f"{minutes}:{rest:02d}"
-

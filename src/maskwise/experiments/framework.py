@@ -189,15 +189,23 @@ class Study(ABC):
         return {}
 
 
-def measure(setup: Setup, runs: Runs, arms: Sequence[Arm], task: str,
-            fn: Callable[[Setup, Arm, str, int], dict]) -> Runs:
+def measure(
+    setup: Setup, runs: Runs, arms: Sequence[Arm], task: str, fn: Callable[[Setup, Arm, str, int], dict]
+) -> Runs:
     """``fn(setup, arm, run name, seed)`` for every run, cached as step ``task-<run>`` (a run that serves
     both axes is measured once)."""
-    return {axis: {arm.key: [setup.exp.step(f"{task}-{run_name(run)}",
-                                            partial(fn, setup, arm, run_name(run), run["settings"]["seed"]))
-                             for run in by_arm[arm.key]]
-                   for arm in arms}
-            for axis, by_arm in runs.items()}
+    return {
+        axis: {
+            arm.key: [
+                setup.exp.step(
+                    f"{task}-{run_name(run)}", partial(fn, setup, arm, run_name(run), run["settings"]["seed"])
+                )
+                for run in by_arm[arm.key]
+            ]
+            for arm in arms
+        }
+        for axis, by_arm in runs.items()
+    }
 
 
 def curve_entries(runs: Runs, arms: Sequence[Arm]) -> list[dict]:
@@ -212,14 +220,23 @@ def curve_entries(runs: Runs, arms: Sequence[Arm]) -> list[dict]:
                 seed, budget = run["settings"]["seed"], run["budget"]
                 suffix = f", {float(budget.split('=')[1]):.0f} s budget" if budget.startswith("seconds") else ""
                 phases = [(run["before"], ", phase 1"), (run, ", phase 2")] if "before" in run else [(run, "")]
-                entries += [{"label": f"{arm.label}, seed {seed}{suffix}{phase}", "group": arm.label, "seed": seed,
-                             "curve": part["curve"]} for part, phase in phases]
+                entries += [
+                    {
+                        "label": f"{arm.label}, seed {seed}{suffix}{phase}",
+                        "group": arm.label,
+                        "seed": seed,
+                        "curve": part["curve"],
+                    }
+                    for part, phase in phases
+                ]
     return entries
 
 
 def parameters(setup: Setup, runs: Runs, arms: Sequence[Arm]) -> dict:
-    return {arm.label: parameter_breakdown(setup.exp.load(run_name(next(iter(runs.values()))[arm.key][0])).model)
-            for arm in arms}
+    return {
+        arm.label: parameter_breakdown(setup.exp.load(run_name(next(iter(runs.values()))[arm.key][0])).model)
+        for arm in arms
+    }
 
 
 # ---- measuring ------------------------------------------------------------------------------------
@@ -241,8 +258,9 @@ def task_setting(setup: Setup, task: str, seed: int) -> tuple[Any, Any]:
     return setup.plan.fine_tune(user.spec.name if user else task, task, user, setup.recipe, seed, setup.progress)
 
 
-def fine_tuned_body(setup: Setup, task: str, model, tokenizer, seed: int, label: str,
-                    pooling: str | None = None) -> dict:
+def fine_tuned_body(
+    setup: Setup, task: str, model, tokenizer, seed: int, label: str, pooling: str | None = None
+) -> dict:
     """The record of ``task`` fine-tuned on ``model`` (``run_task`` moves it to the experiment's device) at the
     setup's scale (``task_setting``), as JSON."""
     cfg, data = task_setting(setup, task, seed)
@@ -279,8 +297,7 @@ def winner_text(c: Comparison, first: str, last: str) -> str:
     return {"a": f"{first} ahead", "b": f"{last} ahead", "tie": "within noise"}[c.winner]
 
 
-def table_row(name: str, axis: str, groups: dict[str, list[float]], higher: bool | None,
-              digits: int = 3) -> list[str]:
+def table_row(name: str, axis: str, groups: dict[str, list[float]], higher: bool | None, digits: int = 3) -> list[str]:
     """``[measure, axis, mean ± sd per group..., first vs last group]``; ``higher`` None = no
     better direction (a cost that is reported, not judged)."""
     labels = list(groups)
@@ -334,7 +351,7 @@ def ahead(c: Comparison) -> bool | None:
 
 
 def moved(before: list[float], after: list[float], digits: int = 3) -> str:
-    """"rose from 0.412 to 0.455" / "fell from ..." / "stayed at ...", by the means."""
+    """ "rose from 0.412 to 0.455" / "fell from ..." / "stayed at ...", by the means."""
     a, b = mean_and_spread(before)[0], mean_and_spread(after)[0]
     if round(a, digits) == round(b, digits):
         return f"stayed at {a:.{digits}f}"
@@ -361,8 +378,15 @@ def judged(rules: Sequence[Rule], evidence: Any, arms: Sequence[Arm]) -> list[di
     verdicts = []
     for rule in rules:
         verdict, why = rule.judge(evidence, arms)
-        verdicts.append({"claim": rule.claim, "prediction": rule.prediction, "rule": rule.rule, "verdict": verdict,
-                         "details": [why] if isinstance(why, str) else list(why)})
+        verdicts.append(
+            {
+                "claim": rule.claim,
+                "prediction": rule.prediction,
+                "rule": rule.rule,
+                "verdict": verdict,
+                "details": [why] if isinstance(why, str) else list(why),
+            }
+        )
     return verdicts
 
 
@@ -375,17 +399,25 @@ def conduct(study: Study, setup: Setup, **options: Any) -> dict:
     if study.per_seed_step is not None:
         for i, seed in enumerate(setup.seeds):
             names = {arm.key: run_name(runs[study.axes[0]][arm.key][i]) for arm in arms}
-            per_seed[seed] = setup.exp.step(f"{study.per_seed_step}-seed{seed}",
-                                            partial(study.measure_seed, setup, names, seed))
+            per_seed[seed] = setup.exp.step(
+                f"{study.per_seed_step}-seed{seed}", partial(study.measure_seed, setup, names, seed)
+            )
     m = Measured(setup, arms, runs, measured, parameters(setup, runs, arms), per_seed)
     metrics, rows = study.tabulate(m)
     results = {
-        "title": study.title, "warning": study.warning(m),
-        "verdicts": judged(study.rules, study.evidence(m, metrics), arms), "summary": study.summary(m, metrics),
-        "metrics": metrics, "metric_meta": study.meta(m, metrics),
-        "table": {"columns": study.header(study.columns(arms)),
-                  "rows": rows + (throughput_rows(runs, arms) if study.extra_rows else [])},
-        "runs": curve_entries(runs, arms), "parameters": m.parameters, "notes": study.notes(m),
+        "title": study.title,
+        "warning": study.warning(m),
+        "verdicts": judged(study.rules, study.evidence(m, metrics), arms),
+        "summary": study.summary(m, metrics),
+        "metrics": metrics,
+        "metric_meta": study.meta(m, metrics),
+        "table": {
+            "columns": study.header(study.columns(arms)),
+            "rows": rows + (throughput_rows(runs, arms) if study.extra_rows else []),
+        },
+        "runs": curve_entries(runs, arms),
+        "parameters": m.parameters,
+        "notes": study.notes(m),
     }
     samples = study.samples(m)
     if samples is not None:
@@ -397,8 +429,12 @@ def conduct(study: Study, setup: Setup, **options: Any) -> dict:
 def write(exp: Experiment, results: dict, kind: str, settings: dict) -> Path:
     """``results`` with what every study's carry (its kind, the machine, the time, the settings), written
     to the folder's results.json and rendered as its report; returns the folder."""
-    results.update(kind=kind, machine={**machine_info(exp.runtime), "load_at_start": exp.load_at_start},
-                   wall_s=exp.elapsed(), settings=settings)
+    results.update(
+        kind=kind,
+        machine={**machine_info(exp.runtime), "load_at_start": exp.load_at_start},
+        wall_s=exp.elapsed(),
+        settings=settings,
+    )
     write_results(exp.out, results)
     render(exp.out)
     return exp.out

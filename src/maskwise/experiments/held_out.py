@@ -85,8 +85,9 @@ def unigram_nats_per_char(tokenizer, counts: Counter[int], text: str, blocks: in
 
 
 @torch.no_grad()
-def blank_filling(model, tokenizer, text: str, n_positions: int, seed: int, baseline_token: int,
-                  objective: str) -> dict:
+def blank_filling(
+    model, tokenizer, text: str, n_positions: int, seed: int, baseline_token: int, objective: str
+) -> dict:
     """Hide one token at a time and predict it; each position's 0/1 and the most-frequent-token guess's.
 
     A stack that fills masks (``Family.fills_masks``): ``[MASK]`` in its place, both sides visible, read
@@ -106,41 +107,51 @@ def blank_filling(model, tokenizer, text: str, n_positions: int, seed: int, base
     windows = [(max(0, p - context // 2), p) for p in positions]
     correct: list[int] = []
     for chunk in range(0, len(windows), 64):
-        batch = windows[chunk:chunk + 64]
+        batch = windows[chunk : chunk + 64]
         if kind.fills_masks:
             family = model.cfg.family
-            seqs = [frame(tokenizer, [*ids[s:p], tokenizer.mask_id, *ids[p + 1:s + context]], family) for s, p in batch]
+            seqs = [
+                frame(tokenizer, [*ids[s:p], tokenizer.mask_id, *ids[p + 1 : s + context]], family) for s, p in batch
+            ]
             x, mask = pad(seqs, tokenizer.pad_id, "right", device)
             logits = model.lm_head.logits(model.read(x, mask))  # (B, T, V)
             shift = int(kind.causal)  # a causal stack's output at position t predicts token t + 1
             where = torch.tensor([frame_extra(family) + p - s - shift for s, p in batch], device=device)
             predicted = logits[torch.arange(len(batch), device=device), where].argmax(-1).cpu()
         elif kind.causal:
-            seqs = [ids[max(0, p - context):p] for _, p in batch]  # left side only, ends just before p
+            seqs = [ids[max(0, p - context) : p] for _, p in batch]  # left side only, ends just before p
             x, mask = pad(seqs, tokenizer.pad_id, "right", device)
             logits = model(x, mask).logits  # (B, T, V)
             last = mask.sum(1) - 1
             predicted = logits[torch.arange(len(batch), device=device), last].argmax(-1).cpu()
         elif objective == "denoise":
-            seqs = [[*ids[s:p], tokenizer.mask_id, *ids[p + 1:s + context]] for s, p in batch]
+            seqs = [[*ids[s:p], tokenizer.mask_id, *ids[p + 1 : s + context]] for s, p in batch]
             x, mask = pad(seqs, tokenizer.pad_id, "right", device)
-            rewritten, written = pad([[decoder_start_id(tokenizer), *ids[s:p]] for s, p in batch], tokenizer.pad_id,
-                                     "right", device)
+            rewritten, written = pad(
+                [[decoder_start_id(tokenizer), *ids[s:p]] for s, p in batch], tokenizer.pad_id, "right", device
+            )
             logits = model(x, mask, decoder_input_ids=rewritten, decoder_attention_mask=written).logits  # (B, T, V)
             last = written.sum(1) - 1
             predicted = logits[torch.arange(len(batch), device=device), last].argmax(-1).cpu()
         else:
             sentinel = tokenizer.sentinel_ids[0]
-            seqs = [[*ids[s:p], sentinel, *ids[p + 1:s + context]] for s, p in batch]
+            seqs = [[*ids[s:p], sentinel, *ids[p + 1 : s + context]] for s, p in batch]
             x, mask = pad(seqs, tokenizer.pad_id, "right", device)
             start = torch.tensor([[decoder_start_id(tokenizer), sentinel]] * len(batch), device=device)
             logits = model(x, mask, decoder_input_ids=start).logits  # (B, 2, V)
             predicted = logits[:, 1].argmax(-1).cpu()
         targets = torch.tensor([ids[p] for _, p in batch])
         correct.extend((predicted == targets).int().tolist())
-    return {"accuracy": sum(correct) / max(len(correct), 1), "n": len(correct), "correct": correct,
-            "baseline": {"name": "the most frequent token", "token": tokenizer.id_to_token(baseline_token),
-                         "correct": [int(ids[p] == baseline_token) for p in positions]}}
+    return {
+        "accuracy": sum(correct) / max(len(correct), 1),
+        "n": len(correct),
+        "correct": correct,
+        "baseline": {
+            "name": "the most frequent token",
+            "token": tokenizer.id_to_token(baseline_token),
+            "correct": [int(ids[p] == baseline_token) for p in positions],
+        },
+    }
 
 
 def language_modelling(exp: Experiment, run: str, s: CompareSettings, seed: int, data: str) -> dict:
@@ -153,9 +164,10 @@ def language_modelling(exp: Experiment, run: str, s: CompareSettings, seed: int,
     prompt, after = sample_prompts(data, text)
     counts = train_token_counts(tok, data)
     most_frequent = next(t for t, _ in counts.most_common() if t not in tok.special_ids)
-    result = {"blank_filling": blank_filling(model, tok, text, s.fill_positions, seed, most_frequent,
-                                                   objective),
-              "unigram_blocks": unigram_nats_per_char(tok, counts, text, s.held_out_blocks)}
+    result = {
+        "blank_filling": blank_filling(model, tok, text, s.fill_positions, seed, most_frequent, objective),
+        "unigram_blocks": unigram_nats_per_char(tok, counts, text, s.held_out_blocks),
+    }
     kind = config_of(model).kind
     if kind.causal:
         result["nats_blocks"] = nats_per_char_blocks(model, tok, text, s.held_out_blocks)

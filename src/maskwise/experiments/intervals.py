@@ -76,8 +76,10 @@ def _replicates(sides: Sequence[PerSeed], resamples: int, seed: int) -> tuple[li
     n_seeds = len(checked[0])
     chosen = torch.randint(n_seeds, (resamples, n_seeds), generator=generator)  # (R, S)
     drawn = [torch.randint(len(s), (resamples, len(s)), generator=generator) for s in checked[0]]  # per seed (R, n)
-    replicates = [torch.stack([pooled(s[d]) for s, d in zip(side, drawn)]).gather(0, chosen.T).mean(dim=0)  # (R,)
-                  for side in checked]
+    replicates = [
+        torch.stack([pooled(s[d]) for s, d in zip(side, drawn)]).gather(0, chosen.T).mean(dim=0)  # (R,)
+        for side in checked
+    ]
     observed = [float(torch.stack([pooled(s) for s in side]).mean()) for side in checked]
     return observed, replicates
 
@@ -126,8 +128,9 @@ def separation(a: PerSeed, b: PerSeed, higher_is_better: bool = True) -> tuple[i
         ahead, behind = (gap.low > 0, gap.high < 0) if higher_is_better else (gap.high < 0, gap.low > 0)
     else:
         gap, ia, ib = None, interval(a), interval(b)
-        ahead, behind = (ia.low > ib.high, ia.high < ib.low) if higher_is_better else (ia.high < ib.low,
-                                                                                          ia.low > ib.high)
+        ahead, behind = (
+            (ia.low > ib.high, ia.high < ib.low) if higher_is_better else (ia.high < ib.low, ia.low > ib.high)
+        )
     return (1 if ahead else -1 if behind else 0), gap
 
 
@@ -140,8 +143,9 @@ def beats(a: PerSeed, b: PerSeed | float, higher_is_better: bool = True) -> bool
     return separation(a, b, higher_is_better)[0] > 0
 
 
-def best_of(scores: Mapping[str, PerSeed], baselines: Mapping[str, PerSeed | float],
-            higher_is_better: bool = True) -> str:
+def best_of(
+    scores: Mapping[str, PerSeed], baselines: Mapping[str, PerSeed | float], higher_is_better: bool = True
+) -> str:
     """The one group whose score beats every other group's and its trivial baseline, or why there
     is none: "at chance" when no group's interval clears its baseline, "within noise" when some do
     but none separates from every other.

@@ -73,12 +73,25 @@ def _plot_overview(results: dict, out: Path) -> list[Path]:
     if not rows:
         return []
     table = [str(row[0]) for row in results.get("table", {}).get("rows", [])]
-    rows = dict(sorted(rows.items(), key=lambda item: next((i for i, label in enumerate(table)  # the table's order
-                                                            if label.startswith(item[0])), len(table))))
+    rows = dict(
+        sorted(
+            rows.items(),
+            key=lambda item: next(
+                (
+                    i
+                    for i, label in enumerate(table)  # the table's order
+                    if label.startswith(item[0])
+                ),
+                len(table),
+            ),
+        )
+    )
     plt = pyplot()
     families = ordered({f for meta in rows.values() for f in meta["intervals"]})
-    labels = [textwrap.fill(m + (" (lower is better)" if not meta["higher"] else ""), 44)  # whole, wrapped
-              for m, meta in rows.items()]
+    labels = [
+        textwrap.fill(m + (" (lower is better)" if not meta["higher"] else ""), 44)  # whole, wrapped
+        for m, meta in rows.items()
+    ]
     height = [max(1.0, 0.42 * label.count("\n") + 0.6) for label in labels]  # a row grows with its label's lines
     top = [sum(height[:i]) for i in range(len(height))]
     columns = [*families, "trivial baseline", "classic method"]
@@ -86,26 +99,54 @@ def _plot_overview(results: dict, out: Path) -> list[Path]:
     for y, h, (metric, meta) in zip(top, height, rows.items()):
         for x, family in enumerate(families):
             won = meta["winner"] == family
-            ax.add_patch(plt.Rectangle((x, y), 1, h, facecolor=COLOURS.get(family, "#999999") if won else "white",
-                                       alpha=0.35 if won else 1.0, edgecolor="#dddddd"))
+            ax.add_patch(
+                plt.Rectangle(
+                    (x, y),
+                    1,
+                    h,
+                    facecolor=COLOURS.get(family, "#999999") if won else "white",
+                    alpha=0.35 if won else 1.0,
+                    edgecolor="#dddddd",
+                )
+            )
             if family == meta.get("predicted"):
-                ax.add_patch(plt.Rectangle((x + 0.03, y + 0.06), 0.94, h - 0.12, fill=False, linewidth=2,
-                                           edgecolor=COLOURS.get(family, "black")))
+                ax.add_patch(
+                    plt.Rectangle(
+                        (x + 0.03, y + 0.06),
+                        0.94,
+                        h - 0.12,
+                        fill=False,
+                        linewidth=2,
+                        edgecolor=COLOURS.get(family, "black"),
+                    )
+                )
             cell = meta["intervals"].get(family)
             text = f"{cell[0]:.3f}\n[{cell[1]:.3f}, {cell[2]:.3f}]" if cell else "cannot"
-            below = cell and family in meta["baseline"] and (family == meta.get("predicted") or won) and (
-                cell[0] < meta["baseline"][family] if meta["higher"] else cell[0] > meta["baseline"][family])
+            below = (
+                cell
+                and family in meta["baseline"]
+                and (family == meta.get("predicted") or won)
+                and (cell[0] < meta["baseline"][family] if meta["higher"] else cell[0] > meta["baseline"][family])
+            )
             if below:  # a framed or filled cell under its own trivial baseline: not progress, whatever its frame says
                 text += "\nbelow its baseline"
-            ax.text(x + 0.5, y + h / 2, text, ha="center", va="center", fontsize=8,
-                    color="#c0392b" if below else "black")
+            ax.text(
+                x + 0.5, y + h / 2, text, ha="center", va="center", fontsize=8, color="#c0392b" if below else "black"
+            )
         baseline = next(iter(meta["baseline"].values()), None)
         classic = meta.get("classic")
-        cells = [f"{baseline:.3f}\n{textwrap.fill(meta['baseline_name'], 22)}" if baseline is not None else "",
-                 "" if classic is None else textwrap.fill(classic["name"], 22) + (
-                     "\n(its trivial baseline)" if classic["same"] is None else
-                     f"\n{classic['same']:.3f} same characters" + (f"\n{classic['whole']:.3f} whole texts"
-                                                                   if classic["whole"] is not None else ""))]
+        cells = [
+            f"{baseline:.3f}\n{textwrap.fill(meta['baseline_name'], 22)}" if baseline is not None else "",
+            ""
+            if classic is None
+            else textwrap.fill(classic["name"], 22)
+            + (
+                "\n(its trivial baseline)"
+                if classic["same"] is None
+                else f"\n{classic['same']:.3f} same characters"
+                + (f"\n{classic['whole']:.3f} whole texts" if classic["whole"] is not None else "")
+            ),
+        ]
         for x, text in enumerate(cells, start=len(families)):
             ax.add_patch(plt.Rectangle((x, y), 1, h, facecolor="#f4f4f4", edgecolor="#dddddd"))
             ax.text(x + 0.5, y + h / 2, text, ha="center", va="center", fontsize=7)
@@ -115,8 +156,12 @@ def _plot_overview(results: dict, out: Path) -> list[Path]:
     ax.xaxis.tick_top()
     ax.set_yticks([y + h / 2 for y, h in zip(top, height)], labels, fontsize=8)
     ax.tick_params(length=0)
-    ax.set_title("framed: the family the claim predicts; filled: the winner (intervals separate it from the other "
-                 "families and the trivial baseline); red: below its own trivial baseline", fontsize=8, pad=22)
+    ax.set_title(
+        "framed: the family the claim predicts; filled: the winner (intervals separate it from the other "
+        "families and the trivial baseline); red: below its own trivial baseline",
+        fontsize=8,
+        pad=22,
+    )
     fig.tight_layout()
     path = out / "overview.png"
     fig.savefig(path, dpi=110)
@@ -133,8 +178,9 @@ def _plot_curves(results: dict, out: Path) -> list[Path]:
     for axis, label in (("tokens_seen", "tokens seen"), ("wall_s", "training wall-clock (s)")):
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
         for run in runs:  # a continued run (init_from) at its totals, so that it follows its first phase
-            points = [(r.get(f"{axis}_total", r[axis]), r["val_loss"]) for r in run["curve"]
-                      if r.get("val_loss") is not None]
+            points = [
+                (r.get(f"{axis}_total", r[axis]), r["val_loss"]) for r in run["curve"] if r.get("val_loss") is not None
+            ]
             if points:
                 xs, ys = zip(*points)
                 ax.plot(xs, ys, marker=".", label=run["label"], color=COLOURS.get(run.get("group")))
@@ -182,14 +228,30 @@ def _plot_metrics(results: dict, out: Path) -> list[Path]:
         xs = range(len(names))
         for x, name, (mean, low, high) in zip(xs, names, stats):
             colour = COLOURS.get(name, "#4c72b0")
-            ax.errorbar([x], [mean], yerr=[[mean - low], [high - mean]], fmt="o", color=colour, ecolor=colour,
-                        elinewidth=2, capsize=0, markersize=7, label="mean [95% interval]" if x == 0 else None)
+            ax.errorbar(
+                [x],
+                [mean],
+                yerr=[[mean - low], [high - mean]],
+                fmt="o",
+                color=colour,
+                ecolor=colour,
+                elinewidth=2,
+                capsize=0,
+                markersize=7,
+                label="mean [95% interval]" if x == 0 else None,
+            )
         baselines = meta.get("baseline", {})
         drawn = False
         for x, name in zip(xs, names):
             if baselines.get(name) is not None:
-                ax.hlines(baselines[name], x - 0.4, x + 0.4, colors="#c44e52", linestyles="--",
-                          label=f"trivial baseline ({meta.get('baseline_name', 'baseline')})" if not drawn else None)
+                ax.hlines(
+                    baselines[name],
+                    x - 0.4,
+                    x + 0.4,
+                    colors="#c44e52",
+                    linestyles="--",
+                    label=f"trivial baseline ({meta.get('baseline_name', 'baseline')})" if not drawn else None,
+                )
                 drawn = True
         top = max([hi for _, _, hi in stats] + [b for b in baselines.values() if b is not None])
         ax.set_ylim(0, top * 1.15 if top > 0 else 1.0)
@@ -238,8 +300,11 @@ def _plot_quality_cost(results: dict, out: Path) -> list[Path]:
 
 def markdown_table(columns: list[str], rows: list[list]) -> list[str]:
     """A Markdown table's lines: its header, the rule under it, one line a row."""
-    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
-            *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
+    return [
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+        *("| " + " | ".join(str(c) for c in row) + " |" for row in rows),
+    ]
 
 
 def _markdown(results: dict, images: list[Path]) -> str:
@@ -250,10 +315,11 @@ def _markdown(results: dict, images: list[Path]) -> str:
         m = results["machine"]
         gpus = f", {', '.join(m['gpus'])}" if m.get("gpus") else ""
         runtime = m.get("runtime")
-        ran = (f" Ran on device {runtime['device']} in {runtime['precision']} ({runtime['reason']})."
-               if runtime else "")
-        lines.append(f"Machine: {m.get('cpu', '?')}{gpus}, {m.get('threads', '?')} threads, torch {m.get('torch', '?')}."
-                     f"{ran} Total time: {fmt(results.get('wall_s', float('nan')), 1)} s.")
+        ran = f" Ran on device {runtime['device']} in {runtime['precision']} ({runtime['reason']})." if runtime else ""
+        lines.append(
+            f"Machine: {m.get('cpu', '?')}{gpus}, {m.get('threads', '?')} threads, torch {m.get('torch', '?')}."
+            f"{ran} Total time: {fmt(results.get('wall_s', float('nan')), 1)} s."
+        )
         lines.append("")
     if results.get("summary"):
         lines += ["## Summary", "", results["summary"], ""]
@@ -279,7 +345,9 @@ def _markdown(results: dict, images: list[Path]) -> str:
     images = [p for p in images if p.name != "quality_vs_p99_latency.png"]
     if results.get("parameters"):
         categories = sorted({c for counts in results["parameters"].values() for c in counts})
-        rows = [[group, *(f"{counts.get(c, 0):,}" for c in categories)] for group, counts in results["parameters"].items()]
+        rows = [
+            [group, *(f"{counts.get(c, 0):,}" for c in categories)] for group, counts in results["parameters"].items()
+        ]
         lines += ["## Where the parameters go", "", *markdown_table(["model", *categories], rows), ""]
     for name, text in results.get("samples", {}).items():
         lines += [f"### {name}", "", "```", text.strip(), "```", ""]
@@ -307,18 +375,37 @@ def _html(markdown_text: str, images: list[Path]) -> str:
 
     body = markdown.markdown(markdown_text, extensions=["tables", "fenced_code"], output_format="html")
     body = re.sub(r'src="([^"]+)"', inline, body)
-    style = ("body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.4}"
-             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em}"
-             "pre{background:#f5f5f5;padding:.6em;white-space:pre-wrap}img{max-width:100%}")
-    return f"<!doctype html><html><head><meta charset='utf-8'><style>{style}</style></head><body>\n" + \
-        body + "\n</body></html>\n"
+    style = (
+        "body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.4}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em}"
+        "pre{background:#f5f5f5;padding:.6em;white-space:pre-wrap}img{max-width:100%}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><style>{style}</style></head><body>\n"
+        + body
+        + "\n</body></html>\n"
+    )
 
 
 # The types of the fields a results file holds (each may be absent): what the renderer reads them as.
 RESULT_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "title": str, "kind": str, "summary": str, "warning": str, "wall_s": (int, float), "machine": dict,
-    "metric_meta": dict, "metrics": dict, "parameters": dict, "settings": dict, "table": dict, "notes": list,
-    "runs": list, "verdicts": list, "costs": dict, "quality_cost": dict}
+    "title": str,
+    "kind": str,
+    "summary": str,
+    "warning": str,
+    "wall_s": (int, float),
+    "machine": dict,
+    "metric_meta": dict,
+    "metrics": dict,
+    "parameters": dict,
+    "settings": dict,
+    "table": dict,
+    "notes": list,
+    "runs": list,
+    "verdicts": list,
+    "costs": dict,
+    "quality_cost": dict,
+}
 
 
 def write_results(out: str | Path, results: dict) -> None:
@@ -335,10 +422,16 @@ def read_results(out: str | Path) -> dict:
         raise UserError(f"{out / RESULTS}: not a maskwise results file")
     wrong = [key for key, kind in RESULT_FIELDS.items() if key in results and not isinstance(results[key], kind)]
     table = results.get("table", {})
-    wrong += [f"table.{key}" for key in ("columns", "rows") if isinstance(table, dict) and key in table
-              and not isinstance(table[key], list)]
-    wrong += [f"{key} items" for key in ("runs", "verdicts") if isinstance(results.get(key), list)
-              and not all(isinstance(item, dict) for item in results[key])]
+    wrong += [
+        f"table.{key}"
+        for key in ("columns", "rows")
+        if isinstance(table, dict) and key in table and not isinstance(table[key], list)
+    ]
+    wrong += [
+        f"{key} items"
+        for key in ("runs", "verdicts")
+        if isinstance(results.get(key), list) and not all(isinstance(item, dict) for item in results[key])
+    ]
     if wrong:
         raise UserError(f"{out / RESULTS}: not a maskwise results file ({', '.join(wrong)} of another type)")
     return results
@@ -360,17 +453,26 @@ def ablation_table(folders: list[str | Path]) -> str:
         name, scale = settings["ablation"], settings["scale"]["name"]
         command = f"`maskwise ablate {name} --scale {scale} --seeds {len(settings['seeds'])}`"
         verdicts = results["verdicts"]
-        rows.append(f"| {name} | {'; '.join(v['verdict'] for v in verdicts)} | "
-                    f"{' '.join(d for v in verdicts for d in v['details'])} | {_minutes(results.get('wall_s'))} | "
-                    f"{command} |")
+        rows.append(
+            f"| {name} | {'; '.join(v['verdict'] for v in verdicts)} | "
+            f"{' '.join(d for v in verdicts for d in v['details'])} | {_minutes(results.get('wall_s'))} | "
+            f"{command} |"
+        )
         m = results.get("machine", {})
         runtime = m.get("runtime", {})
-        machine = (f"{m.get('cpu', '?')} ({m.get('cpu_capability', '?')}), threads {m.get('threads', '?')}, "
-                   f"torch {m.get('torch', '?')}, {runtime.get('device', '?')} {runtime.get('precision', '?')}")
+        machine = (
+            f"{m.get('cpu', '?')} ({m.get('cpu_capability', '?')}), threads {m.get('threads', '?')}, "
+            f"torch {m.get('torch', '?')}, {runtime.get('device', '?')} {runtime.get('precision', '?')}"
+        )
         if machine not in machines:
             machines.append(machine)
-    lines = ["| ablation | verdict | by its coded rule | time | reproduce |", "|---|---|---|---|---|", *rows, "",
-             "Machine: " + "; ".join(machines) + "."]
+    lines = [
+        "| ablation | verdict | by its coded rule | time | reproduce |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+        "Machine: " + "; ".join(machines) + ".",
+    ]
     return "\n".join(lines)
 
 
@@ -378,8 +480,12 @@ def render(out: str | Path) -> Path:
     """(Re-)render report.md, report.html and the PNGs of ``out`` from its results.json."""
     out = Path(out)
     results = read_results(out)
-    images = (_plot_overview(results, out) + _plot_quality_cost(results, out) + _plot_curves(results, out)
-              + _plot_metrics(results, out))
+    images = (
+        _plot_overview(results, out)
+        + _plot_quality_cost(results, out)
+        + _plot_curves(results, out)
+        + _plot_metrics(results, out)
+    )
     markdown_text = _markdown(results, images)
     atomic_write(out / REPORT_MD, markdown_text.encode())
     atomic_write(out / REPORT_HTML, _html(markdown_text, images).encode())

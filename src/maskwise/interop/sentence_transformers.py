@@ -30,9 +30,14 @@ POOLING_DIR = "1_Pooling"
 ST_POOLINGS = {"cls": "cls", "mean": "mean", "max": "max", "lasttoken": "last", "mean_sqrt_len_tokens": "mean_sqrt_len"}
 # Pooling configs before sentence-transformers 6 set one flag per mode; a vector concatenates the
 # chosen modes in this order. maskwise writes this form: every version reads it.
-LEGACY_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
-                "pooling_mode_mean_tokens": "mean", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
-                "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
+LEGACY_FLAGS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
 CHAINS = (("Transformer", "Pooling"), ("Transformer", "Pooling", "Normalize"))
 # modules.json type names maskwise writes: the spelling every sentence-transformers version resolves.
 LEGACY_TYPES = {kind: f"sentence_transformers.models.{kind}" for kind in CHAINS[1]}
@@ -52,9 +57,12 @@ class EmbeddingSettings:
         """These settings with every gap filled as maskwise fills it: the family's default pooling
         (``tasks.embed``), L2 normalisation, and never more ids than the model's context."""
 
-        return replace(self, max_len=min(self.max_len or cfg.max_seq_len, cfg.max_seq_len),
-                       pooling=self.pooling or (cfg.kind.embed_pooling,),
-                       normalize=True if self.normalize is None else self.normalize)
+        return replace(
+            self,
+            max_len=min(self.max_len or cfg.max_seq_len, cfg.max_seq_len),
+            pooling=self.pooling or (cfg.kind.embed_pooling,),
+            normalize=True if self.normalize is None else self.normalize,
+        )
 
 
 def declared_settings(folder: Path) -> EmbeddingSettings:
@@ -66,16 +74,21 @@ def declared_settings(folder: Path) -> EmbeddingSettings:
     task = (config.get("task") or {}) if "model" in config else {}  # an HF config.json has no task
     if task.get("kind") != "embed":
         return EmbeddingSettings()
-    return EmbeddingSettings(max_len=task.get("max_len"), normalize=task.get("normalize"),
-                             pooling=(task["pooling"],) if task.get("pooling") else None)
+    return EmbeddingSettings(
+        max_len=task.get("max_len"),
+        normalize=task.get("normalize"),
+        pooling=(task["pooling"],) if task.get("pooling") else None,
+    )
 
 
 def _module_kind(folder: Path, module: Any) -> str:
     type_name = str(module.get("type", "")) if isinstance(module, dict) else ""
     kind = type_name.rpartition(".")[2]
     if not type_name.startswith("sentence_transformers.") or kind not in CHAINS[1]:
-        raise UserError(f"{folder / MODULES_FILE}: module type {type_name or module!r} is not supported "
-                        f"(maskwise reads {' -> '.join(CHAINS[1])})")
+        raise UserError(
+            f"{folder / MODULES_FILE}: module type {type_name or module!r} is not supported "
+            f"(maskwise reads {' -> '.join(CHAINS[1])})"
+        )
     return kind
 
 
@@ -85,17 +98,23 @@ def _read_modules(folder: Path) -> EmbeddingSettings:
         raise UserError(f"{folder / MODULES_FILE}: not a list of modules")
     kinds = tuple(_module_kind(folder, module) for module in modules)
     if kinds not in CHAINS:
-        raise UserError(f"{folder / MODULES_FILE}: modules {' -> '.join(kinds) or 'none'}; maskwise reads "
-                        f"Transformer -> Pooling, optionally -> Normalize")
+        raise UserError(
+            f"{folder / MODULES_FILE}: modules {' -> '.join(kinds) or 'none'}; maskwise reads "
+            f"Transformer -> Pooling, optionally -> Normalize"
+        )
     _check_plain_sentence_transformer(folder)
     model_dir = str(modules[0].get("path", ""))
     transformer = folder / model_dir
     config = read_json(transformer / ST_CONFIG_FILE) if (transformer / ST_CONFIG_FILE).is_file() else {}
     if len(kinds) == 3:
         _check_normalize(folder / str(modules[2].get("path", "")))
-    return EmbeddingSettings(max_len=_max_len(transformer, config), normalize=len(kinds) == 3,
-                             pooling=_poolings(folder / str(modules[1].get("path", ""))),
-                             lowercase=bool(config.get("do_lower_case", False)), model_dir=model_dir)
+    return EmbeddingSettings(
+        max_len=_max_len(transformer, config),
+        normalize=len(kinds) == 3,
+        pooling=_poolings(folder / str(modules[1].get("path", ""))),
+        lowercase=bool(config.get("do_lower_case", False)),
+        model_dir=model_dir,
+    )
 
 
 def _check_plain_sentence_transformer(folder: Path) -> None:
@@ -107,8 +126,9 @@ def _check_plain_sentence_transformer(folder: Path) -> None:
     if settings.get("model_type", "SentenceTransformer") != "SentenceTransformer":
         raise UserError(f"{folder}: a {settings['model_type']}, not a SentenceTransformer")
     if settings.get("default_prompt_name"):
-        raise UserError(f"{folder}: declares the default prompt {settings['default_prompt_name']!r}; "
-                        f"maskwise embeds texts as given")
+        raise UserError(
+            f"{folder}: declares the default prompt {settings['default_prompt_name']!r}; maskwise embeds texts as given"
+        )
 
 
 def _check_normalize(path: Path) -> None:
@@ -144,8 +164,9 @@ def _poolings(path: Path) -> tuple[str, ...]:
         raise UserError(f"{path / CONFIG_FILE}: declares no pooling mode")
     for mode in modes:
         if mode not in ST_POOLINGS:
-            raise UserError(f"{path / CONFIG_FILE}: pooling {mode!r} is not supported "
-                            f"(maskwise computes {', '.join(ST_POOLINGS)})")
+            raise UserError(
+                f"{path / CONFIG_FILE}: pooling {mode!r} is not supported (maskwise computes {', '.join(ST_POOLINGS)})"
+            )
     return tuple(ST_POOLINGS[mode] for mode in modes)
 
 
@@ -165,8 +186,9 @@ def pool_sentences(hidden: torch.Tensor, attention_mask: torch.Tensor, poolings:
     return torch.cat(vectors, dim=-1)
 
 
-def export_sentence_transformers(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False,
-                                 part: str | None = None) -> Path:
+def export_sentence_transformers(
+    run_dir: str | Path, out_dir: str | Path, overwrite: bool = False, part: str | None = None
+) -> Path:
     """Write an encoder run as a folder that ``SentenceTransformer(out_dir)`` opens and that encodes
     texts to the vectors ``maskwise embed`` gives for the run (``part="encoder"``: an encoder-decoder run,
     through its encoder half, ``hf_export.encoder_half``).
@@ -181,22 +203,37 @@ def export_sentence_transformers(run_dir: str | Path, out_dir: str | Path, overw
     run = load_run(Path(run_dir).expanduser())
     cfg = run.model.cfg
     if not cfg.kind.encoder_only and part is None:
-        raise UserError(f"{run_dir}: a {cfg.family} run; sentence-transformers export takes encoder runs "
-                        f"(or an encoder-decoder's encoder half: --part encoder)")
+        raise UserError(
+            f"{run_dir}: a {cfg.family} run; sentence-transformers export takes encoder runs "
+            f"(or an encoder-decoder's encoder half: --part encoder)"
+        )
     settings = declared_settings(run.path).resolved(cfg)
     to_mode = {name: mode for mode, name in ST_POOLINGS.items()}
     modes = [to_mode[name] for name in settings.pooling]
     modules = [("Transformer", ""), ("Pooling", POOLING_DIR)]
     if settings.normalize:
         modules.append(("Normalize", "2_Normalize"))
-    pooling = {"word_embedding_dimension": cfg.d_model, "include_prompt": True,
-               **{flag: mode in modes for flag, mode in LEGACY_FLAGS.items()}}
+    pooling = {
+        "word_embedding_dimension": cfg.d_model,
+        "include_prompt": True,
+        **{flag: mode in modes for flag, mode in LEGACY_FLAGS.items()},
+    }
     files = {
-        MODULES_FILE: json_bytes([{"idx": i, "name": str(i), "path": path, "type": LEGACY_TYPES[kind]}
-                                  for i, (kind, path) in enumerate(modules)]),
+        MODULES_FILE: json_bytes(
+            [
+                {"idx": i, "name": str(i), "path": path, "type": LEGACY_TYPES[kind]}
+                for i, (kind, path) in enumerate(modules)
+            ]
+        ),
         ST_CONFIG_FILE: json_bytes({"max_seq_length": settings.max_len, "do_lower_case": False}),
-        ST_SETTINGS_FILE: json_bytes({"model_type": "SentenceTransformer", "prompts": {},
-                                      "default_prompt_name": None, "similarity_fn_name": "cosine"}),
+        ST_SETTINGS_FILE: json_bytes(
+            {
+                "model_type": "SentenceTransformer",
+                "prompts": {},
+                "default_prompt_name": None,
+                "similarity_fn_name": "cosine",
+            }
+        ),
         f"{POOLING_DIR}/{CONFIG_FILE}": json_bytes(pooling),
     }
     # export_hf refuses configs with no HF equivalent, and writes the module files with the weights

@@ -48,8 +48,15 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return F.gelu(x, approximate="tanh")
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask, bias: torch.Tensor | None,
-              dropout_p: float, scale: float | None) -> torch.Tensor:
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: Mask,
+    bias: torch.Tensor | None,
+    dropout_p: float,
+    scale: float | None,
+) -> torch.Tensor:
     """q (B, H, T, hd), k and v (B, H, S, hd) -> (B, H, T, hd), masked by maskwise's ``Mask`` or by
     T5's bias, which arrives with the mask already folded in (-inf where not allowed) and replaces it.
 
@@ -67,13 +74,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask, bia
 def _sdpa(q, k, v, mask: Mask, bias: torch.Tensor | None, dropout_p: float, scale: float | None) -> torch.Tensor:
     """``scaled_dot_product_attention`` with a ``Mask`` (its causal fast path kept) or T5's bias."""
     attn_mask = mask.allowed if bias is None else bias.to(q.dtype)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
-                                          is_causal=mask.is_causal and attn_mask is None,
-                                          dropout_p=dropout_p, scale=scale)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, is_causal=mask.is_causal and attn_mask is None, dropout_p=dropout_p, scale=scale
+    )
 
 
-def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                         targets: torch.Tensor, ignore_index: int) -> torch.Tensor:
+def linear_cross_entropy(
+    h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor, ignore_index: int
+) -> torch.Tensor:
     """``F.cross_entropy(F.linear(h, weight, bias).float(), targets, reduction="sum")``, the fp32
     summed loss; h: (N, d), weight: (V, d), targets: (N,). On a CPU, for more than
     ``cpu.LOSS_FUSED_MIN_LOGITS`` logits, fused and chunked, never holding the (N, V) logits
@@ -83,8 +91,9 @@ def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     return F.cross_entropy(F.linear(h, weight, bias).float(), targets, ignore_index=ignore_index, reduction="sum")
 
 
-def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-            split: cpu.DecodingSplit | None) -> torch.Tensor:
+def project(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, split: cpu.DecodingSplit | None
+) -> torch.Tensor:
     """``F.linear(x, weight, bias)``, through ``split`` when ``decoding_split`` made one."""
     if split is None:
         return F.linear(x, weight, bias)

@@ -76,8 +76,15 @@ PACK_MAX_REAL_SHARE = 0.8
 PACK_ROW_MULTIPLE = 64
 
 
-def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask,
-                       bias: torch.Tensor | None, dropout_p: float, scale: float | None) -> torch.Tensor:
+def explicit_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: Mask,
+    bias: torch.Tensor | None,
+    dropout_p: float,
+    scale: float | None,
+) -> torch.Tensor:
     """Attention as two matmuls around a softmax: q (B, H, T, hd), k and v (B, H, S, hd) -> (B, H, T, hd).
     Why: under CPU bf16 autocast, torch's bf16 and fp32 flash kernels were both slower than this;
     with T5's bias (which needs a gradient) SDPA's math path does the same matmuls plus a guard for
@@ -200,20 +207,35 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 torch.mm(grad, w, out=grad_h[rows])  # (n, d)
                 grad_w.addmm_(grad.T, x_chunk)  # (V, d)
         if with_grads:
-            ctx.save_for_backward(grad_h, grad_w.to(weight.dtype),
-                                  grad_b.to(bias.dtype) if grad_b is not None else None)
+            ctx.save_for_backward(
+                grad_h, grad_w.to(weight.dtype), grad_b.to(bias.dtype) if grad_b is not None else None
+            )
         return loss_sum
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_loss):
         grad_h, grad_w, grad_b = ctx.saved_tensors
-        return (grad_h * grad_loss, grad_w * grad_loss, grad_b * grad_loss if grad_b is not None else None,
-                None, None, None, None, None)
+        return (
+            grad_h * grad_loss,
+            grad_w * grad_loss,
+            grad_b * grad_loss if grad_b is not None else None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
 
 
-def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                         targets: torch.Tensor, ignore_index: int, chunk_rows: int | None = None) -> torch.Tensor:
+def linear_cross_entropy(
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    ignore_index: int,
+    chunk_rows: int | None = None,
+) -> torch.Tensor:
     """``F.cross_entropy(F.linear(h, weight, bias).float(), targets, reduction="sum")`` without ever
     holding more than ``chunk_rows`` rows of logits (see ``_LinearCrossEntropy``; default:
     ``LOSS_CHUNK_ELEMENTS`` logits per chunk).
@@ -226,8 +248,7 @@ def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     with_grads = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (h, weight, bias))
     # Autocast is off inside: the function casts its inputs itself, once, to compute_dtype.
     with torch.autocast("cpu", enabled=False):
-        return _LinearCrossEntropy.apply(h, weight, bias, targets, ignore_index, chunk_rows, compute_dtype,
-                                         with_grads)
+        return _LinearCrossEntropy.apply(h, weight, bias, targets, ignore_index, chunk_rows, compute_dtype, with_grads)
 
 
 # --- the decoding layout -------------------------------------------------------------------------
@@ -254,8 +275,10 @@ def split_for_decoding(weight: torch.Tensor, bias: torch.Tensor | None, parts: i
     if out_features % parts:
         parts = 1
     blocks = weight.view(parts, out_features // parts, in_features).transpose(1, 2)  # (S, in, out/S)
-    return DecodingSplit(blocks.contiguous() if out_features >= in_features else blocks,
-                         bias.view(parts, 1, out_features // parts) if bias is not None else None)
+    return DecodingSplit(
+        blocks.contiguous() if out_features >= in_features else blocks,
+        bias.view(parts, 1, out_features // parts) if bias is not None else None,
+    )
 
 
 def split_project(x: torch.Tensor, split: DecodingSplit) -> torch.Tensor:

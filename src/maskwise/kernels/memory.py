@@ -47,5 +47,6 @@ def retain_freed_memory(device_type: str = "cpu") -> bool:
                 return _applied
             mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
             _applied = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
-                mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+                mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+            )
     return _applied

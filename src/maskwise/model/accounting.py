@@ -72,8 +72,7 @@ def parameter_breakdown(model: nn.Module) -> dict[str, int]:
 
 def breakdown_table(cfg: ModelConfig, model: nn.Module) -> str:
     formula, real = formula_breakdown(cfg), parameter_breakdown(model)
-    lines = [f"{'part':<16}{'formula':>14}{'real':>14}",
-             f"{'-' * 44}"]
+    lines = [f"{'part':<16}{'formula':>14}{'real':>14}", f"{'-' * 44}"]
     for category in CATEGORIES:
         expected = formula.get(category)
         lines.append(f"{category:<16}{'' if expected is None else f'{expected:,}':>14}{real[category]:>14,}")
@@ -81,9 +80,10 @@ def breakdown_table(cfg: ModelConfig, model: nn.Module) -> str:
     per_layer_attn = _attention_per_layer(cfg)
     attn_rule = "4d^2" if cfg.kv_heads == cfg.n_heads else f"2d^2 (1 + {cfg.kv_heads}/{cfg.n_heads} kv heads)"
     ffn_rule = f"{3 if cfg.gated_ffn else 2} x d x d_ff = {(3 if cfg.gated_ffn else 2) * cfg.d_model * cfg.d_ff:,}"
-    lines.append(f"per layer: attention {attn_rule} = {per_layer_attn:,}; FFN {ffn_rule}"
-                 + (f"; cross-attention {attn_rule} = {per_layer_attn:,} per decoder layer"
-                    if cfg.kind.two_stacks else ""))
+    lines.append(
+        f"per layer: attention {attn_rule} = {per_layer_attn:,}; FFN {ffn_rule}"
+        + (f"; cross-attention {attn_rule} = {per_layer_attn:,} per decoder layer" if cfg.kind.two_stacks else "")
+    )
     return "\n".join(lines)
 
 

@@ -59,8 +59,9 @@ class Attention(nn.Module):
         parts = x.view(B, T, -1, self.head_dim).split_with_sizes(counts, dim=2)  # count x (B, T, count, hd)
         return tuple(part.transpose(1, 2) for part in parts)  # count x (B, count, T, hd)
 
-    def _self_qkv(self, x: torch.Tensor, rotary: RotaryAngles | None,
-                  packing: Packing | None) -> tuple[torch.Tensor, ...]:
+    def _self_qkv(
+        self, x: torch.Tensor, rotary: RotaryAngles | None, packing: Packing | None
+    ) -> tuple[torch.Tensor, ...]:
         """Self-attention's q (B, H, T, hd) and k, v (B, Hkv, T, hd) from the fused projection. With
         RoPE, q and k sit side by side in it and are rotated in one call (one pass over both, not two)."""
         fused = _padded(self.qkv(x), packing)  # (B, T, (H + 2 Hkv) hd)

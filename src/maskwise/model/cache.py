@@ -45,5 +45,6 @@ class KVCache:
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows ``index`` (beam search reorders hypotheses every step)."""
         self._keep(self.k.index_select(1, index), self.v.index_select(1, index))
-        self.cross = [None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index))
-                      for kv in self.cross]
+        self.cross = [
+            None if kv is None else (kv[0].index_select(0, index), kv[1].index_select(0, index)) for kv in self.cross
+        ]

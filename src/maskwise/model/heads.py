@@ -45,7 +45,9 @@ class LMHead(nn.Module):
     plain list so that the shared matrix is registered (and saved) once, under the embedding.
     """
 
-    decoding_split: kernels.cpu.DecodingSplit | None = None  # the vocabulary matrix split for decoding, see ``model.layout``
+    decoding_split: kernels.cpu.DecodingSplit | None = (
+        None  # the vocabulary matrix split for decoding, see ``model.layout``
+    )
 
     def __init__(self, cfg: ModelConfig, tied_to: nn.Embedding | None):
         super().__init__()
@@ -75,9 +77,11 @@ class LMHead(nn.Module):
     def features(self, h: torch.Tensor) -> torch.Tensor:
         """What the vocabulary projection reads: h rescaled and transformed (when configured)."""
         if self.unreadable:
-            raise ValueError("this model has no vocabulary projection: its hidden states are d_model wide and its "
-                             "tied embeddings embedding_size wide, with no lm_head_transform between; read "
-                             "hidden_states")
+            raise ValueError(
+                "this model has no vocabulary projection: its hidden states are d_model wide and its "
+                "tied embeddings embedding_size wide, with no lm_head_transform between; read "
+                "hidden_states"
+            )
         if self.input_scale != 1.0:
             h = h * self.input_scale
         if self.transform is not None:
@@ -90,8 +94,9 @@ class LMHead(nn.Module):
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         return kernels.project(self.features(h), self.vocab_weight, self.bias, self.decoding_split)
 
-    def forward(self, h: torch.Tensor, labels: torch.Tensor | None = None, sparse: bool = True,
-                return_logits: bool = True) -> LMOutput:
+    def forward(
+        self, h: torch.Tensor, labels: torch.Tensor | None = None, sparse: bool = True, return_logits: bool = True
+    ) -> LMOutput:
         """h: (B, T, d); labels: (B, T) with -100 where no loss is taken.
 
         ``sparse=False`` computes every position's logits first (the reference path the sparse one
@@ -136,8 +141,11 @@ def labelled_reading(labels: torch.Tensor | None) -> tuple[torch.Tensor | None, 
 
 def dense_act_norm(cfg: ModelConfig, width: int) -> nn.Sequential:
     """BERT's and ModernBERT's head transform, d_model -> ``width``: dense, the body's activation, its norm."""
-    return nn.Sequential(nn.Linear(cfg.d_model, width, bias=cfg.lm_head_transform_bias),
-                         _Activation(ACTIVATIONS[cfg.activation]), make_norm(cfg, width))
+    return nn.Sequential(
+        nn.Linear(cfg.d_model, width, bias=cfg.lm_head_transform_bias),
+        _Activation(ACTIVATIONS[cfg.activation]),
+        make_norm(cfg, width),
+    )
 
 
 class _Activation(nn.Module):

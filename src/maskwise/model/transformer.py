@@ -86,30 +86,60 @@ class Block(nn.Module):
         self.ffn_norm = make_norm(cfg)
         self.dropout_p = cfg.dropout
 
-    def _residual(self, x: torch.Tensor, norm: nn.Module, branch, read_at: torch.Tensor | None = None,
-                  packing: Packing | None = None) -> torch.Tensor:
+    def _residual(
+        self,
+        x: torch.Tensor,
+        norm: nn.Module,
+        branch,
+        read_at: torch.Tensor | None = None,
+        packing: Packing | None = None,
+    ) -> torch.Tensor:
         """x + branch, normed before or after; ``read_at`` (B, R): the branch gives those positions' outputs
         alone (self-attention reading every position's keys), so the residual takes x at them too (from the
         real tokens' rows where x is packed)."""
         kept = x
         if read_at is not None:
-            kept = (packing.at(x, read_at) if packing is not None
-                    else x.gather(1, read_at[..., None].expand(-1, -1, x.shape[2])))  # (B, R, d)
+            kept = (
+                packing.at(x, read_at)
+                if packing is not None
+                else x.gather(1, read_at[..., None].expand(-1, -1, x.shape[2]))
+            )  # (B, R, d)
         if self.pre_norm:
             return kept + dropout(branch(norm(x)), self.dropout_p, self.training)
         return norm(kept + dropout(branch(x), self.dropout_p, self.training))
 
-    def forward(self, x, mask, context=None, context_mask=None, bias=None, rotary=None,
-                cache=None, layer=0, read_at=None, packing=None):
+    def forward(
+        self,
+        x,
+        mask,
+        context=None,
+        context_mask=None,
+        bias=None,
+        rotary=None,
+        cache=None,
+        layer=0,
+        read_at=None,
+        packing=None,
+    ):
         """x: (B, T, d) -> (B, T, d), or (B, R, d) at the positions ``read_at`` (B, R) only (no cross-attention);
         with ``packing``, the real tokens alone, (N, d) -> (N, d) (or (B, R, d) with ``read_at``)."""
-        x = self._residual(x, self.attn_norm,
-                           lambda h: self.attn(h, mask, bias=bias, rotary=rotary, cache=cache, layer=layer,
-                                               queries=read_at, packing=packing), read_at, packing)
+        x = self._residual(
+            x,
+            self.attn_norm,
+            lambda h: self.attn(
+                h, mask, bias=bias, rotary=rotary, cache=cache, layer=layer, queries=read_at, packing=packing
+            ),
+            read_at,
+            packing,
+        )
         if self.cross_attn is not None:
-            x = self._residual(x, self.cross_norm,
-                               lambda h: self.cross_attn(h, context_mask, context=context, rotary=rotary,
-                                                         cache=cache, layer=layer, packing=packing))
+            x = self._residual(
+                x,
+                self.cross_norm,
+                lambda h: self.cross_attn(
+                    h, context_mask, context=context, rotary=rotary, cache=cache, layer=layer, packing=packing
+                ),
+            )
         return self._residual(x, self.ffn_norm, self.ffn)
 
 
@@ -126,20 +156,28 @@ class Stack(nn.Module):
         super().__init__()
         self.cfg, self.pattern = cfg, pattern
         width = cfg.embedding_width
-        self.positions = (nn.Embedding(cfg.max_seq_len + cfg.position_offset, width)
-                          if cfg.position == "learned" else None)
-        self.token_types = (nn.Embedding(cfg.type_vocab_size, width)
-                            if cfg.type_vocab_size and pattern == "bidirectional" else None)
+        self.positions = (
+            nn.Embedding(cfg.max_seq_len + cfg.position_offset, width) if cfg.position == "learned" else None
+        )
+        self.token_types = (
+            nn.Embedding(cfg.type_vocab_size, width) if cfg.type_vocab_size and pattern == "bidirectional" else None
+        )
         self.embedding_norm = make_norm(cfg, width) if cfg.embedding_norm else None
         self.embedding_project = Linear(width, cfg.d_model, bias=cfg.bias) if cfg.factorised_embeddings else None
-        self.relative_bias = (RelativePositionBias(cfg, bidirectional=pattern == "bidirectional")
-                              if cfg.position == "relative" else None)
+        self.relative_bias = (
+            RelativePositionBias(cfg, bidirectional=pattern == "bidirectional") if cfg.position == "relative" else None
+        )
         self.dropout_p = cfg.dropout
         self.blocks = nn.ModuleList(Block(cfg, cross, first=i == 0, local=cfg.local_layer(i)) for i in range(n_layers))
         self.final_norm = make_norm(cfg) if cfg.final_norm else None
 
-    def embed(self, x: torch.Tensor, positions: torch.Tensor,
-              token_type_ids: torch.Tensor | None = None, positions_checked: bool = False) -> torch.Tensor:
+    def embed(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        positions_checked: bool = False,
+    ) -> torch.Tensor:
         """(B, T, e) token embeddings -> the first block's input (B, T, d) (before dropout): learned
         positions and segment embeddings added, then the embedding norm, then (factorised
         embeddings, e != d) the projection to d. ``positions``: (T,) or (B, T). Public so that
@@ -194,15 +232,26 @@ class Stack(nn.Module):
             if self.positions is not None and offset + T > self.cfg.max_seq_len:
                 raise ValueError(f"position {offset + T - 1} beyond max_seq_len {self.cfg.max_seq_len}")
             positions = torch.arange(offset, offset + T, device=x.device)  # (T,)
-        x = dropout(self.embed(x, positions, token_type_ids, positions_checked=own_positions), self.dropout_p,
-                    self.training)
+        x = dropout(
+            self.embed(x, positions, token_type_ids, positions_checked=own_positions), self.dropout_p, self.training
+        )
 
         pattern = pattern or ("prefix" if prefix_lengths is not None else self.pattern)
         k_len = offset + T
         # One self-attention mask per kind of layer in the stack: global (False) and sliding-window (True).
-        masks = {local: build_mask(pattern, T, k_len, key_padding=attention_mask, prefix_lengths=prefix_lengths,
-                                   q_offset=offset, device=x.device, window=self.cfg.local_window if local else None)
-                 for local in {block.local for block in self.blocks}}
+        masks = {
+            local: build_mask(
+                pattern,
+                T,
+                k_len,
+                key_padding=attention_mask,
+                prefix_lengths=prefix_lengths,
+                q_offset=offset,
+                device=x.device,
+                window=self.cfg.local_window if local else None,
+            )
+            for local in {block.local for block in self.blocks}
+        }
         cross_mask = None
         if context is not None or (cache is not None and cache.cross[0] is not None):
             s_len = context.shape[1] if context is not None else cache.cross[0][0].shape[2]
@@ -212,8 +261,9 @@ class Stack(nn.Module):
             # Bias and mask combined once per stack (and kind of layer) rather than in every layer:
             # (B or 1, H, T, k_len), -inf where the mask forbids attending.
             bias = self.relative_bias(T, k_len, offset, x.device)
-            biases = {local: bias.masked_fill(~mask.dense(T, k_len, x.device), float("-inf"))
-                      for local, mask in masks.items()}
+            biases = {
+                local: bias.masked_fill(~mask.dense(T, k_len, x.device), float("-inf")) for local, mask in masks.items()
+            }
 
         rotary = RotaryAngles(positions)  # RoPE's angles, made by the first layer that asks, shared by the rest
         packing = Packing.of(attention_mask) if cache is None else None
@@ -221,8 +271,18 @@ class Stack(nn.Module):
             x = packing.pack(x)  # (N, d)
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            x = block(x, masks[block.local], context=context, context_mask=cross_mask, bias=biases[block.local],
-                      rotary=rotary, cache=cache, layer=i, read_at=read_at if i == last else None, packing=packing)
+            x = block(
+                x,
+                masks[block.local],
+                context=context,
+                context_mask=cross_mask,
+                bias=biases[block.local],
+                rotary=rotary,
+                cache=cache,
+                layer=i,
+                read_at=read_at if i == last else None,
+                packing=packing,
+            )
         if cache is not None:
             cache.length += T
         if self.final_norm is not None:
@@ -271,8 +331,9 @@ class Transformer(nn.Module):
     def num_parameters(self, exclude_positions: bool = False) -> int:
         total = sum(p.numel() for p in self.parameters())
         if exclude_positions:
-            total -= sum(m.positions.weight.numel() for m in self.modules()
-                         if isinstance(m, Stack) and m.positions is not None)
+            total -= sum(
+                m.positions.weight.numel() for m in self.modules() if isinstance(m, Stack) and m.positions is not None
+            )
         return total
 
     def read(self, input_ids, attention_mask, read_at=None) -> torch.Tensor:
@@ -303,8 +364,15 @@ class Encoder(Transformer):
         """``(B, T, d)``: how every task reads a text with this family (``Transformer.read``)."""
         return self.hidden_states(input_ids, attention_mask, read_at=read_at)
 
-    def forward(self, input_ids, attention_mask=None, labels=None, token_type_ids=None,
-                decoder_input_ids=None, return_logits: bool = True) -> LMOutput:
+    def forward(
+        self,
+        input_ids,
+        attention_mask=None,
+        labels=None,
+        token_type_ids=None,
+        decoder_input_ids=None,
+        return_logits: bool = True,
+    ) -> LMOutput:
         """``decoder_input_ids`` is accepted so that every family can be called the same way
         (``maskwise.load``); an encoder has no decoder, so anything but None is an error.
         ``return_logits=False``: the loss alone (see ``LMHead.forward``). With labels, only the labelled
@@ -324,8 +392,9 @@ class Discriminator(Encoder):
         self.rtd_head = RTDHead(cfg)
         self.init_weights()
 
-    def forward(self, input_ids, attention_mask=None, labels=None, token_type_ids=None,
-                decoder_input_ids=None) -> RTDOutput:
+    def forward(
+        self, input_ids, attention_mask=None, labels=None, token_type_ids=None, decoder_input_ids=None
+    ) -> RTDOutput:
         """labels: (B, T), 1 = replaced, 0 = original, -100 = no loss."""
         _no_decoder(self, decoder_input_ids)
         h = self.hidden_states(input_ids, attention_mask, token_type_ids)  # (B, T, d)
@@ -348,23 +417,51 @@ class Decoder(Transformer):
         self.stack = Stack(cfg, cfg.n_layers, "causal")
         self.init_weights()
 
-    def hidden_states(self, input_ids, attention_mask=None, positions=None, prefix_lengths=None,
-                      cache=None, bidirectional: bool = False, read_at=None) -> torch.Tensor:
+    def hidden_states(
+        self,
+        input_ids,
+        attention_mask=None,
+        positions=None,
+        prefix_lengths=None,
+        cache=None,
+        bidirectional: bool = False,
+        read_at=None,
+    ) -> torch.Tensor:
         if bidirectional and (prefix_lengths is not None or cache is not None):
             raise ValueError("a bidirectional pass reads the whole text at once: no prefix_lengths, no cache")
-        return self.stack(self._embed(input_ids), attention_mask, positions=positions,
-                          prefix_lengths=prefix_lengths, cache=cache,
-                          pattern="bidirectional" if bidirectional else None, read_at=read_at)
+        return self.stack(
+            self._embed(input_ids),
+            attention_mask,
+            positions=positions,
+            prefix_lengths=prefix_lengths,
+            cache=cache,
+            pattern="bidirectional" if bidirectional else None,
+            read_at=read_at,
+        )
 
     def read(self, input_ids, attention_mask, read_at=None) -> torch.Tensor:
         """``(B, T, d)`` with positions from the mask, so left and right padding read alike; with the
         bidirectional mask where the model was trained to read so (``cfg.reads_bidirectionally``)."""
-        return self.hidden_states(input_ids, attention_mask, positions=positions_from_mask(attention_mask),
-                                  bidirectional=self.cfg.reads_bidirectionally, read_at=read_at)
+        return self.hidden_states(
+            input_ids,
+            attention_mask,
+            positions=positions_from_mask(attention_mask),
+            bidirectional=self.cfg.reads_bidirectionally,
+            read_at=read_at,
+        )
 
-    def forward(self, input_ids, attention_mask=None, labels=None, positions=None, prefix_lengths=None,
-                cache=None, decoder_input_ids=None, return_logits: bool = True,
-                bidirectional: bool = False) -> LMOutput:
+    def forward(
+        self,
+        input_ids,
+        attention_mask=None,
+        labels=None,
+        positions=None,
+        prefix_lengths=None,
+        cache=None,
+        decoder_input_ids=None,
+        return_logits: bool = True,
+        bidirectional: bool = False,
+    ) -> LMOutput:
         """``decoder_input_ids``: accepted for a family-independent call signature; must be None
         (a decoder-only model reads everything through ``input_ids``). ``return_logits=False``:
         the loss alone (see ``LMHead.forward``). ``bidirectional``: every position sees every other
@@ -372,8 +469,9 @@ class Decoder(Transformer):
         (``heads.labelled_reading``)."""
         _no_decoder(self, decoder_input_ids)
         read_at, labels = labelled_reading(labels)
-        h = self.hidden_states(input_ids, attention_mask, positions, prefix_lengths, cache, bidirectional,
-                               read_at)  # (B, T or R, d)
+        h = self.hidden_states(
+            input_ids, attention_mask, positions, prefix_lengths, cache, bidirectional, read_at
+        )  # (B, T or R, d)
         return _lm_output(self, h, labels, read_at, return_logits)
 
 
@@ -396,25 +494,45 @@ class EncoderDecoder(Transformer):
         """``(B, T, d)``: a text is read by the encoder."""
         return self.encode(input_ids, attention_mask, read_at)
 
-    def decode(self, decoder_input_ids, encoder_hidden_states, attention_mask=None,
-               decoder_attention_mask=None, cache=None) -> torch.Tensor:
-        return self.decoder(self._embed(decoder_input_ids), decoder_attention_mask,
-                            context=encoder_hidden_states, context_mask=attention_mask, cache=cache)
+    def decode(
+        self, decoder_input_ids, encoder_hidden_states, attention_mask=None, decoder_attention_mask=None, cache=None
+    ) -> torch.Tensor:
+        return self.decoder(
+            self._embed(decoder_input_ids),
+            decoder_attention_mask,
+            context=encoder_hidden_states,
+            context_mask=attention_mask,
+            cache=cache,
+        )
 
-    def forward(self, input_ids, attention_mask=None, decoder_input_ids=None, labels=None,
-                decoder_attention_mask=None, encoder_hidden_states=None, cache=None,
-                return_logits: bool = True) -> Seq2SeqOutput:
+    def forward(
+        self,
+        input_ids,
+        attention_mask=None,
+        decoder_input_ids=None,
+        labels=None,
+        decoder_attention_mask=None,
+        encoder_hidden_states=None,
+        cache=None,
+        return_logits: bool = True,
+    ) -> Seq2SeqOutput:
         """``return_logits=False``: the loss alone (see ``LMHead.forward``)."""
         if decoder_input_ids is None:
             raise ValueError("an encoder-decoder needs decoder_input_ids")
         if encoder_hidden_states is None and not (cache is not None and cache.cross[0] is not None):
             encoder_hidden_states = self.encode(input_ids, attention_mask)
-        h = self.decode(decoder_input_ids, encoder_hidden_states, attention_mask,
-                        decoder_attention_mask, cache)  # (B, T, d)
+        h = self.decode(
+            decoder_input_ids, encoder_hidden_states, attention_mask, decoder_attention_mask, cache
+        )  # (B, T, d)
         out = self.lm_head(h, labels, return_logits=return_logits)
-        return Seq2SeqOutput(logits=out.logits, loss=out.loss, loss_sum=out.loss_sum,
-                             n_loss_positions=out.n_loss_positions, hidden_states=h,
-                             encoder_hidden_states=encoder_hidden_states)
+        return Seq2SeqOutput(
+            logits=out.logits,
+            loss=out.loss,
+            loss_sum=out.loss_sum,
+            n_loss_positions=out.n_loss_positions,
+            hidden_states=h,
+            encoder_hidden_states=encoder_hidden_states,
+        )
 
 
 def _lm_output(model: Transformer, h: torch.Tensor, labels, read_at, return_logits: bool) -> LMOutput:

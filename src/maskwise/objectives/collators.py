@@ -57,8 +57,9 @@ class SpecialIds:
     decode: Callable[[list[int]], str] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
-        named = {i for i in (self.pad_id, self.mask_id, self.cls_id, self.sep_id, self.bos_id, self.eos_id)
-                 if i is not None}
+        named = {
+            i for i in (self.pad_id, self.mask_id, self.cls_id, self.sep_id, self.bos_id, self.eos_id) if i is not None
+        }
         object.__setattr__(self, "sentinel_ids", tuple(self.sentinel_ids))
         object.__setattr__(self, "special_ids", frozenset(self.special_ids) | named | set(self.sentinel_ids))
 
@@ -73,29 +74,50 @@ class SpecialIds:
             sentinels = []
             while f"<extra_id_{len(sentinels)}>" in vocab:
                 sentinels.append(vocab[f"<extra_id_{len(sentinels)}>"])
-            found = cls(len(tokenizer), tokenizer.pad_token_id, tokenizer.mask_token_id, tokenizer.cls_token_id,
-                        tokenizer.sep_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id, tuple(sentinels),
-                        frozenset(tokenizer.all_special_ids), tokenizer.decode)
+            found = cls(
+                len(tokenizer),
+                tokenizer.pad_token_id,
+                tokenizer.mask_token_id,
+                tokenizer.cls_token_id,
+                tokenizer.sep_token_id,
+                tokenizer.bos_token_id,
+                tokenizer.eos_token_id,
+                tuple(sentinels),
+                frozenset(tokenizer.all_special_ids),
+                tokenizer.decode,
+            )
         else:  # maskwise Tokenizer
-            found = cls(tokenizer.vocab_size, tokenizer.pad_id, tokenizer.mask_id, tokenizer.cls_id,
-                        tokenizer.sep_id, tokenizer.bos_id, tokenizer.eos_id, tokenizer.sentinel_ids,
-                        tokenizer.special_ids, tokenizer.decode)
+            found = cls(
+                tokenizer.vocab_size,
+                tokenizer.pad_id,
+                tokenizer.mask_id,
+                tokenizer.cls_id,
+                tokenizer.sep_id,
+                tokenizer.bos_id,
+                tokenizer.eos_id,
+                tokenizer.sentinel_ids,
+                tokenizer.special_ids,
+                tokenizer.decode,
+            )
         return dataclasses.replace(found, **overrides) if overrides else found
 
     def need(self, *names: str) -> SpecialIds:
         """Raise a ValueError naming the first of ``names`` this tokenizer lacks; returns self."""
         for name in names:
             if getattr(self, name) in (None, ()):
-                raise ValueError(f"the tokenizer has no {name}; give it explicitly: "
-                                 f"SpecialIds.of(tokenizer, {name}=...)")
+                raise ValueError(
+                    f"the tokenizer has no {name}; give it explicitly: SpecialIds.of(tokenizer, {name}=...)"
+                )
         return self
 
 
 def example_rows(examples) -> list[torch.Tensor]:
     """Each example's ids as a 1-D long tensor: ``example["input_ids"]`` for mappings, else the
     example itself."""
-    return [torch.as_tensor(ex["input_ids"] if isinstance(ex, Mapping) else ex, dtype=torch.long).reshape(-1)
-            for ex in examples]
+    return [
+        torch.as_tensor(ex["input_ids"] if isinstance(ex, Mapping) else ex, dtype=torch.long).reshape(-1)
+        for ex in examples
+    ]
 
 
 def split_ends(ids: torch.Tensor, bos_id: int | None, eos_id: int | None):
@@ -114,8 +136,9 @@ class MLMCollator:
     """BERT's masking (``mlm.mask_tokens``) over the padded examples: special tokens (e.g. the
     tokenizer's [CLS]/[SEP]) and padding are never chosen. Returns input_ids, attention_mask, labels."""
 
-    def __init__(self, tokenizer, mask_ratio: float = 0.15, p_mask: float = 0.8, p_random: float = 0.1,
-                 seed: int | None = None):
+    def __init__(
+        self, tokenizer, mask_ratio: float = 0.15, p_mask: float = 0.8, p_random: float = 0.1, seed: int | None = None
+    ):
         self.ids = SpecialIds.of(tokenizer).need("pad_id", "mask_id")
         self.is_special = special_lookup(self.ids, self.ids.vocab_size)
         self.ratio, self.p_mask, self.p_random = check_ratio("mask_ratio", mask_ratio), p_mask, p_random
@@ -124,8 +147,16 @@ class MLMCollator:
     def __call__(self, examples) -> dict[str, torch.Tensor]:
         rows = [row.tolist() for row in example_rows(examples)]
         input_ids, attention_mask = pad(rows, self.ids.pad_id)  # (B, T)
-        inputs, labels = mask_tokens(input_ids, self.is_special, self.ids.mask_id, self.generator, self.ratio,
-                                     self.p_mask, self.p_random, attention_mask)
+        inputs, labels = mask_tokens(
+            input_ids,
+            self.is_special,
+            self.ids.mask_id,
+            self.generator,
+            self.ratio,
+            self.p_mask,
+            self.p_random,
+            attention_mask,
+        )
         return {"input_ids": inputs, "attention_mask": attention_mask, "labels": labels}
 
 
@@ -133,8 +164,14 @@ class ElectraCollator(MLMCollator):
     """ELECTRA's masking (15% chosen, 85% of those [MASK], the rest unchanged): the generator's
     MLM batch; the sampling and the discriminator live in the model."""
 
-    def __init__(self, tokenizer, mask_ratio: float = MASK_RATIO, p_mask: float = P_MASK,
-                 p_random: float = P_RANDOM, seed: int | None = None):
+    def __init__(
+        self,
+        tokenizer,
+        mask_ratio: float = MASK_RATIO,
+        p_mask: float = P_MASK,
+        p_random: float = P_RANDOM,
+        seed: int | None = None,
+    ):
         super().__init__(tokenizer, mask_ratio, p_mask, p_random, seed)
 
 
@@ -143,8 +180,14 @@ class SpanCorruptionCollator:
     trailing EOS, if the tokenizer added them, are dropped first: the corruption appends its own
     EOS. Returns input_ids, attention_mask, labels (the targets) and decoder_input_ids."""
 
-    def __init__(self, tokenizer, decoder_start_token_id: int, noise_density: float = 0.15,
-                 mean_span_length: float = 3.0, seed: int | None = None):
+    def __init__(
+        self,
+        tokenizer,
+        decoder_start_token_id: int,
+        noise_density: float = 0.15,
+        mean_span_length: float = 3.0,
+        seed: int | None = None,
+    ):
         self.ids = SpecialIds.of(tokenizer).need("pad_id", "eos_id", "sentinel_ids")
         self.start_id = decoder_start_token_id
         self.noise_density, self.mean_span_length = noise_density, mean_span_length
@@ -152,13 +195,25 @@ class SpanCorruptionCollator:
 
     def __call__(self, examples) -> dict[str, torch.Tensor]:
         ids = self.ids
-        pairs = [corrupt_random_spans(split_ends(row, ids.bos_id, ids.eos_id)[1], self.noise_density,
-                                      self.mean_span_length, ids.sentinel_ids, ids.eos_id, self.generator)
-                 for row in example_rows(examples)]
+        pairs = [
+            corrupt_random_spans(
+                split_ends(row, ids.bos_id, ids.eos_id)[1],
+                self.noise_density,
+                self.mean_span_length,
+                ids.sentinel_ids,
+                ids.eos_id,
+                self.generator,
+            )
+            for row in example_rows(examples)
+        ]
         input_ids, attention_mask = pad([inputs.tolist() for inputs, _ in pairs], ids.pad_id)  # (B, S)
         labels, _ = pad([targets.tolist() for _, targets in pairs], IGNORE_INDEX)  # (B, T)
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels,
-                "decoder_input_ids": shift_right(labels, self.start_id, ids.pad_id)}
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "labels": labels,
+            "decoder_input_ids": shift_right(labels, self.start_id, ids.pad_id),
+        }
 
 
 class DenoisingCollator:
@@ -169,8 +224,7 @@ class DenoisingCollator:
     ``DenoiseConfig`` fields, BART-large's by default.
     """
 
-    def __init__(self, tokenizer, decoder_start_token_id: int, sentence_end_ids=None, seed: int | None = None,
-                 **noise):
+    def __init__(self, tokenizer, decoder_start_token_id: int, sentence_end_ids=None, seed: int | None = None, **noise):
         self.ids = SpecialIds.of(tokenizer).need("pad_id", "mask_id")
         self.noise = Noiser.build(self.ids, self.ids.vocab_size, sentence_end_ids, **noise)
         self.start_id = decoder_start_token_id
@@ -184,8 +238,12 @@ class DenoisingCollator:
             noised.append(torch.cat([head, self.noise(body, self.generator), tail]))
         input_ids, attention_mask = pad([row.tolist() for row in noised], self.ids.pad_id)  # (B, S)
         labels, _ = pad([row.tolist() for row in rows], IGNORE_INDEX)  # (B, T)
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels,
-                "decoder_input_ids": shift_right(labels, self.start_id, self.ids.pad_id)}
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "labels": labels,
+            "decoder_input_ids": shift_right(labels, self.start_id, self.ids.pad_id),
+        }
 
 
 class PrefixLMCollator:

@@ -61,9 +61,15 @@ def _cover(starts: torch.Tensor, ends: torch.Tensor, n: int) -> torch.Tensor:
     return depth.cumsum(0)[:n] > 0
 
 
-def mask_spans(ids: torch.Tensor, lengths: torch.Tensor, replace_length: int, generator,
-               mask_id: int | None = None, p_random: float = 0.0,
-               random_ids: torch.Tensor | None = None) -> torch.Tensor:
+def mask_spans(
+    ids: torch.Tensor,
+    lengths: torch.Tensor,
+    replace_length: int,
+    generator,
+    mask_id: int | None = None,
+    p_random: float = 0.0,
+    random_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Noise spans of the given ``lengths`` (all >= 1) starting at distinct random positions.
 
     A span runs right from its start and stops at the end of ``ids``; spans may overlap. Then:
@@ -105,8 +111,14 @@ def mask_spans(ids: torch.Tensor, lengths: torch.Tensor, replace_length: int, ge
     return out
 
 
-def insert_tokens(ids: torch.Tensor, count: int, mask_id: int, generator, p_random: float = 0.0,
-                  random_ids: torch.Tensor | None = None) -> torch.Tensor:
+def insert_tokens(
+    ids: torch.Tensor,
+    count: int,
+    mask_id: int,
+    generator,
+    p_random: float = 0.0,
+    random_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Insert ``count`` new tokens at random places: ``mask_id``, except ceil(count * p_random) of
     them drawn from ``random_ids`` (fairseq's insertion noise). Returns n + count tokens, the old
     ones in their order."""
@@ -141,8 +153,14 @@ def poisson_span_lengths(n_tokens: int, poisson_lambda: float, generator) -> tor
     return lengths
 
 
-def token_masking(ids: torch.Tensor, ratio: float, mask_id: int, generator, p_random: float = 0.0,
-                  random_ids: torch.Tensor | None = None) -> torch.Tensor:
+def token_masking(
+    ids: torch.Tensor,
+    ratio: float,
+    mask_id: int,
+    generator,
+    p_random: float = 0.0,
+    random_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
     """ceil(ratio * n) distinct tokens become ``mask_id`` (a ``p_random`` share random tokens)."""
     count = math.ceil(ids.numel() * ratio)
     return mask_spans(ids, torch.ones(count, dtype=torch.long), 1, generator, mask_id, p_random, random_ids)
@@ -154,9 +172,16 @@ def token_deletion(ids: torch.Tensor, ratio: float, generator) -> torch.Tensor:
     return mask_spans(ids, torch.ones(count, dtype=torch.long), 0, generator)
 
 
-def text_infilling(ids: torch.Tensor, ratio: float, mask_id: int, generator, poisson_lambda: float = 3.5,
-                   replace_length: int = 1, p_random: float = 0.0,
-                   random_ids: torch.Tensor | None = None) -> torch.Tensor:
+def text_infilling(
+    ids: torch.Tensor,
+    ratio: float,
+    mask_id: int,
+    generator,
+    poisson_lambda: float = 3.5,
+    replace_length: int = 1,
+    p_random: float = 0.0,
+    random_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Spans with Poisson lengths covering ceil(ratio * n) tokens (before overlaps) are masked as
     ``mask_spans`` says; each zero-length span inserts one ``mask_id`` at a random place."""
     lengths = poisson_span_lengths(math.ceil(ids.numel() * ratio), poisson_lambda, generator)
@@ -183,7 +208,7 @@ def permute_sentences(ids: torch.Tensor, ends: torch.Tensor, ratio: float, gener
     chosen = torch.randperm(m, generator=generator)[: math.ceil(m * ratio)]
     order = torch.arange(m)
     order[chosen] = chosen[torch.randperm(len(chosen), generator=generator)]
-    return torch.cat([ids[starts[i]:bounds[i]] for i in order.tolist()])
+    return torch.cat([ids[starts[i] : bounds[i]] for i in order.tolist()])
 
 
 def rotate_document(ids: torch.Tensor, generator) -> torch.Tensor:
@@ -279,15 +304,24 @@ class Noiser:
             ids = permute_sentences(ids, self.is_sentence_end[ids], cfg.permute_sentences, generator)
         if cfg.mask > 0:
             if cfg.mask_length == "span-poisson":
-                ids = text_infilling(ids, cfg.mask, self.mask_id, generator, cfg.poisson_lambda, cfg.replace_length,
-                                     cfg.mask_random, self.random_ids)
+                ids = text_infilling(
+                    ids,
+                    cfg.mask,
+                    self.mask_id,
+                    generator,
+                    cfg.poisson_lambda,
+                    cfg.replace_length,
+                    cfg.mask_random,
+                    self.random_ids,
+                )
             elif cfg.replace_length == 0:
                 ids = token_deletion(ids, cfg.mask, generator)
             else:
                 ids = token_masking(ids, cfg.mask, self.mask_id, generator, cfg.mask_random, self.random_ids)
         if cfg.insert > 0:
-            ids = insert_tokens(ids, math.ceil(ids.numel() * cfg.insert), self.mask_id, generator, cfg.mask_random,
-                                self.random_ids)
+            ids = insert_tokens(
+                ids, math.ceil(ids.numel() * cfg.insert), self.mask_id, generator, cfg.mask_random, self.random_ids
+            )
         if cfg.rotate > 0 and float(torch.rand(1, generator=generator)) < cfg.rotate:
             ids = rotate_document(ids, generator)
         return ids
@@ -317,10 +351,15 @@ class Denoising(Seq2SeqObjective):
         eos = windows.new_full((windows.shape[0], 1), self.eos_id)
         labels = torch.cat([windows, eos], dim=1)  # (B, T) the original, which the decoder rewrites
         noised = [torch.cat([self.noise(w, generator), eos[0]]) for w in windows]
-        input_ids, attention_mask = pad([row.tolist() for row in noised], self.pad_id, "right",
-                                        windows.device)  # (B, S)
-        return {"input_ids": input_ids, "attention_mask": attention_mask,
-                "decoder_input_ids": shift_right(labels, self.start_id, self.pad_id), "labels": labels}
+        input_ids, attention_mask = pad(
+            [row.tolist() for row in noised], self.pad_id, "right", windows.device
+        )  # (B, S)
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "decoder_input_ids": shift_right(labels, self.start_id, self.pad_id),
+            "labels": labels,
+        }
 
 
 class PromptDenoising(Objective):
@@ -344,11 +383,11 @@ class PromptDenoising(Objective):
         sep, eos = windows.new_tensor([self.sep_id]), windows.new_tensor([self.eos_id])
         inputs, labels = [], []
         for window in windows:
-            source = self.noise(window, generator)[:window.numel()]
+            source = self.noise(window, generator)[: window.numel()]
             sequence = torch.cat([source, sep, window, eos])  # (n + T + 2,)
             inputs.append(sequence[:-1].tolist())
             # position t predicts token t + 1: the source's own tokens and [SEP] carry no loss
-            labels.append([IGNORE_INDEX] * source.numel() + sequence[source.numel() + 1:].tolist())
+            labels.append([IGNORE_INDEX] * source.numel() + sequence[source.numel() + 1 :].tolist())
         input_ids, attention_mask = pad(inputs, self.pad_id, "right", windows.device)  # (B, L)
         label_ids, _ = pad(labels, IGNORE_INDEX, "right", windows.device)  # (B, L)
         # right padding under a causal mask: no real position sees a pad, so the model needs no mask

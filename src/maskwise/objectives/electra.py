@@ -51,12 +51,21 @@ def generator_config(cfg: ModelConfig, fraction: float = 0.25, n_layers: int | N
     d_gen = round(cfg.d_model * fraction)
     heads = max(1, round(cfg.n_heads * fraction))
     if d_gen < 1 or d_gen % heads:
-        raise UserError(f"generator width round({cfg.d_model} x {fraction}) = {d_gen} does not split into "
-                        f"{heads} heads of integer width")
+        raise UserError(
+            f"generator width round({cfg.d_model} x {fraction}) = {d_gen} does not split into "
+            f"{heads} heads of integer width"
+        )
     return dataclasses.replace(
-        cfg, d_model=d_gen, n_heads=heads, n_kv_heads=None, d_head=None, d_ff=max(1, round(cfg.d_ff * fraction)),
-        n_layers=n_layers or cfg.n_layers, position="none" if cfg.position == "learned" else cfg.position,
-        type_vocab_size=0, embedding_norm=False,
+        cfg,
+        d_model=d_gen,
+        n_heads=heads,
+        n_kv_heads=None,
+        d_head=None,
+        d_ff=max(1, round(cfg.d_ff * fraction)),
+        n_layers=n_layers or cfg.n_layers,
+        position="none" if cfg.position == "learned" else cfg.position,
+        type_vocab_size=0,
+        embedding_norm=False,
     ).validate()
 
 
@@ -108,8 +117,9 @@ class ElectraModel(nn.Module):
         if cfg.factorised_embeddings:  # the generator reads the d-wide shared embeddings
             raise UserError("ELECTRA pretraining shares d_model-wide embeddings; embedding_size is not supported")
         self.config = cfg
-        self.discriminator = Discriminator(dataclasses.replace(
-            cfg, tie_embeddings=True, lm_head_transform=False, lm_head_bias=False))
+        self.discriminator = Discriminator(
+            dataclasses.replace(cfg, tie_embeddings=True, lm_head_transform=False, lm_head_bias=False)
+        )
         gen = generator_config(cfg, generator_fraction, generator_layers)
         self.generator_in = nn.Linear(cfg.d_model, gen.d_model)
         self.generator = Stack(gen, gen.n_layers, "bidirectional")
@@ -125,9 +135,14 @@ class ElectraModel(nn.Module):
                     if layer.bias is not None:
                         nn.init.zeros_(layer.bias)
 
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor, sample_uniform: torch.Tensor,
-                attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None) -> ElectraOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        labels: torch.Tensor,
+        sample_uniform: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> ElectraOutput:
         """input_ids: (B, T) masked text; labels: (B, T) original ids at the masked positions and
         -100 elsewhere (``mask_tokens``' output); sample_uniform: (B, T) in [0, 1), the draws that
         pick the generator's samples; attention_mask: (B, T) 1 = real token."""
@@ -151,16 +166,23 @@ class ElectraModel(nn.Module):
             rtd_labels = rtd_labels.masked_fill(~attention_mask.bool(), IGNORE_INDEX)
         judged = disc(corrupted, attention_mask, labels=rtd_labels, token_type_ids=token_type_ids)
         n_scored = int((rtd_labels != IGNORE_INDEX).sum())
-        return ElectraOutput(generator=generated, logits=judged.logits, corrupted=corrupted, replaced=replaced,
-                             disc_loss_sum=judged.loss * n_scored, n_disc_positions=n_scored)
+        return ElectraOutput(
+            generator=generated,
+            logits=judged.logits,
+            corrupted=corrupted,
+            replaced=replaced,
+            disc_loss_sum=judged.loss * n_scored,
+            n_disc_positions=n_scored,
+        )
 
     def flops_per_token(self, context: int) -> tuple[float, float, float]:
         """``train.budget.flops_per_token``'s triple: both stacks (weights and attention) and the
         projections between them per token, all encoder tokens; the generator's MLM head per masked
         position."""
         projections = sum(p.numel() for m in (self.generator_in, self.generator_dense) for p in m.parameters())
-        per_token = (stack_flops(self.discriminator.stack, context) + stack_flops(self.generator, context)
-                     + 6.0 * projections)
+        per_token = (
+            stack_flops(self.discriminator.stack, context) + stack_flops(self.generator, context) + 6.0 * projections
+        )
         return per_token, 0.0, 6.0 * self.config.d_model * self.config.vocab_size
 
     def discriminator_encoder(self) -> Encoder:
@@ -187,9 +209,17 @@ class Electra(MLM):
     name = "electra"
     families = ("encoder",)
 
-    def __init__(self, tokenizer, vocab_size: int, mask_ratio: float = MASK_RATIO, p_mask: float = P_MASK,
-                 p_random: float = P_RANDOM, generator_fraction: float = 0.25, generator_layers: int | None = None,
-                 discriminator_weight: float = 50.0):
+    def __init__(
+        self,
+        tokenizer,
+        vocab_size: int,
+        mask_ratio: float = MASK_RATIO,
+        p_mask: float = P_MASK,
+        p_random: float = P_RANDOM,
+        generator_fraction: float = 0.25,
+        generator_layers: int | None = None,
+        discriminator_weight: float = 50.0,
+    ):
         super().__init__(tokenizer, vocab_size, mask_ratio, p_mask, p_random)
         self.generator_fraction, self.generator_layers = generator_fraction, generator_layers
         self.discriminator_weight = discriminator_weight

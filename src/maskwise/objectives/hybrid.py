@@ -29,9 +29,15 @@ from maskwise.objectives.mlm import check_ratio, mask_tokens, special_lookup
 KINDS = ("causal", "masked")
 
 
-def masked_next_token(windows: torch.Tensor, is_special: torch.Tensor, mask_id: int, generator: torch.Generator,
-                      ratio: float = 0.15, p_mask: float = 0.8,
-                      p_random: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
+def masked_next_token(
+    windows: torch.Tensor,
+    is_special: torch.Tensor,
+    mask_id: int,
+    generator: torch.Generator,
+    ratio: float = 0.15,
+    p_mask: float = 0.8,
+    p_random: float = 0.1,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, T+1) windows -> inputs (B, T) with positions 1..T-1 corrupted by ``mask_tokens``, and
     labels (B, T) where labels[t] = windows[t + 1] if position t + 1 was chosen, else -100.
     Position 0 has no position before it to be predicted from; windows[T] is not read."""
@@ -48,8 +54,15 @@ class Hybrid(Objective):
     name = "hybrid"
     families = ("decoder",)
 
-    def __init__(self, tokenizer, vocab_size: int, causal_fraction: float = 1 / 16, mask_ratio: float = 0.15,
-                 p_mask: float = 0.8, p_random: float = 0.1):
+    def __init__(
+        self,
+        tokenizer,
+        vocab_size: int,
+        causal_fraction: float = 1 / 16,
+        mask_ratio: float = 0.15,
+        p_mask: float = 0.8,
+        p_random: float = 0.1,
+    ):
         if not 0.0 <= causal_fraction <= 1.0:
             raise UserError(f"causal-fraction must be in [0, 1], got {causal_fraction}")
         if tokenizer.mask_id is None:
@@ -67,8 +80,9 @@ class Hybrid(Objective):
         return dataclasses.replace(cfg, reads_bidirectionally=True).validate()
 
     def _masked(self, windows, generator):
-        return masked_next_token(windows, self.is_special, self.mask_id, generator, self.ratio, self.p_mask,
-                                 self.p_random)
+        return masked_next_token(
+            windows, self.is_special, self.mask_id, generator, self.ratio, self.p_mask, self.p_random
+        )
 
     def prepare(self, windows, generator):
         causal = bool(torch.rand((), generator=generator) < self.causal_fraction)
@@ -77,8 +91,11 @@ class Hybrid(Objective):
 
     def prepare_eval(self, windows, generator):
         causal, masked = clm_inputs_and_labels(windows), self._masked(windows, generator)
-        return {"input_ids": torch.cat([causal[0], masked[0]]), "labels": torch.cat([causal[1], masked[1]]),
-                "n_causal": len(windows)}  # (2B, T) each: every window read both ways
+        return {
+            "input_ids": torch.cat([causal[0], masked[0]]),
+            "labels": torch.cat([causal[1], masked[1]]),
+            "n_causal": len(windows),
+        }  # (2B, T) each: every window read both ways
 
     def loss(self, model, batch):
         evaluating = not model.training  # a training step reports only the loss: no logits, no metrics

@@ -40,8 +40,9 @@ def mask_tokens(
     ``is_special``: (V,) bool, True for ids that are never chosen nor drawn as random replacements.
     """
     if p_mask < 0 or p_random < 0 or p_mask + p_random > 1:
-        raise UserError(f"MLM rates must satisfy p_mask, p_random >= 0 and p_mask + p_random <= 1, "
-                        f"got {p_mask} and {p_random}")
+        raise UserError(
+            f"MLM rates must satisfy p_mask, p_random >= 0 and p_mask + p_random <= 1, got {p_mask} and {p_random}"
+        )
     candidates = ~is_special[ids]  # (B, T)
     if attention_mask is not None:
         candidates &= attention_mask.bool()
@@ -79,8 +80,9 @@ class MLM(Objective):
     name = "mlm"
     families = ("encoder",)
 
-    def __init__(self, tokenizer, vocab_size: int, mask_ratio: float = 0.15, p_mask: float = 0.8,
-                 p_random: float = 0.1):
+    def __init__(
+        self, tokenizer, vocab_size: int, mask_ratio: float = 0.15, p_mask: float = 0.8, p_random: float = 0.1
+    ):
         self.ratio = check_ratio("mask_ratio", mask_ratio)
         self.p_mask, self.p_random = p_mask, p_random
         self.cls_id, self.mask_id = tokenizer.cls_id, tokenizer.mask_id
@@ -92,16 +94,16 @@ class MLM(Objective):
     def prepare(self, windows, generator):
         cls = torch.full((windows.shape[0], 1), self.cls_id, dtype=windows.dtype)
         ids = torch.cat([cls, windows], dim=1)  # (B, T)
-        inputs, labels = mask_tokens(ids, self.is_special, self.mask_id, generator, self.ratio,
-                                     self.p_mask, self.p_random)
+        inputs, labels = mask_tokens(
+            ids, self.is_special, self.mask_id, generator, self.ratio, self.p_mask, self.p_random
+        )
         return {"input_ids": inputs, "labels": labels}
 
     def loss(self, model, batch):
         evaluating = not model.training  # a training step reports only the loss: no logits, no accuracy
         out = model(batch["input_ids"], labels=batch["labels"], return_logits=evaluating)
         metrics = {"correct": correct_predictions(out.logits, batch["labels"])} if evaluating else {}
-        return LossParts(out.loss_sum, out.n_loss_positions, encoder_tokens=batch["input_ids"].numel(),
-                         metrics=metrics)
+        return LossParts(out.loss_sum, out.n_loss_positions, encoder_tokens=batch["input_ids"].numel(), metrics=metrics)
 
     def eval_metrics(self, totals):
         return {"masked_acc": totals["correct"] / max(totals["n_positions"], 1)}

@@ -45,10 +45,14 @@ class PrefixLM(Objective):
         inputs, labels = clm_inputs_and_labels(windows)  # (B, T) each; labels[t] = windows[t + 1]
         B, T = inputs.shape
         prefix_lengths = sample_prefix_lengths(torch.full((B,), T), generator)  # (B,)
-        return {"input_ids": inputs, "labels": hide_prefix(labels, prefix_lengths - 1),
-                "prefix_lengths": prefix_lengths}
+        return {
+            "input_ids": inputs,
+            "labels": hide_prefix(labels, prefix_lengths - 1),
+            "prefix_lengths": prefix_lengths,
+        }
 
     def loss(self, model, batch):
-        out = model(batch["input_ids"], labels=batch["labels"], prefix_lengths=batch["prefix_lengths"],
-                    return_logits=False)  # only the loss is used
+        out = model(
+            batch["input_ids"], labels=batch["labels"], prefix_lengths=batch["prefix_lengths"], return_logits=False
+        )  # only the loss is used
         return LossParts(out.loss_sum, out.n_loss_positions, decoder_tokens=batch["input_ids"].numel())

@@ -25,9 +25,12 @@ OBJECTIVES: dict[str, tuple[tuple[str, ...], Callable[..., Objective]]] = {
     "clm": (CLM.families, lambda tok, vocab, family, no_shift=False: CLM(shift=not no_shift)),
     "span": (SpanCorruption.families, lambda tok, vocab, family, **o: SpanCorruption(tok, **o)),
     # the same noise for two structures: an encoder-decoder's two stacks, or one decoder's prompt
-    "denoise": (Denoising.families + PromptDenoising.families,
-                lambda tok, vocab, family, **o: (PromptDenoising if family in PromptDenoising.families
-                                                 else Denoising)(tok, vocab, **o)),
+    "denoise": (
+        Denoising.families + PromptDenoising.families,
+        lambda tok, vocab, family, **o: (PromptDenoising if family in PromptDenoising.families else Denoising)(
+            tok, vocab, **o
+        ),
+    ),
     "electra": (Electra.families, lambda tok, vocab, family, **o: Electra(tok, vocab, **o)),
     "prefix-lm": (PrefixLM.families, lambda tok, vocab, family: PrefixLM()),
     "hybrid": (Hybrid.families, lambda tok, vocab, family, **o: Hybrid(tok, vocab, **o)),
@@ -38,23 +41,39 @@ OBJECTIVE_OPTIONS: dict[str, dict[str, str]] = {
     "mlm": {"mask_ratio": "mask_ratio", "mask_prob": "p_mask", "random_prob": "p_random"},
     "clm": {"no_shift": "no_shift"},
     "span": {"noise_density": "noise_density", "mean_span": "mean_span_length"},
-    "denoise": {"denoise_mask": "mask", "mask_random": "mask_random", "mask_length": "mask_length",
-                "poisson_lambda": "poisson_lambda", "replace_length": "replace_length",
-                "permute_sentences": "permute_sentences", "rotate": "rotate", "insert": "insert"},
+    "denoise": {
+        "denoise_mask": "mask",
+        "mask_random": "mask_random",
+        "mask_length": "mask_length",
+        "poisson_lambda": "poisson_lambda",
+        "replace_length": "replace_length",
+        "permute_sentences": "permute_sentences",
+        "rotate": "rotate",
+        "insert": "insert",
+    },
     # ELECTRA keeps its own p_mask/p_random (0.85/0.0): only the ratio is shared with MLM's flags.
-    "electra": {"mask_ratio": "mask_ratio", "generator_fraction": "generator_fraction",
-                "discriminator_weight": "discriminator_weight"},
-    "hybrid": {"causal_fraction": "causal_fraction", "mask_ratio": "mask_ratio", "mask_prob": "p_mask",
-               "random_prob": "p_random"},
+    "electra": {
+        "mask_ratio": "mask_ratio",
+        "generator_fraction": "generator_fraction",
+        "discriminator_weight": "discriminator_weight",
+    },
+    "hybrid": {
+        "causal_fraction": "causal_fraction",
+        "mask_ratio": "mask_ratio",
+        "mask_prob": "p_mask",
+        "random_prob": "p_random",
+    },
 }
+
 
 def check_pair(family: str, objective: str) -> None:
     if objective not in OBJECTIVES:
         raise UserError(f"unknown objective {objective!r}; known: {', '.join(OBJECTIVES)}")
     families = OBJECTIVES[objective][0]
     if family not in families:
-        raise UserError(f"objective {objective} does not apply to the {family} family "
-                        f"(it trains: {', '.join(families)})")
+        raise UserError(
+            f"objective {objective} does not apply to the {family} family (it trains: {', '.join(families)})"
+        )
 
 
 def build_objective(name: str, family: str, tokenizer, vocab_size: int, **options: Any) -> Objective:

@@ -74,12 +74,14 @@ def span_lengths(raw_length: int, noise_density: float = 0.15, mean_span_length:
         raise UserError(
             f"{raw_length} raw tokens at noise_density {noise_density}: {noise} noise tokens make "
             f"round({noise} / {mean_span_length}) = {spans} spans, which need {spans} kept spans between "
-            f"them, but only {raw_length} - {noise} = {kept} tokens are kept")
+            f"them, but only {raw_length} - {noise} = {kept} tokens are kept"
+        )
     return SpanLengths(noise, spans, kept + spans + 1, noise + spans + 1)
 
 
-def compute_input_and_target_lengths(input_length: int, noise_density: float = 0.15,
-                                     mean_span_length: float = 3.0) -> tuple[int, int]:
+def compute_input_and_target_lengths(
+    input_length: int, noise_density: float = 0.15, mean_span_length: float = 3.0
+) -> tuple[int, int]:
     """(raw_length, target_length): the longest raw window whose encoder input fits ``input_length``.
 
     One more raw token adds one kept token (input +1) or one noise token (input +0, or +1 when it
@@ -106,8 +108,9 @@ def _random_segmentation(n_items: int, n_segments: int, generator: torch.Generat
     return bounds.diff()
 
 
-def random_span_mask(length: int, noise_density: float, mean_span_length: float,
-                     generator: torch.Generator | None) -> torch.Tensor:
+def random_span_mask(
+    length: int, noise_density: float, mean_span_length: float, generator: torch.Generator | None
+) -> torch.Tensor:
     """(length,) bool, True = noise: exactly ``span_lengths(length).noise`` noise tokens in
     ``spans`` spans, alternating kept/noise and starting with kept text (so ending with noise).
 
@@ -123,8 +126,9 @@ def random_span_mask(length: int, noise_density: float, mean_span_length: float,
     return is_noise.repeat_interleave(segments)  # (length,)
 
 
-def corrupt_spans(ids: torch.Tensor, noise_mask: torch.Tensor, sentinel_ids, eos_id: int
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+def corrupt_spans(
+    ids: torch.Tensor, noise_mask: torch.Tensor, sentinel_ids, eos_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(L,) ids and (L,) noise mask -> (encoder input, decoder target), both 1-D.
 
     input: the kept tokens, each noise span replaced by one sentinel (``sentinel_ids[i]`` for the
@@ -133,16 +137,19 @@ def corrupt_spans(ids: torch.Tensor, noise_mask: torch.Tensor, sentinel_ids, eos
     noise + spans (+ 1 for trailing kept text) + 1.
     """
     if ids.dim() != 1 or noise_mask.shape != ids.shape:
-        raise ValueError(f"ids {tuple(ids.shape)} and noise_mask {tuple(noise_mask.shape)} must be "
-                         f"1-D and of equal length")
+        raise ValueError(
+            f"ids {tuple(ids.shape)} and noise_mask {tuple(noise_mask.shape)} must be 1-D and of equal length"
+        )
     noise = noise_mask.bool()
     starts = noise & ~F.pad(noise[:-1], (1, 0), value=False)  # (L,) first token of each noise span
     n_spans = int(starts.sum())
     trailing = ids.numel() > 0 and not bool(noise[-1])
     needed = n_spans + int(trailing)
     if needed > len(sentinel_ids):
-        raise ValueError(f"{n_spans} noise spans{' + 1 for the trailing kept text' if trailing else ''} need "
-                         f"{needed} sentinels, but only {len(sentinel_ids)} are given")
+        raise ValueError(
+            f"{n_spans} noise spans{' + 1 for the trailing kept text' if trailing else ''} need "
+            f"{needed} sentinels, but only {len(sentinel_ids)} are given"
+        )
     sentinels = torch.tensor(list(sentinel_ids[:needed]), dtype=ids.dtype)
     span = (starts.cumsum(0) - 1).clamp(min=0)  # (L,) index of the span a noise token belongs to
     marker = sentinels[span]  # (L,) the sentinel of each noise token's span
@@ -155,8 +162,14 @@ def corrupt_spans(ids: torch.Tensor, noise_mask: torch.Tensor, sentinel_ids, eos
     return torch.cat([inputs, eos]), targets
 
 
-def corrupt_random_spans(ids: torch.Tensor, noise_density: float, mean_span_length: float, sentinel_ids,
-                         eos_id: int, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+def corrupt_random_spans(
+    ids: torch.Tensor,
+    noise_density: float,
+    mean_span_length: float,
+    sentinel_ids,
+    eos_id: int,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``corrupt_spans`` of one (L,) row under a fresh ``random_span_mask``."""
     mask = random_span_mask(ids.numel(), noise_density, mean_span_length, generator)
     return corrupt_spans(ids, mask, sentinel_ids, eos_id)
@@ -193,12 +206,22 @@ class Seq2SeqObjective(Objective):
     def loss(self, model, batch):
         attention_mask = batch.get("attention_mask")
         evaluating = not model.training  # a training step reports only the loss: no logits, no accuracy
-        out = model(batch["input_ids"], attention_mask=attention_mask,
-                    decoder_input_ids=batch["decoder_input_ids"], labels=batch["labels"], return_logits=evaluating)
+        out = model(
+            batch["input_ids"],
+            attention_mask=attention_mask,
+            decoder_input_ids=batch["decoder_input_ids"],
+            labels=batch["labels"],
+            return_logits=evaluating,
+        )
         metrics = {"correct": correct_predictions(out.logits, batch["labels"])} if evaluating else {}
         encoder_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()
-        return LossParts(out.loss_sum, out.n_loss_positions, encoder_tokens=encoder_tokens,
-                         decoder_tokens=batch["decoder_input_ids"].numel(), metrics=metrics)
+        return LossParts(
+            out.loss_sum,
+            out.n_loss_positions,
+            encoder_tokens=encoder_tokens,
+            decoder_tokens=batch["decoder_input_ids"].numel(),
+            metrics=metrics,
+        )
 
     def eval_metrics(self, totals):
         return {"token_acc": totals["correct"] / max(totals["n_positions"], 1)}
@@ -221,9 +244,16 @@ class SpanCorruption(Seq2SeqObjective):
         return compute_input_and_target_lengths(block_size, self.noise_density, self.mean_span_length)[0]
 
     def prepare(self, windows, generator):
-        rows = [corrupt_random_spans(w, self.noise_density, self.mean_span_length, self.sentinel_ids,
-                                     self.eos_id, generator) for w in windows]
+        rows = [
+            corrupt_random_spans(
+                w, self.noise_density, self.mean_span_length, self.sentinel_ids, self.eos_id, generator
+            )
+            for w in windows
+        ]
         input_ids = torch.stack([inputs for inputs, _ in rows])  # (B, S)
         labels = torch.stack([targets for _, targets in rows])  # (B, T)
-        return {"input_ids": input_ids, "decoder_input_ids": shift_right(labels, self.start_id, self.pad_id),
-                "labels": labels}
+        return {
+            "input_ids": input_ids,
+            "decoder_input_ids": shift_right(labels, self.start_id, self.pad_id),
+            "labels": labels,
+        }

@@ -79,8 +79,17 @@ def forward(
         source = _stack(w, "encoder.", cfg, cfg.n_layers, ids, padding, "bidirectional")  # (B, S, d)
         dec_ids = np.asarray(decoder_input_ids)
         n_decoder = cfg.n_layers if cfg.n_decoder_layers is None else cfg.n_decoder_layers
-        h = _stack(w, "decoder.", cfg, n_decoder, dec_ids, _real(decoder_attention_mask, dec_ids), "causal",
-                   context=source, context_padding=padding)
+        h = _stack(
+            w,
+            "decoder.",
+            cfg,
+            n_decoder,
+            dec_ids,
+            _real(decoder_attention_mask, dec_ids),
+            "causal",
+            context=source,
+            context_padding=padding,
+        )
     else:
         raise ValueError(f"unknown family {cfg.family!r}")
     logits = _lm_head(w, cfg, h)
@@ -95,8 +104,14 @@ def _real(mask: np.ndarray | None, ids: np.ndarray) -> np.ndarray:
     return np.ones(ids.shape, dtype=bool) if mask is None else np.asarray(mask).astype(bool)
 
 
-def allowed(pattern: str, q_len: int, k_len: int, key_real: np.ndarray,
-            prefix_lengths: np.ndarray | None = None, window: int | None = None) -> np.ndarray:
+def allowed(
+    pattern: str,
+    q_len: int,
+    k_len: int,
+    key_real: np.ndarray,
+    prefix_lengths: np.ndarray | None = None,
+    window: int | None = None,
+) -> np.ndarray:
     """(B, T_q, T_k) bool: True at [b, i, j] = query i of row b may attend to key j.
 
     Self-attention without a cache, so query i and key i are the same position. A local layer's
@@ -155,7 +170,7 @@ def _activation(name: str, x: np.ndarray) -> np.ndarray:
     if name == "gelu":
         return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
     if name == "gelu_tanh":
-        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
     if name == "relu":
         return np.maximum(x, 0.0)
     if name == "silu":
@@ -194,9 +209,16 @@ def _heads(x: np.ndarray, n_heads: int) -> np.ndarray:
     return x.reshape(B, T, n_heads, inner // n_heads).transpose(0, 2, 1, 3)  # (B, H, T, hd)
 
 
-def _attention(w: _Weights, name: str, cfg: ModelConfig, x: np.ndarray, may_attend: np.ndarray,
-               context: np.ndarray | None = None, bias: np.ndarray | None = None,
-               rope_theta: float | None = None) -> np.ndarray:
+def _attention(
+    w: _Weights,
+    name: str,
+    cfg: ModelConfig,
+    x: np.ndarray,
+    may_attend: np.ndarray,
+    context: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    rope_theta: float | None = None,
+) -> np.ndarray:
     """Self-attention (context None) or cross-attention; x: (B, T, d), may_attend: (B, T, T_k);
     ``rope_theta``: this layer's RoPE base (a local layer's differs)."""
     H = cfg.n_heads
@@ -206,7 +228,7 @@ def _attention(w: _Weights, name: str, cfg: ModelConfig, x: np.ndarray, may_atte
     qkv_bias = cfg.bias or cfg.qkv_bias
     if context is None:
         qkv = _linear(w, f"{name}.qkv", x, qkv_bias)  # (B, T, inner + 2 * kv_inner), rows q | k | v
-        q, k, v = qkv[..., :inner], qkv[..., inner:inner + kv_inner], qkv[..., inner + kv_inner:]
+        q, k, v = qkv[..., :inner], qkv[..., inner : inner + kv_inner], qkv[..., inner + kv_inner :]
     else:
         q = _linear(w, f"{name}.q", x, qkv_bias)  # (B, T, inner)
         kv = _linear(w, f"{name}.kv", context, qkv_bias)  # (B, S, 2 * kv_inner), rows k | v
@@ -230,15 +252,25 @@ def _attention(w: _Weights, name: str, cfg: ModelConfig, x: np.ndarray, may_atte
 def _ffn(w: _Weights, name: str, cfg: ModelConfig, x: np.ndarray) -> np.ndarray:
     h = _linear(w, f"{name}.up", x, cfg.bias)  # (B, T, d_ff), or (B, T, 2 d_ff) gated: gate | up
     if cfg.gated_ffn:
-        h = _activation(cfg.activation, h[..., :cfg.d_ff]) * h[..., cfg.d_ff:]
+        h = _activation(cfg.activation, h[..., : cfg.d_ff]) * h[..., cfg.d_ff :]
     else:
         h = _activation(cfg.activation, h)
     return _linear(w, f"{name}.down", h, cfg.bias)
 
 
-def _stack(w: _Weights, p: str, cfg: ModelConfig, n_layers: int, ids: np.ndarray, key_real: np.ndarray,
-           pattern: str, token_type_ids: np.ndarray | None = None, prefix_lengths: np.ndarray | None = None,
-           context: np.ndarray | None = None, context_padding: np.ndarray | None = None) -> np.ndarray:
+def _stack(
+    w: _Weights,
+    p: str,
+    cfg: ModelConfig,
+    n_layers: int,
+    ids: np.ndarray,
+    key_real: np.ndarray,
+    pattern: str,
+    token_type_ids: np.ndarray | None = None,
+    prefix_lengths: np.ndarray | None = None,
+    context: np.ndarray | None = None,
+    context_padding: np.ndarray | None = None,
+) -> np.ndarray:
     """Token ids (B, T) -> hidden states (B, T, d) of the stack whose weights start with ``p``."""
     T = ids.shape[1]
     x = w["embed.weight"][ids] * cfg.embedding_scale  # (B, T, e), e = d unless factorised
@@ -258,8 +290,7 @@ def _stack(w: _Weights, p: str, cfg: ModelConfig, n_layers: int, ids: np.ndarray
     bias = None
     if cfg.position == "relative":  # one table per stack, shared by all its layers
         offsets = np.arange(T)[None, :] - np.arange(T)[:, None]  # key - query, (T, T)
-        buckets = relative_bucket(offsets, pattern == "bidirectional", cfg.relative_buckets,
-                                  cfg.relative_max_distance)
+        buckets = relative_bucket(offsets, pattern == "bidirectional", cfg.relative_buckets, cfg.relative_max_distance)
         bias = w[f"{p}relative_bias.embedding.weight"][buckets].transpose(2, 0, 1)  # (H, T, T)
     cross_may_attend = None
     if context is not None:
@@ -276,11 +307,17 @@ def _stack(w: _Weights, p: str, cfg: ModelConfig, n_layers: int, ids: np.ndarray
         # layers 0, n, 2n, ... (n = global_every) attend globally; where local_window is set the rest locally
         local = cfg.local_window is not None and layer % cfg.global_every > 0
         sees, theta = (local_may_attend, cfg.local_rope_theta) if local else (may_attend, cfg.rope_theta)
-        x = residual(x, attn_norm, lambda h, b=b, sees=sees, theta=theta: _attention(
-            w, b + "attn", cfg, h, sees, bias=bias, rope_theta=theta))
+        x = residual(
+            x,
+            attn_norm,
+            lambda h, b=b, sees=sees, theta=theta: _attention(w, b + "attn", cfg, h, sees, bias=bias, rope_theta=theta),
+        )
         if context is not None:
-            x = residual(x, b + "cross_norm",
-                         lambda h, b=b: _attention(w, b + "cross_attn", cfg, h, cross_may_attend, context=context))
+            x = residual(
+                x,
+                b + "cross_norm",
+                lambda h, b=b: _attention(w, b + "cross_attn", cfg, h, cross_may_attend, context=context),
+            )
         x = residual(x, b + "ffn_norm", lambda h, b=b: _ffn(w, b + "ffn", cfg, h))
     if cfg.final_norm:
         x = _norm(w, f"{p}final_norm", cfg, x)

@@ -8,8 +8,9 @@ import torch
 from maskwise.tasks.sampling import penalise_repetition
 
 
-def search_beams(state, row_limit: torch.Tensor, steps: int, seen: torch.Tensor, cfg, eos_id: int | None,
-                 pad_id: int) -> tuple[list[list[int]], list[float]]:
+def search_beams(
+    state, row_limit: torch.Tensor, steps: int, seen: torch.Tensor, cfg, eos_id: int | None, pad_id: int
+) -> tuple[list[list[int]], list[float]]:
     """Each prompt's best hypothesis and its score, from ``state`` holding every prompt repeated
     ``cfg.num_beams`` times (``row_limit``: (B*K,) new-token limits; ``seen``: (B*K, V) tokens the
     repetition penalty starts from). ``cfg``: the call's ``GenerationConfig``.
@@ -27,7 +28,7 @@ def search_beams(state, row_limit: torch.Tensor, steps: int, seen: torch.Tensor,
     done = [False] * B
 
     def normalised(score: float, length: int) -> float:
-        return score / length ** cfg.length_penalty
+        return score / length**cfg.length_penalty
 
     logits = state.first()
     for t in range(steps):
@@ -64,8 +65,12 @@ def search_beams(state, row_limit: torch.Tensor, steps: int, seen: torch.Tensor,
                 for k in range(K):
                     if next_scores[b, k] > float("-inf"):
                         row = b * K + int(next_beam[b, k])
-                        hypotheses[b].append((normalised(float(next_scores[b, k]), t + 1),
-                                              sequences[row].tolist() + [int(next_token[b, k])]))
+                        hypotheses[b].append(
+                            (
+                                normalised(float(next_scores[b, k]), t + 1),
+                                sequences[row].tolist() + [int(next_token[b, k])],
+                            )
+                        )
                 hypotheses[b] = sorted(hypotheses[b], key=lambda h: -h[0])[:K]
                 done[b] = True
         if all(done):

@@ -38,8 +38,9 @@ def chars_read(tokenizer, texts: Sequence[str], max_len: int, family: str) -> li
     return read
 
 
-def tfidf_logistic_regression(train_texts: Sequence[str], train_labels: Sequence[str],
-                              test_texts: Sequence[str]) -> list[str]:
+def tfidf_logistic_regression(
+    train_texts: Sequence[str], train_labels: Sequence[str], test_texts: Sequence[str]
+) -> list[str]:
     """Each test text's label by TF-IDF (sublinear term frequency, word 1- and 2-grams) and logistic regression."""
     from sklearn.feature_extraction.text import (
         TfidfVectorizer,  # at call time: scikit-learn loads in a second

@@ -75,8 +75,11 @@ from maskwise.tasks.unit import (
 HEAD_PREFIX = "head."
 # The plays' classification tasks: (split, texts per label, seed=) -> the labelled texts.
 PLAYS_TASKS: dict[str, Callable[..., list[LabelledText]]] = {
-    "genre": genre_examples, "line-order": line_order_examples, "word-order": word_order_examples,
-    "sentence-mark": sentence_mark_examples}
+    "genre": genre_examples,
+    "line-order": line_order_examples,
+    "word-order": word_order_examples,
+    "sentence-mark": sentence_mark_examples,
+}
 
 
 def check_pooling(kind: Family, pooling: str | None) -> str:
@@ -85,8 +88,10 @@ def check_pooling(kind: Family, pooling: str | None) -> str:
     if pooling not in POOLINGS:
         raise UserError(f"unknown pooling {pooling!r}; known: {', '.join(POOLINGS)}")
     if not kind.bidirectional and pooling == "cls":
-        raise UserError("cls pooling reads the first token, which a causal decoder sees before the rest of "
-                        "the text; use last (or mean)")
+        raise UserError(
+            "cls pooling reads the first token, which a causal decoder sees before the rest of "
+            "the text; use last (or mean)"
+        )
     return pooling
 
 
@@ -96,8 +101,14 @@ class SequenceClassifier(nn.Module):
     The body is kept under ``body.`` and the head under ``head.`` so that the optimizer's head group
     and the saved files split on a name prefix."""
 
-    def __init__(self, body: nn.Module, labels: Sequence[str], pooling: str | None = None,
-                 freeze: bool = False, dropout: float = 0.1):
+    def __init__(
+        self,
+        body: nn.Module,
+        labels: Sequence[str],
+        pooling: str | None = None,
+        freeze: bool = False,
+        dropout: float = 0.1,
+    ):
         super().__init__()
         self.body, self.labels = body_of(body), list(labels)
         self.pooling = check_pooling(self.body.cfg.kind, pooling)
@@ -121,8 +132,9 @@ class SequenceClassifier(nn.Module):
         return self.head(pool(h, attention_mask, self.pooling))  # (B, n_classes)
 
     @classmethod
-    def from_fine_tune(cls, body: nn.Module, task: dict, head: dict[str, torch.Tensor] | None,
-                       where: str) -> SequenceClassifier:
+    def from_fine_tune(
+        cls, body: nn.Module, task: dict, head: dict[str, torch.Tensor] | None, where: str
+    ) -> SequenceClassifier:
         """The classifier a fine-tune left (``interop.folders.fine_tune_of``: a run's or an HF task class's
         record of labels, pooling and mode, and its head's tensors) on ``body``, in eval mode."""
         model = cls(body, task["labels"], task["pooling"], task.get("freeze", False))
@@ -149,8 +161,14 @@ class ClassifyConfig(FinetuneConfig):
         return self
 
 
-def train_classifier(body: nn.Module, tokenizer, train: Sequence[LabelledText], cfg: ClassifyConfig,
-                     labels: Sequence[str] | None = None, runtime: Runtime | None = None) -> SequenceClassifier:
+def train_classifier(
+    body: nn.Module,
+    tokenizer,
+    train: Sequence[LabelledText],
+    cfg: ClassifyConfig,
+    labels: Sequence[str] | None = None,
+    runtime: Runtime | None = None,
+) -> SequenceClassifier:
     """Fine-tune (or probe) ``body`` on ``train``; ``labels`` fixes the label order (default sorted)."""
     if not train:
         raise UserError("no training examples")
@@ -173,8 +191,9 @@ def train_classifier(body: nn.Module, tokenizer, train: Sequence[LabelledText], 
 
 
 @torch.no_grad()
-def predict(model: SequenceClassifier, tokenizer, texts: Sequence[str], batch_size: int = 64,
-            max_len: int | None = None) -> list[str]:
+def predict(
+    model: SequenceClassifier, tokenizer, texts: Sequence[str], batch_size: int = 64, max_len: int | None = None
+) -> list[str]:
     model.eval()
     max_len, device = context_len(model.body, max_len), device_of(model)
     predicted: list[str] = []
@@ -236,35 +255,71 @@ def scores_of(predicted: Sequence[str], gold: Sequence[str], labels: Sequence[st
     # Each item's 0/1 weighted by n / (labels x its label's count): their mean is balanced accuracy (the mean of
     # per-label recalls), so an interval over items can be drawn for it as for accuracy.
     weight = [len(gold) / (len(per_label) * per_label[g]) for g in gold]
-    return {"accuracy": accuracy(predicted, gold), "macro_f1": macro_f1(predicted, gold, labels),
-            "correct": [int(p == g) for p, g in zip(predicted, gold)],
-            "balanced_correct": [w * (p == g) for w, p, g in zip(weight, predicted, gold)]}
+    return {
+        "accuracy": accuracy(predicted, gold),
+        "macro_f1": macro_f1(predicted, gold, labels),
+        "correct": [int(p == g) for p, g in zip(predicted, gold)],
+        "balanced_correct": [w * (p == g) for w, p, g in zip(weight, predicted, gold)],
+    }
 
 
-def classification_results(predicted: Sequence[str], gold: Sequence[str], train_labels: Sequence[str], *,
-                           family: str, mode: str, pooling: str | None = None,
-                           settings: dict[str, Any] | None = None) -> ClassifyRecord:
+def classification_results(
+    predicted: Sequence[str],
+    gold: Sequence[str],
+    train_labels: Sequence[str],
+    *,
+    family: str,
+    mode: str,
+    pooling: str | None = None,
+    settings: dict[str, Any] | None = None,
+) -> ClassifyRecord:
     """Accuracy and macro-F1 beside the majority-class baseline (the train set's most frequent label
     predicted for every test example), with how they were made."""
     labels = sorted(set(gold) | set(train_labels))
     majority = majority_label(train_labels)
-    baseline = MajorityBaseline(**scores_of([majority] * len(gold), gold, labels), name="majority class",
-                                label=majority)
-    return ClassifyRecord(**scores_of(predicted, gold, labels), family=family, mode=mode, pooling=pooling,
-                          n_test=len(gold), baseline=baseline, settings=settings or {})
+    baseline = MajorityBaseline(
+        **scores_of([majority] * len(gold), gold, labels), name="majority class", label=majority
+    )
+    return ClassifyRecord(
+        **scores_of(predicted, gold, labels),
+        family=family,
+        mode=mode,
+        pooling=pooling,
+        n_test=len(gold),
+        baseline=baseline,
+        settings=settings or {},
+    )
 
 
-def evaluate_classifier(model: SequenceClassifier, tokenizer, test: Sequence[LabelledText],
-                        train_labels: Sequence[str], batch_size: int = 64,
-                        settings: dict[str, Any] | None = None, max_len: int | None = None) -> ClassifyRecord:
+def evaluate_classifier(
+    model: SequenceClassifier,
+    tokenizer,
+    test: Sequence[LabelledText],
+    train_labels: Sequence[str],
+    batch_size: int = 64,
+    settings: dict[str, Any] | None = None,
+    max_len: int | None = None,
+) -> ClassifyRecord:
     predicted = predict(model, tokenizer, [e.text for e in test], batch_size, max_len)
-    return classification_results(predicted, [e.label for e in test], train_labels, family=model.body.cfg.family,
-                                  mode="probe" if model.freeze else "finetune", pooling=model.pooling,
-                                  settings=settings)
+    return classification_results(
+        predicted,
+        [e.label for e in test],
+        train_labels,
+        family=model.body.cfg.family,
+        mode="probe" if model.freeze else "finetune",
+        pooling=model.pooling,
+        settings=settings,
+    )
 
 
-def with_classic(record: ClassifyRecord, train: Sequence[LabelledText], test: Sequence[LabelledText], tokenizer,
-                 max_len: int, family: str) -> ClassifyRecord:
+def with_classic(
+    record: ClassifyRecord,
+    train: Sequence[LabelledText],
+    test: Sequence[LabelledText],
+    tokenizer,
+    max_len: int,
+    family: str,
+) -> ClassifyRecord:
     """``record`` with TF-IDF + logistic regression fitted on ``train`` beside it: on the characters a model of
     ``family`` reads at ``max_len`` tokens, and on whole texts; and each test text's characters read and given."""
     gold, labels = [e.label for e in test], sorted({e.label for e in (*train, *test)})
@@ -275,10 +330,13 @@ def with_classic(record: ClassifyRecord, train: Sequence[LabelledText], test: Se
         predicted = tfidf_logistic_regression(train_texts, [e.label for e in train], test_texts)
         return ClassicScores(**scores_of(predicted, gold, labels), name=TFIDF_LOGISTIC)
 
-    return replace(record, classic=fitted([e.text[:n] for e, n in zip(train, read_train)],
-                                          [e.text[:n] for e, n in zip(test, read_test)]),
-                   classic_whole=fitted([e.text for e in train], [e.text for e in test]),
-                   chars_read=read_test, chars_given=[len(e.text) for e in test])
+    return replace(
+        record,
+        classic=fitted([e.text[:n] for e, n in zip(train, read_train)], [e.text[:n] for e, n in zip(test, read_test)]),
+        classic_whole=fitted([e.text for e in train], [e.text for e in test]),
+        chars_read=read_test,
+        chars_given=[len(e.text) for e in test],
+    )
 
 
 def settings_of(cfg: ClassifyConfig) -> dict:
@@ -291,9 +349,15 @@ DEFAULT_TEMPLATE = "{text}\n\nThe genre of this play is"
 
 
 @torch.no_grad()
-def zero_shot_classify(model: nn.Module, tokenizer, texts: Sequence[str], labels: Sequence[str],
-                       template: str = DEFAULT_TEMPLATE, per_token: bool = True,
-                       batch_size: int = 32) -> list[str]:
+def zero_shot_classify(
+    model: nn.Module,
+    tokenizer,
+    texts: Sequence[str],
+    labels: Sequence[str],
+    template: str = DEFAULT_TEMPLATE,
+    per_token: bool = True,
+    batch_size: int = 32,
+) -> list[str]:
     """Pick, for each text, the label whose continuation " <label>" of ``template`` is most likely.
 
     ``per_token`` ranks by mean log-probability per token rather than the sum, so that a label is
@@ -319,9 +383,12 @@ def zero_shot_classify(model: nn.Module, tokenizer, texts: Sequence[str], labels
 
 def _classic_of(key: str) -> dict[str, Any]:
     """A row's classic method, read by ``key`` (``correct`` or ``balanced_correct``) on its record, and what it read."""
-    return {"classic_name": TFIDF_LOGISTIC, "classic": lambda r: r.classic and getattr(r.classic, key),
-            "classic_whole": lambda r: r.classic_whole and getattr(r.classic_whole, key),
-            "read": chars_read_and_given}
+    return {
+        "classic_name": TFIDF_LOGISTIC,
+        "classic": lambda r: r.classic and getattr(r.classic, key),
+        "classic_whole": lambda r: r.classic_whole and getattr(r.classic_whole, key),
+        "read": chars_read_and_given,
+    }
 
 
 class Classify(Task[ClassifyConfig]):
@@ -331,69 +398,115 @@ class Classify(Task[ClassifyConfig]):
     claim = ENCODER_JOBS
     config = ClassifyConfig
     record = ClassifyRecord
-    plays_row = Row("line order accuracy (classification)", True, lambda r: r.correct, lambda r: r.baseline.correct,
-                    "majority class", **_classic_of("correct"))
-    head = Head(SequenceClassifier, {"labels": (True, True), "pooling": (False, True), "train_labels": (True, False),
-                                     "plays_task": (False, False)},
-                classes_key="labels", hf_classes={"modernbert": "ModernBertForSequenceClassification"})
+    plays_row = Row(
+        "line order accuracy (classification)",
+        True,
+        lambda r: r.correct,
+        lambda r: r.baseline.correct,
+        "majority class",
+        **_classic_of("correct"),
+    )
+    head = Head(
+        SequenceClassifier,
+        {"labels": (True, True), "pooling": (False, True), "train_labels": (True, False), "plays_task": (False, False)},
+        classes_key="labels",
+        hf_classes={"modernbert": "ModernBertForSequenceClassification"},
+    )
 
-    def plays(self, cfg: ClassifyConfig, model: nn.Module | None, split: str,
-              training: bool) -> tuple[list[LabelledText] | None, list[LabelledText]]:
+    def plays(
+        self, cfg: ClassifyConfig, model: nn.Module | None, split: str, training: bool
+    ) -> tuple[list[LabelledText] | None, list[LabelledText]]:
         """The plays' labelled texts ``cfg.plays_task`` names, ``train_per_label`` / ``test_per_label`` of each."""
         examples = PLAYS_TASKS[cfg.plays_task]
         train = examples("train", cfg.train_per_label, seed=cfg.data_seed) if training else None
         return train, examples(split, cfg.test_per_label, seed=cfg.test_seed)
 
-    def run(self, model, tokenizer, cfg: ClassifyConfig, runtime: Runtime, data,
-            label: str) -> tuple[SequenceClassifier, Callable[[], ClassifyRecord], list[LabelledText]]:
+    def run(
+        self, model, tokenizer, cfg: ClassifyConfig, runtime: Runtime, data, label: str
+    ) -> tuple[SequenceClassifier, Callable[[], ClassifyRecord], list[LabelledText]]:
         train, test = data or self.plays(cfg, model, "test", True)
         assert train is not None  # the plays' training rows were asked for
         classifier = train_classifier(model, tokenizer, train, cfg, runtime=runtime)
 
         def evaluate() -> ClassifyRecord:
-            record = evaluate_classifier(classifier, tokenizer, test, [e.label for e in train],
-                                         settings=settings_of(cfg), max_len=cfg.max_len)
+            record = evaluate_classifier(
+                classifier, tokenizer, test, [e.label for e in train], settings=settings_of(cfg), max_len=cfg.max_len
+            )
             return with_classic(record, train, test, tokenizer, context_len(model, cfg.max_len), model.cfg.family)
 
         return classifier, evaluate, test
 
-    def kept(self, trained: SequenceClassifier, record: ClassifyRecord,
-             cfg: ClassifyConfig) -> tuple[dict[str, Any], nn.Module, nn.Module]:
+    def kept(
+        self, trained: SequenceClassifier, record: ClassifyRecord, cfg: ClassifyConfig
+    ) -> tuple[dict[str, Any], nn.Module, nn.Module]:
         return {"labels": trained.labels, "pooling": trained.pooling, "freeze": cfg.freeze}, trained.body, trained.head
 
     def summary(self, record: ClassifyRecord) -> str:
         r = record
         how = "zero-shot prompting" if r.mode == "zero-shot" else f"{r.mode}, {r.pooling} pooling"
-        classic = (f"; {r.classic.name}: accuracy {r.classic.accuracy:.3f} on the same characters, "
-                   f"{r.classic_whole.accuracy:.3f} on whole texts" if r.classic and r.classic_whole else "")
-        return (f"classify ({how}) on {r.n_test} examples: accuracy {r.accuracy:.3f} "
-                f"(majority class {r.baseline.accuracy:.3f}), macro-F1 {r.macro_f1:.3f} ({r.baseline.macro_f1:.3f})"
-                + classic)
+        classic = (
+            f"; {r.classic.name}: accuracy {r.classic.accuracy:.3f} on the same characters, "
+            f"{r.classic_whole.accuracy:.3f} on whole texts"
+            if r.classic and r.classic_whole
+            else ""
+        )
+        return (
+            f"classify ({how}) on {r.n_test} examples: accuracy {r.accuracy:.3f} "
+            f"(majority class {r.baseline.accuracy:.3f}), macro-F1 {r.macro_f1:.3f} ({r.baseline.macro_f1:.3f})"
+            + classic
+        )
 
     def read(self, spec: TaskSpec) -> UserTask:
         """``read_labelled``'s rows, with the metric their test labels call for (balanced accuracy where imbalanced)
         and, where the test split holds one label, why it cannot separate anything (``UserTask.too_few``)."""
         train, test = read_labelled(spec)
         tested = Counter(e.label for e in test)
-        one_label = (f"its test split holds one label ({next(iter(tested))!r}), where always answering it scores 1.0"
-                     if len(tested) < 2 else None)
+        one_label = (
+            f"its test split holds one label ({next(iter(tested))!r}), where always answering it scores 1.0"
+            if len(tested) < 2
+            else None
+        )
         balanced = max(tested.values()) >= IMBALANCE * min(tested.values()) and len(tested) > 1
         metric = "balanced accuracy" if balanced else "accuracy"
-        return UserTask(spec, train, test, len(train), len(test), distribution([e.label for e in train]),
-                        {"metric": metric, "why_metric": (
-                            f"test labels imbalanced (largest/smallest {max(tested.values()) / min(tested.values()):.1f}"
-                            f" >= {IMBALANCE}): balanced accuracy, the mean of per-label recalls" if balanced else
-                            f"test labels balanced within {IMBALANCE}x: accuracy")}, too_few=one_label)
+        return UserTask(
+            spec,
+            train,
+            test,
+            len(train),
+            len(test),
+            distribution([e.label for e in train]),
+            {
+                "metric": metric,
+                "why_metric": (
+                    f"test labels imbalanced (largest/smallest {max(tested.values()) / min(tested.values()):.1f}"
+                    f" >= {IMBALANCE}): balanced accuracy, the mean of per-label recalls"
+                    if balanced
+                    else f"test labels balanced within {IMBALANCE}x: accuracy"
+                ),
+            },
+            too_few=one_label,
+        )
 
     def user_rows(self, task: UserTask, cfg: ClassifyConfig) -> tuple[Row, ...]:
         key = "balanced_correct" if task.details["metric"] == "balanced accuracy" else "correct"
-        return (Row(f"{task.spec.name}: {task.details['metric']} (classify)", True, lambda r: getattr(r, key),
-                    lambda r: getattr(r.baseline, key), "majority class", **_classic_of(key)),)
+        return (
+            Row(
+                f"{task.spec.name}: {task.details['metric']} (classify)",
+                True,
+                lambda r: getattr(r, key),
+                lambda r: getattr(r.baseline, key),
+                "majority class",
+                **_classic_of(key),
+            ),
+        )
 
     def work(self, cfg: ClassifyConfig, task: UserTask | None, per_char: float) -> Work:
         """Each step's batch of texts trained; each test text read once (the plays': two lines of verse)."""
-        n, length = (task.test_rows, mean_tokens([e.text for e in task.test], per_char)) if task else (
-            2 * cfg.test_per_label, 80 * per_char)
+        n, length = (
+            (task.test_rows, mean_tokens([e.text for e in task.test], per_char))
+            if task
+            else (2 * cfg.test_per_label, 80 * per_char)
+        )
         length = min(length, cfg.max_len or length)
         return Work(cfg.steps * cfg.batch_size * length, n * length, n / 64)
 

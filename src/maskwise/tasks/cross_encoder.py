@@ -73,28 +73,32 @@ class CrossEncoder(nn.Module):
         super().__init__()
         cfg = config_of(body)
         if not cfg.kind.encoder_only:
-            raise UserError(f"a cross-encoder needs an encoder body, got a {cfg.family}; "
-                            "use the generative reranker for decoders")
+            raise UserError(
+                f"a cross-encoder needs an encoder body, got a {cfg.family}; use the generative reranker for decoders"
+            )
         if readout not in READOUTS:
             raise UserError(f"readout {readout!r}: expected one of {', '.join(READOUTS)}")
         self.body = cast(Encoder, body)  # an encoder-only body is an ``Encoder`` (checked above by its family)
-        self.head: ClsScore | SegmentCosine = (ClsScore(cfg.d_model, dropout) if readout == "cls"
-                                               else SegmentCosine()).to(device_of(body))
+        self.head: ClsScore | SegmentCosine = (
+            ClsScore(cfg.d_model, dropout) if readout == "cls" else SegmentCosine()
+        ).to(device_of(body))
 
     def forward(self, input_ids, attention_mask, token_type_ids) -> torch.Tensor:
         # A body without segment embeddings tells the parts apart by [SEP]; the readout reads the segments.
         types = token_type_ids if self.body.cfg.type_vocab_size > 0 else None
-        h = self.body.hidden_states(input_ids, attention_mask, types, self.head.read_at(attention_mask))  # (B, T or 1, d)
+        h = self.body.hidden_states(
+            input_ids, attention_mask, types, self.head.read_at(attention_mask)
+        )  # (B, T or 1, d)
         return self.head(h, attention_mask, token_type_ids)  # (B,)
 
 
 def pair_inputs(tokenizer, query: str, docs: Sequence[str], max_len: int, device) -> tuple[torch.Tensor, ...]:
     """``[CLS] query [SEP] doc [SEP]`` for each doc: the query keeps at most half the room, the doc
     fills the rest. Returns (ids, mask, token types), each (n, T)."""
-    q = tokenizer.encode(query)[:max(1, (max_len - 3) // 2)]
+    q = tokenizer.encode(query)[: max(1, (max_len - 3) // 2)]
     seqs, types = [], []
     for doc_ids in tokenizer.encode_batch(list(docs)):
-        d = doc_ids[:max(0, max_len - 3 - len(q))]
+        d = doc_ids[: max(0, max_len - 3 - len(q))]
         seqs.append([tokenizer.cls_id, *q, tokenizer.sep_id, *d, tokenizer.sep_id])
         types.append([0] * (len(q) + 2) + [1] * (len(d) + 1))
     ids, mask = pad(seqs, tokenizer.pad_id, "right", device)

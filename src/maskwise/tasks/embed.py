@@ -95,8 +95,9 @@ class Embedder:
         max_len = context_len(body, self.max_len)
         chunks = batches(len(texts), self.batch_size)
         vectors = []
-        for chunk in tqdm(chunks, desc="embed", unit="batch", leave=False,
-                          disable=not self.progress or len(chunks) < 4):
+        for chunk in tqdm(
+            chunks, desc="embed", unit="batch", leave=False, disable=not self.progress or len(chunks) < 4
+        ):
             ids, mask = encode_texts(self.tokenizer, [texts[i] for i in chunk], body.cfg.family, max_len, device)
             vectors.append(self.model(ids, mask).float().cpu())
         return torch.cat(vectors) if vectors else torch.zeros(0, body.cfg.d_model)
@@ -126,8 +127,9 @@ class EmbedConfig(FinetuneConfig):
     ignore_identical_ids: bool = False  # evaluating on a BEIR set: never return the query's own id
 
 
-def train_bi_encoder(body: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]], cfg: EmbedConfig,
-                     runtime: Runtime | None = None) -> BiEncoder:
+def train_bi_encoder(
+    body: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]], cfg: EmbedConfig, runtime: Runtime | None = None
+) -> BiEncoder:
     """Contrastive training of ``body`` on (query, positive) pairs; returns the trained bi-encoder
     (vectors always normalised: InfoNCE with a temperature is defined on cosines)."""
     if len(pairs) < 2:
@@ -150,11 +152,13 @@ def train_bi_encoder(body: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]
 # ---- the unit: its plays' rows, its run, its commands and its compare rows ---------------------------
 
 
-
 # BM25 beside an embedder, on the same queries: ``Row``'s keyword arguments, each a callable of its own type.
-_classic: dict[str, Any] = {"classic_name": BM25, "classic": lambda r: r.classic and r.classic.recall_at_10,
-                            "classic_whole": lambda r: r.classic_whole and r.classic_whole.recall_at_10,
-                            "read": chars_read_and_given}
+_classic: dict[str, Any] = {
+    "classic_name": BM25,
+    "classic": lambda r: r.classic and r.classic.recall_at_10,
+    "classic_whole": lambda r: r.classic_whole and r.classic_whole.recall_at_10,
+    "read": chars_read_and_given,
+}
 
 
 class Embed(Task[EmbedConfig]):
@@ -164,13 +168,20 @@ class Embed(Task[EmbedConfig]):
     claim = ENCODER_JOBS
     config = EmbedConfig
     record = RetrievalRecord
-    plays_row = Row("retrieval recall@10 (ICT)", True, lambda r: r.per_query.recall_at_10,
-                    lambda r: r.baseline.expected.recall_at_10, "random", **_classic)
+    plays_row = Row(
+        "retrieval recall@10 (ICT)",
+        True,
+        lambda r: r.per_query.recall_at_10,
+        lambda r: r.baseline.expected.recall_at_10,
+        "random",
+        **_classic,
+    )
     evaluated_as = "retrieve"
     data_help = ", or a BEIR folder with qrels/train.tsv"
 
-    def plays(self, cfg: EmbedConfig, model: nn.Module | None, split: str,
-              training: bool) -> tuple[list[tuple[str, str]] | None, RetrievalSet]:
+    def plays(
+        self, cfg: EmbedConfig, model: nn.Module | None, split: str, training: bool
+    ) -> tuple[list[tuple[str, str]] | None, RetrievalSet]:
         """The plays' ICT rows: a random subset of every train speech's pair, and the split's queries and speeches."""
         train = None
         if training:
@@ -179,8 +190,9 @@ class Embed(Task[EmbedConfig]):
             train = random.Random(cfg.data_seed).sample(pairs, count)
         return train, ict_retrieval(split, max_queries=cfg.test_queries, max_docs=cfg.test_docs, seed=cfg.test_seed)
 
-    def run(self, model, tokenizer, cfg: EmbedConfig, runtime: Runtime, data,
-            label: str) -> tuple[BiEncoder, Callable[[], RetrievalRecord], Retrieval]:
+    def run(
+        self, model, tokenizer, cfg: EmbedConfig, runtime: Runtime, data, label: str
+    ) -> tuple[BiEncoder, Callable[[], RetrievalRecord], Retrieval]:
         pairs, test = data or self.plays(cfg, model, "test", True)
         assert pairs is not None  # the plays' training rows were asked for
         encoder = train_bi_encoder(model, tokenizer, pairs, cfg, runtime)
@@ -190,41 +202,74 @@ class Embed(Task[EmbedConfig]):
             name = f"{label} ({encoder.pooling} pooling)"
             read = chars_read(tokenizer, list(test.docs), context_len(model, cfg.max_len), model.cfg.family)
             if isinstance(test, GradedRetrievalSet):  # a BEIR folder's graded judgements
-                record = evaluate_graded_retrieval(embedder, test, name=name,
-                                                   ignore_identical_ids=cfg.ignore_identical_ids)
+                record = evaluate_graded_retrieval(
+                    embedder, test, name=name, ignore_identical_ids=cfg.ignore_identical_ids
+                )
             else:
                 record = evaluate_retrieval(embedder, test, name=name)
             record = with_bm25(record, test, read)
-            return replace(record, pooling=encoder.pooling, train_pairs=len(pairs), max_len=cfg.max_len,
-                           temperature=cfg.temperature)
+            return replace(
+                record,
+                pooling=encoder.pooling,
+                train_pairs=len(pairs),
+                max_len=cfg.max_len,
+                temperature=cfg.temperature,
+            )
 
         return encoder, evaluate, test
 
-    def kept(self, trained: BiEncoder, record: RetrievalRecord,
-             cfg: EmbedConfig) -> tuple[dict[str, Any], nn.Module, None]:
-        return ({"pooling": trained.pooling, "normalize": True, "max_len": record.max_len,
-                 "temperature": record.temperature}, trained.body, None)
+    def kept(
+        self, trained: BiEncoder, record: RetrievalRecord, cfg: EmbedConfig
+    ) -> tuple[dict[str, Any], nn.Module, None]:
+        return (
+            {
+                "pooling": trained.pooling,
+                "normalize": True,
+                "max_len": record.max_len,
+                "temperature": record.temperature,
+            },
+            trained.body,
+            None,
+        )
 
     def summary(self, record: RetrievalRecord) -> str:
         r, base = record, record.baseline
         graded = r.mrr_at_10 is not None  # a benchmark's (BEIR, MTEB) MRR is cut at 10
         mrr, base_mrr = (r.mrr_at_10, base.mrr_at_10) if graded else (r.mrr, base.mrr)
-        return (f"retrieve ({r.embedder}) {r.n_queries} queries over {r.n_docs} passages: "
-                f"nDCG@10 {r.ndcg_at_10:.3f} (random {base.ndcg_at_10:.3f}), {'MRR@10' if graded else 'MRR'} "
-                f"{mrr:.3f} ({base_mrr:.3f}), recall@100 {r.recall_at_100:.3f} ({base.recall_at_100:.3f})")
+        return (
+            f"retrieve ({r.embedder}) {r.n_queries} queries over {r.n_docs} passages: "
+            f"nDCG@10 {r.ndcg_at_10:.3f} (random {base.ndcg_at_10:.3f}), {'MRR@10' if graded else 'MRR'} "
+            f"{mrr:.3f} ({base_mrr:.3f}), recall@100 {r.recall_at_100:.3f} ({base.recall_at_100:.3f})"
+        )
 
     def read(self, spec: TaskSpec) -> UserTask:
         return read_retrieval(spec)
 
     def user_rows(self, task: UserTask, cfg: EmbedConfig) -> tuple[Row, ...]:
         if task.details["metric"].lower() == "ndcg@10":  # graded judgements: the random ranking's own nDCG@10
-            return (Row(f"{task.spec.name}: nDCG@10 (embed, retrieval)", True, lambda r: r.per_query.ndcg_at_10,
-                        lambda r: r.baseline.ndcg_at_10, "random ranking", classic_name=BM25,
-                        classic=lambda r: r.classic and r.classic.ndcg_at_10,
-                        classic_whole=lambda r: r.classic_whole and r.classic_whole.ndcg_at_10,
-                        read=_classic["read"]),)
-        return (Row(f"{task.spec.name}: recall@10 (embed, retrieval)", True, lambda r: r.per_query.recall_at_10,
-                    lambda r: r.baseline.expected.recall_at_10, "random", **_classic),)
+            return (
+                Row(
+                    f"{task.spec.name}: nDCG@10 (embed, retrieval)",
+                    True,
+                    lambda r: r.per_query.ndcg_at_10,
+                    lambda r: r.baseline.ndcg_at_10,
+                    "random ranking",
+                    classic_name=BM25,
+                    classic=lambda r: r.classic and r.classic.ndcg_at_10,
+                    classic_whole=lambda r: r.classic_whole and r.classic_whole.ndcg_at_10,
+                    read=_classic["read"],
+                ),
+            )
+        return (
+            Row(
+                f"{task.spec.name}: recall@10 (embed, retrieval)",
+                True,
+                lambda r: r.per_query.recall_at_10,
+                lambda r: r.baseline.expected.recall_at_10,
+                "random",
+                **_classic,
+            ),
+        )
 
     def work(self, cfg: EmbedConfig, task: UserTask | None, per_char: float) -> Work:
         """Each step's batch of query-passage pairs trained; every test query and document embedded once (the

@@ -63,8 +63,9 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[st
     """For each ``[MASK]`` in ``text``, in order: the ``top_k`` tokens and their probabilities. An
     encoder answers at the [MASK]; a hybrid decoder from the position before it, as it trained."""
     if not model.cfg.kind.fills_masks:
-        raise UserError(f"fill-mask needs an MLM encoder or a hybrid decoder (--objective hybrid), "
-                        f"not this {model.cfg.family}")
+        raise UserError(
+            f"fill-mask needs an MLM encoder or a hybrid decoder (--objective hybrid), not this {model.cfg.family}"
+        )
     if top_k <= 0:
         raise UserError(f"top-k must be positive, got {top_k}")
     pieces = text.split(MASK_TEXT)
@@ -82,17 +83,26 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[st
     shift = int(model.cfg.kind.causal)  # a causal stack's output at position p predicts token p + 1
     positions = [p - shift for p, token in enumerate(ids) if token == tokenizer.mask_id]
     if positions[0] < 0:
-        raise UserError(f"a hybrid decoder predicts each token from the one before it: write text before the "
-                        f"first {MASK_TEXT}")
+        raise UserError(
+            f"a hybrid decoder predicts each token from the one before it: write text before the first {MASK_TEXT}"
+        )
     probs = _mask_logits(model, tokenizer, [ids], [positions]).softmax(dim=-1)  # (n_masks, V)
     top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
-    return [[(tokenizer.decode([i], skip_special=False), float(p)) for p, i in zip(values.tolist(), index.tolist())]
-            for values, index in zip(top.values, top.indices)]
+    return [
+        [(tokenizer.decode([i], skip_special=False), float(p)) for p, i in zip(values.tolist(), index.tolist())]
+        for values, index in zip(top.values, top.indices)
+    ]
 
 
 @torch.no_grad()
-def mlm_continue(model, tokenizer, prompt: str, max_new_tokens: int, cfg: GenerationConfig | None = None,
-                 generator: torch.Generator | None = None) -> str:
+def mlm_continue(
+    model,
+    tokenizer,
+    prompt: str,
+    max_new_tokens: int,
+    cfg: GenerationConfig | None = None,
+    generator: torch.Generator | None = None,
+) -> str:
     """Generate with an encoder by appending ``[MASK]`` and predicting it, ``max_new_tokens`` times.
     ``cfg`` chooses greedy or sampling (temperature, top-k, top-p) as for a decoder."""
     check_encoder(model, "MLM generation")
@@ -133,10 +143,10 @@ def encoder_token_nats(model, tokenizer, ids: Sequence[int], both_sides: bool, b
     seqs, positions = [], []
     for t in range(1, len(ids)):
         if both_sides:
-            left = ids[max(0, t - room // 2):t]
-            right = ids[t + 1:t + 1 + room - len(left)]
+            left = ids[max(0, t - room // 2) : t]
+            right = ids[t + 1 : t + 1 + room - len(left)]
         else:
-            left, right = ids[max(0, t - room):t], []
+            left, right = ids[max(0, t - room) : t], []
         seqs.append(frame(tokenizer, [*left, tokenizer.mask_id, *right], "encoder"))
         positions.append(len(left) + frame_extra("encoder"))
     nats: list[float] = []
@@ -160,11 +170,11 @@ def decoder_token_nats(model, tokenizer, ids: Sequence[int]) -> list[float]:
     nats: list[float] = []
     scored_until, start = 1, 0  # tokens before ``scored_until`` are done
     while scored_until < len(ids):
-        chunk = ids[start:start + window]
+        chunk = ids[start : start + window]
         first = max(scored_until, start + 1)  # the first token of this window still to score
         logits = model(torch.tensor([chunk], device=device)).logits[0]  # (T, V)
-        targets = torch.tensor(chunk[first - start:], device=device)  # tokens first .. end of chunk
-        log_probs = logits[first - start - 1:len(chunk) - 1].float().log_softmax(dim=-1)  # position t-1 predicts t
+        targets = torch.tensor(chunk[first - start :], device=device)  # tokens first .. end of chunk
+        log_probs = logits[first - start - 1 : len(chunk) - 1].float().log_softmax(dim=-1)  # position t-1 predicts t
         nats.extend((-log_probs.gather(1, targets[:, None])).squeeze(1).tolist())
         scored_until = start + len(chunk)
         start += stride
@@ -206,20 +216,37 @@ def per_char_blocks(tokenizer, ids: Sequence[int], nats: Sequence[float], blocks
     """``nats[i]`` (the cost of ``ids[i + 1]``) summed over ``blocks`` contiguous pieces, each per
     character: one cut for every scorer of the same text, so that their blocks pair."""
     size = -(-len(nats) // blocks)  # tokens per block
-    return [sum(nats[start:start + size]) / max(1, len(tokenizer.decode(ids[start + 1:start + 1 + size])))
-            for start in range(0, len(nats), size)]
+    return [
+        sum(nats[start : start + size]) / max(1, len(tokenizer.decode(ids[start + 1 : start + 1 + size])))
+        for start in range(0, len(nats), size)
+    ]
 
 
-def break_exercise(encoder, encoder_tokenizer, decoder, decoder_tokenizer, prompt: str, held_out: str,
-                   max_new_tokens: int = 100, cfg: GenerationConfig | None = None, seed: int = 0) -> dict:
+def break_exercise(
+    encoder,
+    encoder_tokenizer,
+    decoder,
+    decoder_tokenizer,
+    prompt: str,
+    held_out: str,
+    max_new_tokens: int = 100,
+    cfg: GenerationConfig | None = None,
+    seed: int = 0,
+) -> dict:
     """Both models continue ``prompt`` (the encoder by appending [MASK]) with the same settings and
     seed, and both are scored on ``held_out`` in nats and bits per character."""
     cfg = (cfg or GenerationConfig(max_new_tokens=max_new_tokens)).validate()
-    encoder_sample = mlm_continue(encoder, encoder_tokenizer, prompt, max_new_tokens, cfg,
-                                  seeded_generator(encoder, seed))
-    output = generate(decoder, [decoder_tokenizer.encode(prompt)],
-                      replace(cfg, max_new_tokens=max_new_tokens),
-                      None, decoder_tokenizer.pad_id, generator=seeded_generator(decoder, seed))
+    encoder_sample = mlm_continue(
+        encoder, encoder_tokenizer, prompt, max_new_tokens, cfg, seeded_generator(encoder, seed)
+    )
+    output = generate(
+        decoder,
+        [decoder_tokenizer.encode(prompt)],
+        replace(cfg, max_new_tokens=max_new_tokens),
+        None,
+        decoder_tokenizer.pad_id,
+        generator=seeded_generator(decoder, seed),
+    )
     both = encoder_nats_per_char(encoder, encoder_tokenizer, held_out, both_sides=True)
     left = encoder_nats_per_char(encoder, encoder_tokenizer, held_out, both_sides=False)
     causal = decoder_nats_per_char(decoder, decoder_tokenizer, held_out)
@@ -232,8 +259,15 @@ def break_exercise(encoder, encoder_tokenizer, decoder, decoder_tokenizer, promp
         "prompt": prompt,
         "held_out_chars": len(held_out),
         "decoding": "greedy" if cfg.temperature == 0 else f"sample T={cfg.temperature}",
-        "encoder": {"sample": encoder_sample, "params": encoder.num_parameters(),
-                    "loss_both_sides": loss(both), "loss_left_only": loss(left)},
-        "decoder": {"sample": decoder_tokenizer.decode(output.tokens[0]), "params": decoder.num_parameters(),
-                    "loss_left_only": loss(causal)},
+        "encoder": {
+            "sample": encoder_sample,
+            "params": encoder.num_parameters(),
+            "loss_both_sides": loss(both),
+            "loss_left_only": loss(left),
+        },
+        "decoder": {
+            "sample": decoder_tokenizer.decode(output.tokens[0]),
+            "params": decoder.num_parameters(),
+            "loss_left_only": loss(causal),
+        },
     }

@@ -85,12 +85,19 @@ class PretrainedRule:
 
     def applied(self, cfg: C, rows: int) -> C:
         """``cfg`` under this rule for a task of ``rows`` training rows (its other settings as they are)."""
-        return replace(cfg.for_pretrained_body(self.lr, self.lr), steps=self.steps(rows), batch_size=self.batch_size,
-                       warmup=0.0, weight_decay=0.0)
+        return replace(
+            cfg.for_pretrained_body(self.lr, self.lr),
+            steps=self.steps(rows),
+            batch_size=self.batch_size,
+            warmup=0.0,
+            weight_decay=0.0,
+        )
 
     def described(self) -> str:
-        return (f"{self.epochs:g} epochs of the task's training rows at batch {self.batch_size}, lr {self.lr:g} for "
-                "body and head, no warmup, no weight decay (HF Trainer's defaults)")
+        return (
+            f"{self.epochs:g} epochs of the task's training rows at batch {self.batch_size}, lr {self.lr:g} for "
+            "body and head, no warmup, no weight decay (HF Trainer's defaults)"
+        )
 
 
 PRETRAINED = PretrainedRule()
@@ -102,13 +109,19 @@ def finetune_optimizer(model: nn.Module, cfg: FinetuneConfig, head_prefixes: tup
     (``requires_grad=False``) are left out, so a linear probe's optimizer holds the head only."""
     if not any(p.requires_grad for p in model.parameters()):
         raise UserError("nothing to train: every parameter is frozen")
-    return build_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, 0.999),
-                           head_prefixes=head_prefixes, head_lr=cfg.head_lr)
+    return build_optimizer(
+        model, cfg.lr, cfg.weight_decay, betas=(0.9, 0.999), head_prefixes=head_prefixes, head_lr=cfg.head_lr
+    )
 
 
-def fine_tune(model: nn.Module, step_loss: Callable[[random.Random], torch.Tensor], cfg: FinetuneConfig,
-              head_prefixes: tuple[str, ...] = (), desc: str = "finetune",
-              runtime: Runtime | None = None) -> list[float]:
+def fine_tune(
+    model: nn.Module,
+    step_loss: Callable[[random.Random], torch.Tensor],
+    cfg: FinetuneConfig,
+    head_prefixes: tuple[str, ...] = (),
+    desc: str = "finetune",
+    runtime: Runtime | None = None,
+) -> list[float]:
     """Run ``cfg.steps`` optimizer steps of ``step_loss`` (which draws its own batch from the
     seeded ``random.Random`` it is given and returns a mean loss), with ``finetune_optimizer``.
     ``runtime``: the command's, resolved once (else ``cfg``'s precision on the model's device). Returns
@@ -122,8 +135,7 @@ def fine_tune(model: nn.Module, step_loss: Callable[[random.Random], torch.Tenso
     torch.manual_seed(cfg.seed)
     warmup = int(cfg.warmup * cfg.steps)
     losses = []
-    bar = tqdm(range(cfg.steps), desc=desc, unit="step", disable=not cfg.progress, leave=False,
-               dynamic_ncols=True)
+    bar = tqdm(range(cfg.steps), desc=desc, unit="step", disable=not cfg.progress, leave=False, dynamic_ncols=True)
     for step in bar:
         set_lr(optimizer_step.optimizer, lr_factor(step, warmup, cfg.steps, min_ratio=0.0))
         optimizer_step.begin()

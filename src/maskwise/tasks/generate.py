@@ -158,8 +158,7 @@ class _EncoderDecoderState:
     """An encoder-decoder: the source is encoded once; the decoder starts from ``start_id``.
     Source and target masks are None while they mark no padding (see ``_padding_only``)."""
 
-    def __init__(self, model, src: torch.Tensor, src_mask: torch.Tensor, start_id: int, steps: int,
-                 use_cache: bool):
+    def __init__(self, model, src: torch.Tensor, src_mask: torch.Tensor, start_id: int, steps: int, use_cache: bool):
         self.model, self.src, self.src_mask = model, src, _padding_only(src_mask)
         self.dec = torch.full((src.shape[0], 1), start_id, dtype=torch.long, device=src.device)  # (B, 1)
         self.dec_mask: torch.Tensor | None = None  # the start token is real in every row
@@ -195,9 +194,11 @@ class _EncoderDecoderState:
 
 def check_generative(model) -> None:
     if not model.cfg.kind.writes:
-        raise UserError("an encoder cannot generate: MLM fits p(token | both sides), not p(next token | "
-                        "left side); use a decoder or encoder-decoder, or see `maskwise break` for what "
-                        "happens when an encoder is made to generate")
+        raise UserError(
+            "an encoder cannot generate: MLM fits p(token | both sides), not p(next token | "
+            "left side); use a decoder or encoder-decoder, or see `maskwise break` for what "
+            "happens when an encoder is made to generate"
+        )
 
 
 def _truncate(prompts: Sequence[Sequence[int]], keep: int, what: str) -> list[list[int]]:
@@ -206,8 +207,11 @@ def _truncate(prompts: Sequence[Sequence[int]], keep: int, what: str) -> list[li
         if len(prompt) == 0:
             raise UserError(f"empty {what}: give at least one token of text")
         if len(prompt) > keep:
-            warnings.warn(f"{what} of {len(prompt)} tokens is longer than the model's context allows; "
-                          f"keeping its last {keep} tokens", stacklevel=4)
+            warnings.warn(
+                f"{what} of {len(prompt)} tokens is longer than the model's context allows; "
+                f"keeping its last {keep} tokens",
+                stacklevel=4,
+            )
             prompt = prompt[-keep:]
         result.append(list(prompt))
     return result
@@ -246,15 +250,22 @@ def _start(model, prompts, cfg: GenerationConfig, pad_id: int, start_id: int | N
 
 
 def _ends_with_stop(row: list[int], stop: tuple[tuple[int, ...], ...]) -> bool:
-    return any(len(row) >= len(s) and tuple(row[-len(s):]) == s for s in stop)
+    return any(len(row) >= len(s) and tuple(row[-len(s) :]) == s for s in stop)
 
 
 # ---- greedy and sampling -------------------------------------------------------------------------
 
 
-def generate(model, prompts: Sequence[Sequence[int]], cfg: GenerationConfig, eos_id: int | None,
-             pad_id: int, start_id: int | None = None, generator: torch.Generator | None = None,
-             output_logits: bool = False) -> GenerationOutput:
+def generate(
+    model,
+    prompts: Sequence[Sequence[int]],
+    cfg: GenerationConfig,
+    eos_id: int | None,
+    pad_id: int,
+    start_id: int | None = None,
+    generator: torch.Generator | None = None,
+    output_logits: bool = False,
+) -> GenerationOutput:
     """Continue each prompt (decoder) or write a target for each source (encoder-decoder).
 
     ``start_id``: the encoder-decoder's decoder start token (``objectives.span.decoder_start_id``,
@@ -275,8 +286,9 @@ def generate(model, prompts: Sequence[Sequence[int]], cfg: GenerationConfig, eos
     return output
 
 
-def _sample(model, prompts, cfg: GenerationConfig, eos_id, pad_id, start_id, generator,
-            output_logits: bool) -> GenerationOutput:
+def _sample(
+    model, prompts, cfg: GenerationConfig, eos_id, pad_id, start_id, generator, output_logits: bool
+) -> GenerationOutput:
     """Greedy decoding or sampling, one token per row per step (see ``generate``)."""
     model.eval()
     state, row_limit, steps, lengths, seen_ids = _start(model, prompts, cfg, pad_id, start_id, expand=1)
@@ -304,8 +316,11 @@ def _sample(model, prompts, cfg: GenerationConfig, eos_id, pad_id, start_id, gen
             out[row].append(chosen[row])
             if seen is not None:
                 seen[row, chosen[row]] = True
-            if ((eos_id is not None and chosen[row] == eos_id) or len(out[row]) >= limits[row]
-                    or _ends_with_stop(out[row], cfg.stop)):
+            if (
+                (eos_id is not None and chosen[row] == eos_id)
+                or len(out[row]) >= limits[row]
+                or _ends_with_stop(out[row], cfg.stop)
+            ):
                 finished[row] = True
         if all(finished) or t == steps - 1:
             break
@@ -315,14 +330,19 @@ def _sample(model, prompts, cfg: GenerationConfig, eos_id, pad_id, start_id, gen
 
 
 @torch.inference_mode()
-def beam_search(model, prompts: Sequence[Sequence[int]], cfg: GenerationConfig, eos_id: int | None,
-                pad_id: int, start_id: int | None = None) -> GenerationOutput:
+def beam_search(
+    model,
+    prompts: Sequence[Sequence[int]],
+    cfg: GenerationConfig,
+    eos_id: int | None,
+    pad_id: int,
+    start_id: int | None = None,
+) -> GenerationOutput:
     """Beam search (``tasks.beam.search_beams``) from prompts: the entry ``generate`` takes for
     ``num_beams`` > 1, callable with one beam too (then it is greedy decoding)."""
     cfg.validate()
     model.eval()
-    state, row_limit, steps, lengths, seen_ids = _start(model, prompts, cfg, pad_id, start_id,
-                                                        expand=cfg.num_beams)
+    state, row_limit, steps, lengths, seen_ids = _start(model, prompts, cfg, pad_id, start_id, expand=cfg.num_beams)
     seen = seen_tokens_mask(seen_ids, model.cfg.vocab_size, row_limit.device)  # (B*K, V)
     tokens, scores = search_beams(state, row_limit, steps, seen, cfg, eos_id, pad_id)
     return GenerationOutput(tokens, lengths, None, scores)
@@ -338,12 +358,25 @@ def encode_stop(tokenizer, stops: Sequence[str]) -> tuple[tuple[int, ...], ...]:
     return encoded
 
 
-def generate_text(model, tokenizer, prompts: Sequence[str], cfg: GenerationConfig,
-                  generator: torch.Generator | None = None, stop_strings: Sequence[str] = ()) -> list[str]:
+def generate_text(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    cfg: GenerationConfig,
+    generator: torch.Generator | None = None,
+    stop_strings: Sequence[str] = (),
+) -> list[str]:
     """Encode prompts, generate, decode; the text is cut before the first stop string."""
     cfg = replace(cfg, stop=cfg.stop + encode_stop(tokenizer, stop_strings))
-    output = generate(model, [tokenizer.encode(p) for p in prompts], cfg, tokenizer.eos_id,
-                      tokenizer.pad_id, decoder_start_id(tokenizer), generator)
+    output = generate(
+        model,
+        [tokenizer.encode(p) for p in prompts],
+        cfg,
+        tokenizer.eos_id,
+        tokenizer.pad_id,
+        decoder_start_id(tokenizer),
+        generator,
+    )
     texts = []
     for tokens in output.tokens:
         text = tokenizer.decode(tokens)

@@ -33,8 +33,9 @@ def accuracy(predicted: Sequence[Hashable], gold: Sequence[Hashable]) -> float:
     return sum(p == g for p, g in zip(predicted, gold)) / len(gold) if gold else 0.0
 
 
-def macro_f1(predicted: Sequence[Hashable], gold: Sequence[Hashable],
-             labels: Sequence[Hashable] | None = None) -> float:
+def macro_f1(
+    predicted: Sequence[Hashable], gold: Sequence[Hashable], labels: Sequence[Hashable] | None = None
+) -> float:
     """Mean over ``labels`` (default: every label seen in either list) of per-class F1; a class
     never predicted and never gold contributes nothing, one never predicted but gold contributes 0."""
     _same_length(predicted, gold)
@@ -63,8 +64,12 @@ def tag_scores(predicted: Sequence[Hashable], gold: Sequence[Hashable], outside:
         return {"precision": precision, "recall": recall, "f1": _f1(tp, n_predicted, n_gold), "support": n_gold}
 
     tags = sorted({t for t in (*predicted, *gold) if t != outside}, key=str)
-    per_tag = {str(t): prf(sum(p == g == t for p, g in zip(predicted, gold)), sum(p == t for p in predicted),
-                           sum(g == t for g in gold)) for t in tags}
+    per_tag = {
+        str(t): prf(
+            sum(p == g == t for p, g in zip(predicted, gold)), sum(p == t for p in predicted), sum(g == t for g in gold)
+        )
+        for t in tags
+    }
     n_predicted = sum(p != outside for p in predicted)
     n_gold = sum(g != outside for g in gold)
     micro = prf(sum(p == g != outside for p, g in zip(predicted, gold)), n_predicted, n_gold)
@@ -160,7 +165,7 @@ def token_f1(predicted: str, gold: str) -> float:
 
 
 def split_list(text: str, separator: str = ",") -> list[str]:
-    """"A, B ,C" -> ["A", "B", "C"]: the items of a comma-separated list, empty ones dropped."""
+    """ "A, B ,C" -> ["A", "B", "C"]: the items of a comma-separated list, empty ones dropped."""
     return [item for item in (normalise(part) for part in text.split(separator)) if item]
 
 
@@ -184,8 +189,9 @@ def bucket_label(edges: Sequence[int], value: float) -> str:
     return f"{edges[-1]}+"
 
 
-def bucketed(lengths: Sequence[float], per_example: Mapping[str, Sequence[float]],
-             edges: Sequence[int]) -> dict[str, dict[str, float]]:
+def bucketed(
+    lengths: Sequence[float], per_example: Mapping[str, Sequence[float]], edges: Sequence[int]
+) -> dict[str, dict[str, float]]:
     """Means of each per-example metric within length buckets: ``{bucket: {"n": .., metric: ..}}``,
     buckets in edge order, empty buckets left out."""
     for name, values in per_example.items():
@@ -199,9 +205,10 @@ def bucketed(lengths: Sequence[float], per_example: Mapping[str, Sequence[float]
     for label in order:
         if label in groups:
             members = groups[label]
-            result[label] = {"n": len(members),
-                             **{name: sum(values[i] for i in members) / len(members)
-                                for name, values in per_example.items()}}
+            result[label] = {
+                "n": len(members),
+                **{name: sum(values[i] for i in members) / len(members) for name, values in per_example.items()},
+            }
     return result
 
 
@@ -223,7 +230,9 @@ def latency_ms(seconds: Sequence[float]) -> dict[str, float]:
     return {"p50_ms": 1000 * percentile(seconds, 50), "p99_ms": 1000 * percentile(seconds, 99)}
 
 
-def paired_bootstrap(a: Sequence[float], b: Sequence[float], resamples: int = 10_000, seed: int = 0) -> dict[str, float]:
+def paired_bootstrap(
+    a: Sequence[float], b: Sequence[float], resamples: int = 10_000, seed: int = 0
+) -> dict[str, float]:
     """How much system A beats system B on the same examples, with its uncertainty.
 
     ``a[i]`` and ``b[i]`` are the two systems' scores on example i (a query's nDCG@10, say).
@@ -241,8 +250,12 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], resamples: int = 10
     draws = torch.randint(len(diff), (resamples, len(diff)), generator=generator)  # (resamples, n)
     means = diff[draws].mean(dim=1)  # (resamples,)
     low, high = torch.quantile(means, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
-    return {"difference": float(diff.mean()), "ci95_low": low, "ci95_high": high,
-            "p_not_better": float((means <= 0).double().mean())}
+    return {
+        "difference": float(diff.mean()),
+        "ci95_low": low,
+        "ci95_high": high,
+        "p_not_better": float((means <= 0).double().mean()),
+    }
 
 
 def _same_length(a: Sequence, b: Sequence) -> None:
@@ -256,7 +269,7 @@ _SPAN_PREFIXES = frozenset("BIESLU")
 
 
 def span_scheme(tags: Iterable[str]) -> str | None:
-    """"IOB", "IOBES" or "BILOU" when every tag is O or a prefixed type (B-X ...), else None: only then is chunk
+    """ "IOB", "IOBES" or "BILOU" when every tag is O or a prefixed type (B-X ...), else None: only then is chunk
     F1 the right score rather than per-tag scores."""
     prefixes = set()
     for tag in tags:
@@ -284,16 +297,20 @@ def _split_tag(tag: str) -> tuple[str, str]:
 
 def _chunk_ends(before: str, before_type: str, now: str, now_type: str) -> bool:
     """Whether a chunk closes between two adjacent tags (conlleval's end-of-chunk, as seqeval has it)."""
-    return (before in ("E", "S")
-            or (before in ("B", "I") and now in ("B", "S", "O"))
-            or (before not in ("O", ".") and before_type != now_type))
+    return (
+        before in ("E", "S")
+        or (before in ("B", "I") and now in ("B", "S", "O"))
+        or (before not in ("O", ".") and before_type != now_type)
+    )
 
 
 def _chunk_starts(before: str, before_type: str, now: str, now_type: str) -> bool:
     """Whether a chunk opens at the current tag (conlleval's start-of-chunk, as seqeval has it)."""
-    return (now in ("B", "S")
-            or (before in ("E", "S", "O") and now in ("E", "I"))
-            or (now not in ("O", ".") and before_type != now_type))
+    return (
+        now in ("B", "S")
+        or (before in ("E", "S", "O") and now in ("E", "I"))
+        or (now not in ("O", ".") and before_type != now_type)
+    )
 
 
 def entities(tags: Sequence[str]) -> set[tuple[str, int, int]]:
@@ -326,9 +343,11 @@ def pooled_entity_f1(counts: Sequence[tuple[int, int, int]]) -> dict[str, float]
     tp = sum(c[0] for c in counts)
     n_predicted = sum(c[1] for c in counts)
     n_gold = sum(c[2] for c in counts)
-    return {"precision": tp / n_predicted if n_predicted else 0.0,
-            "recall": tp / n_gold if n_gold else 0.0,
-            "f1": 2 * tp / (n_predicted + n_gold) if n_predicted + n_gold else 0.0}
+    return {
+        "precision": tp / n_predicted if n_predicted else 0.0,
+        "recall": tp / n_gold if n_gold else 0.0,
+        "f1": 2 * tp / (n_predicted + n_gold) if n_predicted + n_gold else 0.0,
+    }
 
 
 # ---- summaries ------------------------------------------------------------------------------------

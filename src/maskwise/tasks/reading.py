@@ -43,8 +43,9 @@ def text_room(tokenizer, family: str, max_len: int) -> int:
     return max_len - frame_extra(family) - len(closing(tokenizer, family))
 
 
-def encode_texts(tokenizer, texts: Sequence[str], family: str, max_len: int,
-                 device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def encode_texts(
+    tokenizer, texts: Sequence[str], family: str, max_len: int, device: torch.device | str | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Tokenize, keep the first ids of each text that fit ``max_len`` framed (the start of a passage says
     most about it), and pad on the right: ``(B, T)`` ids and mask."""
     room, close = text_room(tokenizer, family, max_len), closing(tokenizer, family)

@@ -29,16 +29,22 @@ class Fields:
     def to_json(self) -> dict[str, Any]:
         """Its fields by their JSON keys; an optional field left at its default None is left out (a retrieval record
         of one relevant passage a query has no graded metrics: its file does not list them as null)."""
-        return {f.metadata.get("key", f.name): _to_json(value) for f in fields(self)
-                if (value := getattr(self, f.name)) is not None or f.default is not None}
+        return {
+            f.metadata.get("key", f.name): _to_json(value)
+            for f in fields(self)
+            if (value := getattr(self, f.name)) is not None or f.default is not None
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> typing.Self:
         """The record ``to_json`` wrote. Keys that are none of its fields are what a caller kept beside it (a
         compare's fine-tune folder) and are left to that caller; a missing field without a default is a TypeError."""
         hints = typing.get_type_hints(cls)
-        values = {f.name: _from_json(hints[f.name], data[f.metadata.get("key", f.name)])
-                  for f in fields(cls) if f.metadata.get("key", f.name) in data}
+        values = {
+            f.name: _from_json(hints[f.name], data[f.metadata.get("key", f.name)])
+            for f in fields(cls)
+            if f.metadata.get("key", f.name) in data
+        }
         return cls(**values)
 
 

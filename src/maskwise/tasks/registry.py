@@ -34,15 +34,32 @@ from maskwise.tasks.unit import (
 )
 
 # The claims and ``Row`` are ``tasks.unit``'s, named here too for compare and the report, which read them with TASKS.
-__all__ = ["CLAIMS", "ENCODER_JOBS", "GENERATE", "READ_THEN_WRITE", "TASKS", "Row", "by_evaluate_name", "configured_by",
-           "in_cli_order", "keep_fine_tune", "leaked", "read_tasks", "register", "register_installed", "save_fine_tune",
-           "shared_with_training", "task_of"]
+__all__ = [
+    "CLAIMS",
+    "ENCODER_JOBS",
+    "GENERATE",
+    "READ_THEN_WRITE",
+    "TASKS",
+    "Row",
+    "by_evaluate_name",
+    "configured_by",
+    "in_cli_order",
+    "keep_fine_tune",
+    "leaked",
+    "read_tasks",
+    "register",
+    "register_installed",
+    "save_fine_tune",
+    "shared_with_training",
+    "task_of",
+]
 
 ENTRY_POINTS = "maskwise.tasks"  # the group a package's task kinds register under: name = "module:TaskSubclass"
 
 # Every kind a user's --task may name, in the report's order: the package's own, then those registered.
-TASKS: dict[str, Task] = {t.kind: t for t in (tag.Tag(), classify.Classify(), embed.Embed(), rerank.Rerank(),
-                                              seq2seq.Seq2Seq())}
+TASKS: dict[str, Task] = {
+    t.kind: t for t in (tag.Tag(), classify.Classify(), embed.Embed(), rerank.Rerank(), seq2seq.Seq2Seq())
+}
 
 
 def register(task: Task) -> Task:
@@ -50,8 +67,10 @@ def register(task: Task) -> Task:
     if not isinstance(task, Task):
         raise UserError(f"{task!r} is not a maskwise.tasks.unit.Task")
     if task.kind in TASKS and type(TASKS[task.kind]) is not type(task):
-        raise UserError(f"task kind {task.kind!r} is registered twice ({type(TASKS[task.kind]).__name__} and "
-                        f"{type(task).__name__}); rename one")
+        raise UserError(
+            f"task kind {task.kind!r} is registered twice ({type(TASKS[task.kind]).__name__} and "
+            f"{type(task).__name__}); rename one"
+        )
     TASKS[task.kind] = task
     return task
 
@@ -76,8 +95,9 @@ def configured_by(config: type[FinetuneConfig]) -> Task:
     """The task whose config type is ``config``."""
     task = next((t for t in TASKS.values() if config is t.config), None)
     if task is None:
-        raise UserError(f"no task is configured by {config.__name__}; known: "
-                        f"{', '.join(t.config.__name__ for t in in_cli_order())}")
+        raise UserError(
+            f"no task is configured by {config.__name__}; known: {', '.join(t.config.__name__ for t in in_cli_order())}"
+        )
     return task
 
 
@@ -117,13 +137,17 @@ def read_tasks(specs: list[TaskSpec]) -> list[UserTask]:
     tasks = [TASKS[s.kind].read(s) for s in specs]
     for task in tasks:
         if task.held_out and task.too_few:
-            raise UserError(f"task {task.spec.name}: {task.too_few}; a verdict needs at least 2 labels tested: give "
-                            "more rows or a test file (,test=PATH)")
+            raise UserError(
+                f"task {task.spec.name}: {task.too_few}; a verdict needs at least 2 labels tested: give "
+                "more rows or a test file (,test=PATH)"
+            )
         if task.held_out and task.test_rows < MIN_TEST_ITEMS:
             rows = task.train_rows + task.test_rows
-            raise UserError(f"task {task.spec.name}: holding out {HOLD_OUT:.0%} of its {rows} rows leaves "
-                            f"{task.test_rows} test items, fewer than the {MIN_TEST_ITEMS} a verdict needs; give "
-                            "more rows or a test file (,test=PATH)")
+            raise UserError(
+                f"task {task.spec.name}: holding out {HOLD_OUT:.0%} of its {rows} rows leaves "
+                f"{task.test_rows} test items, fewer than the {MIN_TEST_ITEMS} a verdict needs; give "
+                "more rows or a test file (,test=PATH)"
+            )
     return tasks
 
 

@@ -153,8 +153,14 @@ def relevance_prompt(tokenizer, query: str, doc: str, max_len: int, room_after: 
     return head + tokenizer.encode(doc)[:budget] + tail
 
 
-def train_cross_encoder(body: nn.Module, tokenizer, data: RetrievalSet, negatives: Sequence[Sequence[int]],
-                        cfg: RerankConfig, runtime: Runtime | None = None) -> CrossEncoder:
+def train_cross_encoder(
+    body: nn.Module,
+    tokenizer,
+    data: RetrievalSet,
+    negatives: Sequence[Sequence[int]],
+    cfg: RerankConfig,
+    runtime: Runtime | None = None,
+) -> CrossEncoder:
     """Listwise training: per query, softmax over [positive, *negatives]; the positive is class 0."""
     torch.manual_seed(cfg.seed)  # the fresh head's initialisation is part of the seeded run
     model = CrossEncoder(body, readout=cfg.readout)
@@ -166,7 +172,7 @@ def train_cross_encoder(body: nn.Module, tokenizer, data: RetrievalSet, negative
     def step_loss(rng: random.Random) -> torch.Tensor:
         losses = []
         for i in (usable[rng.randrange(len(usable))] for _ in range(cfg.batch_size)):
-            group = [data.relevant[i], *negatives[i][:cfg.n_negatives]]
+            group = [data.relevant[i], *negatives[i][: cfg.n_negatives]]
             scores = model(*pair_inputs(tokenizer, data.queries[i], [data.docs[d] for d in group], max_len, device))
             losses.append(F.cross_entropy(scores[None], torch.zeros(1, dtype=torch.long, device=device)))
         return torch.stack(losses).mean()
@@ -188,8 +194,9 @@ def generative_scorer(model: nn.Module, tokenizer, max_len: int | None = None, b
     return score
 
 
-def judging_scorer(model: nn.Module, tokenizer, max_len: int | None = None, batch_size: int = 50,
-                   max_new_tokens: int = 4) -> ScoreFn:
+def judging_scorer(
+    model: nn.Module, tokenizer, max_len: int | None = None, batch_size: int = 50, max_new_tokens: int = 4
+) -> ScoreFn:
     """The judgement *written*, as an LLM reranker that answers in words does: greedy decoding of up
     to ``max_new_tokens`` after each candidate's prompt; 1 when the answer starts with "yes", else
     0. Ties keep the first stage's order. The same fine-tuned model as ``generative_scorer``, so
@@ -212,9 +219,14 @@ def judging_scorer(model: nn.Module, tokenizer, max_len: int | None = None, batc
     return score
 
 
-def train_generative_reranker(model: nn.Module, tokenizer, data: RetrievalSet,
-                              negatives: Sequence[Sequence[int]], cfg: RerankConfig,
-                              runtime: Runtime | None = None) -> nn.Module:
+def train_generative_reranker(
+    model: nn.Module,
+    tokenizer,
+    data: RetrievalSet,
+    negatives: Sequence[Sequence[int]],
+    cfg: RerankConfig,
+    runtime: Runtime | None = None,
+) -> nn.Module:
     """Language-model loss on " yes" after positives' prompts and " no" after hard negatives'."""
     usable = [i for i, neg in enumerate(negatives) if neg]
     if not usable:
@@ -226,7 +238,7 @@ def train_generative_reranker(model: nn.Module, tokenizer, data: RetrievalSet,
     def step_loss(rng: random.Random) -> torch.Tensor:
         prompts, answers = [], []
         for i in (usable[rng.randrange(len(usable))] for _ in range(cfg.batch_size)):
-            for d, answer in [(data.relevant[i], yes)] + [(d, no) for d in negatives[i][:cfg.generative_negatives]]:
+            for d, answer in [(data.relevant[i], yes)] + [(d, no) for d in negatives[i][: cfg.generative_negatives]]:
                 prompts.append(relevance_prompt(tokenizer, data.queries[i], data.docs[d], max_len, len(answer)))
                 answers.append(answer)
         return model(**continuation_batch(model, prompts, answers, tokenizer.pad_id, start)).loss
@@ -246,14 +258,16 @@ class Rerank(Task[RerankConfig]):
     config = RerankConfig
     record = RerankRecord
 
-    def plays(self, cfg: RerankConfig, model: nn.Module | None, split: str,
-              training: bool) -> tuple[RetrievalSet | None, RetrievalSet]:
+    def plays(
+        self, cfg: RerankConfig, model: nn.Module | None, split: str, training: bool
+    ) -> tuple[RetrievalSet | None, RetrievalSet]:
         """The plays' ICT queries: ``train_queries`` of the train split's, ``test_queries`` of the split's."""
         train = ict_retrieval("train", max_queries=cfg.train_queries, seed=cfg.data_seed) if training else None
         return train, ict_retrieval(split, max_queries=cfg.test_queries, seed=cfg.test_seed)
 
-    def run(self, model, tokenizer, cfg: RerankConfig, runtime: Runtime, data,
-            label: str) -> tuple[nn.Module, Callable[[], RerankRecord], tuple[Any, list]]:
+    def run(
+        self, model, tokenizer, cfg: RerankConfig, runtime: Runtime, data, label: str
+    ) -> tuple[nn.Module, Callable[[], RerankRecord], tuple[Any, list]]:
         if data is not None:
             train, negatives, test, candidates = data
         else:  # the plays' ICT queries with BM25 as the first stage, and its near misses as negatives
@@ -271,16 +285,26 @@ class Rerank(Task[RerankConfig]):
             score = generative_scorer(trained, tokenizer, cfg.max_len, cfg.score_batch)
 
         def evaluate() -> RerankRecord:
-            return replace(evaluate_reranker(score, test, candidates, label, cfg.progress, cfg.seed), kind=kind,
-                           max_len=cfg.max_len, readout=cfg.readout if kind == "cross" else None)
+            return replace(
+                evaluate_reranker(score, test, candidates, label, cfg.progress, cfg.seed),
+                kind=kind,
+                max_len=cfg.max_len,
+                readout=cfg.readout if kind == "cross" else None,
+            )
 
         return trained, evaluate, (test, candidates)
 
-    def kept(self, trained: nn.Module, record: RerankRecord,
-             cfg: RerankConfig) -> tuple[dict[str, Any], nn.Module, nn.Module | None]:
+    def kept(
+        self, trained: nn.Module, record: RerankRecord, cfg: RerankConfig
+    ) -> tuple[dict[str, Any], nn.Module, nn.Module | None]:
         """A cross-encoder keeps its body and head; a generative reranker is the whole model."""
-        task = {"reranker": record.kind, "first_stage": "BM25", "negatives": "bm25", "max_len": record.max_len,
-                "readout": record.readout}
+        task = {
+            "reranker": record.kind,
+            "first_stage": "BM25",
+            "negatives": "bm25",
+            "max_len": record.max_len,
+            "readout": record.readout,
+        }
         if record.kind == "cross":
             assert isinstance(trained, CrossEncoder)  # what ``run`` trains for a cross reranker
             return task, trained.body, trained.head
@@ -288,10 +312,12 @@ class Rerank(Task[RerankConfig]):
 
     def summary(self, record: RerankRecord) -> str:
         r, base, lat = record, record.baseline, record.latency
-        return (f"rerank ({r.reranker}) {r.n_queries} queries x {r.candidates_per_query} candidates: "
-                f"nDCG@10 {r.ndcg_at_10:.3f} (first stage {base.ndcg_at_10:.3f}, random order "
-                f"{r.random_order.ndcg_at_10:.3f}), MRR {r.mrr:.3f} ({base.mrr:.3f}); "
-                f"latency p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms per query\n{gain_summary(r)}")
+        return (
+            f"rerank ({r.reranker}) {r.n_queries} queries x {r.candidates_per_query} candidates: "
+            f"nDCG@10 {r.ndcg_at_10:.3f} (first stage {base.ndcg_at_10:.3f}, random order "
+            f"{r.random_order.ndcg_at_10:.3f}), MRR {r.mrr:.3f} ({base.mrr:.3f}); "
+            f"latency p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms per query\n{gain_summary(r)}"
+        )
 
     def read(self, spec: TaskSpec) -> UserTask:
         """The rows retrieval reads (query/positive rows, or a BEIR folder's train and test qrels), first-staged by
@@ -300,9 +326,16 @@ class Rerank(Task[RerankConfig]):
         return replace(task, details={**task.details, "first_stage": "BM25", "metric": "nDCG@10"})
 
     def user_rows(self, task: UserTask, cfg: RerankConfig) -> tuple[Row, ...]:
-        return (Row(f"{task.spec.name}: nDCG@10 over BM25's top candidates (rerank)", True,
-                    lambda r: r.per_query.ndcg_at_10, lambda r: r.per_query.first_stage_ndcg_at_10,
-                    "BM25's own order", classic_name="BM25's own order"),)
+        return (
+            Row(
+                f"{task.spec.name}: nDCG@10 over BM25's top candidates (rerank)",
+                True,
+                lambda r: r.per_query.ndcg_at_10,
+                lambda r: r.per_query.first_stage_ndcg_at_10,
+                "BM25's own order",
+                classic_name="BM25's own order",
+            ),
+        )
 
     def work(self, cfg: RerankConfig, task: UserTask | None, per_char: float) -> Work:
         """Each step's queries trained with their positive and negatives; every candidate pair of every test query
@@ -310,8 +343,7 @@ class Rerank(Task[RerankConfig]):
         queries = task.test_rows if task is not None else cfg.test_queries
         pair = cfg.max_len or 256  # a query and a passage: near the cut
         pairs = queries * cfg.candidates
-        return Work(cfg.steps * cfg.batch_size * (1 + cfg.n_negatives) * pair, pairs * pair,
-                    pairs / cfg.score_batch)
+        return Work(cfg.steps * cfg.batch_size * (1 + cfg.n_negatives) * pair, pairs * pair, pairs / cfg.score_batch)
 
     def configure(self, cfg: RerankConfig, task: UserTask, context: int) -> RerankConfig:
         return within_context(cfg, task, context)

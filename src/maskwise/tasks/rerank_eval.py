@@ -121,8 +121,14 @@ class RerankRecord(OrderScores, Record):
     first_stage: str | None = None  # the bi-encoder that drew the candidates (the CLI's commands)
 
 
-def evaluate_reranker(score: ScoreFn, data: RetrievalSet | GradedRetrievalSet, candidates: Sequence[Sequence[int]],
-                      name: str, progress: bool = True, seed: int = 0) -> RerankRecord:
+def evaluate_reranker(
+    score: ScoreFn,
+    data: RetrievalSet | GradedRetrievalSet,
+    candidates: Sequence[Sequence[int]],
+    name: str,
+    progress: bool = True,
+    seed: int = 0,
+) -> RerankRecord:
     """Rerank each query's candidates by ``score`` and report metrics and per-query latency, beside
     two baselines over the same candidates: the first stage's order (what a reranker must improve
     on to be worth its latency) and a random order (the trivial floor, its expected metrics). The
@@ -133,8 +139,9 @@ def evaluate_reranker(score: ScoreFn, data: RetrievalSet | GradedRetrievalSet, c
         raise ValueError(f"{len(candidates)} candidate lists for {len(data.queries)} queries")
     relevant = judgements(data)
     reranked, seconds = [], []
-    for query, cands in tqdm(list(zip(data.queries, candidates)), desc=f"rerank ({name})", unit="query",
-                             leave=False, disable=not progress):
+    for query, cands in tqdm(
+        list(zip(data.queries, candidates)), desc=f"rerank ({name})", unit="query", leave=False, disable=not progress
+    ):
         started = time.perf_counter()
         scores = score(query, [data.docs[d] for d in cands])
         order = scores.argsort(descending=True, stable=True).tolist()
@@ -145,22 +152,30 @@ def evaluate_reranker(score: ScoreFn, data: RetrievalSet | GradedRetrievalSet, c
     ndcg = per_query_metrics(reranked, relevant)["ndcg@10"]
     first_stage = per_query_metrics(candidates, relevant)["ndcg@10"]
     random_order = random_order_per_query(candidates, relevant, ks)
-    return RerankRecord.from_json({
-        "reranker": name,
-        "n_queries": len(data.queries),
-        "candidates_per_query": depth,
-        **ranking_metrics(reranked, relevant, ks),
-        "per_query": {"ndcg@10": ndcg, "seconds": seconds, "first_stage_ndcg@10": first_stage,
-                      "random_order_ndcg@10": random_order["ndcg@10"]},
-        "latency": latency_ms(seconds),
-        "baseline": {"name": "first-stage order", **ranking_metrics(candidates, relevant, ks)},
-        "random_order": {"name": "random order of the same candidates (expected value)",
-                         **{metric: sum(values) / len(values) for metric, values in random_order.items()}},
-        "ndcg@10_gain": {
-            "over_random_order": paired_bootstrap(ndcg, random_order["ndcg@10"], seed=seed),
-            "over_first_stage": paired_bootstrap(ndcg, first_stage, seed=seed),
-        },
-    })
+    return RerankRecord.from_json(
+        {
+            "reranker": name,
+            "n_queries": len(data.queries),
+            "candidates_per_query": depth,
+            **ranking_metrics(reranked, relevant, ks),
+            "per_query": {
+                "ndcg@10": ndcg,
+                "seconds": seconds,
+                "first_stage_ndcg@10": first_stage,
+                "random_order_ndcg@10": random_order["ndcg@10"],
+            },
+            "latency": latency_ms(seconds),
+            "baseline": {"name": "first-stage order", **ranking_metrics(candidates, relevant, ks)},
+            "random_order": {
+                "name": "random order of the same candidates (expected value)",
+                **{metric: sum(values) / len(values) for metric, values in random_order.items()},
+            },
+            "ndcg@10_gain": {
+                "over_random_order": paired_bootstrap(ndcg, random_order["ndcg@10"], seed=seed),
+                "over_first_stage": paired_bootstrap(ndcg, first_stage, seed=seed),
+            },
+        }
+    )
 
 
 def gain_summary(record: RerankRecord) -> str:
@@ -168,11 +183,13 @@ def gain_summary(record: RerankRecord) -> str:
     over = record.ndcg_at_10_gain
     return "nDCG@10 gain " + ", ".join(
         f"{g.difference:+.3f} over {label} (95% CI {g.ci95_low:+.3f}..{g.ci95_high:+.3f})"
-        for g, label in ((over.over_random_order, "random order"), (over.over_first_stage, "first stage")))
+        for g, label in ((over.over_random_order, "random order"), (over.over_first_stage, "first stage"))
+    )
 
 
-def random_order_per_query(candidates: Sequence[Sequence[int]], relevant: Sequence[int | Relevance],
-                           ks: Sequence[int]) -> dict[str, list[float]]:
+def random_order_per_query(
+    candidates: Sequence[Sequence[int]], relevant: Sequence[int | Relevance], ks: Sequence[int]
+) -> dict[str, list[float]]:
     """Each query's expected recall@k, reciprocal rank and nDCG@10 when its candidates are put in a
     uniformly random order; ``relevant[i]`` is query i's one relevant document or its judgements
     (``judgements``). Exact, not sampled: each of the n candidates sits at each rank 1..n with
@@ -186,8 +203,9 @@ def random_order_per_query(candidates: Sequence[Sequence[int]], relevant: Sequen
         m = len(present)
         for k in ks:
             result[f"recall@{k}"].append(m / len(judged) * min(k, n) / n if m else 0.0)
-        result["mrr"].append(sum(math.comb(n - r, m - 1) / r for r in range(1, n - m + 2)) / math.comb(n, m)
-                             if m else 0.0)
+        result["mrr"].append(
+            sum(math.comb(n - r, m - 1) / r for r in range(1, n - m + 2)) / math.comb(n, m) if m else 0.0
+        )
         ideal = sum(g / math.log2(rank + 1) for rank, g in enumerate(sorted(judged.values(), reverse=True)[:10], 1))
         mean_discount = sum(1 / math.log2(rank + 1) for rank in range(1, min(10, n) + 1)) / n if n else 0.0
         result["ndcg@10"].append(sum(present) * mean_discount / ideal if m else 0.0)

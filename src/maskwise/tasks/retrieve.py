@@ -41,7 +41,7 @@ def search(queries: torch.Tensor, docs: torch.Tensor, k: int, chunk: int = 1024)
     k = min(k, docs.shape[0])
     scores, indices = [], []
     for start in range(0, queries.shape[0], chunk):
-        sims = queries[start:start + chunk] @ docs.T  # (chunk, N)
+        sims = queries[start : start + chunk] @ docs.T  # (chunk, N)
         top = sims.topk(k, dim=-1)
         scores.append(top.values)
         indices.append(top.indices)
@@ -50,8 +50,9 @@ def search(queries: torch.Tensor, docs: torch.Tensor, k: int, chunk: int = 1024)
     return torch.cat(scores), torch.cat(indices)
 
 
-def ranking_metrics(ranked: Sequence[Sequence[int]], relevant: Sequence[Relevance],
-                    ks: Sequence[int] = RECALL_KS) -> dict[str, float]:
+def ranking_metrics(
+    ranked: Sequence[Sequence[int]], relevant: Sequence[Relevance], ks: Sequence[int] = RECALL_KS
+) -> dict[str, float]:
     result = {f"recall@{k}": recall_at_k(ranked, relevant, k) for k in ks}
     result["mrr"] = mrr(ranked, relevant)
     result["ndcg@10"] = ndcg_at_k(ranked, relevant, 10)
@@ -82,8 +83,9 @@ def random_ranking(n_queries: int, n_docs: int, k: int, seed: int = 0) -> list[l
 WORD = re.compile(r"[a-z']+")
 
 
-def bm25_ranking(data: RetrievalSet | GradedRetrievalSet, k: int = 100, k1: float = 1.2,
-                 b: float = 0.75) -> list[list[int]]:
+def bm25_ranking(
+    data: RetrievalSet | GradedRetrievalSet, k: int = 100, k1: float = 1.2, b: float = 0.75
+) -> list[list[int]]:
     """Each query's top-``k`` documents by Okapi BM25 over lowercased words: the classic lexical
     first stage, the same for every reranker, and free of any model being compared."""
     docs = [Counter(WORD.findall(doc.lower())) for doc in data.docs]
@@ -107,8 +109,9 @@ def bm25_ranking(data: RetrievalSet | GradedRetrievalSet, k: int = 100, k1: floa
     return ranked
 
 
-def rank(embedder: EmbedFn, data: RetrievalSet | GradedRetrievalSet,
-         k: int = 100) -> tuple[list[list[int]], dict[str, float]]:
+def rank(
+    embedder: EmbedFn, data: RetrievalSet | GradedRetrievalSet, k: int = 100
+) -> tuple[list[list[int]], dict[str, float]]:
     """Each query's top-``k`` document indices, best first, and how long embedding and search took."""
     started = time.perf_counter()
     doc_vectors = embedder(list(data.docs))
@@ -214,13 +217,18 @@ def with_bm25(record: RetrievalRecord, data: RetrievalSet | GradedRetrievalSet, 
             return PerQuery.from_json({metric: [q[metric] for q in scored] for metric in ("recall@10", "ndcg@10")})
         return PerQuery.from_json(per_query_metrics(ranked, [{d} for d in data.relevant]))
 
-    return replace(record, classic=per_query(tuple(doc[:n] for doc, n in zip(data.docs, read))),
-                   classic_whole=per_query(data.docs), chars_read=list(read),
-                   chars_given=[len(doc) for doc in data.docs])
+    return replace(
+        record,
+        classic=per_query(tuple(doc[:n] for doc, n in zip(data.docs, read))),
+        classic_whole=per_query(data.docs),
+        chars_read=list(read),
+        chars_given=[len(doc) for doc in data.docs],
+    )
 
 
-def evaluate_retrieval(embedder: EmbedFn, data: RetrievalSet, k: int = 100, name: str = "embedder",
-                       seed: int = 0) -> RetrievalRecord:
+def evaluate_retrieval(
+    embedder: EmbedFn, data: RetrievalSet, k: int = 100, name: str = "embedder", seed: int = 0
+) -> RetrievalRecord:
     """Embed the collection and the queries, search, and report metrics overall, by passage length,
     and for a random ranking; plus embedding and search time."""
     ranked, timing = rank(embedder, data, k)
@@ -228,27 +236,42 @@ def evaluate_retrieval(embedder: EmbedFn, data: RetrievalSet, k: int = 100, name
     lengths = [len(data.docs[d]) for d in data.relevant]
     baseline = random_ranking(len(ranked), len(data.docs), k, seed)
     per_query = per_query_metrics(ranked, relevant)
-    return RetrievalRecord.from_json({
-        "embedder": name,
-        "n_queries": len(data.queries),
-        "n_docs": len(data.docs),
-        **ranking_metrics(ranked, relevant),
-        "per_query": per_query,
-        "by_passage_chars": bucketed(lengths, per_query, LENGTH_EDGES),
-        "baseline": {"name": "random ranking", **ranking_metrics(baseline, relevant),
-                     "expected": expected_random(len(data.docs))},
-        **timing,
-    })
+    return RetrievalRecord.from_json(
+        {
+            "embedder": name,
+            "n_queries": len(data.queries),
+            "n_docs": len(data.docs),
+            **ranking_metrics(ranked, relevant),
+            "per_query": per_query,
+            "by_passage_chars": bucketed(lengths, per_query, LENGTH_EDGES),
+            "baseline": {
+                "name": "random ranking",
+                **ranking_metrics(baseline, relevant),
+                "expected": expected_random(len(data.docs)),
+            },
+            **timing,
+        }
+    )
 
 
 def benchmark_metrics(ranked: Sequence[Sequence[int]], qrels: Sequence[Relevance]) -> dict[str, float]:
     """The numbers BEIR and MTEB report (nDCG@10 their headline), plus recall@10."""
-    return {"ndcg@10": ndcg_at_k(ranked, qrels, 10), "recall@100": recall_at_k(ranked, qrels, 100),
-            "mrr@10": mrr(ranked, qrels, k=10), "recall@10": recall_at_k(ranked, qrels, 10)}
+    return {
+        "ndcg@10": ndcg_at_k(ranked, qrels, 10),
+        "recall@100": recall_at_k(ranked, qrels, 100),
+        "mrr@10": mrr(ranked, qrels, k=10),
+        "recall@10": recall_at_k(ranked, qrels, 10),
+    }
 
 
-def evaluate_graded_retrieval(embedder: EmbedFn, data: GradedRetrievalSet, k: int = 100, name: str = "embedder",
-                              ignore_identical_ids: bool = False, seed: int = 0) -> RetrievalRecord:
+def evaluate_graded_retrieval(
+    embedder: EmbedFn,
+    data: GradedRetrievalSet,
+    k: int = 100,
+    name: str = "embedder",
+    ignore_identical_ids: bool = False,
+    seed: int = 0,
+) -> RetrievalRecord:
     """``evaluate_retrieval`` for graded, multi-document judgements (a BEIR folder's split): the
     benchmark's metrics overall and per query (with its id), and for a random ranking.
 
@@ -261,15 +284,19 @@ def evaluate_graded_retrieval(embedder: EmbedFn, data: GradedRetrievalSet, k: in
         ranked = [[d for d in r if data.doc_ids[d] != query][:k] for r, query in zip(ranked, data.query_ids)]
     per_query = [benchmark_metrics([r], [grades]) for r, grades in zip(ranked, data.qrels)]
     baseline = random_ranking(len(ranked), len(data.docs), k, seed)
-    return RetrievalRecord.from_json({
-        "embedder": name,
-        "n_queries": len(data.queries),
-        "n_docs": len(data.docs),
-        "queries_without_relevant": data.without_relevant,
-        "ignore_identical_ids": ignore_identical_ids,
-        **benchmark_metrics(ranked, data.qrels),
-        "per_query": {"query_id": list(data.query_ids),
-                      **{metric: [q[metric] for q in per_query] for metric in benchmark_metrics([], [])}},
-        "baseline": {"name": "random ranking", **benchmark_metrics(baseline, data.qrels)},
-        **timing,
-    })
+    return RetrievalRecord.from_json(
+        {
+            "embedder": name,
+            "n_queries": len(data.queries),
+            "n_docs": len(data.docs),
+            "queries_without_relevant": data.without_relevant,
+            "ignore_identical_ids": ignore_identical_ids,
+            **benchmark_metrics(ranked, data.qrels),
+            "per_query": {
+                "query_id": list(data.query_ids),
+                **{metric: [q[metric] for q in per_query] for metric in benchmark_metrics([], [])},
+            },
+            "baseline": {"name": "random ranking", **benchmark_metrics(baseline, data.qrels)},
+            **timing,
+        }
+    )

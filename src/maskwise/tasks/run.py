@@ -35,8 +35,14 @@ def plays_rows(cfg: FinetuneConfig, model: nn.Module | None, split: str = "test"
     return task_of(cfg).plays(cfg, model, split, training)
 
 
-def run_task(cfg: FinetuneConfig, model: nn.Module, tokenizer, runtime: Runtime, data: Sequence | None = None,
-             label: str = "model") -> TaskResult:
+def run_task(
+    cfg: FinetuneConfig,
+    model: nn.Module,
+    tokenizer,
+    runtime: Runtime,
+    data: Sequence | None = None,
+    label: str = "model",
+) -> TaskResult:
     """Fine-tune ``model`` (moved to ``runtime``'s device, trained under its precision) on the task
     ``cfg`` configures and evaluate it. ``data``: the caller's rows instead of the plays' (classify:
     ``LabelledText`` lists ``(train, test)``; embed: query/passage pairs and a ``RetrievalSet``;

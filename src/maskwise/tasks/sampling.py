@@ -39,8 +39,9 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
     return logits
 
 
-def choose_next(logits: torch.Tensor, seen: torch.Tensor | None, cfg,
-                generator: torch.Generator | None) -> torch.Tensor:
+def choose_next(
+    logits: torch.Tensor, seen: torch.Tensor | None, cfg, generator: torch.Generator | None
+) -> torch.Tensor:
     """(B,) next tokens from (B, V) logits: repetition penalty on ``seen`` (B, V; None when the
     penalty is off), then argmax (temperature 0) or temperature, top-k, top-p and a draw from
     ``generator``. ``cfg``: the call's ``GenerationConfig`` (generate.py imports this module)."""

@@ -83,8 +83,9 @@ def _source_room(model: nn.Module, max_target_len: int) -> int:
         return cfg.max_seq_len
     room = cfg.max_seq_len - max_target_len - 2
     if room < 1:
-        raise UserError(f"max target length {max_target_len} leaves no room for the source in a context "
-                        f"of {cfg.max_seq_len}")
+        raise UserError(
+            f"max target length {max_target_len} leaves no room for the source in a context of {cfg.max_seq_len}"
+        )
     return room
 
 
@@ -98,7 +99,7 @@ def source_chars_read(model: nn.Module, tokenizer, source: str, max_target_len: 
 def source_ids(model: nn.Module, tokenizer, source: str, max_target_len: int) -> list[int]:
     """The source as the model reads it: cut to fit (from the end: the passage's first speakers are
     the first targets), plus [SEP] for a decoder, whose target follows in the same sequence."""
-    ids = tokenizer.encode(source)[:_source_room(model, max_target_len)]
+    ids = tokenizer.encode(source)[: _source_room(model, max_target_len)]
     return ids + [tokenizer.sep_id] if config_of(model).kind.causal else ids
 
 
@@ -109,19 +110,26 @@ def room_for_whole(model: nn.Module, tokenizer, sources: Sequence[str], max_targ
     return extend_context(model, longest + (0 if config_of(model).kind.two_stacks else max_target_len + 2))
 
 
-def seq2seq_batch(model: nn.Module, tokenizer, examples: Sequence[Seq2SeqExample],
-                  max_target_len: int) -> dict[str, torch.Tensor]:
+def seq2seq_batch(
+    model: nn.Module, tokenizer, examples: Sequence[Seq2SeqExample], max_target_len: int
+) -> dict[str, torch.Tensor]:
     """Teacher-forcing inputs and labels for either family (see the module docstring)."""
     device, eos = device_of(model), tokenizer.eos_id
     sources = [source_ids(model, tokenizer, e.source, max_target_len) for e in examples]
     targets = [ids[:max_target_len] + [eos] for ids in tokenizer.encode_batch([e.target for e in examples])]
     if config_of(model).kind.two_stacks:
         ids, mask = pad(sources, tokenizer.pad_id, "right", device)
-        dec, dec_mask = pad([[decoder_start_id(tokenizer), *t[:-1]] for t in targets], tokenizer.pad_id,
-                            "right", device)
+        dec, dec_mask = pad(
+            [[decoder_start_id(tokenizer), *t[:-1]] for t in targets], tokenizer.pad_id, "right", device
+        )
         labels, _ = pad(targets, IGNORE_INDEX, "right", device)
-        return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec,
-                "decoder_attention_mask": dec_mask, "labels": labels}
+        return {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "decoder_input_ids": dec,
+            "decoder_attention_mask": dec_mask,
+            "labels": labels,
+        }
     # decoder: position t predicts token t+1; only predictions of target tokens carry a loss
     seqs = [s + t for s, t in zip(sources, targets)]
     label_seqs = [[IGNORE_INDEX] * (len(s) - 1) + t + [IGNORE_INDEX] for s, t in zip(sources, targets)]
@@ -130,9 +138,15 @@ def seq2seq_batch(model: nn.Module, tokenizer, examples: Sequence[Seq2SeqExample
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-def train_seq2seq(model: nn.Module, tokenizer, train: Sequence[Seq2SeqExample], cfg: Seq2SeqConfig,
-                  augment: Callable[[Seq2SeqExample, random.Random], Seq2SeqExample] | None = None,
-                  augment_prob: float = 0.0, runtime: Runtime | None = None) -> nn.Module:
+def train_seq2seq(
+    model: nn.Module,
+    tokenizer,
+    train: Sequence[Seq2SeqExample],
+    cfg: Seq2SeqConfig,
+    augment: Callable[[Seq2SeqExample, random.Random], Seq2SeqExample] | None = None,
+    augment_prob: float = 0.0,
+    runtime: Runtime | None = None,
+) -> nn.Module:
     """Teacher-forced fine-tuning on random batches of ``train``; each drawn example is replaced by
     ``augment(example, rng)`` with probability ``augment_prob`` (a fresh variant every draw, e.g.
     ``data.tasks.rename_speakers``)."""
@@ -150,8 +164,15 @@ def train_seq2seq(model: nn.Module, tokenizer, train: Sequence[Seq2SeqExample], 
     return model
 
 
-def predict_seq2seq(model: nn.Module, tokenizer, sources: Sequence[str], gen: GenerationConfig,
-                    max_target_len: int = 64, batch_size: int = 32, progress: bool = True) -> list[str]:
+def predict_seq2seq(
+    model: nn.Module,
+    tokenizer,
+    sources: Sequence[str],
+    gen: GenerationConfig,
+    max_target_len: int = 64,
+    batch_size: int = 32,
+    progress: bool = True,
+) -> list[str]:
     """Generate a target for each source (greedy or beam, as ``gen`` says; at most
     ``max_target_len`` tokens plus [EOS])."""
     check_generative(model)
@@ -165,34 +186,51 @@ def predict_seq2seq(model: nn.Module, tokenizer, sources: Sequence[str], gen: Ge
     return outputs
 
 
-def evaluate_seq2seq(model: nn.Module, tokenizer, test: Sequence[Seq2SeqExample], gen: GenerationConfig,
-                     max_target_len: int = 64, progress: bool = True, source_edges: Sequence[int] = SOURCE_EDGES,
-                     lead: int | None = None, train_examples: int | None = None, hide_speakers: bool | None = None,
-                     mid_speech: bool | None = None, positions_past_pretrained: int = 0) -> Seq2SeqRecord:
+def evaluate_seq2seq(
+    model: nn.Module,
+    tokenizer,
+    test: Sequence[Seq2SeqExample],
+    gen: GenerationConfig,
+    max_target_len: int = 64,
+    progress: bool = True,
+    source_edges: Sequence[int] = SOURCE_EDGES,
+    lead: int | None = None,
+    train_examples: int | None = None,
+    hide_speakers: bool | None = None,
+    mid_speech: bool | None = None,
+    positions_past_pretrained: int = 0,
+) -> Seq2SeqRecord:
     """Generate each test target and score it beside a baseline: the source's first ``lead`` words (a user's
     rows: the lead of a summary, the classic floor), else its first line (the plays: the first speaker)."""
-    predicted = predict_seq2seq(model, tokenizer, [e.source for e in test], gen, max_target_len,
-                                progress=progress)
+    predicted = predict_seq2seq(model, tokenizer, [e.source for e in test], gen, max_target_len, progress=progress)
     if lead is None:
         baseline, baseline_name = [first_speaker_baseline(e.source) for e in test], "copy the first line of the source"
     else:
         baseline, baseline_name = [" ".join(e.source.split()[:lead]) for e in test], f"the source's first {lead} words"
-    return Seq2SeqRecord.from_json({
-        "family": config_of(model).family,
-        "decoding": f"beam {gen.num_beams}" if gen.num_beams > 1 else "greedy",
-        "train_examples": train_examples, "hide_speakers": hide_speakers, "mid_speech": mid_speech,
-        "n_test": len(test),
-        "source_chars": [len(e.source) for e in test],
-        "chars_read": [source_chars_read(model, tokenizer, e.source, max_target_len) for e in test],
-        "positions_past_pretrained": positions_past_pretrained,
-        **generation_scores(predicted, test, source_edges),
-        "baseline": {"name": baseline_name, **generation_scores(baseline, test, source_edges)},
-        "classic": None if lead is not None else {
-            "name": LINES_AFTER_BLANK,
-            **generation_scores([lines_after_blank(e.source) for e in test], test, source_edges)},
-        "examples": [{"source": e.source, "target": e.target, "predicted": p}
-                     for e, p in list(zip(test, predicted))[:5]],
-    })
+    return Seq2SeqRecord.from_json(
+        {
+            "family": config_of(model).family,
+            "decoding": f"beam {gen.num_beams}" if gen.num_beams > 1 else "greedy",
+            "train_examples": train_examples,
+            "hide_speakers": hide_speakers,
+            "mid_speech": mid_speech,
+            "n_test": len(test),
+            "source_chars": [len(e.source) for e in test],
+            "chars_read": [source_chars_read(model, tokenizer, e.source, max_target_len) for e in test],
+            "positions_past_pretrained": positions_past_pretrained,
+            **generation_scores(predicted, test, source_edges),
+            "baseline": {"name": baseline_name, **generation_scores(baseline, test, source_edges)},
+            "classic": None
+            if lead is not None
+            else {
+                "name": LINES_AFTER_BLANK,
+                **generation_scores([lines_after_blank(e.source) for e in test], test, source_edges),
+            },
+            "examples": [
+                {"source": e.source, "target": e.target, "predicted": p} for e, p in list(zip(test, predicted))[:5]
+            ],
+        }
+    )
 
 
 # ---- the unit: its plays' rows, its run, its commands and its compare rows ---------------------------
@@ -216,52 +254,82 @@ class Seq2Seq(Task[Seq2SeqConfig]):
     claim = READ_THEN_WRITE
     config = Seq2SeqConfig
     record = Seq2SeqRecord
-    plays_row = Row("passage -> speakers F1", True, lambda r: r.per_example.items_f1,
-                    lambda r: r.baseline.per_example.items_f1, "copy the first line", classic_name=LINES_AFTER_BLANK,
-                    classic=lambda r: r.classic and r.classic.per_example.items_f1)
+    plays_row = Row(
+        "passage -> speakers F1",
+        True,
+        lambda r: r.per_example.items_f1,
+        lambda r: r.baseline.per_example.items_f1,
+        "copy the first line",
+        classic_name=LINES_AFTER_BLANK,
+        classic=lambda r: r.classic and r.classic.per_example.items_f1,
+    )
 
-    def plays(self, cfg: Seq2SeqConfig, model: nn.Module | None, split: str,
-              training: bool) -> tuple[list[Seq2SeqExample] | None, list[Seq2SeqExample]]:
+    def plays(
+        self, cfg: Seq2SeqConfig, model: nn.Module | None, split: str, training: bool
+    ) -> tuple[list[Seq2SeqExample] | None, list[Seq2SeqExample]]:
         """The plays' passage -> speakers rows: ``train_passages`` of the train split's, ``test_passages`` of the
         split's."""
-        draw = partial(speaker_examples, max_chars=_plays_source_chars(cfg, model), hide_speakers=cfg.hide_speakers,
-                       mid_speech=cfg.mid_speech)
+        draw = partial(
+            speaker_examples,
+            max_chars=_plays_source_chars(cfg, model),
+            hide_speakers=cfg.hide_speakers,
+            mid_speech=cfg.mid_speech,
+        )
         train = draw("train", limit=cfg.train_passages, seed=cfg.data_seed) if training else None
         return train, draw(split, limit=cfg.test_passages, seed=cfg.test_seed)
 
-    def run(self, model, tokenizer, cfg: Seq2SeqConfig, runtime: Runtime, data,
-            label: str) -> tuple[nn.Module, Callable[[], Seq2SeqRecord], list[Seq2SeqExample]]:
+    def run(
+        self, model, tokenizer, cfg: Seq2SeqConfig, runtime: Runtime, data, label: str
+    ) -> tuple[nn.Module, Callable[[], Seq2SeqRecord], list[Seq2SeqExample]]:
         train, test = data or self.plays(cfg, model, "test", True)
         assert train is not None  # the plays' training rows were asked for
         past = room_for_whole(model, tokenizer, [e.source for e in [*train, *test]], cfg.max_target_len)
-        train_seq2seq(model, tokenizer, train, cfg, augment=rename_speakers, augment_prob=cfg.rename_speakers,
-                      runtime=runtime)
+        train_seq2seq(
+            model, tokenizer, train, cfg, augment=rename_speakers, augment_prob=cfg.rename_speakers, runtime=runtime
+        )
         generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)  # and [EOS]
         lead = None if data is None else lead_words(train)  # a user's rows: the lead baseline, not the first speaker
 
         def evaluate() -> Seq2SeqRecord:
-            return evaluate_seq2seq(model, tokenizer, test, generation, max_target_len=cfg.max_target_len,
-                                    progress=cfg.progress, source_edges=cfg.source_edges, lead=lead,
-                                    train_examples=len(train), positions_past_pretrained=past)
+            return evaluate_seq2seq(
+                model,
+                tokenizer,
+                test,
+                generation,
+                max_target_len=cfg.max_target_len,
+                progress=cfg.progress,
+                source_edges=cfg.source_edges,
+                lead=lead,
+                train_examples=len(train),
+                positions_past_pretrained=past,
+            )
 
         return model, evaluate, test
 
-    def kept(self, trained: nn.Module, record: Seq2SeqRecord,
-             cfg: Seq2SeqConfig) -> tuple[dict[str, Any], nn.Module, None]:
+    def kept(
+        self, trained: nn.Module, record: Seq2SeqRecord, cfg: Seq2SeqConfig
+    ) -> tuple[dict[str, Any], nn.Module, None]:
         return {"max_target_len": cfg.max_target_len}, trained, None
 
     def summary(self, record: Seq2SeqRecord) -> str:
         r, base = record, record.baseline
-        return (f"seq2seq ({r.family}, {r.decoding}) on {r.n_test} passages: exact match "
-                f"{r.exact_match:.3f} (copy first line {base.exact_match:.3f}), items F1 "
-                f"{r.items_f1:.3f} ({base.items_f1:.3f}), token F1 {r.token_f1:.3f} "
-                f"({base.token_f1:.3f})")
+        return (
+            f"seq2seq ({r.family}, {r.decoding}) on {r.n_test} passages: exact match "
+            f"{r.exact_match:.3f} (copy first line {base.exact_match:.3f}), items F1 "
+            f"{r.items_f1:.3f} ({base.items_f1:.3f}), token F1 {r.token_f1:.3f} "
+            f"({base.token_f1:.3f})"
+        )
 
     def read(self, spec: TaskSpec) -> UserTask:
         train, test = read_pairs(spec)
-        return UserTask(spec, train, test, len(train), len(test),
-                        details={"metric": "token F1",
-                                 "longest_target_chars": max(len(e.target) for e in [*train, *test])})
+        return UserTask(
+            spec,
+            train,
+            test,
+            len(train),
+            len(test),
+            details={"metric": "token F1", "longest_target_chars": max(len(e.target) for e in [*train, *test])},
+        )
 
     def configure(self, cfg: Seq2SeqConfig, task: UserTask, context: int) -> Seq2SeqConfig:
         """No speaker renaming (the plays' augmentation); room for the longest target, a character a token at
@@ -269,17 +337,25 @@ class Seq2Seq(Task[Seq2SeqConfig]):
         longest = task.details["longest_target_chars"]
         if longest + 2 > context // 2:
             where = max([*task.train, *task.test], key=lambda e: len(e.target)).origin
-            raise UserError(f"task {task.spec.name}: {where} has a target of {longest} characters; at most "
-                            f"{context // 2 - 2} fit (half the smallest context, {context} tokens, a character a "
-                            "token at worst): shorten it or drop the row")
+            raise UserError(
+                f"task {task.spec.name}: {where} has a target of {longest} characters; at most "
+                f"{context // 2 - 2} fit (half the smallest context, {context} tokens, a character a "
+                "token at worst): shorten it or drop the row"
+            )
         # The window: the longest source, up to the cap. Up to three buckets of the test sources it holds whole
         # (terciles; each edge a length a test source has, so that no bucket is empty): the seed predicts the
         # encoder-decoder's lead grows with the source.
         window = min(cfg.source_cap, max(len(e.source) for e in [*task.train, *task.test]))
         lengths = sorted(n for e in task.test if (n := len(e.source)) <= window) or [window]
         edges = tuple(dict.fromkeys((lengths[0], lengths[len(lengths) // 3], lengths[2 * len(lengths) // 3])))
-        return replace(cfg, rename_speakers=0.0, mid_speech=False, max_target_len=max(8, longest + 1),
-                       source_edges=edges, max_chars=window)
+        return replace(
+            cfg,
+            rename_speakers=0.0,
+            mid_speech=False,
+            max_target_len=max(8, longest + 1),
+            source_edges=edges,
+            max_chars=window,
+        )
 
     def shorter(self, cfg: Seq2SeqConfig, task: UserTask, context: int) -> Seq2SeqConfig | None:
         """A window a quarter shorter, down to what the smallest pretrained context holds (no reading past it)."""
@@ -291,21 +367,35 @@ class Seq2Seq(Task[Seq2SeqConfig]):
     def reading(self, cfg: Seq2SeqConfig, task: UserTask, context: int) -> str | None:
         window, given = cfg.max_chars or 0, [len(e.source) for e in task.test]
         cut = sum(n > window for n in given)
-        past = (f"; a body with rotary or relative positions reads past its pretrained context (the smallest here "
-                f"{context} tokens) to hold them, one with a learned position table reads their start (each "
-                "fine-tune's record: positions_past_pretrained, chars_read)" if window > context - 2 else "")
+        past = (
+            f"; a body with rotary or relative positions reads past its pretrained context (the smallest here "
+            f"{context} tokens) to hold them, one with a learned position table reads their start (each "
+            "fine-tune's record: positions_past_pretrained, chars_read)"
+            if window > context - 2
+            else ""
+        )
         if cut == len(given):
-            return (f"every test source ({min(given):,}-{max(given):,} characters) is longer than the {window:,} "
-                    f"read: all are cut there and judged so, and the trend by source length is not measured" + past)
-        return (f"sources read whole up to {window:,} characters (test sources {min(given):,}-{max(given):,})" + past
-                + (f"; {cut} of {len(given)} test sources are longer, read to their first {window:,} characters and "
-                   "reported apart, never judged" if cut else ""))
+            return (
+                f"every test source ({min(given):,}-{max(given):,} characters) is longer than the {window:,} "
+                f"read: all are cut there and judged so, and the trend by source length is not measured" + past
+            )
+        return (
+            f"sources read whole up to {window:,} characters (test sources {min(given):,}-{max(given):,})"
+            + past
+            + (
+                f"; {cut} of {len(given)} test sources are longer, read to their first {window:,} characters and "
+                "reported apart, never judged"
+                if cut
+                else ""
+            )
+        )
 
     def run_data(self, task: UserTask, cfg: Seq2SeqConfig) -> tuple[list[Seq2SeqExample], list[Seq2SeqExample]]:
         """The rows with each source cut to ``cfg.max_chars`` characters: every family reads the same source (the
         encoder-decoder's encoder holds the smallest context; a decoder-only model reads it with the target)."""
+
         def cut(rows: list[Seq2SeqExample]) -> list[Seq2SeqExample]:
-            return [replace(e, source=e.source[:cfg.max_chars]) for e in rows]
+            return [replace(e, source=e.source[: cfg.max_chars]) for e in rows]
 
         return cut(task.train), cut(task.test)
 
@@ -319,24 +409,36 @@ class Seq2Seq(Task[Seq2SeqConfig]):
 
         def row(low: int, high: int | None, name: str, metric: str = "token_f1") -> Row:
             def within(scored: Seq2SeqScores) -> list[float]:
-                return [v for v, n in zip(getattr(scored.per_example, metric), given)
-                        if n >= low and (high is None or n < high)]
+                return [
+                    v
+                    for v, n in zip(getattr(scored.per_example, metric), given)
+                    if n >= low and (high is None or n < high)
+                ]
+
             label = {"token_f1": "token F1", "rouge_l": "ROUGE-L"}[metric]
             # The lead is the classic method of summarisation already: named, not shown twice.
-            return Row(f"{task.spec.name}: {label}, {name} (seq2seq)", True, within, lambda r: within(r.baseline),
-                       "lead (the source's first words)", classic_name="the lead",
-                       read=lambda r: (r.chars_read or r.source_chars, given))
+            return Row(
+                f"{task.spec.name}: {label}, {name} (seq2seq)",
+                True,
+                within,
+                lambda r: within(r.baseline),
+                "lead (the source's first words)",
+                classic_name="the lead",
+                read=lambda r: (r.chars_read or r.source_chars, given),
+            )
 
         def named(low: int, high: int) -> str:
-            return (f"sources of {low}+ characters" if high > max(given) else
-                    f"sources of {low}-{high - 1} characters")
+            return f"sources of {low}+ characters" if high > max(given) else f"sources of {low}-{high - 1} characters"
 
         if min(given) > window:  # no source read whole: judged on all of them, cut, and the label says so
             cut_all = f"all sources, cut at {window} characters (the trend by source length not measured)"
             return row(0, None, cut_all), row(0, None, cut_all, "rouge_l")
         judged, *shorter = [row(low, high, named(low, high)) for low, high in reversed(spans)]
-        cut = ((row(window + 1, None, f"sources over {window} characters, read to their first {window}"),)
-               if max(given) > window else ())
+        cut = (
+            (row(window + 1, None, f"sources over {window} characters, read to their first {window}"),)
+            if max(given) > window
+            else ()
+        )
         rouge = row(0, None, "all sources", "rouge_l")  # reported beside the judged token F1
         every = (row(0, None, "all sources"),) if shorter or cut else ()
         return (judged, *reversed(shorter), *cut, *every, rouge)
@@ -344,15 +446,26 @@ class Seq2Seq(Task[Seq2SeqConfig]):
     def work(self, cfg: Seq2SeqConfig, task: UserTask | None, per_char: float) -> Work:
         """Each step's batch of sources with their targets trained; each test source read, then one decoding call a
         target token for each batch of 32 sources (``predict_seq2seq``'s)."""
-        n, length = (task.test_rows, mean_tokens([e.source for e in task.test], per_char)) if task else (
-            cfg.test_passages, (cfg.max_chars or 120) * per_char)
+        n, length = (
+            (task.test_rows, mean_tokens([e.source for e in task.test], per_char))
+            if task
+            else (cfg.test_passages, (cfg.max_chars or 120) * per_char)
+        )
         if cfg.max_chars:
             length = min(length, cfg.max_chars * per_char + 2)
-        return Work(cfg.steps * cfg.batch_size * (length + cfg.max_target_len), n * length,
-                    -(-n // 32) * cfg.max_target_len, length=length + cfg.max_target_len)
+        return Work(
+            cfg.steps * cfg.batch_size * (length + cfg.max_target_len),
+            n * length,
+            -(-n // 32) * cfg.max_target_len,
+            length=length + cfg.max_target_len,
+        )
 
     def texts(self, rows: Sequence[Seq2SeqExample]) -> list[str]:
         return [e.source for e in rows]
 
     def cannot(self, family: Family) -> str | None:
-        return None if family.writes else "cannot: no decoder to write the answer (an encoder labels positions it is given)"
+        return (
+            None
+            if family.writes
+            else "cannot: no decoder to write the answer (an encoder labels positions it is given)"
+        )

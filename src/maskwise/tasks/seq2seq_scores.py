@@ -86,8 +86,9 @@ class Seq2SeqRecord(Seq2SeqScores, Record):
     mid_speech: bool | None = None
 
 
-def generation_scores(predicted: Sequence[str], examples: Sequence[Seq2SeqExample],
-                      source_edges: Sequence[int]) -> dict:
+def generation_scores(
+    predicted: Sequence[str], examples: Sequence[Seq2SeqExample], source_edges: Sequence[int]
+) -> dict:
     """``Seq2SeqScores``' fields: exact match, F1 over the set of comma-separated items (on the plays: the speakers)
     and token F1, overall, per example and by source length."""
     per_example = {

@@ -98,13 +98,15 @@ class TokenTagger(nn.Module):
         self.body, self.tags, self.read_out = body_of(body), list(tags), read_out
         self.head = ClassifierHead.for_body(self.body.cfg, len(self.tags), dropout).to(device_of(body))
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                read_at: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, read_at: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """(B, T) -> (B, T, n_tags); at the positions ``read_at`` (B, R) alone, (B, R, n_tags)."""
         return self.head(self.body.read(input_ids, attention_mask, read_at))  # (B, T or R, n_tags)
 
-    def labelled_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                        labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def labelled_logits(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(N, n_tags) logits at the N labelled positions of ``labels`` (B, T), row-major, and their (N,)
         labels. The body's last layer reads those positions alone where they are few (``heads.labelled_reading``:
         a word's one token in five or so under a character tokenizer)."""
@@ -114,8 +116,9 @@ class TokenTagger(nn.Module):
         return self(input_ids, attention_mask, read_at)[chosen], at[chosen]
 
     @classmethod
-    def from_fine_tune(cls, body: nn.Module, task: dict, head: dict[str, torch.Tensor] | None,
-                       where: str) -> TokenTagger:
+    def from_fine_tune(
+        cls, body: nn.Module, task: dict, head: dict[str, torch.Tensor] | None, where: str
+    ) -> TokenTagger:
         """The tagger a fine-tune left (``interop.folders.fine_tune_of``: a run's or an HF task class's
         record of tags, and its head's tensors) on ``body``, in eval mode."""
         read_out = task.get("read_out", "last")  # folders written before it was recorded read at the last token
@@ -126,8 +129,9 @@ class TokenTagger(nn.Module):
         return model.eval()
 
 
-def word_positions(tokenizer, example: TaggedText, family: str, max_len: int,
-                   read_out: str = "last") -> tuple[list[int], list[int]]:
+def word_positions(
+    tokenizer, example: TaggedText, family: str, max_len: int, read_out: str = "last"
+) -> tuple[list[int], list[int]]:
     """The framed ids of ``example`` (cut to ``max_len``) and, per word, the position of the token
     that holds its last character (``read_out`` "first": its first), -1 where the cut left that token out."""
     ids, offsets = tokenizer.encode_offsets(example.text)
@@ -148,8 +152,14 @@ def _batch(tokenizer, examples: Sequence[TaggedText], family: str, max_len: int,
     return ids, mask, positions
 
 
-def train_tagger(body: nn.Module, tokenizer, train: Sequence[TaggedText], cfg: TagConfig,
-                 tags: Sequence[str] | None = None, runtime: Runtime | None = None) -> TokenTagger:
+def train_tagger(
+    body: nn.Module,
+    tokenizer,
+    train: Sequence[TaggedText],
+    cfg: TagConfig,
+    tags: Sequence[str] | None = None,
+    runtime: Runtime | None = None,
+) -> TokenTagger:
     """Fine-tune ``body`` and a fresh per-token head on ``train``; ``tags`` fixes the tag order
     (default: sorted, ``O`` first)."""
     if not train:
@@ -179,16 +189,18 @@ def train_tagger(body: nn.Module, tokenizer, train: Sequence[TaggedText], cfg: T
 
 
 @torch.no_grad()
-def predict_tags(model: TokenTagger, tokenizer, examples: Sequence[TaggedText], batch_size: int = 64,
-                 max_len: int | None = None) -> tuple[list[list[str]], int]:
+def predict_tags(
+    model: TokenTagger, tokenizer, examples: Sequence[TaggedText], batch_size: int = 64, max_len: int | None = None
+) -> tuple[list[list[str]], int]:
     """Each example's predicted tag per word, and how many words the length cut left unread (tagged ``O``)."""
     model.eval()
     max_len, device = context_len(model.body, max_len), device_of(model)
     outside = OUTSIDE if OUTSIDE in model.tags else model.tags[0]
     predicted, truncated = [], 0
     for chunk in batches(len(examples), batch_size):
-        ids, mask, positions = _batch(tokenizer, [examples[i] for i in chunk], model.body.cfg.family, max_len, device,
-                                      model.read_out)
+        ids, mask, positions = _batch(
+            tokenizer, [examples[i] for i in chunk], model.body.cfg.family, max_len, device, model.read_out
+        )
         read = torch.full(ids.shape, IGNORE_INDEX, device=device)  # (B, T): 0 at the positions a word is read at
         for row, where in enumerate(positions):
             read[row, [p for p in where if p >= 0]] = 0
@@ -272,13 +284,22 @@ def scored(predicted: Sequence[Sequence[str]], test: Sequence[TaggedText]) -> di
     if span_scheme(t for e in test for t in e.tags):
         per_example["entities"] = [list(entity_counts(row, e.tags)) for row, e in zip(predicted, test)]
         pooled = pooled_entity_f1(per_example["entities"])
-    return {**tag_scores(flat, [t for e in test for t in e.tags], OUTSIDE), "per_example": per_example,
-            "entity": pooled}
+    return {
+        **tag_scores(flat, [t for e in test for t in e.tags], OUTSIDE),
+        "per_example": per_example,
+        "entity": pooled,
+    }
 
 
-def tagging_results(predicted: Sequence[Sequence[str]], test: Sequence[TaggedText], train_counts: dict[str, int],
-                    family: str, tags: Sequence[str], truncated_words: int = 0,
-                    classic: Sequence[Sequence[str]] | None = None) -> TagRecord:
+def tagging_results(
+    predicted: Sequence[Sequence[str]],
+    test: Sequence[TaggedText],
+    train_counts: dict[str, int],
+    family: str,
+    tags: Sequence[str],
+    truncated_words: int = 0,
+    classic: Sequence[Sequence[str]] | None = None,
+) -> TagRecord:
     """Per-word scores (``tag_scores``) beside two trivial baselines: every word tagged with the
     training set's most frequent tag, and the most frequent other tag placed before every line
     break (the verse rule, strong for punctuation), and each word's 0/1 for intervals; ``classic``: the classic
@@ -290,14 +311,26 @@ def tagging_results(predicted: Sequence[Sequence[str]], test: Sequence[TaggedTex
     marked = Counter({t: n for t, n in counts.items() if t != OUTSIDE}).most_common(1)
     rule_tag = marked[0][0] if marked else OUTSIDE
     rule_rows = [[rule_tag if s == "\n" else OUTSIDE for s in e.separators] for e in test]
-    return TagRecord.from_json({
-        **scored(predicted, test), "family": family, "tags": list(tags), "truncated_words": truncated_words,
-        "n_test": len(test), "n_words": len(gold), "accuracy": accuracy(flat, gold),
-        "correct": [int(p == g) for p, g in zip(flat, gold)], "train_counts": dict(train_counts),
-        "baseline": {**scored([[majority] * len(e.tags) for e in test], test), "name": "most frequent tag",
-                     "tag": majority},
-        "line_break_rule": {**scored(rule_rows, test), "name": f"{rule_tag!r} before every line break"},
-        "classic": classic and {**scored(classic, test), "name": WORD_TAGGER}})
+    return TagRecord.from_json(
+        {
+            **scored(predicted, test),
+            "family": family,
+            "tags": list(tags),
+            "truncated_words": truncated_words,
+            "n_test": len(test),
+            "n_words": len(gold),
+            "accuracy": accuracy(flat, gold),
+            "correct": [int(p == g) for p, g in zip(flat, gold)],
+            "train_counts": dict(train_counts),
+            "baseline": {
+                **scored([[majority] * len(e.tags) for e in test], test),
+                "name": "most frequent tag",
+                "tag": majority,
+            },
+            "line_break_rule": {**scored(rule_rows, test), "name": f"{rule_tag!r} before every line break"},
+            "classic": classic and {**scored(classic, test), "name": WORD_TAGGER},
+        }
+    )
 
 
 def window_f1(predicted: Sequence[Sequence[str]], test: Sequence[TaggedText]) -> list[float]:
@@ -305,15 +338,28 @@ def window_f1(predicted: Sequence[Sequence[str]], test: Sequence[TaggedText]) ->
     return [tag_scores(row, e.tags, OUTSIDE)["micro"]["f1"] for row, e in zip(predicted, test)]
 
 
-def evaluate_tagger(model: TokenTagger, tokenizer, test: Sequence[TaggedText], train_counts: dict[str, int],
-                    max_len: int | None = None, batch_size: int = 64,
-                    train: Sequence[TaggedText] | None = None) -> TagRecord:
+def evaluate_tagger(
+    model: TokenTagger,
+    tokenizer,
+    test: Sequence[TaggedText],
+    train_counts: dict[str, int],
+    max_len: int | None = None,
+    batch_size: int = 64,
+    train: Sequence[TaggedText] | None = None,
+) -> TagRecord:
     """The tagger's scores on ``test``; with its ``train`` rows, the classic word tagger's beside them."""
     predicted, truncated = predict_tags(model, tokenizer, test, batch_size, max_len)
     # The classic tagger's tags: none without ``train``, an empty list for empty rows (nothing to fit it on).
     classic = None if train is None else (most_frequent_tags(train, test) if train else [])
-    return tagging_results(predicted, test, train_counts, family=model.body.cfg.family, tags=model.tags,
-                           truncated_words=truncated, classic=classic)
+    return tagging_results(
+        predicted,
+        test,
+        train_counts,
+        family=model.body.cfg.family,
+        tags=model.tags,
+        truncated_words=truncated,
+        classic=classic,
+    )
 
 
 # ---- the unit: its plays' rows, its run, its commands and its compare rows ---------------------------
@@ -343,25 +389,36 @@ class Tag(Task[TagConfig]):
     record = TagRecord
     # Per text, paired with the verse rule on the same text: whether a mark follows a word is decided by
     # what comes after it, which only a bidirectional reader has seen.
-    plays_row = Row("punctuation restoration F1 per text (tagging)", True, lambda r: r.per_example.f1,
-                    lambda r: r.line_break_rule.per_example.f1, "a mark before every line break",
-                    # The rule a practitioner would write for verse is the trivial baseline already: said, not twice.
-                    classic_name="a mark before every line break")
+    plays_row = Row(
+        "punctuation restoration F1 per text (tagging)",
+        True,
+        lambda r: r.per_example.f1,
+        lambda r: r.line_break_rule.per_example.f1,
+        "a mark before every line break",
+        # The rule a practitioner would write for verse is the trivial baseline already: said, not twice.
+        classic_name="a mark before every line break",
+    )
     # Read at the last character, a causal reader has read the whole word; at the first it has seen one
     # character of it: on tags that the word itself decides (part of speech) this can decide the verdict.
     variants: ClassVar[dict[str, dict[str, Any]]] = {"first": {"read_out": "first"}}
-    head = Head(TokenTagger, {"tags": (True, True)}, classes_key="tags",
-                hf_classes={"bert": "BertForTokenClassification", "modernbert": "ModernBertForTokenClassification"})
+    head = Head(
+        TokenTagger,
+        {"tags": (True, True)},
+        classes_key="tags",
+        hf_classes={"bert": "BertForTokenClassification", "modernbert": "ModernBertForTokenClassification"},
+    )
 
-    def plays(self, cfg: TagConfig, model: nn.Module | None, split: str,
-              training: bool) -> tuple[list[TaggedText] | None, list[TaggedText]]:
+    def plays(
+        self, cfg: TagConfig, model: nn.Module | None, split: str, training: bool
+    ) -> tuple[list[TaggedText] | None, list[TaggedText]]:
         """The plays' punctuation windows: ``train_windows`` of the train split's, ``test_windows`` of the split's."""
         chars = _window_chars(cfg, model)
         train = punctuation_examples("train", chars, limit=cfg.train_windows, seed=cfg.data_seed) if training else None
         return train, punctuation_examples(split, chars, limit=cfg.test_windows, seed=cfg.test_seed)
 
-    def run(self, model, tokenizer, cfg: TagConfig, runtime: Runtime, data,
-            label: str) -> tuple[TokenTagger, Callable[[], TagRecord], list[TaggedText]]:
+    def run(
+        self, model, tokenizer, cfg: TagConfig, runtime: Runtime, data, label: str
+    ) -> tuple[TokenTagger, Callable[[], TagRecord], list[TaggedText]]:
         train, test = data or self.plays(cfg, model, "test", True)
         assert train is not None  # the plays' training rows were asked for
         tagger = train_tagger(model, tokenizer, train, cfg, runtime=runtime)
@@ -372,10 +429,14 @@ class Tag(Task[TagConfig]):
 
         return tagger, evaluate, test
 
-    def kept(self, trained: TokenTagger, record: TagRecord,
-             cfg: TagConfig) -> tuple[dict[str, Any], nn.Module, nn.Module]:
-        return ({"tags": trained.tags, "train_counts": record.train_counts, "read_out": trained.read_out},
-                trained.body, trained.head)
+    def kept(
+        self, trained: TokenTagger, record: TagRecord, cfg: TagConfig
+    ) -> tuple[dict[str, Any], nn.Module, nn.Module]:
+        return (
+            {"tags": trained.tags, "train_counts": record.train_counts, "read_out": trained.read_out},
+            trained.body,
+            trained.head,
+        )
 
     def summary(self, record: TagRecord) -> str:
         r, base, rule = record, record.baseline, record.line_break_rule
@@ -383,25 +444,41 @@ class Tag(Task[TagConfig]):
         if r.entity:
             assert base.entity is not None  # scored on the same gold tags, a span scheme for both
             entity = f"; entity F1 {r.entity['f1']:.3f} (most frequent tag {base.entity['f1']:.3f})"
-        return (f"tag ({r.family}) {r.n_words} words of {r.n_test} texts: F1 {r.micro.f1:.3f} "
-                f"(most frequent tag {base.micro.f1:.3f}, {rule.name} {rule.micro.f1:.3f}), "
-                f"detection F1 {r.detection.f1:.3f} ({base.detection.f1:.3f}, {rule.detection.f1:.3f}), "
-                f"macro-F1 {r.macro_f1:.3f}" + entity
-                + (f"; {r.classic.name}: F1 {r.classic.micro.f1:.3f}" if r.classic else ""))
+        return (
+            f"tag ({r.family}) {r.n_words} words of {r.n_test} texts: F1 {r.micro.f1:.3f} "
+            f"(most frequent tag {base.micro.f1:.3f}, {rule.name} {rule.micro.f1:.3f}), "
+            f"detection F1 {r.detection.f1:.3f} ({base.detection.f1:.3f}, {rule.detection.f1:.3f}), "
+            f"macro-F1 {r.macro_f1:.3f}"
+            + entity
+            + (f"; {r.classic.name}: F1 {r.classic.micro.f1:.3f}" if r.classic else "")
+        )
 
     def read(self, spec: TaskSpec) -> UserTask:
         """``read_tagged``'s rows, with the score their training tags call for (entity F1 for a span scheme)."""
         train, test = read_tagged(spec)
         tags = Counter(t for e in train for t in e.tags)
         scheme = span_scheme(tags)
-        why = (f"its tags are a span scheme ({scheme}): entities scored as seqeval's default (CoNLL) mode does, "
-               "precision, recall and F1 pooled over the test set, its interval from redrawing texts" if scheme else
-               "its tags are no span scheme (not all O or B-/I-/E-/S- of a type): each word's tag counts on its own, "
-               "F1 over the tags other than O within each text, averaged over texts")
-        return UserTask(spec, train, test, len(train), len(test), distribution([t for e in train for t in e.tags]),
-                        {"read_out": "each word's last character, where a causal reader has read the whole word "
-                                     "(judged); its first character reported beside it (`.first`)",
-                         "scheme": scheme, "why_metric": why})
+        why = (
+            f"its tags are a span scheme ({scheme}): entities scored as seqeval's default (CoNLL) mode does, "
+            "precision, recall and F1 pooled over the test set, its interval from redrawing texts"
+            if scheme
+            else "its tags are no span scheme (not all O or B-/I-/E-/S- of a type): each word's tag counts on its own, "
+            "F1 over the tags other than O within each text, averaged over texts"
+        )
+        return UserTask(
+            spec,
+            train,
+            test,
+            len(train),
+            len(test),
+            distribution([t for e in train for t in e.tags]),
+            {
+                "read_out": "each word's last character, where a causal reader has read the whole word "
+                "(judged); its first character reported beside it (`.first`)",
+                "scheme": scheme,
+                "why_metric": why,
+            },
+        )
 
     def user_rows(self, task: UserTask, cfg: TagConfig) -> tuple[Row, ...]:
         """Entity F1 pooled over the test set where the tags are a span scheme (the field's CoNLL score, where always-O
@@ -409,18 +486,38 @@ class Tag(Task[TagConfig]):
         the training tags when the file is read, before any number is seen."""
         where = f"read at each word's {cfg.read_out} character"
         if task.details.get("scheme"):
-            return (Row(f"{task.spec.name}: entity F1 pooled over the test set ({task.details['scheme']}, CoNLL), "
-                        f"{where} (tag)", True, _entity_items, lambda r: _entity_items(r.baseline),
-                        "most frequent tag", classic=lambda r: _entity_items(r.classic), classic_name=WORD_TAGGER),)
-        return (Row(f"{task.spec.name}: F1 per text, {where} (tag)", True, lambda r: r.per_example.f1,
-                    lambda r: r.baseline.per_example.f1, "most frequent tag",
-                    classic=lambda r: r.classic and r.classic.per_example.f1, classic_name=WORD_TAGGER),)
+            return (
+                Row(
+                    f"{task.spec.name}: entity F1 pooled over the test set ({task.details['scheme']}, CoNLL), "
+                    f"{where} (tag)",
+                    True,
+                    _entity_items,
+                    lambda r: _entity_items(r.baseline),
+                    "most frequent tag",
+                    classic=lambda r: _entity_items(r.classic),
+                    classic_name=WORD_TAGGER,
+                ),
+            )
+        return (
+            Row(
+                f"{task.spec.name}: F1 per text, {where} (tag)",
+                True,
+                lambda r: r.per_example.f1,
+                lambda r: r.baseline.per_example.f1,
+                "most frequent tag",
+                classic=lambda r: r.classic and r.classic.per_example.f1,
+                classic_name=WORD_TAGGER,
+            ),
+        )
 
     def work(self, cfg: TagConfig, task: UserTask | None, per_char: float) -> Work:
         """Each step's batch of windows trained; each test window read once."""
         window = cfg.window_chars or 120
-        n, length = (task.test_rows, mean_tokens(self.texts(task.test), per_char)) if task else (
-            cfg.test_windows, window * per_char)
+        n, length = (
+            (task.test_rows, mean_tokens(self.texts(task.test), per_char))
+            if task
+            else (cfg.test_windows, window * per_char)
+        )
         length = min(length, window * per_char + 2)
         return Work(cfg.steps * cfg.batch_size * length, n * length, n / 64)
 

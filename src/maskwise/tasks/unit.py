@@ -25,8 +25,11 @@ ENCODER_JOBS = "embed, score or classify => encoder"
 GENERATE = "generate => decoder"
 READ_THEN_WRITE = "read-then-write => encoder-decoder"
 # claim -> (the family it predicts wins, the family it is compared with)
-CLAIMS: dict[str, tuple[str, str]] = {ENCODER_JOBS: ("encoder", "decoder"), GENERATE: ("decoder", "encoder"),
-                                      READ_THEN_WRITE: ("encoder-decoder", "decoder")}
+CLAIMS: dict[str, tuple[str, str]] = {
+    ENCODER_JOBS: ("encoder", "decoder"),
+    GENERATE: ("decoder", "encoder"),
+    READ_THEN_WRITE: ("encoder-decoder", "decoder"),
+}
 # A classification test set whose most frequent label has this many times the rows of its rarest is read by
 # balanced accuracy (the mean of per-label recalls), where accuracy would reward always answering the majority.
 IMBALANCE = 1.5
@@ -83,8 +86,10 @@ class Work:
         """At the probed speeds, a token's cost scaled by attention's share at this length: per token and layer the
         projections and FFN take ~24 d^2 FLOPs and attention ~4 T d, so the cost grows as 1 + T / 6d."""
         longer = (1 + self.length / (6 * speeds.width)) / (1 + speeds.length / (6 * speeds.width)) if self.length else 1
-        return (longer * (self.trained_tokens * speeds.train_s_per_token + self.read_tokens * speeds.read_s_per_token)
-                + self.calls * speeds.call_s)
+        return (
+            longer * (self.trained_tokens * speeds.train_s_per_token + self.read_tokens * speeds.read_s_per_token)
+            + self.calls * speeds.call_s
+        )
 
 
 def chars_read_and_given(record: Any) -> tuple[list[int], list[int]] | None:
@@ -142,8 +147,9 @@ class Task(ABC, Generic[C]):
         no rows of its own, drawn with ``cfg.data_seed`` and ``cfg.test_seed``."""
 
     @abstractmethod
-    def run(self, model: Any, tokenizer: Any, cfg: C, runtime: Runtime, data: Any,
-            label: str) -> tuple[Any, Callable[[], Record], Any]:
+    def run(
+        self, model: Any, tokenizer: Any, cfg: C, runtime: Runtime, data: Any, label: str
+    ) -> tuple[Any, Callable[[], Record], Any]:
         """(what fine-tuning produced, a function that evaluates it into its record, the rows it evaluates), on the
         caller's rows ``data`` (``run_data``'s) or the plays' slice: what ``run_task`` times and runs."""
 

@@ -57,7 +57,7 @@ def flops_per_token(model: nn.Module, context: int) -> tuple[float, float, float
     cfg = getattr(model, "cfg", None)
     if cfg is None or getattr(model, "family", None) is None:
         return 6.0 * sum(p.numel() for p in model.parameters()), 0.0, 0.0
-    head = 6.0 * cfg.d_model * cfg.vocab_size + (6.0 * cfg.d_model ** 2 if cfg.lm_head_transform else 0.0)
+    head = 6.0 * cfg.d_model * cfg.vocab_size + (6.0 * cfg.d_model**2 if cfg.lm_head_transform else 0.0)
     if cfg.kind.two_stacks:
         return stack_flops(model.encoder, context), stack_flops(model.decoder, context, attended=2), head
     per_token = stack_flops(model.stack, context)

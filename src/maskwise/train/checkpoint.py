@@ -44,8 +44,9 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch
     return tensors, state["param_groups"]
 
 
-def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor],
-                      groups: list[dict], where: str) -> None:
+def restore_optimizer(
+    optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], groups: list[dict], where: str
+) -> None:
     """Load the flattened state into ``optimizer`` after checking that it fits: every state tensor the shape of
     its parameter (AdamW's fused step on a misfitting one corrupts memory instead of raising)."""
     params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -55,19 +56,32 @@ def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch
         if not (index.isdigit() and int(index) < len(params) and key):
             raise UserError(f"{where}: optimizer state {name!r} names no parameter of this model")
         if value.ndim and value.shape != params[int(index)].shape:
-            raise UserError(f"{where}: optimizer state {name!r} has shape {tuple(value.shape)}, its parameter "
-                            f"{tuple(params[int(index)].shape)}")
+            raise UserError(
+                f"{where}: optimizer state {name!r} has shape {tuple(value.shape)}, its parameter "
+                f"{tuple(params[int(index)].shape)}"
+            )
         slots.setdefault(int(index), {})[key] = value
-    if not (isinstance(groups, list) and len(groups) == len(optimizer.param_groups)
-            and all(isinstance(g, dict) and len(g.get("params", ())) == len(mine["params"])
-                    for g, mine in zip(groups, optimizer.param_groups))):
+    if not (
+        isinstance(groups, list)
+        and len(groups) == len(optimizer.param_groups)
+        and all(
+            isinstance(g, dict) and len(g.get("params", ())) == len(mine["params"])
+            for g, mine in zip(groups, optimizer.param_groups)
+        )
+    ):
         raise UserError(f"{where}: its optimizer's parameter groups are not this model's")
     optimizer.load_state_dict({"state": slots, "param_groups": groups})
 
 
-def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module,
-                    optimizer: torch.optim.Optimizer, state: dict, extra_tensors: dict[str, torch.Tensor],
-                    keep_last: int = 3) -> Path:
+def save_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: dict,
+    extra_tensors: dict[str, torch.Tensor],
+    keep_last: int = 3,
+) -> Path:
     """Write ``checkpoints/step-N`` atomically and prune to the newest ``keep_last``.
 
     ``state``: JSON-able loop state (step, counters, data position); ``extra_tensors``: RNG states.
@@ -81,8 +95,10 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module,
     try:
         opt_tensors, groups = optimizer_tensors(optimizer)
         atomic_write(tmp / MODEL_FILE, weights_bytes(model))
-        atomic_write(tmp / "optimizer.safetensors", save_safetensors_bytes({**opt_tensors, **{
-            f"extra.{k}": v.contiguous() for k, v in extra_tensors.items()}}))
+        atomic_write(
+            tmp / "optimizer.safetensors",
+            save_safetensors_bytes({**opt_tensors, **{f"extra.{k}": v.contiguous() for k, v in extra_tensors.items()}}),
+        )
         write_json(tmp / "state.json", {**state, "optimizer_groups": groups})
         files = sorted(p.name for p in tmp.iterdir())
         write_json(tmp / MANIFEST_FILE, {name: sha256_of(tmp / name) for name in files})
@@ -98,17 +114,22 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module,
     return final
 
 
-def load_checkpoint(path: Path, model: torch.nn.Module,
-                    optimizer: torch.optim.Optimizer) -> tuple[dict, dict[str, torch.Tensor]]:
+def load_checkpoint(
+    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> tuple[dict, dict[str, torch.Tensor]]:
     """Restore model and optimizer from a checkpoint folder; return (loop state, extra tensors)."""
     load_weights_into(model, read_safetensors(path / MODEL_FILE), str(path / MODEL_FILE))
     tensors = read_safetensors(path / "optimizer.safetensors")
     state = read_json(path / "state.json")
     if not isinstance(state, dict) or "optimizer_groups" not in state:
         raise UserError(f"checkpoint {path}: state.json is not a checkpoint's loop state")
-    extra = {k[len("extra."):]: v for k, v in tensors.items() if k.startswith("extra.")}
-    restore_optimizer(optimizer, {k: v for k, v in tensors.items() if not k.startswith("extra.")},
-                      state.pop("optimizer_groups"), f"checkpoint {path}")
+    extra = {k[len("extra.") :]: v for k, v in tensors.items() if k.startswith("extra.")}
+    restore_optimizer(
+        optimizer,
+        {k: v for k, v in tensors.items() if not k.startswith("extra.")},
+        state.pop("optimizer_groups"),
+        f"checkpoint {path}",
+    )
     return state, extra
 
 

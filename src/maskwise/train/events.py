@@ -22,7 +22,7 @@ def scalar_tag(key: str) -> str:
     """``val_loss`` -> ``val/loss``, ``train_loss`` -> ``train/loss``, anything else -> ``progress/<key>``."""
     for part in ("val", "train"):
         if key.startswith(part + "_"):
-            return f"{part}/{key[len(part) + 1:]}"
+            return f"{part}/{key[len(part) + 1 :]}"
     return f"progress/{key}"
 
 
@@ -34,10 +34,14 @@ class EventLog:
             # optional dependency: tensorboard (maskwise[tensorboard]); torch.utils.tensorboard needs it
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
-            raise UserError("--tensorboard needs the tensorboard package: pip install 'maskwise[tensorboard]'") from None
+            raise UserError(
+                "--tensorboard needs the tensorboard package: pip install 'maskwise[tensorboard]'"
+            ) from None
         # purge_step: a resumed run rewinds to its checkpoint, so TensorBoard drops the events logged
         # after it (as metrics.jsonl is truncated to it).
-        self.writer = SummaryWriter(log_dir=str(run_dir / EVENTS_FOLDER), purge_step=resume_step + 1 if resume_step else None)
+        self.writer = SummaryWriter(
+            log_dir=str(run_dir / EVENTS_FOLDER), purge_step=resume_step + 1 if resume_step else None
+        )
 
     def write(self, record: dict) -> None:
         for key, value in record.items():

@@ -48,24 +48,35 @@ def open_source(path: str) -> Source:
     settings = config.get("settings") if isinstance(config, dict) else None
     if not isinstance(settings, dict) or not records:
         raise UserError(f"{name}: not a pretraining run (no settings or no metrics records)")
-    if not (all(isinstance(config.get(key), str) for key in ("family", "objective"))
-            and all(key in settings for key in SOURCE_SETTINGS)):
-        raise UserError(f"{name}: its {runs.CONFIG_FILE} lacks what a pretraining run's holds (family, objective, "
-                        f"settings {', '.join(SOURCE_SETTINGS)})")
+    if not (
+        all(isinstance(config.get(key), str) for key in ("family", "objective"))
+        and all(key in settings for key in SOURCE_SETTINGS)
+    ):
+        raise UserError(
+            f"{name}: its {runs.CONFIG_FILE} lacks what a pretraining run's holds (family, objective, "
+            f"settings {', '.join(SOURCE_SETTINGS)})"
+        )
     if not (folder / runs.MODEL_FILE).is_file():
-        raise UserError(f"{name}: the run has not finished (no {runs.MODEL_FILE}); "
-                        f"finish it with maskwise pretrain --out {path} --resume")
+        raise UserError(
+            f"{name}: the run has not finished (no {runs.MODEL_FILE}); "
+            f"finish it with maskwise pretrain --out {path} --resume"
+        )
     last = records[-1]
     spent = [last.get(key) for key in TOTALS] + [last.get(f"{key}_total", 0) for key in TOTALS]
     if not all(type(value) in (int, float) and value >= 0 for value in spent):
         raise UserError(f"{name}: its last metrics record does not give {' and '.join(TOTALS)} as numbers")
-    record = {"path": str(path), "family": config["family"], "objective": config["objective"],
-              **{key: last[key] for key in TOTALS},
-              **{f"{key}_total": last.get(f"{key}_total", last[key]) for key in TOTALS}}
+    record = {
+        "path": str(path),
+        "family": config["family"],
+        "objective": config["objective"],
+        **{key: last[key] for key in TOTALS},
+        **{f"{key}_total": last.get(f"{key}_total", last[key]) for key in TOTALS},
+    }
     if "init_from" in config:
         record["init_from"] = config["init_from"]
-    return Source(str(path), Tokenizer.load(folder / runs.TOKENIZER_FILE), folder / runs.MODEL_FILE,
-                  config["settings"], record)
+    return Source(
+        str(path), Tokenizer.load(folder / runs.TOKENIZER_FILE), folder / runs.MODEL_FILE, config["settings"], record
+    )
 
 
 def earlier_totals(record: dict[str, Any]) -> dict[str, float]:

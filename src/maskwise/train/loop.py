@@ -70,8 +70,16 @@ class TrainConfig:
     tensorboard: bool = False  # also write the eval records as TensorBoard events (train.events)
 
     def validate(self) -> TrainConfig:
-        for name in ("steps", "batch_size", "block_size", "grad_accum", "eval_every", "eval_batches",
-                     "keep_last", "max_nonfinite"):
+        for name in (
+            "steps",
+            "batch_size",
+            "block_size",
+            "grad_accum",
+            "eval_every",
+            "eval_batches",
+            "keep_last",
+            "max_nonfinite",
+        ):
             if getattr(self, name) <= 0:
                 raise UserError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.warmup < 0:
@@ -109,8 +117,12 @@ class Counters:
     def saved(cls, values, where: str) -> Counters:
         """The counters a checkpoint's state holds; anything but this class's fields as numbers >= 0 is refused."""
         kinds = {f.name: (int,) if type(f.default) is int else (int, float) for f in dataclasses.fields(cls)}
-        if not (isinstance(values, dict) and set(values) <= set(kinds) and "step" in values
-                and all(type(v) in kinds[k] and v >= 0 for k, v in values.items())):
+        if not (
+            isinstance(values, dict)
+            and set(values) <= set(kinds)
+            and "step" in values
+            and all(type(v) in kinds[k] and v >= 0 for k, v in values.items())
+        ):
             raise UserError(f"{where}: its loop counters are missing or not numbers")
         return cls(**values)
 
@@ -130,10 +142,18 @@ def distributed_context(runtime: Runtime | None = None) -> tuple[int, int]:
 
 
 class Trainer:
-    def __init__(self, model: nn.Module, objective: Objective, train_stream, val_stream,
-                 cfg: TrainConfig, run_dir: str | Path | None = None,
-                 head_prefixes: tuple[str, ...] = (), runtime: Runtime | None = None,
-                 earlier: dict[str, float] | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: Objective,
+        train_stream,
+        val_stream,
+        cfg: TrainConfig,
+        run_dir: str | Path | None = None,
+        head_prefixes: tuple[str, ...] = (),
+        runtime: Runtime | None = None,
+        earlier: dict[str, float] | None = None,
+    ):
         """``earlier``: what the runs this one continues spent (``train.init_from``), by record key;
         each record then also carries ``<key>_total``, so the phases add up."""
         self.cfg = cfg.validate()
@@ -152,8 +172,9 @@ class Trainer:
         train_stream.check_length(self.raw_length)
         val_stream.check_length(self.raw_length)
         self.budget = Budget.parse(cfg.budget)
-        self.optimizer = build_optimizer(self.model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2),
-                                         head_prefixes=head_prefixes)
+        self.optimizer = build_optimizer(
+            self.model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2), head_prefixes=head_prefixes
+        )
         self.generator = torch.Generator().manual_seed(cfg.seed)
         torch.manual_seed(cfg.seed + self.rank)
         self.counters = Counters()
@@ -164,7 +185,8 @@ class Trainer:
         if self.world > 1:
             on_gpu = self.runtime.device_type == "cuda"
             self.step_model = nn.parallel.DistributedDataParallel(
-                self.model, device_ids=[self.runtime.torch_device] if on_gpu else None)
+                self.model, device_ids=[self.runtime.torch_device] if on_gpu else None
+            )
         if cfg.compile:
             self.step_model = torch.compile(self.step_model)
 
@@ -179,11 +201,13 @@ class Trainer:
         self.counters = Counters.saved(state.get("counters"), f"checkpoint {path}")
         try:
             self.generator.set_state(extra["data_rng"])
-            torch.set_rng_state(extra[f"torch_rng_{self.rank}"] if f"torch_rng_{self.rank}" in extra
-                                else extra["torch_rng_0"])
+            torch.set_rng_state(
+                extra[f"torch_rng_{self.rank}"] if f"torch_rng_{self.rank}" in extra else extra["torch_rng_0"]
+            )
         except (KeyError, RuntimeError) as error:
-            raise UserError(f"checkpoint {path}: its random-number states are missing or unreadable "
-                            f"({error})") from None
+            raise UserError(
+                f"checkpoint {path}: its random-number states are missing or unreadable ({error})"
+            ) from None
         if self.rank == 0:
             ckpt.truncate_metrics(self.run_dir, self.counters.step)
         # A run resumed on another device keeps its data order and CPU RNG; the CUDA generator
@@ -205,12 +229,12 @@ class Trainer:
             for r, gathered in enumerate(self._all_gather(local)):
                 extra[f"{name}_{r}"] = gathered
         if self.rank == 0:
-            state = {"counters": asdict(self.counters), "train": asdict(self.cfg),
-                     "runtime": self.runtime.to_dict()}
+            state = {"counters": asdict(self.counters), "train": asdict(self.cfg), "runtime": self.runtime.to_dict()}
             if self.optimizer_step.scaler.is_enabled():
                 state["grad_scaler"] = self.optimizer_step.scaler.state_dict()
-            ckpt.save_checkpoint(self.run_dir, self.counters.step, self.model, self.optimizer,
-                                 state, extra, self.cfg.keep_last)
+            ckpt.save_checkpoint(
+                self.run_dir, self.counters.step, self.model, self.optimizer, state, extra, self.cfg.keep_last
+            )
 
     def _all_gather(self, local: torch.Tensor) -> list[torch.Tensor]:
         """Every process's copy of a CPU tensor (through the device, where NCCL needs it)."""
@@ -237,14 +261,16 @@ class Trainer:
         loss_sum = torch.zeros((), dtype=self.sum_dtype, device=runtime.torch_device)
         positions, enc, dec = 0, 0, 0
         for micro in range(cfg.grad_accum):
-            windows = self.train_stream.windows(cfg.batch_size, self.raw_length, self.generator,
-                                                self.rank, self.world)
+            windows = self.train_stream.windows(cfg.batch_size, self.raw_length, self.generator, self.rank, self.world)
             batch = runtime.move(self.objective.prepare(windows, self.generator))
             sync = micro == cfg.grad_accum - 1 or self.world == 1
-            no_sync = self.step_model.no_sync if not sync and hasattr(self.step_model, "no_sync") else contextlib.nullcontext
+            no_sync = (
+                self.step_model.no_sync if not sync and hasattr(self.step_model, "no_sync") else contextlib.nullcontext
+            )
             with no_sync():
                 parts: LossParts = self.optimizer_step.backward(
-                    lambda batch=batch: self.objective.loss(self.step_model, batch), lambda parts: parts.loss_sum)
+                    lambda batch=batch: self.objective.loss(self.step_model, batch), lambda parts: parts.loss_sum
+                )
             loss_sum += parts.loss_sum.detach()
             positions += parts.n_positions
             enc += parts.encoder_tokens
@@ -331,13 +357,28 @@ class Trainer:
         disable = not self.cfg.progress or self.rank != 0
         desc = self.objective.name
         if self.budget is None:
-            return tqdm(total=self.cfg.steps, initial=self.counters.step, disable=disable, desc=desc,
-                        unit="step", dynamic_ncols=True, leave=False)
+            return tqdm(
+                total=self.cfg.steps,
+                initial=self.counters.step,
+                disable=disable,
+                desc=desc,
+                unit="step",
+                dynamic_ncols=True,
+                leave=False,
+            )
         unit = {"tokens": "tok", "seconds": "s", "flops": "FLOP"}[self.budget.kind]
-        bar = tqdm(total=self.budget.amount, disable=disable, desc=desc, unit=unit, dynamic_ncols=True,
-                   leave=False, unit_scale=self.budget.kind != "seconds",
-                   bar_format=None if self.budget.kind != "seconds" else
-                   "{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}{postfix}]")
+        bar = tqdm(
+            total=self.budget.amount,
+            disable=disable,
+            desc=desc,
+            unit=unit,
+            dynamic_ncols=True,
+            leave=False,
+            unit_scale=self.budget.kind != "seconds",
+            bar_format=None
+            if self.budget.kind != "seconds"
+            else "{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}{postfix}]",
+        )
         self._advance(bar)
         return bar
 
@@ -356,13 +397,21 @@ class Trainer:
         share a CPU's peak, an emulated precision's probe would take tens of seconds and its warning
         already says the run is slow, and no GPU path has run here)."""
         c = self.counters
-        if (self.world > 1 or self.runtime.device_type != "cpu" or self.runtime.warning
-                or c.wall_s < UTILIZATION_MIN_SECONDS):
+        if (
+            self.world > 1
+            or self.runtime.device_type != "cpu"
+            or self.runtime.warning
+            or c.wall_s < UTILIZATION_MIN_SECONDS
+        ):
             return {}
         dtype = self.runtime.autocast_dtype or torch.float32
         rate, peak = c.flops / c.wall_s, matmul_peak(dtype, self.runtime.device, seconds=0.5)
-        return {"model_flops_per_s": rate, "matmul_peak_flops_per_s": peak,
-                "matmul_peak_dtype": str(dtype).removeprefix("torch."), "share_of_matmul_peak": rate / peak}
+        return {
+            "model_flops_per_s": rate,
+            "matmul_peak_flops_per_s": peak,
+            "matmul_peak_dtype": str(dtype).removeprefix("torch."),
+            "share_of_matmul_peak": rate / peak,
+        }
 
     def fit(self, on_eval=None) -> list[dict]:
         """Train until the step limit or the budget; returns the metrics records of this call."""
@@ -371,8 +420,9 @@ class Trainer:
         window_loss, window_positions, lr = 0.0, 0, 0.0
         bar = self._progress_bar()
         events = self._event_log()
-        self._write_metrics({"header": "runtime", "step": c.step, "runtime": self.runtime.to_dict(),
-                             "processes": self.world})
+        self._write_metrics(
+            {"header": "runtime", "step": c.step, "runtime": self.runtime.to_dict(), "processes": self.world}
+        )
         started = time.perf_counter()
         while not self._budget_spent():
             factor = self._lr_factor()
@@ -388,8 +438,10 @@ class Trainer:
                 window_positions += positions
             elif c.nonfinite_in_a_row >= cfg.max_nonfinite:
                 bar.close()
-                raise UserError(f"training stopped at step {c.step}: {c.nonfinite_in_a_row} non-finite "
-                                "losses or gradient norms in a row (lower --lr, or train with --precision fp32)")
+                raise UserError(
+                    f"training stopped at step {c.step}: {c.nonfinite_in_a_row} non-finite "
+                    "losses or gradient norms in a row (lower --lr, or train with --precision fp32)"
+                )
             finished = self._budget_spent()
             if c.step % cfg.eval_every == 0 or finished:
                 record = {

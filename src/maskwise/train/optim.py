@@ -35,8 +35,9 @@ def check_optimization(config) -> None:
             raise UserError(f"{name.replace('_', '-')} must be {allowed}, got {value}")
 
 
-def parameter_groups(model: nn.Module, lr: float, weight_decay: float,
-                     head_prefixes: tuple[str, ...] = (), head_lr: float | None = None) -> list[dict]:
+def parameter_groups(
+    model: nn.Module, lr: float, weight_decay: float, head_prefixes: tuple[str, ...] = (), head_lr: float | None = None
+) -> list[dict]:
     """Split parameters into (body|head) x (decay|no-decay) groups. A parameter is "head" when its
     name starts with one of ``head_prefixes``; each group records its ``name`` for inspection."""
     no_decay_types = (nn.LayerNorm, nn.RMSNorm, nn.Embedding)
@@ -54,13 +55,26 @@ def parameter_groups(model: nn.Module, lr: float, weight_decay: float,
     result = []
     for (part, decay), params in sorted(groups.items()):
         group_lr = head_lr if part == "head" and head_lr is not None else lr
-        result.append({"name": f"{part}.{'decay' if decay else 'no_decay'}", "params": params,
-                       "lr": group_lr, "base_lr": group_lr, "weight_decay": weight_decay if decay else 0.0})
+        result.append(
+            {
+                "name": f"{part}.{'decay' if decay else 'no_decay'}",
+                "params": params,
+                "lr": group_lr,
+                "base_lr": group_lr,
+                "weight_decay": weight_decay if decay else 0.0,
+            }
+        )
     return result
 
 
-def build_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.1, betas=(0.9, 0.95),
-                    head_prefixes: tuple[str, ...] = (), head_lr: float | None = None) -> torch.optim.AdamW:
+def build_optimizer(
+    model: nn.Module,
+    lr: float,
+    weight_decay: float = 0.1,
+    betas=(0.9, 0.95),
+    head_prefixes: tuple[str, ...] = (),
+    head_lr: float | None = None,
+) -> torch.optim.AdamW:
     """AdamW over ``parameter_groups``; fused (one kernel per parameter doing the whole update, where
     the default foreach path makes about a dozen passes over every tensor) when every parameter is
     floating-point on a CPU or CUDA device, the devices torch >= 2.4 has fused AdamW kernels for."""

@@ -33,8 +33,19 @@ from maskwise.train.init_from import Source, earlier_totals, open_source
 from maskwise.train.loop import TrainConfig, Trainer, distributed_context
 
 # What --resume applies from the new command line; any other difference from the run is refused.
-RESUMABLE = ("device", "precision", "bf16", "compile", "steps", "budget", "eval_every", "progress",
-             "keep_last", "max_nonfinite", "tensorboard")
+RESUMABLE = (
+    "device",
+    "precision",
+    "bf16",
+    "compile",
+    "steps",
+    "budget",
+    "eval_every",
+    "progress",
+    "keep_last",
+    "max_nonfinite",
+    "tensorboard",
+)
 
 
 @dataclass
@@ -105,8 +116,9 @@ class PretrainConfig:
 
 
 _Top = dataclasses.make_dataclass(
-    "_Top", [(f.name, f.type, dataclasses.field(default=f.default)) for f in fields(PretrainConfig)
-             if f.name != "train"])
+    "_Top",
+    [(f.name, f.type, dataclasses.field(default=f.default)) for f in fields(PretrainConfig) if f.name != "train"],
+)
 
 
 def read_toml(path: str, tables: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -133,8 +145,12 @@ def read_toml(path: str, tables: tuple[str, ...] = ()) -> dict[str, Any]:
 
 def model_config(settings: PretrainConfig, vocab_size: int) -> ModelConfig:
     overrides: dict[str, Any] = {
-        "family": settings.family, "vocab_size": -(-vocab_size // 64) * 64, "d_model": settings.d_model,
-        "n_layers": settings.layers, "n_heads": settings.heads, "max_seq_len": settings.train.block_size,
+        "family": settings.family,
+        "vocab_size": -(-vocab_size // 64) * 64,
+        "d_model": settings.d_model,
+        "n_layers": settings.layers,
+        "n_heads": settings.heads,
+        "max_seq_len": settings.train.block_size,
         "dropout": settings.dropout,
     }
     if settings.d_ff:
@@ -152,8 +168,9 @@ def model_config(settings: PretrainConfig, vocab_size: int) -> ModelConfig:
 def prepare_run_dir(settings: PretrainConfig, replace: bool = True) -> Path:
     """The run folder, made or kept by the one guard: --resume continues it, --overwrite replaces it; without
     ``replace`` all but the replacing, so that a run checks everything it reads before the old folder goes."""
-    return runs.prepare_folder(settings.out, settings.overwrite, resume=settings.resume, resume_flag="--resume",
-                               replace=replace)
+    return runs.prepare_folder(
+        settings.out, settings.overwrite, resume=settings.resume, resume_flag="--resume", replace=replace
+    )
 
 
 def refuse_fresh_start(run_dir: Path) -> None:
@@ -163,12 +180,19 @@ def refuse_fresh_start(run_dir: Path) -> None:
     checkpoints = run_dir / runs.CHECKPOINTS
     if checkpoints.exists() and not checkpoints.is_dir():
         raise UserError(f"--resume: {checkpoints} is not a folder; move it away to continue")
-    kept = [name for name, there in ((runs.MODEL_FILE, (run_dir / runs.MODEL_FILE).is_file()),
-                                     ("checkpoints", checkpoints.is_dir() and any(checkpoints.glob("step-*"))))
-            if there]
+    kept = [
+        name
+        for name, there in (
+            (runs.MODEL_FILE, (run_dir / runs.MODEL_FILE).is_file()),
+            ("checkpoints", checkpoints.is_dir() and any(checkpoints.glob("step-*"))),
+        )
+        if there
+    ]
     if kept:
-        raise UserError(f"--resume: {run_dir} has no intact checkpoint to continue from; nothing was changed "
-                        f"(kept: {', '.join(kept)}; --overwrite starts the run again)")
+        raise UserError(
+            f"--resume: {run_dir} has no intact checkpoint to continue from; nothing was changed "
+            f"(kept: {', '.join(kept)}; --overwrite starts the run again)"
+        )
 
 
 def _flag(key: str) -> str:
@@ -186,9 +210,11 @@ def resume_settings(settings: PretrainConfig, saved: dict[str, Any], given: set[
     for key in sorted(set(new) if given is None else set(given) & set(new)):
         if key in RESUMABLE or key in ("out", "resume", "overwrite") or new[key] == old[key]:
             continue
-        raise UserError(f"--resume cannot change {_flag(key)}: the run has {old[key]!r}, "
-                        f"this command {new[key]!r} (may change on resume: "
-                        f"{', '.join(_flag(k) for k in RESUMABLE)})")
+        raise UserError(
+            f"--resume cannot change {_flag(key)}: the run has {old[key]!r}, "
+            f"this command {new[key]!r} (may change on resume: "
+            f"{', '.join(_flag(k) for k in RESUMABLE)})"
+        )
     kept = {**saved, **{key: new[key] for key in RESUMABLE}, "out": settings.out, "resume": True}
     return PretrainConfig.from_flat(kept).resolved()
 
@@ -199,8 +225,10 @@ def with_source_tokenizer(settings: PretrainConfig, source: Source, given: set[s
     theirs = {key: source.settings[key] for key in ("tokenizer", "vocab_size")}
     for key, value in theirs.items():
         if (given is None or key in given) and getattr(settings, key) != value:
-            raise UserError(f"--init-from {source.path} trains with that run's tokenizer: {_flag(key)} is "
-                            f"{value!r} there, this command {getattr(settings, key)!r} (leave {_flag(key)} out)")
+            raise UserError(
+                f"--init-from {source.path} trains with that run's tokenizer: {_flag(key)} is "
+                f"{value!r} there, this command {getattr(settings, key)!r} (leave {_flag(key)} out)"
+            )
     return dataclasses.replace(settings, **theirs)
 
 
@@ -233,8 +261,9 @@ def untrained(settings: PretrainConfig) -> tuple[torch.nn.Module, Tokenizer]:
     return objective.final_model(model), tokenizer
 
 
-def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = None,
-             runtime: Runtime | None = None) -> dict[str, Any]:
+def pretrain(
+    settings: PretrainConfig, on_eval=None, given: set[str] | None = None, runtime: Runtime | None = None
+) -> dict[str, Any]:
     """Run (or resume) one pretraining run; returns ``{"run_dir", "records", "model", "tokenizer"}``.
 
     ``given``: which settings the user chose (the others are defaults), for ``resume_settings``;
@@ -269,14 +298,28 @@ def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = No
     if rank == 0:
         prepare_run_dir(settings, replace=False)  # refused now, replaced (--overwrite) only once all below reads
     progress = settings.train.progress and rank == 0
-    train_stream = TokenStream.from_texts(corpus.train_part, tokenizer, f"training data {settings.data}",
-                                          cache_key=f"{corpus.fingerprint}/train", progress=progress)
-    val_stream = TokenStream.from_texts(corpus.val_part, tokenizer, "validation data",
-                                        cache_key=f"{corpus.fingerprint}/val", progress=progress)
+    train_stream = TokenStream.from_texts(
+        corpus.train_part,
+        tokenizer,
+        f"training data {settings.data}",
+        cache_key=f"{corpus.fingerprint}/train",
+        progress=progress,
+    )
+    val_stream = TokenStream.from_texts(
+        corpus.val_part, tokenizer, "validation data", cache_key=f"{corpus.fingerprint}/val", progress=progress
+    )
 
     continued = source.record if source is not None else saved.get("init_from")
-    trainer = Trainer(model, objective, train_stream, val_stream, settings.train, run_dir, runtime=runtime,
-                      earlier=earlier_totals(continued) if continued else None)
+    trainer = Trainer(
+        model,
+        objective,
+        train_stream,
+        val_stream,
+        settings.train,
+        run_dir,
+        runtime=runtime,
+        earlier=earlier_totals(continued) if continued else None,
+    )
     if resuming and not trainer.resume():
         refuse_fresh_start(run_dir)
     if rank == 0:
@@ -285,15 +328,22 @@ def pretrain(settings: PretrainConfig, on_eval=None, given: set[str] | None = No
         dist.barrier()  # the other processes wait until rank 0 has made (or refused) the folder
     if trainer.rank == 0 and not resuming:
         tokenizer.save(run_dir / runs.TOKENIZER_FILE)
-        runs.write_json(run_dir / runs.CONFIG_FILE, {
-            "model": cfg.to_dict(), "settings": settings.flat(), "objective": settings.objective,
-            "family": settings.family, "corpus": {"name": corpus.name, "fingerprint": corpus.fingerprint},
-            "parameters": sum(p.numel() for p in model.parameters()), "processes": trainer.world,
-            "runtime": runtime.to_dict(), **({"init_from": continued} if continued else {}),
-        })
+        runs.write_json(
+            run_dir / runs.CONFIG_FILE,
+            {
+                "model": cfg.to_dict(),
+                "settings": settings.flat(),
+                "objective": settings.objective,
+                "family": settings.family,
+                "corpus": {"name": corpus.name, "fingerprint": corpus.fingerprint},
+                "parameters": sum(p.numel() for p in model.parameters()),
+                "processes": trainer.world,
+                "runtime": runtime.to_dict(),
+                **({"init_from": continued} if continued else {}),
+            },
+        )
     records = trainer.fit(on_eval)
     final = objective.final_model(model)
     if trainer.rank == 0:
         runs.save_weights(final, run_dir / runs.MODEL_FILE)
-    return {"run_dir": run_dir, "records": records, "model": final, "tokenizer": tokenizer,
-            "settings": settings}
+    return {"run_dir": run_dir, "records": records, "model": final, "tokenizer": tokenizer, "settings": settings}

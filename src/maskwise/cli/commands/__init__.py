@@ -34,16 +34,23 @@ class Generic:
         hints = typing.get_type_hints(self.task.config)
         shared = {f.name for f in dataclasses.fields(FinetuneConfig)}
         for field in dataclasses.fields(self.task.config):
-            kind = next((t for t in (bool, int, float, str) if t in (hints[field.name], *typing.get_args(
-                hints[field.name]))), None)
+            kind = next(
+                (t for t in (bool, int, float, str) if t in (hints[field.name], *typing.get_args(hints[field.name]))),
+                None,
+            )
             if field.name in shared or kind is None:
                 continue
             flag = "--" + field.name.replace("_", "-")
             if kind is bool:
                 parser.add_argument(flag, dest=field.name, action="store_true", default=None)
             else:
-                parser.add_argument(flag, dest=field.name, type=kind, default=None,
-                                    help=f"default {getattr(self.task.config, field.name, None)}")
+                parser.add_argument(
+                    flag,
+                    dest=field.name,
+                    type=kind,
+                    default=None,
+                    help=f"default {getattr(self.task.config, field.name, None)}",
+                )
 
     def finetune(self, args, model, tokenizer, run) -> tuple[dict, Any, dict, Any, Any]:
         cfg = finetune_config(self.task.config, args)
@@ -55,8 +62,10 @@ class Generic:
         return task, record, {}, body, head
 
     def evaluate(self, args, model, tokenizer, fine_tune) -> Any:
-        raise UserError(f"maskwise evaluate has no command for the task kind {self.task.kind!r}: its fine-tune's "
-                        "results.json holds its evaluation")
+        raise UserError(
+            f"maskwise evaluate has no command for the task kind {self.task.kind!r}: its fine-tune's "
+            "results.json holds its evaluation"
+        )
 
 
 def adapter_of(task: Task) -> ModuleType | Generic:

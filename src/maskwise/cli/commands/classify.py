@@ -24,25 +24,49 @@ TASK = TASKS[Classify.kind]
 
 
 def flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
-    parser.add_argument("--pooling", choices=("cls", "mean", "last"), default=None,
-                        help="retrieval embedding pooling (a fine-tuned classifier keeps its own)"
-                        if evaluating else "default: cls (encoder), last (decoder), mean (encoder-decoder)")
+    parser.add_argument(
+        "--pooling",
+        choices=("cls", "mean", "last"),
+        default=None,
+        help="retrieval embedding pooling (a fine-tuned classifier keeps its own)"
+        if evaluating
+        else "default: cls (encoder), last (decoder), mean (encoder-decoder)",
+    )
     if not evaluating:
         parser.add_argument("--freeze", action="store_true", default=None, help="linear probe: train the head only")
-        parser.add_argument("--per-label", dest="train_per_label", type=positive, default=None,
-                            help=f"the plays' training texts per label (default {ClassifyConfig.train_per_label})")
-    parser.add_argument("--plays-task", choices=tuple(PLAYS_TASKS), default=None,
-                        help="without --data: the plays' genre windows, line-order pairs (two consecutive "
-                        "lines, in order or swapped), lines as written or with their words after the first "
-                        "shuffled (word-order), or sentences without their marks (statement, question or "
-                        "exclamation); default " + ClassifyConfig.plays_task
-                        + (", or the one the classifier was fine-tuned on" if evaluating else ""))
-    parser.add_argument("--eval-per-label", dest="test_per_label", type=positive, default=None,
-                        help=f"the plays' evaluation texts per label (default {ClassifyConfig.test_per_label})")
-    parser.add_argument("--text-column", default="text",
-                        help="--data's column (CSV, TSV) or field (JSONL) holding the text")
-    parser.add_argument("--label-column", default="label",
-                        help="--data's column or field holding the label (any text; ids follow sorted order)")
+        parser.add_argument(
+            "--per-label",
+            dest="train_per_label",
+            type=positive,
+            default=None,
+            help=f"the plays' training texts per label (default {ClassifyConfig.train_per_label})",
+        )
+    parser.add_argument(
+        "--plays-task",
+        choices=tuple(PLAYS_TASKS),
+        default=None,
+        help="without --data: the plays' genre windows, line-order pairs (two consecutive "
+        "lines, in order or swapped), lines as written or with their words after the first "
+        "shuffled (word-order), or sentences without their marks (statement, question or "
+        "exclamation); default "
+        + ClassifyConfig.plays_task
+        + (", or the one the classifier was fine-tuned on" if evaluating else ""),
+    )
+    parser.add_argument(
+        "--eval-per-label",
+        dest="test_per_label",
+        type=positive,
+        default=None,
+        help=f"the plays' evaluation texts per label (default {ClassifyConfig.test_per_label})",
+    )
+    parser.add_argument(
+        "--text-column", default="text", help="--data's column (CSV, TSV) or field (JSONL) holding the text"
+    )
+    parser.add_argument(
+        "--label-column",
+        default="label",
+        help="--data's column or field holding the label (any text; ids follow sorted order)",
+    )
 
 
 def finetune(args, model, tokenizer, run):
@@ -63,13 +87,17 @@ def evaluate(args, model, tokenizer, fine_tune: FineTune) -> ClassifyRecord:
     if saved.get("kind") == "classify":
         classifier = SequenceClassifier.from_fine_tune(model, saved, fine_tune.head, args.model)
         if not {e.label for e in test} & set(classifier.labels):
-            raise UserError(f"the evaluation rows' labels ({', '.join(sorted({e.label for e in test}))}) are none of "
-                            f"the classifier's ({', '.join(classifier.labels)})")
+            raise UserError(
+                f"the evaluation rows' labels ({', '.join(sorted({e.label for e in test}))}) are none of "
+                f"the classifier's ({', '.join(classifier.labels)})"
+            )
         # An HF-fine-tuned folder records no training labels: the baseline is the test set's majority (stricter).
         return evaluate_classifier(classifier, tokenizer, test, saved.get("train_labels") or [e.label for e in test])
     if model.cfg.kind.encoder_only:
-        raise UserError("an encoder classifies through a trained head: run `maskwise finetune classify` first "
-                        "(zero-shot prompting needs a decoder or encoder-decoder)")
+        raise UserError(
+            "an encoder classifies through a trained head: run `maskwise finetune classify` first "
+            "(zero-shot prompting needs a decoder or encoder-decoder)"
+        )
     gold = [e.label for e in test]
     predicted = zero_shot_classify(model, tokenizer, [e.text for e in test], sorted(set(gold)))
     # No training set: the baseline predicts the evaluation set's own majority label (a stricter bar).

@@ -27,18 +27,33 @@ TASK = TASKS[Embed.kind]
 
 def flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
     if not evaluating:
-        parser.add_argument("--pooling", choices=("cls", "mean", "last"), default=None,
-                            help="default: mean (last for a decoder)")
-        parser.add_argument("--temperature", type=float, default=None,
-                            help=f"InfoNCE temperature (default {EmbedConfig.temperature})")
-        parser.add_argument("--train-queries", type=positive, default=None,
-                            help="limit training queries (a random subset; a BEIR query brings all its positives)")
-    parser.add_argument("--max-queries", dest="test_queries", type=positive, default=None,
-                        help="evaluation queries, a seeded random subset (all passages stay); default: "
-                             f"{EmbedConfig.test_queries} of the plays', every query of a BEIR folder")
-    parser.add_argument("--ignore-identical-ids", action="store_true", default=None,
-                        help="BEIR folder: never retrieve a document whose id is the query's own (BEIR's "
-                             "default; MTEB's for ArguAna and Quora, whose queries are in the corpus)")
+        parser.add_argument(
+            "--pooling", choices=("cls", "mean", "last"), default=None, help="default: mean (last for a decoder)"
+        )
+        parser.add_argument(
+            "--temperature", type=float, default=None, help=f"InfoNCE temperature (default {EmbedConfig.temperature})"
+        )
+        parser.add_argument(
+            "--train-queries",
+            type=positive,
+            default=None,
+            help="limit training queries (a random subset; a BEIR query brings all its positives)",
+        )
+    parser.add_argument(
+        "--max-queries",
+        dest="test_queries",
+        type=positive,
+        default=None,
+        help="evaluation queries, a seeded random subset (all passages stay); default: "
+        f"{EmbedConfig.test_queries} of the plays', every query of a BEIR folder",
+    )
+    parser.add_argument(
+        "--ignore-identical-ids",
+        action="store_true",
+        default=None,
+        help="BEIR folder: never retrieve a document whose id is the query's own (BEIR's "
+        "default; MTEB's for ArguAna and Quora, whose queries are in the corpus)",
+    )
 
 
 def finetune(args, model, tokenizer, run):
@@ -65,7 +80,9 @@ def evaluate(args, model, tokenizer, fine_tune: FineTune) -> RetrievalRecord:
     if is_beir_folder(args.data):
         test = beir_data(args, args.split)
         embedder, name = embedder_of(args.model, args, args.progress, args.pooling)
-        return evaluate_graded_retrieval(embedder, test, name=name, ignore_identical_ids=bool(args.ignore_identical_ids))
+        return evaluate_graded_retrieval(
+            embedder, test, name=name, ignore_identical_ids=bool(args.ignore_identical_ids)
+        )
     embedder, name = embedder_of(args.model, args, args.progress, args.pooling)
     test = retrieval_data(args, config_from_flags(EmbedConfig, args), args.split)
     return evaluate_retrieval(embedder, test, name=name)

@@ -27,24 +27,47 @@ TASK = TASKS[Rerank.kind]
 
 def flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
     if not evaluating:
-        parser.add_argument("--reranker", choices=("cross", "generative"), default=None,
-                            help="default: cross for an encoder, generative otherwise")
-        parser.add_argument("--readout", choices=READOUTS, default=None,
-                            help="the cross-encoder's score: a fresh head on [CLS] (default), or the cosine of the "
-                                 "query's and passage's mean states in the joint pass (for a body trained as a "
-                                 "bi-encoder, such as all-MiniLM-L6-v2)")
-        parser.add_argument("--n-negatives", type=positive, default=None,
-                            help=f"negatives per query (default {RerankConfig.n_negatives})")
-        parser.add_argument("--negatives", choices=("first-stage", "random"), default="first-stage",
-                            help="training negatives: the first stage's top-ranked wrong documents, or random "
-                                 "ones (cheaper, and better for the small body measured in the README)")
+        parser.add_argument(
+            "--reranker",
+            choices=("cross", "generative"),
+            default=None,
+            help="default: cross for an encoder, generative otherwise",
+        )
+        parser.add_argument(
+            "--readout",
+            choices=READOUTS,
+            default=None,
+            help="the cross-encoder's score: a fresh head on [CLS] (default), or the cosine of the "
+            "query's and passage's mean states in the joint pass (for a body trained as a "
+            "bi-encoder, such as all-MiniLM-L6-v2)",
+        )
+        parser.add_argument(
+            "--n-negatives",
+            type=positive,
+            default=None,
+            help=f"negatives per query (default {RerankConfig.n_negatives})",
+        )
+        parser.add_argument(
+            "--negatives",
+            choices=("first-stage", "random"),
+            default="first-stage",
+            help="training negatives: the first stage's top-ranked wrong documents, or random "
+            "ones (cheaper, and better for the small body measured in the README)",
+        )
         parser.add_argument("--train-queries", type=positive, default=None, help="limit training queries")
-    parser.add_argument("--first-stage", default=None,
-                        help="bi-encoder run for the candidates (default: the model itself, mean-pooled)")
-    parser.add_argument("--candidates", type=positive, default=None,
-                        help=f"first-stage candidates (default {RerankConfig.candidates})")
-    parser.add_argument("--rerank-queries", dest="rerank_queries", type=positive, default=None,
-                        help=f"evaluation queries (default {RerankConfig.test_queries})")
+    parser.add_argument(
+        "--first-stage", default=None, help="bi-encoder run for the candidates (default: the model itself, mean-pooled)"
+    )
+    parser.add_argument(
+        "--candidates", type=positive, default=None, help=f"first-stage candidates (default {RerankConfig.candidates})"
+    )
+    parser.add_argument(
+        "--rerank-queries",
+        dest="rerank_queries",
+        type=positive,
+        default=None,
+        help=f"evaluation queries (default {RerankConfig.test_queries})",
+    )
 
 
 def rerank_config(args, **values) -> RerankConfig:

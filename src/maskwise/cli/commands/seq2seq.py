@@ -24,22 +24,44 @@ TASK = TASKS[Seq2Seq.kind]
 
 
 def flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
-    parser.add_argument("--hide-speakers", action="store_true", default=None,
-                        help="remove speaker lines from the source")
-    parser.add_argument("--mid-speech", action="store_true", default=None,
-                        help="open each passage inside a speech, its speaker line left out (compare's "
-                             "read-then-write task): the answer is never the source's first line")
-    parser.add_argument("--max-chars", type=positive, default=None,
-                        help="longest source in characters (default: what fits the model's context)")
+    parser.add_argument(
+        "--hide-speakers", action="store_true", default=None, help="remove speaker lines from the source"
+    )
+    parser.add_argument(
+        "--mid-speech",
+        action="store_true",
+        default=None,
+        help="open each passage inside a speech, its speaker line left out (compare's "
+        "read-then-write task): the answer is never the source's first line",
+    )
+    parser.add_argument(
+        "--max-chars",
+        type=positive,
+        default=None,
+        help="longest source in characters (default: what fits the model's context)",
+    )
     parser.add_argument("--num-beams", type=positive, default=None, help="beam width (default 1: greedy)")
-    parser.add_argument("--eval-limit", dest="test_passages", type=positive, default=None,
-                        help=f"evaluation passages (default {Seq2SeqConfig.test_passages})")
+    parser.add_argument(
+        "--eval-limit",
+        dest="test_passages",
+        type=positive,
+        default=None,
+        help=f"evaluation passages (default {Seq2SeqConfig.test_passages})",
+    )
     if not evaluating:
-        parser.add_argument("--max-target-len", type=positive, default=None,
-                            help=f"target tokens (default {Seq2SeqConfig.max_target_len})")
-        parser.add_argument("--rename-speakers", type=probability, default=None,
-                            help="fraction of training draws whose speakers get random names, so that "
-                                 "copying them from the source is the only way to answer (embedded data)")
+        parser.add_argument(
+            "--max-target-len",
+            type=positive,
+            default=None,
+            help=f"target tokens (default {Seq2SeqConfig.max_target_len})",
+        )
+        parser.add_argument(
+            "--rename-speakers",
+            type=probability,
+            default=None,
+            help="fraction of training draws whose speakers get random names, so that "
+            "copying them from the source is the only way to answer (embedded data)",
+        )
 
 
 def finetune(args, model, tokenizer, run):
@@ -60,11 +82,15 @@ def evaluate(args, model, tokenizer, fine_tune: FineTune) -> Seq2SeqRecord:
 
     saved = fine_tune.task
     # the fine-tune's own target room and passages, unless a flag says otherwise
-    own = {k: saved[k] for k in ("max_target_len", "hide_speakers", "mid_speech", "source_edges")
-           if k in saved and getattr(args, k, None) is None}
+    own = {
+        k: saved[k]
+        for k in ("max_target_len", "hide_speakers", "mid_speech", "source_edges")
+        if k in saved and getattr(args, k, None) is None
+    }
     cfg = config_from_flags(Seq2SeqConfig, args, **own)
     _, test = task_rows(args, TASK, cfg, model, seq2seq_from_file, args.split, training=False)
     generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)
     plays = {"hide_speakers": cfg.hide_speakers, "mid_speech": cfg.mid_speech} if args.data is None else {}
-    return evaluate_seq2seq(model, tokenizer, test, generation, cfg.max_target_len, args.progress,
-                            cfg.source_edges, **plays)
+    return evaluate_seq2seq(
+        model, tokenizer, test, generation, cfg.max_target_len, args.progress, cfg.source_edges, **plays
+    )

@@ -24,16 +24,34 @@ TASK = TASKS[Tag.kind]
 
 
 def flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
-    parser.add_argument("--window-chars", type=positive, default=None,
-                        help="the plays' windows, in characters (default: what fits the model's context)")
+    parser.add_argument(
+        "--window-chars",
+        type=positive,
+        default=None,
+        help="the plays' windows, in characters (default: what fits the model's context)",
+    )
     if not evaluating:
-        parser.add_argument("--read-out", dest="read_out", choices=READ_OUTS, default=None,
-                            help="where a word's tag is read: its last token (default; a causal reader has "
-                                 "then read the whole word) or its first (HF's convention)")
-        parser.add_argument("--train-windows", type=positive, default=None,
-                            help=f"training windows of the plays (default {TagConfig.train_windows})")
-    parser.add_argument("--eval-windows", dest="test_windows", type=positive, default=None,
-                        help=f"evaluation windows of the plays (default {TagConfig.test_windows})")
+        parser.add_argument(
+            "--read-out",
+            dest="read_out",
+            choices=READ_OUTS,
+            default=None,
+            help="where a word's tag is read: its last token (default; a causal reader has "
+            "then read the whole word) or its first (HF's convention)",
+        )
+        parser.add_argument(
+            "--train-windows",
+            type=positive,
+            default=None,
+            help=f"training windows of the plays (default {TagConfig.train_windows})",
+        )
+    parser.add_argument(
+        "--eval-windows",
+        dest="test_windows",
+        type=positive,
+        default=None,
+        help=f"evaluation windows of the plays (default {TagConfig.test_windows})",
+    )
 
 
 def finetune(args, model, tokenizer, run):
@@ -50,7 +68,9 @@ def evaluate(args, model, tokenizer, fine_tune: FineTune) -> TagRecord:
     saved = fine_tune.task
     if saved.get("kind") != "tag":
         raise UserError(f"{args.model} has no tagging head: run `maskwise finetune tag` first")
-    _, test = task_rows(args, TASK, config_from_flags(TagConfig, args), model, tagged_from_file, args.split, training=False)
+    _, test = task_rows(
+        args, TASK, config_from_flags(TagConfig, args), model, tagged_from_file, args.split, training=False
+    )
     tagger = TokenTagger.from_fine_tune(model, saved, fine_tune.head, args.model)
     # An HF-fine-tuned folder records no training counts: the baselines are drawn from the test set's.
     return evaluate_tagger(tagger, tokenizer, test, saved.get("train_counts") or tag_counts(test))

@@ -34,16 +34,17 @@ from maskwise.experiments.framework import (
 
 DEFAULT_SHARE = 0.5  # of the budget in CLM before MLM
 
-RULE = ("Paired by seed, CLM then MLM (a) against MLM alone (b) on tagging F1 after the same fine-tuning. "
-        "Falsified if MLM alone is ahead, separated. Held if CLM then MLM is ahead, separated. Otherwise "
-        "inconclusive. Applied at equal tokens and at equal wall-clock (both phases counted); the verdict is the "
-        "common outcome, inconclusive if they differ.")
+RULE = (
+    "Paired by seed, CLM then MLM (a) against MLM alone (b) on tagging F1 after the same fine-tuning. "
+    "Falsified if MLM alone is ahead, separated. Held if CLM then MLM is ahead, separated. Otherwise "
+    "inconclusive. Applied at equal tokens and at equal wall-clock (both phases counted); the verdict is the "
+    "common outcome, inconclusive if they differ."
+)
 
 
 def judge(metrics: dict, arms: Sequence[Arm]) -> tuple[str, str]:
     mlm, first_clm = arms
-    return on_both_axes(lambda axis: claims_verdict(ahead_on(metrics, axis, first_clm.label, mlm.label,
-                                                             jobs_of(mlm))))
+    return on_both_axes(lambda axis: claims_verdict(ahead_on(metrics, axis, first_clm.label, mlm.label, jobs_of(mlm))))
 
 
 class ClmThenMlm(JobsStudy):
@@ -52,8 +53,16 @@ class ClmThenMlm(JobsStudy):
     reads = ("tag",)  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
     about = "MLM alone vs CLM for half the budget, then MLM, for the same encoder (tagging)"
     title = "Ablation clm-then-mlm: MLM alone vs CLM first, then MLM"
-    rules = (Rule(("At the same budget, an encoder pretrained with CLM first and MLM after is ahead of one pretrained "
-                   "with MLM alone (Gisserot-Boukhlef et al., 2025)."), RULE, judge),)
+    rules = (
+        Rule(
+            (
+                "At the same budget, an encoder pretrained with CLM first and MLM after is ahead of one pretrained "
+                "with MLM alone (Gisserot-Boukhlef et al., 2025)."
+            ),
+            RULE,
+            judge,
+        ),
+    )
     step = "clm-mlm"
     options = ("share",)
 
@@ -67,19 +76,25 @@ class ClmThenMlm(JobsStudy):
     def summary(self, m: Measured, metrics: dict) -> str:
         mlm, first_clm = (arm.label for arm in m.arms)
         tag, tag_w = (metrics[key(TAGGING.name, axis)] for axis in (TOKENS, WALL))
-        return (f"We replaced MLM for the whole budget with CLM for its first {first_share(m.arms[1]):.0%} and MLM for "
-                f"the rest: tagging F1 {moved(tag[mlm], tag[first_clm])} at equal tokens "
-                f"({moved(tag_w[mlm], tag_w[first_clm])} at equal wall-clock; trivial baselines: "
-                f"{baselines(m, metrics, TOKENS)}).")
+        return (
+            f"We replaced MLM for the whole budget with CLM for its first {first_share(m.arms[1]):.0%} and MLM for "
+            f"the rest: tagging F1 {moved(tag[mlm], tag[first_clm])} at equal tokens "
+            f"({moved(tag_w[mlm], tag_w[first_clm])} at equal wall-clock; trivial baselines: "
+            f"{baselines(m, metrics, TOKENS)})."
+        )
 
     def notes(self, m: Measured) -> list[str]:
         return [
             TWO_PHASES,
-            ("Gisserot-Boukhlef et al. (2025, 'Should We Still Pretrain Encoders with Masked Language Modeling?') found "
-             "CLM followed by MLM ahead of MLM alone on downstream encoder tasks at the same compute, with models of "
-             "hundreds of millions of parameters; the tiny models here are far below that."),
-            ("The validation losses on the plots are per token (CLM, the first phase) and per masked token (MLM): "
-             "compare the curves' shapes, not their levels."),
+            (
+                "Gisserot-Boukhlef et al. (2025, 'Should We Still Pretrain Encoders with Masked Language Modeling?') found "
+                "CLM followed by MLM ahead of MLM alone on downstream encoder tasks at the same compute, with models of "
+                "hundreds of millions of parameters; the tiny models here are far below that."
+            ),
+            (
+                "The validation losses on the plots are per token (CLM, the first phase) and per masked token (MLM): "
+                "compare the curves' shapes, not their levels."
+            ),
         ]
 
 

@@ -39,22 +39,30 @@ from maskwise.experiments.verdict import INCONCLUSIVE
 MLM = Arm("mlm", "MLM encoder", {"family": "encoder", "objective": "mlm"})
 CLM = Arm("clm", "CLM decoder", {"family": "decoder", "objective": "clm"})
 DEFAULT_SHARE = 0.75  # of the budget spent in the other objective first
-TIE = ("a tie is not shown to be a match: a paired mean-difference test over a few seeds cannot tell no gap "
-       "from a gap too small for them to see")
+TIE = (
+    "a tie is not shown to be a match: a paired mean-difference test over a few seeds cannot tell no gap "
+    "from a gap too small for them to see"
+)
 
-RULE = ("Within each pair, paired by seed, the native model (a) against the continued one (b) on the pair's measures: "
-        "the encoders' tagging F1, the decoders' held-out next-token loss. Falsified if the continued model is "
-        "ahead, separated. Held if the native model is ahead, separated. Otherwise inconclusive (" + TIE + "). "
-        "Applied at equal tokens and at equal wall-clock (both phases counted, each pair at its faster arm's "
-        "seconds); the verdict is the common outcome, inconclusive if they differ.")
+RULE = (
+    "Within each pair, paired by seed, the native model (a) against the continued one (b) on the pair's measures: "
+    "the encoders' tagging F1, the decoders' held-out next-token loss. Falsified if the continued model is "
+    "ahead, separated. Held if the native model is ahead, separated. Otherwise inconclusive (" + TIE + "). "
+    "Applied at equal tokens and at equal wall-clock (both phases counted, each pair at its faster arm's "
+    "seconds); the verdict is the common outcome, inconclusive if they differ."
+)
 
 
 def continued(then: Arm, before: Arm, share: float) -> Arm:
     """``before`` on ``share`` of the budget, then ``then`` from its weights on the rest."""
     if not 0.0 < share < 1.0:
         raise UserError(f"share: the first phase's share of the budget must be in (0, 1), got {share}")
-    return Arm(f"{before.key}{share:g}-{then.key}", f"{before.key.upper()} {share:.0%} then {then.label}",
-               then.settings, before=Phase(before.settings, share))
+    return Arm(
+        f"{before.key}{share:g}-{then.key}",
+        f"{before.key.upper()} {share:.0%} then {then.label}",
+        then.settings,
+        before=Phase(before.settings, share),
+    )
 
 
 def first_share(arm: Arm) -> float:
@@ -81,12 +89,14 @@ def judge_decoders(metrics: dict, arms: Sequence[Arm]) -> tuple[str, str]:
 
 
 # What a continued arm's two runs are, for the notes of every ablation that has one.
-TWO_PHASES = ("A continued arm is two runs: the first objective on its share of the budget (tokens at equal tokens, "
-              "seconds at equal wall-clock), then the second from its final weights (--init-from) on the rest, each "
-              "with its own warmup and cosine decay over its part. The tokens and seconds rows count both, and its "
-              "curves are drawn at those totals, the second phase where the first ends. The second phase draws its "
-              "windows with the same seed, so it begins on the windows the first began on (random offsets into the "
-              "same text every arm reads).")
+TWO_PHASES = (
+    "A continued arm is two runs: the first objective on its share of the budget (tokens at equal tokens, "
+    "seconds at equal wall-clock), then the second from its final weights (--init-from) on the rest, each "
+    "with its own warmup and cosine decay over its part. The tokens and seconds rows count both, and its "
+    "curves are drawn at those totals, the second phase where the first ends. The second phase draws its "
+    "windows with the same seed, so it begins on the windows the first began on (random offsets into the "
+    "same text every arm reads)."
+)
 
 
 class CrossObjective(JobsStudy):
@@ -95,10 +105,24 @@ class CrossObjective(JobsStudy):
     reads = ("tag",)  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
     about = "native MLM/CLM vs the other objective for 75% of the budget, then continued in the native one (Ettin)"
     title = "Ablation cross-objective: native pretraining vs the other objective first, then continued"
-    rules = (Rule(("An encoder pretrained with MLM for the whole budget is ahead of a CLM decoder continued as an MLM "
-                   "encoder (Ettin, Weller et al. 2025)."), RULE, judge_encoders, "encoder"),
-             Rule("A decoder pretrained with CLM for the whole budget is ahead of an MLM encoder continued as a CLM "
-                  "decoder (the mirror).", RULE, judge_decoders, "decoder"))
+    rules = (
+        Rule(
+            (
+                "An encoder pretrained with MLM for the whole budget is ahead of a CLM decoder continued as an MLM "
+                "encoder (Ettin, Weller et al. 2025)."
+            ),
+            RULE,
+            judge_encoders,
+            "encoder",
+        ),
+        Rule(
+            "A decoder pretrained with CLM for the whole budget is ahead of an MLM encoder continued as a CLM "
+            "decoder (the mirror).",
+            RULE,
+            judge_decoders,
+            "decoder",
+        ),
+    )
     step = "cross"
     options = ("share",)
 
@@ -118,20 +142,26 @@ class CrossObjective(JobsStudy):
         mlm, from_clm, clm, from_mlm = (arm.label for arm in m.arms)
         tag, loss = (metrics[key(job.name, TOKENS)] for job in (TAGGING, NEXT_TOKEN_LOSS))
         share = first_share(m.arms[1])
-        return (f"We replaced pretraining in the model's own objective with {share:.0%} of the budget in the other one "
-                f"before its own: at equal tokens the encoder's tagging F1 {moved(tag[mlm], tag[from_clm])}, "
-                f"while the decoder's held-out next-token loss "
-                f"{moved(loss[clm], loss[from_mlm])} nats/char (trivial baselines: {baselines(m, metrics, TOKENS)}).")
+        return (
+            f"We replaced pretraining in the model's own objective with {share:.0%} of the budget in the other one "
+            f"before its own: at equal tokens the encoder's tagging F1 {moved(tag[mlm], tag[from_clm])}, "
+            f"while the decoder's held-out next-token loss "
+            f"{moved(loss[clm], loss[from_mlm])} nats/char (trivial baselines: {baselines(m, metrics, TOKENS)})."
+        )
 
     def notes(self, m: Measured) -> list[str]:
         return [
             TWO_PHASES,
-            ("Ettin (Weller et al., 2025, 'Seq vs Seq') continued fully trained encoders and decoders in the other "
-             "objective for a few percent more tokens and found them behind the native model of the same size; here "
-             "the continued arm spends its share (--share) of the same budget in the other objective first, and the "
-             "models are tiny."),
-            ("The validation losses on the plots are per masked token (MLM) and per token (CLM), and a continued "
-             "arm's first phase is on the other scale: compare the curves' shapes, not their levels."),
+            (
+                "Ettin (Weller et al., 2025, 'Seq vs Seq') continued fully trained encoders and decoders in the other "
+                "objective for a few percent more tokens and found them behind the native model of the same size; here "
+                "the continued arm spends its share (--share) of the same budget in the other objective first, and the "
+                "models are tiny."
+            ),
+            (
+                "The validation losses on the plots are per masked token (MLM) and per token (CLM), and a continued "
+                "arm's first phase is on the other scale: compare the curves' shapes, not their levels."
+            ),
         ]
 
 

@@ -29,17 +29,20 @@ from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 # ELECTRA-Large's masking rate (Clark et al., 2020, appendix), not the small and base models' 15%: more replaced
 # tokens a step is a denser signal, and at 15% one seed's discriminator of three barely started (docs/results.md).
 ELECTRA_MASK_RATIO = 0.25
-ELECTRA = Arm("electra", "ELECTRA", {"family": "encoder", "objective": "electra", "mask_ratio": ELECTRA_MASK_RATIO},
-              costlier=True)  # its generator
+ELECTRA = Arm(
+    "electra", "ELECTRA", {"family": "encoder", "objective": "electra", "mask_ratio": ELECTRA_MASK_RATIO}, costlier=True
+)  # its generator
 MLM = Arm("mlm", "MLM", {"family": "encoder", "objective": "mlm"})
 DETECTION_GAIN = "replaced-token detection: validation loss below the base rate's (nats/token)"
 
-RULE = ("Compare tagging F1 after identical tagging fine-tuning of the ELECTRA "
-        "discriminator (a) and the MLM encoder (b), both of the same size: inconclusive if either is not ahead "
-        "of tagging's trivial baseline and of the untrained body fine-tuned the same way; else held if ELECTRA "
-        "is ahead, falsified if MLM is ahead, inconclusive within noise. Applied at equal tokens and at equal "
-        "wall-clock (ELECTRA's generator makes its steps dearer, which only the wall-clock axis charges it for); "
-        "the verdict is the common outcome, inconclusive if they differ.")
+RULE = (
+    "Compare tagging F1 after identical tagging fine-tuning of the ELECTRA "
+    "discriminator (a) and the MLM encoder (b), both of the same size: inconclusive if either is not ahead "
+    "of tagging's trivial baseline and of the untrained body fine-tuned the same way; else held if ELECTRA "
+    "is ahead, falsified if MLM is ahead, inconclusive within noise. Applied at equal tokens and at equal "
+    "wall-clock (ELECTRA's generator makes its steps dearer, which only the wall-clock axis charges it for); "
+    "the verdict is the common outcome, inconclusive if they differ."
+)
 
 
 def judge(metrics: dict, arms=None) -> tuple[str, str]:
@@ -48,8 +51,10 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
         c = compare(groups[ELECTRA.label], groups[MLM.label])
         short = short_of(metrics, axis, (ELECTRA.label, MLM.label), TAGGING)
         if short:
-            return INCONCLUSIVE, (f"{' and '.join(short)} not ahead of the tagging baselines, so no evidence; "
-                                  f"{c.describe('ELECTRA', 'MLM')}")
+            return INCONCLUSIVE, (
+                f"{' and '.join(short)} not ahead of the tagging baselines, so no evidence; "
+                f"{c.describe('ELECTRA', 'MLM')}"
+            )
         return {"a": HELD, "b": FALSIFIED, "tie": INCONCLUSIVE}[c.winner], c.describe("ELECTRA", "MLM")
 
     return on_both_axes(one_axis)
@@ -70,8 +75,16 @@ class Electra(Study):
     reads = ("tag",)  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
     about = "ELECTRA vs MLM pretraining, then the same tagging fine-tuning"
     title = "Ablation electra: replaced-token detection vs masked language modelling"
-    rules = (Rule(("ELECTRA (replaced-token detection) pretrains a better encoder than MLM at equal compute, "
-                   "most clearly for small models (Clark et al., 2020)."), RULE, judge),)
+    rules = (
+        Rule(
+            (
+                "ELECTRA (replaced-token detection) pretrains a better encoder than MLM at equal compute, "
+                "most clearly for small models (Clark et al., 2020)."
+            ),
+            RULE,
+            judge,
+        ),
+    )
     step = "tag"
     tokens_factor = 2.0
     steps_factor = 2
@@ -86,8 +99,16 @@ class Electra(Study):
         metrics, rows = {}, []
         for axis in AXES:
             metrics[key(TAG_F1, axis)], tagging = TAGGING.rows(m, axis)
-            rows += [*tagging, table_row("pretraining FLOPs (estimate, 10^12)", axis,
-                                         m.final(axis, lambda last: last["flops"] / 1e12), None, 2)]
+            rows += [
+                *tagging,
+                table_row(
+                    "pretraining FLOPs (estimate, 10^12)",
+                    axis,
+                    m.final(axis, lambda last: last["flops"] / 1e12),
+                    None,
+                    2,
+                ),
+            ]
         gain = [detection_gain(run) for run in m.runs[TOKENS][ELECTRA.key]]  # one run per seed serves both axes
         rows.append([DETECTION_GAIN, "both", fmt_stat(gain), "", ""])
         return metrics, rows
@@ -96,30 +117,40 @@ class Electra(Study):
         tagging, tagging_w = metrics[key(TAG_F1, TOKENS)], metrics[key(TAG_F1, WALL)]
         rule, rule_f1 = TAGGING.baseline_of(m.first(MLM))
         speed = {arm.label: [tokens_per_second(r) for r in m.runs[TOKENS][arm.key]] for arm in m.arms}
-        return (f"We replaced MLM with ELECTRA's replaced-token detection for the same encoder: tagging F1 "
-                f"{moved(tagging[MLM.label], tagging[ELECTRA.label])} at equal tokens "
-                f"({moved(tagging_w[MLM.label], tagging_w[ELECTRA.label])} at equal wall-clock; {rule} {rule_f1:.3f}), "
-                f"while pretraining throughput {moved(speed[MLM.label], speed[ELECTRA.label], 0)} tokens/s.")
+        return (
+            f"We replaced MLM with ELECTRA's replaced-token detection for the same encoder: tagging F1 "
+            f"{moved(tagging[MLM.label], tagging[ELECTRA.label])} at equal tokens "
+            f"({moved(tagging_w[MLM.label], tagging_w[ELECTRA.label])} at equal wall-clock; {rule} {rule_f1:.3f}), "
+            f"while pretraining throughput {moved(speed[MLM.label], speed[ELECTRA.label], 0)} tokens/s."
+        )
 
     def notes(self, m: Measured) -> list[str]:
         return [
-            ("Equal compute is stated two ways: equal wall-clock (the fair one for cost: ELECTRA pretrains for the "
-             "seconds MLM needed for the scale's tokens) and equal tokens (the same text: the tokens ELECTRA read in "
-             "that time, MLM pretraining again to that count; ELECTRA also runs a generator a quarter the width, so it "
-             "spends more per token, see the FLOPs row). The FLOPs estimate counts both of ELECTRA's stacks (weights "
-             "and attention) and the generator's head."),
-            ("What fine-tunes is the discriminator (the run's model.safetensors), a plain encoder of the same size "
-             "as the MLM one, with a fresh per-token head on the tagging job's training rows (the train plays' punctuation windows, or "
-             "the user's tag task); the same steps, "
-             "batch and learning rates."),
+            (
+                "Equal compute is stated two ways: equal wall-clock (the fair one for cost: ELECTRA pretrains for the "
+                "seconds MLM needed for the scale's tokens) and equal tokens (the same text: the tokens ELECTRA read in "
+                "that time, MLM pretraining again to that count; ELECTRA also runs a generator a quarter the width, so it "
+                "spends more per token, see the FLOPs row). The FLOPs estimate counts both of ELECTRA's stacks (weights "
+                "and attention) and the generator's head."
+            ),
+            (
+                "What fine-tunes is the discriminator (the run's model.safetensors), a plain encoder of the same size "
+                "as the MLM one, with a fresh per-token head on the tagging job's training rows (the train plays' punctuation windows, or "
+                "the user's tag task); the same steps, "
+                "batch and learning rates."
+            ),
             "One model size only: the 'most clearly for small models' part of the prediction is not tested here.",
-            (f"Both arms pretrain on {self.tokens_factor:g}x the scale's tokens at 1/{self.steps_factor} of "
-             f"its batch (more optimizer steps for the same text), and ELECTRA masks {ELECTRA_MASK_RATIO:.0%} of the "
-             "tokens, as ELECTRA-Large does (more replacements a step): replaced-token detection learns from one bit "
-             "a token, and with fewer steps and 15% the discriminator stayed at the base rate of replacements (the "
-             f"'{DETECTION_GAIN}' row: 0 is that)."),
-            ("ELECTRA's validation loss (generator MLM + 50 x discriminator BCE) is on another scale than MLM's: "
-             "compare the curves' shapes, not their levels."),
+            (
+                f"Both arms pretrain on {self.tokens_factor:g}x the scale's tokens at 1/{self.steps_factor} of "
+                f"its batch (more optimizer steps for the same text), and ELECTRA masks {ELECTRA_MASK_RATIO:.0%} of the "
+                "tokens, as ELECTRA-Large does (more replacements a step): replaced-token detection learns from one bit "
+                "a token, and with fewer steps and 15% the discriminator stayed at the base rate of replacements (the "
+                f"'{DETECTION_GAIN}' row: 0 is that)."
+            ),
+            (
+                "ELECTRA's validation loss (generator MLM + 50 x discriminator BCE) is on another scale than MLM's: "
+                "compare the curves' shapes, not their levels."
+            ),
         ]
 
     def meaning(self, m: Measured) -> dict[str, tuple[bool | None, tuple[str, float] | None]]:

@@ -95,16 +95,20 @@ class Job:
     def bars(self, records: Sequence[dict]) -> dict[str, list[float]]:
         """What every arm must clear, per seed, from one arm's stored ``records``: the trivial baseline and the
         control."""
-        return {BASELINE: [self.baseline_of(r)[1] for r in records],
-                **({UNTRAINED: [self.score_of(r[UNTRAINED]) for r in records]} if self.fine_tuned else {})}
+        return {
+            BASELINE: [self.baseline_of(r)[1] for r in records],
+            **({UNTRAINED: [self.score_of(r[UNTRAINED]) for r in records]} if self.fine_tuned else {}),
+        }
 
     def rows(self, m: Measured, axis: str) -> tuple[dict[str, list[float]], list[list[str]]]:
         """Where every arm's measures are this job's record (``with_control``; mask-ratio, electra): its metric
         at ``axis`` (the arms' scores, the first arm's trivial baseline and the control), and its rows."""
         (_, score), *more = self.readers()
         scores = m.per_arm(axis, score)
-        rows = [table_row(self.name, axis, scores, self.higher),
-                *(table_row(row, axis, m.per_arm(axis, read), self.higher) for row, read in more)]
+        rows = [
+            table_row(self.name, axis, scores, self.higher),
+            *(table_row(row, axis, m.per_arm(axis, read), self.higher) for row, read in more),
+        ]
         return {**scores, **self.bars(m.measured[axis][m.arms[0].key])}, rows
 
 
@@ -132,12 +136,33 @@ def stronger_tag_baseline(record: TagRecord) -> tuple[str, float]:
     return stronger.name, stronger.micro.f1
 
 
-TAGGING = Job(TAG_F1, "tag", True, TagRecord, lambda r: r.micro.f1, stronger_tag_baseline,
-              (("tag detection F1 (some tag or none)", lambda r: r.detection.f1),))
-RETRIEVAL = Job(RECALL, "embed", True, RetrievalRecord, lambda r: r.recall_at_10,
-                lambda r: ("random ranking", r.baseline.expected.recall_at_10), (("MRR", lambda r: r.mrr),))
-NEXT_TOKEN_LOSS = Job(NEXT_TOKEN, "next_token", False, NextTokenLoss, lambda r: r.nats_per_char,
-                      lambda r: ("unigram", r.unigram_nats_per_char), own=next_token_loss)
+TAGGING = Job(
+    TAG_F1,
+    "tag",
+    True,
+    TagRecord,
+    lambda r: r.micro.f1,
+    stronger_tag_baseline,
+    (("tag detection F1 (some tag or none)", lambda r: r.detection.f1),),
+)
+RETRIEVAL = Job(
+    RECALL,
+    "embed",
+    True,
+    RetrievalRecord,
+    lambda r: r.recall_at_10,
+    lambda r: ("random ranking", r.baseline.expected.recall_at_10),
+    (("MRR", lambda r: r.mrr),),
+)
+NEXT_TOKEN_LOSS = Job(
+    NEXT_TOKEN,
+    "next_token",
+    False,
+    NextTokenLoss,
+    lambda r: r.nats_per_char,
+    lambda r: ("unigram", r.unigram_nats_per_char),
+    own=next_token_loss,
+)
 
 # By the objective an arm ends with: an MLM encoder is for reading a text with both sides, a CLM decoder
 # for predicting the next token, and GPT-BERT's hybrid claims both. Not retrieval: at 1.4 M tokens no
@@ -175,14 +200,18 @@ def with_control(setup: Setup, job: Job, record: dict, seed: int) -> dict:
 def baselines(m: Measured, metrics: dict, axis: str) -> str:
     """Each job's trivial baseline (and control) at ``axis``, named, for a summary: "random ranking 0.014
     (untrained body 0.031), unigram 3.037"."""
-    named = {job: job.baseline_of(m.first(next(a for a in m.arms if job in jobs_of(a)))[job.step])[0]
-             for job in taken(m.arms)}
+    named = {
+        job: job.baseline_of(m.first(next(a for a in m.arms if job in jobs_of(a)))[job.step])[0]
+        for job in taken(m.arms)
+    }
 
     def mean(job: Job, group: str) -> str:
         return f"{mean_and_spread(metrics[key(job.name, axis)][group])[0]:.3f}"
 
-    return ", ".join(f"{name} {mean(job, BASELINE)}" + (f" ({UNTRAINED} {mean(job, UNTRAINED)})" if job.fine_tuned
-                                                         else "") for job, name in named.items())
+    return ", ".join(
+        f"{name} {mean(job, BASELINE)}" + (f" ({UNTRAINED} {mean(job, UNTRAINED)})" if job.fine_tuned else "")
+        for job, name in named.items()
+    )
 
 
 def ahead_on(metrics: dict, axis: str, a: str, b: str, jobs: Sequence[Job]) -> list[tuple[str, bool | None]]:
@@ -195,8 +224,15 @@ def ahead_on(metrics: dict, axis: str, a: str, b: str, jobs: Sequence[Job]) -> l
         short = short_of(metrics, axis, (a, b), job)
         text = f"{a} ahead on {job.name} ({c.describe(a, b)})"
         if short:
-            claims.append(((f"{text}, not evidence as {' and '.join(short)} "
-                            f"{'does' if len(short) == 1 else 'do'} not clear the baselines"), None))
+            claims.append(
+                (
+                    (
+                        f"{text}, not evidence as {' and '.join(short)} "
+                        f"{'does' if len(short) == 1 else 'do'} not clear the baselines"
+                    ),
+                    None,
+                )
+            )
         else:
             claims.append((text, ahead(c)))
     return claims
@@ -211,8 +247,9 @@ def clears(metrics: dict, axis: str, label: str, job: Job) -> bool:
     """Whether arm ``label`` is ahead, paired by seed, of the trivial baseline on ``job`` at ``axis`` and,
     on a fine-tuned job, of the untrained body fine-tuned the same way: what pretraining must have added."""
     groups = metrics[key(job.name, axis)]
-    return all(compare(groups[label], groups[bar], job.higher).winner == "a" for bar in (BASELINE, UNTRAINED)
-               if bar in groups)
+    return all(
+        compare(groups[label], groups[bar], job.higher).winner == "a" for bar in (BASELINE, UNTRAINED) if bar in groups
+    )
 
 
 class JobsStudy(Study):
@@ -226,9 +263,12 @@ class JobsStudy(Study):
     def measure(self, setup: Setup, arm: Arm, name: str, seed: int) -> dict:
         """Each of the arm's jobs on run ``name``, each its own cached step: ``{job.step: record}``, a fine-tuned
         job's record with its control's beside it."""
-        return {job.step: with_control(setup, job, setup.exp.step(f"{job.step}-{name}",
-                                                                  partial(job.take, setup, name, seed)), seed)
-                for job in jobs_of(arm)}
+        return {
+            job.step: with_control(
+                setup, job, setup.exp.step(f"{job.step}-{name}", partial(job.take, setup, name, seed)), seed
+            )
+            for job in jobs_of(arm)
+        }
 
     def header(self, labels: Sequence[str]) -> list[str]:
         return ["measure", "axis", *labels, "compared (paired by seed); trivial baseline"]
@@ -243,21 +283,33 @@ class JobsStudy(Study):
         rows: list[list[str]] = []
         for axis in m.runs:
             for job in taken(m.arms):
-                records = {arm.label: [r[job.step] for r in m.measured[axis][arm.key]] for arm in m.arms
-                           if job in jobs_of(arm)}
+                records = {
+                    arm.label: [r[job.step] for r in m.measured[axis][arm.key]] for arm in m.arms if job in jobs_of(arm)
+                }
                 first = next(iter(records.values()))
                 for row, read in job.readers():
                     groups = {label: [read(r) for r in records[label]] for label in records}
-                    compared = [f"{a.label} vs {b.label}: " + winner_text(
-                        compare(groups[a.label], groups[b.label], job.higher), a.label, b.label)
-                                for a, b in pairs if a.label in groups and b.label in groups]
+                    compared = [
+                        f"{a.label} vs {b.label}: "
+                        + winner_text(compare(groups[a.label], groups[b.label], job.higher), a.label, b.label)
+                        for a, b in pairs
+                        if a.label in groups and b.label in groups
+                    ]
                     if row == job.name:
                         bars = job.bars(first)
                         metrics[key(job.name, axis)] = {**groups, **bars}
-                        compared.extend(f"{job.baseline_of(first[0])[0] if bar == BASELINE else bar} "
-                                        f"{fmt_stat(scores)}" for bar, scores in bars.items())
-                    rows.append([row, axis, *(fmt_stat(groups[a.label]) if a.label in groups else "—"
-                                              for a in m.arms), "; ".join(compared)])
+                        compared.extend(
+                            f"{job.baseline_of(first[0])[0] if bar == BASELINE else bar} {fmt_stat(scores)}"
+                            for bar, scores in bars.items()
+                        )
+                    rows.append(
+                        [
+                            row,
+                            axis,
+                            *(fmt_stat(groups[a.label]) if a.label in groups else "—" for a in m.arms),
+                            "; ".join(compared),
+                        ]
+                    )
         return metrics, rows
 
     def meaning(self, m: Measured) -> dict[str, tuple[bool | None, tuple[str, float] | None]]:

@@ -32,14 +32,16 @@ from maskwise.train.loop import TrainConfig, Trainer
 MASK_LOSS = "held-out MLM loss at 15% masking"
 DEFAULT_RATIOS = (0.15, 0.30)
 
-RULE = ("Compare the lowest ratio (a) and the highest (b). The loss is MLM loss per masked token on "
-        "held-out text with the same 15% masks for every model (a loss at each model's own ratio would "
-        "compare different tasks), after the same steps (equal tokens: the batches are the same size). "
-        "Downstream: tagging F1 after the same tagging fine-tuning. "
-        "Inconclusive if either is not ahead of tagging's trivial baseline and of the untrained body fine-tuned the "
-        "same way. Falsified if b is ahead on tagging F1. Held if a is ahead on it and b has the lower "
-        "loss. Otherwise inconclusive. Applied at equal tokens and at equal wall-clock; the verdict is "
-        "the common outcome, inconclusive if they differ.")
+RULE = (
+    "Compare the lowest ratio (a) and the highest (b). The loss is MLM loss per masked token on "
+    "held-out text with the same 15% masks for every model (a loss at each model's own ratio would "
+    "compare different tasks), after the same steps (equal tokens: the batches are the same size). "
+    "Downstream: tagging F1 after the same tagging fine-tuning. "
+    "Inconclusive if either is not ahead of tagging's trivial baseline and of the untrained body fine-tuned the "
+    "same way. Falsified if b is ahead on tagging F1. Held if a is ahead on it and b has the lower "
+    "loss. Otherwise inconclusive. Applied at equal tokens and at equal wall-clock; the verdict is "
+    "the common outcome, inconclusive if they differ."
+)
 
 
 def ratio_arm(ratio: float) -> Arm:
@@ -74,8 +76,13 @@ def mlm_loss_at(setup: Setup, name: str, ratio: float = 0.15) -> float:
     val = TokenStream.from_texts(load_corpus("shakespeare").val, run.tokenizer, "validation data")
     block = setup.recipe.model()
     assert isinstance(setup.scale, Scale)  # an ablation's scale
-    cfg = TrainConfig(block_size=block["block_size"], batch_size=block["batch_size"],
-                      eval_batches=4 * setup.scale.eval_batches, seed=0, progress=False)
+    cfg = TrainConfig(
+        block_size=block["block_size"],
+        batch_size=block["batch_size"],
+        eval_batches=4 * setup.scale.eval_batches,
+        seed=0,
+        progress=False,
+    )
     objective = MLM(run.tokenizer, config_of(run.model).vocab_size, mask_ratio=ratio)
     return Trainer(run.model, objective, val, val, cfg, runtime=setup.exp.runtime).evaluate()["val_loss"]
 
@@ -86,9 +93,16 @@ class MaskRatio(Study):
     reads = ("tag",)  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
     about = "MLM mask ratio 0.15 vs 0.30: pretraining loss and downstream tagging"
     title = "Ablation mask-ratio: how much to mask in MLM"
-    rules = (Rule(("Masking 30% instead of 15% gives a lower pretraining loss per step (twice the predictions "
-                   "per step) but a worse downstream score (here: tagging, punctuation restoration on the plays)."),
-                  RULE, judge),)
+    rules = (
+        Rule(
+            (
+                "Masking 30% instead of 15% gives a lower pretraining loss per step (twice the predictions "
+                "per step) but a worse downstream score (here: tagging, punctuation restoration on the plays)."
+            ),
+            RULE,
+            judge,
+        ),
+    )
     step = "mask"
     options = ("ratios",)
 
@@ -107,10 +121,16 @@ class MaskRatio(Study):
         for axis in AXES:
             metrics[key(MASK_LOSS, axis)] = m.per_arm(axis, lambda r: r["mlm_loss_15"])
             metrics[key(TAG_F1, axis)], tagging = TAGGING.rows(m, axis)
-            rows += [table_row(MASK_LOSS + " (nats per masked token)", axis, metrics[key(MASK_LOSS, axis)], False),
-                     table_row("validation loss at its own ratio (not comparable across ratios)", axis,
-                               m.final(axis, lambda last: last["val_loss"]), None),
-                     *tagging]
+            rows += [
+                table_row(MASK_LOSS + " (nats per masked token)", axis, metrics[key(MASK_LOSS, axis)], False),
+                table_row(
+                    "validation loss at its own ratio (not comparable across ratios)",
+                    axis,
+                    m.final(axis, lambda last: last["val_loss"]),
+                    None,
+                ),
+                *tagging,
+            ]
         return metrics, rows
 
     def summary(self, m: Measured, metrics: dict) -> str:
@@ -118,22 +138,30 @@ class MaskRatio(Study):
         loss, tagging = metrics[key(MASK_LOSS, TOKENS)], metrics[key(TAG_F1, TOKENS)]
         loss_w, tagging_w = metrics[key(MASK_LOSS, WALL)], metrics[key(TAG_F1, WALL)]
         rule, rule_f1 = TAGGING.baseline_of(m.first(m.arms[0]))
-        return (f"We replaced mask ratio {low.split()[-1]} with {high.split()[-1]}: held-out MLM loss at 15% masking "
-                f"{moved(loss[low], loss[high])} after the same steps ({moved(loss_w[low], loss_w[high])} at equal "
-                f"wall-clock), while tagging F1 {moved(tagging[low], tagging[high])} "
-                f"({moved(tagging_w[low], tagging_w[high])} at equal wall-clock; {rule} {rule_f1:.3f}).")
+        return (
+            f"We replaced mask ratio {low.split()[-1]} with {high.split()[-1]}: held-out MLM loss at 15% masking "
+            f"{moved(loss[low], loss[high])} after the same steps ({moved(loss_w[low], loss_w[high])} at equal "
+            f"wall-clock), while tagging F1 {moved(tagging[low], tagging[high])} "
+            f"({moved(tagging_w[low], tagging_w[high])} at equal wall-clock; {rule} {rule_f1:.3f})."
+        )
 
     def notes(self, m: Measured) -> list[str]:
         return [
-            ("What is compared: MLM loss per masked token, on the same held-out windows with the same 15% masks "
-             "for every model. A model trained at 30% is scored on the loss at its own ratio during training (the "
-             "curves and the 'own ratio' row), where each prediction has less context: those numbers measure "
-             "different tasks and are not compared."),
-            ("Wettig et al. (2023, 'Should You Mask 15% in Masked Language Modeling?') found 40% masking beating "
-             "15% downstream for BERT-large-sized models with an efficient recipe; the tiny models here are far "
-             "from that regime, and the verdict is reported either way."),
-            ("Tagging: a fresh per-token head on the body, fine-tuned on the train plays' punctuation windows (or the user's tag task) "
-             "with the same steps, batch and learning rates for every ratio, scored on the same test rows."),
+            (
+                "What is compared: MLM loss per masked token, on the same held-out windows with the same 15% masks "
+                "for every model. A model trained at 30% is scored on the loss at its own ratio during training (the "
+                "curves and the 'own ratio' row), where each prediction has less context: those numbers measure "
+                "different tasks and are not compared."
+            ),
+            (
+                "Wettig et al. (2023, 'Should You Mask 15% in Masked Language Modeling?') found 40% masking beating "
+                "15% downstream for BERT-large-sized models with an efficient recipe; the tiny models here are far "
+                "from that regime, and the verdict is reported either way."
+            ),
+            (
+                "Tagging: a fresh per-token head on the body, fine-tuned on the train plays' punctuation windows (or the user's tag task) "
+                "with the same steps, batch and learning rates for every ratio, scored on the same test rows."
+            ),
         ]
 
     def meaning(self, m: Measured) -> dict[str, tuple[bool | None, tuple[str, float] | None]]:

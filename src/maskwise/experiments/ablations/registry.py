@@ -43,8 +43,9 @@ ABLATIONS: dict[str, Study] = {
 }
 
 
-def checked(name: str, scale: str, seeds: int, options: dict, data: str = SHAKESPEARE,
-            tasks: Sequence[TaskSpec] = ()) -> tuple[Study, Scale, ComparePlan]:
+def checked(
+    name: str, scale: str, seeds: int, options: dict, data: str = SHAKESPEARE, tasks: Sequence[TaskSpec] = ()
+) -> tuple[Study, Scale, ComparePlan]:
     """The ablation, the scale and the plan (``--data``, the ``--task`` files read and checked) named, or a UserError
     naming what is wrong (before anything runs)."""
     if name not in ABLATIONS:
@@ -66,20 +67,33 @@ def checked(name: str, scale: str, seeds: int, options: dict, data: str = SHAKES
     unread = [t.flag() for t in tasks if t.kind not in ablation.reads]
     if unread:
         reads = f"a task of kind {' or '.join(ablation.reads)}" if ablation.reads else "no task"
-        raise UserError(f"ablation {name} reads {reads}; --task {', '.join(unread)} is not one (compare reads every "
-                        "kind)")
+        raise UserError(
+            f"ablation {name} reads {reads}; --task {', '.join(unread)} is not one (compare reads every kind)"
+        )
     twice = sorted({k for k in kinds if kinds.count(k) > 1})
     if twice:
         raise UserError(f"ablation {name} reads one task of each kind; --task gives {', '.join(twice)} more than once")
     if data != SHAKESPEARE:
         open_data(data)  # a --data that does not open: its one line now
-    return (ablation, dataclasses.replace(chosen, tokens=round(chosen.tokens * ablation.tokens_factor), recipe=recipe),
-            plan_of(data, tasks, recipe))
+    return (
+        ablation,
+        dataclasses.replace(chosen, tokens=round(chosen.tokens * ablation.tokens_factor), recipe=recipe),
+        plan_of(data, tasks, recipe),
+    )
 
 
-def run_ablation(name: str, out: str | Path | None = None, scale: str = "default", seeds: int = 3,
-                 overwrite: bool = False, progress: bool = False, runtime: Runtime | None = None,
-                 data: str = SHAKESPEARE, tasks: Sequence[TaskSpec] = (), **options) -> Path:
+def run_ablation(
+    name: str,
+    out: str | Path | None = None,
+    scale: str = "default",
+    seeds: int = 3,
+    overwrite: bool = False,
+    progress: bool = False,
+    runtime: Runtime | None = None,
+    data: str = SHAKESPEARE,
+    tasks: Sequence[TaskSpec] = (),
+    **options,
+) -> Path:
     """Run (or continue) ablation ``name`` at ``scale`` (a name in ``recipes.SCALES``) in ``out``
     (default ``runs/ablate-<name>``), write its results.json and render the report; returns the
     folder. ``data``: the corpus every arm pretrains on; ``tasks``: the user's, each replacing the plays' slice
@@ -91,20 +105,45 @@ def run_ablation(name: str, out: str | Path | None = None, scale: str = "default
     recipe = {"ablation": name, "scale": dataclasses.asdict(chosen), "data": data, "tasks": described["tasks"]}
     other, created = exp.keep_recipe("ablation", recipe)
     if other is not None:
-        raise UserError(f"{exp.out} holds ablation {other['ablation']} at scale {other['scale']['name']} with "
-                        f"other settings, corpus or tasks than {name} at scale {chosen.name} now; use --overwrite or "
-                        "another --out")
+        raise UserError(
+            f"{exp.out} holds ablation {other['ablation']} at scale {other['scale']['name']} with "
+            f"other settings, corpus or tasks than {name} at scale {chosen.name} now; use --overwrite or "
+            "another --out"
+        )
     results = conduct(ablation, Setup(exp, chosen, tuple(range(seeds)), progress, plan, options), **options)
-    results["notes"].insert(0, "Data: pretraining on " + described["corpus"] + "; " + "; ".join(
-        [f"the {kind} job reads " + (f"the user's task {t.spec.name} ({t.spec.flag()})" if (t := plan.task_of(kind))
-                                      else "the plays' own rows") for kind in ablation.reads]
-        or ["the tasks: the plays' own rows"]) + ".")
+    results["notes"].insert(
+        0,
+        "Data: pretraining on "
+        + described["corpus"]
+        + "; "
+        + "; ".join(
+            [
+                f"the {kind} job reads "
+                + (
+                    f"the user's task {t.spec.name} ({t.spec.flag()})"
+                    if (t := plan.task_of(kind))
+                    else "the plays' own rows"
+                )
+                for kind in ablation.reads
+            ]
+            or ["the tasks: the plays' own rows"]
+        )
+        + ".",
+    )
     results["title"] += f" [{chosen.name} scale]"
     if chosen.name == "smoke":
-        results["notes"].insert(0, "Smoke scale (--scale smoke): a few steps to check the plumbing; the numbers "
-                                   "and the verdict mean nothing.")
+        results["notes"].insert(
+            0,
+            "Smoke scale (--scale smoke): a few steps to check the plumbing; the numbers and the verdict mean nothing.",
+        )
     if not created:
-        results["notes"].append("This call continued an earlier one in the same folder, reusing its finished steps: "
-                                "the total time above adds their recorded time to this call's.")
-    return write(exp, {**results, "data": described}, "ablation",
-                 {**recipe, "seeds": list(range(seeds)), "task_flags": [t.spec.flag() for t in plan.tasks], **options})
+        results["notes"].append(
+            "This call continued an earlier one in the same folder, reusing its finished steps: "
+            "the total time above adds their recorded time to this call's."
+        )
+    return write(
+        exp,
+        {**results, "data": described},
+        "ablation",
+        {**recipe, "seeds": list(range(seeds)), "task_flags": [t.spec.flag() for t in plan.tasks], **options},
+    )

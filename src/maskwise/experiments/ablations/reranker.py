@@ -60,13 +60,15 @@ CANDIDATES = 100  # per query, from the first stage
 NDCG, P50, P99 = "nDCG@10", "latency p50 (ms/query)", "latency p99 (ms/query)"
 SIZE_RATIO = 4  # bodies further apart in parameters than this: the report says its verdict compares checkpoints
 
-RULE = ("On the same queries and candidates, paired by seed. First, the cross-encoder must clear the random "
-        "order of the candidates on nDCG@10 (otherwise nothing was learned to compare) and the first stage's own "
-        "order (a reranker that does not improve on its first stage is not one); if it does not, the verdict is "
-        "inconclusive. Then two claims: (1) the generative reranker that writes its judgement is not ahead of "
-        "the cross-encoder on nDCG@10 (contradicted if it is); (2) the cross-encoder's p99 latency per query "
-        "is lower (contradicted if higher). Falsified if a claim is contradicted, held if both are supported, "
-        "inconclusive otherwise.")
+RULE = (
+    "On the same queries and candidates, paired by seed. First, the cross-encoder must clear the random "
+    "order of the candidates on nDCG@10 (otherwise nothing was learned to compare) and the first stage's own "
+    "order (a reranker that does not improve on its first stage is not one); if it does not, the verdict is "
+    "inconclusive. Then two claims: (1) the generative reranker that writes its judgement is not ahead of "
+    "the cross-encoder on nDCG@10 (contradicted if it is); (2) the cross-encoder's p99 latency per query "
+    "is lower (contradicted if higher). Falsified if a claim is contradicted, held if both are supported, "
+    "inconclusive otherwise."
+)
 
 
 def judge(metrics: dict, arms=None) -> tuple[str, str]:
@@ -76,17 +78,25 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
     quality = compare(ndcg[CROSS], ndcg[WRITES])
     latency = compare(p99[CROSS], p99[WRITES], higher_is_better=False)
     if learned.winner != "a":
-        return INCONCLUSIVE, (f"the cross-encoder does not clear a random order of its candidates "
-                              f"({learned.describe('cross', 'random')}): nothing learned to compare")
+        return INCONCLUSIVE, (
+            f"the cross-encoder does not clear a random order of its candidates "
+            f"({learned.describe('cross', 'random')}): nothing learned to compare"
+        )
     if improves.winner != "a":
-        return INCONCLUSIVE, (f"the cross-encoder does not improve on the first stage's own order "
-                              f"({improves.describe('cross', 'BM25')}): not yet a reranker to compare")
+        return INCONCLUSIVE, (
+            f"the cross-encoder does not improve on the first stage's own order "
+            f"({improves.describe('cross', 'BM25')}): not yet a reranker to compare"
+        )
     not_behind = {"a": True, "tie": True, "b": False}[quality.winner]
-    return claims_verdict([
-        (f"not behind the writing reranker on nDCG@10 ({quality.describe('cross', 'writes')})", not_behind),
-        (f"lower p99 latency ({latency.describe('cross', 'writes', 1)})",
-         {"a": True, "tie": None, "b": False}[latency.winner]),
-    ])
+    return claims_verdict(
+        [
+            (f"not behind the writing reranker on nDCG@10 ({quality.describe('cross', 'writes')})", not_behind),
+            (
+                f"lower p99 latency ({latency.describe('cross', 'writes', 1)})",
+                {"a": True, "tie": None, "b": False}[latency.winner],
+            ),
+        ]
+    )
 
 
 # ---- the rerankers' bodies: pretrained here (the arms), or folders given (``models``) -------------------------
@@ -120,8 +130,10 @@ def opened(role: str, folder: Path) -> tuple[nn.Module, object]:
     if tokenizer is None:
         raise UserError(f"models: {role}={folder} has no tokenizer.json, so no text can be read")
     if config_of(model).kind.encoder_only != (role == "cross"):
-        raise UserError(f"models: {role}={folder} holds a model of family {config_of(model).family} (the cross-encoder "
-                        "reads an encoder, the generative reranker a decoder or an encoder-decoder)")
+        raise UserError(
+            f"models: {role}={folder} holds a model of family {config_of(model).family} (the cross-encoder "
+            "reads an encoder, the generative reranker a decoder or an encoder-decoder)"
+        )
     return model, tokenizer
 
 
@@ -141,9 +153,19 @@ def rerankers(setup: Setup, seed: int, model: nn.Module, tokenizer, role: str, p
         cfg = replace(PRETRAINED.applied(cfg, rows), max_len=PRETRAINED_MAX_LEN)
     label = CROSS if role == "cross" else SCORES
     result = run_task(cfg, model, tokenizer, setup.exp.runtime, data=data, label=label)
-    measured = {label: {**result.record.to_json(), "settings": {"lr": cfg.lr, "head_lr": cfg.head_lr,
-                                                                "steps": cfg.steps, "batch_size": cfg.batch_size,
-                                                                "max_len": cfg.max_len, "readout": cfg.readout}}}
+    measured = {
+        label: {
+            **result.record.to_json(),
+            "settings": {
+                "lr": cfg.lr,
+                "head_lr": cfg.head_lr,
+                "steps": cfg.steps,
+                "batch_size": cfg.batch_size,
+                "max_len": cfg.max_len,
+                "readout": cfg.readout,
+            },
+        }
+    }
     if role == "generative":
         test, candidates = result.test
         assert isinstance(result.record, RerankRecord)  # a rerank config's task
@@ -155,14 +177,19 @@ def rerankers(setup: Setup, seed: int, model: nn.Module, tokenizer, role: str, p
 def by_system(m: Measured) -> dict[str, list[dict]]:
     """Each reranker's records as stored (JSON), one a seed, from the arm pretrained here or the folder given."""
     measured = [records for arm in m.arms for records in m.measured[TOKENS][arm.key]]
-    given = {role: str(folder) for role, folder in checkpoints(m.setup.options.get("models")).items()} \
-        if m.per_seed else {}
+    given = (
+        {role: str(folder) for role, folder in checkpoints(m.setup.options.get("models")).items()} if m.per_seed else {}
+    )
     for seed, joint in sorted(m.per_seed.items()):
         if {role: body["folder"] for role, body in joint["bodies"].items()} != given:  # a folder's earlier steps
-            raise UserError(f"{m.setup.exp.out} holds seed {seed}'s rerankers from other folders than models "
-                            f"{given or 'none'}; use --overwrite or another --out")
+            raise UserError(
+                f"{m.setup.exp.out} holds seed {seed}'s rerankers from other folders than models "
+                f"{given or 'none'}; use --overwrite or another --out"
+            )
         measured.append(joint["systems"])
-    return {system: [records[system] for records in measured if system in records] for system in (CROSS, SCORES, WRITES)}
+    return {
+        system: [records[system] for records in measured if system in records] for system in (CROSS, SCORES, WRITES)
+    }
 
 
 def _cost_row(name: str, groups: dict[str, list[float]]) -> list[str]:
@@ -191,17 +218,24 @@ def bodies(m: Measured, records: dict[str, list[dict]]) -> list[str]:
         recipe = records[system][0]["settings"]
         head = ""  # a decoder scores a token
         if role == "cross":
-            head = (f" and its fresh [CLS] head at {recipe['head_lr']:g}" if recipe.get("readout", "cls") == "cls" else
-                    f", scoring by the cosine of the query's and the passage's mean states in the joint pass (its "
-                    f"scale at {recipe['head_lr']:g})")
-        lines.append(f"The {name}'s body: {origin}, {sizes[role] / 1e6:.2f} M parameters, fine-tuned "
-                     f"{recipe['steps']} steps of {recipe['batch_size']} queries at lr {recipe['lr']:g}{head}, reading "
-                     f"at most {recipe['max_len']} tokens a pair.")
+            head = (
+                f" and its fresh [CLS] head at {recipe['head_lr']:g}"
+                if recipe.get("readout", "cls") == "cls"
+                else f", scoring by the cosine of the query's and the passage's mean states in the joint pass (its "
+                f"scale at {recipe['head_lr']:g})"
+            )
+        lines.append(
+            f"The {name}'s body: {origin}, {sizes[role] / 1e6:.2f} M parameters, fine-tuned "
+            f"{recipe['steps']} steps of {recipe['batch_size']} queries at lr {recipe['lr']:g}{head}, reading "
+            f"at most {recipe['max_len']} tokens a pair."
+        )
     ratio = max(sizes.values()) / max(min(sizes.values()), 1)
     if ratio > SIZE_RATIO:
-        lines.append(f"The two bodies differ in size by a factor of {ratio:.0f}: the verdict compares these "
-                     "checkpoints, not the families. No pretrained decoder ships on this machine, so without a "
-                     "generative folder the decoder is the one pretrained here.")
+        lines.append(
+            f"The two bodies differ in size by a factor of {ratio:.0f}: the verdict compares these "
+            "checkpoints, not the families. No pretrained decoder ships on this machine, so without a "
+            "generative folder the decoder is the one pretrained here."
+        )
     return lines
 
 
@@ -210,8 +244,16 @@ class Reranker(Study):
 
     about = "cross-encoder vs generative reranker over the same top-100 (nDCG@10, p50/p99 latency)"
     title = "Ablation reranker: a cross-encoder vs a generative reranker over the same candidates"
-    rules = (Rule(("Over the same top-100 candidates, a cross-encoder reranks at least as well as a generative "
-                   "reranker that writes its judgement, at a much lower p99 latency."), RULE, judge),)
+    rules = (
+        Rule(
+            (
+                "Over the same top-100 candidates, a cross-encoder reranks at least as well as a generative "
+                "reranker that writes its judgement, at a much lower p99 latency."
+            ),
+            RULE,
+            judge,
+        ),
+    )
     step = "rerank"
     options = ("models",)
     reads = ("rerank",)
@@ -254,38 +296,57 @@ class Reranker(Study):
             values = {system: [get(r) for r in records] for system, records in records.items()}
             return {system: values.get(system, (baselines or {}).get(system, [])) for system in SYSTEMS}
 
-        ndcg = per_system(lambda r: r.ndcg_at_10, {FIRST: [mean(r.per_query.first_stage_ndcg_at_10) for r in first],
-                                                   RANDOM: [mean(r.per_query.random_order_ndcg_at_10) for r in first]})
-        mrr = per_system(lambda r: r.mrr, {FIRST: [r.baseline.mrr for r in first],
-                                           RANDOM: [r.random_order.mrr for r in first]})
+        ndcg = per_system(
+            lambda r: r.ndcg_at_10,
+            {
+                FIRST: [mean(r.per_query.first_stage_ndcg_at_10) for r in first],
+                RANDOM: [mean(r.per_query.random_order_ndcg_at_10) for r in first],
+            },
+        )
+        mrr = per_system(
+            lambda r: r.mrr, {FIRST: [r.baseline.mrr for r in first], RANDOM: [r.random_order.mrr for r in first]}
+        )
         p50 = per_system(lambda r: r.latency.p50_ms)
         p99 = per_system(lambda r: r.latency.p99_ms)
         metrics = {key(NDCG, TOKENS): ndcg, key(P99, TOKENS): p99}
-        rows = [table_row(NDCG, TOKENS, ndcg, True), table_row("MRR", TOKENS, mrr, True),
-                _cost_row(P50, p50), _cost_row(P99, p99)]
+        rows = [
+            table_row(NDCG, TOKENS, ndcg, True),
+            table_row("MRR", TOKENS, mrr, True),
+            _cost_row(P50, p50),
+            _cost_row(P99, p99),
+        ]
         return metrics, rows
 
     def summary(self, m: Measured, metrics: dict) -> str:
         ndcg, p99 = metrics[key(NDCG, TOKENS)], metrics[key(P99, TOKENS)]
         gen_p99, cross_p99 = mean(p99[WRITES]), mean(p99[CROSS])
-        return (f"We replaced a generative reranker with a cross-encoder over the same top-{CANDIDATES} candidates: "
-                f"nDCG@10 went from {mean(ndcg[WRITES]):.3f} to {mean(ndcg[CROSS]):.3f} while p99 latency "
-                f"{'fell' if cross_p99 < gen_p99 else 'rose'} from {gen_p99:.0f} ms to {cross_p99:.0f} ms per query "
-                f"(BM25's own order: {mean(ndcg[FIRST]):.3f}; a random order of the candidates: "
-                f"{mean(ndcg[RANDOM]):.3f}; the same decoder scoring one relevance token instead of writing: "
-                f"{mean(ndcg[SCORES]):.3f} at p99 {mean(p99[SCORES]):.0f} ms).")
+        return (
+            f"We replaced a generative reranker with a cross-encoder over the same top-{CANDIDATES} candidates: "
+            f"nDCG@10 went from {mean(ndcg[WRITES]):.3f} to {mean(ndcg[CROSS]):.3f} while p99 latency "
+            f"{'fell' if cross_p99 < gen_p99 else 'rose'} from {gen_p99:.0f} ms to {cross_p99:.0f} ms per query "
+            f"(BM25's own order: {mean(ndcg[FIRST]):.3f}; a random order of the candidates: "
+            f"{mean(ndcg[RANDOM]):.3f}; the same decoder scoring one relevance token instead of writing: "
+            f"{mean(ndcg[SCORES]):.3f} at p99 {mean(p99[SCORES]):.0f} ms)."
+        )
 
     def notes(self, m: Measured) -> list[str]:
         user = m.setup.plan.task_of("rerank") if m.setup.plan is not None else None
-        queries = (f"the {user.test_rows} test queries of the user's task {user.spec.name} ({user.spec.flag()})" if user
-                   else f"{plays_queries(m.setup.recipe)} ICT queries of the test plays per seed")
+        queries = (
+            f"the {user.test_rows} test queries of the user's task {user.spec.name} ({user.spec.flag()})"
+            if user
+            else f"{plays_queries(m.setup.recipe)} ICT queries of the test plays per seed"
+        )
         return [
-            (f"First stage: BM25 over lowercased words, its top {CANDIDATES} for {queries}; the same candidates for "
-             "every reranker. Training negatives: BM25's top wrong documents for the train queries."),
+            (
+                f"First stage: BM25 over lowercased words, its top {CANDIDATES} for {queries}; the same candidates for "
+                "every reranker. Training negatives: BM25's top wrong documents for the train queries."
+            ),
             *bodies(m, by_system(m)),
-            ("The writing reranker generates up to 4 tokens greedily after each candidate's prompt and counts 'yes' "
-             "as relevant; ties keep BM25's order. Latency: wall-clock per query over all its candidates, batch 50, "
-             "on this machine."),
+            (
+                "The writing reranker generates up to 4 tokens greedily after each candidate's prompt and counts 'yes' "
+                "as relevant; ties keep BM25's order. Latency: wall-clock per query over all its candidates, batch 50, "
+                "on this machine."
+            ),
         ]
 
     def meaning(self, m: Measured) -> dict[str, tuple[bool | None, tuple[str, float] | None]]:

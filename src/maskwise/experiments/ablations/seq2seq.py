@@ -41,18 +41,21 @@ F1_BUCKET = "target F1, sources of "
 TTFT_BUCKET = "time to first token (ms), sources of "
 COST_BATCH, COST_TOKENS, COST_REPEATS = 8, 32, 3
 
-RULE = ("Compare the encoder-decoder (a) with the decoder-only model (b) in the shortest and the longest "
-        "source-length bucket (at least 10 test passages): target F1, and time to first token at a "
-        "fixed batch, paired by seed. Falsified if at the longest sources the decoder-only model is ahead "
-        "on F1 or faster to the first token (a tie is no evidence either way: two models that both write "
-        "nothing correct do not contradict the prediction). Held if F1 is within noise on the shortest "
-        "sources, and at the longest the encoder-decoder is ahead on F1 and faster to the first token. "
-        "Otherwise inconclusive. Applied at equal tokens and at equal wall-clock; the verdict is the "
-        "common outcome, inconclusive if they differ.")
+RULE = (
+    "Compare the encoder-decoder (a) with the decoder-only model (b) in the shortest and the longest "
+    "source-length bucket (at least 10 test passages): target F1, and time to first token at a "
+    "fixed batch, paired by seed. Falsified if at the longest sources the decoder-only model is ahead "
+    "on F1 or faster to the first token (a tie is no evidence either way: two models that both write "
+    "nothing correct do not contradict the prediction). Held if F1 is within noise on the shortest "
+    "sources, and at the longest the encoder-decoder is ahead on F1 and faster to the first token. "
+    "Otherwise inconclusive. Applied at equal tokens and at equal wall-clock; the verdict is the "
+    "common outcome, inconclusive if they differ."
+)
 
 
-def generation_cost(model, tokenizer, examples, max_target_len: int,
-                    source_edges: Sequence[int]) -> dict[str, dict[str, float]]:
+def generation_cost(
+    model, tokenizer, examples, max_target_len: int, source_edges: Sequence[int]
+) -> dict[str, dict[str, float]]:
     """Per source-length bucket with at least ``COST_BATCH`` passages: time to first token (prefill
     plus one decoding step) for a batch of ``COST_BATCH``, and decoding tokens/s after it (from
     ``COST_TOKENS`` forced new tokens: no [EOS], so every row runs the same length). Medians of
@@ -73,9 +76,11 @@ def generation_cost(model, tokenizer, examples, max_target_len: int,
 
         first = statistics.median(timed_calls(lambda: run(1), COST_REPEATS, device, warm_up=0))
         full = statistics.median(timed_calls(lambda: run(COST_TOKENS), COST_REPEATS, device, warm_up=0))
-        result[label] = {"ttft_ms": 1000 * first,
-                         "decode_tokens_per_s": COST_BATCH * (COST_TOKENS - 1) / max(full - first, 1e-9),
-                         "source_tokens": statistics.fmean(len(p) for p in prompts)}
+        result[label] = {
+            "ttft_ms": 1000 * first,
+            "decode_tokens_per_s": COST_BATCH * (COST_TOKENS - 1) / max(full - first, 1e-9),
+            "source_tokens": statistics.fmean(len(p) for p in prompts),
+        }
     return result
 
 
@@ -106,8 +111,10 @@ def judge(metrics: dict, arms=None) -> tuple[str, str]:
         short = compare(metrics[f1_keys[0]][ed], metrics[f1_keys[0]][do])
         long = compare(metrics[f1_keys[-1]][ed], metrics[f1_keys[-1]][do])
         cost = compare(metrics[ttft_keys[-1]][ed], metrics[ttft_keys[-1]][do], higher_is_better=False)
-        text = (f"shortest sources F1 {short.describe(ed, do)}; longest sources F1 {long.describe(ed, do)}; "
-                f"longest sources time to first token {cost.describe(ed, do, 1)}")
+        text = (
+            f"shortest sources F1 {short.describe(ed, do)}; longest sources F1 {long.describe(ed, do)}; "
+            f"longest sources time to first token {cost.describe(ed, do, 1)}"
+        )
         if long.winner == "b" or cost.winner == "b":
             return FALSIFIED, text
         if short.winner == "tie" and long.winner == "a" and cost.winner == "a":
@@ -123,9 +130,17 @@ class Seq2Seq(Study):
     reads = ("seq2seq",)  # a user's seq2seq rows replace the plays' passage -> speakers (ablate --task)
     about = "decoder-only vs encoder-decoder at equal size on passage -> speakers"
     title = "Ablation seq2seq: decoder-only vs encoder-decoder for passage -> speakers"
-    rules = (Rule(("At the same parameter count, a decoder-only model with the source in its prompt and an "
-                   "encoder-decoder extract the speakers of a passage equally well from short sources; the "
-                   "encoder-decoder pulls ahead as sources grow, with a lower prefill cost."), RULE, judge),)
+    rules = (
+        Rule(
+            (
+                "At the same parameter count, a decoder-only model with the source in its prompt and an "
+                "encoder-decoder extract the speakers of a passage equally well from short sources; the "
+                "encoder-decoder pulls ahead as sources grow, with a lower prefill cost."
+            ),
+            RULE,
+            judge,
+        ),
+    )
     step = "seq2seq"
     # at the scale's 1.4 M tokens neither structure had learned to copy from its source (copy probe 0.93 and
     # 0.98); at twice that one encoder-decoder seed of three had not, nor the decoder on its clock (docs/results.md)
@@ -146,9 +161,10 @@ class Seq2Seq(Study):
         metrics, rows = {}, []
         for axis in AXES:
             metrics[key(F1, axis)] = m.per_arm(axis, lambda r: getattr(Seq2SeqRecord.from_json(r), f1))
-            rows += [table_row(F1, axis, metrics[key(F1, axis)], True),
-                     table_row("exact match", axis, m.per_arm(axis, lambda r: Seq2SeqRecord.from_json(r).exact_match),
-                               True)]
+            rows += [
+                table_row(F1, axis, metrics[key(F1, axis)], True),
+                table_row("exact match", axis, m.per_arm(axis, lambda r: Seq2SeqRecord.from_json(r).exact_match), True),
+            ]
             for i, bucket in enumerate(buckets):
                 groups = m.per_arm(axis, partial(bucket_f1, f1, bucket))
                 rows.append(table_row(f"{F1_BUCKET}{bucket} chars", axis, groups, True))
@@ -161,8 +177,9 @@ class Seq2Seq(Study):
                     metrics[key(f"{TTFT_BUCKET}{bucket} chars", axis)] = groups
             for bucket in buckets:
                 groups = m.per_arm(axis, partial(bucket_cost, "decode_tokens_per_s", bucket))
-                rows.append(table_row(f"decode tokens/s (batch {COST_BATCH}), sources of {bucket} chars", axis,
-                                      groups, True, 0))
+                rows.append(
+                    table_row(f"decode tokens/s (batch {COST_BATCH}), sources of {bucket} chars", axis, groups, True, 0)
+                )
         return metrics, rows
 
     def summary(self, m: Measured, metrics: dict) -> str:
@@ -174,42 +191,57 @@ class Seq2Seq(Study):
         if buckets:
             long = m.per_arm(TOKENS, partial(bucket_f1, f1_name, buckets[-1]))
             ttft = m.per_arm(TOKENS, partial(bucket_cost, "ttft_ms", buckets[-1]))
-            longest = (f", on sources of {buckets[-1]} characters it {moved(long[encdec.label], long[DECODER.label])}, "
-                       f"while the time to first token there {moved(ttft[encdec.label], ttft[DECODER.label], 1)} ms")
+            longest = (
+                f", on sources of {buckets[-1]} characters it {moved(long[encdec.label], long[DECODER.label])}, "
+                f"while the time to first token there {moved(ttft[encdec.label], ttft[DECODER.label], 1)} ms"
+            )
         else:
             longest = " (no length bucket had enough passages to break it down)"
-        return (f"We replaced the encoder-decoder ({encdec_params:,} parameters) with a decoder-only model reading the "
-                f"source in its prompt ({decoder_params:,} parameters): target F1 "
-                f"{moved(f1[encdec.label], f1[DECODER.label])} at equal tokens{longest} ({baseline.name} scores "
-                f"F1 {getattr(baseline, f1_name):.3f}).")
+        return (
+            f"We replaced the encoder-decoder ({encdec_params:,} parameters) with a decoder-only model reading the "
+            f"source in its prompt ({decoder_params:,} parameters): target F1 "
+            f"{moved(f1[encdec.label], f1[DECODER.label])} at equal tokens{longest} ({baseline.name} scores "
+            f"F1 {getattr(baseline, f1_name):.3f})."
+        )
 
     def notes(self, m: Measured) -> list[str]:
         recipe, shape = m.setup.recipe, m.setup.recipe.shape("encoder-decoder")
         encdec_params, decoder_params = (m.parameters[arm.label]["total"] for arm in (ENCODER_DECODER, DECODER))
         assert isinstance(m.setup.scale, Scale)  # an ablation's scale
         return [
-            (f"Equal size: {recipe.layers} causal layers vs {shape['layers']} + {shape['decoder_layers']} layers whose "
-             f"FFN width ({shape['d_ff']}) makes the parameter sums match ({decoder_params:,} vs {encdec_params:,}); "
-             f"both pretrain on blocks of {recipe.block_size} tokens by the same denoising (sentence permutation "
-             f"{recipe.permute_sentences:g}), the decoder-only model reading 'noised text [SEP] text' with the loss on "
-             "the text, the layout it is fine-tuned in."),
-            (f"Tokens seen count what a model reads, its noised inputs plus its targets: {m.setup.scale.tokens:,} an arm, "
-             f"{self.tokens_factor:g}x the scale's, for copying from the source to emerge in both."),
-            ("Fine-tuning: the same steps, batch and learning rate; the decoder-only model reads 'source [SEP] target' "
-             "with the loss on the target only. Greedy decoding for quality. Target F1: on the plays' passage -> "
-             "speakers the F1 over the set of speakers written, on a user's seq2seq task (ablate --task) token F1 of "
-             "the written target against the reference."),
-            (f"Cost at a fixed batch of {COST_BATCH} passages from one length bucket, KV cache on, medians of "
-             f"{COST_REPEATS}: time to first token = prefill + one step; decode tokens/s over {COST_TOKENS - 1} more "
-             "forced tokens. Measured on a shared machine: compare within a row, not across reports."),
+            (
+                f"Equal size: {recipe.layers} causal layers vs {shape['layers']} + {shape['decoder_layers']} layers whose "
+                f"FFN width ({shape['d_ff']}) makes the parameter sums match ({decoder_params:,} vs {encdec_params:,}); "
+                f"both pretrain on blocks of {recipe.block_size} tokens by the same denoising (sentence permutation "
+                f"{recipe.permute_sentences:g}), the decoder-only model reading 'noised text [SEP] text' with the loss on "
+                "the text, the layout it is fine-tuned in."
+            ),
+            (
+                f"Tokens seen count what a model reads, its noised inputs plus its targets: {m.setup.scale.tokens:,} an arm, "
+                f"{self.tokens_factor:g}x the scale's, for copying from the source to emerge in both."
+            ),
+            (
+                "Fine-tuning: the same steps, batch and learning rate; the decoder-only model reads 'source [SEP] target' "
+                "with the loss on the target only. Greedy decoding for quality. Target F1: on the plays' passage -> "
+                "speakers the F1 over the set of speakers written, on a user's seq2seq task (ablate --task) token F1 of "
+                "the written target against the reference."
+            ),
+            (
+                f"Cost at a fixed batch of {COST_BATCH} passages from one length bucket, KV cache on, medians of "
+                f"{COST_REPEATS}: time to first token = prefill + one step; decode tokens/s over {COST_TOKENS - 1} more "
+                "forced tokens. Measured on a shared machine: compare within a row, not across reports."
+            ),
             ("The validation losses on the plots are per token of different objectives: compare shapes, not levels."),
         ]
 
     def meaning(self, m: Measured) -> dict[str, tuple[bool | None, tuple[str, float] | None]]:
         """Target F1 against the encoder-decoder's first trivial baseline, and the buckets' directions."""
         baseline = Seq2SeqRecord.from_json(m.first(ENCODER_DECODER)).baseline
-        return {F1: (True, (baseline.name, getattr(baseline, target_f1(m.setup)))),
-                F1_BUCKET: (True, None), TTFT_BUCKET: (False, None)}
+        return {
+            F1: (True, (baseline.name, getattr(baseline, target_f1(m.setup)))),
+            F1_BUCKET: (True, None),
+            TTFT_BUCKET: (False, None),
+        }
 
 
 ABLATION = Seq2Seq()
