@@ -16,7 +16,7 @@ from maskwise.errors import UserError
 from maskwise.experiments.runner import Experiment
 from maskwise.families import FAMILIES, Family
 from maskwise.interop import folders
-from maskwise.interop.hf_keys import ARCHITECTURES
+from maskwise.interop.hf_keys import architectures
 from maskwise.model.accounting import parameter_breakdown
 from maskwise.runtime import Runtime
 from maskwise.tasks.finetune import PRETRAINED, C
@@ -141,7 +141,7 @@ def lm_head_of(folder: Path, config: dict) -> str | None:
     if "model_type" not in config:
         return None  # a maskwise run: its pretraining objective trained its head
     name = (config.get("architectures") or [""])[0]
-    arch = ARCHITECTURES.get(name)
+    arch = architectures().get(name)
     if arch is None or arch.base_prefix or arch.head in ("task", "rtd"):
         return f"cannot: no LM head (an HF {name or 'base model'} folder)"
     return None

@@ -20,7 +20,6 @@ from maskwise.errors import UserError
 from maskwise.families import family_of
 from maskwise.interop.hf_keys import (
     ACTIVATION_KEY,
-    ARCHITECTURES,
     BODY_PREFIX,
     CLASSIFIER_POOLINGS,
     CONFIG_KEYS,
@@ -28,18 +27,19 @@ from maskwise.interop.hf_keys import (
     EXPORT_CLASS,
     FIXED,
     HEAD_KEYS,
+    MODEL_ARCHITECTURES,
     MODEL_TYPE,
     MODERNBERTS,
-    TASK_CLASS,
-    TASK_CLASSES_KEY,
     TASK_HEAD_TRANSFORM,
     TASK_UNMAPPED,
     TO_HF_ACTIVATION,
     Architecture,
+    classes_key,
     fused_rows,
     head_fixed,
     key_map,
     source_of,
+    task_class,
 )
 from maskwise.model.transformer import Discriminator, Encoder
 from maskwise.runs import (
@@ -191,7 +191,7 @@ def hf_config(
     for column, head in candidates:
         hf, problems = _hf_config_or_problems(model.cfg, column, head)
         if not problems:
-            return hf, ARCHITECTURES[EXPORT_CLASS[column, head]]
+            return hf, MODEL_ARCHITECTURES[EXPORT_CLASS[column, head]]
         attempts.append((len(problems), EXPORT_CLASS[column, head], problems))
     _, class_name, problems = min(attempts)
     family = model.cfg.family if part is None else f"encoder-decoder's {part} half"
@@ -282,7 +282,7 @@ def export_hf(
     layout (RMSNorm, RoPE, SwiGLU; grouped-query attention or not), as ``LlamaForCausalLM`` (with
     ``qkv_bias``, as ``Qwen2ForCausalLM``), with the "modernbert" layout as
     ``ModernBertDecoderForCausalLM``. A classify or tag run goes with the head it trained, as the HF
-    task class of ``hf_keys.TASK_CLASS`` (e.g. ``ModernBertForSequenceClassification``).
+    task class of ``hf_keys.task_class`` (e.g. ``ModernBertForSequenceClassification``).
     ``part="encoder"``: an encoder-decoder's encoder half alone (``encoder_half``), with the "modernbert"
     layout as ``ModernBertModel`` (``AutoModel``), whose hidden states are the encoder-decoder's ``encode``;
     its tokenizer frames a text as the encoder-decoder reads it (bare ids).
@@ -298,7 +298,7 @@ def export_hf(
     if isinstance(run_or_model, Run):
         model, tokenizer = run_or_model.model, tokenizer or run_or_model.tokenizer
         settings, task = run_or_model.config.get("settings", {}), run_or_model.config.get("task") or {}
-        if task.get("kind") in TASK_CLASSES_KEY and (run_or_model.path / HEAD_FILE).is_file():
+        if classes_key(task.get("kind")) is not None and (run_or_model.path / HEAD_FILE).is_file():
             head = read_safetensors(run_or_model.path / HEAD_FILE)
     out = prepare_folder(Path(out_dir).expanduser(), overwrite, kind="model folder", what="", create=False)
     family = model.cfg.family  # a text is framed as the whole model reads it
@@ -334,15 +334,15 @@ def _with_task_head(
     head: dict[str, torch.Tensor],
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """The body's HF config and tensors made into the HF task class of ``task``'s fine-tuned ``head``
-    (``hf_keys.TASK_CLASS``): the body's tensors without its pretraining head, and the head's.
+    (``hf_keys.task_class``): the body's tensors without its pretraining head, and the head's.
     A head HF's class would compute differently is a ``UserError`` naming the part that differs."""
     kind, column = task["kind"], arch.column
     body_class = EXPORT_CLASS[column, arch.head]
-    if (column, kind) not in TASK_CLASS:
+    class_name, key = task_class(column, kind), classes_key(kind)
+    if class_name is None or key is None:
         raise UserError(
             TASK_UNMAPPED.get((column, kind), f"no HF class computes a maskwise {kind} head on a {body_class} body")
         )
-    class_name = TASK_CLASS[column, kind]
     transform = "transform.0.weight" in head
     if transform != TASK_HEAD_TRANSFORM[column]:
         raise UserError(
@@ -354,7 +354,7 @@ def _with_task_head(
         if task.get("pooling") not in CLASSIFIER_POOLINGS:
             raise UserError(f"{class_name} pools by {' or '.join(CLASSIFIER_POOLINGS)}, not {task.get('pooling')!r}")
         hf["classifier_pooling"] = task["pooling"]
-    classes = task[TASK_CLASSES_KEY[kind]]
+    classes = task[key]
     hf.update(
         id2label={str(i): name for i, name in enumerate(classes)}, label2id={name: i for i, name in enumerate(classes)}
     )

@@ -19,7 +19,6 @@ from torch import nn
 from maskwise.config import ModelConfig
 from maskwise.errors import UserError
 from maskwise.interop.hf_keys import (
-    ARCHITECTURES,
     CLASSIFIER_POOLINGS,
     CONFIG_KEYS,
     COPIES,
@@ -30,14 +29,15 @@ from maskwise.interop.hf_keys import (
     HEAD_KEYS,
     KEY_MAP,
     MODERNBERTS,
-    TASK_CLASSES_KEY,
-    TASK_OF,
     UNUSED,
     Architecture,
+    architectures,
+    classes_key,
     column_entry,
     head_fixed,
     key_map,
     source_of,
+    task_of,
 )
 from maskwise.model.transformer import Discriminator, Transformer, build_model
 from maskwise.runs import CONFIG_FILE, load_weights_into, read_json, read_safetensors
@@ -116,11 +116,12 @@ def read_pytorch_bin(path: str | Path) -> dict[str, torch.Tensor]:
 
 
 def _architecture(name: str | None, model_type: str | None) -> Architecture:
-    if name in ARCHITECTURES:
-        return ARCHITECTURES[name]
+    supported = architectures()
+    if name in supported:
+        return supported[name]
     if name in REFUSED_ARCHITECTURES:
         raise UserError(f"{name} is not supported: it has {REFUSED_ARCHITECTURES[name]}")
-    known = ", ".join(ARCHITECTURES)
+    known = ", ".join(supported)
     if name is None:
         raise UserError(
             f'HF config names no architecture (model_type {model_type!r}); add "architectures": [one of {known}]'
@@ -354,7 +355,7 @@ def import_hf(source: Any) -> Transformer:
     other supported class becomes an ``Encoder``, ``Decoder`` or ``EncoderDecoder`` whose ``.logits``
     are the HF model's logits (for a base model, e.g. ``BertModel`` or ``LlamaModel``, the tied
     projection onto the vocabulary, which a base ``ElectraModel`` with factorised embeddings lacks;
-    use ``hidden_states``). A task class (``hf_keys.TASK_CLASS``) gives its body, as a base model;
+    use ``hidden_states``). A task class (``hf_keys.task_classes``) gives its body, as a base model;
     ``hf_fine_tune`` reads its head.
     """
     hf, tensors, class_name, where = _read_source(source)
@@ -374,12 +375,14 @@ def hf_fine_tune(source: Any) -> tuple[dict[str, Any], dict[str, torch.Tensor] |
     classes in id2label's order, a classifier's pooling) and the head's tensors under ``ClassifierHead``'s
     names; ``({}, None)`` for any other class. A head maskwise's would compute otherwise is a ``UserError``."""
     hf, tensors, class_name, where = _read_source(source)
-    if class_name not in TASK_OF:
+    found = task_of(class_name)  # (body column, task kind) of a task class
+    kind = found[1] if found is not None else None
+    field = classes_key(kind)  # where its record keeps its classes: None but for a registered kind's task class
+    if class_name is None or field is None:
         return {}, None
-    kind = TASK_OF[class_name][1]
     # a config.json omits HF's default labels (two, LABEL_0 and LABEL_1), as transformers 5 saves one
     names = hf.get("id2label") or {i: f"LABEL_{i}" for i in range(_get(hf, "num_labels", 2))}
-    task: dict[str, Any] = {"kind": kind, TASK_CLASSES_KEY[kind]: [names[key] for key in sorted(names, key=int)]}
+    task: dict[str, Any] = {"kind": kind, field: [names[key] for key in sorted(names, key=int)]}
     if class_name.endswith("ForSequenceClassification"):  # what HF's sequence classifiers configure
         problem = hf.get("problem_type")
         if problem not in (None, "single_label_classification") or len(names) < 2:

@@ -41,25 +41,14 @@ class Architecture:
     column: str  # "bert", "electra", "gpt2", "llama", "qwen2", "t5", "bart", "modernbert" or "modernbert-decoder"
     # "mlm": a dense+act+norm transform before the vocabulary (BERT's, with a vocab bias; ModernBERT's
     # encoder and decoder both predict through one); "rtd"; "lm": a plain projection; "task": a fine-tuned
-    # task class (TASK_CLASS), its body read with no vocabulary head and its classifier apart
+    # task class (``task_classes()``), its body read with no vocabulary head and its classifier apart
     head: str
     base_prefix: str = ""
 
 
-# A fine-tune's head (``model.heads.ClassifierHead``, saved beside its body) goes into the HF class of
-# (the body's column, the task kind), and such a folder imports back as the body and the head.
-# Each task declares its own (``Task.head.hf_classes``).
-TASK_CLASS = dict(
-    sorted(
-        ((column, t.kind), name)
-        for t in TASKS.values()
-        if t.head is not None
-        for column, name in t.head.hf_classes.items()
-    )
-)
-TASK_OF = {name: key for key, name in TASK_CLASS.items()}  # HF task class -> (column, task kind)
-
-ARCHITECTURES = {
+# Every class whose layout is one of these architectures, whatever task kinds are registered; a fine-tune's
+# task class is ``architectures()``'s on top.
+MODEL_ARCHITECTURES = {
     "BertForMaskedLM": Architecture("bert", "mlm"),
     "BertModel": Architecture("bert", "lm", base_prefix="bert."),
     "ElectraForMaskedLM": Architecture("electra", "mlm"),
@@ -77,8 +66,47 @@ ARCHITECTURES = {
     "ModernBertModel": Architecture("modernbert", "lm", base_prefix="model."),
     "ModernBertDecoderForCausalLM": Architecture("modernbert-decoder", "mlm"),
     "ModernBertDecoderModel": Architecture("modernbert-decoder", "lm", base_prefix="model."),
-    **{name: Architecture(column, "task") for name, (column, _) in TASK_OF.items()},
 }
+
+
+# A fine-tune's head (``model.heads.ClassifierHead``, saved beside its body) goes into the HF class of
+# (the body's column, the task kind), and such a folder imports back as the body and the head.
+# Each task declares its own (``Task.head.hf_classes``). These read the registry when called, never a copy
+# made at import: a kind registered later (a plugin's entry point, ``tasks.registry.register``) has its classes too.
+def task_classes() -> dict[tuple[str, str], str]:
+    """(body column, task kind) -> HF task class, for every registered kind with a head."""
+    return dict(
+        sorted(
+            ((column, t.kind), name)
+            for t in TASKS.values()
+            if t.head is not None
+            for column, name in t.head.hf_classes.items()
+        )
+    )
+
+
+def task_class(column: str, kind: str) -> str | None:
+    """The HF class a ``kind`` fine-tune's head on a ``column`` body exports as, or None where none computes it."""
+    return task_classes().get((column, kind))
+
+
+def task_of(class_name: str | None) -> tuple[str, str] | None:
+    """(body column, task kind) of HF task class ``class_name``, or None for any other class."""
+    return {name: key for key, name in task_classes().items()}.get(class_name) if class_name is not None else None
+
+
+def architectures() -> dict[str, Architecture]:
+    """Every HF class maskwise reads and writes: ``MODEL_ARCHITECTURES`` and the registered kinds' task classes."""
+    tasks = {name: Architecture(column, "task") for (column, _), name in task_classes().items()}
+    return {**MODEL_ARCHITECTURES, **tasks}
+
+
+def classes_key(kind: str | None) -> str | None:
+    """Where a ``kind`` task's record keeps its classes (its ``Task.head.classes_key``), or None for a kind
+    without a head (or none registered)."""
+    task = TASKS.get(kind) if kind is not None else None
+    return task.head.classes_key if task is not None and task.head is not None else None
+
 
 # Export writes the task class (the one AutoModelForMaskedLM / CausalLM / Seq2SeqLM loads), and an
 # encoder-decoder's encoder half (no vocabulary head of its own) as the base class.
@@ -393,7 +421,7 @@ TO_HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "si
 
 # ---- fine-tuned task heads ------------------------------------------------------------------
 
-# Where HF's class for (column, task kind) computes something else than maskwise's head (TASK_CLASS), why not.
+# Where HF's class for (column, task kind) computes something else than maskwise's head (``task_class``), why not.
 TASK_UNMAPPED = {
     ("bert", "classify"): "BertForSequenceClassification passes [CLS] through its pooler (dense + tanh) before its "
     "classifier, and maskwise's classifier reads the pooled state directly",
@@ -403,8 +431,6 @@ TASK_HEAD_TRANSFORM = {"bert": False, "modernbert": True}
 # ClassifierHead's modules under their HF names (BERT's and ModernBERT's task classes name them alike).
 HEAD_KEYS = {"transform.0": "head.dense", "transform.2": "head.norm", "proj": "classifier"}
 CLASSIFIER_POOLINGS = ("cls", "mean")  # ModernBertForSequenceClassification's classifier_pooling
-# Where a task's record keeps its classes (its ``Task.head.classes_key``).
-TASK_CLASSES_KEY = {t.kind: t.head.classes_key for t in TASKS.values() if t.head is not None}
 
 # ---- weights: where each maskwise tensor lives, side by side -----------------------------------
 
@@ -652,7 +678,8 @@ def fused_rows(cfg: ModelConfig, key: str, rows: int, parts: int) -> list[int]:
 
 def key_map(model: nn.Module, arch: Architecture) -> dict[str, Source]:
     """maskwise module or parameter name -> its HF source, for every tensor of ``model``."""
-    cfg: ModelConfig = model.cfg
+    cfg = model.cfg
+    assert isinstance(cfg, ModelConfig)  # every maskwise model's
     if cfg.kind.two_stacks:
         stacks = {"encoder": ("encoder", cfg.n_layers, 1), "decoder": ("decoder", cfg.decoder_layers, 2)}
     else:
