@@ -4,6 +4,7 @@ end to end through the CLI at the smoke scale (report structure, resuming from c
 inputs). The smoke scale trains a few steps: it checks the plumbing, not the science."""
 
 import contextlib
+import dataclasses
 import io
 import json
 import math
@@ -12,6 +13,7 @@ import time
 import pytest
 
 from maskwise.cli import main
+from maskwise.errors import UserError
 from maskwise.experiments.ablations import (
     clm_then_mlm,
     cross_objective,
@@ -26,6 +28,7 @@ from maskwise.experiments.ablations import (
     seq2seq,
     shift_bug,
 )
+from maskwise.experiments.ablations.jobs import JobScores
 from maskwise.experiments.arms import (
     AXES,
     TOKENS,
@@ -33,6 +36,7 @@ from maskwise.experiments.arms import (
     Arm,
     Phase,
     Setup,
+    StudyOptions,
     matmul_peak_share,
     pretrain_arms,
     tokens_per_second,
@@ -43,6 +47,7 @@ from maskwise.experiments.framework import (
     RECALL,
     SHARED,
     TAG_F1,
+    Measured,
     curve_entries,
     key,
     metric_meta,
@@ -67,128 +72,153 @@ def seeds(mean: float, sd: float = 0.005) -> list[float]:
     return [mean - sd, mean, mean + sd]
 
 
-def on_axes(build, axes=AXES) -> dict:
-    """Metrics with the same synthetic numbers on every axis (``build(axis) -> dict``)."""
-    metrics = {}
-    for axis in axes:
-        metrics.update(build(axis))
-    return metrics
-
-
 # ---- the rules ------------------------------------------------------------------------------------
+
+
+def measured(arms=()) -> Measured:
+    """What a study's ``judge`` reads beside its measures: the arms (no runs)."""
+    return Measured(None, tuple(arms), {}, {}, {})
+
+
+def judged(study, measures, arms=(), rule=None) -> tuple[str, str]:
+    """``study``'s one rule (or ``rule``) judged on hand-made ``measures``."""
+    return study.judge(rule or study.rules[0], measures, measured(arms))
+
+
+def scores(arms: dict[str, list[float]], baseline: list[float], control: list[float] | None, higher=True) -> JobScores:
+    return JobScores(arms, baseline, control, higher)
+
+
+def from_metric(groups: dict[str, list[float]], higher: bool) -> JobScores:
+    """A job's metric in results.json (``JobScores.to_json``) read back: the columns, the baseline, the control."""
+    arms = {label: values for label, values in groups.items() if label not in (jobs.BASELINE, jobs.UNTRAINED)}
+    return JobScores(arms, groups[jobs.BASELINE], groups.get(jobs.UNTRAINED), higher)
+
 
 ENC, DEC = embedder.ENCODER.label, embedder.DECODER.label
 BUCKETS = ("0-199", "200-399", "400-799")
 
 
-def embedder_metrics(enc: tuple, dec: tuple, axes=AXES, untrained: float = 0.05) -> dict:
-    def build(axis):
-        metrics = {
-            key("recall@10", axis): {
-                ENC: seeds(sum(enc) / 3),
-                DEC: seeds(sum(dec) / 3),
-                jobs.BASELINE: seeds(0.02, 0.0),
-                jobs.UNTRAINED: seeds(untrained),
-            }
-        }
-        for bucket, e, d in zip(BUCKETS, enc, dec):
-            metrics[key(f"{embedder.BUCKET}{bucket} chars", axis)] = {ENC: seeds(e), DEC: seeds(d)}
-        return metrics
+def embedder_measures(enc: tuple, dec: tuple, axes=AXES, untrained: float = 0.05) -> embedder.EmbedderMeasures:
+    def at() -> embedder.EmbedderAxis:
+        recall = scores({ENC: seeds(sum(enc) / 3), DEC: seeds(sum(dec) / 3)}, seeds(0.02, 0.0), seeds(untrained))
+        buckets = [embedder.Bucket(b, {ENC: seeds(e), DEC: seeds(d)}) for b, e, d in zip(BUCKETS, enc, dec)]
+        return embedder.EmbedderAxis(recall, buckets)
 
-    return on_axes(build, axes)
+    return embedder.EmbedderMeasures({axis: at() for axis in axes})
 
 
 @pytest.mark.unit
 def test_embedder_rule():
-    narrowing = embedder_metrics((0.30, 0.40, 0.50), (0.28, 0.30, 0.32))
-    assert embedder.judge(narrowing)[0] == HELD
-    verdict, detail = embedder.judge(embedder_metrics((0.30, 0.40, 0.50), (0.28, 0.30, 0.32), untrained=0.40))
+    study = embedder.ABLATION
+    narrowing = embedder_measures((0.30, 0.40, 0.50), (0.28, 0.30, 0.32))
+    assert judged(study, narrowing)[0] == HELD
+    verdict, detail = judged(study, embedder_measures((0.30, 0.40, 0.50), (0.28, 0.30, 0.32), untrained=0.40))
     assert verdict == INCONCLUSIVE and "no pretraining to compare" in detail  # the encoder at its control
-    matching = embedder_metrics((0.30, 0.30, 0.30), (0.30, 0.30, 0.30))
-    assert embedder.judge(matching)[0] == FALSIFIED
-    widening = embedder_metrics((0.50, 0.40, 0.30), (0.30, 0.30, 0.28))  # encoder ahead, gap grows for short
-    verdict, detail = embedder.judge(widening)
+    matching = embedder_measures((0.30, 0.30, 0.30), (0.30, 0.30, 0.30))
+    assert judged(study, matching)[0] == FALSIFIED
+    widening = embedder_measures((0.50, 0.40, 0.30), (0.30, 0.30, 0.28))  # encoder ahead, gap grows for short
+    verdict, detail = judged(study, widening)
     assert verdict == INCONCLUSIVE and "does not narrow" in detail
-    ahead_only_pooled = embedder_metrics((0.32, 0.32, 0.32), (0.30, 0.30, 0.30))  # no bucket separates
-    ahead_only_pooled[key("recall@10", TOKENS)] = {ENC: seeds(0.32, 0.001), DEC: seeds(0.30, 0.001)}
-    ahead_only_pooled[key("recall@10", WALL)] = ahead_only_pooled[key("recall@10", TOKENS)]
-    assert embedder.judge(ahead_only_pooled)[0] == INCONCLUSIVE
-    noisy = embedder_metrics((0.30, 0.40, 0.50), (0.28, 0.30, 0.32))  # narrows on average, not every seed
-    for axis in AXES:
-        noisy[key(f"{embedder.BUCKET}{BUCKETS[-1]} chars", axis)][ENC] = [0.40, 0.33, 0.30]
-    verdict, detail = embedder.judge(noisy)
+    pooled = embedder_measures((0.32, 0.32, 0.32), (0.30, 0.30, 0.30))  # no bucket separates
+    overall = scores({ENC: seeds(0.32, 0.001), DEC: seeds(0.30, 0.001)}, seeds(0.02, 0.0), seeds(0.05))
+    ahead_only_pooled = embedder.EmbedderMeasures(
+        {axis: dataclasses.replace(at, recall=overall) for axis, at in pooled.at.items()}
+    )
+    assert judged(study, ahead_only_pooled)[0] == INCONCLUSIVE
+    noisy = embedder_measures((0.30, 0.40, 0.50), (0.28, 0.30, 0.32))  # narrows on average, not every seed
+    for at in noisy.at.values():
+        at.buckets[-1].arms[ENC] = [0.40, 0.33, 0.30]
+    verdict, detail = judged(study, noisy)
     assert verdict == INCONCLUSIVE and "inconclusive at 3 seeds" in detail and "would need about" in detail
-    disagree = {
-        **embedder_metrics((0.30, 0.40, 0.50), (0.28, 0.30, 0.32), (TOKENS,)),
-        **embedder_metrics((0.30, 0.30, 0.30), (0.30, 0.30, 0.30), (WALL,)),
-    }
-    verdict, detail = embedder.judge(disagree)
+    disagree = embedder.EmbedderMeasures(
+        {
+            **embedder_measures((0.30, 0.40, 0.50), (0.28, 0.30, 0.32), (TOKENS,)).at,
+            **embedder_measures((0.30, 0.30, 0.30), (0.30, 0.30, 0.30), (WALL,)).at,
+        }
+    )
+    verdict, detail = judged(study, disagree)
     assert verdict == INCONCLUSIVE and detail.startswith("The axes disagree")
+    assert list(narrowing.to_json()) == [
+        key(name, axis) for axis in AXES for name in ("recall@10", *(f"{embedder.BUCKET}{b} chars" for b in BUCKETS))
+    ]
 
 
 @pytest.mark.unit
 def test_mask_ratio_rule():
-    arms = mask_ratio.ABLATION.arms((0.3, 0.15))  # sorted: the lowest ratio first
+    arms = mask_ratio.ABLATION.arms(StudyOptions(ratios=(0.3, 0.15)))  # sorted: the lowest ratio first
     low, high = arms[0].label, arms[-1].label
 
-    def metrics(loss_low, loss_high, acc_low, acc_high, untrained=0.2):
-        return on_axes(
-            lambda axis: {
-                key(mask_ratio.MASK_LOSS, axis): {low: seeds(loss_low), high: seeds(loss_high)},
-                key(TAG_F1, axis): {
-                    low: seeds(acc_low),
-                    high: seeds(acc_high),
-                    jobs.BASELINE: seeds(0.18),
-                    jobs.UNTRAINED: seeds(untrained),
-                },
-            }
-        )
+    def measures(loss_low, loss_high, acc_low, acc_high, untrained=0.2):
+        tagging = scores({low: seeds(acc_low), high: seeds(acc_high)}, seeds(0.18), seeds(untrained))
+        at = mask_ratio.RatioAxis({low: seeds(loss_low), high: seeds(loss_high)}, tagging)
+        return mask_ratio.MaskRatioMeasures(dict.fromkeys(AXES, at))
 
-    assert mask_ratio.judge(metrics(5.0, 4.5, 0.50, 0.40), arms)[0] == HELD
-    assert mask_ratio.judge(metrics(5.0, 4.5, 0.40, 0.60), arms)[0] == FALSIFIED
-    assert mask_ratio.judge(metrics(4.5, 5.0, 0.60, 0.40), arms)[0] == INCONCLUSIVE  # loss half fails
-    assert mask_ratio.judge(metrics(5.0, 4.5, 0.50, 0.50), arms)[0] == INCONCLUSIVE
-    verdict, detail = mask_ratio.judge(metrics(5.0, 4.5, 0.40, 0.60, untrained=0.45), arms)  # one at the control
+    study = mask_ratio.ABLATION
+    assert judged(study, measures(5.0, 4.5, 0.50, 0.40), arms)[0] == HELD
+    assert judged(study, measures(5.0, 4.5, 0.40, 0.60), arms)[0] == FALSIFIED
+    assert judged(study, measures(4.5, 5.0, 0.60, 0.40), arms)[0] == INCONCLUSIVE  # loss half fails
+    assert judged(study, measures(5.0, 4.5, 0.50, 0.50), arms)[0] == INCONCLUSIVE
+    verdict, detail = judged(study, measures(5.0, 4.5, 0.40, 0.60, untrained=0.45), arms)  # one at the control
     assert verdict == INCONCLUSIVE and f"{low} not ahead of the tagging baselines, so no evidence" in detail
+    tagging = measures(5.0, 4.5, 0.5, 0.4).to_json()[key(TAG_F1, TOKENS)]
+    assert list(tagging) == [low, high, jobs.BASELINE, jobs.UNTRAINED]
+
+
+def shift_measures(metrics: dict) -> shift_bug.ShiftMeasures:
+    """Shift-bug's metrics (results.json's, or hand-made in the same keys) as the measures its rule reads."""
+    return shift_bug.ShiftMeasures(
+        {
+            axis: shift_bug.ShiftAxis(metrics[key(shift_bug.REPORTED, axis)], metrics[key(shift_bug.COPY_RATE, axis)])
+            for axis in AXES
+        }
+    )
 
 
 @pytest.mark.unit
 def test_shift_bug_rule():
     bug, ok = shift_bug.SHIFT_BUG.label, shift_bug.SHIFT_OK.label
 
-    def metrics(reported_bug, reported_ok, copies_bug, copies_ok):
-        return on_axes(
-            lambda axis: {
-                key(shift_bug.REPORTED, axis): {bug: seeds(reported_bug), ok: seeds(reported_ok)},
-                key(shift_bug.COPY_RATE, axis): {bug: seeds(copies_bug), ok: seeds(copies_ok)},
-            }
+    def measures(reported_bug, reported_ok, copies_bug, copies_ok):
+        at = shift_bug.ShiftAxis(
+            {bug: seeds(reported_bug), ok: seeds(reported_ok)}, {bug: seeds(copies_bug), ok: seeds(copies_ok)}
         )
+        return shift_bug.ShiftMeasures(dict.fromkeys(AXES, at))
 
-    assert shift_bug.judge(metrics(0.1, 5.0, 0.9, 0.05))[0] == HELD
-    assert shift_bug.judge(metrics(4.0, 5.0, 0.9, 0.05))[0] == FALSIFIED  # lower, but not by half
-    assert shift_bug.judge(metrics(0.1, 5.0, 0.02, 0.05))[0] == FALSIFIED  # fewer copies
-    assert shift_bug.judge(metrics(0.1, 5.0, 0.05, 0.05))[0] == INCONCLUSIVE
+    study = shift_bug.ABLATION
+    assert judged(study, measures(0.1, 5.0, 0.9, 0.05))[0] == HELD
+    assert judged(study, measures(4.0, 5.0, 0.9, 0.05))[0] == FALSIFIED  # lower, but not by half
+    assert judged(study, measures(0.1, 5.0, 0.02, 0.05))[0] == FALSIFIED  # fewer copies
+    assert judged(study, measures(0.1, 5.0, 0.05, 0.05))[0] == INCONCLUSIVE
 
 
 @pytest.mark.unit
 def test_seq2seq_rule():
     ed, do = seq2seq.ENCODER_DECODER.label, seq2seq.DECODER.label
 
-    def metrics(short, long, ttft):
-        return on_axes(
-            lambda axis: {
-                key(f"{seq2seq.F1_BUCKET}0-149 chars", axis): {ed: seeds(short[0]), do: seeds(short[1])},
-                key(f"{seq2seq.F1_BUCKET}450-599 chars", axis): {ed: seeds(long[0]), do: seeds(long[1])},
-                key(f"{seq2seq.TTFT_BUCKET}450-599 chars", axis): {ed: seeds(ttft[0], 0.5), do: seeds(ttft[1], 0.5)},
-            }
+    def measures(short, long, ttft):
+        longest = seq2seq.Bucket("450-599", {ed: seeds(long[0]), do: seeds(long[1])})
+        at = seq2seq.StructureAxis(
+            {ed: seeds(0.5), do: seeds(0.5)},
+            seq2seq.Bucket("0-149", {ed: seeds(short[0]), do: seeds(short[1])}),
+            longest,
+            seq2seq.Bucket("450-599", {ed: seeds(ttft[0], 0.5), do: seeds(ttft[1], 0.5)}),
         )
+        return seq2seq.StructureMeasures(dict.fromkeys(AXES, at))
 
-    assert seq2seq.judge(metrics((0.5, 0.5), (0.6, 0.4), (10.0, 20.0)))[0] == HELD
-    assert seq2seq.judge(metrics((0.5, 0.5), (0.4, 0.6), (10.0, 20.0)))[0] == FALSIFIED  # decoder writes better
-    assert seq2seq.judge(metrics((0.5, 0.5), (0.6, 0.4), (20.0, 10.0)))[0] == FALSIFIED  # decoder answers sooner
-    assert seq2seq.judge(metrics((0.0, 0.0), (0.0, 0.0), (10.0, 20.0)))[0] == INCONCLUSIVE  # nobody writes: no evidence
-    assert seq2seq.judge(metrics((0.6, 0.4), (0.6, 0.4), (10.0, 20.0)))[0] == INCONCLUSIVE  # short not tied
-    assert seq2seq.judge({})[0] == INCONCLUSIVE  # no bucket had enough passages
+    study = seq2seq.ABLATION
+    assert judged(study, measures((0.5, 0.5), (0.6, 0.4), (10.0, 20.0)))[0] == HELD
+    assert judged(study, measures((0.5, 0.5), (0.4, 0.6), (10.0, 20.0)))[0] == FALSIFIED  # decoder writes better
+    assert judged(study, measures((0.5, 0.5), (0.6, 0.4), (20.0, 10.0)))[0] == FALSIFIED  # decoder answers sooner
+    assert judged(study, measures((0.0, 0.0), (0.0, 0.0), (10.0, 20.0)))[0] == INCONCLUSIVE  # nobody writes
+    assert judged(study, measures((0.6, 0.4), (0.6, 0.4), (10.0, 20.0)))[0] == INCONCLUSIVE  # short not tied
+    no_bucket = seq2seq.StructureMeasures(dict.fromkeys(AXES, seq2seq.StructureAxis({}, None, None, None)))
+    assert judged(study, no_bucket)[0] == INCONCLUSIVE  # no bucket had enough passages
+    assert list(measures((0.5, 0.5), (0.6, 0.4), (10.0, 20.0)).to_json())[:3] == [
+        key(seq2seq.F1, TOKENS),
+        key(f"{seq2seq.F1_BUCKET}0-149 chars", TOKENS),
+        key(f"{seq2seq.F1_BUCKET}450-599 chars", TOKENS),
+    ]
 
 
 @pytest.mark.unit
@@ -204,22 +234,17 @@ def test_electra_detection_gain_is_zero_at_the_base_rate():
 
 
 def test_electra_rule():
-    def metrics(electra_acc, mlm_acc, rule=0.18):
-        return on_axes(
-            lambda axis: {
-                key(TAG_F1, axis): {
-                    electra.ELECTRA.label: seeds(electra_acc),
-                    electra.MLM.label: seeds(mlm_acc),
-                    jobs.BASELINE: seeds(rule),
-                    jobs.UNTRAINED: seeds(0.2),
-                }
-            }
+    def measures(electra_acc, mlm_acc, rule=0.18):
+        tagging = scores(
+            {electra.ELECTRA.label: seeds(electra_acc), electra.MLM_ARM.label: seeds(mlm_acc)}, seeds(rule), seeds(0.2)
         )
+        return electra.ElectraMeasures(dict.fromkeys(AXES, tagging))
 
-    assert electra.judge(metrics(0.5, 0.4))[0] == HELD
-    assert electra.judge(metrics(0.4, 0.5))[0] == FALSIFIED
-    assert electra.judge(metrics(0.45, 0.45))[0] == INCONCLUSIVE
-    verdict, detail = electra.judge(metrics(0.4, 0.5, rule=0.45))  # ELECTRA below the verse rule: no evidence
+    study = electra.ABLATION
+    assert judged(study, measures(0.5, 0.4))[0] == HELD
+    assert judged(study, measures(0.4, 0.5))[0] == FALSIFIED
+    assert judged(study, measures(0.45, 0.45))[0] == INCONCLUSIVE
+    verdict, detail = judged(study, measures(0.4, 0.5, rule=0.45))  # ELECTRA below the verse rule: no evidence
     assert verdict == INCONCLUSIVE and "ELECTRA not ahead of the tagging baselines" in detail
 
 
@@ -227,48 +252,81 @@ def test_electra_rule():
 @pytest.mark.parametrize("scale", SCALES)
 def test_a_study_sets_what_it_fine_tunes_on_and_its_batch_the_scale_how_long(scale):
     recipe = SCALES[scale].recipe
-    _, pooled, _ = registry.checked("pooling", scale, 2, {})
+    _, pooled, _ = registry.checked("pooling", scale, 2)
     classify = pooled.recipe.tasks["classify"]
     assert (classify.plays_task, classify.steps) == ("word-order", recipe.tasks["classify"].steps)
     assert pooled.recipe.tasks["tag"] == recipe.tasks["tag"] and pooled.recipe.batch_size == recipe.batch_size
-    _, electra_scale, _ = registry.checked("electra", scale, 2, {})  # no task of its own, half the batch
+    _, electra_scale, _ = registry.checked("electra", scale, 2, StudyOptions())  # no task of its own, half the batch
     assert electra_scale.recipe.tasks == recipe.tasks
     assert electra_scale.recipe.batch_size == recipe.batch_size // electra.ABLATION.steps_factor
 
 
 @pytest.mark.unit
-def test_pooling_rule():
-    def metrics(acc_mean, acc_cls, recall_mean, recall_cls, majority=0.2, untrained=0.05, order_control=0.2):
-        return {
-            key(pooling.ORDER_ACC, SHARED): {
-                "mean": seeds(acc_mean),
-                "cls": seeds(acc_cls),
-                jobs.BASELINE: seeds(majority, 0.0),
-                jobs.UNTRAINED: seeds(order_control),
-            },
-            key(RECALL, SHARED): {
-                "mean": seeds(recall_mean),
-                "cls": seeds(recall_cls),
-                jobs.BASELINE: seeds(0.02, 0.0),
-                jobs.UNTRAINED: seeds(untrained),
-            },
-        }
+def test_an_ablation_refuses_the_options_it_does_not_read_in_one_line():
+    with pytest.raises(UserError, match=r"^ablation pooling does not take ratios, share \(its options: none\)$"):
+        registry.checked("pooling", "smoke", 2, StudyOptions(share=0.5, ratios=(0.1, 0.2)))
+    with pytest.raises(UserError, match=r"^ablation mask-ratio does not take models \(its options: ratios\)$"):
+        registry.checked("mask-ratio", "smoke", 2, StudyOptions(models="cross=x"))
+    study, _, _ = registry.checked("clm-then-mlm", "smoke", 2, StudyOptions(share=0.25))
+    assert study.arms(StudyOptions(share=0.25))[1].before.share == 0.25
 
-    assert pooling.judge(metrics(0.50, 0.50, 0.40, 0.20))[0] == HELD
-    assert pooling.judge(metrics(0.50, 0.515, 0.40, 0.20))[0] == HELD  # separated but within CLOSE
-    assert pooling.judge(metrics(0.50, 0.50, 0.20, 0.40))[0] == FALSIFIED
-    assert pooling.judge(metrics(0.60, 0.40, 0.40, 0.20))[0] == FALSIFIED  # not close on classification
-    assert pooling.judge(metrics(0.50, 0.50, 0.30, 0.30))[0] == INCONCLUSIVE
-    verdict, detail = pooling.judge(metrics(0.20, 0.20, 0.40, 0.20, majority=0.25))  # both at chance: no evidence
+
+def pooling_measures(
+    acc_mean, acc_cls, recall_mean, recall_cls, majority=0.2, untrained=0.05, order_control=0.2
+) -> pooling.PoolingMeasures:
+    return pooling.PoolingMeasures(
+        word_order=scores({"mean": seeds(acc_mean), "cls": seeds(acc_cls)}, seeds(majority, 0.0), seeds(order_control)),
+        retrieval=scores({"mean": seeds(recall_mean), "cls": seeds(recall_cls)}, seeds(0.02, 0.0), seeds(untrained)),
+    )
+
+
+@pytest.mark.unit
+def test_pooling_rule():
+    study = pooling.ABLATION
+    assert judged(study, pooling_measures(0.50, 0.50, 0.40, 0.20))[0] == HELD
+    assert judged(study, pooling_measures(0.50, 0.515, 0.40, 0.20))[0] == HELD  # separated but within CLOSE
+    assert judged(study, pooling_measures(0.50, 0.50, 0.20, 0.40))[0] == FALSIFIED
+    assert judged(study, pooling_measures(0.60, 0.40, 0.40, 0.20))[0] == FALSIFIED  # not close on classification
+    assert judged(study, pooling_measures(0.50, 0.50, 0.30, 0.30))[0] == INCONCLUSIVE
+    verdict, detail = judged(study, pooling_measures(0.20, 0.20, 0.40, 0.20, majority=0.25))  # both at chance
     assert verdict == INCONCLUSIVE and "the pooling ahead, does not clear the baselines" in detail
-    verdict, detail = pooling.judge(
-        metrics(0.50, 0.60, 0.40, 0.20, order_control=0.65)
-    )  # below its control: no evidence
+    verdict, detail = judged(study, pooling_measures(0.50, 0.60, 0.40, 0.20, order_control=0.65))  # below control
     assert verdict == INCONCLUSIVE and "cls, the pooling ahead, does not clear the baselines" in detail
-    verdict, detail = pooling.judge(metrics(0.50, 0.50, 0.40, 0.20, untrained=0.45))  # fine-tuning alone got there
+    verdict, detail = judged(study, pooling_measures(0.50, 0.50, 0.40, 0.20, untrained=0.45))  # fine-tuning got there
     assert verdict == INCONCLUSIVE and "mean does not clear the baselines" in detail
-    verdict, detail = pooling.judge(metrics(0.50, 0.50, 0.20, 0.40, untrained=0.45))  # [CLS] ahead, below the control
+    verdict, detail = judged(study, pooling_measures(0.50, 0.50, 0.20, 0.40, untrained=0.45))  # [CLS] ahead, at control
     assert verdict == INCONCLUSIVE and "cls does not clear the baselines" in detail
+
+
+@pytest.mark.unit
+def test_pooling_judge_reads_the_typed_measures_and_writes_the_old_metrics():
+    """The judge reads the fields (word order's and retrieval's columns and bars); the JSON is results.json's."""
+    held = pooling_measures(0.50, 0.50, 0.40, 0.20)
+    verdict, detail = judged(pooling.ABLATION, held)
+    assert verdict == HELD and detail.startswith("close on classification (") and "mean ahead on retrieval" in detail
+    # the same numbers with retrieval's columns swapped: [CLS] ahead there contradicts the second claim
+    swapped = dataclasses.replace(
+        held, retrieval=dataclasses.replace(held.retrieval, arms={"mean": seeds(0.20), "cls": seeds(0.40)})
+    )
+    assert judged(pooling.ABLATION, swapped)[0] == FALSIFIED
+    assert held.word_order.clears("mean") and not held.word_order.short_of(("mean", "cls"))
+    assert held.to_json() == {
+        key(pooling.ORDER_ACC, SHARED): {
+            "mean": seeds(0.50),
+            "cls": seeds(0.50),
+            jobs.BASELINE: seeds(0.2, 0.0),
+            jobs.UNTRAINED: seeds(0.2),
+        },
+        key(RECALL, SHARED): {
+            "mean": seeds(0.40),
+            "cls": seeds(0.20),
+            jobs.BASELINE: seeds(0.02, 0.0),
+            jobs.UNTRAINED: seeds(0.05),
+        },
+    }
+    assert from_metric(held.to_json()[key(RECALL, SHARED)], True) == held.retrieval  # the JSON reads back
+    with pytest.raises(ValueError, match="no untrained control"):
+        dataclasses.replace(held.retrieval, control=None).untrained()
 
 
 @pytest.mark.unit
@@ -277,92 +335,102 @@ def test_copy_rate_counts_tokens_equal_to_the_one_before():
     assert shift_bug.copy_rate([5], []) == (0, 0)
 
 
-def job_metrics(values: dict[str, dict[str, float]]) -> dict:
-    """Metrics shaped as ``jobs.tabulate``'s, {job: {group: mean}} with three seeds around each mean, on both axes."""
-    return on_axes(
-        lambda axis: {
-            key(job, axis): {group: seeds(mean) for group, mean in groups.items()} for job, groups in values.items()
-        }
-    )
+def job_measures(values: dict) -> jobs.JobMeasures:
+    """Measures shaped as ``JobsStudy.tabulate``'s from {job: {group: mean}} (``jobs.BASELINE`` and, where given,
+    ``jobs.UNTRAINED`` among the groups), three seeds around each mean, on both axes."""
+
+    def job_scores(job, groups: dict[str, float]) -> JobScores:
+        bars = (jobs.BASELINE, jobs.UNTRAINED)
+        return scores(
+            {group: seeds(mean) for group, mean in groups.items() if group not in bars},
+            seeds(groups[jobs.BASELINE]),
+            seeds(groups[jobs.UNTRAINED]) if jobs.UNTRAINED in groups else None,
+            job.higher,
+        )
+
+    return jobs.JobMeasures({(axis, job): job_scores(job, groups) for axis in AXES for job, groups in values.items()})
 
 
 @pytest.mark.unit
 def test_hybrid_rule():
     enc, dec, hyb, base = hybrid.MLM_ENCODER.label, hybrid.CLM_DECODER.label, hybrid.HYBRID.label, jobs.BASELINE
+    study, arms = hybrid.ABLATION, hybrid.ARMS
 
-    def metrics(tag, loss, loss_baseline=3.0):
-        return job_metrics(
+    def measures(tag, loss, loss_baseline=3.0, untrained=None):
+        control = {} if untrained is None else {jobs.UNTRAINED: untrained}
+        return job_measures(
             {
-                TAG_F1: {enc: tag[0], hyb: tag[1], base: 0.18},
-                jobs.NEXT_TOKEN: {dec: loss[0], hyb: loss[1], base: loss_baseline},
+                jobs.TAGGING: {enc: tag[0], hyb: tag[1], base: 0.18, **control},
+                jobs.NEXT_TOKEN_LOSS: {dec: loss[0], hyb: loss[1], base: loss_baseline},
             }
         )
 
-    assert hybrid.judge(metrics((0.30, 0.32), (2.2, 2.2)))[0] == HELD  # within noise or ahead
-    verdict, detail = hybrid.judge(metrics((0.30, 0.25), (2.2, 2.2)))
+    assert judged(study, measures((0.30, 0.32), (2.2, 2.2)), arms)[0] == HELD  # within noise or ahead
+    verdict, detail = judged(study, measures((0.30, 0.25), (2.2, 2.2)), arms)
     assert verdict == FALSIFIED and "the hybrid is behind the encoder (MLM) on tagging F1" in detail
-    assert hybrid.judge(metrics((0.30, 0.30), (2.2, 2.4)))[0] == FALSIFIED  # a higher loss is behind
-    verdict, detail = hybrid.judge(metrics((0.30, 0.30), (2.2, 2.2), loss_baseline=2.0))
+    assert judged(study, measures((0.30, 0.30), (2.2, 2.4)), arms)[0] == FALSIFIED  # a higher loss is behind
+    verdict, detail = judged(study, measures((0.30, 0.30), (2.2, 2.2), loss_baseline=2.0), arms)
     assert verdict == INCONCLUSIVE and "not cleared by decoder (CLM) on held-out next-token loss" in detail
     # behind a specialist that does not clear its own baseline: nothing learned to be behind
-    verdict, detail = hybrid.judge(metrics((0.15, 0.10), (2.2, 2.2)))
+    verdict, detail = judged(study, measures((0.15, 0.10), (2.2, 2.2)), arms)
     assert verdict == INCONCLUSIVE and "not cleared by encoder (MLM) on tagging F1" in detail
     # above the verse rule but not above the untrained body fine-tuned the same way: pretraining added nothing seen
-    untrained = metrics((0.30, 0.30), (2.2, 2.2))
-    for axis in AXES:
-        untrained[key(TAG_F1, axis)][jobs.UNTRAINED] = seeds(0.30)
-    verdict, detail = hybrid.judge(untrained)
+    verdict, detail = judged(study, measures((0.30, 0.30), (2.2, 2.2), untrained=0.30), arms)
     assert verdict == INCONCLUSIVE and "not cleared by encoder (MLM) on tagging F1" in detail
 
 
 @pytest.mark.unit
 def test_cross_objective_rules():
-    arms = cross_objective.ABLATION.arms()
+    arms = cross_objective.ABLATION.arms(StudyOptions())
     assert [arm.key for arm in arms] == ["mlm", "clm0.75-mlm", "clm", "mlm0.75-clm"]
-    assert arms[1].settings == cross_objective.MLM.settings
-    assert arms[1].before == Phase(cross_objective.CLM.settings, 0.75)
+    assert arms[1].settings == cross_objective.MLM_ARM.settings
+    assert arms[1].before == Phase(cross_objective.CLM_ARM.settings, 0.75)
     assert cross_objective.ABLATION.clock_groups(arms) == (arms[:2], arms[2:])  # each pair on its own clock
     mlm, from_clm, clm, from_mlm = (arm.label for arm in arms)
     base = jobs.BASELINE
+    study, encoders, decoders = cross_objective.ABLATION, cross_objective.ENCODERS, cross_objective.DECODERS
+    assert study.rules == (encoders, decoders)
 
-    def metrics(tag, loss):
-        return job_metrics(
+    def measures(tag, loss):
+        return job_measures(
             {
-                TAG_F1: {mlm: tag[0], from_clm: tag[1], base: 0.18},
-                jobs.NEXT_TOKEN: {clm: loss[0], from_mlm: loss[1], base: 3.0},
+                jobs.TAGGING: {mlm: tag[0], from_clm: tag[1], base: 0.18},
+                jobs.NEXT_TOKEN_LOSS: {clm: loss[0], from_mlm: loss[1], base: 3.0},
             }
         )
 
-    native_ahead = metrics((0.30, 0.25), (2.2, 2.4))
-    assert cross_objective.judge_encoders(native_ahead, arms)[0] == HELD
-    assert cross_objective.judge_decoders(native_ahead, arms)[0] == HELD
-    continued_ahead = metrics((0.25, 0.30), (2.4, 2.2))  # a higher F1, a lower loss
-    assert cross_objective.judge_encoders(continued_ahead, arms)[0] == FALSIFIED
-    assert cross_objective.judge_decoders(continued_ahead, arms)[0] == FALSIFIED
-    tied = metrics((0.30, 0.30), (2.2, 2.2))
-    for judge in (cross_objective.judge_encoders, cross_objective.judge_decoders):
-        verdict, detail = judge(tied, arms)
+    native_ahead = measures((0.30, 0.25), (2.2, 2.4))
+    assert judged(study, native_ahead, arms, encoders)[0] == HELD
+    assert judged(study, native_ahead, arms, decoders)[0] == HELD
+    continued_ahead = measures((0.25, 0.30), (2.4, 2.2))  # a higher F1, a lower loss
+    assert judged(study, continued_ahead, arms, encoders)[0] == FALSIFIED
+    assert judged(study, continued_ahead, arms, decoders)[0] == FALSIFIED
+    only_encoders_ahead = measures((0.30, 0.25), (2.4, 2.2))  # each rule reads its own pair
+    assert judged(study, only_encoders_ahead, arms, encoders)[0] == HELD
+    assert judged(study, only_encoders_ahead, arms, decoders)[0] == FALSIFIED
+    tied = measures((0.30, 0.30), (2.2, 2.2))
+    for rule in (encoders, decoders):
+        verdict, detail = judged(study, tied, arms, rule)
         assert verdict == INCONCLUSIVE and "a tie is not shown to be a match" in detail
-    assert cross_objective.ABLATION.arms(0.5)[1].key == "clm0.5-mlm"
+    assert cross_objective.ABLATION.arms(StudyOptions(share=0.5))[1].key == "clm0.5-mlm"
 
 
 @pytest.mark.unit
 def test_clm_then_mlm_rule():
-    arms = clm_then_mlm.ABLATION.arms()
+    arms = clm_then_mlm.ABLATION.arms(StudyOptions())
     assert arms[1].key == "clm0.5-mlm" and arms[1].before.share == 0.5
     mlm, first_clm = (arm.label for arm in arms)
+    study = clm_then_mlm.ABLATION
 
-    def metrics(tag):
-        return job_metrics({TAG_F1: {mlm: tag[0], first_clm: tag[1], jobs.BASELINE: 0.18}})
+    def measures(tag, untrained=None):
+        control = {} if untrained is None else {jobs.UNTRAINED: untrained}
+        return job_measures({jobs.TAGGING: {mlm: tag[0], first_clm: tag[1], jobs.BASELINE: 0.18, **control}})
 
-    assert clm_then_mlm.judge(metrics((0.25, 0.30)), arms)[0] == HELD
-    assert clm_then_mlm.judge(metrics((0.30, 0.25)), arms)[0] == FALSIFIED
-    assert clm_then_mlm.judge(metrics((0.30, 0.30)), arms)[0] == INCONCLUSIVE
+    assert judged(study, measures((0.25, 0.30)), arms)[0] == HELD
+    assert judged(study, measures((0.30, 0.25)), arms)[0] == FALSIFIED
+    assert judged(study, measures((0.30, 0.30)), arms)[0] == INCONCLUSIVE
     # MLM alone ahead, but the continued arm is not above the untrained body on tagging: that claim is no evidence
-    below_control = metrics((0.30, 0.25))
-    for axis in AXES:
-        below_control[key(TAG_F1, axis)][jobs.UNTRAINED] = seeds(0.26)
-    verdict, detail = clm_then_mlm.judge(below_control, arms)
+    verdict, detail = judged(study, measures((0.30, 0.25), untrained=0.26), arms)
     assert verdict == INCONCLUSIVE and f"not evidence as {first_clm} does not clear the baselines" in detail
     assert "contradicted" not in detail
 
@@ -405,10 +473,10 @@ def test_shift_bug_report_structure(shift_bug_run):
     # The verdict is the coded rule's on the recorded metrics, and on hand-made numbers in the same
     # keys (the pipeline's own labels and axes) that rule must answer held, then falsified.
     [verdict] = results["verdicts"]
-    assert (verdict["verdict"], verdict["details"]) == (
-        shift_bug.judge(results["metrics"])[0],
-        [shift_bug.judge(results["metrics"])[1]],
-    )
+    measures = shift_measures(results["metrics"])
+    assert measures.to_json() == results["metrics"]  # the typed measures are what results.json holds
+    rule_verdict, why = judged(shift_bug.ABLATION, measures)
+    assert (verdict["verdict"], verdict["details"]) == (rule_verdict, [why])
     assert (verdict["prediction"], verdict["rule"]) == (shift_bug.ABLATION.rules[0].prediction, shift_bug.RULE)
     bug, ok = shift_bug.SHIFT_BUG.label, shift_bug.SHIFT_OK.label
     made = {
@@ -418,9 +486,9 @@ def test_shift_bug_report_structure(shift_bug_run):
         }
         for name in results["metrics"]
     }
-    assert shift_bug.judge(made)[0] == HELD
+    assert judged(shift_bug.ABLATION, shift_measures(made))[0] == HELD
     made = {name: {bug: groups[ok], ok: groups[bug]} for name, groups in made.items()}
-    assert shift_bug.judge(made)[0] == FALSIFIED
+    assert judged(shift_bug.ABLATION, shift_measures(made))[0] == FALSIFIED
     assert "[smoke scale]" in results["title"] and results["settings"]["scale"]["name"] == "smoke"
     assert f"verdict: {verdict['verdict']}" in stdout and str(out / "report.md") in stdout
     assert {row[1] for row in results["table"]["rows"]} == set(AXES)  # both axes, always
@@ -576,8 +644,13 @@ def test_pooling_ablation_end_to_end_at_smoke_scale(tmp_path):
     """Both poolings on each seed's encoder, each task's control under the pooling it was fine-tuned with."""
     out = tmp_path / "pooling"
     results = smoke_run("pooling", out)
+    measures = pooling.PoolingMeasures(
+        from_metric(results["metrics"][key(pooling.ORDER_ACC, SHARED)], True),
+        from_metric(results["metrics"][key(RECALL, SHARED)], True),
+    )
+    assert measures.to_json() == results["metrics"]
     assert [(v["verdict"], v["details"]) for v in results["verdicts"]] == [
-        (verdict, [detail]) for verdict, detail in [pooling.judge(results["metrics"])]
+        (verdict, [detail]) for verdict, detail in [judged(pooling.ABLATION, measures)]
     ]
     for measure in (pooling.ORDER_ACC, RECALL):
         groups = results["metrics"][key(measure, SHARED)]
@@ -606,21 +679,29 @@ def test_pooling_ablation_end_to_end_at_smoke_scale(tmp_path):
 def test_encoder_pretraining_ablations_judge_on_tagging(name, module, tmp_path):
     out = tmp_path / name
     results = smoke_run(name, out)
-    verdict, detail = module.judge(results["metrics"], module.ABLATION.arms())
+    metrics, arms = results["metrics"], module.ABLATION.arms(StudyOptions())
+    tagging = {axis: from_metric(metrics[key(TAG_F1, axis)], True) for axis in AXES}
+    if module is mask_ratio:
+        at = {axis: mask_ratio.RatioAxis(metrics[key(mask_ratio.MASK_LOSS, axis)], tagging[axis]) for axis in AXES}
+        measures = mask_ratio.MaskRatioMeasures(at)
+    else:
+        measures = electra.ElectraMeasures(tagging)
+    assert measures.to_json() == metrics
+    verdict, detail = judged(module.ABLATION, measures, arms)
     assert [(v["verdict"], v["details"]) for v in results["verdicts"]] == [(verdict, [detail])]
     assert {key(TAG_F1, axis) for axis in AXES} <= set(results["metrics"])
     assert not any(RECALL in metric or pooling.ORDER_ACC in metric for metric in results["metrics"])
     assert "tagging F1" in results["summary"] and "before every line break" in results["summary"]
     tagging = results["metric_meta"][key(TAG_F1, AXES[0])]  # its plot draws the verse rule
     assert tagging["higher"] is True and tagging["baseline_name"].endswith("before every line break")
-    assert set(results["metrics"][key(TAG_F1, AXES[0])]) == {arm.label for arm in module.ABLATION.arms()} | {
+    assert set(results["metrics"][key(TAG_F1, AXES[0])]) == {arm.label for arm in arms} | {
         jobs.BASELINE,
         jobs.UNTRAINED,
     }
     width = len(results["table"]["columns"])
     assert all(len(row) == width for row in results["table"]["rows"])  # the bars are metric groups, not columns
     batch = SCALES["smoke"].recipe.batch_size // module.ABLATION.steps_factor
-    for arm in module.ABLATION.arms():  # the study's steps per token reach every arm's pretraining
+    for arm in arms:  # the study's steps per token reach every arm's pretraining
         config = json.loads((out / "runs" / f"{arm.key}-seed0{'-wall' * arm.costlier}" / "config.json").read_text())
         assert config["settings"]["batch_size"] == batch
         # ELECTRA's own rate (Large's 25%), else pretraining's default
@@ -640,13 +721,21 @@ def test_ablations_on_their_arms_jobs_end_to_end_at_smoke_scale(name, module, op
     out = tmp_path / name
     flags = [f"--{option}={value}" for option, value in options.items()]
     results = smoke_run(name, out, *flags)
-    arms = module.ABLATION.arms(**options)
-    judged = [rule.judge(results["metrics"], arms) for rule in module.ABLATION.rules]
-    assert [(v["verdict"], v["details"]) for v in results["verdicts"]] == [(verdict, [why]) for verdict, why in judged]
+    arms = module.ABLATION.arms(StudyOptions(**options))
+    measures = jobs.JobMeasures(
+        {
+            (axis, job): from_metric(results["metrics"][key(job.name, axis)], job.higher)
+            for axis in AXES
+            for job in jobs.taken(arms)
+        }
+    )
+    assert measures.to_json() == results["metrics"]
+    verdicts = [judged(module.ABLATION, measures, arms, rule) for rule in module.ABLATION.rules]
+    assert [(v["verdict"], v["details"]) for v in results["verdicts"]] == [(v, [why]) for v, why in verdicts]
     assert set(results["metrics"]) == {key(job.name, axis) for axis in AXES for job in jobs.taken(arms)}
     for job in jobs.taken(arms):
         groups = results["metrics"][key(job.name, TOKENS)]
-        controls = {jobs.UNTRAINED} if job.fine_tuned else set()
+        controls = {jobs.UNTRAINED} if job.fine_tunes else set()
         assert set(groups) == {arm.label for arm in arms if job in jobs.jobs_of(arm)} | {jobs.BASELINE} | controls
         assert all(len(values) == 2 for values in groups.values())
     assert results["table"]["columns"] == module.ABLATION.header([arm.label for arm in arms])
@@ -860,7 +949,7 @@ def test_a_two_phase_arm_continues_from_its_first_phase_and_counts_both(tmp_path
         return fit(self, on_eval)
 
     monkeypatch.setattr(Trainer, "fit", recording_fit)
-    arm = cross_objective.continued(cross_objective.MLM, cross_objective.CLM, 0.75)
+    arm = cross_objective.continued(cross_objective.MLM_ARM, cross_objective.CLM_ARM, 0.75)
     [run] = pretrain_arms(Setup(Experiment(tmp_path / "exp"), SCALES["smoke"], (0,), False), (arm,), (TOKENS,))[TOKENS][
         arm.key
     ]

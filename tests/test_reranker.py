@@ -5,7 +5,7 @@ import torch
 
 from maskwise.data.tasks import RetrievalSet
 from maskwise.experiments.ablations import reranker
-from maskwise.experiments.arms import TOKENS
+from maskwise.experiments.arms import TOKENS, StudyOptions
 from maskwise.experiments.framework import Measured, key
 from maskwise.tasks.rerank_eval import (
     Latency,
@@ -64,34 +64,40 @@ def measured(cross: list[tuple], scores: list[tuple], writes: list[tuple]) -> Me
     return Measured(None, (reranker.MLM_ENCODER, reranker.CLM_DECODER), runs, runs, {})
 
 
+def judge(m: Measured) -> tuple[str, str]:
+    """The reranker's rule on ``m``'s records, tabulated as the ablation tabulates them."""
+    [rule] = reranker.ABLATION.rules
+    return reranker.ABLATION.judge(rule, reranker.ABLATION.tabulate(m).measures, m)
+
+
 def test_rule_held_falsified_inconclusive_on_synthetic_seeds():
     fast_and_good = measured(
         [(0.30, 20, 40), (0.32, 21, 41), (0.31, 20, 42)],
         [(0.25, 25, 50)] * 3,
         [(0.26, 200, 400), (0.27, 210, 420), (0.29, 190, 380)],
     )
-    metrics, rows = reranker.ABLATION.tabulate(fast_and_good)
-    assert reranker.judge(metrics)[0] == "held"
+    rows = reranker.ABLATION.tabulate(fast_and_good).rows
+    assert judge(fast_and_good)[0] == "held"
     assert [len(r) for r in rows] == [len(reranker.SYSTEMS) + 3] * len(rows)  # measure, axis, systems, verdict
     writer_better = measured(
         [(0.20, 20, 40), (0.21, 21, 41), (0.22, 20, 42)],
         [(0.25, 25, 50)] * 3,
         [(0.40, 200, 400), (0.41, 210, 420), (0.43, 190, 380)],
     )
-    assert reranker.judge(reranker.ABLATION.tabulate(writer_better)[0])[0] == "falsified"
+    assert judge(writer_better)[0] == "falsified"
     unlearned = measured(
         [(0.021, 20, 40), (0.019, 21, 41), (0.020, 20, 42)],
         [(0.02, 25, 50)] * 3,
         [(0.02, 200, 400), (0.021, 210, 420), (0.019, 190, 380)],
     )
-    verdict, detail = reranker.judge(reranker.ABLATION.tabulate(unlearned)[0])
+    verdict, detail = judge(unlearned)
     assert verdict == "inconclusive" and ("would need" in detail or "no gap" in detail)
     below_random = measured(
         [(0.004, 20, 40), (0.006, 21, 41), (0.005, 20, 42)],  # random order: 0.02
         [(0.02, 25, 50)] * 3,
         [(0.03, 200, 400), (0.031, 210, 420), (0.029, 190, 380)],
     )
-    verdict, detail = reranker.judge(reranker.ABLATION.tabulate(below_random)[0])
+    verdict, detail = judge(below_random)
     # a failed precondition falsifies nothing
     assert verdict == "inconclusive" and "nothing learned to compare" in detail
     behind_first_stage = measured(
@@ -99,19 +105,20 @@ def test_rule_held_falsified_inconclusive_on_synthetic_seeds():
         [(0.02, 25, 50)] * 3,
         [(0.01, 200, 400), (0.011, 210, 420), (0.009, 190, 380)],
     )
-    verdict, detail = reranker.judge(reranker.ABLATION.tabulate(behind_first_stage)[0])
+    verdict, detail = judge(behind_first_stage)
     assert verdict == "inconclusive" and "does not improve on the first stage's own order" in detail
 
 
 def test_summary_is_the_templates_sentence_with_the_measured_numbers():
     m = measured([(0.30, 20, 40)] * 2, [(0.25, 25, 50)] * 2, [(0.26, 200, 400)] * 2)
-    metrics, _ = reranker.ABLATION.tabulate(m)
-    text = reranker.ABLATION.summary(m, metrics)
+    measures = reranker.ABLATION.tabulate(m).measures
+    text = reranker.ABLATION.summary(m, measures)
     assert text.startswith(
         "We replaced a generative reranker with a cross-encoder over the same top-100 candidates: "
         "nDCG@10 went from 0.260 to 0.300 while p99 latency fell from 400 ms to 40 ms"
     )
-    assert metrics[key(reranker.P99, TOKENS)][reranker.FIRST] == []  # nothing to time for a baseline order
+    assert measures.p99[reranker.FIRST] == []  # nothing to time for a baseline order
+    assert measures.to_json()[key(reranker.P99, TOKENS)] is measures.p99
 
 
 def test_judging_scorer_writes_and_counts_yes(small_text):
@@ -197,10 +204,9 @@ def test_models_option_is_checked_in_one_line_before_anything_runs(bert_folder, 
     from maskwise.errors import UserError
     from maskwise.experiments.ablations.registry import checked
 
-    assert reranker.ABLATION.arms(f"cross={bert_folder}") == (
-        reranker.CLM_DECODER,
-    )  # only the decoder is pretrained here
-    assert reranker.ABLATION.arms({"cross": str(bert_folder)}) == (reranker.CLM_DECODER,)
+    only_cross = StudyOptions(models=f"cross={bert_folder}")
+    assert reranker.ABLATION.arms(only_cross) == (reranker.CLM_DECODER,)  # only the decoder is pretrained here
+    assert reranker.checkpoints(f" cross = {bert_folder} ") == {"cross": bert_folder.resolve()}
     for models, needle in (
         (f"cross={tmp_path / 'nope'}", "no such folder"),
         ("judge=x", "expected cross=FOLDER"),
@@ -208,7 +214,7 @@ def test_models_option_is_checked_in_one_line_before_anything_runs(bert_folder, 
         (f"generative={bert_folder}", "holds a model of family encoder"),
     ):
         with pytest.raises(UserError, match=needle) as error:
-            checked("reranker", "smoke", 2, {"models": models})
+            checked("reranker", "smoke", 2, StudyOptions(models=models))
         assert "\n" not in str(error.value)
 
 
@@ -229,7 +235,7 @@ def test_reranker_ablation_starts_its_cross_encoder_from_a_folder_on_a_beir_task
         "smoke",
         2,
         tasks=[parse_task(f"t=rerank:{beir}", tuple(TASKS))],
-        models=f"cross={bert_folder}",
+        options=StudyOptions(models=f"cross={bert_folder}"),
     )
     results = json.loads((out / "results.json").read_text())
     assert "the 3 test queries of the user's task t" in " ".join(results["notes"])

@@ -23,10 +23,11 @@ fine-tunes them with that recipe's task settings, and writes ``results.json`` pl
   both axes read the two runs' totals (``tokens_seen_total``, ``wall_s_total``), and a wall-clock rerun
   reruns both.
 
-A prediction is judged by a rule coded in each module's ``judge`` function that reads nothing but the per-seed
-numbers in ``results["metrics"]``. Comparisons use ``verdict.compare`` (paired by seed: the 95%
-t-interval of the per-seed differences; one that includes zero is "within noise", with the seeds it
-would take to resolve). The rule runs on each axis; the verdict is
+A prediction is judged by a rule coded in each study's ``judge`` method that reads nothing but the per-seed
+numbers of its measures: a small dataclass per study (``jobs.JobScores`` for a job's: each arm's score beside the
+trivial baseline and the untrained control), whose JSON is ``results["metrics"]``. Comparisons use
+``verdict.compare`` (paired by seed: the 95% t-interval of the per-seed differences; one that includes zero is
+"within noise", with the seeds it would take to resolve). The rule runs on each axis; the verdict is
 their common outcome, and ``inconclusive`` when the axes disagree (a claim that holds at equal
 tokens but not at equal time is not established). ``metrics`` holds exactly what the rules read
 (it is also what the bar charts show); the table holds those and everything else measured.
@@ -36,8 +37,9 @@ compare's default recipe at the tokens its wall-clock budget reads on 2 CPU core
 ``gpu`` compare's scales of those names, and ``smoke`` a few steps that only check the plumbing (the
 tests use it); its reports say so in the title, and its numbers mean nothing.
 
-Each ablation is one module with a subclass of ``framework.Study`` (arms, what it measures, its
-rule, its summary sentence) and one line of ``registry.ABLATIONS``; ``framework.conduct`` runs it.
+Each ablation is one module with a subclass of ``framework.Study`` (arms from its ``StudyOptions``, what it
+measures, its measures, its rule, its summary sentence) and one line of ``registry.ABLATIONS``;
+``framework.conduct`` runs it.
 
 Finished steps are cached by ``Experiment``, so an interrupted ablation continues where it stopped;
 an output folder remembers its recipe (ablation, scale, model and fine-tuning settings) and refuses

@@ -9,25 +9,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from maskwise.experiments.ablations.cross_objective import (
-    CLM,
-    MLM,
+    CLM_ARM,
+    MLM_ARM,
     TWO_PHASES,
     continued,
     first_share,
 )
 from maskwise.experiments.ablations.jobs import (
     TAGGING,
+    JobMeasures,
     JobsStudy,
     ahead_on,
     baselines,
     jobs_of,
 )
-from maskwise.experiments.arms import TOKENS, WALL, Arm
+from maskwise.experiments.arms import TOKENS, WALL, Arm, StudyOptions
 from maskwise.experiments.framework import (
     Measured,
     Rule,
     claims_verdict,
-    key,
     moved,
     on_both_axes,
 )
@@ -40,11 +40,6 @@ RULE = (
     "inconclusive. Applied at equal tokens and at equal wall-clock (both phases counted); the verdict is the "
     "common outcome, inconclusive if they differ."
 )
-
-
-def judge(metrics: dict, arms: Sequence[Arm]) -> tuple[str, str]:
-    mlm, first_clm = arms
-    return on_both_axes(lambda axis: claims_verdict(ahead_on(metrics, axis, first_clm.label, mlm.label, jobs_of(mlm))))
 
 
 class ClmThenMlm(JobsStudy):
@@ -60,7 +55,6 @@ class ClmThenMlm(JobsStudy):
                 "with MLM alone (Gisserot-Boukhlef et al., 2025)."
             ),
             RULE,
-            judge,
         ),
     )
     step = "clm-mlm"
@@ -70,26 +64,34 @@ class ClmThenMlm(JobsStudy):
         """CLM then MLM against MLM alone."""
         return ((arms[1], arms[0]),)
 
-    def arms(self, share: float = DEFAULT_SHARE) -> tuple[Arm, ...]:
-        return MLM, continued(MLM, CLM, share)
+    def arms(self, options: StudyOptions) -> tuple[Arm, ...]:
+        return MLM_ARM, continued(MLM_ARM, CLM_ARM, DEFAULT_SHARE if options.share is None else options.share)
 
-    def summary(self, m: Measured, metrics: dict) -> str:
+    def judge(self, rule: Rule, measures: JobMeasures, m: Measured) -> tuple[str, str]:
+        mlm, first_clm = m.arms
+
+        def one_axis(axis: str) -> tuple[str, str]:
+            return claims_verdict(ahead_on(measures, axis, first_clm.label, mlm.label, jobs_of(mlm)))
+
+        return on_both_axes(one_axis)
+
+    def summary(self, m: Measured, measures: JobMeasures) -> str:
         mlm, first_clm = (arm.label for arm in m.arms)
-        tag, tag_w = (metrics[key(TAGGING.name, axis)] for axis in (TOKENS, WALL))
+        tag, tag_w = (measures.of(TAGGING, axis).arms for axis in (TOKENS, WALL))
         return (
             f"We replaced MLM for the whole budget with CLM for its first {first_share(m.arms[1]):.0%} and MLM for "
             f"the rest: tagging F1 {moved(tag[mlm], tag[first_clm])} at equal tokens "
             f"({moved(tag_w[mlm], tag_w[first_clm])} at equal wall-clock; trivial baselines: "
-            f"{baselines(m, metrics, TOKENS)})."
+            f"{baselines(m, measures, TOKENS)})."
         )
 
     def notes(self, m: Measured) -> list[str]:
         return [
             TWO_PHASES,
             (
-                "Gisserot-Boukhlef et al. (2025, 'Should We Still Pretrain Encoders with Masked Language Modeling?') found "
-                "CLM followed by MLM ahead of MLM alone on downstream encoder tasks at the same compute, with models of "
-                "hundreds of millions of parameters; the tiny models here are far below that."
+                "Gisserot-Boukhlef et al. (2025, 'Should We Still Pretrain Encoders with Masked Language Modeling?') "
+                "found CLM followed by MLM ahead of MLM alone on downstream encoder tasks at the same compute, with "
+                "models of hundreds of millions of parameters; the tiny models here are far below that."
             ),
             (
                 "The validation losses on the plots are per token (CLM, the first phase) and per masked token (MLM): "

@@ -20,24 +20,24 @@ from maskwise.errors import UserError
 from maskwise.experiments.ablations.jobs import (
     NEXT_TOKEN_LOSS,
     TAGGING,
+    JobMeasures,
     JobsStudy,
     ahead_on,
     baselines,
     jobs_of,
 )
-from maskwise.experiments.arms import TOKENS, Arm, Phase
+from maskwise.experiments.arms import TOKENS, Arm, Phase, StudyOptions
 from maskwise.experiments.framework import (
     Measured,
     Rule,
     claims_verdict,
-    key,
     moved,
     on_both_axes,
 )
 from maskwise.experiments.verdict import INCONCLUSIVE
 
-MLM = Arm("mlm", "MLM encoder", {"family": "encoder", "objective": "mlm"})
-CLM = Arm("clm", "CLM decoder", {"family": "decoder", "objective": "clm"})
+MLM_ARM = Arm("mlm", "MLM encoder", {"family": "encoder", "objective": "mlm"})
+CLM_ARM = Arm("clm", "CLM decoder", {"family": "decoder", "objective": "clm"})
 DEFAULT_SHARE = 0.75  # of the budget spent in the other objective first
 TIE = (
     "a tie is not shown to be a match: a paired mean-difference test over a few seeds cannot tell no gap "
@@ -70,22 +70,30 @@ def first_share(arm: Arm) -> float:
     return arm.before.share if arm.before is not None else 0.0
 
 
-def judge_pair(metrics: dict, native: Arm, other: Arm) -> tuple[str, str]:
+def judge_pair(measures: JobMeasures, native: Arm, other: Arm) -> tuple[str, str]:
     """The native model ``native`` against the continued ``other``, on the native's measures."""
 
     def one_axis(axis: str) -> tuple[str, str]:
-        verdict, detail = claims_verdict(ahead_on(metrics, axis, native.label, other.label, jobs_of(native)))
+        verdict, detail = claims_verdict(ahead_on(measures, axis, native.label, other.label, jobs_of(native)))
         return verdict, detail + (f" ({TIE})" if verdict == INCONCLUSIVE else "")
 
     return on_both_axes(one_axis)
 
 
-def judge_encoders(metrics: dict, arms: Sequence[Arm]) -> tuple[str, str]:
-    return judge_pair(metrics, arms[0], arms[1])
-
-
-def judge_decoders(metrics: dict, arms: Sequence[Arm]) -> tuple[str, str]:
-    return judge_pair(metrics, arms[2], arms[3])
+ENCODERS = Rule(
+    (
+        "An encoder pretrained with MLM for the whole budget is ahead of a CLM decoder continued as an MLM "
+        "encoder (Ettin, Weller et al. 2025)."
+    ),
+    RULE,
+    "encoder",
+)
+DECODERS = Rule(
+    "A decoder pretrained with CLM for the whole budget is ahead of an MLM encoder continued as a CLM "
+    "decoder (the mirror).",
+    RULE,
+    "decoder",
+)
 
 
 # What a continued arm's two runs are, for the notes of every ablation that has one.
@@ -105,24 +113,7 @@ class CrossObjective(JobsStudy):
     reads = ("tag",)  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
     about = "native MLM/CLM vs the other objective for 75% of the budget, then continued in the native one (Ettin)"
     title = "Ablation cross-objective: native pretraining vs the other objective first, then continued"
-    rules = (
-        Rule(
-            (
-                "An encoder pretrained with MLM for the whole budget is ahead of a CLM decoder continued as an MLM "
-                "encoder (Ettin, Weller et al. 2025)."
-            ),
-            RULE,
-            judge_encoders,
-            "encoder",
-        ),
-        Rule(
-            "A decoder pretrained with CLM for the whole budget is ahead of an MLM encoder continued as a CLM "
-            "decoder (the mirror).",
-            RULE,
-            judge_decoders,
-            "decoder",
-        ),
-    )
+    rules = (ENCODERS, DECODERS)
     step = "cross"
     options = ("share",)
 
@@ -130,23 +121,30 @@ class CrossObjective(JobsStudy):
         """Each pair on its own equal-wall-clock budget: the pairs are never compared with each other."""
         return self.pairs(arms)
 
-    def arms(self, share: float = DEFAULT_SHARE) -> tuple[Arm, ...]:
+    def arms(self, options: StudyOptions) -> tuple[Arm, ...]:
         """The encoder pair, then the decoder pair: each its native model first."""
-        return MLM, continued(MLM, CLM, share), CLM, continued(CLM, MLM, share)
+        share = DEFAULT_SHARE if options.share is None else options.share
+        return MLM_ARM, continued(MLM_ARM, CLM_ARM, share), CLM_ARM, continued(CLM_ARM, MLM_ARM, share)
 
     def pairs(self, arms: Sequence[Arm]) -> tuple[Sequence[Arm], Sequence[Arm]]:
         """The encoder pair and the decoder pair: what the rules compare, each on its own clock."""
         return arms[:2], arms[2:]
 
-    def summary(self, m: Measured, metrics: dict) -> str:
+    def judge(self, rule: Rule, measures: JobMeasures, m: Measured) -> tuple[str, str]:
+        """The encoder pair's rule, or the decoder pair's: each pair's native model first."""
+        encoders, decoders = self.pairs(m.arms)
+        native, other = encoders if rule is ENCODERS else decoders
+        return judge_pair(measures, native, other)
+
+    def summary(self, m: Measured, measures: JobMeasures) -> str:
         mlm, from_clm, clm, from_mlm = (arm.label for arm in m.arms)
-        tag, loss = (metrics[key(job.name, TOKENS)] for job in (TAGGING, NEXT_TOKEN_LOSS))
+        tag, loss = (measures.of(job, TOKENS).arms for job in (TAGGING, NEXT_TOKEN_LOSS))
         share = first_share(m.arms[1])
         return (
             f"We replaced pretraining in the model's own objective with {share:.0%} of the budget in the other one "
             f"before its own: at equal tokens the encoder's tagging F1 {moved(tag[mlm], tag[from_clm])}, "
             f"while the decoder's held-out next-token loss "
-            f"{moved(loss[clm], loss[from_mlm])} nats/char (trivial baselines: {baselines(m, metrics, TOKENS)})."
+            f"{moved(loss[clm], loss[from_mlm])} nats/char (trivial baselines: {baselines(m, measures, TOKENS)})."
         )
 
     def notes(self, m: Measured) -> list[str]:

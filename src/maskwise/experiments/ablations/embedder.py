@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-from functools import partial
+from dataclasses import dataclass
 from statistics import fmean as mean
 
 from maskwise.experiments.ablations.jobs import (
-    BASELINE,
     RETRIEVAL,
     UNTRAINED,
-    short_of,
+    JobScores,
     with_control,
 )
-from maskwise.experiments.arms import AXES, TOKENS, WALL, Arm, Setup
+from maskwise.experiments.arms import AXES, TOKENS, WALL, Arm, Setup, StudyOptions
 from maskwise.experiments.framework import (
     MIN_BUCKET,
     Measured,
+    Measures,
     Rule,
     Study,
-    buckets_of,
+    Table,
     common_buckets,
     fine_tuned,
     key,
@@ -27,7 +27,6 @@ from maskwise.experiments.framework import (
     table_row,
 )
 from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
-from maskwise.tasks.retrieve import RetrievalRecord
 
 ENCODER = Arm("mlm", "encoder (MLM, mean)", {"family": "encoder", "objective": "mlm"})
 DECODER = Arm("clm", "decoder (CLM, last)", {"family": "decoder", "objective": "clm"})
@@ -46,61 +45,43 @@ RULE = (
 )
 
 
-def bucket_recall(bucket: str, measures: dict) -> float:
-    """A run's recall@10 on the passages of length bucket ``bucket`` (``framework.common_buckets``: every run has
-    one there)."""
-    return RetrievalRecord.from_json(measures).by_passage_chars[bucket].recall_at_10
+@dataclass(frozen=True)
+class Bucket:
+    """The arms' recall@10 on the passages of one length bucket (characters), per seed."""
+
+    label: str  # "0-199"
+    arms: dict[str, list[float]]  # arm label -> per seed
+
+    def pair(self) -> tuple[list[float], list[float]]:
+        return self.arms[ENCODER.label], self.arms[DECODER.label]
+
+    def gaps(self) -> list[float]:
+        """The encoder's lead over the decoder, per seed."""
+        return [a - b for a, b in zip(*self.pair())]
 
 
-def judge(metrics: dict, arms=None) -> tuple[str, str]:
-    def pair(groups: dict[str, list[float]]) -> tuple[list[float], list[float]]:
-        return groups[ENCODER.label], groups[DECODER.label]
+@dataclass(frozen=True)
+class EmbedderAxis:
+    """What the rule reads at one axis: recall@10 overall (the encoder's bars beside it), and by passage length."""
 
-    def gaps(groups: dict[str, list[float]]) -> list[float]:
-        return [a - b for a, b in zip(*pair(groups))]
-
-    def one_axis(axis: str) -> tuple[str, str]:
-        overall = compare(*pair(metrics[key("recall@10", axis)]))
-        buckets = [(k, compare(*pair(metrics[k]))) for k in buckets_of(metrics, BUCKET, axis)]
-        if not buckets:
-            return INCONCLUSIVE, f"no passage-length bucket has {MIN_BUCKET} queries"
-        if short_of(metrics, axis, (ENCODER.label,), RETRIEVAL):
-            groups = metrics[key("recall@10", axis)]
-            bars = [
-                compare(groups[ENCODER.label], groups[bar]).describe("encoder", name)
-                for bar, name in ((BASELINE, "random"), (UNTRAINED, "untrained"))
-            ]
-            return INCONCLUSIVE, (
-                f"the encoder does not clear both a random ranking ({bars[0]}) and its block never "
-                f"pretrained, fine-tuned the same way ({bars[1]}): no pretraining to compare "
-                f"(encoder vs decoder: {overall.describe('encoder', 'decoder')})"
-            )
-        if overall.winner != "a" and not any(c.winner == "a" for _, c in buckets):
-            where = overall.describe("encoder", "decoder")
-            return FALSIFIED, f"the decoder matches or beats the encoder overall ({where}) and in every length bucket"
-        # the encoder's gap per seed, on the longest passages against the shortest (paired by seed)
-        narrowing = compare(gaps(metrics[buckets[-1][0]]), gaps(metrics[buckets[0][0]]))
-        text = (
-            f"overall {overall.describe('encoder', 'decoder')}; the encoder's gap on the longest vs the "
-            f"shortest passages: {narrowing.describe('longest', 'shortest')}"
-        )
-        if overall.winner == "a" and narrowing.winner == "a":
-            return HELD, text
-        return INCONCLUSIVE, text + (
-            " (not ahead overall)" if overall.winner != "a" else " (the gap does not narrow on short passages)"
-        )
-
-    return on_both_axes(one_axis)
+    recall: JobScores
+    buckets: list[Bucket]  # those every run has with ``MIN_BUCKET`` queries, shortest first
 
 
-def mrr_of(measures: dict) -> float:
-    """A run's MRR: set for the plays' ICT queries, each with one relevant passage (graded judgements have none)."""
-    mrr = RetrievalRecord.from_json(measures).mrr
-    assert mrr is not None
-    return mrr
+@dataclass(frozen=True)
+class EmbedderMeasures(Measures):
+    at: dict[str, EmbedderAxis]  # axis ->
+
+    def to_json(self) -> dict[str, dict[str, list[float]]]:
+        metrics = {}
+        for axis, measured in self.at.items():
+            metrics[key("recall@10", axis)] = measured.recall.to_json()
+            for bucket in measured.buckets:
+                metrics[key(f"{BUCKET}{bucket.label} chars", axis)] = bucket.arms
+        return metrics
 
 
-class Embedder(Study):
+class Embedder(Study[EmbedderMeasures]):
     """A bidirectional encoder vs a causal decoder as the body of an ICT bi-encoder."""
 
     reads = ("embed",)  # a user's retrieval rows replace the plays' ICT pairs (ablate --task)
@@ -113,50 +94,92 @@ class Embedder(Study):
                 "pretraining budget; the gap narrows for short passages."
             ),
             RULE,
-            judge,
         ),
     )
     step = "retrieve"
 
-    def arms(self) -> tuple[Arm, ...]:
+    def arms(self, options: StudyOptions) -> tuple[Arm, ...]:
         return ENCODER, DECODER
 
-    def tabulate(self, m: Measured) -> tuple[dict, list]:
+    def tabulate(self, m: Measured) -> Table[EmbedderMeasures]:
         buckets = common_buckets(m, "by_passage_chars")
-        metrics, rows = {}, []
+        at, rows = {}, []
         for axis in AXES:
-            recall = m.per_arm(axis, RETRIEVAL.score_of)
-            bars = RETRIEVAL.bars(m.measured[axis][ENCODER.key])  # per seed: the random ranking and the control
-            metrics[key("recall@10", axis)] = {**recall, **bars}
+            stored = {arm.label: m.measured[axis][arm.key] for arm in m.arms}
+            records = RETRIEVAL.decoded(stored)
+            # per seed: the random ranking and the control, from the encoder's records
+            recall = RETRIEVAL.scores(stored, m.measured[axis][ENCODER.key])
             rows += [
-                table_row("recall@10", axis, recall, True),
-                table_row(f"recall@10, {UNTRAINED} (control)", axis, {ENCODER.label: bars[UNTRAINED]}, True),
+                table_row("recall@10", axis, recall.arms, True),
+                table_row(f"recall@10, {UNTRAINED} (control)", axis, {ENCODER.label: recall.untrained()}, True),
             ]
+            by_length = []
             for bucket in buckets:
-                name = f"{BUCKET}{bucket} chars"
-                metrics[key(name, axis)] = m.per_arm(axis, partial(bucket_recall, bucket))
-                rows.append(table_row(name, axis, metrics[key(name, axis)], True))
-            rows.append(table_row("MRR", axis, m.per_arm(axis, mrr_of), True))
-        return metrics, rows
+                by_length.append(
+                    Bucket(
+                        bucket,
+                        {label: [r.by_passage_chars[bucket].recall_at_10 for r in rs] for label, rs in records.items()},
+                    )
+                )
+                rows.append(table_row(f"{BUCKET}{bucket} chars", axis, by_length[-1].arms, True))
+            mrr = {label: [RETRIEVAL.mrr(r) for r in rs] for label, rs in records.items()}
+            rows.append(table_row("MRR", axis, mrr, True))
+            at[axis] = EmbedderAxis(recall, by_length)
+        return Table(EmbedderMeasures(at), rows)
 
-    def summary(self, m: Measured, metrics: dict) -> str:
-        tok, wall = metrics[key("recall@10", TOKENS)], metrics[key("recall@10", WALL)]
+    def judge(self, rule: Rule, measures: EmbedderMeasures, m: Measured) -> tuple[str, str]:
+        def one_axis(axis: str) -> tuple[str, str]:
+            recall = measures.at[axis].recall
+            overall = recall.compare(ENCODER.label, DECODER.label)
+            buckets = [(bucket, compare(*bucket.pair())) for bucket in measures.at[axis].buckets]
+            if not buckets:
+                return INCONCLUSIVE, f"no passage-length bucket has {MIN_BUCKET} queries"
+            if recall.short_of((ENCODER.label,)):
+                bars = [
+                    compare(recall.arms[ENCODER.label], values).describe("encoder", name)
+                    for (_, values), name in zip(recall.bars(), ("random", "untrained"))
+                ]
+                return INCONCLUSIVE, (
+                    f"the encoder does not clear both a random ranking ({bars[0]}) and its block never "
+                    f"pretrained, fine-tuned the same way ({bars[1]}): no pretraining to compare "
+                    f"(encoder vs decoder: {overall.describe('encoder', 'decoder')})"
+                )
+            if overall.winner != "a" and not any(c.winner == "a" for _, c in buckets):
+                where = overall.describe("encoder", "decoder")
+                return FALSIFIED, (
+                    f"the decoder matches or beats the encoder overall ({where}) and in every length bucket"
+                )
+            # the encoder's gap per seed, on the longest passages against the shortest (paired by seed)
+            narrowing = compare(buckets[-1][0].gaps(), buckets[0][0].gaps())
+            text = (
+                f"overall {overall.describe('encoder', 'decoder')}; the encoder's gap on the longest vs the "
+                f"shortest passages: {narrowing.describe('longest', 'shortest')}"
+            )
+            if overall.winner == "a" and narrowing.winner == "a":
+                return HELD, text
+            return INCONCLUSIVE, text + (
+                " (not ahead overall)" if overall.winner != "a" else " (the gap does not narrow on short passages)"
+            )
+
+        return on_both_axes(one_axis)
+
+    def summary(self, m: Measured, measures: EmbedderMeasures) -> str:
+        tok, wall = measures.at[TOKENS].recall, measures.at[WALL].recall
         enc, dec = ENCODER.label, DECODER.label
-        buckets = buckets_of(metrics, BUCKET, TOKENS)
+        buckets = measures.at[TOKENS].buckets
         by_length = " (no length bucket had enough queries to break it down)"
         if buckets:
-            parts = []
-            for bucket_key in dict.fromkeys((buckets[0], buckets[-1])):
-                chars = bucket_key[len(BUCKET) : -len(f" chars at {TOKENS}")]
-                groups = metrics[bucket_key]
-                parts.append(f"on passages of {chars} characters it {moved(groups[enc], groups[dec])}")
-            by_length = ", while " + " and ".join(parts)
+            ends = buckets[:1] + buckets[1:][-1:]  # the shortest and the longest, once where they are one
+            by_length = ", while " + " and ".join(
+                f"on passages of {bucket.label} characters it {moved(bucket.arms[enc], bucket.arms[dec])}"
+                for bucket in ends
+            )
         return (
             f"We replaced the bidirectional encoder (MLM, mean pooling) with a causal decoder of the same size (CLM, "
-            f"last-token pooling) as the body of an ICT bi-encoder: recall@10 {moved(tok[enc], tok[dec])} at equal "
-            f"tokens ({moved(wall[enc], wall[dec])} at equal wall-clock){by_length} (random ranking: "
-            f"{mean(tok[BASELINE]):.3f}; the encoder's block never pretrained, fine-tuned the same way: "
-            f"{mean(tok[UNTRAINED]):.3f})."
+            f"last-token pooling) as the body of an ICT bi-encoder: recall@10 {moved(tok.arms[enc], tok.arms[dec])} at "
+            f"equal tokens ({moved(wall.arms[enc], wall.arms[dec])} at equal wall-clock){by_length} (random ranking: "
+            f"{mean(tok.baseline):.3f}; the encoder's block never pretrained, fine-tuned the same way: "
+            f"{mean(tok.untrained()):.3f})."
         )
 
     def notes(self, m: Measured) -> list[str]:
@@ -167,11 +190,12 @@ class Embedder(Study):
             ),
             (
                 "Both bodies pretrain on the same text with the same block; only the attention mask and the loss "
-                "differ. Contrastive training (InfoNCE, in-batch negatives) has the same steps, batch and learning rate."
+                "differ. Contrastive training (InfoNCE, in-batch negatives) has the same steps, batch and learning "
+                "rate."
             ),
             (
-                "Pooling: mean over real tokens for the encoder, the last real token for the decoder (the only position "
-                "that has seen the whole text through a causal mask)."
+                "Pooling: mean over real tokens for the encoder, the last real token for the decoder (the only "
+                "position that has seen the whole text through a causal mask)."
             ),
             (
                 f"Inputs are cut to {m.setup.recipe.block_size} tokens ({m.setup.recipe.tokenizer}): in the longest "

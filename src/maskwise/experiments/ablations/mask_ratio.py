@@ -6,18 +6,20 @@ plays spread too far across seeds to decide and retrieval's gap would have neede
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass
 
 from maskwise.data.corpus import load_corpus
 from maskwise.data.stream import TokenStream
 from maskwise.errors import UserError
-from maskwise.experiments.ablations.jobs import TAGGING, short_of, with_control
-from maskwise.experiments.arms import AXES, TOKENS, WALL, Arm, Setup
+from maskwise.experiments.ablations.jobs import TAGGING, JobScores, val_loss, with_control
+from maskwise.experiments.arms import AXES, TOKENS, WALL, Arm, Setup, StudyOptions
 from maskwise.experiments.framework import (
     TAG_F1,
     Measured,
+    Measures,
     Rule,
     Study,
+    Table,
     key,
     moved,
     on_both_axes,
@@ -27,6 +29,7 @@ from maskwise.experiments.verdict import FALSIFIED, HELD, INCONCLUSIVE, compare
 from maskwise.objectives.mlm import MLM
 from maskwise.recipes import Scale
 from maskwise.tasks.reading import config_of
+from maskwise.tasks.record import Fields
 from maskwise.train.loop import TrainConfig, Trainer
 
 MASK_LOSS = "held-out MLM loss at 15% masking"
@@ -48,24 +51,36 @@ def ratio_arm(ratio: float) -> Arm:
     return Arm(f"ratio{ratio:g}", f"mask {ratio:g}", {"family": "encoder", "objective": "mlm", "mask_ratio": ratio})
 
 
-def judge(metrics: dict, arms: Sequence[Arm]) -> tuple[str, str]:
-    """Between the lowest ratio's arm (``arms[0]``) and the highest's (``arms[-1]``)."""
-    low, high = arms[0].label, arms[-1].label
+@dataclass(frozen=True)
+class MaskedLoss(Fields):
+    """A run's MLM loss per masked token at 15% masking (``mlm_loss_at``), stored beside its tagging record."""
 
-    def one_axis(axis: str) -> tuple[str, str]:
-        loss = compare(metrics[key(MASK_LOSS, axis)][low], metrics[key(MASK_LOSS, axis)][high], higher_is_better=False)
-        tagging = compare(metrics[key(TAG_F1, axis)][low], metrics[key(TAG_F1, axis)][high])
-        text = f"loss {loss.describe(low, high)}; tagging F1 {tagging.describe(low, high)}"
-        short = short_of(metrics, axis, (low, high), TAGGING)
-        if short:
-            return INCONCLUSIVE, f"{' and '.join(short)} not ahead of the tagging baselines, so no evidence; {text}"
-        if tagging.winner == "b":
-            return FALSIFIED, text
-        if tagging.winner == "a" and loss.winner == "b":
-            return HELD, text
-        return INCONCLUSIVE, text
+    mlm_loss_15: float
 
-    return on_both_axes(one_axis)
+
+@dataclass(frozen=True)
+class RatioAxis:
+    """What the rule reads at one axis: each arm's loss at 15% masking, and tagging with its baseline and control."""
+
+    loss: dict[str, list[float]]  # arm label -> per seed
+    tagging: JobScores
+
+
+@dataclass(frozen=True)
+class MaskRatioMeasures(Measures):
+    at: dict[str, RatioAxis]  # axis ->
+
+    def to_json(self) -> dict[str, dict[str, list[float]]]:
+        metrics = {}
+        for axis, measured in self.at.items():
+            metrics[key(MASK_LOSS, axis)] = measured.loss
+            metrics[key(TAG_F1, axis)] = measured.tagging.to_json()
+        return metrics
+
+
+def masked_loss(stored: dict) -> float:
+    """A run's stored ``MaskedLoss``."""
+    return MaskedLoss.from_json(stored).mlm_loss_15
 
 
 def mlm_loss_at(setup: Setup, name: str, ratio: float = 0.15) -> float:
@@ -87,7 +102,7 @@ def mlm_loss_at(setup: Setup, name: str, ratio: float = 0.15) -> float:
     return Trainer(run.model, objective, val, val, cfg, runtime=setup.exp.runtime).evaluate()["val_loss"]
 
 
-class MaskRatio(Study):
+class MaskRatio(Study[MaskRatioMeasures]):
     """How much to mask in MLM."""
 
     reads = ("tag",)  # a user's tag task replaces the plays' punctuation in the tagging job (ablate --task)
@@ -100,13 +115,13 @@ class MaskRatio(Study):
                 "per step) but a worse downstream score (here: tagging, punctuation restoration on the plays)."
             ),
             RULE,
-            judge,
         ),
     )
     step = "mask"
     options = ("ratios",)
 
-    def arms(self, ratios: Sequence[float] = DEFAULT_RATIOS) -> tuple[Arm, ...]:
+    def arms(self, options: StudyOptions) -> tuple[Arm, ...]:
+        ratios = DEFAULT_RATIOS if options.ratios is None else options.ratios
         values = tuple(sorted({float(r) for r in ratios}))
         if len(values) < 2 or not all(0.0 < r < 1.0 for r in values):
             raise UserError(f"ratios: need at least two distinct mask ratios in (0, 1), got {list(ratios)}")
@@ -114,29 +129,50 @@ class MaskRatio(Study):
 
     def measure(self, setup: Setup, arm: Arm, name: str, seed: int) -> dict:
         tagging = with_control(setup, TAGGING, TAGGING.take(setup, name, seed), seed)
-        return {"mlm_loss_15": mlm_loss_at(setup, name), **tagging}
+        return {**MaskedLoss(mlm_loss_at(setup, name)).to_json(), **tagging}
 
-    def tabulate(self, m: Measured) -> tuple[dict, list]:
-        metrics, rows = {}, []
+    def tabulate(self, m: Measured) -> Table[MaskRatioMeasures]:
+        at, rows = {}, []
         for axis in AXES:
-            metrics[key(MASK_LOSS, axis)] = m.per_arm(axis, lambda r: r["mlm_loss_15"])
-            metrics[key(TAG_F1, axis)], tagging = TAGGING.rows(m, axis)
+            loss = m.per_arm(axis, masked_loss)
+            tagging, tagging_rows = TAGGING.tabulated(m, axis)
+            at[axis] = RatioAxis(loss, tagging)
             rows += [
-                table_row(MASK_LOSS + " (nats per masked token)", axis, metrics[key(MASK_LOSS, axis)], False),
+                table_row(MASK_LOSS + " (nats per masked token)", axis, loss, False),
                 table_row(
                     "validation loss at its own ratio (not comparable across ratios)",
                     axis,
-                    m.final(axis, lambda last: last["val_loss"]),
+                    m.final(axis, val_loss),
                     None,
                 ),
-                *tagging,
+                *tagging_rows,
             ]
-        return metrics, rows
+        return Table(MaskRatioMeasures(at), rows)
 
-    def summary(self, m: Measured, metrics: dict) -> str:
+    def judge(self, rule: Rule, measures: MaskRatioMeasures, m: Measured) -> tuple[str, str]:
+        """Between the lowest ratio's arm (``m.arms[0]``) and the highest's (``m.arms[-1]``)."""
         low, high = m.arms[0].label, m.arms[-1].label
-        loss, tagging = metrics[key(MASK_LOSS, TOKENS)], metrics[key(TAG_F1, TOKENS)]
-        loss_w, tagging_w = metrics[key(MASK_LOSS, WALL)], metrics[key(TAG_F1, WALL)]
+
+        def one_axis(axis: str) -> tuple[str, str]:
+            at = measures.at[axis]
+            loss = compare(at.loss[low], at.loss[high], higher_is_better=False)
+            tagging = at.tagging.compare(low, high)
+            text = f"loss {loss.describe(low, high)}; tagging F1 {tagging.describe(low, high)}"
+            short = at.tagging.short_of((low, high))
+            if short:
+                return INCONCLUSIVE, f"{' and '.join(short)} not ahead of the tagging baselines, so no evidence; {text}"
+            if tagging.winner == "b":
+                return FALSIFIED, text
+            if tagging.winner == "a" and loss.winner == "b":
+                return HELD, text
+            return INCONCLUSIVE, text
+
+        return on_both_axes(one_axis)
+
+    def summary(self, m: Measured, measures: MaskRatioMeasures) -> str:
+        low, high = m.arms[0].label, m.arms[-1].label
+        loss, tagging = measures.at[TOKENS].loss, measures.at[TOKENS].tagging.arms
+        loss_w, tagging_w = measures.at[WALL].loss, measures.at[WALL].tagging.arms
         rule, rule_f1 = TAGGING.baseline_of(m.first(m.arms[0]))
         return (
             f"We replaced mask ratio {low.split()[-1]} with {high.split()[-1]}: held-out MLM loss at 15% masking "
@@ -159,8 +195,9 @@ class MaskRatio(Study):
                 "from that regime, and the verdict is reported either way."
             ),
             (
-                "Tagging: a fresh per-token head on the body, fine-tuned on the train plays' punctuation windows (or the user's tag task) "
-                "with the same steps, batch and learning rates for every ratio, scored on the same test rows."
+                "Tagging: a fresh per-token head on the body, fine-tuned on the train plays' punctuation windows (or "
+                "the user's tag task) with the same steps, batch and learning rates for every ratio, scored on the "
+                "same test rows."
             ),
         ]
 

@@ -22,7 +22,7 @@ from maskwise.experiments.ablations import (
     seq2seq,
     shift_bug,
 )
-from maskwise.experiments.arms import Setup
+from maskwise.experiments.arms import Setup, StudyOptions
 from maskwise.experiments.compare_plan import ComparePlan, plan_of
 from maskwise.experiments.framework import Study, conduct, write
 from maskwise.experiments.runner import Experiment
@@ -43,15 +43,23 @@ ABLATIONS: dict[str, Study] = {
 }
 
 
+NO_OPTIONS = StudyOptions()  # every field at its default: each ablation's own defaults
+
+
 def checked(
-    name: str, scale: str, seeds: int, options: dict, data: str = SHAKESPEARE, tasks: Sequence[TaskSpec] = ()
+    name: str,
+    scale: str,
+    seeds: int,
+    options: StudyOptions = NO_OPTIONS,
+    data: str = SHAKESPEARE,
+    tasks: Sequence[TaskSpec] = (),
 ) -> tuple[Study, Scale, ComparePlan]:
     """The ablation, the scale and the plan (``--data``, the ``--task`` files read and checked) named, or a UserError
-    naming what is wrong (before anything runs)."""
+    naming what is wrong (before anything runs); ``options``: the ablation's own, a field it does not read refused."""
     if name not in ABLATIONS:
         raise UserError(f"unknown ablation {name!r}; known: {', '.join(ABLATIONS)}")
     ablation = ABLATIONS[name]
-    unknown = sorted(set(options) - set(ablation.options))
+    unknown = sorted(set(options.given()) - set(ablation.options))
     if unknown:
         accepted = ", ".join(ablation.options) or "none"
         raise UserError(f"ablation {name} does not take {', '.join(unknown)} (its options: {accepted})")
@@ -59,7 +67,7 @@ def checked(
         raise UserError(f"seeds must be at least 2 (a spread needs two values), got {seeds}")
     if scale not in SCALES:
         raise UserError(f"unknown scale {scale!r}; known: {', '.join(SCALES)}")
-    ablation.arms(**options)  # its own options (mask ratios) are checked by building its arms
+    ablation.arms(options)  # its own options (mask ratios) are checked by building its arms
     chosen = SCALES[scale]
     batch = max(1, chosen.recipe.batch_size // ablation.steps_factor)
     recipe = chosen.recipe.retuned(chosen.recipe.name, ablation.tasks, batch_size=batch)
@@ -92,13 +100,13 @@ def run_ablation(
     runtime: Runtime | None = None,
     data: str = SHAKESPEARE,
     tasks: Sequence[TaskSpec] = (),
-    **options,
+    options: StudyOptions = NO_OPTIONS,
 ) -> Path:
     """Run (or continue) ablation ``name`` at ``scale`` (a name in ``recipes.SCALES``) in ``out``
     (default ``runs/ablate-<name>``), write its results.json and render the report; returns the
     folder. ``data``: the corpus every arm pretrains on; ``tasks``: the user's, each replacing the plays' slice
     in the job of its kind (``Study.reads``). ``options``: the ablation's own (``ratios`` for mask-ratio,
-    ``share`` for cross-objective and clm-then-mlm)."""
+    ``share`` for cross-objective and clm-then-mlm, ``models`` for the reranker; ``Study.options``)."""
     ablation, chosen, plan = checked(name, scale, seeds, options, data, tasks)
     exp = Experiment(out or f"runs/ablate-{name}", overwrite, runtime)
     described = plan.described
@@ -110,7 +118,7 @@ def run_ablation(
             f"other settings, corpus or tasks than {name} at scale {chosen.name} now; use --overwrite or "
             "another --out"
         )
-    results = conduct(ablation, Setup(exp, chosen, tuple(range(seeds)), progress, plan, options), **options)
+    results = conduct(ablation, Setup(exp, chosen, tuple(range(seeds)), progress, plan, options))
     results["notes"].insert(
         0,
         "Data: pretraining on "
@@ -145,5 +153,10 @@ def run_ablation(
         exp,
         {**results, "data": described},
         "ablation",
-        {**recipe, "seeds": list(range(seeds)), "task_flags": [t.spec.flag() for t in plan.tasks], **options},
+        {
+            **recipe,
+            "seeds": list(range(seeds)),
+            "task_flags": [t.spec.flag() for t in plan.tasks],
+            **options.recorded(),
+        },
     )

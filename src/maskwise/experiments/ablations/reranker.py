@@ -11,14 +11,14 @@ costs shows up apart from what a decoder costs.
 Its ``models`` option starts a reranker from a folder instead of a body pretrained here ("cross=FOLDER,
 generative=FOLDER", either alone): the template is about pretrained models, and a d-64 character encoder
 pretrained for minutes never ranked above BM25's own order. An HF folder (all-MiniLM-L6-v2, say) is fine-tuned
-as a pretrained body (``finetune.PRETRAINED``, HF Trainer's defaults), a maskwise run at the scale's own; a role without a folder is the
-arm pretrained here, as before.
+as a pretrained body (``finetune.PRETRAINED``, HF Trainer's defaults), a maskwise run at the scale's own; a role
+without a folder is the arm pretrained here, as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import fmean as mean
 
@@ -26,11 +26,13 @@ from torch import nn
 
 from maskwise.errors import UserError
 from maskwise.experiments.ablations.jobs import CLM_DECODER, MLM_ENCODER
-from maskwise.experiments.arms import TOKENS, Arm, Setup
+from maskwise.experiments.arms import TOKENS, Arm, Setup, StudyOptions
 from maskwise.experiments.framework import (
     Measured,
+    Measures,
     Rule,
     Study,
+    Table,
     claims_verdict,
     key,
     table_row,
@@ -71,32 +73,16 @@ RULE = (
 )
 
 
-def judge(metrics: dict, arms=None) -> tuple[str, str]:
-    ndcg, p99 = metrics[key(NDCG, TOKENS)], metrics[key(P99, TOKENS)]
-    learned = compare(ndcg[CROSS], ndcg[RANDOM])
-    improves = compare(ndcg[CROSS], ndcg[FIRST])
-    quality = compare(ndcg[CROSS], ndcg[WRITES])
-    latency = compare(p99[CROSS], p99[WRITES], higher_is_better=False)
-    if learned.winner != "a":
-        return INCONCLUSIVE, (
-            f"the cross-encoder does not clear a random order of its candidates "
-            f"({learned.describe('cross', 'random')}): nothing learned to compare"
-        )
-    if improves.winner != "a":
-        return INCONCLUSIVE, (
-            f"the cross-encoder does not improve on the first stage's own order "
-            f"({improves.describe('cross', 'BM25')}): not yet a reranker to compare"
-        )
-    not_behind = {"a": True, "tie": True, "b": False}[quality.winner]
-    return claims_verdict(
-        [
-            (f"not behind the writing reranker on nDCG@10 ({quality.describe('cross', 'writes')})", not_behind),
-            (
-                f"lower p99 latency ({latency.describe('cross', 'writes', 1)})",
-                {"a": True, "tie": None, "b": False}[latency.winner],
-            ),
-        ]
-    )
+@dataclass(frozen=True)
+class RerankerMeasures(Measures):
+    """What the rule reads, each by system (the table's columns: the rerankers and the two baseline orders), per
+    seed; a baseline order has no latency (an empty list)."""
+
+    ndcg: dict[str, list[float]]
+    p99: dict[str, list[float]]
+
+    def to_json(self) -> dict[str, dict[str, list[float]]]:
+        return {key(NDCG, TOKENS): self.ndcg, key(P99, TOKENS): self.p99}
 
 
 # ---- the rerankers' bodies: pretrained here (the arms), or folders given (``models``) -------------------------
@@ -110,14 +96,13 @@ MODELS_USAGE = "cross=FOLDER,generative=FOLDER (either alone; a folder or all-Mi
 PRETRAINED_MAX_LEN = 128
 
 
-def checkpoints(models: str | Mapping[str, str] | None) -> dict[str, Path]:
-    """``models`` (``MODELS_USAGE``, or a mapping of role to folder) as role -> folder, or one line naming what is
-    wrong; {} when None: both arms are pretrained here. ``arms`` checks that each folder opens as its role reads."""
+def checkpoints(models: str | None) -> dict[str, Path]:
+    """``models`` (``MODELS_USAGE``) as role -> folder, or one line naming what is wrong; {} when None: both arms are
+    pretrained here. ``arms`` checks that each folder opens as its role reads."""
     if models is None:
         return {}
-    pairs = models.items() if isinstance(models, Mapping) else [part.partition("=")[::2] for part in models.split(",")]
     found: dict[str, Path] = {}
-    for role, folder in ((str(r).strip(), str(f).strip()) for r, f in pairs):
+    for role, folder in ((r.strip(), f.strip()) for r, _, f in (part.partition("=") for part in models.split(","))):
         if role not in ROLES or not folder or role in found:
             raise UserError(f"models {models!r}: expected {MODELS_USAGE}")
         found[role] = model_folder(folder).resolve()
@@ -177,9 +162,7 @@ def rerankers(setup: Setup, seed: int, model: nn.Module, tokenizer, role: str, p
 def by_system(m: Measured) -> dict[str, list[dict]]:
     """Each reranker's records as stored (JSON), one a seed, from the arm pretrained here or the folder given."""
     measured = [records for arm in m.arms for records in m.measured[TOKENS][arm.key]]
-    given = (
-        {role: str(folder) for role, folder in checkpoints(m.setup.options.get("models")).items()} if m.per_seed else {}
-    )
+    given = {role: str(folder) for role, folder in checkpoints(m.setup.options.models).items()} if m.per_seed else {}
     for seed, joint in sorted(m.per_seed.items()):
         if {role: body["folder"] for role, body in joint["bodies"].items()} != given:  # a folder's earlier steps
             raise UserError(
@@ -239,7 +222,7 @@ def bodies(m: Measured, records: dict[str, list[dict]]) -> list[str]:
     return lines
 
 
-class Reranker(Study):
+class Reranker(Study[RerankerMeasures]):
     """A cross-encoder vs a generative reranker over the same first-stage candidates."""
 
     about = "cross-encoder vs generative reranker over the same top-100 (nDCG@10, p50/p99 latency)"
@@ -251,7 +234,6 @@ class Reranker(Study):
                 "reranker that writes its judgement, at a much lower p99 latency."
             ),
             RULE,
-            judge,
         ),
     )
     step = "rerank"
@@ -265,9 +247,9 @@ class Reranker(Study):
         """Every reranker and both baseline orders, whichever arms were pretrained here."""
         return list(SYSTEMS)
 
-    def arms(self, models: str | Mapping[str, str] | None = None) -> tuple[Arm, ...]:
-        """The arms still to pretrain here: each role's, unless ``models`` gives it a folder."""
-        given = checkpoints(models)
+    def arms(self, options: StudyOptions) -> tuple[Arm, ...]:
+        """The arms still to pretrain here: each role's, unless ``options.models`` gives it a folder."""
+        given = checkpoints(options.models)
         for role, folder in given.items():
             opened(role, folder)  # a folder that does not load, or a body its role cannot read: one line now
         return tuple(arm for role, arm in ROLES.items() if role not in given)
@@ -280,7 +262,7 @@ class Reranker(Study):
 
     def measure_seed(self, setup: Setup, names: dict[str, str], seed: int) -> dict:
         """The rerankers started from the folders given (``models``) for ``seed``, and which folders those were."""
-        given = checkpoints(setup.options.get("models"))
+        given = checkpoints(setup.options.models)
         systems, bodies = {}, {}
         for role, folder in given.items():
             model, tokenizer = opened(role, folder)
@@ -288,37 +270,67 @@ class Reranker(Study):
             systems.update(rerankers(setup, seed, model, tokenizer, role, pretrained_elsewhere(folder)))
         return {"bodies": bodies, "systems": systems}
 
-    def tabulate(self, m: Measured) -> tuple[dict, list]:
+    def tabulate(self, m: Measured) -> Table[RerankerMeasures]:
         records = {system: [RerankRecord.from_json(r) for r in stored] for system, stored in by_system(m).items()}
         first = records[CROSS]  # the baselines are the same candidates whoever reranks them
 
-        def per_system(get, baselines: dict | None = None) -> dict[str, list[float]]:
-            values = {system: [get(r) for r in records] for system, records in records.items()}
-            return {system: values.get(system, (baselines or {}).get(system, [])) for system in SYSTEMS}
+        def per_system(values: dict[str, list[float]]) -> dict[str, list[float]]:
+            """Every column's values, in the columns' order; a column without any has an empty list."""
+            return {system: values.get(system, []) for system in SYSTEMS}
 
         ndcg = per_system(
-            lambda r: r.ndcg_at_10,
             {
+                **{system: [r.ndcg_at_10 for r in rs] for system, rs in records.items()},
                 FIRST: [mean(r.per_query.first_stage_ndcg_at_10) for r in first],
                 RANDOM: [mean(r.per_query.random_order_ndcg_at_10) for r in first],
-            },
+            }
         )
         mrr = per_system(
-            lambda r: r.mrr, {FIRST: [r.baseline.mrr for r in first], RANDOM: [r.random_order.mrr for r in first]}
+            {
+                **{system: [r.mrr for r in rs] for system, rs in records.items()},
+                FIRST: [r.baseline.mrr for r in first],
+                RANDOM: [r.random_order.mrr for r in first],
+            }
         )
-        p50 = per_system(lambda r: r.latency.p50_ms)
-        p99 = per_system(lambda r: r.latency.p99_ms)
-        metrics = {key(NDCG, TOKENS): ndcg, key(P99, TOKENS): p99}
+        p50 = per_system({system: [r.latency.p50_ms for r in rs] for system, rs in records.items()})
+        p99 = per_system({system: [r.latency.p99_ms for r in rs] for system, rs in records.items()})
         rows = [
             table_row(NDCG, TOKENS, ndcg, True),
             table_row("MRR", TOKENS, mrr, True),
             _cost_row(P50, p50),
             _cost_row(P99, p99),
         ]
-        return metrics, rows
+        return Table(RerankerMeasures(ndcg, p99), rows)
 
-    def summary(self, m: Measured, metrics: dict) -> str:
-        ndcg, p99 = metrics[key(NDCG, TOKENS)], metrics[key(P99, TOKENS)]
+    def judge(self, rule: Rule, measures: RerankerMeasures, m: Measured) -> tuple[str, str]:
+        ndcg, p99 = measures.ndcg, measures.p99
+        learned = compare(ndcg[CROSS], ndcg[RANDOM])
+        improves = compare(ndcg[CROSS], ndcg[FIRST])
+        quality = compare(ndcg[CROSS], ndcg[WRITES])
+        latency = compare(p99[CROSS], p99[WRITES], higher_is_better=False)
+        if learned.winner != "a":
+            return INCONCLUSIVE, (
+                f"the cross-encoder does not clear a random order of its candidates "
+                f"({learned.describe('cross', 'random')}): nothing learned to compare"
+            )
+        if improves.winner != "a":
+            return INCONCLUSIVE, (
+                f"the cross-encoder does not improve on the first stage's own order "
+                f"({improves.describe('cross', 'BM25')}): not yet a reranker to compare"
+            )
+        not_behind = {"a": True, "tie": True, "b": False}[quality.winner]
+        return claims_verdict(
+            [
+                (f"not behind the writing reranker on nDCG@10 ({quality.describe('cross', 'writes')})", not_behind),
+                (
+                    f"lower p99 latency ({latency.describe('cross', 'writes', 1)})",
+                    {"a": True, "tie": None, "b": False}[latency.winner],
+                ),
+            ]
+        )
+
+    def summary(self, m: Measured, measures: RerankerMeasures) -> str:
+        ndcg, p99 = measures.ndcg, measures.p99
         gen_p99, cross_p99 = mean(p99[WRITES]), mean(p99[CROSS])
         return (
             f"We replaced a generative reranker with a cross-encoder over the same top-{CANDIDATES} candidates: "

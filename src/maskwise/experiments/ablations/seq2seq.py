@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from functools import partial
+from dataclasses import dataclass
 
-from maskwise.experiments.arms import AXES, TOKENS, Arm, Setup
+from maskwise.experiments.arms import AXES, TOKENS, Arm, Setup, StudyOptions
 from maskwise.experiments.framework import (
     MIN_BUCKET,
     Measured,
+    Measures,
     Rule,
     Study,
-    buckets_of,
+    Table,
     common_buckets,
     key,
     moved,
@@ -27,9 +28,10 @@ from maskwise.objectives.span import decoder_start_id
 from maskwise.recipes import Scale
 from maskwise.tasks.generate import GenerationConfig, generate
 from maskwise.tasks.metrics import bucket_label
+from maskwise.tasks.record import Fields
 from maskwise.tasks.run import run_task
 from maskwise.tasks.seq2seq import source_ids
-from maskwise.tasks.seq2seq_scores import Seq2SeqRecord
+from maskwise.tasks.seq2seq_scores import BucketScores, Seq2SeqRecord, Seq2SeqScores
 
 # Both at the scale's block and by the same denoising (the decoder reads noise [SEP] text, the layout it
 # fine-tunes in), so structure alone differs; the encoder-decoder splits its layers and narrows its FFN
@@ -53,9 +55,25 @@ RULE = (
 )
 
 
+@dataclass(frozen=True)
+class GenerationCost(Fields):
+    """What generating costs on one source-length bucket's batch (``generation_cost``)."""
+
+    ttft_ms: float  # time to first token: prefill plus one decoding step
+    decode_tokens_per_s: float
+    source_tokens: float  # the batch's mean prompt length
+
+
+@dataclass(frozen=True)
+class Costs(Fields):
+    """A run's generation costs by source-length bucket, stored beside its record (``measure``)."""
+
+    cost: dict[str, GenerationCost]
+
+
 def generation_cost(
     model, tokenizer, examples, max_target_len: int, source_edges: Sequence[int]
-) -> dict[str, dict[str, float]]:
+) -> dict[str, GenerationCost]:
     """Per source-length bucket with at least ``COST_BATCH`` passages: time to first token (prefill
     plus one decoding step) for a batch of ``COST_BATCH``, and decoding tokens/s after it (from
     ``COST_TOKENS`` forced new tokens: no [EOS], so every row runs the same length). Medians of
@@ -76,55 +94,63 @@ def generation_cost(
 
         first = statistics.median(timed_calls(lambda: run(1), COST_REPEATS, device, warm_up=0))
         full = statistics.median(timed_calls(lambda: run(COST_TOKENS), COST_REPEATS, device, warm_up=0))
-        result[label] = {
-            "ttft_ms": 1000 * first,
-            "decode_tokens_per_s": COST_BATCH * (COST_TOKENS - 1) / max(full - first, 1e-9),
-            "source_tokens": statistics.fmean(len(p) for p in prompts),
-        }
+        result[label] = GenerationCost(
+            ttft_ms=1000 * first,
+            decode_tokens_per_s=COST_BATCH * (COST_TOKENS - 1) / max(full - first, 1e-9),
+            source_tokens=statistics.fmean(len(p) for p in prompts),
+        )
     return result
 
 
-def target_f1(setup: Setup) -> str:
-    """The F1 the rule reads, a field of the record and of each source-length bucket: on the plays the F1 over the set
-    of speakers (their order does not matter), on a user's task token F1 (SQuAD's bag-of-words overlap), as compare
-    reads each."""
-    return "token_f1" if setup.plan is not None and setup.plan.task_of("seq2seq") is not None else "items_f1"
+def by_token_f1(setup: Setup) -> bool:
+    """Whether the F1 the rule reads is token F1 (SQuAD's bag-of-words overlap: a user's seq2seq task), else the F1
+    over the set of speakers (the plays: their order does not matter), as compare reads each."""
+    return setup.plan is not None and setup.plan.task_of("seq2seq") is not None
 
 
-def bucket_f1(f1: str, bucket: str, measures: dict) -> float:
-    """A run's target F1 (field ``f1``, ``target_f1``) on the sources of length bucket ``bucket``."""
-    return getattr(Seq2SeqRecord.from_json(measures).by_source_chars[bucket], f1)
+def target_f1(scores: Seq2SeqScores | BucketScores, token: bool) -> float:
+    """The target F1 of a record, a baseline or a source-length bucket: token F1 where ``token`` (``by_token_f1``)."""
+    return scores.token_f1 if token else scores.items_f1
 
 
-def bucket_cost(what: str, bucket: str, measures: dict) -> float:
-    """A run's generation cost ``what`` (time to first token, decode speed) on the sources of ``bucket``."""
-    return measures["cost"][bucket][what]
+@dataclass(frozen=True)
+class Bucket:
+    """The arms' numbers on the sources of one length bucket (characters), per seed."""
+
+    label: str  # "450-599"
+    arms: dict[str, list[float]]  # arm label -> per seed
 
 
-def judge(metrics: dict, arms=None) -> tuple[str, str]:
-    ed, do = ENCODER_DECODER.label, DECODER.label
+@dataclass(frozen=True)
+class StructureAxis:
+    """What the rule reads at one axis: target F1 overall, on the shortest and the longest sources (one bucket where
+    there is one; None where no bucket has ``MIN_BUCKET`` passages in every run), and the time to first token on
+    the longest."""
 
-    def one_axis(axis: str) -> tuple[str, str]:
-        f1_keys, ttft_keys = buckets_of(metrics, F1_BUCKET, axis), buckets_of(metrics, TTFT_BUCKET, axis)
-        if not f1_keys or not ttft_keys:
-            return INCONCLUSIVE, f"no source-length bucket has {MIN_BUCKET} test passages"
-        short = compare(metrics[f1_keys[0]][ed], metrics[f1_keys[0]][do])
-        long = compare(metrics[f1_keys[-1]][ed], metrics[f1_keys[-1]][do])
-        cost = compare(metrics[ttft_keys[-1]][ed], metrics[ttft_keys[-1]][do], higher_is_better=False)
-        text = (
-            f"shortest sources F1 {short.describe(ed, do)}; longest sources F1 {long.describe(ed, do)}; "
-            f"longest sources time to first token {cost.describe(ed, do, 1)}"
-        )
-        if long.winner == "b" or cost.winner == "b":
-            return FALSIFIED, text
-        if short.winner == "tie" and long.winner == "a" and cost.winner == "a":
-            return HELD, text
-        return INCONCLUSIVE, text
+    f1: dict[str, list[float]]
+    shortest: Bucket | None
+    longest: Bucket | None
+    first_token_longest: Bucket | None
 
-    return on_both_axes(one_axis)
+    def to_json(self, axis: str) -> dict[str, dict[str, list[float]]]:
+        metrics = {key(F1, axis): self.f1}
+        for bucket in (self.shortest, self.longest):
+            if bucket is not None:
+                metrics[key(f"{F1_BUCKET}{bucket.label} chars", axis)] = bucket.arms
+        if self.first_token_longest is not None:
+            metrics[key(f"{TTFT_BUCKET}{self.first_token_longest.label} chars", axis)] = self.first_token_longest.arms
+        return metrics
 
 
-class Seq2Seq(Study):
+@dataclass(frozen=True)
+class StructureMeasures(Measures):
+    at: dict[str, StructureAxis]  # axis ->
+
+    def to_json(self) -> dict[str, dict[str, list[float]]]:
+        return {name: groups for axis, measured in self.at.items() for name, groups in measured.to_json(axis).items()}
+
+
+class DecoderOnlyVsEncoderDecoder(Study[StructureMeasures]):
     """A decoder-only model vs an encoder-decoder of equal size on reading then writing."""
 
     reads = ("seq2seq",)  # a user's seq2seq rows replace the plays' passage -> speakers (ablate --task)
@@ -138,7 +164,6 @@ class Seq2Seq(Study):
                 "encoder-decoder pulls ahead as sources grow, with a lower prefill cost."
             ),
             RULE,
-            judge,
         ),
     )
     step = "seq2seq"
@@ -146,7 +171,7 @@ class Seq2Seq(Study):
     # 0.98); at twice that one encoder-decoder seed of three had not, nor the decoder on its clock (docs/results.md)
     tokens_factor = 3.0
 
-    def arms(self) -> tuple[Arm, ...]:
+    def arms(self, options: StudyOptions) -> tuple[Arm, ...]:
         return ENCODER_DECODER, DECODER
 
     def measure(self, setup: Setup, arm: Arm, name: str, seed: int) -> dict:
@@ -154,45 +179,78 @@ class Seq2Seq(Study):
         cfg, data = task_setting(setup, "seq2seq", seed)
         result = run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, data=data, label=name)
         cost = generation_cost(result.model, run.tokenizer, result.test, cfg.max_target_len, cfg.source_edges)
-        return {**result.record.to_json(), "cost": cost}
+        return {**result.record.to_json(), **Costs(cost).to_json()}
 
-    def tabulate(self, m: Measured) -> tuple[dict, list]:
-        buckets, f1 = common_buckets(m, "by_source_chars"), target_f1(m.setup)
-        metrics, rows = {}, []
+    def tabulate(self, m: Measured) -> Table[StructureMeasures]:
+        buckets, token = common_buckets(m, "by_source_chars"), by_token_f1(m.setup)
+        at, rows = {}, []
         for axis in AXES:
-            metrics[key(F1, axis)] = m.per_arm(axis, lambda r: getattr(Seq2SeqRecord.from_json(r), f1))
+            stored = {arm.label: m.measured[axis][arm.key] for arm in m.arms}
+            records = {label: [Seq2SeqRecord.from_json(r) for r in rs] for label, rs in stored.items()}
+            costs = {label: [Costs.from_json(r).cost for r in rs] for label, rs in stored.items()}
+            f1 = {label: [target_f1(r, token) for r in rs] for label, rs in records.items()}
             rows += [
-                table_row(F1, axis, metrics[key(F1, axis)], True),
-                table_row("exact match", axis, m.per_arm(axis, lambda r: Seq2SeqRecord.from_json(r).exact_match), True),
+                table_row(F1, axis, f1, True),
+                table_row(
+                    "exact match", axis, {label: [r.exact_match for r in rs] for label, rs in records.items()}, True
+                ),
             ]
-            for i, bucket in enumerate(buckets):
-                groups = m.per_arm(axis, partial(bucket_f1, f1, bucket))
-                rows.append(table_row(f"{F1_BUCKET}{bucket} chars", axis, groups, True))
-                if i in (0, len(buckets) - 1):  # the rule reads the shortest and the longest
-                    metrics[key(f"{F1_BUCKET}{bucket} chars", axis)] = groups
-            for i, bucket in enumerate(buckets):
-                groups = m.per_arm(axis, partial(bucket_cost, "ttft_ms", bucket))
-                rows.append(table_row(f"{TTFT_BUCKET}{bucket} chars", axis, groups, False, 1))
-                if i == len(buckets) - 1:
-                    metrics[key(f"{TTFT_BUCKET}{bucket} chars", axis)] = groups
+            by_f1, by_first_token = [], []
             for bucket in buckets:
-                groups = m.per_arm(axis, partial(bucket_cost, "decode_tokens_per_s", bucket))
+                groups = {
+                    label: [target_f1(r.by_source_chars[bucket], token) for r in rs] for label, rs in records.items()
+                }
+                by_f1.append(Bucket(bucket, groups))
+                rows.append(table_row(f"{F1_BUCKET}{bucket} chars", axis, groups, True))
+            for bucket in buckets:
+                groups = {label: [c[bucket].ttft_ms for c in cs] for label, cs in costs.items()}
+                by_first_token.append(Bucket(bucket, groups))
+                rows.append(table_row(f"{TTFT_BUCKET}{bucket} chars", axis, groups, False, 1))
+            for bucket in buckets:
+                groups = {label: [c[bucket].decode_tokens_per_s for c in cs] for label, cs in costs.items()}
                 rows.append(
                     table_row(f"decode tokens/s (batch {COST_BATCH}), sources of {bucket} chars", axis, groups, True, 0)
                 )
-        return metrics, rows
+            # the rule reads the shortest and the longest
+            at[axis] = StructureAxis(
+                f1,
+                by_f1[0] if by_f1 else None,
+                by_f1[-1] if by_f1 else None,
+                by_first_token[-1] if by_first_token else None,
+            )
+        return Table(StructureMeasures(at), rows)
 
-    def summary(self, m: Measured, metrics: dict) -> str:
+    def judge(self, rule: Rule, measures: StructureMeasures, m: Measured) -> tuple[str, str]:
+        ed, do = ENCODER_DECODER.label, DECODER.label
+
+        def one_axis(axis: str) -> tuple[str, str]:
+            at = measures.at[axis]
+            if at.shortest is None or at.longest is None or at.first_token_longest is None:
+                return INCONCLUSIVE, f"no source-length bucket has {MIN_BUCKET} test passages"
+            short = compare(at.shortest.arms[ed], at.shortest.arms[do])
+            long = compare(at.longest.arms[ed], at.longest.arms[do])
+            cost = compare(at.first_token_longest.arms[ed], at.first_token_longest.arms[do], higher_is_better=False)
+            text = (
+                f"shortest sources F1 {short.describe(ed, do)}; longest sources F1 {long.describe(ed, do)}; "
+                f"longest sources time to first token {cost.describe(ed, do, 1)}"
+            )
+            if long.winner == "b" or cost.winner == "b":
+                return FALSIFIED, text
+            if short.winner == "tie" and long.winner == "a" and cost.winner == "a":
+                return HELD, text
+            return INCONCLUSIVE, text
+
+        return on_both_axes(one_axis)
+
+    def summary(self, m: Measured, measures: StructureMeasures) -> str:
         encdec = ENCODER_DECODER
         encdec_params, decoder_params = (m.parameters[arm.label]["total"] for arm in (encdec, DECODER))
-        f1 = metrics[key(F1, TOKENS)]
-        buckets, f1_name = common_buckets(m, "by_source_chars"), target_f1(m.setup)
+        at = measures.at[TOKENS]
         baseline = Seq2SeqRecord.from_json(m.first(encdec)).baseline
-        if buckets:
-            long = m.per_arm(TOKENS, partial(bucket_f1, f1_name, buckets[-1]))
-            ttft = m.per_arm(TOKENS, partial(bucket_cost, "ttft_ms", buckets[-1]))
+        if at.longest is not None and at.first_token_longest is not None:
+            long, ttft = at.longest.arms, at.first_token_longest.arms
             longest = (
-                f", on sources of {buckets[-1]} characters it {moved(long[encdec.label], long[DECODER.label])}, "
+                f", on sources of {at.longest.label} characters it {moved(long[encdec.label], long[DECODER.label])}, "
                 f"while the time to first token there {moved(ttft[encdec.label], ttft[DECODER.label], 1)} ms"
             )
         else:
@@ -200,8 +258,8 @@ class Seq2Seq(Study):
         return (
             f"We replaced the encoder-decoder ({encdec_params:,} parameters) with a decoder-only model reading the "
             f"source in its prompt ({decoder_params:,} parameters): target F1 "
-            f"{moved(f1[encdec.label], f1[DECODER.label])} at equal tokens{longest} ({baseline.name} scores "
-            f"F1 {getattr(baseline, f1_name):.3f})."
+            f"{moved(at.f1[encdec.label], at.f1[DECODER.label])} at equal tokens{longest} ({baseline.name} scores "
+            f"F1 {target_f1(baseline, by_token_f1(m.setup)):.3f})."
         )
 
     def notes(self, m: Measured) -> list[str]:
@@ -210,26 +268,26 @@ class Seq2Seq(Study):
         assert isinstance(m.setup.scale, Scale)  # an ablation's scale
         return [
             (
-                f"Equal size: {recipe.layers} causal layers vs {shape['layers']} + {shape['decoder_layers']} layers whose "
-                f"FFN width ({shape['d_ff']}) makes the parameter sums match ({decoder_params:,} vs {encdec_params:,}); "
-                f"both pretrain on blocks of {recipe.block_size} tokens by the same denoising (sentence permutation "
-                f"{recipe.permute_sentences:g}), the decoder-only model reading 'noised text [SEP] text' with the loss on "
-                "the text, the layout it is fine-tuned in."
+                f"Equal size: {recipe.layers} causal layers vs {shape['layers']} + {shape['decoder_layers']} layers "
+                f"whose FFN width ({shape['d_ff']}) makes the parameter sums match ({decoder_params:,} vs "
+                f"{encdec_params:,}); both pretrain on blocks of {recipe.block_size} tokens by the same denoising "
+                f"(sentence permutation {recipe.permute_sentences:g}), the decoder-only model reading 'noised text "
+                "[SEP] text' with the loss on the text, the layout it is fine-tuned in."
             ),
             (
-                f"Tokens seen count what a model reads, its noised inputs plus its targets: {m.setup.scale.tokens:,} an arm, "
-                f"{self.tokens_factor:g}x the scale's, for copying from the source to emerge in both."
+                f"Tokens seen count what a model reads, its noised inputs plus its targets: {m.setup.scale.tokens:,} "
+                f"an arm, {self.tokens_factor:g}x the scale's, for copying from the source to emerge in both."
             ),
             (
-                "Fine-tuning: the same steps, batch and learning rate; the decoder-only model reads 'source [SEP] target' "
-                "with the loss on the target only. Greedy decoding for quality. Target F1: on the plays' passage -> "
-                "speakers the F1 over the set of speakers written, on a user's seq2seq task (ablate --task) token F1 of "
-                "the written target against the reference."
+                "Fine-tuning: the same steps, batch and learning rate; the decoder-only model reads 'source [SEP] "
+                "target' with the loss on the target only. Greedy decoding for quality. Target F1: on the plays' "
+                "passage -> speakers the F1 over the set of speakers written, on a user's seq2seq task (ablate --task) "
+                "token F1 of the written target against the reference."
             ),
             (
                 f"Cost at a fixed batch of {COST_BATCH} passages from one length bucket, KV cache on, medians of "
-                f"{COST_REPEATS}: time to first token = prefill + one step; decode tokens/s over {COST_TOKENS - 1} more "
-                "forced tokens. Measured on a shared machine: compare within a row, not across reports."
+                f"{COST_REPEATS}: time to first token = prefill + one step; decode tokens/s over {COST_TOKENS - 1} "
+                "more forced tokens. Measured on a shared machine: compare within a row, not across reports."
             ),
             ("The validation losses on the plots are per token of different objectives: compare shapes, not levels."),
         ]
@@ -238,10 +296,10 @@ class Seq2Seq(Study):
         """Target F1 against the encoder-decoder's first trivial baseline, and the buckets' directions."""
         baseline = Seq2SeqRecord.from_json(m.first(ENCODER_DECODER)).baseline
         return {
-            F1: (True, (baseline.name, getattr(baseline, target_f1(m.setup)))),
+            F1: (True, (baseline.name, target_f1(baseline, by_token_f1(m.setup)))),
             F1_BUCKET: (True, None),
             TTFT_BUCKET: (False, None),
         }
 
 
-ABLATION = Seq2Seq()
+ABLATION = DecoderOnlyVsEncoderDecoder()

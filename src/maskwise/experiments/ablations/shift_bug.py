@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from maskwise.data.corpus import SHAKESPEARE
-from maskwise.experiments.arms import AXES, TOKENS, Arm, Setup
+from maskwise.experiments.ablations.jobs import val_loss
+from maskwise.experiments.arms import AXES, TOKENS, Arm, Setup, StudyOptions
 from maskwise.experiments.framework import (
     Measured,
+    Measures,
     Rule,
     Study,
+    Table,
     ahead,
     claims_verdict,
     key,
@@ -22,6 +26,7 @@ from maskwise.experiments.verdict import compare
 from maskwise.tasks.fill_mask import decoder_nats_per_char
 from maskwise.tasks.generate import GenerationConfig, generate
 from maskwise.tasks.reading import seeded_generator
+from maskwise.tasks.record import Fields
 
 SHIFT_OK = Arm("shift", "correct shift", {"family": "decoder", "objective": "clm"})
 SHIFT_BUG = Arm("noshift", "no shift (bug)", {"family": "decoder", "objective": "clm", "no_shift": True})
@@ -47,27 +52,42 @@ def copy_rate(prompt: Sequence[int], new: Sequence[int]) -> tuple[int, int]:
     return sum(a == b for a, b in zip(new, previous)), len(new)
 
 
-def judge(metrics: dict, arms=None) -> tuple[str, str]:
-    bug, ok = SHIFT_BUG.label, SHIFT_OK.label
+@dataclass(frozen=True)
+class Sampled(Fields):
+    """What one run is measured on (``ShiftBug.measure``): its held-out next-token loss with the correct shift, the
+    copy rate of its sampled continuations, and the first one as text."""
 
-    def one_axis(axis: str) -> tuple[str, str]:
-        reported = compare(metrics[key(REPORTED, axis)][bug], metrics[key(REPORTED, axis)][ok], higher_is_better=False)
-        copies = compare(metrics[key(COPY_RATE, axis)][bug], metrics[key(COPY_RATE, axis)][ok])
-        lower = ahead(reported)
-        if lower and not reported.mean_a < 0.5 * reported.mean_b:
-            lower = False  # lower, but not "much lower"
-        ratio = reported.mean_a / reported.mean_b
-        return claims_verdict(
-            [
-                (f"reported loss below half ({reported.describe(bug, ok)}; ratio {ratio:.2f})", lower),
-                (f"more copies ({copies.describe(bug, ok)})", ahead(copies)),
-            ]
-        )
-
-    return on_both_axes(one_axis)
+    nats_per_char: float
+    copy_rate: float
+    sample: str
 
 
-class ShiftBug(Study):
+@dataclass(frozen=True)
+class ShiftAxis:
+    """What the rule reads at one axis, by arm label, per seed."""
+
+    reported: dict[str, list[float]]  # each run's own last validation loss
+    copies: dict[str, list[float]]  # its samples' copy rate
+
+
+@dataclass(frozen=True)
+class ShiftMeasures(Measures):
+    at: dict[str, ShiftAxis]  # axis ->
+
+    def to_json(self) -> dict[str, dict[str, list[float]]]:
+        metrics = {}
+        for axis, measured in self.at.items():
+            metrics[key(REPORTED, axis)] = measured.reported
+            metrics[key(COPY_RATE, axis)] = measured.copies
+        return metrics
+
+
+def sampled(m: Measured, axis: str) -> dict[str, list[Sampled]]:
+    """Each arm's runs' measures on ``axis``, by arm label."""
+    return {arm.label: [Sampled.from_json(r) for r in m.measured[axis][arm.key]] for arm in m.arms}
+
+
+class ShiftBug(Study[ShiftMeasures]):
     """A causal LM with and without the one-position label shift."""
 
     about = "a causal LM with and without the one-position label shift"
@@ -79,12 +99,11 @@ class ShiftBug(Study):
                 "loss than a correct one and generates degenerate copies."
             ),
             RULE,
-            judge,
         ),
     )
     step = "shift"
 
-    def arms(self) -> tuple[Arm, ...]:
+    def arms(self, options: StudyOptions) -> tuple[Arm, ...]:
         return SHIFT_OK, SHIFT_BUG
 
     def measure(self, setup: Setup, arm: Arm, name: str, seed: int) -> dict:
@@ -100,32 +119,51 @@ class ShiftBug(Study):
             run.model, prompts, sampling, tok.eos_id, tok.pad_id, None, seeded_generator(run.model, seed)
         ).tokens
         copied, total = map(sum, zip(*(copy_rate(p, n) for p, n in zip(prompts, new))))
-        return {
-            "nats_per_char": decoder_nats_per_char(run.model, tok, text),
-            "copy_rate": copied / max(total, 1),
-            "sample": f"PROMPT: {tok.decode(prompts[0])}\nCONTINUATION: {tok.decode(new[0])}",
-        }
+        return Sampled(
+            decoder_nats_per_char(run.model, tok, text),
+            copied / max(total, 1),
+            f"PROMPT: {tok.decode(prompts[0])}\nCONTINUATION: {tok.decode(new[0])}",
+        ).to_json()
 
-    def tabulate(self, m: Measured) -> tuple[dict, list]:
-        metrics, rows = {}, []
+    def tabulate(self, m: Measured) -> Table[ShiftMeasures]:
+        at, rows = {}, []
         for axis in AXES:
-            metrics[key(REPORTED, axis)] = m.final(axis, lambda last: last["val_loss"])
-            metrics[key(COPY_RATE, axis)] = m.per_arm(axis, lambda r: r["copy_rate"])
+            runs = sampled(m, axis)
+            measured = at[axis] = ShiftAxis(
+                m.final(axis, val_loss), {label: [r.copy_rate for r in rs] for label, rs in runs.items()}
+            )
+            true_loss = {label: [r.nats_per_char for r in rs] for label, rs in runs.items()}
             rows += [
-                table_row(REPORTED + " (its own objective, per token)", axis, metrics[key(REPORTED, axis)], False),
-                table_row(
-                    TRUE_LOSS + " (correct shift for both)", axis, m.per_arm(axis, lambda r: r["nats_per_char"]), False
-                ),
-                table_row(
-                    COPY_RATE + " (generated token = previous token)", axis, metrics[key(COPY_RATE, axis)], False
-                ),
+                table_row(REPORTED + " (its own objective, per token)", axis, measured.reported, False),
+                table_row(TRUE_LOSS + " (correct shift for both)", axis, true_loss, False),
+                table_row(COPY_RATE + " (generated token = previous token)", axis, measured.copies, False),
             ]
-        return metrics, rows
+        return Table(ShiftMeasures(at), rows)
 
-    def summary(self, m: Measured, metrics: dict) -> str:
+    def judge(self, rule: Rule, measures: ShiftMeasures, m: Measured) -> tuple[str, str]:
+        bug, ok = SHIFT_BUG.label, SHIFT_OK.label
+
+        def one_axis(axis: str) -> tuple[str, str]:
+            at = measures.at[axis]
+            reported = compare(at.reported[bug], at.reported[ok], higher_is_better=False)
+            copies = compare(at.copies[bug], at.copies[ok])
+            lower = ahead(reported)
+            if lower and not reported.mean_a < 0.5 * reported.mean_b:
+                lower = False  # lower, but not "much lower"
+            ratio = reported.mean_a / reported.mean_b
+            return claims_verdict(
+                [
+                    (f"reported loss below half ({reported.describe(bug, ok)}; ratio {ratio:.2f})", lower),
+                    (f"more copies ({copies.describe(bug, ok)})", ahead(copies)),
+                ]
+            )
+
+        return on_both_axes(one_axis)
+
+    def summary(self, m: Measured, measures: ShiftMeasures) -> str:
         ok, bug = SHIFT_OK.label, SHIFT_BUG.label
-        reported, copies = metrics[key(REPORTED, TOKENS)], metrics[key(COPY_RATE, TOKENS)]
-        true_loss = m.per_arm(TOKENS, lambda r: r["nats_per_char"])
+        reported, copies = measures.at[TOKENS].reported, measures.at[TOKENS].copies
+        true_loss = {label: [r.nats_per_char for r in rs] for label, rs in sampled(m, TOKENS).items()}
         return (
             f"We replaced the next-token target with the current token (CLM without the shift): the reported "
             f"validation loss {moved(reported[ok], reported[bug])} at equal tokens, while the true next-token loss "
@@ -135,7 +173,7 @@ class ShiftBug(Study):
 
     def samples(self, m: Measured) -> dict[str, str]:
         return {
-            f"{arm.label}, seed {m.setup.seeds[0]} (temperature 0.8, top-k 40)": m.first(arm)["sample"]
+            f"{arm.label}, seed {m.setup.seeds[0]} (temperature 0.8, top-k 40)": Sampled.from_json(m.first(arm)).sample
             for arm in m.arms
         }
 
