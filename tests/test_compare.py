@@ -11,7 +11,7 @@ from maskwise.cli import main
 from maskwise.config import preset
 from maskwise.data.corpus import make_corpus
 from maskwise.data.tokenizers import build_tokenizer
-from maskwise.experiments.arms import WALL, Arm
+from maskwise.experiments.arms import WALL, Arm, StudyOptions
 from maskwise.experiments.claims import Evidence, rows_of
 from maskwise.experiments.compare import COMPARE, FAMILIES, columns_of
 from maskwise.experiments.compare_report import CLASSIC_COLUMN, best_cell, peak_share_row, standing
@@ -237,9 +237,9 @@ def test_compare_with_the_hybrid_column(tmp_path):
 
 @pytest.mark.unit
 def test_families_are_the_default_columns_and_hybrid_an_extra_one():
-    assert COMPARE.arms() == tuple(Arm(f, f, {"family": f, "data": "shakespeare"}) for f in FAMILIES)
+    assert COMPARE.arms(StudyOptions()) == tuple(Arm(f, f, {"family": f, "data": "shakespeare"}) for f in FAMILIES)
     assert columns_of(["hybrid", "encoder-decoder", "decoder", "encoder"]) == (*FAMILIES, "hybrid")
-    assert COMPARE.arms(families=columns_of([*FAMILIES, "hybrid"]))[-1] == Arm(
+    assert COMPARE.arms(StudyOptions(families=columns_of([*FAMILIES, "hybrid"])))[-1] == Arm(
         "hybrid", "hybrid", {"family": "decoder", "objective": "hybrid", "data": "shakespeare"}
     )
 

@@ -25,7 +25,7 @@ from maskwise.experiments.checkpoints import (
     open_models,
     parse_model,
 )
-from maskwise.experiments.claims import RULES, Evidence, rows_of
+from maskwise.experiments.claims import Evidence, judge_claim, rows_of
 from maskwise.experiments.compare_report import CLASSIC_COLUMN, best_cell, standing
 from maskwise.experiments.held_out import language_modelling
 from maskwise.experiments.serving import percentile
@@ -378,13 +378,12 @@ def test_the_claims_read_the_first_model_of_each_family_and_say_what_is_missing(
         "seq2seq": ({"gpt": same(0.3), "gpt2": same(0.3)}, base),
     }
     e = Evidence(rows_of(()), gathered, {}, judged, ("minilm", "gpt", "gpt2"))
-    rules = {rule.claim: rule for rule in RULES}
-    assert rules[ENCODER_JOBS].judge(e, None)[0] == HELD  # minilm against gpt, gpt2 left out of the claim
-    assert rules[GENERATE].judge(e, None) == (
+    assert judge_claim(ENCODER_JOBS, e)[0] == HELD  # minilm against gpt, gpt2 left out of the claim
+    assert judge_claim(GENERATE, e) == (
         NOT_MEASURED,
         ["not measured: the encoder (minilm) cannot take its rows (its cells say why)"],
     )
-    assert rules[READ_THEN_WRITE].judge(e, None) == (NOT_MEASURED, ["not measured: no encoder-decoder model was given"])
+    assert judge_claim(READ_THEN_WRITE, e) == (NOT_MEASURED, ["not measured: no encoder-decoder model was given"])
     assert any(said.startswith("ahead of the decoder (gpt) at punctuation") for said in standing(e, "gpt2"))
     assert best_cell(*gathered["tag"], higher=True, contenders=e.contenders) == "**gpt2**"  # every model runs
 

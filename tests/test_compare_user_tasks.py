@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 from maskwise.data.user_tasks import RESERVED, TaskSpec, parse_task
 from maskwise.errors import UserError
 from maskwise.experiments import compare_study
+from maskwise.experiments.arms import StudyOptions
 from maskwise.experiments.claims import (
-    RULES,
     Evidence,
     Part,
     claim_verdict,
+    judge_claim,
     judge_part,
     rows_of,
 )
@@ -273,27 +274,26 @@ def test_injected_measurements_force_each_claims_verdict():
         ),
         "seq2seq": ({"decoder": same(0.2), "encoder-decoder": same(0.6)}, dict.fromkeys(fams, same(0.1))),
     }
-    rules = {rule.claim: rule for rule in RULES}
     fast = {
         "sources of 0-9 characters": {"decoder": same(9.0, 10), "encoder-decoder": same(9.0, 10)},
         "sources of 10+ characters": {"decoder": same(9.0, 10), "encoder-decoder": same(5.0, 10)},
     }
     e = Evidence(rows_of(()), gathered, fast)
-    verdict, details = rules[ENCODER_JOBS].judge(e, None)
+    verdict, details = judge_claim(ENCODER_JOBS, e)
     assert verdict == MIXED and details[0].startswith("mixed: held on punctuation")
     assert "falsified on line order accuracy (classification) (the decoder ahead)" in details[0]
     assert "inconclusive on retrieval recall@10 (ICT)" in details[0]
-    assert rules[GENERATE].judge(e, None)[0] == HELD
-    assert rules[READ_THEN_WRITE].judge(e, None)[0] == HELD
+    assert judge_claim(GENERATE, e)[0] == HELD
+    assert judge_claim(READ_THEN_WRITE, e)[0] == HELD
     slow = Evidence(
         rows_of(()),
         gathered,
         {"sources of 10+ characters": {"decoder": same(5.0, 10), "encoder-decoder": same(9.0, 10)}},
     )
-    verdict, details = rules[READ_THEN_WRITE].judge(slow, None)
+    verdict, details = judge_claim(READ_THEN_WRITE, slow)
     assert verdict == MIXED and "time to first token (ms), sources of 10+ characters" in details[0]  # the longest
     no_seq2seq = Evidence(tuple(r for r in rows_of(()) if r.key != "seq2seq"), gathered, fast)
-    assert rules[READ_THEN_WRITE].judge(no_seq2seq, None)[0] == NOT_MEASURED
+    assert judge_claim(READ_THEN_WRITE, no_seq2seq)[0] == NOT_MEASURED
 
 
 def _bad_files(tmp_path):
@@ -368,7 +368,7 @@ def test_imbalanced_labels_are_read_by_balanced_accuracy_chosen_from_the_test_sp
     record = classification_results(
         ["common"] * 10, ["rare", "rare", *["common"] * 8], ["common", "rare"], family="encoder", mode="finetune"
     )
-    assert sum(row.scores(record)) / 10 == pytest.approx(0.5) and record.accuracy == 0.8
+    assert row.scored(record.to_json()).scores.score() == pytest.approx(0.5) and record.accuracy == 0.8
 
 
 @pytest.mark.unit
@@ -429,7 +429,7 @@ def test_a_budget_the_users_tasks_would_overrun_shortens_pretraining_to_fit(tmp_
 
     def timed(speeds: Speeds):
         monkeypatch.setattr(compare_study, "probe", lambda settings, runtime: speeds)
-        timing = time_plan(COMPARE, plan, s, 1, resolve("cpu", "fp32"), families=FAMILIES)
+        timing = time_plan(COMPARE, plan, s, 1, resolve("cpu", "fp32"))
         assert timing.total == pytest.approx(sum(e.count * e.seconds for e in timing.expected))
         return timing
 
@@ -442,7 +442,9 @@ def test_a_budget_the_users_tasks_would_overrun_shortens_pretraining_to_fit(tmp_
     dearest = timed(Speeds(1.0, 1.0, 1.0, 128, 64))
     assert dearest.settings.seconds == 50  # never below half the scale's clock, however dear the fine-tunes
     assert "over the 10-minute budget even with pretraining at its floor (50%" in dearest.text(FAMILIES, 1)
-    unfitted = time_plan(COMPARE, plan, s, 1, resolve("cpu", "fp32"), fit=False, families=FAMILIES)
+    unfitted = time_plan(
+        COMPARE, plan, s, 1, resolve("cpu", "fp32"), fit=False, options=StudyOptions(families=FAMILIES)
+    )
     assert unfitted.settings.seconds == 100  # --seconds given: the user's clock
 
 

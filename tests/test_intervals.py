@@ -13,6 +13,7 @@ from maskwise.experiments.intervals import (
     interval,
     paired_difference,
 )
+from maskwise.tasks.items import Items
 
 pytestmark = pytest.mark.unit
 
@@ -97,3 +98,29 @@ def test_too_few_steps_warns_with_the_numbers_and_the_cause():
     assert short == ["encoder-seed0: 12 steps"]
     text = warning_text(short, 300, None, load_at_start=3.5, cores=2)
     assert "300" in text and "12 steps" in text and "load average 3.5" in text
+
+
+def test_items_with_labels_score_the_mean_of_per_label_recalls_and_stay_in_range_on_every_resample():
+    # 10 rare items (3 right) and 90 common ones (all right): balanced accuracy (0.3 + 1.0) / 2, accuracy 0.93
+    correct, labels = [1] * 3 + [0] * 7 + [1] * 90, [0] * 10 + [1] * 90
+    items = Items(correct, labels=labels)
+    assert items.score() == pytest.approx(0.65) and Items(correct).score() == pytest.approx(0.93)
+    spread = interval([items])
+    assert 0.0 <= spread.low <= spread.mean <= spread.high <= 1.0 and spread.mean == pytest.approx(0.65)
+
+
+def test_grouped_items_are_redrawn_whole_and_counted_as_groups():
+    # 5 sentences of 4 windows each: one window of each sentence right; pooled, every redraw scores 0.25
+    values = [1.0, 0.0, 0.0, 0.0] * 5
+    grouped = Items(values, groups=[i // 4 for i in range(20)])
+    assert len(grouped) == 5 and len(Items(values)) == 20
+    same = interval([grouped])
+    assert same.low == same.high == pytest.approx(0.25)  # windows drawn alone would spread around 0.25
+    assert interval([Items(values)]).high > 0.25
+    with pytest.raises(ValueError, match="3 groups for 20 items"):
+        Items(values, groups=[0, 1, 2])
+
+
+def test_plain_lists_and_ungrouped_items_give_the_same_interval():
+    scores = [[0.1, 0.9, 0.4, 0.7, 0.3], [0.2, 0.8, 0.5, 0.6, 0.4]]
+    assert interval(scores) == interval([Items(s) for s in scores])

@@ -18,7 +18,6 @@ from maskwise.experiments import compare_study
 from maskwise.experiments.compare import COMPARE
 from maskwise.experiments.compare_plan import plan_of
 from maskwise.experiments.compare_study import fitted, time_plan
-from maskwise.families import FAMILIES
 from maskwise.model.positions import extend_context
 from maskwise.model.transformer import build_model
 from maskwise.recipes import SMOKE
@@ -147,7 +146,7 @@ def test_compare_narrows_a_window_its_budget_cannot_afford_and_says_why(tmp_path
     s = SMOKE.retuned("smoke", minutes=minutes)
     plan = plan_of(str(corpus), [long_task.spec], s)  # smoke: block 64, the encoder-decoder's half 32
     window = plan.configs["long"].max_chars
-    narrowed, timing = fitted(COMPARE, plan, s, 1, resolve("cpu", "fp32"), families=FAMILIES)
+    narrowed, timing = fitted(COMPARE, plan, s, 1, resolve("cpu", "fp32"))
     if minutes > 1:  # affordable: read as configured
         assert narrowed.configs["long"].max_chars == window > 30 and not narrowed.narrowed
         return
@@ -155,7 +154,7 @@ def test_compare_narrows_a_window_its_budget_cannot_afford_and_says_why(tmp_path
     assert narrowed.narrowed.startswith("Read less to fit the 0.0001-minute budget: the time plan estimated about")
     described = narrowed.described["tasks"][0]["window"]
     assert "is longer than the 30 read" in described or "read whole up to 30 characters" in described
-    assert timing.total < time_plan(COMPARE, plan, s, 1, resolve("cpu", "fp32"), families=FAMILIES).total
+    assert timing.total < time_plan(COMPARE, plan, s, 1, resolve("cpu", "fp32")).total
 
 
 @pytest.mark.integration

@@ -54,7 +54,8 @@ def test_a_reranker_fine_tunes_on_a_beir_folder_and_is_scored_by_graded_ndcg_per
     assert len(record.per_query.ndcg_at_10) == len(record.per_query.seconds) == 3  # paired per query
     assert record.baseline.ndcg_at_10 == pytest.approx(ndcg_at_k(candidates, qrels))  # grades are the gains
     (row,) = TASKS["rerank"].user_rows(task, cfg)
-    assert row.scores(record) == record.per_query.ndcg_at_10 and row.baseline(record) == first_stage
+    scored = row.scored(record.to_json())
+    assert scored.scores.values == record.per_query.ndcg_at_10 and scored.baseline.values == first_stage
 
 
 @pytest.mark.unit

@@ -22,10 +22,11 @@ from maskwise.tasks.classify import (
     predict,
     train_classifier,
 )
+from maskwise.tasks.items import Items
 from maskwise.tasks.metrics import majority_label
 from maskwise.tasks.record import Record
 from maskwise.tasks.registry import ENCODER_JOBS, TASKS, register
-from maskwise.tasks.unit import Row, Task, Work, within_context
+from maskwise.tasks.unit import RecordRow, Row, Task, Work, within_context
 from tests.test_compare import TINY
 from tests.test_compare_user_tasks import write_task_files
 from tests.tiny_run import encoder_run, run_cli
@@ -46,6 +47,20 @@ class ToyRecord(Record):
     correct: list[int]
     majority: list[int]  # each test item's 0/1 under the training rows' most frequent label
     n_test: int
+
+
+@dataclass(frozen=True)
+class ToyRow(RecordRow[ToyRecord]):
+    """Its compare row: each test text's 0/1, beside the majority label's, read from its record's typed fields."""
+
+    def decode(self, stored: dict[str, Any]) -> ToyRecord:
+        return ToyRecord.from_json(stored)
+
+    def scores(self, record: ToyRecord) -> Items:
+        return Items(record.correct)
+
+    def baseline(self, record: ToyRecord) -> Items:
+        return Items(record.majority)
 
 
 class Toy(Task[ToyConfig]):
@@ -86,9 +101,7 @@ class Toy(Task[ToyConfig]):
         )
 
     def user_rows(self, task: UserTask, cfg: ToyConfig) -> tuple[Row, ...]:
-        return (
-            Row(f"{task.spec.name}: accuracy (toy)", True, lambda r: r.correct, lambda r: r.majority, "majority class"),
-        )
+        return (ToyRow(f"{task.spec.name}: accuracy (toy)", True, "majority class"),)
 
     def work(self, cfg: ToyConfig, task: UserTask | None, per_char: float) -> Work:
         return Work(cfg.steps * cfg.batch_size * 40.0, (task.test_rows if task else 0) * 40.0, 1.0)

@@ -9,6 +9,7 @@ from maskwise.cli.runtime import runtime_flags, runtime_of
 from maskwise.data.user_tasks import TaskSpec, checked_spec, parse_task
 from maskwise.errors import UserError
 from maskwise.experiments.ablations.registry import checked, run_ablation
+from maskwise.experiments.arms import StudyOptions
 from maskwise.experiments.candidates import MODELS
 from maskwise.experiments.checkpoints import (
     ModelSpec,
@@ -193,7 +194,8 @@ def run_compare(args) -> int:
             raise UserError(f"--seconds must be positive, got {args.seconds}")
         settings = dataclasses.replace(settings, seconds=args.seconds)
     plan = plan_of(args.data, tasks, settings)  # every task file read and checked: its one line before the device's
-    return conduct_compare(args, COMPARE, plan, settings, fit=args.seconds is None, data=args.data, families=families)
+    options = StudyOptions(data=args.data, families=families)
+    return conduct_compare(args, COMPARE, plan, settings, args.seconds is None, options)
 
 
 def compare_models(args, settings, tasks: list[TaskSpec], models: list[ModelSpec]) -> int:
@@ -203,15 +205,15 @@ def compare_models(args, settings, tasks: list[TaskSpec], models: list[ModelSpec
             raise UserError(f"{flag} sets what is pretrained; --model measures the models given instead")
     candidates = open_models(models)  # a folder that does not open: its one line before anything runs
     plan = plan_of(args.data, tasks, settings, candidates)
-    return conduct_compare(args, MODELS, plan, settings, fit=False, models=candidates)
+    return conduct_compare(args, MODELS, plan, settings, False, StudyOptions(candidates=tuple(candidates)))
 
 
-def conduct_compare(args, study: CompareStudy, plan: ComparePlan, settings, fit: bool, **options) -> int:
+def conduct_compare(args, study: CompareStudy, plan: ComparePlan, settings, fit: bool, options: StudyOptions) -> int:
     """Either compare (``study``, its ``options``), planned, said and run; its report printed."""
     runtime = runtime_of(args)  # a device that is not there: its one line before the plan's
     print(plan.scope, file=sys.stderr)
-    plan, timing = fitted(study, plan, settings, args.seeds, runtime, fit, **options)
-    print(timing.text([arm.label for arm in study.arms(**options)], args.seeds), file=sys.stderr)
+    plan, timing = fitted(study, plan, settings, args.seeds, runtime, fit, options)
+    print(timing.text([arm.label for arm in study.arms(options)], args.seeds), file=sys.stderr)
     if plan.narrowed:
         print(
             plan.narrowed,
@@ -219,7 +221,7 @@ def conduct_compare(args, study: CompareStudy, plan: ComparePlan, settings, fit:
             file=sys.stderr,
         )
     out = compare_experiment(
-        study, args.out, plan, timing, args.seeds, args.seed, args.overwrite, args.progress, runtime, **options
+        study, args.out, plan, timing, args.seeds, args.seed, args.overwrite, args.progress, runtime, options
     )
     print((out / "report.md").read_text())
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
@@ -234,19 +236,18 @@ def task_tables(tables, path: str) -> list[TaskSpec]:
 
 
 def run_ablate(args) -> int:
-    options = {}
+    ratios, share = None, None
     if args.ratios is not None:
         try:
-            options["ratios"] = tuple(float(r) for r in args.ratios.split(","))
+            ratios = tuple(float(r) for r in args.ratios.split(","))
         except ValueError:
             raise UserError(f"--ratios must be comma-separated numbers, got {args.ratios!r}") from None
     if args.share is not None:
         try:
-            options["share"] = float(args.share)
+            share = float(args.share)
         except ValueError:
             raise UserError(f"--share must be a number, got {args.share!r}") from None
-    if args.model:
-        options["models"] = ",".join(args.model)
+    options = StudyOptions(ratios=ratios, share=share, models=",".join(args.model) if args.model else None)
     scale = scale_of(args)
     tasks = [parse_task(value, tuple(TASKS)) for value in args.task]
     checked(args.name, scale, args.seeds, options, args.data, tasks)  # bad input: its one line before the device's
@@ -260,7 +261,7 @@ def run_ablate(args) -> int:
         runtime_of(args),
         args.data,
         tasks,
-        **options,
+        options=options,
     )
     results = read_json(out / RESULTS)
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")

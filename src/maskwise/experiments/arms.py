@@ -6,10 +6,13 @@ in another objective (``Phase``); a run's totals (tokens, seconds) count every p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from typing import Any
 
+from maskwise.data.corpus import SHAKESPEARE
+from maskwise.experiments.checkpoints import Candidate
 from maskwise.experiments.runner import Experiment
+from maskwise.families import FAMILIES
 from maskwise.recipes import CompareSettings, Scale, pretrain_settings
 
 TOKENS, WALL = "equal tokens", "equal wall-clock"
@@ -42,6 +45,31 @@ class Arm:
 
 
 @dataclass(frozen=True)
+class StudyOptions:
+    """A study's own settings from its command line, one typed object for every study: each study reads the fields
+    it names in ``Study.options``, and a field another study reads is refused before anything runs."""
+
+    data: str = SHAKESPEARE  # compare: the corpus every family pretrains on
+    families: tuple[str, ...] = FAMILIES  # compare: its columns
+    candidates: tuple[Candidate, ...] = ()  # compare --model: the models given, opened and checked
+    ratios: tuple[float, ...] | None = None  # mask-ratio: the ratios its arms pretrain at
+    share: float | None = None  # cross-objective, clm-then-mlm: the first objective's share of the budget
+    models: str | None = None  # reranker: ROLE=FOLDER,... that start a reranker from a folder
+
+    def given(self) -> tuple[str, ...]:
+        """The fields set away from their defaults, in declaration order: what a study must accept."""
+        default = StudyOptions()
+        return tuple(f.name for f in fields(self) if getattr(self, f.name) != getattr(default, f.name))
+
+    def recorded(self) -> dict[str, Any]:
+        """The given fields as the results' settings record them."""
+        return {name: getattr(self, name) for name in self.given()}
+
+
+NO_OPTIONS = StudyOptions()  # every field at its default: each study's own defaults
+
+
+@dataclass(frozen=True)
 class Setup:
     """What every measurement receives: the experiment folder, the scale, the seeds."""
 
@@ -50,7 +78,7 @@ class Setup:
     seeds: tuple[int, ...]
     progress: bool
     plan: Any = None  # what a study reads beyond its scale (compare: its data, tasks and rows)
-    options: dict[str, Any] = field(default_factory=dict)  # the study's own options (``Study.options``), as given
+    options: StudyOptions = NO_OPTIONS  # the study's own, as given
 
     @property
     def corpus(self) -> dict:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from maskwise.data.corpus import SHAKESPEARE, load_corpus
 from maskwise.data.user_tasks import UserTask
-from maskwise.experiments.arms import WALL, Arm, Runs, Setup
+from maskwise.experiments.arms import WALL, Arm, Runs, Setup, StudyOptions
 from maskwise.experiments.checkpoints import Candidate, ModelsExperiment, column_of
 from maskwise.experiments.compare_plan import (
     SHOTS,
@@ -47,6 +47,7 @@ from maskwise.experiments.compare_plan import (
     prompted_key,
 )
 from maskwise.experiments.compare_report import (
+    CompareMeasures,
     cannot,
     data_notes,
     evidence,
@@ -56,7 +57,7 @@ from maskwise.experiments.compare_report import (
 )
 from maskwise.experiments.compare_study import CompareStudy, Measure, task_measures
 from maskwise.experiments.eta import Expected, probe_model
-from maskwise.experiments.framework import Measured
+from maskwise.experiments.framework import Measured, Table
 from maskwise.experiments.runner import Experiment
 from maskwise.experiments.serving import (
     COST_BATCH,
@@ -192,11 +193,11 @@ class GivenModels(CompareStudy):
     kept_as = "compare-models"
     columns_are = "models"
 
-    def arms(self, models: Sequence[Candidate] = ()) -> tuple[Arm, ...]:
-        return tuple(Arm(c.name, c.name, {"family": c.kind.name}) for c in models)
+    def arms(self, options: StudyOptions) -> tuple[Arm, ...]:
+        return tuple(Arm(c.name, c.name, {"family": c.kind.name}) for c in options.candidates)
 
-    def recorded(self, models: Sequence[Candidate] = ()) -> dict:
-        return {"models": [c.described() for c in models]}
+    def recorded(self, options: StudyOptions) -> dict:
+        return {"models": [c.described() for c in options.candidates]}
 
     def experiment(self, out: str | Path, overwrite: bool, runtime: Runtime | None, plan: ComparePlan) -> Experiment:
         return ModelsExperiment(out, overwrite, runtime, plan.models)
@@ -269,8 +270,9 @@ class GivenModels(CompareStudy):
         """None: the models are given."""
         return s, None, []
 
-    def tabulate(self, m: Measured) -> tuple[dict, list]:
-        """(per-seed means of every row, by model; the table: what each model is, then compare's rows)."""
+    def tabulate(self, m: Measured) -> Table[CompareMeasures]:
+        """Every row's per-item scores and per-seed means by model; the table: what each model is, then compare's
+        rows."""
         models = [_models(m.setup.plan)[a.key] for a in m.arms]
         rows = [
             ["folder", *[f"`{c.folder}`" for c in models], "", ""],
@@ -284,19 +286,21 @@ class GivenModels(CompareStudy):
             ["fine-tuning", *[c.rate for c in models], "", ""],
             ["fine-tuning steps x batch", *[steps_taken(m.measured[WALL][c.name][0]) for c in models], "", ""],
         ]
-        metrics, measured = result_rows(m, evidence(m), why_not(m))
-        return metrics, rows + measured
+        e = evidence(m)
+        metrics, measured = result_rows(m, e, why_not(m))
+        return Table(CompareMeasures(e, metrics), rows + measured)
 
     def warning(self, m: Measured) -> str:
         """Where the models' sizes differ too much for the verdicts to be about the families (``size_warning``)."""
         return size_warning(m.setup.plan.models)
 
-    def summary(self, m: Measured, metrics: dict) -> str:
+    def summary(self, m: Measured, measures: CompareMeasures) -> str:
         models = m.setup.plan.models
         opening = "Verdicts about these checkpoints, not the families (see the warning). " if self.warning(m) else ""
+        said = verdicts_said(m, measures.evidence, "the other models")
         return (
             f"{opening}{len(models)} models given, none pretrained here, each fine-tuned by one rule (the notes), "
-            f"judged per claim on the first model of each family; {verdicts_said(m, 'the other models')}"
+            f"judged per claim on the first model of each family; {said}"
         )
 
     def notes(self, m: Measured) -> list[str]:
@@ -323,16 +327,16 @@ class GivenModels(CompareStudy):
             ),
             (
                 f"Fine-tuning, one rule for every model: a pretrained body (an HF folder unless body=scratch) "
-                f"{PRETRAINED.described()}; a body trained from scratch (a maskwise run folder, or body=scratch) at the "
-                "scale's steps and rates per task. The steps each model took are in the table. "
+                f"{PRETRAINED.described()}; a body trained from scratch (a maskwise run folder, or body=scratch) at "
+                "the scale's steps and rates per task. The steps each model took are in the table. "
                 "`--seeds` are fine-tuning seeds: the models are fixed."
             ),
             (
                 "Each model reads each text through its own tokenizer, up to the smallest model's context in its own "
-                "tokens. The held-out next-token loss is per character, so models with different tokenizers compare; its "
-                "blocks are cut at equal token counts of each tokenizer, so the pairing is by position in the text, not "
-                "exact characters. Filling a blank is per token of each model's own tokenizer: not comparable across "
-                "tokenizers."
+                "tokens. The held-out next-token loss is per character, so models with different tokenizers compare; "
+                "its blocks are cut at equal token counts of each tokenizer, so the pairing is by position in the "
+                "text, not exact characters. Filling a blank is per token of each model's own tokenizer: not "
+                "comparable across tokenizers."
             ),
             (
                 "What each costs is measured on this machine, warmed up, on items of "

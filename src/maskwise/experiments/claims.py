@@ -20,9 +20,9 @@ otherwise, and ``not measured`` when no task of its job was given.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from maskwise.data.task_files import MIN_TEST_ITEMS
 from maskwise.data.user_tasks import UserTask
@@ -43,6 +43,7 @@ from maskwise.experiments.verdict import (
     TOO_FEW,
 )
 from maskwise.families import FAMILIES
+from maskwise.tasks.items import Items
 from maskwise.tasks.registry import (
     CLAIMS,
     ENCODER_JOBS,
@@ -51,55 +52,75 @@ from maskwise.tasks.registry import (
     TASKS,
     Row,
 )
+from maskwise.tasks.unit import Scored
 
 # ---- the rows, and the per-item measurements gathered over seeds ---------------------------------
 
 
 @dataclass(frozen=True)
 class CompareRow:
-    """One row of the report: what a run's measures give per test item, its baseline, and its claim."""
+    """One row of the report: the task row (or held-out measure) that reads a run's measure ``measure``, and its
+    claim."""
 
     key: str  # unique within a compare: "next_token", "fill", or a task's name (the plays': its kind)
     kind: str  # what ``cannot`` is asked: the measure, or the task's kind
-    label: str
-    higher: bool
-    scores: Callable[[dict], Any]  # a run's measures -> its per-item scores (None: not measured)
-    baseline: Callable[[dict], Any]  # per item (paired) or a constant
-    baseline_name: str
+    row: Row  # reads the row's numbers from the run's measure
     claim: str | None  # the claim that judges it; None: reported beside the claims
+    measure: str = ""  # the run's measure it reads (empty: ``key``)
     too_few: str | None = None  # why its test split cannot separate anything (``Part.too_few``)
-    # The classic method beside it (``tasks.unit.Row``'s): its name, per-item scores on the same characters and on
-    # whole texts, and each test item's characters read and given, from a run's measures.
-    classic_name: str = ""
-    classic: Callable[[dict], Any] = lambda m: None
-    classic_whole: Callable[[dict], Any] = lambda m: None
-    read: Callable[[dict], Any] = lambda m: None
+
+    @property
+    def label(self) -> str:
+        return self.row.label
+
+    @property
+    def higher(self) -> bool:
+        return self.row.higher
+
+    @property
+    def baseline_name(self) -> str:
+        return self.row.baseline_name
+
+    @property
+    def classic_name(self) -> str:
+        return self.row.classic_name
+
+    def scored(self, measures: Mapping[str, dict]) -> Scored:
+        """Its numbers in one run's measures; a KeyError where the run has no such measure (its column cannot take
+        the row)."""
+        return self.row.scored(measures[self.measure or self.key])
+
+
+@dataclass(frozen=True)
+class NextTokenRow(Row):
+    """Held-out next-token loss in nats per character, per block of text, beside the unigram's on the same blocks."""
+
+    def scored(self, stored: dict[str, Any]) -> Scored:
+        blocks = stored.get("nats_blocks")
+        return Scored(None if blocks is None else Items(blocks), Items(stored["unigram_blocks"]))
+
+
+@dataclass(frozen=True)
+class FillRow(Row):
+    """Filling a blank: each blank's 0/1, beside always answering the most frequent token."""
+
+    def scored(self, stored: dict[str, Any]) -> Scored:
+        filled = stored["blank_filling"]
+        return Scored(Items(filled["correct"]), Items(filled["baseline"]["correct"]))
 
 
 HELD_OUT_ROWS = (
     CompareRow(
         "next_token",
         "next_token",
-        "held-out next-token loss (nats/char)",
-        False,
-        lambda m: m["lm"].get("nats_blocks"),
-        lambda m: m["lm"]["unigram_blocks"],
-        "unigram",
+        NextTokenRow("held-out next-token loss (nats/char)", False, "unigram"),
         GENERATE,
+        measure="lm",
     ),
     # Filling a blank is MLM's own pretraining task, not a job of the rule of thumb: reported, not judged.
-    CompareRow(
-        "fill",
-        "fill",
-        "fill a blank (token accuracy)",
-        True,
-        lambda m: m["lm"]["blank_filling"]["correct"],
-        lambda m: m["lm"]["blank_filling"]["baseline"]["correct"],
-        "most frequent token",
-        None,
-    ),
+    CompareRow("fill", "fill", FillRow("fill a blank (token accuracy)", True, "most frequent token"), None, "lm"),
 )
-PLAYS_TASKS = ("tag", "classify", "embed", "seq2seq")  # compare's tasks when it is given none
+PLAYS_TASK_KINDS = ("tag", "classify", "embed", "seq2seq")  # compare's task kinds when it is given none
 
 
 def task_row(
@@ -107,22 +128,7 @@ def task_row(
 ) -> CompareRow:
     """A task's ``Row`` (read from its record, the run's measure ``key``) as a compare row: under its claim when
     ``judged``, else reported beside it (``label`` names a reported row apart from the judged one's key)."""
-    record = TASKS[kind].record.from_json  # a run's measures hold it as JSON
-    return CompareRow(
-        label or key,
-        kind,
-        row.label,
-        row.higher,
-        lambda m: row.scores(record(m[key])),
-        lambda m: row.baseline(record(m[key])),
-        row.baseline_name,
-        TASKS[kind].claim if judged else None,
-        too_few,
-        row.classic_name,
-        lambda m: row.classic(record(m[key])),
-        lambda m: row.classic_whole(record(m[key])),
-        lambda m: row.read(record(m[key])),
-    )
+    return CompareRow(label or key, kind, row, TASKS[kind].claim if judged else None, key, too_few)
 
 
 def rows_of(
@@ -133,7 +139,7 @@ def rows_of(
     (the corpus is the plays)."""
     if not tasks:
         return HELD_OUT_ROWS + (
-            tuple(task_row(kind, kind, row) for kind in PLAYS_TASKS if (row := TASKS[kind].plays_row) is not None)
+            tuple(task_row(kind, kind, row) for kind in PLAYS_TASK_KINDS if (row := TASKS[kind].plays_row) is not None)
             if plays
             else ()
         )
@@ -164,14 +170,16 @@ def gather(measured: Mapping[int, Mapping[str, dict]], row: CompareRow) -> tuple
     baselines: dict = {}
     for family in next(iter(measured.values())):
         try:
-            per_seed = [row.scores(measured[seed][family]) for seed in measured]
+            scored = [row.scored(measured[seed][family]) for seed in measured]
         except KeyError:
             continue
-        if any(values is None for values in per_seed):
+        per_seed = [s.scores for s in scored if s.scores is not None]
+        if len(per_seed) < len(scored):
             continue
-        scores[family] = cast(PerSeed, per_seed)  # no seed's is None: checked above
-        base = [row.baseline(measured[seed][family]) for seed in measured]
-        baselines[family] = sum(base) / len(base) if isinstance(base[0], (int, float)) else base
+        scores[family] = per_seed
+        base = [s.baseline for s in scored]
+        constants = [b for b in base if isinstance(b, int | float)]
+        baselines[family] = sum(constants) / len(base) if len(constants) == len(base) else base
     return scores, baselines
 
 
@@ -201,16 +209,17 @@ def gather_classic(measured: Mapping[int, Mapping[str, dict]], row: CompareRow) 
     read = None
     for column in next(iter(measured.values())):
         try:
-            on_same = [row.classic(measured[seed][column]) for seed in measured]
-            on_whole = [row.classic_whole(measured[seed][column]) for seed in measured]
-            read = read or row.read(next(iter(measured.values()))[column])
+            scored = [row.scored(measured[seed][column]) for seed in measured]
         except KeyError:  # a column that cannot take the row
             continue
-        if all(v is not None for v in on_same):
-            same[column] = cast(PerSeed, on_same)
-        if all(v is not None for v in on_whole):
-            whole[column] = cast(PerSeed, on_whole)
-    return Classic(row.classic_name, same, whole, tuple(read) if read else None)
+        read = read or scored[0].read
+        on_same = [s.classic for s in scored if s.classic is not None]
+        on_whole = [s.classic_whole for s in scored if s.classic_whole is not None]
+        if len(on_same) == len(scored):
+            same[column] = on_same
+        if len(on_whole) == len(scored):
+            whole[column] = on_whole
+    return Classic(row.classic_name, same, whole, read)
 
 
 def share_read(read: tuple[list[int], list[int]]) -> str:
@@ -426,19 +435,15 @@ class Evidence:
         return f"not measured: {' and '.join(unable) or 'a side'} cannot take its rows (its cells say why)"
 
 
-def claim_rule(claim: str) -> Callable[[Evidence, Any], tuple[str, list[str]]]:
-    """The claim judged on its tasks (``judge``), then, beside the verdict and not changing it, each task against its
+def judge_claim(claim: str, e: Evidence) -> tuple[str, list[str]]:
+    """``claim`` judged on its tasks (``judge``), then, beside the verdict and not changing it, each task against its
     classic method (``Evidence.against_classic``)."""
-
-    def rule(e: Evidence, arms=None) -> tuple[str, list[str]]:
-        why = e.unmeasured(claim)
-        if why:
-            return NOT_MEASURED, [why]
-        verdict, details = judge(e.parts(claim), CLAIMS[claim][1])
-        beside = [said for row in e.rows if row.claim == claim and (said := e.against_classic(row))]
-        return verdict, details + [f"against the classic method: {said}" for said in beside]
-
-    return rule
+    why = e.unmeasured(claim)
+    if why:
+        return NOT_MEASURED, [why]
+    verdict, details = judge(e.parts(claim), CLAIMS[claim][1])
+    beside = [said for row in e.rows if row.claim == claim and (said := e.against_classic(row))]
+    return verdict, details + [f"against the classic method: {said}" for said in beside]
 
 
 PAIRED = (
@@ -452,20 +457,17 @@ RULES = (
     Rule(
         "the encoder beats the decoder at every classify, tag, retrieval (embed) and rerank task",
         PAIRED,
-        claim_rule(ENCODER_JOBS),
         claim=ENCODER_JOBS,
     ),
     Rule(
         "the decoder's held-out next-token loss is below the encoder's by repeated [MASK]",
         PAIRED,
-        claim_rule(GENERATE),
         claim=GENERATE,
     ),
     Rule(
         "the encoder-decoder beats the decoder-only model at every seq2seq task and reaches its first token "
         "sooner on a long source",
         PAIRED,
-        claim_rule(READ_THEN_WRITE),
         claim=READ_THEN_WRITE,
     ),
 )

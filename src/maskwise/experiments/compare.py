@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from maskwise.errors import UserError
-from maskwise.experiments.arms import WALL, Arm, Setup, run_name
+from maskwise.experiments.arms import WALL, Arm, Setup, StudyOptions, run_name
 from maskwise.experiments.compare_plan import (
     MIN_PRETRAIN_SHARE,
     PRETRAIN_OVERHEAD_S,
@@ -37,6 +37,7 @@ from maskwise.experiments.compare_plan import (
     Reader,
 )
 from maskwise.experiments.compare_report import (
+    CompareMeasures,
     by_seed,
     cannot,
     data_notes,
@@ -51,7 +52,7 @@ from maskwise.experiments.compare_report import (
 )
 from maskwise.experiments.compare_study import CompareStudy, Measure, task_measures
 from maskwise.experiments.eta import Expected
-from maskwise.experiments.framework import Measured
+from maskwise.experiments.framework import Measured, Table
 from maskwise.experiments.runner import Experiment
 from maskwise.families import FAMILIES, family_of
 from maskwise.interop.hf_export import hf_config
@@ -115,11 +116,11 @@ class Compare(CompareStudy):
     kept_as = "compare"
     columns_are = "families"
 
-    def arms(self, data: str = "shakespeare", families: Sequence[str] = FAMILIES) -> tuple[Arm, ...]:
-        return tuple(Arm(f, f, {**COLUMNS[f], "data": data}) for f in families)
+    def arms(self, options: StudyOptions) -> tuple[Arm, ...]:
+        return tuple(Arm(f, f, {**COLUMNS[f], "data": options.data}) for f in options.families)
 
-    def recorded(self, data: str = "shakespeare", families: Sequence[str] = FAMILIES) -> dict:
-        return {"families": list(families)}
+    def recorded(self, options: StudyOptions) -> dict:
+        return {"families": list(options.families)}
 
     def experiment(self, out: str | Path, overwrite: bool, runtime: Runtime | None, plan: ComparePlan) -> Experiment:
         return Experiment(out, overwrite, runtime)
@@ -154,9 +155,9 @@ class Compare(CompareStudy):
         settings = replace(s, seconds=round(seconds))
         return settings, fitted, [Expected("pretrain", runs, settings.seconds + PRETRAIN_OVERHEAD_S)]
 
-    def tabulate(self, m: Measured) -> tuple[dict, list]:
-        """(per-seed means of every row, by column; the table: pretraining, every row with its intervals and
-        baseline, the time to first token)."""
+    def tabulate(self, m: Measured) -> Table[CompareMeasures]:
+        """Every row's per-item scores and per-seed means by column; the table: pretraining, every row with its
+        intervals and baseline, the time to first token."""
         e, kind_of, arms = evidence(m), kinds(m), m.arms
         seeds, measured = m.setup.seeds, by_seed(m)
 
@@ -196,7 +197,7 @@ class Compare(CompareStudy):
             return cannot(kind_of[column], what)
 
         metrics, measured_rows = result_rows(m, e, why_not)
-        return metrics, rows + measured_rows
+        return Table(CompareMeasures(e, metrics), rows + measured_rows)
 
     def warning(self, m: Measured) -> str:
         """The warning above everything when a run got fewer optimizer steps than the recipe needs."""
@@ -205,11 +206,12 @@ class Compare(CompareStudy):
         short = too_few_steps(pre, s.min_steps)
         return warning_text(short, s.min_steps, exp.runtime, exp.load_at_start, os.cpu_count()) if short else ""
 
-    def summary(self, m: Measured, metrics: dict) -> str:
+    def summary(self, m: Measured, measures: CompareMeasures) -> str:
         """The clock, then the verdicts and each row's best (``compare_report.verdicts_said``)."""
+        said = verdicts_said(m, measures.evidence)
         return (
             f"{'Not evidence (too few pretraining steps, see the warning). ' if self.warning(m) else ''}"
-            f"At {m.setup.recipe.seconds:.0f} s of pretraining per family on this machine, {verdicts_said(m)}"
+            f"At {m.setup.recipe.seconds:.0f} s of pretraining per family on this machine, {said}"
         )
 
     def notes(self, m: Measured) -> list[str]:

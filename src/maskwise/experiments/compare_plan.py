@@ -10,17 +10,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from pathlib import Path
+from typing import Any
 
 from maskwise.data.corpus import SHAKESPEARE, load_corpus
 from maskwise.data.user_tasks import TaskSpec, UserTask, fingerprint
 from maskwise.experiments.checkpoints import Candidate
-from maskwise.experiments.claims import PLAYS_TASKS, CompareRow, rows_of, variant_key
+from maskwise.experiments.claims import PLAYS_TASK_KINDS, CompareRow, rows_of, variant_key
 from maskwise.experiments.compare_report import cannot
 from maskwise.experiments.eta import Expected
 from maskwise.experiments.held_out import opening
 from maskwise.families import FAMILIES, Family
 from maskwise.recipes import CompareSettings
 from maskwise.tasks.finetune import PRETRAINED, FinetuneConfig
+from maskwise.tasks.items import Items
 from maskwise.tasks.registry import (
     READ_THEN_WRITE,
     TASKS,
@@ -28,7 +30,7 @@ from maskwise.tasks.registry import (
     read_tasks,
     shared_with_training,
 )
-from maskwise.tasks.unit import Speeds
+from maskwise.tasks.unit import Row, Scored, Speeds
 
 LEAK_CHARS = 50_000_000  # of a user's training text searched for the test items (a few seconds at most)
 SHOTS = 1  # training examples per label ahead of the text in the few-shot prompt
@@ -83,7 +85,7 @@ class ComparePlan:
     def plays_tasks(self) -> tuple[str, ...]:
         """The plays' task kinds measured: all of them on the plays with no task given; none on a user's corpus,
         where a family pretrained on it and tested on Shakespeare would answer a question nobody asked."""
-        return PLAYS_TASKS if not self.tasks and self.data == SHAKESPEARE else ()
+        return PLAYS_TASK_KINDS if not self.tasks and self.data == SHAKESPEARE else ()
 
     @property
     def scope(self) -> str:
@@ -191,13 +193,15 @@ def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings, models: Se
         if shared:
             warnings.warn(
                 f"task {task.spec.name}: {shared} of its {task.test_rows} test items have the text of a "
-                "training row too: the fine-tune may have been trained on the answers"
+                "training row too: the fine-tune may have been trained on the answers",
+                stacklevel=2,
             )
     if tasks and corpus is not None:  # the corpus read above, not a second pass over it
         for name, count in leaked(list(tasks), opening(corpus.iter_train(), LEAK_CHARS)).items():
             warnings.warn(
                 f"task {name}: {count} test item(s) occur verbatim in the pretraining corpus {data} (its "
-                f"first {LEAK_CHARS:,} characters): the models may have read the answers in pretraining"
+                f"first {LEAK_CHARS:,} characters): the models may have read the answers in pretraining",
+                stacklevel=2,
             )
     plan = ComparePlan(data, tasks, configs, rows_of(tasks, configs, plays=data == SHAKESPEARE), tuple(models), context)
     return replace(plan, rows=plan.rows + prompting_rows(plan)) if models else plan
@@ -211,9 +215,15 @@ def prompted_key(key: str) -> str:
     return f"{key}.prompted"
 
 
-def prompted_score(way: str, key: str, measures: dict) -> list[int]:
-    """A run's per-item scores of classification task ``key`` by prompting ``way``, or its majority class's."""
-    return measures[key][way]
+@dataclass(frozen=True)
+class PromptedRow(Row):
+    """A classification task's accuracy by prompting ``way``, beside its majority class's, from the run's prompted
+    measure (``prompted_key``)."""
+
+    way: str = ""
+
+    def scored(self, stored: dict[str, Any]) -> Scored:
+        return Scored(Items(stored[self.way]), Items(stored["majority"]))
 
 
 def prompting_rows(plan: ComparePlan) -> tuple[CompareRow, ...]:
@@ -228,12 +238,14 @@ def prompting_rows(plan: ComparePlan) -> tuple[CompareRow, ...]:
                 CompareRow(
                     f"{key}/{way}",
                     "prompt",
-                    f"{name}: accuracy by prompting, {way}{shots}, no fine-tuning (classify)",
-                    True,
-                    partial(prompted_score, way, key),
-                    partial(prompted_score, "majority", key),
-                    "majority class",
+                    PromptedRow(
+                        f"{name}: accuracy by prompting, {way}{shots}, no fine-tuning (classify)",
+                        True,
+                        "majority class",
+                        way=way,
+                    ),
                     None,
+                    key,
                 )
             )
     return tuple(rows)

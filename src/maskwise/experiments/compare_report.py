@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from maskwise.experiments.arms import WALL, Arm, matmul_peak_shares, run_name
 from maskwise.experiments.claims import (
@@ -18,9 +19,10 @@ from maskwise.experiments.claims import (
     Evidence,
     gather,
     gather_classic,
+    judge_claim,
     ttft_milliseconds,
 )
-from maskwise.experiments.framework import Measured
+from maskwise.experiments.framework import Measured, Measures
 from maskwise.experiments.intervals import (
     AT_CHANCE,
     WITHIN_NOISE,
@@ -37,26 +39,25 @@ from maskwise.experiments.verdict import (
 from maskwise.families import FAMILIES, Family
 from maskwise.tasks.registry import CLAIMS, TASKS
 
-# What a family cannot be measured on beside the tasks (``Task.cannot``), asked of the family (``ModelConfig.kind``):
-# measure -> (whether it cannot, the cell that says so). Every skipped measure and every report cell reads it.
-CANNOT: dict[str, tuple[Callable[[Family], bool], str]] = {
-    "ttft": (lambda kind: not kind.writes, "cannot: writes no answer"),
-    "next_token": (
-        lambda kind: kind.two_stacks,
-        (
-            "conditional only: its decoder models targets given a source, "
-            "not the text itself (its own objective's loss in the curves)"
-        ),
-    ),
-}
+WRITES_NO_ANSWER = "cannot: writes no answer"
+CONDITIONAL_ONLY = (
+    "conditional only: its decoder models targets given a source, not the text itself (its own objective's loss in "
+    "the curves)"
+)
 
 
 def cannot(kind: Family, what: str) -> str | None:
-    """Why a model of ``kind`` cannot take measure or row ``what`` (``CANNOT``), or None where it can."""
+    """Why a model of ``kind`` cannot take measure or row ``what``, or None where it can: a task asks its kind
+    (``Task.cannot``); of the measures beside the tasks, a model that writes nothing has no first token to time, and an
+    encoder-decoder's decoder models targets given a source, not held-out text. Every skipped measure and every report
+    cell reads it."""
     if what in TASKS:
         return TASKS[what].cannot(kind)
-    unable, why = CANNOT.get(what, (lambda kind: False, ""))
-    return why if unable(kind) else None
+    if what == "ttft" and not kind.writes:
+        return WRITES_NO_ANSWER
+    if what == "next_token" and kind.two_stacks:
+        return CONDITIONAL_ONLY
+    return None
 
 
 # ---- cells, the best column, warnings ---------------------------------------------------------------
@@ -183,7 +184,20 @@ def by_seed(m: Measured) -> dict[int, dict[str, dict]]:
     return {seed: {arm.key: m.measured[WALL][arm.key][i] for arm in m.arms} for i, seed in enumerate(m.setup.seeds)}
 
 
-def evidence(m: Measured, metrics: dict | None = None) -> Evidence:
+@dataclass(frozen=True)
+class CompareMeasures(Measures):
+    """A compare's measures: every row's per-item scores and baselines, which the claims pair over test items, and
+    each row's per-seed means by column, which the results keep as its metrics."""
+
+    evidence: Evidence
+    means: dict[str, dict[str, list[float]]]  # row label -> column -> per seed
+
+    def to_json(self) -> dict[str, dict[str, list[float]]]:
+        return self.means
+
+
+def evidence(m: Measured) -> Evidence:
+    """Every row's per-item scores and baselines per column, the first-token times and the columns judged."""
     measured = by_seed(m)
     rows = m.setup.plan.rows
     return Evidence(
@@ -220,11 +234,14 @@ def objective_of(m: Measured, arm: Arm) -> str:
     return m.runs[WALL][arm.key][0]["settings"]["objective"]
 
 
-def result_rows(m: Measured, e: Evidence, why_not: Callable[[str, str], str | None]) -> tuple[dict, list]:
+def result_rows(
+    m: Measured, e: Evidence, why_not: Callable[[str, str], str | None]
+) -> tuple[dict[str, dict[str, list[float]]], list[list[str]]]:
     """(per-seed means of every row, by column; a table row per measured row and per timed source-length
     bucket): each cell its interval and baseline, or why its column cannot (``why_not(column, row kind)``)."""
     seeds, measured, kind_of, arms = m.setup.seeds, by_seed(m), kinds(m), m.arms
-    rows, metrics = [], {}
+    rows: list[list[str]] = []
+    metrics: dict[str, dict[str, list[float]]] = {}
     for row in e.rows:
         label, higher, baseline_name = row.label, row.higher, row.baseline_name
         scores, baselines = e.gathered[row.key]
@@ -282,9 +299,9 @@ def result_rows(m: Measured, e: Evidence, why_not: Callable[[str, str], str | No
     return metrics, rows
 
 
-def meta(m: Measured, metrics: dict) -> dict:
+def meta(e: Evidence) -> dict:
     """Each row's direction, per-family baseline and 95% intervals, for its plot."""
-    out, e = {}, evidence(m)
+    out = {}
     for row in e.rows:
         label, higher, baseline_name = row.label, row.higher, row.baseline_name
         scores, baselines = e.gathered[row.key]
@@ -312,11 +329,11 @@ def classic_means(c: Classic, contenders: Sequence[str]) -> dict:
     }
 
 
-def verdicts_said(m: Measured, others: str = "the other families") -> str:
+def verdicts_said(m: Measured, e: Evidence, others: str = "the other families") -> str:
     """The summary after its opening: the seeds, each claim's verdict, each row's best, and where a column beside
     the judged ones separates from them."""
-    seeds, e = m.setup.seeds, evidence(m)
-    verdicts = [(rule.claim, rule.judge(e, m.arms)[0]) for rule in RULES]
+    seeds = m.setup.seeds
+    verdicts = [(rule.claim, judge_claim(rule.claim, e)[0]) for rule in RULES]
     scope = (
         f"{len(seeds)} seeds (intervals over seeds and test items)"
         if len(seeds) > 1

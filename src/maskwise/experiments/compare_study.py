@@ -11,25 +11,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from maskwise.data.tasks import speaker_examples
 from maskwise.data.user_tasks import UserTask
 from maskwise.errors import UserError
-from maskwise.experiments.arms import WALL, Arm, Setup
+from maskwise.experiments.arms import NO_OPTIONS, WALL, Arm, Setup, StudyOptions
 from maskwise.experiments.checkpoints import column_of
-from maskwise.experiments.claims import RULES
+from maskwise.experiments.claims import RULES, judge_claim
 from maskwise.experiments.compare_plan import (
     ComparePlan,
     Reader,
     TimePlan,
     measure_steps,
 )
-from maskwise.experiments.compare_report import CLASSIC_COLUMN, cannot, evidence, meta
+from maskwise.experiments.compare_report import CLASSIC_COLUMN, CompareMeasures, cannot, meta
 from maskwise.experiments.eta import Expected, Ledger, probe, step_name
-from maskwise.experiments.framework import Measured, Study, conduct, write
+from maskwise.experiments.framework import Measured, Rule, Study, conduct, write
 from maskwise.experiments.held_out import language_modelling
 from maskwise.experiments.runner import Experiment
 from maskwise.objectives.span import decoder_start_id
@@ -77,9 +76,9 @@ def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSetting
     """Seconds from a batch of sources to the first token of their answers, per source-length bucket
     (``ttft_buckets``: the longest ``s.ttft_batch`` sources of each, read as far as the fine-tunes read them, cut to
     one length for every family, a decoder's prompt keeping room for its answer), for every column that writes
-    (``runs``: column -> run name), timed in turns so that a change in the machine's load falls on all of them. A batch, because at batch 1 a model
-    this small spends the time on dispatch, not on reading the source (docs/results.md). Each reads through its own
-    tokenizer (a given model's may not be the scale's)."""
+    (``runs``: column -> run name), timed in turns so that a change in the machine's load falls on all of them. A
+    batch, because at batch 1 a model this small spends the time on dispatch, not on reading the source
+    (docs/results.md). Each reads through its own tokenizer (a given model's may not be the scale's)."""
 
     buckets, room = ttft_buckets(plan, s)
     if not buckets:
@@ -145,7 +144,7 @@ def task_measures(plan: ComparePlan, s: CompareSettings) -> dict[str, tuple[str,
 # ---- the study ----------------------------------------------------------------------------------------------
 
 
-class CompareStudy(Study):
+class CompareStudy(Study[CompareMeasures]):
     """A compare: every column (a family pretrained here, or a model given) measured on the plan's rows, the writers
     of each seed timed to their first token together, judged by the rule of thumb's claims, reported as one table."""
 
@@ -183,7 +182,7 @@ class CompareStudy(Study):
         columns-and-seeds whose other steps take ``rest`` seconds."""
 
     @abstractmethod
-    def recorded(self, *args: Any, **options: Any) -> dict:
+    def recorded(self, options: StudyOptions) -> dict:
         """What the folder's recipe and the report's settings say of the columns."""
 
     def measure(self, setup: Setup, arm: Arm, name: str, seed: int) -> dict:
@@ -200,12 +199,13 @@ class CompareStudy(Study):
     def header(self, groups: Sequence[str]) -> list[str]:
         return ["task", *groups, CLASSIC_COLUMN, "best"]
 
-    def evidence(self, m: Measured, metrics: dict) -> Any:
-        """Every row's per-item scores, not the metrics' means: the claims pair the columns over test items."""
-        return evidence(m)
+    def judge(self, rule: Rule, measures: CompareMeasures, m: Measured) -> tuple[str, list[str]]:
+        """The rule's claim on every row's per-item scores, not the means: the claims pair the columns over test
+        items."""
+        return judge_claim(rule.claim, measures.evidence)
 
-    def meta(self, m: Measured, metrics: dict) -> dict:
-        return meta(m, metrics)
+    def meta(self, m: Measured, measures: CompareMeasures) -> dict:
+        return meta(measures.evidence)
 
     def samples(self, m: Measured) -> dict[str, str]:
         """The first seed's held-out sample of every column that has a next-token head."""
@@ -225,12 +225,12 @@ def time_plan(
     runtime: Runtime,
     fit: bool = True,
     body: Speeds | None = None,
-    **options: Any,
+    options: StudyOptions = NO_OPTIONS,
 ) -> TimePlan:
     """What ``study`` with ``options`` will spend at this machine's probed speeds (``body``: probed already); with the
     user's tasks and ``fit``, the pretraining clock shortened where the estimate would pass ``s.minutes``
     (``CompareStudy.pretraining``)."""
-    arms = study.arms(**options)
+    arms = study.arms(options)
     body = body or probe(pretrain_settings(s, {"family": "decoder"}, 0), runtime)
     readers = study.readers(plan, s, arms, body, runtime)
     steps = [*measure_steps(plan, s, seeds, readers), *study.own_steps(plan, readers, seeds)]
@@ -247,12 +247,12 @@ def fitted(
     seeds: int,
     runtime: Runtime,
     fit: bool = True,
-    **options: Any,
+    options: StudyOptions = NO_OPTIONS,
 ) -> tuple[ComparePlan, TimePlan]:
     """The plan and its time plan; where the estimate passes ``s.minutes`` (pretraining at its floor already, where
     ``fit``), each task that can read less of its rows (``Task.shorter``: a seq2seq window, halved) is narrowed until
     it fits or none can, and the plan says why, with the time plan's numbers."""
-    timing = time_plan(study, plan, s, seeds, runtime, fit, **options)
+    timing = time_plan(study, plan, s, seeds, runtime, fit, options=options)
     first, budget = timing, 60 * s.minutes
     while timing.total > budget:
         narrower = {
@@ -264,14 +264,14 @@ def fitted(
             break
         for name, cfg in narrower.items():
             plan = plan.reconfigured(name, cfg)
-        timing = time_plan(study, plan, s, seeds, runtime, fit, timing.speeds, **options)
+        timing = time_plan(study, plan, s, seeds, runtime, fit, timing.speeds, options)
     if timing is not first:
         plan = replace(
             plan,
             narrowed=(
-                f"Read less to fit the {s.minutes:g}-minute budget: the time plan estimated about {first.total / 60:.0f} "
-                f"min at this machine's probed speed with every task read as configured, and {timing.total / 60:.0f} min "
-                "as read here (each task's reading below)."
+                f"Read less to fit the {s.minutes:g}-minute budget: the time plan estimated about "
+                f"{first.total / 60:.0f} min at this machine's probed speed with every task read as configured, and "
+                f"{timing.total / 60:.0f} min as read here (each task's reading below)."
             ),
         )
     return plan, timing
@@ -287,7 +287,7 @@ def run_compare(
     overwrite: bool = False,
     progress: bool = True,
     runtime: Runtime | None = None,
-    **options: Any,
+    options: StudyOptions = NO_OPTIONS,
 ) -> Path:
     """Measure ``study``'s columns (``options``) on ``plan`` (``compare_plan.plan_of``, every file read and checked
     before this replaces a folder) at ``timing``'s settings (its ``time_plan``), judge them, and write the report
@@ -298,19 +298,19 @@ def run_compare(
     if timing.fitted_from is not None and kept is not None:  # a resumed compare keeps the clock it was planned with
         s = replace(s, seconds=kept["settings"]["seconds"])
     exp.ledger = Ledger(list(timing.expected), progress, "compare")
-    described, columns = plan.described, study.recorded(**options)
+    described, columns = plan.described, study.recorded(options)
     other, _ = exp.keep_recipe(
         study.kept_as, {"settings": dataclasses.asdict(s), "data": plan.data, **columns, "tasks": described["tasks"]}
     )
     if other is not None:
-        labels = ", ".join(arm.label for arm in study.arms(**options))
+        labels = ", ".join(arm.label for arm in study.arms(options))
         raise UserError(
             f"{exp.out} holds a compare at scale {other['settings']['name']} with other settings, "
             f"{study.columns_are} or tasks than now ({s.name}: {labels}); use --overwrite or another --out"
         )
     seed_list = tuple(range(first_seed, first_seed + seeds))
     try:
-        results = conduct(study, Setup(exp, s, seed_list, progress, plan), **options)
+        results = conduct(study, Setup(exp, s, seed_list, progress, plan, options))
     finally:
         exp.ledger.close()
     return write(

@@ -18,13 +18,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from maskwise.experiments.arms import (
     AXES,
     Arm,
     Runs,
     Setup,
+    StudyOptions,
     matmul_peak_shares,
     pretrain_arms,
     run_name,
@@ -81,17 +82,36 @@ def header(labels: Sequence[str]) -> list[str]:
     return ["measure", "axis", *labels, f"{labels[0]} vs {labels[-1]}" if len(labels) > 1 else ""]
 
 
+class Measures(ABC):
+    """What a study's ``tabulate`` hands its rules and its summary: a typed value per study, so that a rule reads
+    fields mypy checks rather than string keys; its JSON is the results' ``metrics``."""
+
+    @abstractmethod
+    def to_json(self) -> dict[str, dict[str, list[float]]]:
+        """The results' ``metrics``: ``"<measure> at <axis>"`` (``key``) -> group -> per-seed values."""
+
+
+M = TypeVar("M", bound=Measures)
+
+
+@dataclass(frozen=True)
+class Table(Generic[M]):
+    """A study's tabulated runs: the measures its rules read, and the report table's rows."""
+
+    measures: M
+    rows: list[list[str]]
+
+
 @dataclass(frozen=True)
 class Rule:
-    """One coded verdict: ``judge(evidence, arms)`` -> (held / falsified / inconclusive, why)."""
+    """One coded verdict, in words: the study judges it (``Study.judge``) -> (held / falsified / inconclusive, why)."""
 
     prediction: str
     rule: str  # the falsification rule, in words
-    judge: Callable[[Any, Sequence[Arm]], tuple[str, str | list[str]]]
     claim: str = ""  # a short name, where a study judges several claims
 
 
-class Study(ABC):
+class Study(ABC, Generic[M]):
     """``compare`` or one ablation: its plain data as class attributes, what it measures, tabulates and says as
     methods (the abstract ones every study declares, the others with the default most take); ``conduct`` runs it."""
 
@@ -99,7 +119,7 @@ class Study(ABC):
     title: str
     rules: tuple[Rule, ...]
     step: str  # prefix of the cached measurement steps
-    options: tuple[str, ...] = ()  # keyword options ``arms`` accepts
+    options: tuple[str, ...] = ()  # the fields of ``StudyOptions`` it reads
     # The axes every arm pretrains on: both, or equal tokens only (one model per seed, or a question about
     # inference), or equal wall-clock only (compare: every arm for the scale's own seconds).
     axes: tuple[str, ...] = AXES
@@ -120,8 +140,8 @@ class Study(ABC):
     per_seed_step: str | None = None
 
     @abstractmethod
-    def arms(self, *args: Any, **options: Any) -> tuple[Arm, ...]:
-        """The arms (columns) for the study's ``options`` (keywords; a study names its own), refused in one line
+    def arms(self, options: StudyOptions) -> tuple[Arm, ...]:
+        """The arms (columns) for the study's ``options`` (the fields it names in ``options``), refused in one line
         where an option is wrong."""
 
     @abstractmethod
@@ -129,11 +149,15 @@ class Study(ABC):
         """Run ``name``'s measures (``arm``'s model for ``seed``), as JSON."""
 
     @abstractmethod
-    def tabulate(self, m: Measured) -> tuple[dict, list]:
-        """(the metrics the rules read, the table's rows)."""
+    def tabulate(self, m: Measured) -> Table[M]:
+        """The measures the rules read, and the table's rows."""
 
     @abstractmethod
-    def summary(self, m: Measured, metrics: dict) -> str:
+    def judge(self, rule: Rule, measures: M, m: Measured) -> tuple[str, str | list[str]]:
+        """``rule`` (one of ``rules``) judged on the measures: (held / falsified / inconclusive, why)."""
+
+    @abstractmethod
+    def summary(self, m: Measured, measures: M) -> str:
         """The report's summary sentence."""
 
     @abstractmethod
@@ -168,13 +192,9 @@ class Study(ABC):
         -> (higher is better, None for a cost; the trivial baseline's (name, value) or None)."""
         return {}
 
-    def evidence(self, m: Measured, metrics: dict) -> Any:
-        """What the rules read: the metrics (compare makes per-item scores of the measures)."""
-        return metrics
-
-    def meta(self, m: Measured, metrics: dict) -> dict:
+    def meta(self, m: Measured, measures: M) -> dict:
         """The report's metric_meta: each metric's direction and baseline, from ``meaning``."""
-        return metric_meta(metrics, self.meaning(m))
+        return metric_meta(measures.to_json(), self.meaning(m))
 
     def warning(self, m: Measured) -> str:
         """A line above everything (too few pretraining steps, models of very different sizes); empty: none."""
@@ -373,11 +393,11 @@ def common_buckets(m: Measured, field_name: str) -> list[str]:
 # ---- the pipeline -----------------------------------------------------------------------------------
 
 
-def judged(rules: Sequence[Rule], evidence: Any, arms: Sequence[Arm]) -> list[dict]:
-    """Each rule's verdict on ``evidence``: the results' ``verdicts``."""
+def judged(study: Study[M], measures: M, m: Measured) -> list[dict]:
+    """Each of the study's rules judged on ``measures``: the results' ``verdicts``."""
     verdicts = []
-    for rule in rules:
-        verdict, why = rule.judge(evidence, arms)
+    for rule in study.rules:
+        verdict, why = study.judge(rule, measures, m)
         verdicts.append(
             {
                 "claim": rule.claim,
@@ -390,9 +410,9 @@ def judged(rules: Sequence[Rule], evidence: Any, arms: Sequence[Arm]) -> list[di
     return verdicts
 
 
-def conduct(study: Study, setup: Setup, **options: Any) -> dict:
+def conduct(study: Study[M], setup: Setup) -> dict:
     """Pretrain (or open), measure, tabulate, judge: the results of ``study`` (``write`` adds the shared keys)."""
-    arms = study.arms(**options)
+    arms = study.arms(setup.options)
     runs = study.runs(setup, arms)
     measured = measure(setup, runs, arms, study.step, study.measure)
     per_seed = {}
@@ -403,17 +423,17 @@ def conduct(study: Study, setup: Setup, **options: Any) -> dict:
                 f"{study.per_seed_step}-seed{seed}", partial(study.measure_seed, setup, names, seed)
             )
     m = Measured(setup, arms, runs, measured, parameters(setup, runs, arms), per_seed)
-    metrics, rows = study.tabulate(m)
+    table = study.tabulate(m)
     results = {
         "title": study.title,
         "warning": study.warning(m),
-        "verdicts": judged(study.rules, study.evidence(m, metrics), arms),
-        "summary": study.summary(m, metrics),
-        "metrics": metrics,
-        "metric_meta": study.meta(m, metrics),
+        "verdicts": judged(study, table.measures, m),
+        "summary": study.summary(m, table.measures),
+        "metrics": table.measures.to_json(),
+        "metric_meta": study.meta(m, table.measures),
         "table": {
             "columns": study.header(study.columns(arms)),
-            "rows": rows + (throughput_rows(runs, arms) if study.extra_rows else []),
+            "rows": table.rows + (throughput_rows(runs, arms) if study.extra_rows else []),
         },
         "runs": curve_entries(runs, arms),
         "parameters": m.parameters,

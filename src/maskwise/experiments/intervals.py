@@ -22,7 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
-PerSeed = Sequence[Sequence[float | Sequence[float]]]  # [seed][item]: a score, or a (numerator, denominator) pair
+from maskwise.tasks.items import Items, as_items
+
+# [seed] -> that run's items: ``Items`` (grouped or labelled), or per-item scores or (numerator, denominator) pairs
+PerSeed = Sequence[Items | Sequence[float] | Sequence[Sequence[float]]]
 
 RESAMPLES = 4000
 
@@ -46,26 +49,17 @@ class Interval:
         return {"mean": self.mean, "ci95_low": self.low, "ci95_high": self.high}
 
 
-def _check(per_seed: PerSeed) -> list[torch.Tensor]:
-    """Each seed's items as an (n, 2) tensor of (numerator, denominator)."""
-    seeds = []
-    for items in per_seed:
-        values = torch.tensor(list(items), dtype=torch.float64)
-        seeds.append(torch.stack([values, torch.ones_like(values)], dim=1) if values.dim() == 1 else values)  # (n, 2)
-    if not seeds or any(len(s) == 0 for s in seeds):
+def _check(per_seed: PerSeed) -> list[tuple[Items, torch.Tensor]]:
+    """Each seed's items and their units' (numerator, denominator) sums (``Items.units``)."""
+    seeds = [(items, items.units()) for items in map(as_items, per_seed)]
+    if not seeds or any(len(units) == 0 for _, units in seeds):
         raise ValueError("an interval needs at least one seed with at least one item")
     return seeds
 
 
-def pooled(items: torch.Tensor) -> torch.Tensor:
-    """(..., n, 2) items -> (...) pooled scores: the numerators' sum over the denominators' (0 where that is 0)."""
-    numerator, denominator = items[..., 0].sum(-1), items[..., 1].sum(-1)
-    return torch.where(denominator > 0, numerator / denominator.clamp_min(1e-300), torch.zeros_like(numerator))
-
-
 def score(per_seed: PerSeed) -> float:
-    """The observed score: each seed's pooled items, averaged over seeds."""
-    return float(torch.stack([pooled(s) for s in _check(per_seed)]).mean())
+    """The observed score: each seed's metric on its items, averaged over seeds."""
+    return float(torch.stack([items.metric(units) for items, units in _check(per_seed)]).mean())
 
 
 def _replicates(sides: Sequence[PerSeed], resamples: int, seed: int) -> tuple[list[float], list[torch.Tensor]]:
@@ -75,12 +69,12 @@ def _replicates(sides: Sequence[PerSeed], resamples: int, seed: int) -> tuple[li
     generator = torch.Generator().manual_seed(seed)
     n_seeds = len(checked[0])
     chosen = torch.randint(n_seeds, (resamples, n_seeds), generator=generator)  # (R, S)
-    drawn = [torch.randint(len(s), (resamples, len(s)), generator=generator) for s in checked[0]]  # per seed (R, n)
+    drawn = [torch.randint(len(u), (resamples, len(u)), generator=generator) for _, u in checked[0]]  # per seed (R, n)
     replicates = [
-        torch.stack([pooled(s[d]) for s, d in zip(side, drawn)]).gather(0, chosen.T).mean(dim=0)  # (R,)
+        torch.stack([items.metric(u[d]) for (items, u), d in zip(side, drawn)]).gather(0, chosen.T).mean(dim=0)  # (R,)
         for side in checked
     ]
-    observed = [float(torch.stack([pooled(s) for s in side]).mean()) for side in checked]
+    observed = [float(torch.stack([items.metric(u) for items, u in side]).mean()) for side in checked]
     return observed, replicates
 
 
@@ -101,8 +95,8 @@ def interval(per_seed: PerSeed, resamples: int = RESAMPLES, seed: int = 0) -> In
 
 
 def same_items(a: PerSeed, b: PerSeed) -> bool:
-    """Whether ``a`` and ``b`` score the same seeds and items (as far as their shapes can say)."""
-    return [len(x) for x in a] == [len(x) for x in b]
+    """Whether ``a`` and ``b`` score the same seeds and units (as far as their shapes can say)."""
+    return [len(as_items(x)) for x in a] == [len(as_items(x)) for x in b]
 
 
 def paired_difference(a: PerSeed, b: PerSeed, resamples: int = RESAMPLES, seed: int = 0) -> Interval:

@@ -96,7 +96,7 @@ def _plot_overview(results: dict, out: Path) -> list[Path]:
     top = [sum(height[:i]) for i in range(len(height))]
     columns = [*families, "trivial baseline", "classic method"]
     fig, ax = plt.subplots(figsize=(2.1 * len(columns) + 3.6, 0.62 * sum(height) + 1.5))
-    for y, h, (metric, meta) in zip(top, height, rows.items()):
+    for y, h, meta in zip(top, height, rows.values()):
         for x, family in enumerate(families):
             won = meta["winner"] == family
             ax.add_patch(

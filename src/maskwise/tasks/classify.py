@@ -49,6 +49,7 @@ from maskwise.runs import load_weights_into
 from maskwise.runtime import Runtime
 from maskwise.tasks.classic import TFIDF_LOGISTIC, chars_read, tfidf_logistic_regression
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
+from maskwise.tasks.items import Items
 from maskwise.tasks.metrics import accuracy, macro_f1, majority_label
 from maskwise.tasks.reading import (
     batches,
@@ -64,6 +65,7 @@ from maskwise.tasks.unit import (
     ENCODER_JOBS,
     IMBALANCE,
     Head,
+    RecordRow,
     Row,
     Task,
     Work,
@@ -74,7 +76,7 @@ from maskwise.tasks.unit import (
 
 HEAD_PREFIX = "head."
 # The plays' classification tasks: (split, texts per label, seed=) -> the labelled texts.
-PLAYS_TASKS: dict[str, Callable[..., list[LabelledText]]] = {
+PLAYS_CLASSIFICATIONS: dict[str, Callable[..., list[LabelledText]]] = {
     "genre": genre_examples,
     "line-order": line_order_examples,
     "word-order": word_order_examples,
@@ -148,15 +150,15 @@ class ClassifyConfig(FinetuneConfig):
     freeze: bool = False  # True = linear probe: only the head trains
     max_len: int | None = None  # None = the model's context
     dropout: float = 0.1
-    # The plays' labelled texts when a task is given none (``tasks.run.plays_rows``): one of ``PLAYS_TASKS``,
+    # The plays' labelled texts when a task is given none (``tasks.run.plays_rows``): one of ``PLAYS_CLASSIFICATIONS``,
     # this many of each label.
     plays_task: str = "genre"
     train_per_label: int = 300
     test_per_label: int = 100
 
     def validate(self) -> ClassifyConfig:
-        if self.plays_task not in PLAYS_TASKS:
-            raise UserError(f"unknown plays task {self.plays_task!r}; known: {', '.join(PLAYS_TASKS)}")
+        if self.plays_task not in PLAYS_CLASSIFICATIONS:
+            raise UserError(f"unknown plays task {self.plays_task!r}; known: {', '.join(PLAYS_CLASSIFICATIONS)}")
         super().validate()
         return self
 
@@ -381,14 +383,36 @@ def zero_shot_classify(
 # ---- the unit: its plays' rows, its run, its commands and its compare rows ---------------------------
 
 
-def _classic_of(key: str) -> dict[str, Any]:
-    """A row's classic method, read by ``key`` (``correct`` or ``balanced_correct``) on its record, and what it read."""
-    return {
-        "classic_name": TFIDF_LOGISTIC,
-        "classic": lambda r: r.classic and getattr(r.classic, key),
-        "classic_whole": lambda r: r.classic_whole and getattr(r.classic_whole, key),
-        "read": chars_read_and_given,
-    }
+@dataclass(frozen=True)
+class ClassifyRow(RecordRow[ClassifyRecord]):
+    """A classification row: each test text's 0/1, or (``balanced``) that weighted by its label's share, so that their
+    mean is balanced accuracy; beside the majority class and TF-IDF + logistic regression."""
+
+    baseline_name: str = "majority class"
+    classic_name: str = TFIDF_LOGISTIC
+    balanced: bool = False
+
+    def decode(self, stored: dict[str, Any]) -> ClassifyRecord:
+        return ClassifyRecord.from_json(stored)
+
+    def items(self, scores: ClassifyScores) -> Items:
+        """``scores``' per-item values under this row's metric."""
+        return Items(scores.balanced_correct if self.balanced else scores.correct)
+
+    def scores(self, record: ClassifyRecord) -> Items:
+        return self.items(record)
+
+    def baseline(self, record: ClassifyRecord) -> Items:
+        return self.items(record.baseline)
+
+    def classic(self, record: ClassifyRecord) -> Items | None:
+        return None if record.classic is None else self.items(record.classic)
+
+    def classic_whole(self, record: ClassifyRecord) -> Items | None:
+        return None if record.classic_whole is None else self.items(record.classic_whole)
+
+    def read(self, record: ClassifyRecord) -> tuple[list[int], list[int]] | None:
+        return chars_read_and_given(record)
 
 
 class Classify(Task[ClassifyConfig]):
@@ -398,14 +422,7 @@ class Classify(Task[ClassifyConfig]):
     claim = ENCODER_JOBS
     config = ClassifyConfig
     record = ClassifyRecord
-    plays_row = Row(
-        "line order accuracy (classification)",
-        True,
-        lambda r: r.correct,
-        lambda r: r.baseline.correct,
-        "majority class",
-        **_classic_of("correct"),
-    )
+    plays_row = ClassifyRow("line order accuracy (classification)", True)
     head = Head(
         SequenceClassifier,
         {"labels": (True, True), "pooling": (False, True), "train_labels": (True, False), "plays_task": (False, False)},
@@ -417,7 +434,7 @@ class Classify(Task[ClassifyConfig]):
         self, cfg: ClassifyConfig, model: nn.Module | None, split: str, training: bool
     ) -> tuple[list[LabelledText] | None, list[LabelledText]]:
         """The plays' labelled texts ``cfg.plays_task`` names, ``train_per_label`` / ``test_per_label`` of each."""
-        examples = PLAYS_TASKS[cfg.plays_task]
+        examples = PLAYS_CLASSIFICATIONS[cfg.plays_task]
         train = examples("train", cfg.train_per_label, seed=cfg.data_seed) if training else None
         return train, examples(split, cfg.test_per_label, seed=cfg.test_seed)
 
@@ -488,17 +505,8 @@ class Classify(Task[ClassifyConfig]):
         )
 
     def user_rows(self, task: UserTask, cfg: ClassifyConfig) -> tuple[Row, ...]:
-        key = "balanced_correct" if task.details["metric"] == "balanced accuracy" else "correct"
-        return (
-            Row(
-                f"{task.spec.name}: {task.details['metric']} (classify)",
-                True,
-                lambda r: getattr(r, key),
-                lambda r: getattr(r.baseline, key),
-                "majority class",
-                **_classic_of(key),
-            ),
-        )
+        metric = task.details["metric"]
+        return (ClassifyRow(f"{task.spec.name}: {metric} (classify)", True, balanced=metric == "balanced accuracy"),)
 
     def work(self, cfg: ClassifyConfig, task: UserTask | None, per_char: float) -> Work:
         """Each step's batch of texts trained; each test text read once (the plays': two lines of verse)."""

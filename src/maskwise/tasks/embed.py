@@ -34,6 +34,7 @@ from maskwise.runtime import Runtime
 from maskwise.tasks.classic import BM25, chars_read
 from maskwise.tasks.classify import check_pooling
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
+from maskwise.tasks.items import Items
 from maskwise.tasks.reading import (
     batches,
     body_of,
@@ -43,6 +44,7 @@ from maskwise.tasks.reading import (
     encode_texts,
 )
 from maskwise.tasks.retrieve import (
+    PerQuery,
     RetrievalRecord,
     evaluate_graded_retrieval,
     evaluate_retrieval,
@@ -50,6 +52,7 @@ from maskwise.tasks.retrieve import (
 )
 from maskwise.tasks.unit import (
     ENCODER_JOBS,
+    RecordRow,
     Row,
     Task,
     Work,
@@ -152,13 +155,39 @@ def train_bi_encoder(
 # ---- the unit: its plays' rows, its run, its commands and its compare rows ---------------------------
 
 
-# BM25 beside an embedder, on the same queries: ``Row``'s keyword arguments, each a callable of its own type.
-_classic: dict[str, Any] = {
-    "classic_name": BM25,
-    "classic": lambda r: r.classic and r.classic.recall_at_10,
-    "classic_whole": lambda r: r.classic_whole and r.classic_whole.recall_at_10,
-    "read": chars_read_and_given,
-}
+@dataclass(frozen=True)
+class RetrievalRow(RecordRow[RetrievalRecord]):
+    """A retrieval row: each test query's recall@10, or (``ndcg``, graded judgements) its nDCG@10, beside a random
+    ranking's and BM25's on the same queries."""
+
+    classic_name: str = BM25
+    ndcg: bool = False
+
+    def decode(self, stored: dict[str, Any]) -> RetrievalRecord:
+        return RetrievalRecord.from_json(stored)
+
+    def items(self, per_query: PerQuery) -> Items:
+        """``per_query``'s scores under this row's metric."""
+        return Items(per_query.ndcg_at_10 if self.ndcg else per_query.recall_at_10)
+
+    def scores(self, record: RetrievalRecord) -> Items:
+        return self.items(record.per_query)
+
+    def baseline(self, record: RetrievalRecord) -> float | None:
+        """A random ranking's own nDCG@10 under graded judgements, else its expected recall@10."""
+        if self.ndcg:
+            return record.baseline.ndcg_at_10
+        expected = record.baseline.expected
+        return None if expected is None else expected.recall_at_10
+
+    def classic(self, record: RetrievalRecord) -> Items | None:
+        return None if record.classic is None else self.items(record.classic)
+
+    def classic_whole(self, record: RetrievalRecord) -> Items | None:
+        return None if record.classic_whole is None else self.items(record.classic_whole)
+
+    def read(self, record: RetrievalRecord) -> tuple[list[int], list[int]] | None:
+        return chars_read_and_given(record)
 
 
 class Embed(Task[EmbedConfig]):
@@ -168,14 +197,7 @@ class Embed(Task[EmbedConfig]):
     claim = ENCODER_JOBS
     config = EmbedConfig
     record = RetrievalRecord
-    plays_row = Row(
-        "retrieval recall@10 (ICT)",
-        True,
-        lambda r: r.per_query.recall_at_10,
-        lambda r: r.baseline.expected.recall_at_10,
-        "random",
-        **_classic,
-    )
+    plays_row = RetrievalRow("retrieval recall@10 (ICT)", True, "random")
     evaluated_as = "retrieve"
     data_help = ", or a BEIR folder with qrels/train.tsv"
 
@@ -247,29 +269,8 @@ class Embed(Task[EmbedConfig]):
 
     def user_rows(self, task: UserTask, cfg: EmbedConfig) -> tuple[Row, ...]:
         if task.details["metric"].lower() == "ndcg@10":  # graded judgements: the random ranking's own nDCG@10
-            return (
-                Row(
-                    f"{task.spec.name}: nDCG@10 (embed, retrieval)",
-                    True,
-                    lambda r: r.per_query.ndcg_at_10,
-                    lambda r: r.baseline.ndcg_at_10,
-                    "random ranking",
-                    classic_name=BM25,
-                    classic=lambda r: r.classic and r.classic.ndcg_at_10,
-                    classic_whole=lambda r: r.classic_whole and r.classic_whole.ndcg_at_10,
-                    read=_classic["read"],
-                ),
-            )
-        return (
-            Row(
-                f"{task.spec.name}: recall@10 (embed, retrieval)",
-                True,
-                lambda r: r.per_query.recall_at_10,
-                lambda r: r.baseline.expected.recall_at_10,
-                "random",
-                **_classic,
-            ),
-        )
+            return (RetrievalRow(f"{task.spec.name}: nDCG@10 (embed, retrieval)", True, "random ranking", ndcg=True),)
+        return (RetrievalRow(f"{task.spec.name}: recall@10 (embed, retrieval)", True, "random"),)
 
     def work(self, cfg: EmbedConfig, task: UserTask | None, per_char: float) -> Work:
         """Each step's batch of query-passage pairs trained; every test query and document embedded once (the

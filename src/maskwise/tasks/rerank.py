@@ -45,6 +45,7 @@ from maskwise.tasks.cross_encoder import (
 )
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.generate import GenerationConfig, generate
+from maskwise.tasks.items import Items
 from maskwise.tasks.reading import batches, context_len, device_of
 from maskwise.tasks.rerank_eval import (
     RerankRecord,
@@ -61,6 +62,7 @@ from maskwise.tasks.scoring import (
 )
 from maskwise.tasks.unit import (
     ENCODER_JOBS,
+    RecordRow,
     Row,
     Task,
     Work,
@@ -250,6 +252,24 @@ def train_generative_reranker(
 # ---- the unit: its plays' rows, its run, its commands and its compare rows ---------------------------
 
 
+@dataclass(frozen=True)
+class RerankRow(RecordRow[RerankRecord]):
+    """A reranking row: each test query's nDCG@10 over BM25's candidates, paired with BM25's own order of them, which
+    is the classic method already."""
+
+    baseline_name: str = "BM25's own order"
+    classic_name: str = "BM25's own order"
+
+    def decode(self, stored: dict[str, Any]) -> RerankRecord:
+        return RerankRecord.from_json(stored)
+
+    def scores(self, record: RerankRecord) -> Items:
+        return Items(record.per_query.ndcg_at_10)
+
+    def baseline(self, record: RerankRecord) -> Items:
+        return Items(record.per_query.first_stage_ndcg_at_10)
+
+
 class Rerank(Task[RerankConfig]):
     """Reranking a first stage's (BM25's) candidates: a cross-encoder, or a decoder's " yes" probability."""
 
@@ -326,16 +346,7 @@ class Rerank(Task[RerankConfig]):
         return replace(task, details={**task.details, "first_stage": "BM25", "metric": "nDCG@10"})
 
     def user_rows(self, task: UserTask, cfg: RerankConfig) -> tuple[Row, ...]:
-        return (
-            Row(
-                f"{task.spec.name}: nDCG@10 over BM25's top candidates (rerank)",
-                True,
-                lambda r: r.per_query.ndcg_at_10,
-                lambda r: r.per_query.first_stage_ndcg_at_10,
-                "BM25's own order",
-                classic_name="BM25's own order",
-            ),
-        )
+        return (RerankRow(f"{task.spec.name}: nDCG@10 over BM25's top candidates (rerank)", True),)
 
     def work(self, cfg: RerankConfig, task: UserTask | None, per_char: float) -> Work:
         """Each step's queries trained with their positive and negatives; every candidate pair of every test query

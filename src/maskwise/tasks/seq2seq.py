@@ -43,6 +43,7 @@ from maskwise.runtime import Runtime
 from maskwise.tasks.classic import LINES_AFTER_BLANK, lines_after_blank
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.generate import GenerationConfig, check_generative, generate
+from maskwise.tasks.items import Items
 from maskwise.tasks.reading import batches, config_of, device_of
 from maskwise.tasks.seq2seq_scores import (
     Seq2SeqRecord,
@@ -50,7 +51,7 @@ from maskwise.tasks.seq2seq_scores import (
     generation_scores,
     lead_words,
 )
-from maskwise.tasks.unit import READ_THEN_WRITE, Row, Task, Work, mean_tokens
+from maskwise.tasks.unit import READ_THEN_WRITE, RecordRow, Row, Task, Work, mean_tokens
 
 # Source length buckets in characters (the speakers passages run up to ~600 by default).
 SOURCE_EDGES = (0, 150, 300, 450, 600)
@@ -247,6 +248,56 @@ def _plays_source_chars(cfg: Seq2SeqConfig, model: nn.Module | None) -> int:
     return max(32, room)
 
 
+@dataclass(frozen=True)
+class SpeakersRow(RecordRow[Seq2SeqRecord]):
+    """The plays' passage -> speakers row: each passage's F1 over the set of speakers named, beside copying the first
+    line and the lines after a blank line."""
+
+    def decode(self, stored: dict[str, Any]) -> Seq2SeqRecord:
+        return Seq2SeqRecord.from_json(stored)
+
+    def scores(self, record: Seq2SeqRecord) -> Items:
+        return Items(record.per_example.items_f1)
+
+    def baseline(self, record: Seq2SeqRecord) -> Items:
+        return Items(record.baseline.per_example.items_f1)
+
+    def classic(self, record: Seq2SeqRecord) -> Items | None:
+        return None if record.classic is None else Items(record.classic.per_example.items_f1)
+
+
+@dataclass(frozen=True)
+class WrittenRow(RecordRow[Seq2SeqRecord]):
+    """A user's seq2seq row: token F1 (or ``rouge``: ROUGE-L) of the test items whose source has ``low`` characters or
+    more and under ``high`` (None: no bound), beside the lead, which is summarisation's classic method already (named,
+    not shown twice)."""
+
+    baseline_name: str = "lead (the source's first words)"
+    classic_name: str = "the lead"
+    given: tuple[int, ...] = ()  # each test source's characters
+    low: int = 0
+    high: int | None = None
+    rouge: bool = False
+
+    def decode(self, stored: dict[str, Any]) -> Seq2SeqRecord:
+        return Seq2SeqRecord.from_json(stored)
+
+    def within(self, scored: Seq2SeqScores) -> Items:
+        """``scored``'s per-item values of the sources in this row's span."""
+        values = scored.per_example.rouge_l if self.rouge else scored.per_example.token_f1
+        assert values is not None, "a writer scored without ROUGE-L"
+        return Items([v for v, n in zip(values, self.given) if n >= self.low and (self.high is None or n < self.high)])
+
+    def scores(self, record: Seq2SeqRecord) -> Items:
+        return self.within(record)
+
+    def baseline(self, record: Seq2SeqRecord) -> Items:
+        return self.within(record.baseline)
+
+    def read(self, record: Seq2SeqRecord) -> tuple[list[int], list[int]]:
+        return record.chars_read or record.source_chars, list(self.given)
+
+
 class Seq2Seq(Task[Seq2SeqConfig]):
     """Read-then-write: a target generated from a source, scored beside the lead (the source's first words)."""
 
@@ -254,15 +305,7 @@ class Seq2Seq(Task[Seq2SeqConfig]):
     claim = READ_THEN_WRITE
     config = Seq2SeqConfig
     record = Seq2SeqRecord
-    plays_row = Row(
-        "passage -> speakers F1",
-        True,
-        lambda r: r.per_example.items_f1,
-        lambda r: r.baseline.per_example.items_f1,
-        "copy the first line",
-        classic_name=LINES_AFTER_BLANK,
-        classic=lambda r: r.classic and r.classic.per_example.items_f1,
-    )
+    plays_row = SpeakersRow("passage -> speakers F1", True, "copy the first line", LINES_AFTER_BLANK)
 
     def plays(
         self, cfg: Seq2SeqConfig, model: nn.Module | None, split: str, training: bool
@@ -407,24 +450,15 @@ class Seq2Seq(Task[Seq2SeqConfig]):
         window = cfg.max_chars or max(given)
         spans = list(zip(cfg.source_edges, [*cfg.source_edges[1:], window + 1]))
 
-        def row(low: int, high: int | None, name: str, metric: str = "token_f1") -> Row:
-            def within(scored: Seq2SeqScores) -> list[float]:
-                return [
-                    v
-                    for v, n in zip(getattr(scored.per_example, metric), given)
-                    if n >= low and (high is None or n < high)
-                ]
-
-            label = {"token_f1": "token F1", "rouge_l": "ROUGE-L"}[metric]
-            # The lead is the classic method of summarisation already: named, not shown twice.
-            return Row(
+        def row(low: int, high: int | None, name: str, rouge: bool = False) -> Row:
+            label = "ROUGE-L" if rouge else "token F1"
+            return WrittenRow(
                 f"{task.spec.name}: {label}, {name} (seq2seq)",
                 True,
-                within,
-                lambda r: within(r.baseline),
-                "lead (the source's first words)",
-                classic_name="the lead",
-                read=lambda r: (r.chars_read or r.source_chars, given),
+                given=tuple(given),
+                low=low,
+                high=high,
+                rouge=rouge,
             )
 
         def named(low: int, high: int) -> str:
@@ -432,14 +466,14 @@ class Seq2Seq(Task[Seq2SeqConfig]):
 
         if min(given) > window:  # no source read whole: judged on all of them, cut, and the label says so
             cut_all = f"all sources, cut at {window} characters (the trend by source length not measured)"
-            return row(0, None, cut_all), row(0, None, cut_all, "rouge_l")
+            return row(0, None, cut_all), row(0, None, cut_all, rouge=True)
         judged, *shorter = [row(low, high, named(low, high)) for low, high in reversed(spans)]
         cut = (
             (row(window + 1, None, f"sources over {window} characters, read to their first {window}"),)
             if max(given) > window
             else ()
         )
-        rouge = row(0, None, "all sources", "rouge_l")  # reported beside the judged token F1
+        rouge = row(0, None, "all sources", rouge=True)  # reported beside the judged token F1
         every = (row(0, None, "all sources"),) if shorter or cut else ()
         return (judged, *reversed(shorter), *cut, *every, rouge)
 

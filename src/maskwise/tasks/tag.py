@@ -38,6 +38,7 @@ from maskwise.runs import load_weights_into
 from maskwise.runtime import Runtime
 from maskwise.tasks.classic import WORD_TAGGER, most_frequent_tags
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
+from maskwise.tasks.items import Items
 from maskwise.tasks.metrics import (
     accuracy,
     entity_counts,
@@ -60,6 +61,7 @@ from maskwise.tasks.record import Fields, Record
 from maskwise.tasks.unit import (
     ENCODER_JOBS,
     Head,
+    RecordRow,
     Row,
     Task,
     Work,
@@ -205,7 +207,7 @@ def predict_tags(
         for row, where in enumerate(positions):
             read[row, [p for p in where if p >= 0]] = 0
         best = iter(model.labelled_logits(ids, mask, read)[0].argmax(dim=-1).tolist())  # row-major, as ``read``
-        for row, where in enumerate(positions):
+        for where in positions:
             tag_at = {p: model.tags[next(best)] for p in sorted({p for p in where if p >= 0})}
             predicted.append([tag_at.get(p, outside) for p in where])  # -1 (cut): outside
             truncated += sum(p < 0 for p in where)
@@ -373,11 +375,51 @@ def _window_chars(cfg: TagConfig, model: nn.Module | None) -> int:
     return max(20, config_of(model).max_seq_len - 1)
 
 
-def _entity_items(scores: TagScores | None) -> list[list[int]] | None:
-    """Each text's (2 x entities right, predicted + gold entities): pooled, the entity F1 (``intervals``' pairs)."""
-    if scores is None or scores.per_example.entities is None:
-        return None
-    return [[2 * right, predicted + gold] for right, predicted, gold in scores.per_example.entities]
+@dataclass(frozen=True)
+class PunctuationRow(RecordRow[TagRecord]):
+    """The plays' punctuation row: each window's F1 over its marks, beside a mark before every line break, the rule a
+    practitioner would write for verse and so the classic method already (said, not twice)."""
+
+    baseline_name: str = "a mark before every line break"
+    classic_name: str = "a mark before every line break"
+
+    def decode(self, stored: dict[str, Any]) -> TagRecord:
+        return TagRecord.from_json(stored)
+
+    def scores(self, record: TagRecord) -> Items:
+        return Items(record.per_example.f1)
+
+    def baseline(self, record: TagRecord) -> Items:
+        return Items(record.line_break_rule.per_example.f1)
+
+
+@dataclass(frozen=True)
+class TagRow(RecordRow[TagRecord]):
+    """A user's tag row: each text's F1 over its tags, or (``entities``, a span scheme) each text's (2 x entities
+    right, predicted + gold entities), pooled into the entity F1; beside the most frequent tag and the word tagger."""
+
+    baseline_name: str = "most frequent tag"
+    classic_name: str = WORD_TAGGER
+    entities: bool = False
+
+    def decode(self, stored: dict[str, Any]) -> TagRecord:
+        return TagRecord.from_json(stored)
+
+    def items(self, scores: TagScores) -> Items | None:
+        """``scores``' per-text values under this row's metric (None: no entity counts)."""
+        if not self.entities:
+            return Items(scores.per_example.f1)
+        counts = scores.per_example.entities
+        return None if counts is None else Items([[2 * right, predicted + gold] for right, predicted, gold in counts])
+
+    def scores(self, record: TagRecord) -> Items | None:
+        return self.items(record)
+
+    def baseline(self, record: TagRecord) -> Items | None:
+        return self.items(record.baseline)
+
+    def classic(self, record: TagRecord) -> Items | None:
+        return None if record.classic is None else self.items(record.classic)
 
 
 class Tag(Task[TagConfig]):
@@ -389,15 +431,7 @@ class Tag(Task[TagConfig]):
     record = TagRecord
     # Per text, paired with the verse rule on the same text: whether a mark follows a word is decided by
     # what comes after it, which only a bidirectional reader has seen.
-    plays_row = Row(
-        "punctuation restoration F1 per text (tagging)",
-        True,
-        lambda r: r.per_example.f1,
-        lambda r: r.line_break_rule.per_example.f1,
-        "a mark before every line break",
-        # The rule a practitioner would write for verse is the trivial baseline already: said, not twice.
-        classic_name="a mark before every line break",
-    )
+    plays_row = PunctuationRow("punctuation restoration F1 per text (tagging)", True)
     # Read at the last character, a causal reader has read the whole word; at the first it has seen one
     # character of it: on tags that the word itself decides (part of speech) this can decide the verdict.
     variants: ClassVar[dict[str, dict[str, Any]]] = {"first": {"read_out": "first"}}
@@ -485,30 +519,11 @@ class Tag(Task[TagConfig]):
         scores 0), else each text's F1 over its tags averaged over texts; read where ``cfg.read_out`` says. Fixed by
         the training tags when the file is read, before any number is seen."""
         where = f"read at each word's {cfg.read_out} character"
-        if task.details.get("scheme"):
-            return (
-                Row(
-                    f"{task.spec.name}: entity F1 pooled over the test set ({task.details['scheme']}, CoNLL), "
-                    f"{where} (tag)",
-                    True,
-                    _entity_items,
-                    lambda r: _entity_items(r.baseline),
-                    "most frequent tag",
-                    classic=lambda r: _entity_items(r.classic),
-                    classic_name=WORD_TAGGER,
-                ),
-            )
-        return (
-            Row(
-                f"{task.spec.name}: F1 per text, {where} (tag)",
-                True,
-                lambda r: r.per_example.f1,
-                lambda r: r.baseline.per_example.f1,
-                "most frequent tag",
-                classic=lambda r: r.classic and r.classic.per_example.f1,
-                classic_name=WORD_TAGGER,
-            ),
-        )
+        scheme = task.details.get("scheme")
+        if scheme:
+            label = f"{task.spec.name}: entity F1 pooled over the test set ({scheme}, CoNLL), {where} (tag)"
+            return (TagRow(label, True, entities=True),)
+        return (TagRow(f"{task.spec.name}: F1 per text, {where} (tag)", True),)
 
     def work(self, cfg: TagConfig, task: UserTask | None, per_char: float) -> Work:
         """Each step's batch of windows trained; each test window read once."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from torch import nn
 
@@ -19,6 +19,7 @@ from maskwise.data.user_tasks import TaskSpec, UserTask
 from maskwise.families import Family
 from maskwise.runtime import Runtime
 from maskwise.tasks.finetune import FinetuneConfig
+from maskwise.tasks.items import Items
 from maskwise.tasks.record import Record
 
 ENCODER_JOBS = "embed, score or classify => encoder"
@@ -36,28 +37,86 @@ IMBALANCE = 1.5
 C = TypeVar("C", bound=FinetuneConfig)  # a task kind's config type
 
 
-# A row's per-item scores: one number an item, or (numerator, denominator) an item, pooled over the test set (entity F1:
-# 2 x right, predicted + gold); intervals redraw items either way.
-Items = list[float] | list[list[int]]
+class ReadsText(Protocol):
+    """A record that counts each test item's characters read and given."""
+
+    @property
+    def chars_read(self) -> list[int] | None: ...
+
+    @property
+    def chars_given(self) -> list[int] | None: ...
+
+
+RecordT = TypeVar("RecordT", bound=Record)  # a task kind's record type
 
 
 @dataclass(frozen=True)
-class Row:
-    """How one task's evaluation record becomes a compare row: per-item scores and a baseline to clear."""
+class Scored:
+    """One run's numbers on one compare row, read from its record once: what an interval, a verdict and the report's
+    classic-method line read."""
+
+    scores: Items | None  # per test item (None: not measured)
+    baseline: Items | float | None  # per item (paired), or a constant
+    # The classic method a practitioner tries first (``tasks.classic``), per item on the characters the model read and
+    # on whole texts (None: not measured, or the same characters are the whole text).
+    classic: Items | None = None
+    classic_whole: Items | None = None
+    read: tuple[list[int], list[int]] | None = None  # each test item's characters read and given (None: every one)
+
+
+@dataclass(frozen=True)
+class Row(ABC):
+    """How one stored measure becomes a compare row: its label, direction and baselines' names, and its numbers read
+    from the measure's JSON (``scored``). A name of the classic method without scores says the trivial baseline is the
+    classic method already (BM25's order; the lead)."""
 
     label: str
     higher: bool
-    scores: Callable[[Any], Items | None]  # the task's record -> one score per test item (None: not measured)
-    baseline: Callable[[Any], Items | float | None]  # per item (paired), or a constant
     baseline_name: str
-    # The classic method a practitioner tries first (``tasks.classic``): its per-item scores on the characters the
-    # model read and on whole texts (None: not measured, or the same characters are the whole text). A name without
-    # scores says the trivial baseline is the classic method already (BM25's order; the lead).
     classic_name: str = ""
-    classic: Callable[[Any], list | None] = lambda record: None
-    classic_whole: Callable[[Any], list | None] = lambda record: None
-    # Each test item's characters read and given (None: every character is read, as a tagger's windows are).
-    read: Callable[[Any], tuple[list[int], list[int]] | None] = lambda record: None
+
+    @abstractmethod
+    def scored(self, stored: dict[str, Any]) -> Scored:
+        """The row's numbers in one run's stored measure (a record's JSON); a KeyError where the run has none."""
+
+
+@dataclass(frozen=True)
+class RecordRow(Row, Generic[RecordT]):
+    """A row read from a task kind's typed record: the kind's row classes say which of its fields are the scores."""
+
+    @abstractmethod
+    def decode(self, stored: dict[str, Any]) -> RecordT:
+        """The record its JSON holds."""
+
+    @abstractmethod
+    def scores(self, record: RecordT) -> Items | None:
+        """Its per-item scores (None: not measured)."""
+
+    @abstractmethod
+    def baseline(self, record: RecordT) -> Items | float | None:
+        """Its trivial baseline: per item on the same items (paired), or a constant."""
+
+    def classic(self, record: RecordT) -> Items | None:
+        """The classic method's per-item scores on the characters the model read (None: none measured)."""
+        return None
+
+    def classic_whole(self, record: RecordT) -> Items | None:
+        """The classic method's per-item scores on whole texts (None: none measured, or no text was cut)."""
+        return None
+
+    def read(self, record: RecordT) -> tuple[list[int], list[int]] | None:
+        """Each test item's characters read and given (None: every character is read, as a tagger's windows are)."""
+        return None
+
+    def scored(self, stored: dict[str, Any]) -> Scored:
+        record = self.decode(stored)
+        return Scored(
+            self.scores(record),
+            self.baseline(record),
+            self.classic(record),
+            self.classic_whole(record),
+            self.read(record),
+        )
 
 
 @dataclass(frozen=True)
@@ -92,10 +151,11 @@ class Work:
         )
 
 
-def chars_read_and_given(record: Any) -> tuple[list[int], list[int]] | None:
-    """A record's characters read and given per test item (its ``chars_read``, ``chars_given``), for a ``Row``'s
+def chars_read_and_given(record: ReadsText) -> tuple[list[int], list[int]] | None:
+    """A record's characters read and given per test item (its ``chars_read``, ``chars_given``), for a row's
     ``read``; None where it did not count them."""
-    return (record.chars_read, record.chars_given) if record.chars_read else None
+    given = record.chars_given
+    return (record.chars_read, given) if record.chars_read and given is not None else None
 
 
 def mean_tokens(texts: list[str], tokens_per_char: float) -> float:

@@ -1,15 +1,21 @@
-"""``maskwise finetune classify`` and ``maskwise evaluate`` for classify: the command line's adapter of ``tasks.classify``."""
+"""``maskwise finetune classify`` and ``maskwise evaluate`` for classify: the command line's adapter of
+``tasks.classify``."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
 
 from maskwise.cli.task_flags import config_from_flags, finetune_config, positive
 from maskwise.cli.task_inputs import classify_data
+from maskwise.data.tokenizers import Tokenizer
 from maskwise.errors import UserError
 from maskwise.interop.folders import FineTune
 from maskwise.tasks.classify import (
-    PLAYS_TASKS,
+    PLAYS_CLASSIFICATIONS,
     Classify,
     ClassifyConfig,
     ClassifyRecord,
@@ -43,7 +49,7 @@ def flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
         )
     parser.add_argument(
         "--plays-task",
-        choices=tuple(PLAYS_TASKS),
+        choices=tuple(PLAYS_CLASSIFICATIONS),
         default=None,
         help="without --data: the plays' genre windows, line-order pairs (two consecutive "
         "lines, in order or swapped), lines as written or with their words after the first "
@@ -69,7 +75,12 @@ def flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
     )
 
 
-def finetune(args, model, tokenizer, run):
+def finetune(
+    args: argparse.Namespace,
+    model: nn.Module,
+    tokenizer: Tokenizer,
+    run: Callable[..., tuple[nn.Module, ClassifyRecord]],
+) -> tuple[dict[str, Any], ClassifyRecord, dict[str, Any], nn.Module, nn.Module | None]:
 
     cfg = finetune_config(ClassifyConfig, args)
     train, test = classify_data(args, cfg, training=True)

@@ -22,7 +22,7 @@ from maskwise.experiments.ablations import (
     seq2seq,
     shift_bug,
 )
-from maskwise.experiments.arms import Setup, StudyOptions
+from maskwise.experiments.arms import NO_OPTIONS, Setup, StudyOptions
 from maskwise.experiments.compare_plan import ComparePlan, plan_of
 from maskwise.experiments.framework import Study, conduct, write
 from maskwise.experiments.runner import Experiment
@@ -41,9 +41,6 @@ ABLATIONS: dict[str, Study] = {
     "cross-objective": cross_objective.ABLATION,
     "clm-then-mlm": clm_then_mlm.ABLATION,
 }
-
-
-NO_OPTIONS = StudyOptions()  # every field at its default: each ablation's own defaults
 
 
 def checked(
