@@ -26,6 +26,7 @@ import json
 import re
 import textwrap
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from maskwise.errors import UserError
@@ -46,7 +47,7 @@ def fmt_stat(values: list[float], digits: int = 3) -> str:
     return f"{mean:.{digits}f} ± {spread:.{digits}f}" if len(values) > 1 else f"{mean:.{digits}f}"
 
 
-def pyplot():
+def pyplot() -> ModuleType:
     """matplotlib's pyplot on the Agg backend (no screen), imported when a plot is drawn."""
     import matplotlib  # deferred: heavy (about 0.5 s), and only reports draw
 

@@ -19,9 +19,12 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from functools import cache
 from itertools import pairwise
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
+
+if TYPE_CHECKING:  # rouge_score loads nltk: imported where a summary is scored (``_rouge_l_scorer``)
+    from rouge_score.rouge_scorer import RougeScorer
 
 Label = TypeVar("Label", bound=Hashable)  # a class or a tag, whichever type the caller's labels are
 
@@ -354,7 +357,7 @@ def pooled_entity_f1(counts: Sequence[tuple[int, int, int]]) -> dict[str, float]
 
 
 @cache
-def _rouge_l_scorer():
+def _rouge_l_scorer() -> RougeScorer:
     """One stemming ROUGE-L scorer, built on first use so importing metrics does not load rouge_score/nltk."""
     from rouge_score import rouge_scorer
 
