@@ -139,12 +139,14 @@ def build_mask(
     if pattern in ("bidirectional", "cross") and window is None:
         # Key padding alone: one row per sequence, broadcast over the queries, where a (B, 1, Tq, Tk) copy cost
         # each attention call a pass over it (SDPA's conversion to an additive mask, the explicit path's add).
+        assert key_padding is not None  # without it (and no window) these patterns returned Mask(None) above
         allowed = key_padding.to(device=device, dtype=torch.bool)[:, None, None, :]  # (B, 1, 1, Tk)
         return Mask(allowed | ~allowed.any(dim=-1, keepdim=True))
     allowed = torch.ones(1, 1, q_len, k_len, dtype=torch.bool, device=device)
     if pattern in ("causal", "prefix"):
         allowed = _causal(q_len, k_len, q_offset, device)[None, None]  # (1, 1, Tq, Tk)
     if pattern == "prefix":
+        assert prefix_lengths is not None  # refused above
         k_pos = torch.arange(k_len, device=device)
         in_prefix = k_pos[None, :] < prefix_lengths.to(device)[:, None]  # (B, Tk)
         allowed = allowed | in_prefix[:, None, None, :]  # (B, 1, Tq, Tk)

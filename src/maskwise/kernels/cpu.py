@@ -7,10 +7,11 @@ the device.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import FunctionCtx
 
 from maskwise.masks import Mask
 
@@ -29,7 +30,7 @@ class _RMSNormFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight, eps):
+    def forward(ctx: FunctionCtx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         d, compute_dtype = x.shape[-1], torch.promote_types(x.dtype, torch.float32)
         rstd = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=compute_dtype)  # (..., 1)
         rstd = rstd.square_().div_(d).add_(eps).rsqrt_()
@@ -39,7 +40,8 @@ class _RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        # ctx: Any, as torch's stubs type ``saved_tensors`` a 1-tuple
         normed, weight, rstd = ctx.saved_tensors
         d = normed.shape[-1]
         g, w = grad.to(normed.dtype), weight.to(normed.dtype)
@@ -152,7 +154,17 @@ class _LinearCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, h, weight, bias, targets, ignore_index, chunk_rows, compute_dtype, with_grads):
+    def forward(
+        ctx: Any,  # torch's stubs refuse the None that ``save_for_backward`` takes
+        h: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        targets: torch.Tensor,
+        ignore_index: int,
+        chunk_rows: int,
+        compute_dtype: torch.dtype,
+        with_grads: bool,
+    ) -> torch.Tensor:
         w = weight.to(compute_dtype)
         b = bias.to(compute_dtype) if bias is not None else None
         x = h.to(compute_dtype)
@@ -182,6 +194,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             else:
                 torch.addmm(b, x_chunk, w.T, out=logits)
             if not fp32_matmuls:
+                assert fp32_logits_buffer is not None  # made where the matmuls are not fp32
                 logits = fp32_logits_buffer[:n].copy_(logits)
             probs = torch.softmax(logits, -1, out=probs_buffer[:n])  # (n, V) fp32
             target_p = probs.gather(1, chunk_targets)  # (n, 1)
@@ -199,6 +212,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
             if grad_b is not None:
                 grad_b += grad.sum(0)  # (V,)
             if not fp32_matmuls:
+                # made where the matmuls are not fp32 and gradients are asked for
+                assert grad_buffer is not None and grad_w_chunk is not None and fp32_grad_w_chunk is not None
                 grad = grad_buffer[:n].copy_(grad)
                 grad_h[rows] = grad @ w  # (n, d)
                 torch.mm(grad.T, x_chunk, out=grad_w_chunk)  # (V, d)
@@ -208,13 +223,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 grad_w.addmm_(grad.T, x_chunk)  # (V, d)
         if with_grads:
             ctx.save_for_backward(
-                grad_h, grad_w.to(weight.dtype), grad_b.to(bias.dtype) if grad_b is not None else None
+                grad_h,
+                grad_w.to(weight.dtype),
+                grad_b.to(bias.dtype) if grad_b is not None and bias is not None else None,
             )
         return loss_sum
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_loss):
+    def backward(ctx: Any, grad_loss: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        # ctx: Any, as torch's stubs type ``saved_tensors`` a 1-tuple
         grad_h, grad_w, grad_b = ctx.saved_tensors
         return (
             grad_h * grad_loss,

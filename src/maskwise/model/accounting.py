@@ -12,6 +12,7 @@ from __future__ import annotations
 from torch import nn
 
 from maskwise.config import ModelConfig
+from maskwise.model.transformer import Stack
 
 CATEGORIES = ("embeddings", "attention", "cross_attention", "ffn", "norms", "lm_head")
 
@@ -87,11 +88,11 @@ def breakdown_table(cfg: ModelConfig, model: nn.Module) -> str:
     return "\n".join(lines)
 
 
-def _block_parameters(stack: nn.Module) -> int:
+def _block_parameters(stack: Stack) -> int:
     return sum(p.numel() for p in stack.blocks.parameters())
 
 
-def stack_flops(stack: nn.Module, context: int, attended: int = 1) -> float:
+def stack_flops(stack: Stack, context: int, attended: int = 1) -> float:
     """Training FLOPs per token of one stack: 6 x its block weights, plus the attention scores and
     their weighted sum (12 x layers x context x width) over ``attended`` attentions per layer."""
     width = stack.cfg.n_heads * stack.cfg.head_dim

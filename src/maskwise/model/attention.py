@@ -67,6 +67,7 @@ class Attention(nn.Module):
         fused = _padded(self.qkv(x), packing)  # (B, T, (H + 2 Hkv) hd)
         if self.rope_theta is None:
             return self._heads(fused, *self.qkv_heads)
+        assert rotary is not None  # a RoPE layer is handed its stack's angles
         qk, v = self._heads(fused, self.n_heads + self.n_kv_heads, self.n_kv_heads)  # (B, H+Hkv, T, hd), v
         q, k = rotate(qk, rotary, self.rope_theta).split_with_sizes((self.n_heads, self.n_kv_heads), dim=1)
         return q, k, v
@@ -100,6 +101,7 @@ class Attention(nn.Module):
         if self.cross:
             q = self._heads(_padded(self.q(x), packing), self.n_heads)[0]  # (B, H, T, hd)
             if self.rope_theta is not None:  # cross_rope: the query's offset from each source key
+                assert rotary is not None  # a RoPE layer is handed its stack's angles
                 q = rotate(q, rotary, self.rope_theta)
             cached = cache.cross[layer] if cache is not None else None
             if cached is None:

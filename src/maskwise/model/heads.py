@@ -9,6 +9,7 @@ loss (a CLM training step) asks for no logits at all and gets it from ``kernels.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -72,7 +73,10 @@ class LMHead(nn.Module):
 
     @property
     def vocab_weight(self) -> torch.Tensor:
-        return self._tied_to[0].weight if self._tied_to else self.weight
+        if self._tied_to:
+            return self._tied_to[0].weight
+        assert self.weight is not None  # untied: the head owns its matrix
+        return self.weight
 
     def features(self, h: torch.Tensor) -> torch.Tensor:
         """What the vocabulary projection reads: h rescaled and transformed (when configured)."""
@@ -149,11 +153,11 @@ def dense_act_norm(cfg: ModelConfig, width: int) -> nn.Sequential:
 
 
 class _Activation(nn.Module):
-    def __init__(self, fn):
+    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor]):
         super().__init__()
         self.fn = fn
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fn(x)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -9,7 +11,7 @@ from torch import nn
 from maskwise import kernels
 from maskwise.config import ModelConfig
 
-ACTIVATIONS = {
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": F.gelu,
     "gelu_tanh": kernels.gelu_tanh,
     "relu": F.relu,
@@ -25,6 +27,11 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
 
 class RMSNorm(nn.RMSNorm):
     """``nn.RMSNorm`` (same parameters, same state dict) computed by ``kernels.rms_norm``."""
+
+    eps: float  # always given: ``kernels.rms_norm`` has no default for it
+
+    def __init__(self, normalized_shape: int, eps: float) -> None:
+        super().__init__(normalized_shape, eps=eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return kernels.rms_norm(x, self.weight, self.eps)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -31,10 +32,19 @@ class Linear(nn.Linear):
         return kernels.project(x, self.weight, self.bias, self.decoding_split)
 
 
+@runtime_checkable
+class DecodingHolder(Protocol):
+    """A module that multiplies through ``decoding_split`` while it holds one (``Linear``, the LM head)."""
+
+    decoding_split: kernels.cpu.DecodingSplit | None
+
+    def decoding_params(self) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+
+
 @contextlib.contextmanager
 def decoding_layout(model: nn.Module) -> Iterator[None]:
     """Within the block, every module of ``model`` with ``decoding_params`` also has its ``decoding_split``."""
-    holders = [m for m in model.modules() if hasattr(m, "decoding_params")]
+    holders = [m for m in model.modules() if isinstance(m, DecodingHolder)]
     with torch.no_grad():
         for module in holders:
             module.decoding_split = kernels.decoding_split(*module.decoding_params())

@@ -4,6 +4,7 @@ runs on them alone, attention on the padded layout."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -27,12 +28,20 @@ class _Rows(torch.autograd.Function):
     slower on a CPU than one more ``index_select``."""
 
     @staticmethod
-    def forward(ctx, x, rows, zero_row, back, back_zero_row, back_zero_tail):
+    def forward(
+        ctx: Any,  # holds ``back`` and its flags, attributes torch's stubs do not know
+        x: torch.Tensor,
+        rows: torch.Tensor,
+        zero_row: bool,
+        back: torch.Tensor,
+        back_zero_row: bool,
+        back_zero_tail: int,
+    ) -> torch.Tensor:
         ctx.back, ctx.back_zero_row, ctx.back_zero_tail = back, back_zero_row, back_zero_tail
         return _rows(x, rows, zero_row, 0)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None, None, None]:
         return _rows(grad, ctx.back, ctx.back_zero_row, ctx.back_zero_tail), None, None, None, None, None
 
 
@@ -54,7 +63,8 @@ class Packing:
     @staticmethod
     def of(attention_mask: torch.Tensor | None) -> Packing | None:
         """The packing of a ``(B, T)`` mask (1 = real token), or None where packing would not pay or not
-        apply (no mask, no gradients, or under ``torch.compile``, where the real tokens' count would break the graph)."""
+        apply (no mask, no gradients, or under ``torch.compile``, where the real tokens' count would break the
+        graph)."""
         if attention_mask is None or not torch.is_grad_enabled() or torch.compiler.is_compiling():
             return None
         B, T = attention_mask.shape

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
 import torch
 from torch import nn
+from torch.autograd.function import FunctionCtx
 
 from maskwise.config import ModelConfig
 
@@ -23,13 +25,14 @@ class _Rotation(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, cos, sin):
+    def forward(ctx: FunctionCtx, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(cos, sin)
         return (x * cos).addcmul_(_swap_halves(x), sin)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        # ctx: Any, as torch's stubs type ``saved_tensors`` a 1-tuple
         cos, sin = ctx.saved_tensors
         return (grad * cos).addcmul_(_swap_halves(grad), sin, value=-1), None, None
 
@@ -104,7 +107,7 @@ class RelativePositionBias(nn.Module):
         self.n_buckets, self.max_distance = cfg.relative_buckets, cfg.relative_max_distance
         self.embedding = nn.Embedding(cfg.relative_buckets, cfg.n_heads)
 
-    def forward(self, q_len: int, k_len: int, q_offset: int, device) -> torch.Tensor:
+    def forward(self, q_len: int, k_len: int, q_offset: int, device: torch.device) -> torch.Tensor:
         q_pos = torch.arange(q_offset, q_offset + q_len, device=device)[:, None]
         k_pos = torch.arange(k_len, device=device)[None, :]
         buckets = relative_buckets(k_pos - q_pos, self.bidirectional, self.n_buckets, self.max_distance)
@@ -122,6 +125,7 @@ def extend_context(model: nn.Module, tokens: int) -> int:
     context it now reads (0: none asked, or it cannot). Rotary angles and relative buckets are computed for any
     position, so only the limit moves; a learned table has no row past its own, so such a model keeps its context."""
     cfg = model.cfg
+    assert isinstance(cfg, ModelConfig)  # every maskwise body's layout
     if tokens <= cfg.max_seq_len or cfg.position == "learned":
         return 0
     longer = replace(cfg, max_seq_len=tokens)

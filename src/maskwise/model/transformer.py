@@ -14,6 +14,7 @@ Shapes: B batch, T sequence, S encoder (source) sequence, d model width, H heads
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -21,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from maskwise.config import ModelConfig
-from maskwise.masks import build_mask
+from maskwise.masks import Mask, build_mask
 from maskwise.model.attention import Attention
 from maskwise.model.cache import KVCache
 from maskwise.model.heads import (
@@ -90,7 +91,7 @@ class Block(nn.Module):
         self,
         x: torch.Tensor,
         norm: nn.Module,
-        branch,
+        branch: Callable[[torch.Tensor], torch.Tensor],
         read_at: torch.Tensor | None = None,
         packing: Packing | None = None,
     ) -> torch.Tensor:
@@ -110,17 +111,17 @@ class Block(nn.Module):
 
     def forward(
         self,
-        x,
-        mask,
-        context=None,
-        context_mask=None,
-        bias=None,
-        rotary=None,
-        cache=None,
-        layer=0,
-        read_at=None,
-        packing=None,
-    ):
+        x: torch.Tensor,
+        mask: Mask,
+        context: torch.Tensor | None = None,
+        context_mask: Mask | None = None,
+        bias: torch.Tensor | None = None,
+        rotary: RotaryAngles | None = None,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        read_at: torch.Tensor | None = None,
+        packing: Packing | None = None,
+    ) -> torch.Tensor:
         """x: (B, T, d) -> (B, T, d), or (B, R, d) at the positions ``read_at`` (B, R) only (no cross-attention);
         with ``packing``, the real tokens alone, (N, d) -> (N, d) (or (B, R, d) with ``read_at``)."""
         x = self._residual(
@@ -132,11 +133,13 @@ class Block(nn.Module):
             read_at,
             packing,
         )
-        if self.cross_attn is not None:
+        cross_attn, cross_norm = self.cross_attn, self.cross_norm
+        if cross_attn is not None:
+            assert cross_norm is not None and context_mask is not None  # made with it; the stack masks the source
             x = self._residual(
                 x,
-                self.cross_norm,
-                lambda h: self.cross_attn(
+                cross_norm,
+                lambda h: cross_attn(
                     h, context_mask, context=context, rotary=rotary, cache=cache, layer=layer, packing=packing
                 ),
             )
@@ -228,7 +231,7 @@ class Stack(nn.Module):
         T = x.shape[1]
         offset = cache.length if cache is not None else 0
         own_positions = positions is None
-        if own_positions:
+        if positions is None:
             if self.positions is not None and offset + T > self.cfg.max_seq_len:
                 raise ValueError(f"position {offset + T - 1} beyond max_seq_len {self.cfg.max_seq_len}")
             positions = torch.arange(offset, offset + T, device=x.device)  # (T,)
@@ -252,10 +255,12 @@ class Stack(nn.Module):
             )
             for local in {block.local for block in self.blocks}
         }
-        cross_mask = None
-        if context is not None or (cache is not None and cache.cross[0] is not None):
-            s_len = context.shape[1] if context is not None else cache.cross[0][0].shape[2]
-            cross_mask = build_mask("cross", T, s_len, key_padding=context_mask, device=x.device)
+        s_len: int | None = None  # the source's length, where there is one to cross-attend to
+        if context is not None:
+            s_len = context.shape[1]
+        elif cache is not None and (cached := cache.cross[0]) is not None:
+            s_len = cached[0].shape[2]
+        cross_mask = None if s_len is None else build_mask("cross", T, s_len, key_padding=context_mask, device=x.device)
         biases = dict.fromkeys(masks)
         if self.relative_bias is not None:
             # Bias and mask combined once per stack (and kind of layer) rather than in every layer:
@@ -392,7 +397,7 @@ class Discriminator(Encoder):
         self.rtd_head = RTDHead(cfg)
         self.init_weights()
 
-    def forward(
+    def forward(  # type: ignore[override]  # an encoder body with the RTD head's output in place of the LM head's
         self, input_ids, attention_mask=None, labels=None, token_type_ids=None, decoder_input_ids=None
     ) -> RTDOutput:
         """labels: (B, T), 1 = replaced, 0 = original, -100 = no loss."""

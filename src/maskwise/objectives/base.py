@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
+from maskwise.config import ModelConfig
 from maskwise.model.heads import IGNORE_INDEX
 
 
@@ -53,21 +55,21 @@ class Objective:
         among kinds of batch and evaluation must measure every kind each time (the hybrid)."""
         return self.prepare(windows, generator)
 
-    def loss(self, model, batch: dict[str, torch.Tensor]) -> LossParts:
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> LossParts:
         raise NotImplementedError
 
-    def model_config(self, cfg):
+    def model_config(self, cfg: ModelConfig) -> ModelConfig:
         """The ``ModelConfig`` this objective trains, from the family's ``cfg``: ``cfg`` itself, unless
         the objective changes how the trained model is used (the hybrid reads bidirectionally)."""
         return cfg
 
-    def build_model(self, cfg) -> torch.nn.Module | None:
+    def build_model(self, cfg: ModelConfig) -> nn.Module | None:
         """The model this objective trains for ``cfg`` (a ``ModelConfig``), or None for the family's
         usual model (``maskwise.model.transformer.build_model(cfg)``). ELECTRA returns its
         generator + discriminator pair, which no family preset describes."""
         return None
 
-    def final_model(self, model: torch.nn.Module) -> torch.nn.Module:
+    def final_model(self, model: nn.Module) -> nn.Module:
         """What a finished run saves as its model: the trained model itself, unless the objective
         trains more than it keeps (ELECTRA keeps only its discriminator)."""
         return model

@@ -9,6 +9,7 @@ collapses towards zero while the model learns nothing about what comes next.
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from maskwise.objectives.base import LossParts, Objective
 
@@ -33,10 +34,10 @@ class CLM(Objective):
     def raw_length(self, block_size: int) -> int:
         return block_size + 1 if self.shift else block_size
 
-    def prepare(self, windows, generator):
+    def prepare(self, windows: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
         inputs, labels = clm_inputs_and_labels(windows, self.shift)
         return {"input_ids": inputs, "labels": labels}
 
-    def loss(self, model, batch):
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> LossParts:
         out = model(batch["input_ids"], labels=batch["labels"], return_logits=False)  # only the loss is used
         return LossParts(out.loss_sum, out.n_loss_positions, decoder_tokens=batch["input_ids"].numel())

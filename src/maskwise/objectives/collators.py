@@ -56,7 +56,7 @@ class SpecialIds:
     special_ids: frozenset[int] = frozenset()
     decode: Callable[[list[int]], str] | None = dataclasses.field(default=None, compare=False, repr=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         named = {
             i for i in (self.pad_id, self.mask_id, self.cls_id, self.sep_id, self.bos_id, self.eos_id) if i is not None
         }
@@ -71,7 +71,7 @@ class SpecialIds:
             found = tokenizer
         elif hasattr(tokenizer, "all_special_ids"):  # HF transformers
             vocab = tokenizer.get_vocab()
-            sentinels = []
+            sentinels: list[int] = []
             while f"<extra_id_{len(sentinels)}>" in vocab:
                 sentinels.append(vocab[f"<extra_id_{len(sentinels)}>"])
             found = cls(
@@ -145,6 +145,7 @@ class MLMCollator:
         self.generator = _generator(seed)
 
     def __call__(self, examples) -> dict[str, torch.Tensor]:
+        assert self.ids.pad_id is not None and self.ids.mask_id is not None  # ``need`` refused their absence
         rows = [row.tolist() for row in example_rows(examples)]
         input_ids, attention_mask = pad(rows, self.ids.pad_id)  # (B, T)
         inputs, labels = mask_tokens(
@@ -195,6 +196,7 @@ class SpanCorruptionCollator:
 
     def __call__(self, examples) -> dict[str, torch.Tensor]:
         ids = self.ids
+        assert ids.pad_id is not None and ids.eos_id is not None  # ``need`` refused their absence
         pairs = [
             corrupt_random_spans(
                 split_ends(row, ids.bos_id, ids.eos_id)[1],
@@ -231,6 +233,7 @@ class DenoisingCollator:
         self.generator = _generator(seed)
 
     def __call__(self, examples) -> dict[str, torch.Tensor]:
+        assert self.ids.pad_id is not None  # ``need`` refused its absence
         rows = example_rows(examples)
         noised = []
         for row in rows:
@@ -262,6 +265,7 @@ class PrefixLMCollator:
         self.generator = _generator(seed)
 
     def __call__(self, examples) -> dict[str, torch.Tensor]:
+        assert self.ids.pad_id is not None  # ``need`` refused its absence
         rows = [row.tolist() for row in example_rows(examples)]
         input_ids, attention_mask = pad(rows, self.ids.pad_id)  # (B, T)
         prefix_lengths = sample_prefix_lengths(attention_mask.sum(1), self.generator)  # (B,)

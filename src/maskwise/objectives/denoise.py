@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from maskwise.config import from_dict
 from maskwise.errors import UserError
@@ -96,6 +97,7 @@ def mask_spans(
     covered = _cover(starts, ends, n)  # (n,)
     if replace_length == 0:
         return ids[~covered]
+    assert mask_id is not None  # refused above for any replace_length but 0
     out = ids.clone()
     if replace_length == 1:
         replacement = torch.full_like(starts, mask_id)  # (k,) what each span's one token becomes
@@ -347,7 +349,7 @@ class Denoising(Seq2SeqObjective):
     def raw_length(self, block_size: int) -> int:
         return block_size - 1  # one position goes to EOS
 
-    def prepare(self, windows, generator):
+    def prepare(self, windows: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
         eos = windows.new_full((windows.shape[0], 1), self.eos_id)
         labels = torch.cat([windows, eos], dim=1)  # (B, T) the original, which the decoder rewrites
         noised = [torch.cat([self.noise(w, generator), eos[0]]) for w in windows]
@@ -379,7 +381,7 @@ class PromptDenoising(Objective):
     def raw_length(self, block_size: int) -> int:
         return (block_size - 1) // 2  # source and rewrite of a window each, [SEP], [EOS], less the shift's one
 
-    def prepare(self, windows, generator):
+    def prepare(self, windows: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
         sep, eos = windows.new_tensor([self.sep_id]), windows.new_tensor([self.eos_id])
         inputs, labels = [], []
         for window in windows:
@@ -393,6 +395,6 @@ class PromptDenoising(Objective):
         # right padding under a causal mask: no real position sees a pad, so the model needs no mask
         return {"input_ids": input_ids, "labels": label_ids, "attention_mask": attention_mask}
 
-    def loss(self, model, batch):
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> LossParts:
         out = model(batch["input_ids"], labels=batch["labels"], return_logits=False)  # only the loss is used
         return LossParts(out.loss_sum, out.n_loss_positions, decoder_tokens=int(batch["attention_mask"].sum()))

@@ -227,18 +227,20 @@ class Electra(MLM):
     def build_model(self, cfg: ModelConfig) -> ElectraModel:
         return ElectraModel(cfg, self.generator_fraction, self.generator_layers)
 
-    def final_model(self, model: ElectraModel) -> Encoder:
+    def final_model(self, model: nn.Module) -> Encoder:
         """What a run saves as its model: the discriminator, as a plain ``Encoder``."""
+        assert isinstance(model, ElectraModel)  # what ``build_model`` made
         return model.discriminator_encoder()
 
-    def prepare(self, windows, generator):
+    def prepare(self, windows: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
         batch = super().prepare(windows, generator)
         batch["sample_uniform"] = torch.rand(batch["input_ids"].shape, generator=generator)  # (B, T)
         return batch
 
-    def loss(self, model, batch):
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> LossParts:
         out: ElectraOutput = model(batch["input_ids"], batch["labels"], batch["sample_uniform"])
         generated, n_masked, n_tokens = out.generator, out.generator.n_loss_positions, out.n_disc_positions
+        assert generated.loss_sum is not None and generated.logits is not None  # labels given: a loss and logits
         loss_sum = generated.loss_sum * (n_tokens / max(n_masked, 1)) + self.discriminator_weight * out.disc_loss_sum
         metrics = {
             "generator_correct": correct_predictions(generated.logits, batch["labels"]),
@@ -250,7 +252,7 @@ class Electra(MLM):
         }
         return LossParts(loss_sum, n_tokens, encoder_tokens=batch["input_ids"].numel(), metrics=metrics)
 
-    def eval_metrics(self, totals):
+    def eval_metrics(self, totals: dict[str, float]) -> dict[str, float]:
         tokens, masked = max(totals["n_positions"], 1), max(totals["generator_positions"], 1)
         return {
             "generator_acc": totals["generator_correct"] / masked,

@@ -17,9 +17,12 @@ its ``val_loss`` pools the positions of both.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import torch
+from torch import nn
 
+from maskwise.config import ModelConfig
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
 from maskwise.objectives.base import LossParts, Objective, correct_predictions
@@ -76,20 +79,21 @@ class Hybrid(Objective):
     def raw_length(self, block_size: int) -> int:
         return block_size + 1  # the shift by one, of both kinds
 
-    def model_config(self, cfg):
+    def model_config(self, cfg: ModelConfig) -> ModelConfig:
         return dataclasses.replace(cfg, reads_bidirectionally=True).validate()
 
-    def _masked(self, windows, generator):
+    def _masked(self, windows: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         return masked_next_token(
             windows, self.is_special, self.mask_id, generator, self.ratio, self.p_mask, self.p_random
         )
 
-    def prepare(self, windows, generator):
+    # A batch is Any-valued: beside its tensors, ``n_causal`` is an int, how many of its rows are causal.
+    def prepare(self, windows: torch.Tensor, generator: torch.Generator) -> dict[str, Any]:
         causal = bool(torch.rand((), generator=generator) < self.causal_fraction)
         inputs, labels = clm_inputs_and_labels(windows) if causal else self._masked(windows, generator)
         return {"input_ids": inputs, "labels": labels, "n_causal": len(inputs) if causal else 0}
 
-    def prepare_eval(self, windows, generator):
+    def prepare_eval(self, windows: torch.Tensor, generator: torch.Generator) -> dict[str, Any]:
         causal, masked = clm_inputs_and_labels(windows), self._masked(windows, generator)
         return {
             "input_ids": torch.cat([causal[0], masked[0]]),
@@ -97,11 +101,13 @@ class Hybrid(Objective):
             "n_causal": len(windows),
         }  # (2B, T) each: every window read both ways
 
-    def loss(self, model, batch):
+    def loss(self, model: nn.Module, batch: dict[str, Any]) -> LossParts:
         evaluating = not model.training  # a training step reports only the loss: no logits, no metrics
         n = batch["n_causal"]
         rows = {"causal": slice(0, n), "masked": slice(n, None)}
-        loss_sum, positions, metrics = 0, 0, {}
+        loss_sum: torch.Tensor | int = 0
+        positions = 0
+        metrics: dict[str, float] = {}
         for kind in KINDS:
             ids, labels = batch["input_ids"][rows[kind]], batch["labels"][rows[kind]]
             if not len(ids):
@@ -114,8 +120,9 @@ class Hybrid(Objective):
                 metrics[f"{kind}_positions"] = float(out.n_loss_positions)
                 if masked:
                     metrics["correct"] = correct_predictions(out.logits, labels)
+        assert isinstance(loss_sum, torch.Tensor)  # a batch has rows of one kind at least
         return LossParts(loss_sum, positions, decoder_tokens=batch["input_ids"].numel(), metrics=metrics)
 
-    def eval_metrics(self, totals):
+    def eval_metrics(self, totals: dict[str, float]) -> dict[str, float]:
         result = {f"{kind}_loss": totals[f"{kind}_loss_sum"] / max(totals[f"{kind}_positions"], 1) for kind in KINDS}
         return {**result, "masked_acc": totals["correct"] / max(totals["masked_positions"], 1)}

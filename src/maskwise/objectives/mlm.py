@@ -7,6 +7,7 @@ is why an MLM encoder cannot generate text left to right.
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
@@ -23,7 +24,7 @@ def mask_tokens(
     ids: torch.Tensor,
     is_special: torch.Tensor,
     mask_id: int,
-    generator: torch.Generator,
+    generator: torch.Generator | None,
     ratio: float = 0.15,
     p_mask: float = 0.8,
     p_random: float = 0.1,
@@ -91,7 +92,7 @@ class MLM(Objective):
     def raw_length(self, block_size: int) -> int:
         return block_size - 1  # one position goes to [CLS]
 
-    def prepare(self, windows, generator):
+    def prepare(self, windows: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
         cls = torch.full((windows.shape[0], 1), self.cls_id, dtype=windows.dtype)
         ids = torch.cat([cls, windows], dim=1)  # (B, T)
         inputs, labels = mask_tokens(
@@ -99,11 +100,11 @@ class MLM(Objective):
         )
         return {"input_ids": inputs, "labels": labels}
 
-    def loss(self, model, batch):
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> LossParts:
         evaluating = not model.training  # a training step reports only the loss: no logits, no accuracy
         out = model(batch["input_ids"], labels=batch["labels"], return_logits=evaluating)
         metrics = {"correct": correct_predictions(out.logits, batch["labels"])} if evaluating else {}
         return LossParts(out.loss_sum, out.n_loss_positions, encoder_tokens=batch["input_ids"].numel(), metrics=metrics)
 
-    def eval_metrics(self, totals):
+    def eval_metrics(self, totals: dict[str, float]) -> dict[str, float]:
         return {"masked_acc": totals["correct"] / max(totals["n_positions"], 1)}

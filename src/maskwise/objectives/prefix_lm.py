@@ -14,6 +14,7 @@ One decoder, one set of weights: the prefix plays the encoder's part without a s
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from maskwise.model.heads import IGNORE_INDEX
 from maskwise.objectives.base import LossParts, Objective
@@ -41,7 +42,7 @@ class PrefixLM(Objective):
     def raw_length(self, block_size: int) -> int:
         return block_size + 1  # the shift by one
 
-    def prepare(self, windows, generator):
+    def prepare(self, windows: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
         inputs, labels = clm_inputs_and_labels(windows)  # (B, T) each; labels[t] = windows[t + 1]
         B, T = inputs.shape
         prefix_lengths = sample_prefix_lengths(torch.full((B,), T), generator)  # (B,)
@@ -51,7 +52,7 @@ class PrefixLM(Objective):
             "prefix_lengths": prefix_lengths,
         }
 
-    def loss(self, model, batch):
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> LossParts:
         out = model(
             batch["input_ids"], labels=batch["labels"], prefix_lengths=batch["prefix_lengths"], return_logits=False
         )  # only the loss is used

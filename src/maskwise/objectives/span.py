@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from maskwise.errors import UserError
 from maskwise.model.heads import IGNORE_INDEX
@@ -203,7 +204,7 @@ class Seq2SeqObjective(Objective):
 
     families = ("encoder-decoder",)
 
-    def loss(self, model, batch):
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> LossParts:
         attention_mask = batch.get("attention_mask")
         evaluating = not model.training  # a training step reports only the loss: no logits, no accuracy
         out = model(
@@ -223,7 +224,7 @@ class Seq2SeqObjective(Objective):
             metrics=metrics,
         )
 
-    def eval_metrics(self, totals):
+    def eval_metrics(self, totals: dict[str, float]) -> dict[str, float]:
         return {"token_acc": totals["correct"] / max(totals["n_positions"], 1)}
 
 
@@ -243,7 +244,7 @@ class SpanCorruption(Seq2SeqObjective):
     def raw_length(self, block_size: int) -> int:
         return compute_input_and_target_lengths(block_size, self.noise_density, self.mean_span_length)[0]
 
-    def prepare(self, windows, generator):
+    def prepare(self, windows: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
         rows = [
             corrupt_random_spans(
                 w, self.noise_density, self.mean_span_length, self.sentinel_ids, self.eos_id, generator

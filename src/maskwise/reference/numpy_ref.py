@@ -19,6 +19,8 @@ Shapes: B batch, T sequence, S source sequence, d model width, H heads, hd head 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -237,6 +239,7 @@ def _attention(
     # query head h reads key/value head h // (H / H_kv)
     k, v = np.repeat(k, H // H_kv, axis=1), np.repeat(v, H // H_kv, axis=1)  # (B, H, T or S, hd)
     if cfg.position == "rope" and context is None:
+        assert rope_theta is not None  # self-attention is given its layer's base
         positions = np.arange(x.shape[1], dtype=np.float64)
         q, k = _rope(q, positions, rope_theta), _rope(k, positions, rope_theta)
     scores = q @ k.transpose(0, 1, 3, 2)  # (B, H, T, T_k)
@@ -294,11 +297,13 @@ def _stack(
         bias = w[f"{p}relative_bias.embedding.weight"][buckets].transpose(2, 0, 1)  # (H, T, T)
     cross_may_attend = None
     if context is not None:
+        assert context_padding is not None  # given with the context
         cross_may_attend = allowed("cross", T, context.shape[1], context_padding)  # (B, T, S)
 
-    def residual(x, norm_name, branch):
+    def residual(x: np.ndarray, norm_name: str | None, branch: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         if cfg.pre_norm:
             return x + branch(x if norm_name is None else _norm(w, norm_name, cfg, x))
+        assert norm_name is not None  # only a pre-norm layer 0 goes without one (``first_attn_norm``)
         return _norm(w, norm_name, cfg, x + branch(x))
 
     for layer in range(n_layers):
@@ -307,18 +312,12 @@ def _stack(
         # layers 0, n, 2n, ... (n = global_every) attend globally; where local_window is set the rest locally
         local = cfg.local_window is not None and layer % cfg.global_every > 0
         sees, theta = (local_may_attend, cfg.local_rope_theta) if local else (may_attend, cfg.rope_theta)
-        x = residual(
-            x,
-            attn_norm,
-            lambda h, b=b, sees=sees, theta=theta: _attention(w, b + "attn", cfg, h, sees, bias=bias, rope_theta=theta),
-        )
-        if context is not None:
-            x = residual(
-                x,
-                b + "cross_norm",
-                lambda h, b=b: _attention(w, b + "cross_attn", cfg, h, cross_may_attend, context=context),
-            )
-        x = residual(x, b + "ffn_norm", lambda h, b=b: _ffn(w, b + "ffn", cfg, h))
+        attend = partial(_attention, w, b + "attn", cfg, may_attend=sees, bias=bias, rope_theta=theta)
+        x = residual(x, attn_norm, attend)
+        if cross_may_attend is not None:  # cross-attention, to the context
+            cross = partial(_attention, w, b + "cross_attn", cfg, may_attend=cross_may_attend, context=context)
+            x = residual(x, b + "cross_norm", cross)
+        x = residual(x, b + "ffn_norm", partial(_ffn, w, b + "ffn", cfg))
     if cfg.final_norm:
         x = _norm(w, f"{p}final_norm", cfg, x)
     return x

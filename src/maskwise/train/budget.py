@@ -16,6 +16,7 @@ from torch import nn
 
 from maskwise.errors import UserError
 from maskwise.model.accounting import stack_flops
+from maskwise.model.transformer import Decoder, Encoder, EncoderDecoder
 
 BUDGET_KINDS = ("tokens", "seconds", "flops")
 
@@ -54,11 +55,11 @@ def flops_per_token(model: nn.Module, context: int) -> tuple[float, float, float
     own = getattr(model, "flops_per_token", None)
     if callable(own):
         return own(context)
-    cfg = getattr(model, "cfg", None)
-    if cfg is None or getattr(model, "family", None) is None:
+    if not isinstance(model, Encoder | Decoder | EncoderDecoder):
         return 6.0 * sum(p.numel() for p in model.parameters()), 0.0, 0.0
+    cfg = model.cfg
     head = 6.0 * cfg.d_model * cfg.vocab_size + (6.0 * cfg.d_model**2 if cfg.lm_head_transform else 0.0)
-    if cfg.kind.two_stacks:
+    if isinstance(model, EncoderDecoder):
         return stack_flops(model.encoder, context), stack_flops(model.decoder, context, attended=2), head
     per_token = stack_flops(model.stack, context)
     return (per_token, 0.0, head) if cfg.kind.encoder_only else (0.0, per_token, head)

@@ -63,7 +63,7 @@ def open_source(path: str) -> Source:
         )
     last = records[-1]
     spent = [last.get(key) for key in TOTALS] + [last.get(f"{key}_total", 0) for key in TOTALS]
-    if not all(type(value) in (int, float) and value >= 0 for value in spent):
+    if not all(isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 for value in spent):
         raise UserError(f"{name}: its last metrics record does not give {' and '.join(TOTALS)} as numbers")
     record = {
         "path": str(path),

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -132,10 +134,10 @@ def distributed_context(runtime: Runtime | None = None) -> tuple[int, int]:
     GPU (``runtime.device``, cuda:LOCAL_RANK) as the current device, gloo on CPUs."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not dist.is_initialized():
-        on_gpu = runtime is not None and runtime.device_type == "cuda"
-        if on_gpu:
-            torch.cuda.set_device(runtime.torch_device)
-        dist.init_process_group("nccl" if on_gpu else "gloo")
+        gpu = runtime.torch_device if runtime is not None and runtime.device_type == "cuda" else None
+        if gpu is not None:
+            torch.cuda.set_device(gpu)
+        dist.init_process_group("nccl" if gpu is not None else "gloo")
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
@@ -188,13 +190,17 @@ class Trainer:
                 self.model, device_ids=[self.runtime.torch_device] if on_gpu else None
             )
         if cfg.compile:
-            self.step_model = torch.compile(self.step_model)
+            compiled = torch.compile(self.step_model)
+            assert isinstance(compiled, nn.Module)  # a module compiles to a module (its stubs say a callable)
+            self.step_model = compiled
 
     # ---- resume -----------------------------------------------------------------------------
 
     def resume(self) -> bool:
         """Restore from the newest intact checkpoint of ``run_dir``; False if there is none."""
-        path = latest_checkpoint(self.run_dir)
+        run_dir = self.run_dir
+        assert run_dir is not None  # only a run with a folder has checkpoints
+        path = latest_checkpoint(run_dir)
         if path is None:
             return False
         state, extra = ckpt.load_checkpoint(path, self.model, self.optimizer)
@@ -209,7 +215,7 @@ class Trainer:
                 f"checkpoint {path}: its random-number states are missing or unreadable ({error})"
             ) from None
         if self.rank == 0:
-            ckpt.truncate_metrics(self.run_dir, self.counters.step)
+            ckpt.truncate_metrics(run_dir, self.counters.step)
         # A run resumed on another device keeps its data order and CPU RNG; the CUDA generator
         # (dropout on the GPU) is restored only where the checkpoint was written on CUDA too.
         if self.runtime.device_type == "cuda" and f"cuda_rng_{self.rank}" in extra:
@@ -264,12 +270,11 @@ class Trainer:
             windows = self.train_stream.windows(cfg.batch_size, self.raw_length, self.generator, self.rank, self.world)
             batch = runtime.move(self.objective.prepare(windows, self.generator))
             sync = micro == cfg.grad_accum - 1 or self.world == 1
-            no_sync = (
-                self.step_model.no_sync if not sync and hasattr(self.step_model, "no_sync") else contextlib.nullcontext
-            )
+            # DDP's no_sync, also through torch.compile's wrapper
+            no_sync = contextlib.nullcontext if sync else getattr(self.step_model, "no_sync", contextlib.nullcontext)
             with no_sync():
                 parts: LossParts = self.optimizer_step.backward(
-                    lambda batch=batch: self.objective.loss(self.step_model, batch), lambda parts: parts.loss_sum
+                    functools.partial(self.objective.loss, self.step_model, batch), lambda parts: parts.loss_sum
                 )
             loss_sum += parts.loss_sum.detach()
             positions += parts.n_positions
@@ -417,7 +422,8 @@ class Trainer:
         """Train until the step limit or the budget; returns the metrics records of this call."""
         cfg, c = self.cfg, self.counters
         records: list[dict] = []
-        window_loss, window_positions, lr = 0.0, 0, 0.0
+        window_loss: float | torch.Tensor = 0.0  # a device tensor once a step is summed in
+        window_positions, lr = 0, 0.0
         bar = self._progress_bar()
         events = self._event_log()
         self._write_metrics(
@@ -444,7 +450,7 @@ class Trainer:
                 )
             finished = self._budget_spent()
             if c.step % cfg.eval_every == 0 or finished:
-                record = {
+                record: dict[str, Any] = {  # a metrics line: numbers, None (no train loss yet), strings
                     "step": c.step,
                     "tokens_seen": c.encoder_tokens + c.decoder_tokens,
                     "encoder_tokens": c.encoder_tokens,
