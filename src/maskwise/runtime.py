@@ -194,7 +194,7 @@ class Runtime:
             measured=self.measured,
         )
 
-    def autocast(self):
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
         """The autocast context of this precision (none for fp32)."""
         if self.autocast_dtype is None:
             return contextlib.nullcontext()

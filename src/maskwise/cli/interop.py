@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -50,10 +51,11 @@ def register(subparsers) -> None:
 
 
 def run_export(args) -> int:
-    exporter, label = {
+    exporters: dict[str, tuple[Callable[..., Path], str]] = {
         "hf": (export_hf, "Hugging Face format"),
         "sentence-transformers": (export_sentence_transformers, "sentence-transformers format"),
-    }[args.to]
+    }
+    exporter, label = exporters[args.to]
     out = exporter(args.run_dir, args.out, overwrite=args.overwrite, part=args.part)
     architecture = read_json(out / CONFIG_FILE)["architectures"][0]
     what = f"the {args.part} half of {args.run_dir}" if args.part else args.run_dir

@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from typing import Any
 
 from maskwise.cli.runtime import DEVICE_HELP, PRECISION_HELP
 from maskwise.train.loop import TrainConfig
@@ -42,7 +43,7 @@ HELP = {
 }
 
 
-def _settings_fields():
+def _settings_fields() -> tuple[list[dataclasses.Field[Any]], PretrainConfig]:
     top = [f for f in dataclasses.fields(PretrainConfig) if f.name != "train"]
     return top + list(dataclasses.fields(TrainConfig)), PretrainConfig()
 

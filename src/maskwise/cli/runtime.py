@@ -4,8 +4,9 @@ generates the same two from ``TrainConfig``), and the ``Runtime`` they resolve t
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
-from maskwise.runtime import announce, precision_setting, resolve
+from maskwise.runtime import Runtime, announce, precision_setting, resolve
 
 DEVICE_HELP = "auto, cpu, cuda, cuda:N or mps (default auto: CUDA, else MPS, else CPU)"
 PRECISION_HELP = (
@@ -19,7 +20,7 @@ def runtime_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", default="auto", help=PRECISION_HELP)
 
 
-def runtime_of(args):
+def runtime_of(args: argparse.Namespace) -> Runtime:
     """The command's ``Runtime`` (``--bf16``, where a command has it, is ``--precision bf16``; an
     inference command's, ``in_runtime``'s, is the inference one), decided and announced on the
     first call and kept on ``args`` for the command's later calls."""
@@ -30,10 +31,10 @@ def runtime_of(args):
     return args.runtime
 
 
-def in_runtime(handler):
+def in_runtime(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Run an inference command's handler under its inference precision's autocast (fp32 under auto)."""
 
-    def run(args) -> int:
+    def run(args: argparse.Namespace) -> int:
         args.inference = True
         with runtime_of(args).autocast():
             return handler(args)

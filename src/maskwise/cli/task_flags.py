@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from maskwise.cli.runtime import runtime_flags
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+C = TypeVar("C", bound="DataclassInstance")  # a task's config
 
 
 def positive(text: str) -> int:
@@ -37,7 +43,7 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
 
 
-def config_from_flags(config_cls, args, **values):
+def config_from_flags(config_cls: type[C], args: argparse.Namespace, **values: Any) -> C:
     """The task config the command's flags give: every field whose flag was given (a dest of that
     name, not None), ``values``, and the config's own defaults for the rest."""
     given = {
@@ -46,6 +52,6 @@ def config_from_flags(config_cls, args, **values):
     return config_cls(**{**given, **values})
 
 
-def finetune_config(config_cls, args, **values):
+def finetune_config(config_cls: type[C], args: argparse.Namespace, **values: Any) -> C:
     """A fine-tune's config from its flags: the training draw follows --seed, the test draw stays fixed."""
     return config_from_flags(config_cls, args, data_seed=args.seed, **values)

@@ -162,7 +162,7 @@ def retrieval_split(data: str | Path, test: str | Path | None = None) -> tuple[R
         return rows, retrieval_from_file(test)
     train_rows, test_rows = hold_out(range(len(rows.queries)))
 
-    def subset(indices):
+    def subset(indices: list[int]) -> RetrievalSet:
         return RetrievalSet(
             tuple(rows.queries[i] for i in indices), rows.docs, tuple(rows.relevant[i] for i in indices)
         )

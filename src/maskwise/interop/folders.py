@@ -23,7 +23,6 @@ from maskwise.runs import (
 )
 from maskwise.tasks.registry import TASKS
 
-
 MINILM = "all-MiniLM-L6-v2"
 MINILM_NAMES = (MINILM, f"sentence-transformers/{MINILM}")  # the sentence encoder a package ships
 HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -135,7 +134,7 @@ def fine_tune_of(path: str | Path) -> FineTune:
     task = (config.get("task") if isinstance(config, dict) else None) or {}
     if not isinstance(task, dict):
         raise UserError(f"{path}: the task record in its {CONFIG_FILE} is not an object")
-    declared = TASKS.get(task.get("kind"))  # the fine-tunes a folder hands back whole declare their ``Task.head``
+    declared = TASKS.get(task.get("kind", ""))  # the fine-tunes a folder hands back whole declare their ``Task.head``
     record = declared.head.record if declared is not None and declared.head is not None else {}
     for field, (many, required) in record.items():
         value = task.get(field)

@@ -41,7 +41,7 @@ from maskwise.interop.hf_keys import (
     source_of,
     task_class,
 )
-from maskwise.model.transformer import Discriminator, Encoder
+from maskwise.model.transformer import Discriminator, Encoder, EncoderDecoder
 from maskwise.runs import (
     CONFIG_FILE,
     HEAD_FILE,
@@ -68,12 +68,12 @@ PART_CANDIDATES = {"encoder": (("modernbert", "lm"),)}
 MODERNBERT_ROLES = ("pad", "bos", "eos", "cls", "sep")
 
 
-def _candidates(model: nn.Module, preferred: str | None, part: str | None) -> list[tuple[str, str]]:
+def _candidates(model: nn.Module, cfg: ModelConfig, preferred: str | None, part: str | None) -> list[tuple[str, str]]:
     """(column, head) pairs that could describe ``model`` (a whole model, or the ``part`` of one it is),
     most likely first (``preferred`` column first)."""
     if isinstance(model, Discriminator):
         return [("electra", "rtd")]
-    candidates = EXPORT_CANDIDATES[model.cfg.family] if part is None else PART_CANDIDATES[part]
+    candidates = EXPORT_CANDIDATES[cfg.family] if part is None else PART_CANDIDATES[part]
     return sorted(candidates, key=lambda pair: pair[0] != preferred)  # stable: the table's order otherwise
 
 
@@ -181,32 +181,31 @@ def hf_config(
     """The HF config (and architecture) that reproduces ``model`` exactly, or a ``UserError`` naming
     every setting of the closest architecture that has no HF equivalent. ``part``: the part of a model
     that ``model`` is (``"encoder"``: ``encoder_half``'s), which only some classes can hold."""
-    candidates = _candidates(model, preferred, part)
+    cfg = model.cfg
+    assert isinstance(cfg, ModelConfig)  # every maskwise model's
+    candidates = _candidates(model, cfg, preferred, part)
     if preferred is not None and preferred not in {column for column, _ in candidates}:
         raise UserError(
-            f"a {model.cfg.family} cannot be exported as {preferred}; "
+            f"a {cfg.family} cannot be exported as {preferred}; "
             f"choose from {', '.join(sorted({column for column, _ in candidates}))}"
         )
     attempts = []
     for column, head in candidates:
-        hf, problems = _hf_config_or_problems(model.cfg, column, head)
+        hf, problems = _hf_config_or_problems(cfg, column, head)
         if not problems:
             return hf, MODEL_ARCHITECTURES[EXPORT_CLASS[column, head]]
         attempts.append((len(problems), EXPORT_CLASS[column, head], problems))
     _, class_name, problems = min(attempts)
-    family = model.cfg.family if part is None else f"encoder-decoder's {part} half"
-    as_decoder = dataclasses.replace(model.cfg, family="decoder")
+    family = cfg.family if part is None else f"encoder-decoder's {part} half"
+    as_decoder = dataclasses.replace(cfg, family="decoder")
     for name, column in (("Llama", "llama"), ("Qwen2", "qwen2")):
-        if not model.cfg.kind.causal and not _hf_config_or_problems(as_decoder, column, "lm")[1]:
+        if not cfg.kind.causal and not _hf_config_or_problems(as_decoder, column, "lm")[1]:
             raise UserError(
                 f"this {family} has {name}'s layout but no HF equivalent: {EXPORT_CLASS[column, 'lm']} "
                 f"is causal-only, so it cannot compute bidirectional attention"
             )
     half_column, half_head = PART_CANDIDATES["encoder"][0]
-    if (
-        model.cfg.kind.two_stacks
-        and not _hf_config_or_problems(encoder_half_config(model.cfg), half_column, half_head)[1]
-    ):
+    if cfg.kind.two_stacks and not _hf_config_or_problems(encoder_half_config(cfg), half_column, half_head)[1]:
         raise UserError(
             f"this {family} has ModernBERT's layout but no HF equivalent: ModernBertForMaskedLM and "
             f"ModernBertDecoderForCausalLM have no cross-attention; its encoder half exports alone as "
@@ -234,11 +233,14 @@ def encoder_half(model: nn.Module) -> Encoder:
     """An encoder-decoder's token embeddings and encoder stack as an ``Encoder`` with no vocabulary head
     (the same tensors): the half that reads a text, which HF's encoder classes hold where none has its
     cross-attention; its ``hidden_states`` are the encoder-decoder's ``encode``."""
-    if not model.cfg.kind.two_stacks:
+    cfg = model.cfg
+    assert isinstance(cfg, ModelConfig)  # every maskwise model's
+    if not cfg.kind.two_stacks:
         raise UserError(
-            f"this {model.cfg.family} has no encoder half to export alone (only an encoder-decoder has two stacks)"
+            f"this {cfg.family} has no encoder half to export alone (only an encoder-decoder has two stacks)"
         )
-    half = Encoder(encoder_half_config(model.cfg))
+    assert isinstance(model, EncoderDecoder)  # the family with two stacks
+    half = Encoder(encoder_half_config(cfg))
     half.load_state_dict(
         {
             "embed.weight": model.embed.weight,
@@ -250,11 +252,13 @@ def encoder_half(model: nn.Module) -> Encoder:
 
 def hf_state_dict(model: nn.Module, arch: Architecture) -> dict[str, torch.Tensor]:
     """``model``'s tensors under the HF names of ``arch`` (the inverse of import)."""
+    cfg = model.cfg
+    assert isinstance(cfg, ModelConfig)  # every maskwise model's
     mapping = key_map(model, arch)
     tensors = {}
     for key, value in model.state_dict().items():
         source, suffix = source_of(key, mapping)
-        parts = value.detach().cpu().split(fused_rows(model.cfg, key, value.shape[0], len(source.names)), dim=0)
+        parts = value.detach().cpu().split(fused_rows(cfg, key, value.shape[0], len(source.names)), dim=0)
         for name, part in zip(source.names, parts):
             if source.conv1d and part.dim() == 2:
                 part = part.t()
@@ -292,7 +296,10 @@ def export_hf(
     (it holds a config.json). ``extra_files`` (relative path -> bytes) go in the same folder before
     the rename, so a wrapper format (sentence-transformers) is never seen half-written either.
     """
-    model, settings, task, head = run_or_model, {}, {}, None
+    model = run_or_model
+    settings: dict[str, Any] = {}
+    task: dict[str, Any] = {}
+    head: dict[str, torch.Tensor] | None = None
     if isinstance(run_or_model, (str, Path)):
         run_or_model = load_run(run_or_model)
     if isinstance(run_or_model, Run):

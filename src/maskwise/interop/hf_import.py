@@ -213,13 +213,13 @@ def config_from_hf(hf: dict[str, Any], arch: Architecture, tensors: dict[str, to
         values["embedding_scale"] = math.sqrt(values["d_model"]) if _get(hf, "scale_embedding", False) else 1.0
     elif column in MODERNBERTS:
         values.update(_modernbert_layers(column, hf, values["n_layers"]))
-        biases = {key: _get(hf, key, False) for key in ("attention_bias", "mlp_bias", "norm_bias")}
-        if len(set(biases.values())) > 1:
+        bias_settings = {key: _get(hf, key, False) for key in ("attention_bias", "mlp_bias", "norm_bias")}
+        if len(set(bias_settings.values())) > 1:
             raise UserError(
-                f"{column}: {', '.join(f'{k}={v}' for k, v in biases.items())} is not supported "
+                f"{column}: {', '.join(f'{k}={v}' for k, v in bias_settings.items())} is not supported "
                 f"(maskwise has one bias setting for projections and norms)"
             )
-        values["bias"] = biases["attention_bias"]
+        values["bias"] = bias_settings["attention_bias"]
         values["activation"] = _activation(column, _get(hf, "hidden_activation", "gelu"))
         # ModernBERT's MLM and task heads both begin with a dense + act + norm, its classifier_* settings
         values["lm_head_transform_bias"] = _get(hf, "classifier_bias", False)
@@ -332,7 +332,7 @@ def _modernbert_rope_theta(column: str, hf: dict[str, Any], layer_type: str, leg
 
 def _is_tied(arch: Architecture, tensors: dict[str, torch.Tensor]) -> bool:
     head = column_entry(arch, KEY_MAP["lm_head.weight"])
-    embedding = COPIES[arch.column].get(head) if head else None
+    embedding = COPIES[arch.column].get(head) if isinstance(head, str) else None  # the row's entries are names
     if head not in tensors or embedding is None:
         return True
     return embedding in tensors and torch.equal(tensors[head], tensors[embedding])

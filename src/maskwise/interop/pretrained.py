@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import normalizers
 
+from maskwise.config import ModelConfig
 from maskwise.errors import UserError
 from maskwise.interop import folders
 from maskwise.interop.hf_export import encoder_framing
@@ -39,8 +40,10 @@ def _embedding_model(folder: Path, version: int):
     model, tokenizer = folders.load(folder / declared.model_dir)
     if tokenizer is None:
         raise UserError(f"{folder}: no tokenizer.json, so texts cannot be turned into ids")
-    settings = declared.resolved(model.cfg)
-    backend = encoder_framing(tokenizer, model.cfg.family)
+    cfg = model.cfg
+    assert isinstance(cfg, ModelConfig)  # every maskwise model's
+    settings = declared.resolved(cfg)
+    backend = encoder_framing(tokenizer, cfg.family)
     if settings.lowercase:
         backend.normalizer = normalizers.Sequence([normalizers.Lowercase(), *filter(None, [backend.normalizer])])
     backend.enable_truncation(settings.max_len)  # counts the framing tokens, as sentence-transformers does
@@ -72,15 +75,15 @@ def embed_texts(
     version = max(path.stat().st_mtime_ns for path in (folder, *folder.iterdir()))
     model, backend, pad_id, settings = _embedding_model(folder, version)
     normalize = settings.normalize if normalize is None else normalize
-    device = torch.device(device or "cpu")
-    model = model.to(device)
+    on = torch.device(device or "cpu")
+    model = model.to(on)
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
     vectors = np.zeros((len(texts), len(settings.pooling) * model.cfg.d_model), dtype=np.float32)
     with torch.inference_mode():
         for chunk in batches(len(order), batch_size):
             rows = [order[i] for i in chunk]
             ids = [encoding.ids for encoding in backend.encode_batch([texts[r] for r in rows])]
-            input_ids, attention_mask = pad(ids, pad_id, device=device)  # (B, T) each
+            input_ids, attention_mask = pad(ids, pad_id, device=on)  # (B, T) each
             pooled = pool_sentences(model.read(input_ids, attention_mask), attention_mask, settings.pooling)
             vectors[rows] = (F.normalize(pooled, dim=-1) if normalize else pooled).float().cpu().numpy()
     return vectors

@@ -202,6 +202,7 @@ def export_sentence_transformers(
     """
     run = load_run(Path(run_dir).expanduser())
     cfg = run.model.cfg
+    assert isinstance(cfg, ModelConfig)  # every maskwise model's
     if not cfg.kind.encoder_only and part is None:
         raise UserError(
             f"{run_dir}: a {cfg.family} run; sentence-transformers export takes encoder runs "
@@ -209,6 +210,7 @@ def export_sentence_transformers(
         )
     settings = declared_settings(run.path).resolved(cfg)
     to_mode = {name: mode for mode, name in ST_POOLINGS.items()}
+    assert settings.pooling is not None  # resolved
     modes = [to_mode[name] for name in settings.pooling]
     modules = [("Transformer", ""), ("Pooling", POOLING_DIR)]
     if settings.normalize:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
 
 from maskwise.cli.task_flags import config_from_flags, finetune_config, positive
 from maskwise.cli.task_inputs import (
@@ -13,6 +17,7 @@ from maskwise.cli.task_inputs import (
     retrieval_data,
     user_task,
 )
+from maskwise.data.tokenizers import Tokenizer
 from maskwise.interop.folders import FineTune
 from maskwise.tasks.embed import Embed, EmbedConfig
 from maskwise.tasks.registry import TASKS
@@ -56,7 +61,12 @@ def flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
     )
 
 
-def finetune(args, model, tokenizer, run):
+def finetune(
+    args: argparse.Namespace,
+    model: nn.Module,
+    tokenizer: Tokenizer,
+    run: Callable[..., tuple[nn.Module, RetrievalRecord]],
+) -> tuple[dict[str, Any], RetrievalRecord, dict[str, Any], nn.Module, nn.Module | None]:
 
     cfg = finetune_config(EmbedConfig, args, train_pairs=args.train_queries)  # on the plays one pair a query
     beir, split = is_beir_folder(args.data), None

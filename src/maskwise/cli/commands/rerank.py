@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
+
+from torch import nn
 
 from maskwise.cli.task_flags import config_from_flags, positive
 from maskwise.cli.task_inputs import embedder_of, retrieval_data, user_task
+from maskwise.data.tokenizers import Tokenizer
 from maskwise.errors import UserError
 from maskwise.interop.folders import FineTune
 from maskwise.runs import load_weights_into
 from maskwise.tasks.cross_encoder import READOUTS, CrossEncoder, cross_encoder_scorer
+from maskwise.tasks.reading import config_of
 from maskwise.tasks.registry import TASKS
 from maskwise.tasks.rerank import (
     Rerank,
@@ -77,10 +83,12 @@ def rerank_config(args, **values) -> RerankConfig:
     return config_from_flags(RerankConfig, args, **queries, **values)
 
 
-def finetune(args, model, tokenizer, run):
+def finetune(
+    args: argparse.Namespace, model: nn.Module, tokenizer: Tokenizer, run: Callable[..., tuple[nn.Module, RerankRecord]]
+) -> tuple[dict[str, Any], RerankRecord, dict[str, Any], nn.Module, nn.Module | None]:
 
     cfg = rerank_config(args, data_seed=args.seed)
-    kind = cfg.reranker or default_reranker(model.cfg.family)
+    kind = cfg.reranker or default_reranker(config_of(model).family)
     first_stage_path = args.first_stage or args.model
     embedder, first_stage = embedder_of(first_stage_path, args, args.progress)
     if args.data is not None:

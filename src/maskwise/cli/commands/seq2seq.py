@@ -1,9 +1,14 @@
-"""``maskwise finetune seq2seq`` and ``maskwise evaluate`` for seq2seq: the command line's adapter of ``tasks.seq2seq``."""
+"""``maskwise finetune seq2seq`` and ``maskwise evaluate`` for seq2seq: the command line's adapter of
+``tasks.seq2seq``."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
+
+from torch import nn
 
 from maskwise.cli.task_flags import (
     config_from_flags,
@@ -13,6 +18,7 @@ from maskwise.cli.task_flags import (
 )
 from maskwise.cli.task_inputs import task_rows
 from maskwise.data.task_files import seq2seq_from_file
+from maskwise.data.tokenizers import Tokenizer
 from maskwise.errors import UserError
 from maskwise.interop.folders import FineTune
 from maskwise.tasks.generate import GenerationConfig
@@ -64,7 +70,12 @@ def flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
         )
 
 
-def finetune(args, model, tokenizer, run):
+def finetune(
+    args: argparse.Namespace,
+    model: nn.Module,
+    tokenizer: Tokenizer,
+    run: Callable[..., tuple[nn.Module, Seq2SeqRecord]],
+) -> tuple[dict[str, Any], Seq2SeqRecord, dict[str, Any], nn.Module, nn.Module | None]:
 
     cfg = finetune_config(Seq2SeqConfig, args)
     if cfg.rename_speakers and args.data is not None:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
 
 from maskwise.cli.task_flags import config_from_flags, finetune_config, positive
 from maskwise.cli.task_inputs import task_rows
 from maskwise.data.tagging import tagged_from_file
+from maskwise.data.tokenizers import Tokenizer
 from maskwise.errors import UserError
 from maskwise.interop.folders import FineTune
 from maskwise.tasks.registry import TASKS
@@ -54,7 +59,9 @@ def flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
     )
 
 
-def finetune(args, model, tokenizer, run):
+def finetune(
+    args: argparse.Namespace, model: nn.Module, tokenizer: Tokenizer, run: Callable[..., tuple[nn.Module, TagRecord]]
+) -> tuple[dict[str, Any], TagRecord, dict[str, Any], nn.Module, nn.Module | None]:
 
     cfg = finetune_config(TagConfig, args)
     train, test = task_rows(args, TASK, cfg, model, tagged_from_file, training=True)
