@@ -53,8 +53,7 @@ from maskwise.data.corpus import load_corpus
 from maskwise.data.tokenizers import build_tokenizer
 from maskwise.kernels.memory import retain_freed_memory
 from maskwise.model.transformer import build_model
-from maskwise.recipes import DEFAULT
-from maskwise.recipes import DEFAULT_FINETUNES
+from maskwise.recipes import DEFAULT, DEFAULT_FINETUNES
 from maskwise.runtime import detect_hardware
 from maskwise.tasks.classify import SequenceClassifier
 from maskwise.tasks.embed import BiEncoder, info_nce

@@ -31,8 +31,8 @@ epochs x ceil(n_train / 8) (= ceil(3 n_train / 8) at these sizes), at lr 5e-5 fo
 ``head_lr`` set to ``lr``; its default 1e-3 is not HF's), no warmup, no weight decay, clip 1.0, fp32. Where the
 libraries still differ, the difference stays: maskwise decays the lr by a cosine (HF linearly), draws each
 batch with replacement (HF shuffles epochs), and its classifier reads the [CLS] state itself where HF's reads it
-through BERT's pretrained pooler (dense + tanh, in the MiniLM checkpoint). Both read 128 tokens at most (``--max-len``; maskwise frames
-``[CLS] x``, HF ``[CLS] x [SEP]``) and pad each batch to its longest row.
+through BERT's pretrained pooler (dense + tanh, in the MiniLM checkpoint). Both read 128 tokens at most
+(``--max-len``; maskwise frames ``[CLS] x``, HF ``[CLS] x [SEP]``) and pad each batch to its longest row.
 
 Scores: classification accuracy on the shared test texts; tagging word accuracy over every test word (the most
 frequent tag of each word in training, ``tasks.classic.most_frequent_tags``, beside it). Intervals: the project's
@@ -166,7 +166,8 @@ def hf_overrides(args) -> dict[str, Any]:
 
 
 def check_hf_defaults() -> str:
-    """The defaults the rule relies on, read from this transformers' TrainingArguments (a newer release may move them)."""
+    """The defaults the rule relies on, read from this transformers' TrainingArguments (a newer release may
+    move them)."""
     import dataclasses
 
     from transformers import TrainingArguments

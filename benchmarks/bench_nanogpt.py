@@ -7,12 +7,13 @@
 The recipe (nanoGPT's CPU settings): 4 layers, 4 heads, d_model 128, block 64, batch 12, dropout 0,
 AdamW lr 1e-3 with beta2 0.99 and weight decay 0.1, 100 warmup steps, cosine to 1e-4, clipping at 1.0,
 characters as tokens. maskwise's model is its ``nanogpt`` preset, nanoGPT's own (GPT-2's layout without
-biases, exact GELU); ``--preset gpt2`` times GPT-2's layout instead (biases, tanh GELU). Both sides read exactly the same tokens: the reference takes its train and
-validation streams from the functions ``maskwise pretrain`` builds its own with (corpus, char
-tokenizer, token file), and draws its batches as nanoGPT does (uniform random windows). Both are
-scored by one function, ``validation_loss``: mean cross-entropy in fp32 over the same fixed
-validation windows. maskwise runs at ``--precision fp32`` and at ``auto`` (bf16 on a CPU with native
-bf16 that the probe finds faster); the reference runs fp32, as nanoGPT does on a CPU.
+biases, exact GELU); ``--preset gpt2`` times GPT-2's layout instead (biases, tanh GELU). Both sides read
+exactly the same tokens: the reference takes its train and validation streams from the functions
+``maskwise pretrain`` builds its own with (corpus, char tokenizer, token file), and draws its batches as
+nanoGPT does (uniform random windows). Both are scored by one function, ``validation_loss``: mean
+cross-entropy in fp32 over the same fixed validation windows. maskwise runs at ``--precision fp32`` and at
+``auto`` (bf16 on a CPU with native bf16 that the probe finds faster); the reference runs fp32, as nanoGPT
+does on a CPU.
 
 Time is the training loop's wall clock, evaluation excluded: the reference's whole loop, and for
 maskwise its loop up to the final evaluation (the record's ``elapsed_s``: batches, schedule, step,

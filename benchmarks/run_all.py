@@ -27,9 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
+
+HERE = Path(__file__).resolve().parent
 
 # name -> (script arguments, quick arguments)
 BENCHES = {

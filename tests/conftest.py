@@ -17,7 +17,8 @@ torch.set_num_threads(1)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from maskwise.runtime import AUTO_PRECISION_ENV, detect_hardware
+# after the thread count and HF_HUB_OFFLINE are set: importing maskwise must already see them
+from maskwise.runtime import AUTO_PRECISION_ENV, detect_hardware  # noqa: E402
 
 HAS_CUDA = bool(detect_hardware().cuda_capabilities)
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")])]

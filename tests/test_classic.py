@@ -10,8 +10,8 @@ from maskwise.data.corpus import load_corpus
 from maskwise.data.tagging import TaggedText
 from maskwise.data.tokenizers import build_tokenizer
 from maskwise.data.user_tasks import TaskSpec
-from maskwise.experiments.compare_plan import plan_of
 from maskwise.experiments.claims import HELD_OUT_ROWS, Part, judge_part, share_read
+from maskwise.experiments.compare_plan import plan_of
 from maskwise.experiments.intervals import interval, paired_difference, score
 from maskwise.recipes import SMOKE
 from maskwise.tasks.classic import (

@@ -74,5 +74,5 @@ def test_toml_reader_only_raises_user_error(tmp_path_factory, data):
         PretrainConfig.from_flat(values)
     except UserError as error:
         assert "\n" not in str(error)
-    except tomllib.TOMLDecodeError:  # pragma: no cover - read_toml must convert these
-        raise AssertionError("TOMLDecodeError escaped")
+    except tomllib.TOMLDecodeError as error:  # pragma: no cover - read_toml must convert these
+        raise AssertionError("TOMLDecodeError escaped") from error

@@ -174,7 +174,8 @@ def test_qwen2_folder_round_trips_through_maskwise_identically(tmp_path):
     [
         (
             {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1},
-            "use_sliding_window with sliding_window 4 < max_position_embeddings 32 \\(in 1 layer\\(s\\) from layer 1\\)",
+            "use_sliding_window with sliding_window 4 < max_position_embeddings 32 "
+            "\\(in 1 layer\\(s\\) from layer 1\\)",
         ),
         ({"rope_parameters": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 10000.0}}, "rope_type 'yarn'"),
         ({"hidden_act": "gelu_fast"}, "gelu_fast"),
