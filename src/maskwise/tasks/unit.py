@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+import torch
 from torch import nn
 
 from maskwise.data.user_tasks import TaskSpec, UserTask
@@ -163,12 +164,22 @@ def mean_tokens(texts: list[str], tokens_per_char: float) -> float:
     return tokens_per_char * sum(map(len, texts)) / max(len(texts), 1) + 2
 
 
+class FineTunedHead(Protocol):
+    """A module class that a fine-tune folder's body and task record rebuild (``SequenceClassifier``,
+    ``TokenTagger``): what ``Head.model`` names."""
+
+    @classmethod
+    def from_fine_tune(
+        cls, body: nn.Module, task: dict, head: dict[str, torch.Tensor] | None, where: str
+    ) -> nn.Module: ...
+
+
 @dataclass(frozen=True)
 class Head:
     """A trained head that a fine-tune folder hands back whole on its body (``maskwise.load_fine_tuned``), and
     that ``maskwise export`` writes as an HF task class."""
 
-    model: type[nn.Module]  # what ``load_fine_tuned`` rebuilds, through its ``from_fine_tune``
+    model: type[FineTunedHead]  # what ``load_fine_tuned`` rebuilds, through its ``from_fine_tune``
     # The task record's fields that rebuild it and its baseline: field -> (a list of names, else one name; required).
     record: dict[str, tuple[bool, bool]]
     classes_key: str  # the record's field holding its classes, in the head's output order
