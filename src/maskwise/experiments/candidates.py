@@ -58,6 +58,7 @@ from maskwise.experiments.compare_report import (
 from maskwise.experiments.compare_study import CompareStudy, Measure, task_measures
 from maskwise.experiments.eta import Expected, probe_model
 from maskwise.experiments.framework import Measured, Table
+from maskwise.experiments.intervals import score
 from maskwise.experiments.runner import Experiment
 from maskwise.experiments.serving import (
     COST_BATCH,
@@ -421,7 +422,7 @@ class GivenModels(CompareStudy):
                 "higher": row.higher,
                 "latency": how,
                 "points": {
-                    n: [sum(map(sum, scores[n])) / sum(map(len, scores[n])), percentile(latency[n], 0.99)]
+                    n: [score(scores[n]), percentile(latency[n], 0.99)]  # the row's own metric: pooled F1 too
                     for n in latency
                 },
             }

@@ -163,11 +163,14 @@ def variant_key(name: str, variant: str) -> str:
     return f"{name}.{variant}"
 
 
-def gather(measured: Mapping[int, Mapping[str, dict]], row: CompareRow) -> tuple[dict[str, PerSeed], dict]:
+Baselines = dict[str, PerSeed | float]  # column -> its trivial baseline: per item on its test items, or a constant
+
+
+def gather(measured: Mapping[int, Mapping[str, dict]], row: CompareRow) -> tuple[dict[str, PerSeed], Baselines]:
     """Per column that has the row, its per-item scores of every seed, and its baseline (per item, or a
     constant)."""
     scores: dict[str, PerSeed] = {}
-    baselines: dict = {}
+    baselines: Baselines = {}
     for family in next(iter(measured.values())):
         try:
             scored = [row.scored(measured[seed][family]) for seed in measured]
@@ -177,9 +180,9 @@ def gather(measured: Mapping[int, Mapping[str, dict]], row: CompareRow) -> tuple
         if len(per_seed) < len(scored):
             continue
         scores[family] = per_seed
-        base = [s.baseline for s in scored]
-        constants = [b for b in base if isinstance(b, int | float)]
-        baselines[family] = sum(constants) / len(base) if len(constants) == len(base) else base
+        constants = [b for s in scored if isinstance(b := s.baseline, int | float)]
+        per_item = [b for s in scored if isinstance(b := s.baseline, Items)]
+        baselines[family] = sum(constants) / len(scored) if len(constants) == len(scored) else per_item
     return scores, baselines
 
 
@@ -343,7 +346,7 @@ class Evidence:
     which column stands for each family (compare: the family's own; ``compare --model``: its first model)."""
 
     rows: tuple[CompareRow, ...]
-    gathered: Mapping[str, tuple[dict, dict]]  # row key -> (column -> per-seed scores, column -> baseline)
+    gathered: Mapping[str, tuple[dict[str, PerSeed], Baselines]]  # row key -> (column -> per seed, column -> baseline)
     ttft_ms: Mapping[str, Mapping[str, PerSeed]]  # source-length bucket (shortest first) -> column -> per seed
     judged: Mapping[str, str] = field(default_factory=lambda: {f: f for f in FAMILIES})  # family -> its column
     # The columns the "best" cell chooses among: the three families, or every model given
