@@ -369,6 +369,23 @@ def test_imbalanced_labels_are_read_by_balanced_accuracy_chosen_from_the_test_sp
         ["common"] * 10, ["rare", "rare", *["common"] * 8], ["common", "rare"], family="encoder", mode="finetune"
     )
     assert row.scored(record.to_json()).scores.score() == pytest.approx(0.5) and record.accuracy == 0.8
+    # Fitted for that metric: the fine-tune's loss and the classic method weight the labels.
+    assert TASKS["classify"].configure(SMOKE.config_of("classify"), task, 64).balanced
+
+
+@pytest.mark.unit
+def test_a_balanced_accuracy_interval_recomputes_per_label_recalls_and_stays_within_one():
+    from maskwise.experiments.intervals import interval
+    from maskwise.tasks.classify import ClassifyRow, classification_results
+
+    # 95 common items (all right) and 5 rare ones (all right): every resample's balanced accuracy is exactly 1, where
+    # weighting each item once by the whole test set's label shares let a resample with more rare items pass 1.
+    gold = ["rare"] * 5 + ["common"] * 95
+    record = classification_results(gold, gold, gold, family="encoder", mode="finetune")
+    items = ClassifyRow("skew: balanced accuracy (classify)", True, balanced=True).scored(record.to_json()).scores
+    assert items is not None and interval([items]).high == pytest.approx(1.0)
+    old = interval([record.balanced_correct])
+    assert old.high > 1.0  # what the report printed before: [0.861, 1.014] on a spam split
 
 
 @pytest.mark.unit
@@ -536,3 +553,34 @@ def test_an_undecided_task_says_how_many_test_items_its_difference_would_need():
     assert needed > 100 and "(has 100)" in line
     # at that many items, the same effect separates
     assert judge_part(_part(needed * 2, 0.02, noise=0.3, seed=1))[0] == HELD
+
+
+@pytest.mark.unit
+def test_the_classic_method_for_balanced_accuracy_weights_classes_and_chooses_c_by_cross_validation():
+    from sklearn.metrics import balanced_accuracy_score
+
+    from maskwise.tasks.classic import tfidf_logistic_regression
+
+    rng = random.Random(0)
+    vocab = [f"w{i}" for i in range(300)]
+
+    def text(rare: bool) -> str:  # a rare label marked by one word in 9 texts of 10, 1 in 50 of the common ones
+        words = [rng.choice(vocab) for _ in range(12)]
+        if rng.random() < (0.9 if rare else 0.02):
+            words[rng.randrange(12)] = "prize"
+        return " ".join(words)
+
+    def rows(n: int) -> list[tuple[str, str]]:
+        return [(text(rare), "spam" if rare else "ham") for rare in (rng.random() < 0.06 for _ in range(n))]
+
+    train, test = rows(600), rows(600)
+    gold = [label for _, label in test]
+
+    def scored(balanced: bool) -> float:
+        predicted = tfidf_logistic_regression(
+            [t for t, _ in train], [y for _, y in train], [t for t, _ in test], balanced
+        )
+        return balanced_accuracy_score(gold, predicted)
+
+    assert scored(False) == 0.5  # unweighted, every C answers the majority: what the report compared with before
+    assert scored(True) > 0.8

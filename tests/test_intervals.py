@@ -124,3 +124,18 @@ def test_grouped_items_are_redrawn_whole_and_counted_as_groups():
 def test_plain_lists_and_ungrouped_items_give_the_same_interval():
     scores = [[0.1, 0.9, 0.4, 0.7, 0.3], [0.2, 0.8, 0.5, 0.6, 0.4]]
     assert interval(scores) == interval([Items(s) for s in scores])
+
+
+def test_a_labelled_resample_recomputes_sklearn_balanced_accuracy_on_the_same_indices():
+    from sklearn.metrics import balanced_accuracy_score
+
+    rng = random.Random(3)
+    gold = [rng.choice("aaaaaaaabbc") for _ in range(200)]  # imbalanced: about 73% a, 18% b, 9% c
+    predicted = [g if rng.random() < 0.7 else rng.choice("abc") for g in gold]
+    index = {label: i for i, label in enumerate("abc")}
+    items = Items([int(p == g) for p, g in zip(predicted, gold)], labels=[index[g] for g in gold])
+    units = items.units()
+    for _ in range(20):
+        drawn = [rng.randrange(len(gold)) for _ in gold]
+        expected = balanced_accuracy_score([gold[i] for i in drawn], [predicted[i] for i in drawn])
+        assert float(items.metric(units[drawn])) == pytest.approx(expected)

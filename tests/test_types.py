@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PLANTED = (
     (
         "src/maskwise/tasks/classify.py",
-        "return Items(scores.balanced_correct if self.balanced else scores.correct)",
-        "return Items(scores.balanced_correct if self.balanced else scores.corect)",
+        "return Items(scores.correct, labels=[index[g] for g in gold])",
+        "return Items(scores.corect, labels=[index[g] for g in gold])",
         "corect",
     ),
     (

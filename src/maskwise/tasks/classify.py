@@ -148,6 +148,9 @@ class SequenceClassifier(nn.Module):
 class ClassifyConfig(FinetuneConfig):
     pooling: str | None = None  # None = the family's default (``Family.classify_pooling``)
     freeze: bool = False  # True = linear probe: only the head trains
+    # The task is read by balanced accuracy (``Classify.configure``): the loss weights each label by n / (labels x its
+    # training count), as the classic method weights its classes, so that neither is fitted for another metric.
+    balanced: bool = False
     max_len: int | None = None  # None = the model's context
     dropout: float = 0.1
     # The plays' labelled texts when a task is given none (``tasks.run.plays_rows``): one of ``PLAYS_CLASSIFICATIONS``,
@@ -178,6 +181,12 @@ def train_classifier(
     if len(labels) < 2:
         raise UserError(f"classification needs at least 2 labels, got {labels}")
     index = {label: i for i, label in enumerate(labels)}
+    counts = Counter(e.label for e in train)
+    weight = (
+        torch.tensor([len(train) / (len(counts) * counts[label]) if counts[label] else 0.0 for label in labels])
+        if cfg.balanced
+        else None
+    )
     torch.manual_seed(cfg.seed)  # the fresh head's initialisation is part of the seeded run
     model = SequenceClassifier(body, labels, cfg.pooling, cfg.freeze, cfg.dropout)
     max_len, device = context_len(body, cfg.max_len), device_of(body)
@@ -186,7 +195,7 @@ def train_classifier(
         chosen = [train[rng.randrange(len(train))] for _ in range(cfg.batch_size)]
         ids, mask = encode_texts(tokenizer, [e.text for e in chosen], config_of(body).family, max_len, device)
         targets = torch.tensor([index[e.label] for e in chosen], device=device)
-        return F.cross_entropy(model(ids, mask), targets)
+        return F.cross_entropy(model(ids, mask), targets, weight=None if weight is None else weight.to(device))
 
     fine_tune(model, step_loss, cfg, head_prefixes=(HEAD_PREFIX,), desc="classify", runtime=runtime)
     return model
@@ -249,6 +258,8 @@ class ClassifyRecord(ClassifyScores, Record):
     classic_whole: ClassicScores | None = None
     chars_read: list[int] | None = None
     chars_given: list[int] | None = None
+    # Each test item's label: a per-label metric (balanced accuracy) is recomputed from it on every resample.
+    gold: list[str] = field(default_factory=list)
 
 
 def scores_of(predicted: Sequence[str], gold: Sequence[str], labels: Sequence[str]) -> dict[str, Any]:
@@ -290,6 +301,7 @@ def classification_results(
         n_test=len(gold),
         baseline=baseline,
         settings=settings or {},
+        gold=list(gold),
     )
 
 
@@ -321,15 +333,17 @@ def with_classic(
     tokenizer,
     max_len: int,
     family: str,
+    balanced: bool = False,
 ) -> ClassifyRecord:
-    """``record`` with TF-IDF + logistic regression fitted on ``train`` beside it: on the characters a model of
-    ``family`` reads at ``max_len`` tokens, and on whole texts; and each test text's characters read and given."""
+    """``record`` with TF-IDF + logistic regression fitted on ``train`` beside it (``balanced``: for balanced
+    accuracy, ``classic.tfidf_logistic_regression``): on the characters a model of ``family`` reads at ``max_len``
+    tokens, and on whole texts; and each test text's characters read and given."""
     gold, labels = [e.label for e in test], sorted({e.label for e in (*train, *test)})
     read_train = chars_read(tokenizer, [e.text for e in train], max_len, family)
     read_test = chars_read(tokenizer, [e.text for e in test], max_len, family)
 
     def fitted(train_texts: list[str], test_texts: list[str]) -> ClassicScores:
-        predicted = tfidf_logistic_regression(train_texts, [e.label for e in train], test_texts)
+        predicted = tfidf_logistic_regression(train_texts, [e.label for e in train], test_texts, balanced)
         return ClassicScores(**scores_of(predicted, gold, labels), name=TFIDF_LOGISTIC)
 
     return replace(
@@ -395,21 +409,28 @@ class ClassifyRow(RecordRow[ClassifyRecord]):
     def decode(self, stored: dict[str, Any]) -> ClassifyRecord:
         return ClassifyRecord.from_json(stored)
 
-    def items(self, scores: ClassifyScores) -> Items:
-        """``scores``' per-item values under this row's metric."""
-        return Items(scores.balanced_correct if self.balanced else scores.correct)
+    def items(self, scores: ClassifyScores, gold: Sequence[str]) -> Items:
+        """``scores``' per-item 0/1 under this row's metric: balanced accuracy labels each item by its gold label, so
+        that every resample recomputes the mean of its own per-label recalls (a record written before its gold labels
+        were kept: each item weighted by the whole test set's label shares, a mean that a resample can push past 1)."""
+        if not self.balanced:
+            return Items(scores.correct)
+        if not gold:
+            return Items(scores.balanced_correct)
+        index = {label: i for i, label in enumerate(sorted(set(gold)))}
+        return Items(scores.correct, labels=[index[g] for g in gold])
 
     def scores(self, record: ClassifyRecord) -> Items:
-        return self.items(record)
+        return self.items(record, record.gold)
 
     def baseline(self, record: ClassifyRecord) -> Items:
-        return self.items(record.baseline)
+        return self.items(record.baseline, record.gold)
 
     def classic(self, record: ClassifyRecord) -> Items | None:
-        return None if record.classic is None else self.items(record.classic)
+        return None if record.classic is None else self.items(record.classic, record.gold)
 
     def classic_whole(self, record: ClassifyRecord) -> Items | None:
-        return None if record.classic_whole is None else self.items(record.classic_whole)
+        return None if record.classic_whole is None else self.items(record.classic_whole, record.gold)
 
     def read(self, record: ClassifyRecord) -> tuple[list[int], list[int]] | None:
         return chars_read_and_given(record)
@@ -449,7 +470,9 @@ class Classify(Task[ClassifyConfig]):
             record = evaluate_classifier(
                 classifier, tokenizer, test, [e.label for e in train], settings=settings_of(cfg), max_len=cfg.max_len
             )
-            return with_classic(record, train, test, tokenizer, context_len(model, cfg.max_len), model.cfg.family)
+            return with_classic(
+                record, train, test, tokenizer, context_len(model, cfg.max_len), model.cfg.family, cfg.balanced
+            )
 
         return classifier, evaluate, test
 
@@ -496,7 +519,9 @@ class Classify(Task[ClassifyConfig]):
                 "metric": metric,
                 "why_metric": (
                     f"test labels imbalanced (largest/smallest {max(tested.values()) / min(tested.values()):.1f}"
-                    f" >= {IMBALANCE}): balanced accuracy, the mean of per-label recalls"
+                    f" >= {IMBALANCE}): balanced accuracy, the mean of per-label recalls, recomputed on every "
+                    "resample; the fine-tunes' loss and the classic method weight each label by the inverse of its "
+                    "training count"
                     if balanced
                     else f"test labels balanced within {IMBALANCE}x: accuracy"
                 ),
@@ -519,4 +544,5 @@ class Classify(Task[ClassifyConfig]):
         return Work(cfg.steps * cfg.batch_size * length, n * length, n / 64)
 
     def configure(self, cfg: ClassifyConfig, task: UserTask, context: int) -> ClassifyConfig:
-        return within_context(cfg, task, context)
+        """Within the smallest family's context; class-weighted where the task is read by balanced accuracy."""
+        return replace(within_context(cfg, task, context), balanced=task.details["metric"] == "balanced accuracy")
