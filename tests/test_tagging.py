@@ -15,14 +15,17 @@ from maskwise.data.tagging import (
     tagged_from_file,
 )
 from maskwise.data.tokenizers import build_tokenizer
+from maskwise.data.user_tasks import TaskSpec
 from maskwise.errors import UserError
 from maskwise.tasks.metrics import tag_scores
+from maskwise.tasks.registry import TASKS, read_tasks
 from maskwise.tasks.tag import (
     TagConfig,
     TokenTagger,
     evaluate_tagger,
     predict_tags,
     tag_counts,
+    tagging_results,
     train_tagger,
     word_positions,
 )
@@ -153,6 +156,38 @@ def test_bad_tagging_files_are_one_line_errors(tmp_path, name, text, message):
         tagged_from_file(path)
 
 
+def _conll(path, sentences: list[tuple[str, str]]) -> None:
+    """Write (words, tags) sentences as CoNLL lines, a blank line between sentences."""
+    lines = ("\n".join(f"{w}\t{t}" for w, t in zip(words.split(), tags.split())) for words, tags in sentences)
+    path.write_text("\n\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.mark.unit
+def test_a_bilou_file_is_scored_by_bilou_rules_decided_when_it_is_read(tmp_path):
+    path = tmp_path / "bilou.conll"
+    _conll(path, [("Ann Lee met Bob Ray", "B-PER L-PER O B-PER L-PER"), ("Ann came", "U-PER O")] * 200)
+    [task] = read_tasks([TaskSpec("t", "tag", str(path))])
+    assert task.details["scheme"] == "BILOU" and "strict" in task.details["why_metric"]
+    [row] = TASKS["tag"].user_rows(task, TASKS["tag"].config())
+    assert row.label.startswith("t: entity F1 pooled over the test set (BILOU, seqeval strict)")
+    # the record's counts by the same rules: two names where two are (CoNLL's rules, knowing no L, found one)
+    test = task.test
+    record = tagging_results([list(e.tags) for e in test], test, tag_counts(task.train), "encoder", ["O"])
+    assert record.per_example.entities == [[2, 2, 2] if len(e.words) == 5 else [1, 1, 1] for e in test]
+    assert record.entity == {"precision": 1.0, "recall": 1.0, "f1": 1.0}
+
+
+@pytest.mark.e2e
+def test_a_tag_file_whose_span_scheme_cannot_be_checked_is_refused_in_one_line(small_text, tmp_path, capsys):
+    from tests.tiny_run import assert_one_line_exit_2
+
+    mixed = tmp_path / "mixed.conll"
+    _conll(mixed, [("Ann Lee met Bob", "B-PER E-PER O U-PER")] * 20)  # IOBES's E- beside BILOU's U-
+    command = ["compare", "--data", small_text, "--out", tmp_path / "cmp", "--task", f"t=tag:{mixed}"]
+    assert_one_line_exit_2(capsys, command, "task t: tags B-PER, E-PER, U-PER fit no one span scheme")
+    assert not (tmp_path / "cmp").exists()
+
+
 @pytest.mark.integration
 @pytest.mark.precision("fp32")
 @pytest.mark.parametrize("family", ["encoder", "decoder", "encoder-decoder"])
@@ -179,7 +214,7 @@ def test_tag_end_to_end(tokenizer, family):
 @pytest.mark.e2e
 @pytest.mark.precision("fp32")
 def test_finetune_tag_on_a_users_file_and_evaluate_the_saved_tagger(tmp_path, capsys):
-    from tests.tiny_run import encoder_run, run_cli
+    from tests.tiny_run import assert_one_line_exit_2, encoder_run, run_cli
 
     run = encoder_run(tmp_path / "enc")
     sentences = ["John B-PER\nlives O\nin O\nParis B-LOC", "Mary B-PER\nsaw O\nRome B-LOC", "it O\nrains O"] * 4
@@ -213,6 +248,10 @@ def test_finetune_tag_on_a_users_file_and_evaluate_the_saved_tagger(tmp_path, ca
     assert again["n_words"] == (4 + 3 + 2) * 4  # every sentence of the file, read with the saved head
     code, _, err = run_cli(capsys, "evaluate", run, "--task", "tag", "--no-progress")
     assert code == 2 and "no tagging head" in err and err.count("\n") == 1
+    other = tmp_path / "bilou.conll"  # the training tags' IOB beside its U-: no one scheme scores both
+    other.write_text("Ann U-PER\nsmiled O\n", encoding="utf-8")
+    args = ["evaluate", tmp_path / "tagger", "--data", other, "--no-progress"]
+    assert_one_line_exit_2(capsys, args, "U-PER fit no one span scheme")
 
 
 @pytest.mark.e2e

@@ -3,6 +3,7 @@
 import ast
 import itertools
 import math
+import random
 import warnings
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maskwise.tasks.metrics import (
+    Scheme,
     accuracy,
     bucket_label,
     bucketed,
@@ -144,40 +146,69 @@ def test_bucketing_and_percentiles():
 @pytest.mark.unit
 def test_span_scheme_tells_chunk_tags_from_other_tags():
     assert span_scheme(["O", "B-PER", "I-PER", "B-LOC"]) == "IOB"
+    assert span_scheme(["O", "I-PER"]) == "IOB"  # IOB1: an I after O opens a chunk
     assert span_scheme(iter(["B-PER", "E-PER", "S-LOC", "O"])) == "IOBES"
+    assert span_scheme(["B-PER", "I-PER", "E-PER", "O"]) == span_scheme(["S-PER"]) == "IOBES"  # BIOES: same letters
     assert span_scheme(["B-PER", "L-PER", "U-LOC", "O"]) == "BILOU"
+    assert span_scheme(["U-PER"]) == "BILOU"
     assert span_scheme(["NN", "VBZ", ".", "PRP$", "DT"]) is None  # Penn POS tags
     assert span_scheme(["O", ",", "O", "."]) is None  # punctuation marks to restore
-    assert span_scheme(["B-PER", "I-PER", "NN"]) is None  # a mix: one foreign tag is enough
     assert span_scheme(["O", "O"]) is None and span_scheme([]) is None  # no chunk tag at all
     assert span_scheme(["B-", "O"]) is None and span_scheme(["X-PER"]) is None  # empty type, unknown prefix
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize(
+    "tags, needle",
+    [
+        (["B-PER", "E-PER", "B-LOC", "L-LOC"], "fit no one span scheme"),  # IOBES and BILOU mixed
+        (["B-PER", "I-PER", "S-LOC"], "fit no one span scheme"),  # IOBES with no E-: no B- ever closes
+        (["I-PER", "E-PER"], "fit no one span scheme"),  # IOE, which strict IOBES would read as nothing
+        (["B-PER", "M-PER", "E-PER"], "'M-PER' is neither O nor a span tag"),  # BMES: a prefix from none of them
+        (["B-PER", "I-PER", "NN"], "'NN' is neither O nor a span tag"),  # one foreign tag is enough
+    ],
+)
+def test_span_scheme_refuses_tags_no_one_schemes_rules_can_check(tags, needle):
+    with pytest.raises(ValueError, match=needle) as refused:
+        span_scheme(tags)
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.unit
 def test_entities_by_hand():
-    assert entities(["B-PER", "I-PER", "O", "B-LOC"]) == {("PER", 0, 1), ("LOC", 3, 3)}
-    assert entities(["B-PER", "I-PER", "B-PER"]) == {("PER", 0, 1), ("PER", 2, 2)}  # B always opens
-    assert entities(["O", "I-PER", "I-PER"]) == {("PER", 1, 2)}  # an I after O opens a chunk
-    assert entities(["B-PER", "I-LOC", "I-LOC"]) == {("PER", 0, 0), ("LOC", 1, 2)}  # so does a type change
-    assert entities(["B-PER", "E-PER", "S-LOC", "B-PER", "I-PER", "E-PER"]) == {
+    # IOB: seqeval's default (conlleval) chunks
+    assert entities(["B-PER", "I-PER", "O", "B-LOC"], "IOB") == {("PER", 0, 1), ("LOC", 3, 3)}
+    assert entities(["B-PER", "I-PER", "B-PER"], "IOB") == {("PER", 0, 1), ("PER", 2, 2)}  # B always opens
+    assert entities(["O", "I-PER", "I-PER"], "IOB") == {("PER", 1, 2)}  # an I after O opens a chunk
+    assert entities(["B-PER", "I-LOC", "I-LOC"], "IOB") == {("PER", 0, 0), ("LOC", 1, 2)}  # so does a type change
+    assert entities(["O", "O"], "IOB") == set() and entities([], "IOB") == set()
+    # IOBES and BILOU: their own strict rules, where conlleval, knowing no L or U, loses the first of two names
+    assert entities(["B-PER", "L-PER", "B-PER", "L-PER"], "IOB") == {("PER", 2, 3)}
+    assert entities(["B-PER", "L-PER", "B-PER", "L-PER"], "BILOU") == {("PER", 0, 1), ("PER", 2, 3)}
+    assert entities(["U-PER", "U-PER", "O"], "BILOU") == {("PER", 0, 0), ("PER", 1, 1)}  # conlleval: one
+    assert entities(["B-PER", "E-PER", "S-LOC", "B-PER", "I-PER", "E-PER"], "IOBES") == {
         ("PER", 0, 1),
         ("LOC", 2, 2),
         ("PER", 3, 5),
     }
-    assert entities(["E-PER", "E-PER", "I-PER"]) == {("PER", 0, 0), ("PER", 1, 1), ("PER", 2, 2)}
-    # L and U carry only their type: a chunk ends at a type change or O, so two U-PER merge
-    assert entities(["B-PER", "L-PER", "U-LOC"]) == {("PER", 0, 1), ("LOC", 2, 2)}
-    assert entities(["U-PER", "U-PER", "O"]) == {("PER", 0, 1)}
-    assert entities(["O", "O"]) == set() and entities([]) == set()
+    # ill-formed chunks are none: an E or I with no B, a B left open, a type change before the end
+    assert entities(["E-PER", "E-PER", "I-PER"], "IOBES") == set()  # conlleval: three
+    assert entities(["B-PER", "I-PER", "O", "B-LOC", "E-PER"], "IOBES") == set()
+    assert entities(["B-PER", "I-PER", "U-PER", "I-PER", "L-PER"], "BILOU") == {("PER", 2, 2)}
+    assert entities(["O", "O"], "BILOU") == set() and entities([], "IOBES") == set()
+    with pytest.raises(ValueError, match="'E-PER' is not of the BILU scheme"):
+        entities(["B-PER", "E-PER"], "BILOU")  # as seqeval's strict mode refuses a foreign prefix
 
 
 @pytest.mark.unit
 def test_entity_counts_and_pooled_f1_by_hand():
     # gold PER 0-1, LOC 3; predicted PER 0-1 (right), LOC 2-3 (wrong span)
-    assert entity_counts(["B-PER", "I-PER", "B-LOC", "I-LOC"], ["B-PER", "I-PER", "O", "B-LOC"]) == (1, 2, 2)
-    assert entity_counts(["B-PER", "O"], ["B-LOC", "O"]) == (0, 1, 1)  # same span, other type
+    assert entity_counts(["B-PER", "I-PER", "B-LOC", "I-LOC"], ["B-PER", "I-PER", "O", "B-LOC"], "IOB") == (1, 2, 2)
+    assert entity_counts(["B-PER", "O"], ["B-LOC", "O"], "IOB") == (0, 1, 1)  # same span, other type
+    # BILOU: an unclosed predicted chunk is no entity, so not a right one either
+    assert entity_counts(["B-PER", "I-PER", "U-LOC"], ["B-PER", "L-PER", "U-LOC"], "BILOU") == (1, 1, 2)
     with pytest.raises(ValueError):
-        entity_counts(["O"], ["O", "O"])
+        entity_counts(["O"], ["O", "O"], "IOB")
     # pooled: tp 1 + 2, predicted 2 + 2, gold 2 + 4 -> P 3/4, R 3/6, F1 6/10
     scores = pooled_entity_f1([(1, 2, 2), (2, 2, 4)])
     assert scores == {"precision": 0.75, "recall": 0.5, "f1": pytest.approx(0.6)}
@@ -190,12 +221,30 @@ def test_always_outside_scores_zero_even_when_most_texts_have_no_entities():
     seqeval = pytest.importorskip("seqeval.metrics")
     gold = [["O", "O", "O"]] * 9 + [["O", "B-PER", "I-PER"]]
     predicted = [["O"] * 3 for _ in gold]
-    scores = pooled_entity_f1([entity_counts(p, g) for p, g in zip(predicted, gold)])
+    scores = pooled_entity_f1([entity_counts(p, g, "IOB") for p, g in zip(predicted, gold)])
     assert scores == {"precision": 0.0, "recall": 0.0, "f1": 0.0}
     assert seqeval.f1_score(gold, predicted) == 0.0
     # nothing to find and nothing found is 0 too, not 1 (seqeval's zero division)
-    assert pooled_entity_f1([entity_counts(p, p) for p in predicted])["f1"] == 0.0
+    assert pooled_entity_f1([entity_counts(p, p, "IOB") for p in predicted])["f1"] == 0.0
     assert seqeval.f1_score(predicted, predicted) == 0.0
+
+
+def _seqeval_entities(sequence: list[str], scheme: Scheme) -> list[tuple[str, int, int]]:
+    """seqeval's chunks of one sequence as (type, first, last): its default mode for IOB, else its strict mode."""
+    if scheme == "IOB":
+        from seqeval.metrics.sequence_labeling import get_entities
+
+        return get_entities(sequence)
+    from seqeval import scheme as schemes
+
+    return [(e.tag, e.start, e.end - 1) for e in schemes.Tokens(sequence, getattr(schemes, scheme)).entities]
+
+
+def _seqeval_mode(scheme: Scheme) -> dict:
+    """seqeval's scoring keywords for ``scheme``: its default mode for IOB, its strict mode with the scheme else."""
+    from seqeval import scheme as schemes
+
+    return {} if scheme == "IOB" else {"mode": "strict", "scheme": getattr(schemes, scheme)}
 
 
 def _texts(tags: list[str]):
@@ -204,35 +253,61 @@ def _texts(tags: list[str]):
     return st.lists(st.lists(pair, max_size=8), min_size=1, max_size=5)
 
 
-def _agrees_with_seqeval(texts: list[list[tuple[str, str]]]) -> None:
+def _agrees_with_seqeval(texts: list[list[tuple[str, str]]], scheme: Scheme) -> None:
     seqeval = pytest.importorskip("seqeval.metrics")
-    from seqeval.metrics.sequence_labeling import get_entities
-
     predicted = [[p for p, _ in text] for text in texts]
     gold = [[g for _, g in text] for text in texts]
     for sequence in (*predicted, *gold):
-        found = get_entities(list(sequence))
-        assert entities(sequence) == set(found) and len(found) == len(set(found))
-    scores = pooled_entity_f1([entity_counts(p, g) for p, g in zip(predicted, gold)])
+        found = _seqeval_entities(sequence, scheme)
+        assert entities(sequence, scheme) == set(found) and len(found) == len(set(found))
+    scores = pooled_entity_f1([entity_counts(p, g, scheme) for p, g in zip(predicted, gold)])
+    mode = _seqeval_mode(scheme)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # zero-division warnings where nothing is predicted or gold
-        assert scores["f1"] == pytest.approx(seqeval.f1_score(gold, predicted), abs=1e-12)
-        assert scores["precision"] == pytest.approx(seqeval.precision_score(gold, predicted), abs=1e-12)
-        assert scores["recall"] == pytest.approx(seqeval.recall_score(gold, predicted), abs=1e-12)
+        assert scores["f1"] == pytest.approx(seqeval.f1_score(gold, predicted, **mode), abs=1e-12)
+        assert scores["precision"] == pytest.approx(seqeval.precision_score(gold, predicted, **mode), abs=1e-12)
+        assert scores["recall"] == pytest.approx(seqeval.recall_score(gold, predicted, **mode), abs=1e-12)
 
 
 @pytest.mark.unit
 @settings(max_examples=150, deadline=None)
 @given(_texts(["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "E-PER", "S-LOC"]))
-def test_entities_and_pooled_f1_match_seqeval_on_mixed_tags(texts):
-    _agrees_with_seqeval(texts)
+def test_entities_and_pooled_f1_match_seqeval_default_mode_on_any_tags(texts):
+    _agrees_with_seqeval(texts, "IOB")  # conlleval's chunks, which read any prefix
 
 
 @pytest.mark.unit
 @settings(max_examples=100, deadline=None)
 @given(_texts(["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]))
 def test_entities_and_pooled_f1_match_seqeval_on_bio(texts):
-    _agrees_with_seqeval(texts)
+    _agrees_with_seqeval(texts, "IOB")
+
+
+_STRICT_TAGS: dict[Scheme, list[str]] = {
+    "IOBES": ["O", "B-PER", "I-PER", "E-PER", "S-PER", "B-LOC", "E-LOC", "S-LOC"],
+    "BILOU": ["O", "B-PER", "I-PER", "L-PER", "U-PER", "B-LOC", "L-LOC", "U-LOC"],
+}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("scheme", ["IOBES", "BILOU"])
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_entities_and_pooled_f1_match_seqeval_strict_mode(scheme, data):
+    _agrees_with_seqeval(data.draw(_texts(_STRICT_TAGS[scheme])), scheme)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("scheme", ["IOBES", "BILOU"])
+def test_entities_match_seqeval_strict_mode_on_every_short_sequence(scheme):
+    # every sequence of up to 4 tags (4,681 of them), well-formed or not, and 2,000 seeded ones of up to 12
+    pytest.importorskip("seqeval")
+    tags = _STRICT_TAGS[scheme]
+    rng = random.Random(0)
+    every = [list(s) for n in range(5) for s in itertools.product(tags, repeat=n)]
+    drawn = [rng.choices(tags, k=rng.randint(5, 12)) for _ in range(2000)]
+    for sequence in every + drawn:
+        assert entities(sequence, scheme) == set(_seqeval_entities(sequence, scheme)), sequence
 
 
 # ---- summaries ------------------------------------------------------------------------------------

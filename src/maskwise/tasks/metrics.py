@@ -5,10 +5,10 @@ hidden by the frequent ones). Retrieval: recall@k, MRR (optionally cut at k), nD
 set of relevant documents) or graded relevance (document -> grade, as in a BEIR/TREC qrels file), defined as
 trec_eval / pytrec_eval and so BEIR and MTEB define them. Generation: exact match, token F1 (SQuAD's
 bag-of-words overlap) and set F1 (for a list of speakers, where order and repetition do not matter), and ROUGE-L
-(``rouge-score``) for summaries. Span tags (BIO, IOBES): entity chunks as seqeval's default (CoNLL) mode finds
-them, pooled over a test set. Plus bucketing by length and latency percentiles, which every task reports beside
-its headline number, and a paired bootstrap that says whether a difference between two systems on the same
-examples is larger than its sampling noise.
+(``rouge-score``) for summaries. Span tags: entity chunks pooled over a test set, found by each scheme's own
+rules as seqeval finds them (IOB by its default CoNLL mode, IOBES and BILOU by its strict mode). Plus bucketing
+by length and latency percentiles, which every task reports beside its headline number, and a paired bootstrap
+that says whether a difference between two systems on the same examples is larger than its sampling noise.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from functools import cache
 from itertools import pairwise
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import torch
 
@@ -268,27 +268,50 @@ def _same_length(a: Sequence, b: Sequence) -> None:
 
 # ---- span labelling (NER-style chunks) ------------------------------------------------------------
 
+Scheme = Literal["IOB", "IOBES", "BILOU"]
 _SPAN_PREFIXES = frozenset("BIESLU")
+# The schemes with an end: (begin, inside, last, unit) prefixes, read by seqeval's strict rules (``_strict_entities``).
+_CLOSED: dict[Scheme, tuple[str, str, str, str]] = {"IOBES": ("B", "I", "E", "S"), "BILOU": ("B", "I", "L", "U")}
 
 
-def span_scheme(tags: Iterable[str]) -> str | None:
-    """ "IOB", "IOBES" or "BILOU" when every tag is O or a prefixed type (B-X ...), else None: only then is chunk
-    F1 the right score rather than per-tag scores."""
-    prefixes = set()
+def _closed_fits(prefixes: AbstractSet[str], begin: str, inside: str, last: str, unit: str) -> bool:
+    """Whether a set of prefixes is one of a closed scheme's (seqeval's ``auto_detect`` sets): a ``begin`` without
+    its ``last``, or an ``inside`` without a ``begin``, would leave every chunk of it unclosed, so uncounted."""
+    return (
+        prefixes <= {begin, inside, last, unit}
+        and (begin in prefixes) == (last in prefixes)
+        and (inside not in prefixes or begin in prefixes)
+    )
+
+
+def span_scheme(tags: Iterable[str]) -> Scheme | None:
+    """ "IOB", "IOBES" (also spelled BIOES) or "BILOU" when the tags are O and prefixed types (B-X ...), None when
+    none is (part-of-speech tags, punctuation marks: scored tag by tag). A ValueError for prefixed tags no one
+    scheme's rules can check (schemes mixed, a foreign tag beside them, a B- that never closes), rather than
+    entity counts by the wrong rules."""
+    prefixes: dict[str, str] = {}  # each prefix -> its first tag, to name in a refusal
+    foreign = None
     for tag in tags:
         if tag == "O":
             continue
         prefix, dash, kind = tag.partition("-")
-        if prefix not in _SPAN_PREFIXES or not dash or not kind:
-            return None
-        prefixes.add(prefix)
+        if prefix in _SPAN_PREFIXES and dash and kind:
+            prefixes.setdefault(prefix, tag)
+        elif foreign is None:
+            foreign = tag
     if not prefixes:
         return None
-    if prefixes & {"L", "U"}:  # checked first: a set mixing E/S with L/U is read as BILOU
-        return "BILOU"
-    if prefixes & {"E", "S"}:
-        return "IOBES"
-    return "IOB"
+    shown = ", ".join(prefixes[p] for p in sorted(prefixes))
+    if foreign is not None:
+        raise ValueError(f"tag {foreign!r} is neither O nor a span tag, beside span tags ({shown})")
+    if set(prefixes) <= {"B", "I"}:
+        return "IOB"
+    for scheme, letters in _CLOSED.items():
+        if _closed_fits(prefixes.keys(), *letters):
+            return scheme
+    raise ValueError(
+        f"tags {shown} fit no one span scheme: IOB (B-, I-), IOBES or BIOES (S-, B- ... E-) or BILOU (U-, B- ... L-)"
+    )
 
 
 def _split_tag(tag: str) -> tuple[str, str]:
@@ -316,9 +339,8 @@ def _chunk_starts(before: str, before_type: str, now: str, now_type: str) -> boo
     )
 
 
-def entities(tags: Sequence[str]) -> set[tuple[str, int, int]]:
-    """The (type, first, last) chunks of one tag sequence exactly as seqeval's default mode finds them, so our
-    scores match the published ones."""
+def _conll_entities(tags: Sequence[str]) -> set[tuple[str, int, int]]:
+    """seqeval's default (conlleval) chunks: any tag opens or continues one, so the published CoNLL numbers."""
     found = set()
     before, before_type, opened = "O", "", 0  # "" (not "_"): a leading L/U/other-letter tag opens a chunk
     for position, tag in enumerate([*tags, "O"]):  # a closing O ends whatever chunk is still open
@@ -331,18 +353,47 @@ def entities(tags: Sequence[str]) -> set[tuple[str, int, int]]:
     return found
 
 
-def entity_counts(predicted: Sequence[str], gold: Sequence[str]) -> tuple[int, int, int]:
+def _strict_entities(tags: Sequence[str], begin: str, inside: str, last: str, unit: str) -> set[tuple[str, int, int]]:
+    """seqeval's strict chunks: a ``unit`` tag, or a ``begin`` and ``inside`` tags of its type closed by a ``last``;
+    a chunk the scheme does not close (an I- with no B-, a B- left open) is none, as seqeval counts it."""
+    found = set()
+    opened: tuple[str, int] | None = None  # (type, first position) of a chunk begun and not yet closed
+    for position, tag in enumerate(tags):
+        prefix, kind = tag[0], tag[1:].strip("-") or "_"  # seqeval's strict reading of a tag
+        if prefix not in (begin, inside, last, unit, "O"):
+            raise ValueError(f"tag {tag!r} is not of the {begin}{inside}{last}{unit} scheme")
+        if opened is not None and prefix in (inside, last) and kind == opened[0]:
+            if prefix == last:
+                found.add((kind, opened[1], position))
+                opened = None
+            continue
+        opened = (kind, position) if prefix == begin else None
+        if prefix == unit:
+            found.add((kind, position, position))
+    return found
+
+
+def entities(tags: Sequence[str], scheme: Scheme) -> set[tuple[str, int, int]]:
+    """The (type, first, last) chunks of one tag sequence by ``scheme``'s own rules, as seqeval finds them: IOB in its
+    default (CoNLL) mode, so our scores match the published ones; IOBES and BILOU in strict mode, whose E/L and S/U
+    conlleval misreads (it knows no L or U: two U-PER would be one entity)."""
+    if scheme == "IOB":
+        return _conll_entities(tags)
+    return _strict_entities(tags, *_CLOSED[scheme])
+
+
+def entity_counts(predicted: Sequence[str], gold: Sequence[str], scheme: Scheme) -> tuple[int, int, int]:
     """(exact-match chunks, predicted chunks, gold chunks) of one text: integers pool across texts, F1 means do not."""
     _same_length(predicted, gold)
-    p, g = entities(predicted), entities(gold)
+    p, g = entities(predicted, scheme), entities(gold, scheme)
     return len(p & g), len(p), len(g)
 
 
 def pooled_entity_f1(counts: Sequence[tuple[int, int, int]]) -> dict[str, float]:
     """Micro precision, recall and F1 over texts' ``entity_counts`` (0.0 on zero division), equal to seqeval's
-    scores."""
-    # Equal for tags whose type is not "_" and which do not start with ".": seqeval runs the texts
-    # together with an O between them, which ends every other chunk just as a text's end does here.
+    scores in the scheme's mode."""
+    # Strict mode chunks each text on its own, as here. The default mode runs the texts together with an O
+    # between them, which ends every chunk just as a text's end does here, but for tags of type "_" or a "." prefix.
     tp = sum(c[0] for c in counts)
     n_predicted = sum(c[1] for c in counts)
     n_gold = sum(c[2] for c in counts)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -40,6 +40,7 @@ from maskwise.tasks.classic import WORD_TAGGER, most_frequent_tags
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.items import Items
 from maskwise.tasks.metrics import (
+    Scheme,
     accuracy,
     entity_counts,
     pooled_entity_f1,
@@ -230,8 +231,8 @@ class PRF(Fields):
 @dataclass(frozen=True)
 class PerText(Fields):
     f1: list[float]  # each text's micro F1: the items an interval over texts resamples
-    # Where the gold tags are a span scheme (BIO, IOBES): each text's (entities right, predicted, gold), as seqeval's
-    # default (CoNLL) mode counts them; pooled over texts they give the field's entity F1.
+    # Where the tags are a span scheme (IOB, IOBES, BILOU): each text's (entities right, predicted, gold), as seqeval
+    # counts them by the scheme's rules (``metrics.entities``); pooled over texts they give the field's entity F1.
     entities: list[list[int]] | None = None
 
 
@@ -278,13 +279,22 @@ class TagRecord(TagScores, Record):
         return max((self.line_break_rule, self.baseline), key=lambda b: b.micro.f1)
 
 
-def scored(predicted: Sequence[Sequence[str]], test: Sequence[TaggedText]) -> dict:
-    """``TagScores``' fields of per-text ``predicted`` tags; entity counts too where the gold tags are a span scheme."""
+def checked_scheme(tags: Iterable[str], where: str) -> Scheme | None:
+    """``span_scheme`` of ``tags``; tags no one scheme's rules can check refused in one line, before any number."""
+    try:
+        return span_scheme(tags)
+    except ValueError as error:
+        raise UserError(f"{where}: {error}") from None
+
+
+def scored(predicted: Sequence[Sequence[str]], test: Sequence[TaggedText], scheme: Scheme | None) -> dict:
+    """``TagScores``' fields of per-text ``predicted`` tags; entity counts too, by ``scheme``'s rules, where the tags
+    are a span scheme."""
     flat = [t for row in predicted for t in row]
     per_example: dict = {"f1": window_f1(predicted, test)}
     pooled = None
-    if span_scheme(t for e in test for t in e.tags):
-        per_example["entities"] = [list(entity_counts(row, e.tags)) for row, e in zip(predicted, test)]
+    if scheme:
+        per_example["entities"] = [list(entity_counts(row, e.tags, scheme)) for row, e in zip(predicted, test)]
         pooled = pooled_entity_f1(per_example["entities"])
     return {
         **tag_scores(flat, [t for e in test for t in e.tags], OUTSIDE),
@@ -307,6 +317,8 @@ def tagging_results(
     break (the verse rule, strong for punctuation), and each word's 0/1 for intervals; ``classic``: the classic
     tagger's tags (each word's most frequent training tag), scored beside them."""
     gold = [t for e in test for t in e.tags]
+    # The training tags' scheme, as ``Tag.read`` decided it; a test file of another (``evaluate --data``) refused.
+    scheme = checked_scheme([*train_counts, *gold], "the training and test tags")
     flat = [t for row in predicted for t in row]
     counts = Counter(train_counts)
     majority = counts.most_common(1)[0][0]
@@ -315,7 +327,7 @@ def tagging_results(
     rule_rows = [[rule_tag if s == "\n" else OUTSIDE for s in e.separators] for e in test]
     return TagRecord.from_json(
         {
-            **scored(predicted, test),
+            **scored(predicted, test, scheme),
             "family": family,
             "tags": list(tags),
             "truncated_words": truncated_words,
@@ -325,12 +337,12 @@ def tagging_results(
             "correct": [int(p == g) for p, g in zip(flat, gold)],
             "train_counts": dict(train_counts),
             "baseline": {
-                **scored([[majority] * len(e.tags) for e in test], test),
+                **scored([[majority] * len(e.tags) for e in test], test, scheme),
                 "name": "most frequent tag",
                 "tag": majority,
             },
-            "line_break_rule": {**scored(rule_rows, test), "name": f"{rule_tag!r} before every line break"},
-            "classic": classic and {**scored(classic, test), "name": WORD_TAGGER},
+            "line_break_rule": {**scored(rule_rows, test, scheme), "name": f"{rule_tag!r} before every line break"},
+            "classic": classic and {**scored(classic, test, scheme), "name": WORD_TAGGER},
         }
     )
 
@@ -491,12 +503,13 @@ class Tag(Task[TagConfig]):
         """``read_tagged``'s rows, with the score their training tags call for (entity F1 for a span scheme)."""
         train, test = read_tagged(spec)
         tags = Counter(t for e in train for t in e.tags)
-        scheme = span_scheme(tags)
+        scheme = checked_scheme(tags, f"task {spec.name}")
+        rules = "default (CoNLL) mode" if scheme == "IOB" else "strict mode (a chunk the scheme leaves open is none)"
         why = (
-            f"its tags are a span scheme ({scheme}): entities scored as seqeval's default (CoNLL) mode does, "
+            f"its tags are a span scheme ({scheme}): entities scored as seqeval's {rules} scores them, "
             "precision, recall and F1 pooled over the test set, its interval from redrawing texts"
             if scheme
-            else "its tags are no span scheme (not all O or B-/I-/E-/S- of a type): each word's tag counts on its own, "
+            else "its tags are no span scheme (no B-/I-/E-/S-/L-/U- of a type): each word's tag counts on its own, "
             "F1 over the tags other than O within each text, averaged over texts"
         )
         return UserTask(
@@ -515,13 +528,15 @@ class Tag(Task[TagConfig]):
         )
 
     def user_rows(self, task: UserTask, cfg: TagConfig) -> tuple[Row, ...]:
-        """Entity F1 pooled over the test set where the tags are a span scheme (the field's CoNLL score, where always-O
-        scores 0), else each text's F1 over its tags averaged over texts; read where ``cfg.read_out`` says. Fixed by
-        the training tags when the file is read, before any number is seen."""
+        """Entity F1 pooled over the test set where the tags are a span scheme (the field's score: CoNLL's for IOB,
+        seqeval strict's for IOBES and BILOU; always-O scores 0), else each text's F1 over its tags averaged over
+        texts; read where ``cfg.read_out`` says. Fixed by the training tags when the file is read, before any number
+        is seen."""
         where = f"read at each word's {cfg.read_out} character"
         scheme = task.details.get("scheme")
         if scheme:
-            label = f"{task.spec.name}: entity F1 pooled over the test set ({scheme}, CoNLL), {where} (tag)"
+            rules = "CoNLL" if scheme == "IOB" else "seqeval strict"
+            label = f"{task.spec.name}: entity F1 pooled over the test set ({scheme}, {rules}), {where} (tag)"
             return (TagRow(label, True, entities=True),)
         return (TagRow(f"{task.spec.name}: F1 per text, {where} (tag)", True),)
 
