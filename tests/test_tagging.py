@@ -2,6 +2,8 @@
 scores against hand-computed values, and one tiny run per family through the library."""
 
 import json
+import random
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -12,7 +14,9 @@ from maskwise.data.tagging import (
     TaggedText,
     punctuated_words,
     punctuation_examples,
+    rejoined,
     tagged_from_file,
+    windows_of,
 )
 from maskwise.data.tokenizers import build_tokenizer
 from maskwise.data.user_tasks import TaskSpec
@@ -285,3 +289,67 @@ def test_finetune_tag_on_the_plays_reproduces_under_evaluate(tmp_path, capsys):
     again = json.loads((tmp_path / "tagger" / "results-tag-test.json").read_text())
     assert again["n_test"] == tuned["n_test"] == 30 and again["micro"] == tuned["micro"]
     assert again["line_break_rule"] == tuned["line_break_rule"]  # the baselines from the saved training counts
+
+
+def _long_sentence_file(path, sentences: int = 40, words: int = 30, seed: int = 0) -> None:
+    """A CoNLL file of long sentences (30 words: several windows each) with entities everywhere, in two documents."""
+    rng = random.Random(seed)
+    lines = []
+    for s in range(sentences):
+        if s % 20 == 0:
+            lines += ["-DOCSTART- O", ""]
+        tags, i = [], 0
+        while i < words:
+            if rng.random() < 0.3:
+                span = rng.randint(1, 3)
+                kind = rng.choice(("PER", "LOC"))
+                tags += [f"B-{kind}"] + [f"I-{kind}"] * (span - 1)
+                i += span
+            else:
+                tags.append("O")
+                i += 1
+        lines += [f"w{rng.randrange(50)} {tag}" for tag in tags[:words]] + [""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+@pytest.mark.unit
+def test_docstart_lines_mark_documents_and_windows_keep_them(tmp_path):
+    path = tmp_path / "long.conll"
+    _long_sentence_file(path)
+    sentences = tagged_from_file(path)
+    assert len(sentences) == 40 and {s.document for s in sentences} == {"long.conll:1", f"long.conll:{1 + 2 + 20 * 31}"}
+    windows = windows_of(sentences, 40)
+    assert len(windows) > 2 * len(sentences) and {w.document for w in windows} == {s.document for s in sentences}
+    assert rejoined(sentences, [list(w.tags) for w in windows]) == [list(s.tags) for s in sentences]
+
+
+@pytest.mark.unit
+def test_long_sentences_read_in_windows_score_exactly_seqeval_on_the_sentences(tmp_path, monkeypatch):
+    from seqeval.metrics import f1_score
+
+    from maskwise.tasks import tag as tag_module
+
+    path = tmp_path / "long.conll"
+    _long_sentence_file(path)
+    sentences = tagged_from_file(path)
+    rng = random.Random(1)
+    alphabet = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
+    made: list[list[str]] = []  # per window read, its predicted tags
+
+    def predicted_in_windows(model, tokenizer, windows, batch_size=64, max_len=None):
+        made.extend([t if rng.random() < 0.7 else rng.choice(alphabet) for t in w.tags] for w in windows)
+        return made[-len(windows) :], 0
+
+    monkeypatch.setattr(tag_module, "predict_tags", predicted_in_windows)
+    tagger = SimpleNamespace(body=SimpleNamespace(cfg=SimpleNamespace(family="encoder")), tags=list(alphabet))
+    record = evaluate_tagger(tagger, None, sentences, tag_counts(sentences), window_chars=40)
+    assert len(made) > 2 * len(sentences) and record.n_test == len(sentences) == len(record.per_example.f1)
+    # The same predictions joined back to their sentences and scored by seqeval: an entity a window edge cut is one.
+    gold = [list(s.tags) for s in sentences]
+    assert record.entity is not None
+    assert record.entity["f1"] == pytest.approx(f1_score(gold, rejoined(sentences, made)))
+    # Redrawn by document: two groups of 20 sentences, the floor counting the 40.
+    task = SimpleNamespace(spec=TaskSpec("n", "tag", str(path)), details={"scheme": "IOB"})
+    (row,) = TASKS["tag"].user_rows(task, TagConfig())
+    items = row.scored(record.to_json()).scores
+    assert items is not None and len(items) == 2 and items.size == 40

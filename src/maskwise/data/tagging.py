@@ -7,7 +7,7 @@ tagging row tests. Line breaks are kept (verse ends its lines on marks more ofte
 split is by play, so the test words come from plays no model saw.
 
 A user's file is CoNLL (one ``word ... tag`` per line, the tag in the last column, a blank line
-between sentences, ``-DOCSTART-`` lines skipped) or JSONL (``{"tokens": [...], "tags": [...]}``,
+between sentences, a ``-DOCSTART-`` line opening a document) or JSONL (``{"tokens": [...], "tags": [...]}``,
 the layout of HF token-classification datasets with string tags).
 """
 
@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 from maskwise.data.jsonl import jsonl_rows
 from maskwise.data.plays import split_plays
 from maskwise.errors import UserError
 
+T = TypeVar("T")
 OUTSIDE = "O"  # the tag of a word that carries nothing (no mark follows it, no entity)
 MARKS = ",.;:!?"
 # A word, the marks after it, what closes it after them (quotes, dashes: kept), the whitespace after it.
@@ -36,6 +39,9 @@ class TaggedText:
     tags: tuple[str, ...]
     separators: tuple[str, ...]
     source: str = ""
+    # The document it belongs to, where its file marks them (CoNLL-2003's ``-DOCSTART-`` line): an interval redraws a
+    # document's sentences together. Empty: none marked.
+    document: str = ""
 
     @property
     def text(self) -> str:
@@ -59,11 +65,26 @@ def windows_of(examples: list[TaggedText], chars: int) -> list[TaggedText]:
         start, length = 0, 0
         for i, (word, separator) in enumerate(zip(e.words, e.separators)):
             if i > start and length + len(word) > chars:
-                pieces.append(TaggedText(e.words[start:i], e.tags[start:i], e.separators[start:i], e.source))
+                pieces.append(
+                    replace(e, words=e.words[start:i], tags=e.tags[start:i], separators=e.separators[start:i])
+                )
                 start, length = i, 0
             length += len(word) + len(separator)
-        pieces.append(TaggedText(e.words[start:], e.tags[start:], e.separators[start:], e.source))
+        pieces.append(replace(e, words=e.words[start:], tags=e.tags[start:], separators=e.separators[start:]))
     return pieces
+
+
+def rejoined(texts: Sequence[TaggedText], windows: Sequence[Sequence[T]]) -> list[list[T]]:
+    """Each of ``texts``' values (a tag a word) from its windows' (``windows_of(texts, ...)``, in order): what a
+    text is scored on, whatever window it was read in."""
+    joined, at = [], 0
+    for text in texts:
+        words: list[T] = []
+        while len(words) < len(text.words):
+            words.extend(windows[at])
+            at += 1
+        joined.append(words)
+    return joined
 
 
 def punctuated_words(text: str) -> tuple[list[str], list[str], list[str]]:
@@ -124,22 +145,25 @@ def tagged_from_file(path: str | Path) -> list[TaggedText]:
     return rows
 
 
-def _example(words: list[str], tags: list[str], source: str) -> TaggedText:
-    return TaggedText(tuple(words), tuple(tags), (" ",) * len(words), source)
+def _example(words: list[str], tags: list[str], source: str, document: str = "") -> TaggedText:
+    return TaggedText(tuple(words), tuple(tags), (" ",) * len(words), source, document)
 
 
 def _conll(path: Path, text: str) -> list[TaggedText]:
     """Sentences of 'word ... tag' lines (the tag last), blank lines between them; every line as many
-    columns as the first (a line that differs is a broken file, whose tag column would be misread)."""
+    columns as the first (a line that differs is a broken file, whose tag column would be misread). A
+    ``-DOCSTART-`` line opens a document, which each sentence after it names."""
     words: list[str]
     tags: list[str]
-    rows, words, tags, first, width = [], [], [], 0, None
+    rows, words, tags, first, width, document = [], [], [], 0, None, ""
     for number, line in enumerate(text.split("\n"), start=1):
         columns = line.split()
         if not columns or columns[0] == "-DOCSTART-":
             if words:
-                rows.append(_example(words, tags, f"{path.name}:{first}"))
+                rows.append(_example(words, tags, f"{path.name}:{first}", document))
             words, tags = [], []
+            if columns:
+                document = f"{path.name}:{number}"
             continue
         if len(columns) < 2:
             raise UserError(f"tagging data: {path} line {number} has one column; CoNLL lines are 'word ... tag'")
@@ -154,7 +178,7 @@ def _conll(path: Path, text: str) -> list[TaggedText]:
         words.append(columns[0])
         tags.append(columns[-1])
     if words:
-        rows.append(_example(words, tags, f"{path.name}:{first}"))
+        rows.append(_example(words, tags, f"{path.name}:{first}", document))
     return rows
 
 

@@ -43,7 +43,7 @@ from maskwise.experiments.verdict import (
     TOO_FEW,
 )
 from maskwise.families import FAMILIES
-from maskwise.tasks.items import Items
+from maskwise.tasks.items import Items, as_items
 from maskwise.tasks.registry import (
     CLAIMS,
     ENCODER_JOBS,
@@ -274,7 +274,7 @@ def judge_part(part: Part) -> tuple[str, str]:
     either family. An undecided task says how many test items its observed difference would need."""
     what, predicted, other, higher, baselines, too_few, min_items = Part(*part)
     stated = f"{what}: {interval(predicted).text()} vs {interval(other).text()}"
-    items = min(len(scores) for scores in predicted)
+    items = min(as_items(scores).size for scores in predicted)
     if too_few or items < min_items:
         why = too_few or f"{items} test items, fewer than the {min_items} a verdict needs"
         return TOO_FEW, f"{stated} ({TOO_FEW}: {why})"

@@ -33,6 +33,12 @@ class Items:
         """The units a redraw draws: groups where items are grouped, else items."""
         return len(set(self.groups)) if self.groups is not None else len(self.values)
 
+    @property
+    def size(self) -> int:
+        """The test items themselves (a user's sentences, not the windows they were read in): what a verdict's floor
+        counts, whatever groups a redraw takes."""
+        return len(self.values)
+
     def units(self) -> torch.Tensor:
         """Each unit's (numerator, denominator) sums: (units, 2), or (units, labels, 2) where items carry labels."""
         values = torch.tensor([list(v) if isinstance(v, Sequence) else v for v in self.values], dtype=torch.float64)

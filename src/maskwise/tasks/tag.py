@@ -27,6 +27,7 @@ from maskwise.data.tagging import (
     OUTSIDE,
     TaggedText,
     punctuation_examples,
+    rejoined,
     windows_of,
 )
 from maskwise.data.task_readers import read_tagged
@@ -272,6 +273,9 @@ class TagRecord(TagScores, Record):
     line_break_rule: TagBaseline
     train_counts: dict[str, int] = field(default_factory=dict)  # the training tags' counts the baselines drew on
     classic: TagBaseline | None = None  # each word's most frequent training tag (``classic.most_frequent_tags``)
+    # Each test text's document, where its file marks them (``TaggedText.document``): an interval redraws a document's
+    # texts together. Empty: none marked, each text drawn alone.
+    documents: list[str] = field(default_factory=list)
 
     def stronger_baseline(self) -> TagBaseline:
         """The stronger of the two baselines: the line-break rule on the plays' punctuation, the most frequent tag
@@ -343,6 +347,7 @@ def tagging_results(
             },
             "line_break_rule": {**scored(rule_rows, test, scheme), "name": f"{rule_tag!r} before every line break"},
             "classic": classic and {**scored(classic, test, scheme), "name": WORD_TAGGER},
+            "documents": [e.document for e in test] if any(e.document for e in test) else [],
         }
     )
 
@@ -360,9 +365,18 @@ def evaluate_tagger(
     max_len: int | None = None,
     batch_size: int = 64,
     train: Sequence[TaggedText] | None = None,
+    window_chars: int | None = None,
 ) -> TagRecord:
-    """The tagger's scores on ``test``; with its ``train`` rows, the classic word tagger's beside them."""
-    predicted, truncated = predict_tags(model, tokenizer, test, batch_size, max_len)
+    """The tagger's scores on ``test``; with its ``train`` rows, the classic word tagger's beside them. With
+    ``window_chars``, each test text is read in windows of whole words that the context holds (``windows_of``) and
+    scored whole, on its own sentence, as the field scores it: an entity a window edge cuts is still one entity."""
+    if window_chars is None:
+        predicted, truncated = predict_tags(model, tokenizer, test, batch_size, max_len)
+    else:
+        in_windows, truncated = predict_tags(
+            model, tokenizer, windows_of(list(test), window_chars), batch_size, max_len
+        )
+        predicted = rejoined(test, in_windows)
     # The classic tagger's tags: none without ``train``, an empty list for empty rows (nothing to fit it on).
     classic = None if train is None else (most_frequent_tags(train, test) if train else [])
     return tagging_results(
@@ -408,7 +422,8 @@ class PunctuationRow(RecordRow[TagRecord]):
 @dataclass(frozen=True)
 class TagRow(RecordRow[TagRecord]):
     """A user's tag row: each text's F1 over its tags, or (``entities``, a span scheme) each text's (2 x entities
-    right, predicted + gold entities), pooled into the entity F1; beside the most frequent tag and the word tagger."""
+    right, predicted + gold entities), pooled into the entity F1; beside the most frequent tag and the word tagger.
+    Its texts are the user's sentences, redrawn by document where the file marks them."""
 
     baseline_name: str = "most frequent tag"
     classic_name: str = WORD_TAGGER
@@ -417,21 +432,25 @@ class TagRow(RecordRow[TagRecord]):
     def decode(self, stored: dict[str, Any]) -> TagRecord:
         return TagRecord.from_json(stored)
 
-    def items(self, scores: TagScores) -> Items | None:
-        """``scores``' per-text values under this row's metric (None: no entity counts)."""
+    def items(self, scores: TagScores, documents: Sequence[str]) -> Items | None:
+        """``scores``' per-text values under this row's metric, grouped by ``documents`` where there are any (None:
+        no entity counts)."""
+        index = {d: i for i, d in enumerate(dict.fromkeys(documents))}
+        groups = [index[d] for d in documents] if documents else None
         if not self.entities:
-            return Items(scores.per_example.f1)
+            return Items(scores.per_example.f1, groups)
         counts = scores.per_example.entities
-        return None if counts is None else Items([[2 * right, predicted + gold] for right, predicted, gold in counts])
+        pairs = None if counts is None else [[2 * right, predicted + gold] for right, predicted, gold in counts]
+        return None if pairs is None else Items(pairs, groups)
 
     def scores(self, record: TagRecord) -> Items | None:
-        return self.items(record)
+        return self.items(record, record.documents)
 
     def baseline(self, record: TagRecord) -> Items | None:
-        return self.items(record.baseline)
+        return self.items(record.baseline, record.documents)
 
     def classic(self, record: TagRecord) -> Items | None:
-        return None if record.classic is None else self.items(record.classic)
+        return None if record.classic is None else self.items(record.classic, record.documents)
 
 
 class Tag(Task[TagConfig]):
@@ -471,7 +490,9 @@ class Tag(Task[TagConfig]):
         counts = tag_counts(train)
 
         def evaluate() -> TagRecord:
-            return evaluate_tagger(tagger, tokenizer, test, counts, cfg.max_len, train=train)
+            # A user's texts are read in windows and scored whole; the plays' rows are windows already.
+            window = _window_chars(cfg, model) if data else None
+            return evaluate_tagger(tagger, tokenizer, test, counts, cfg.max_len, train=train, window_chars=window)
 
         return tagger, evaluate, test
 
@@ -555,9 +576,10 @@ class Tag(Task[TagConfig]):
         return replace(cfg, window_chars=context - 2)  # room for [CLS], [SEP]
 
     def run_data(self, task: UserTask, cfg: TagConfig) -> tuple[list[TaggedText], list[TaggedText]]:
-        """A user's texts cut into windows of whole words that every family's context holds."""
+        """A user's training texts cut into windows of whole words that every family's context holds, and the test
+        texts whole (read in such windows, scored on the text: ``evaluate_tagger``)."""
         assert cfg.window_chars is not None  # ``configure`` fitted it to the smallest context
-        return windows_of(task.train, cfg.window_chars), windows_of(task.test, cfg.window_chars)
+        return windows_of(task.train, cfg.window_chars), task.test
 
     def texts(self, rows: Sequence[TaggedText]) -> list[str]:
         return [" ".join(e.words) for e in rows]
