@@ -145,20 +145,29 @@ def test_bm25_sits_beside_an_embedder_on_rows_and_on_graded_judgements():
     from maskwise.data.tasks import RetrievalSet
     from maskwise.tasks.retrieve import evaluate_graded_retrieval, evaluate_retrieval, with_bm25
 
-    docs = ("the cat sat on the mat", "stocks fell sharply today", "a dog chased the cat", "rain over the hills")
+    # 12 documents, 8 of them near misses sharing "the", "sat" and "hill": MRR 1 on every query needs each right
+    # document first, which neither index order (the last query's is document 11), the reverse (the first's is
+    # document 0) nor a random order (1 time in 1,728) gives
+    filler = tuple(f"the {w} sat on the hill by the river" for w in "owl hen fox ox ram elk ant bee".split())
+    docs = ("the cat sat on the mat", "stocks fell sharply today", "a dog chased the cat", *filler, "rain over hills")
     queries = ("cat on a mat", "stock markets fell", "hills and rain")
+    relevant = (0, 1, len(docs) - 1)
 
     def embedder(texts):  # no model: a constant vector, so every ranking is by index
         import torch
 
         return torch.ones(len(texts), 4)
 
-    rows = RetrievalSet(queries, docs, (0, 1, 3))
-    record = with_bm25(evaluate_retrieval(embedder, rows), rows, [6, 6, 6, 6])
-    assert record.classic_whole.recall_at_10 == [1.0, 1.0, 1.0]
-    assert record.chars_read == [6, 6, 6, 6] and record.chars_given == [len(d) for d in docs]
+    rows = RetrievalSet(queries, docs, relevant)
+    record = with_bm25(evaluate_retrieval(embedder, rows), rows, [6] * len(docs))
+    assert record.classic_whole.mrr == [1.0, 1.0, 1.0]  # each right document first
+    assert record.chars_read == [6] * len(docs) and record.chars_given == [len(d) for d in docs]
     graded = GradedRetrievalSet(
-        ("q1", "q2", "q3"), queries, ("d1", "d2", "d3", "d4"), docs, ({0: 2, 2: 1}, {1: 1}, {3: 1})
+        ("q1", "q2", "q3"),
+        queries,
+        tuple(f"d{i}" for i in range(len(docs))),
+        docs,
+        ({0: 2, 2: 1}, {1: 1}, {len(docs) - 1: 1}),
     )
     record = with_bm25(evaluate_graded_retrieval(embedder, graded), graded, [len(d) for d in docs])
     assert record.classic.ndcg_at_10 == record.classic_whole.ndcg_at_10

@@ -26,7 +26,11 @@ def read(folder):
 @pytest.mark.unit
 def test_training_rows_are_each_judged_pair_with_bm25_misses_that_are_none_of_its_querys(tmp_path):
     task = read(write_beir(tmp_path / "beir", {"train": TRAIN_QRELS, "test": TEST_QRELS}))
-    assert task.details["metric"] == "nDCG@10" and task.details["first_stage"] == "BM25"
+    assert task.details["metric"] == "nDCG@10"
+    assert task.details["first_stage"] == (  # the analysis the test documents pick, named in the report
+        "BM25 (Lucene variant, k1 1.2, b 0.75; English analysis: lower-case, Lucene's 33 English stop words, Porter "
+        "stems)"
+    )
     assert task.test.query_ids == ("q1", "q2", "q3")  # q4's only judgement is 0: nothing to find
     train, negatives, test, candidates = TASKS["rerank"].run_data(task, RerankConfig(n_negatives=2, candidates=4))
     doc = {d: i for i, d in enumerate(task.train.doc_ids)}

@@ -54,7 +54,7 @@ from maskwise.tasks.rerank_eval import (
     gain_summary,
     judgements,
 )
-from maskwise.tasks.retrieve import EmbedFn, bm25_ranking, random_ranking, rank
+from maskwise.tasks.retrieve import Bm25Analysis, EmbedFn, bm25_ranking, random_ranking, rank
 from maskwise.tasks.scoring import (
     continuation_batch,
     continuation_logprobs,
@@ -341,9 +341,10 @@ class Rerank(Task[RerankConfig]):
 
     def read(self, spec: TaskSpec) -> UserTask:
         """The rows retrieval reads (query/positive rows, or a BEIR folder's train and test qrels), first-staged by
-        BM25."""
+        BM25, named with the analysis its test documents pick (the report's data lines say it)."""
         task = read_retrieval(spec)
-        return replace(task, details={**task.details, "first_stage": "BM25", "metric": "nDCG@10"})
+        first_stage = Bm25Analysis.of(task.test.docs).describe()
+        return replace(task, details={**task.details, "first_stage": first_stage, "metric": "nDCG@10"})
 
     def user_rows(self, task: UserTask, cfg: RerankConfig) -> tuple[Row, ...]:
         return (RerankRow(f"{task.spec.name}: nDCG@10 over BM25's top candidates (rerank)", True),)
