@@ -3,6 +3,7 @@
 import json
 import math
 import string
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from maskwise.experiments.checkpoints import (
 from maskwise.experiments.claims import Evidence, judge_claim, rows_of
 from maskwise.experiments.compare_report import CLASSIC_COLUMN, best_cell, standing
 from maskwise.experiments.held_out import language_modelling
-from maskwise.experiments.serving import percentile
+from maskwise.experiments.serving import peak_memory, percentile
 from maskwise.experiments.verdict import HELD, NOT_MEASURED
 from maskwise.interop.hf_export import export_hf
 from maskwise.model.transformer import build_model
@@ -289,6 +290,18 @@ def test_a_trained_checkpoint_scores_apart_from_its_untrained_copy(tmp_path, tok
 @pytest.mark.slow
 def test_compare_models_runs_end_to_end_with_its_cost_table(models, tmp_path, capsys):
     files = write_task_files(tmp_path / "data")
+    entities = tmp_path / "data" / "ner.conll"  # a span scheme: entity F1 pooled from (right, predicted, gold) counts
+    words = [line.split("\t")[0] for line in files["tag"].read_text().splitlines() if line]
+    entities.write_text(
+        "\n\n".join(
+            "\n".join(
+                f"{w}\t{'B-ART' if w in ('the', 'a') else 'I-ART' if i and words[k + i - 1] in ('the', 'a') else 'O'}"
+                for i, w in enumerate(words[k : k + 6])
+            )
+            for k in range(0, 6 * 300, 6)
+        )
+        + "\n"
+    )
     config = tmp_path / "tiny.toml"  # one model in the config file's form, the others as flags
     config.write_text(TINY + f'\n[[model]]\nname = "ed"\npath = "{models["encoder-decoder"]}"\n')
     out = tmp_path / "cmp"
@@ -309,6 +322,8 @@ def test_compare_models_runs_end_to_end_with_its_cost_table(models, tmp_path, ca
         f"heads=seq2seq:{files['seq2seq']}",
         "--task",
         f"order=rerank:{files['embed']}",
+        "--task",
+        f"ner=tag:{entities}",
         "--model",
         f"bert={models['encoder']}",
         "--model",
@@ -342,6 +357,9 @@ def test_compare_models_runs_end_to_end_with_its_cost_table(models, tmp_path, ca
     assert costs["time to first token at batch 1 (ms, p50 / p99)"][0] == "cannot: writes no answer"
     assert all(" / " in cell for cell in costs["latency per item at batch 1, reading (ms, p50 / p99)"])
     assert set(results["quality_cost"]["topics: accuracy (classify)"]["points"]) == {"bert", "dec", "dec-hf", "ed"}
+    ner = [label for label in results["quality_cost"] if label.startswith("ner: entity F1")]  # it crashed here
+    assert len(ner) == 2  # read at each word's last character, and at its first
+    assert all(0 <= quality <= 1 for label in ner for quality, _ in results["quality_cost"][label]["points"].values())
     # a reranker's latency is a query's: its candidates scored, as its evaluation timed each query
     assert all(" / " in cell for cell in costs["order: rerank latency per query (ms, p50 / p99)"])
     order = results["quality_cost"]["order: nDCG@10 over BM25's top candidates (rerank)"]
@@ -449,3 +467,13 @@ def test_finetune_opens_the_shipped_minilm_by_name(tmp_path, capsys):
         "--no-progress",
     )
     assert code == 0, err
+
+
+@pytest.mark.unit
+def test_measuring_peak_memory_on_a_cpu_prints_nothing(capfd):
+    # torch's profiler wrote "profiler_start" / "profiler_stop" lines (and, on a CUDA build with no GPU, an "ERROR")
+    # from C++ to the process' stderr in the middle of a run that succeeded.
+    megabytes, how = peak_memory(lambda: torch.ones(1024, 1024) * 2, torch.device("cpu"))
+    assert megabytes >= 4.0 and "profiler" in how
+    print("after", file=sys.stderr)
+    assert capfd.readouterr().err == "after\n"  # stderr is back

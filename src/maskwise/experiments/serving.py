@@ -3,10 +3,13 @@ parameters, throughput at a fixed batch, latency p50/p99 at batch 1 (the first t
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import statistics
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -52,6 +55,22 @@ def timed_calls(call, repeats: int, device: torch.device, warm_up: int = WARM_UP
     return seconds
 
 
+@contextlib.contextmanager
+def native_stderr_silenced() -> Iterator[None]:
+    """The process' stderr sent to the null device: torch's profiler prints its start and stop from C++ straight to
+    it (and, on a CUDA build with no GPU, an "ERROR" about counting GPUs), which a run that succeeded should not
+    show. Python's own errors are raised, not printed, inside it."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def peak_memory(call, device: torch.device) -> tuple[float, str]:
     """(MB of tensors ``call`` allocated, at their peak, beyond what was held before; how it was measured): the CUDA
     allocator's peak on a GPU; on a CPU the running sum of the profiler's allocation and free events in time order
@@ -66,7 +85,7 @@ def peak_memory(call, device: torch.device) -> tuple[float, str]:
             (torch.cuda.max_memory_allocated(device) - before) / 2**20,
             "CUDA allocator peak above what it held before: the weights",
         )
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiled:
+    with native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiled:
         call()
     live = peak = 0
     for event in sorted(profiled.events(), key=lambda e: e.time_range.start):
