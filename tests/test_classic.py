@@ -128,7 +128,7 @@ def test_compare_on_a_users_corpus_without_tasks_judges_its_held_out_text_only_a
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("\n".join(json.dumps({"text": f"document number {i} of a corpus"}) for i in range(50)))
     plan = plan_of(str(corpus), [], SMOKE)
-    assert plan.rows == HELD_OUT_ROWS and plan.plays_tasks == ()
+    assert plan.rows == HELD_OUT_ROWS and not plan.plays_tasks
     assert "held-out text only" in plan.scope and "not measured" in plan.scope
     assert "held-out text only" in plan.described["scope"]
     plays = plan_of("shakespeare", [], SMOKE)

@@ -9,15 +9,20 @@ import torch
 
 from maskwise.cli import main
 from maskwise.config import preset
-from maskwise.data.corpus import make_corpus
+from maskwise.data.corpus import SHAKESPEARE, make_corpus
 from maskwise.data.tokenizers import build_tokenizer
 from maskwise.experiments.arms import WALL, Arm, StudyOptions
 from maskwise.experiments.claims import Evidence, rows_of
 from maskwise.experiments.compare import COMPARE, FAMILIES, columns_of
+from maskwise.experiments.compare_plan import ComparePlan, Reader, measure_steps
 from maskwise.experiments.compare_report import CLASSIC_COLUMN, best_cell, peak_share_row, standing
+from maskwise.experiments.compare_study import ttft_buckets
 from maskwise.experiments.held_out import blank_filling
+from maskwise.families import family_of
 from maskwise.model.transformer import build_model
-from maskwise.recipes import DEFAULT
+from maskwise.recipes import COMPARE_SCALES, DEFAULT
+from maskwise.tasks.registry import READ_THEN_WRITE
+from maskwise.tasks.unit import Speeds
 from tests.report_checks import check_report_html
 
 pytestmark = pytest.mark.e2e  # the CLI; only the whole compare run is slow
@@ -55,6 +60,13 @@ steps = 3
 train_passages = 24
 test_passages = 8
 max_target_len = 24
+
+[tasks.verse]
+steps = 3
+train_passages = 24
+test_passages = 8
+max_chars = 60
+max_target_len = 24
 """
 
 
@@ -83,6 +95,7 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     assert results["table"]["columns"] == ["task", *FAMILIES, CLASSIC_COLUMN, "best"]
     rows = {row[0]: row[1:] for row in results["table"]["rows"]}
     assert rows["passage -> speakers F1 [95% interval]"][0].startswith("cannot")
+    assert rows["verse line breaks F1 [95% interval]"][0].startswith("cannot")  # the encoder writes no lines
     exports = rows["exports to (`maskwise export RUN --to hf OUT`)"]  # what each family's run leaves maskwise as
     assert exports[:2] == ["`ModernBertForMaskedLM`", "`ModernBertDecoderForCausalLM`"]
     assert exports[2].startswith("no HF class: ") and "cross-attention" in exports[2]
@@ -100,7 +113,7 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     assert len(ttft) == 1 and ttft[0]["batch"] == 3  # both writers, timed on 3 sources at once
     assert [len(ttft[0]["seconds"][f]) for f in ("decoder", "encoder-decoder")] == [2, 2]
     assert (
-        f"time to first token, the longest test passages: {ttft[0]['source_tokens']}-token sources, batch 3 "
+        f"time to first token, the longest test verse: {ttft[0]['source_tokens']}-token sources, batch 3 "
         "(ms, mean [95% interval])"
     ) in rows
     report = (out / "report.md").read_text()
@@ -236,6 +249,42 @@ def test_compare_with_the_hybrid_column(tmp_path):
 
 
 @pytest.mark.unit
+def test_the_plays_judge_verse_under_read_then_write_and_report_the_speakers_beside_it():
+    rows = {row.key: row for row in rows_of(())}
+    assert list(rows) == ["next_token", "fill", "tag", "classify", "embed", "verse", "seq2seq"]
+    verse, speakers = rows["verse"], rows["seq2seq"]
+    assert (verse.claim, verse.kind, verse.label) == (READ_THEN_WRITE, "seq2seq", "verse line breaks F1")
+    assert (speakers.claim, speakers.kind, speakers.label) == (None, "seq2seq", "passage -> speakers F1")  # reported
+    plan = ComparePlan(SHAKESPEARE)
+    assert "verse from prose" in plan.scope and "passage -> speakers reported beside them" in plan.scope
+    for scale in COMPARE_SCALES.values():  # each its own fine-tune at every scale
+        tunes = plan.fine_tunes(scale)
+        assert {key: kind for key, (kind, _, _) in tunes.items()} == {
+            "tag": "tag",
+            "classify": "classify",
+            "embed": "embed",
+            "verse": "seq2seq",
+            "seq2seq": "seq2seq",
+        }
+        assert (tunes["verse"][1].plays_task, tunes["seq2seq"][1].plays_task) == ("verse", "speakers")
+    speeds = Speeds(1e-5, 1e-5, 1e-4, 128, 64)
+    readers = {f: Reader(f, family_of(f), speeds, 1.0) for f in FAMILIES}
+    steps = {e.prefix: e for e in measure_steps(plan, DEFAULT, 2, readers)}
+    assert steps["verse"].count == steps["seq2seq"].count == 4  # the two writers, two seeds: the plan counts it
+    assert 0.5 < steps["verse"].seconds / steps["seq2seq"].seconds < 2.5  # steps and rows like the speakers'
+    assert steps["ttft"].count == 2
+
+
+@pytest.mark.unit
+def test_the_first_token_is_timed_on_the_longest_test_verse_read_whole():
+    (name, sources), *others = ttft_buckets(ComparePlan(SHAKESPEARE), DEFAULT)[0]
+    assert not others and name == "the longest test verse"
+    longest = sorted(map(len, sources), reverse=True)[: DEFAULT.ttft_batch]
+    assert DEFAULT.block_size >= min(longest) > DEFAULT.block_size - 20  # twice the encoder-decoder's half block
+    assert ttft_buckets(ComparePlan(SHAKESPEARE), DEFAULT)[1] == DEFAULT.tasks["verse"].max_target_len
+
+
+@pytest.mark.unit
 def test_families_are_the_default_columns_and_hybrid_an_extra_one():
     assert COMPARE.arms(StudyOptions()) == tuple(Arm(f, f, {"family": f, "data": "shakespeare"}) for f in FAMILIES)
     assert columns_of(["hybrid", "encoder-decoder", "decoder", "encoder"]) == (*FAMILIES, "hybrid")
@@ -305,6 +354,10 @@ def test_the_hybrid_is_placed_only_where_its_intervals_separate_it_and_never_nam
             {"encoder": same(0.05), "decoder": same(0.0), "encoder-decoder": same(0.05), "hybrid": same(0.05)},
             dict.fromkeys(["encoder", "decoder", "encoder-decoder", "hybrid"], 0.1),
         ),
+        "verse": (
+            {"decoder": same(0.5), "encoder-decoder": same(0.5), "hybrid": same(0.5)},
+            dict.fromkeys(["decoder", "encoder-decoder", "hybrid"], same(0.1)),
+        ),
         "seq2seq": (
             {"decoder": same(0.5), "encoder-decoder": same(0.5), "hybrid": same(0.5)},
             dict.fromkeys(["decoder", "encoder-decoder", "hybrid"], same(0.1)),
@@ -314,7 +367,7 @@ def test_the_hybrid_is_placed_only_where_its_intervals_separate_it_and_never_nam
         rows_of(()),
         gathered,
         {
-            "the longest test passages": {
+            "the longest test verse": {
                 "decoder": same(5.0, 10),
                 "encoder-decoder": same(5.0, 10),
                 "hybrid": same(5.0, 10),

@@ -393,6 +393,7 @@ def test_the_claims_read_the_first_model_of_each_family_and_say_what_is_missing(
         "tag": ({"minilm": same(0.8), "gpt": same(0.2), "gpt2": same(0.9)}, base),
         "classify": ({"minilm": same(0.7), "gpt": same(0.5), "gpt2": same(0.5)}, base),
         "embed": ({"minilm": same(0.6), "gpt": same(0.2), "gpt2": same(0.2)}, base),
+        "verse": ({"gpt": same(0.3), "gpt2": same(0.3)}, base),
         "seq2seq": ({"gpt": same(0.3), "gpt2": same(0.3)}, base),
     }
     e = Evidence(rows_of(()), gathered, {}, judged, ("minilm", "gpt", "gpt2"))

@@ -272,7 +272,8 @@ def test_injected_measurements_force_each_claims_verdict():
             {"encoder": noisy(0.3), "decoder": noisy(0.3), "encoder-decoder": noisy(0.3)},
             dict.fromkeys(fams, 0.1),
         ),
-        "seq2seq": ({"decoder": same(0.2), "encoder-decoder": same(0.6)}, dict.fromkeys(fams, same(0.1))),
+        "verse": ({"decoder": same(0.2), "encoder-decoder": same(0.6)}, dict.fromkeys(fams, same(0.1))),
+        "seq2seq": ({"decoder": same(0.6), "encoder-decoder": same(0.2)}, dict.fromkeys(fams, same(0.1))),  # reported
     }
     fast = {
         "sources of 0-9 characters": {"decoder": same(9.0, 10), "encoder-decoder": same(9.0, 10)},
@@ -292,7 +293,7 @@ def test_injected_measurements_force_each_claims_verdict():
     )
     verdict, details = judge_claim(READ_THEN_WRITE, slow)
     assert verdict == MIXED and "time to first token (ms), sources of 10+ characters" in details[0]  # the longest
-    no_seq2seq = Evidence(tuple(r for r in rows_of(()) if r.key != "seq2seq"), gathered, fast)
+    no_seq2seq = Evidence(tuple(r for r in rows_of(()) if r.kind != "seq2seq"), gathered, fast)
     assert judge_claim(READ_THEN_WRITE, no_seq2seq)[0] == NOT_MEASURED
 
 

@@ -50,10 +50,11 @@ def test_compare_fine_tunes_with_the_shared_recipe():
         "classify": {"batch_size": 32, "lr": 1e-3, "head_lr": 3e-3, "steps": 400, "plays_task": "line-order"},
         "embed": {"batch_size": 32, "lr": 1e-3, "train_pairs": 3000},
         "seq2seq": {"max_target_len": 64, "rename_speakers": 0.5, "max_chars": 120, "mid_speech": True},
+        "verse": {"plays_task": "verse", "steps": 600, "max_chars": 120, "max_target_len": 120, "rename_speakers": 0.0},
     }
     for task, values in expected.items():  # the recipe's numbers, written out: what compare and every ablation use
         cfg = s.task(task, seed=1, progress=False)
-        assert isinstance(cfg, TASKS[task].config)
+        assert isinstance(cfg, TASKS["seq2seq" if task == "verse" else task].config)
         assert {key: getattr(cfg, key) for key in values} == values
         assert cfg.seed == cfg.data_seed == cfg.test_seed == 1 and not cfg.progress
 
@@ -64,7 +65,9 @@ def test_a_retuned_scale_changes_only_what_it_names():
     assert quick.name == "q" and quick.seconds == 5.0 and quick.d_model == s.d_model
     assert quick.tasks["tag"].steps == 7 and quick.tasks["tag"].train_windows == s.tasks["tag"].train_windows
     assert quick.tasks["embed"] == s.tasks["embed"] and s.tasks["tag"].steps == 150  # the original is untouched
-    assert set(s.tasks) == set(TASKS)  # every task has its recipe, by the CLI's names
+    assert set(s.tasks) == {*TASKS, "verse"}  # every task has its recipe, by the CLI's names, and the plays' verse
+    verse = s.retuned("v", tasks={"verse": {"steps": 9}}).tasks  # a fine-tune named, not a kind
+    assert verse["verse"].steps == 9 and verse["seq2seq"] == s.tasks["seq2seq"]
 
 
 def test_the_encoder_decoder_reads_the_block_split_between_its_stacks():

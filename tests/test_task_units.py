@@ -16,7 +16,7 @@ from maskwise.tasks.classify import Classify
 from maskwise.tasks.finetune import FinetuneConfig
 from maskwise.tasks.record import Record
 from maskwise.tasks.registry import CLAIMS, TASKS, by_evaluate_name, task_of
-from maskwise.tasks.unit import Head, Row, Task
+from maskwise.tasks.unit import Head, PlaysRow, Row, Task
 
 pytestmark = pytest.mark.unit
 
@@ -38,7 +38,7 @@ def test_every_registered_task_declares_every_field(kind):
     assert isinstance(task, Task) and not inspect.isabstract(type(task))  # every abstract method written
     assert task.kind == kind and task.claim in CLAIMS
     assert issubclass(task.config, FinetuneConfig) and task_of(task.config()) is task  # one task per config type
-    assert task.plays_row is None or isinstance(task.plays_row, Row)
+    assert all(isinstance(p, PlaysRow) and isinstance(p.row, Row) for p in task.plays_rows)
     adapter = ADAPTERS[kind]  # its command line: an adapter module in cli/, not a field of the task
     assert all(callable(getattr(adapter, hook)) for hook in ("flags", "finetune", "evaluate"))
     if task.head is not None:
@@ -84,9 +84,10 @@ def test_a_task_registered_at_runtime_gets_its_commands(monkeypatch, capsys):
 def test_every_scale_sets_every_registered_task(scale):
     kind, _, name = scale.partition(" ")
     recipe = SMOKE if kind == "smoke" else COMPARE_SCALES[name] if kind == "compare" else SCALES[name].recipe
-    assert set(recipe.tasks) == set(TASKS)
-    for task_kind, cfg in recipe.tasks.items():
-        assert type(cfg) is TASKS[task_kind].config
+    plays = {p.key: kind for kind, task in TASKS.items() for p in task.plays_rows}  # the plays' fine-tunes, by name
+    assert set(recipe.tasks) == set(TASKS) | set(plays)
+    for name, cfg in recipe.tasks.items():
+        assert type(cfg) is TASKS[plays.get(name, name)].config
 
 
 def test_no_task_module_imports_the_command_line_experiments_or_interop():

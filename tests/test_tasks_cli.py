@@ -334,3 +334,26 @@ def test_mid_speech_seq2seq_is_kept_by_evaluate(runs, tmp_path, capsys):
     assert code == 0, err
     again = json.loads((out / "results-seq2seq-test.json").read_text())
     assert again["mid_speech"] is True and again["per_example"] == tuned["per_example"]
+
+
+@pytest.mark.slow
+def test_verse_seq2seq_is_kept_by_evaluate_with_its_rules(runs, tmp_path, capsys):
+    out = tmp_path / "verse"
+    common = ("--eval-limit", 6, "--max-chars", 60, "--no-progress")
+    code, printed, err = cli(
+        capsys, "finetune", "seq2seq", runs["encoder-decoder"], "--out", out, "--plays-task", "verse", "--steps", 2,
+        "--batch-size", 2, "--max-target-len", 64, *common
+    )  # fmt: skip
+    assert code == 0, err
+    assert "verse from prose (encoder-decoder, greedy) on 6 sources: line breaks F1 model" in printed
+    tuned = json.loads((out / "results.json").read_text())
+    assert tuned["plays_task"] == "verse" and len(tuned["per_example"]["break_f1"]) == 6
+    assert sorted(rule["name"] for rule in tuned["rules"]) == sorted(tuned["rules_on_training"])  # both, scored
+    assert tuned["classic"]["name"] == max(tuned["rules_on_training"], key=tuned["rules_on_training"].get)
+    code, _, err = cli(capsys, "evaluate", out, *common)
+    assert code == 0, err
+    again = json.loads((out / "results-seq2seq-test.json").read_text())
+    assert again["plays_task"] == "verse" and again["per_example"] == tuned["per_example"]
+    code, _, err = cli(capsys, "finetune", "seq2seq", runs["decoder"], "--out", tmp_path / "no", "--plays-task",
+                       "verse", "--rename-speakers", 0.5, *common)  # fmt: skip
+    assert code == 2 and "verse has none" in err

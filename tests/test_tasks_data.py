@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from maskwise.data.plays import GENRES, Speech, split_plays
+from maskwise.data.plays import GENRES, Play, Scene, Speech, split_plays
 from maskwise.data.task_files import (
     hold_out,
     labelled_texts_from_file,
@@ -18,6 +18,8 @@ from maskwise.data.tasks import (
     SENTENCE_MARKS,
     WORD_ORDERS,
     Seq2SeqExample,
+    as_prose,
+    capitalised_words,
     first_speaker_baseline,
     genre_examples,
     ict_retrieval,
@@ -27,6 +29,7 @@ from maskwise.data.tasks import (
     sentence_mark_examples,
     speaker_examples,
     speakers_target,
+    verse_examples,
     word_order_examples,
 )
 from maskwise.errors import UserError
@@ -230,3 +233,34 @@ def test_mid_speech_passages_hide_the_first_speaker_and_name_those_shown():
         # the hidden first speaker is an answer exactly when a later speech of the passage shows them
         assert (first_speaker in shown) == (f"\n\n{first_speaker}\n" in excerpt.source)
         assert first_speaker_baseline(excerpt.source) not in shown  # the first line is verse, never an answer
+
+
+def test_verse_sources_are_prose_of_the_targets_words_drawn_by_play():
+    assert verse_examples("test", limit=200, seed=1) == verse_examples("test", limit=200, seed=1)  # seeded
+    assert verse_examples("test", limit=200, seed=1) != verse_examples("test", limit=200)
+    for split in ("train", "test"):
+        drawn = verse_examples(split, limit=200, seed=1)
+        assert len(drawn) == 200 and {e.origin for e in drawn} <= _slugs(split)  # the split's own plays
+        for e in drawn:
+            lines = e.target.split("\n")
+            assert 2 <= len(lines) <= 4 and len(e.source) <= 120
+            assert e.source == " ".join(lines) and "\n" not in e.source  # the same words, only the breaks differ
+    whole = verse_examples("test", max_chars=60)
+    assert max(len(e.source) for e in whole) <= 60 < max(len(e.source) for e in verse_examples("test"))
+    with pytest.raises(UserError, match="lines per verse source"):
+        verse_examples("test", n_lines=(1, 3))
+
+
+def test_verse_is_printed_as_prose_keeping_the_capitals_prose_keeps():
+    speech = Speech("A", "O Rome, I would\nThat I were there.\nAnd Rome would\nKnow it")
+    plays = [Play("p", "P", "comedy", (Scene("1", "1", (speech, Speech("B", "and then I saw Rome again")), ()),))]
+    assert capitalised_words(plays) == {"i", "rome"}  # after a word with no mark: "I", a name; not "That", "Know"
+    lines = speech.text.split("\n")
+    # "That" continues a sentence: lower case; "And" opens one; "Know" continues it
+    prose = ["O Rome, I would", "that I were there.", "And Rome would", "know it"]
+    assert as_prose(lines, capitalised_words(plays)) == prose
+    assert as_prose(["Let us go", "I say, and Rome"], frozenset({"i"})) == ["Let us go", "I say, and Rome"]
+    assert as_prose(["Let us go", "'Tis Rome"], frozenset()) == ["Let us go", "'tis Rome"]  # the letter after a mark
+    printed = "\n".join(as_prose(lines, capitalised_words(plays)))
+    drawn = verse_examples("test", plays=plays)  # one comedy: the test play; B's one line is not verse
+    assert drawn and all(e.target in printed for e in drawn)

@@ -19,13 +19,14 @@ from maskwise.tasks.embed import EmbedConfig
 from maskwise.tasks.finetune import FinetuneConfig
 from maskwise.tasks.registry import TASKS, configured_by, task_of
 from maskwise.tasks.rerank import RerankConfig
-from maskwise.tasks.seq2seq import Seq2SeqConfig
+from maskwise.tasks.seq2seq import VERSE, Seq2SeqConfig
 from maskwise.tasks.tag import TagConfig
 
 # ---- the named scales --------------------------------------------------------------------------
 
-# A scale's change to some kinds' fine-tunes: a kind's config type (its task through the registry) -> fields.
-Tuning = dict[type[FinetuneConfig], dict[str, Any]]
+# A scale's change to some of its fine-tunes: a kind's config type (its task through the registry), or a fine-tune's
+# name (a plays' task of a kind: "verse") -> fields.
+Tuning = dict[type[FinetuneConfig] | str, dict[str, Any]]
 
 
 def by_kind(*configs: FinetuneConfig) -> dict[str, FinetuneConfig]:
@@ -36,7 +37,7 @@ def by_kind(*configs: FinetuneConfig) -> dict[str, FinetuneConfig]:
 # The default scale's fine-tunes: how long each trains and on how many rows is the scale's choice, beside its block and
 # clock, not the task's. Rerank: 8 queries x 3 negatives x 192 tokens, a third of RerankConfig's 7 x 256, which these
 # bodies learned no more from (docs/results.md).
-DEFAULT_FINETUNES = by_kind(
+DEFAULT_FINETUNES: dict[str, FinetuneConfig] = by_kind(
     # Line order (compare's classification row): the train plays hold 14,098 pairs an order, the test plays 3,255.
     # 400 steps: at 100 an ablation's 1.4 M-token encoder stayed near chance (docs/results.md).
     ClassifyConfig(
@@ -76,7 +77,24 @@ DEFAULT_FINETUNES = by_kind(
     RerankConfig(
         steps=100, batch_size=8, lr=1e-3, head_lr=3e-3, n_negatives=3, max_len=192, train_queries=1000, test_queries=60
     ),
-)
+) | {
+    # Verse from prose (compare's judged read-then-write row): 2-4 lines of a verse speech, up to 120 characters as
+    # passage -> speakers' (the test plays hold 3,826 such sources, 88 characters on average), written back in their
+    # lines: the target is as long as its source, which the decoder's block holds beside it (120 + 120 + 2 of 256).
+    # Its steps and rows are passage -> speakers'; 12 a batch, not 16, trains as many tokens as its 16 passages and
+    # their names (the time plan: ~60 s a writer, where 16 took ~85 s and the default compare ~15 min on one thread).
+    VERSE: Seq2SeqConfig(
+        steps=600,
+        batch_size=12,
+        lr=1e-3,
+        plays_task=VERSE,
+        train_passages=2000,
+        test_passages=200,
+        max_chars=120,
+        max_target_len=120,
+        source_edges=(0, 60, 90),
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -117,9 +135,10 @@ class CompareSettings:
     split_context: bool = True
     permute_sentences: float = 0.0  # denoising's fraction of sentences shuffled (BART's: 1.0)
     min_steps: int = 200  # fewer optimizer steps than this in any family: the report opens with a warning
-    # Every experiment's fine-tunes (compare's rows and the ablations'), by kind: these tiny bodies need lr 1e-3
-    # (at 3e-4 classification stayed near chance on a quick-scale encoder; docs/results.md). A kind registered from
-    # outside that a scale does not name fine-tunes at its own config's defaults (``config_of``).
+    # Every experiment's fine-tunes (compare's rows and the ablations'), by name: each kind's, and a kind's other plays
+    # task compare measures ("verse": seq2seq). These tiny bodies need lr 1e-3 (at 3e-4 classification stayed near
+    # chance on a quick-scale encoder; docs/results.md). A kind registered from outside that a scale does not name
+    # fine-tunes at its own config's defaults (``config_of``).
     tasks: dict[str, FinetuneConfig] = field(default_factory=lambda: dict(DEFAULT_FINETUNES))
     held_out_chars: int = 1500
     held_out_blocks: int = 30  # pieces of the held-out text an interval resamples
@@ -179,9 +198,10 @@ class CompareSettings:
             shape.update(block_size=self.block_size // 2, batch_size=2 * self.batch_size)
         return shape
 
-    def config_of(self, kind: str) -> FinetuneConfig:
-        """This scale's fine-tune of task ``kind``: its own, else the registered task's config at its defaults."""
-        return self.tasks[kind] if kind in self.tasks else TASKS[kind].config()
+    def config_of(self, name: str) -> FinetuneConfig:
+        """This scale's fine-tune ``name`` (a task kind's, or a plays task's such as "verse"): its own, else the
+        registered task's config at its defaults."""
+        return self.tasks[name] if name in self.tasks else TASKS[name].config()
 
     def task(self, name: str, seed: int, progress: bool = False) -> FinetuneConfig:
         """The config of fine-tune ``name`` for one seed: the seed draws its rows, train and test."""
@@ -189,20 +209,19 @@ class CompareSettings:
 
     def overridden(self, values: dict, what: str) -> CompareSettings:
         """This scale with a config file's ``values``: its fields, and a ``tasks`` table of fine-tunes'
-        fields by task kind (any registered); unknown names and wrongly typed values are refused
-        (``config.from_dict``)."""
-        tasks = values.get("tasks", {})
-        if not isinstance(tasks, dict) or sorted(set(tasks) - set(TASKS)):
-            raise UserError(f"{what}: tasks must be a table of {', '.join(TASKS)}, got {tasks!r}")
+        fields by name (any registered kind, or a fine-tune the scale names: "verse"); unknown names and wrongly
+        typed values are refused (``config.from_dict``)."""
+        tasks, names = values.get("tasks", {}), {*TASKS, *self.tasks}
+        if not isinstance(tasks, dict) or sorted(set(tasks) - names):
+            raise UserError(f"{what}: tasks must be a table of {', '.join(sorted(names))}, got {tasks!r}")
         own = {key: value for key, value in values.items() if key != "tasks"}
         checked = from_dict(CompareSettings, own, what)
         tuned: Tuning = {}
         for task, table in tasks.items():
             if not isinstance(table, dict):
                 raise UserError(f"{what}: tasks.{task} must be a table of its settings, got {table!r}")
-            config = TASKS[task].config
-            done = from_dict(config, table, f"{what}, tasks.{task}")
-            tuned[config] = {key: getattr(done, key) for key in table}
+            done = from_dict(type(self.config_of(task)), table, f"{what}, tasks.{task}")
+            tuned[task] = {key: getattr(done, key) for key in table}
         return self.retuned(
             checked.name if "name" in own else self.name,
             tuned,
@@ -210,11 +229,12 @@ class CompareSettings:
         )
 
     def retuned(self, name: str, tasks: Tuning | None = None, **changes: Any) -> CompareSettings:
-        """Another scale: ``changes`` to this one's fields, ``tasks`` to its fine-tunes' (config type -> fields)."""
+        """Another scale: ``changes`` to this one's fields, ``tasks`` to its fine-tunes' (config type or fine-tune name
+        -> fields)."""
         tuned = dict(self.tasks)
         for config, fields in (tasks or {}).items():
-            kind = configured_by(config).kind
-            tuned[kind] = replace(self.config_of(kind), **fields)
+            key = config if isinstance(config, str) else configured_by(config).kind
+            tuned[key] = replace(self.config_of(key), **fields)
         return replace(self, name=name, tasks=tuned, **changes)
 
 
@@ -244,6 +264,7 @@ QUICK = DEFAULT.retuned(
         ClassifyConfig: {"steps": 60, "train_per_label": 300, "test_per_label": 100},
         EmbedConfig: {"steps": 30, "train_pairs": 600, "test_queries": 150, "test_docs": 300},
         Seq2SeqConfig: {"steps": 30, "train_passages": 400, "test_passages": 60},
+        VERSE: {"steps": 30, "train_passages": 400, "test_passages": 60},
         TagConfig: {"steps": 60, "train_windows": 1000, "test_windows": 300},
     },
 )
@@ -268,6 +289,7 @@ GPU = DEFAULT.retuned(
         ClassifyConfig: {"steps": 800, "train_per_label": 8000, "test_per_label": 1000},
         EmbedConfig: {"steps": 400, "train_pairs": 8000},
         Seq2SeqConfig: {"steps": 600, "train_passages": 6000, "max_chars": 400, "max_target_len": 48},
+        VERSE: {"steps": 600, "train_passages": 6000},  # 120 characters: ~40 byte-level BPE tokens, target as many
         TagConfig: {"steps": 400, "train_windows": 8000, "test_windows": 2000, "window_chars": 400},
     },
 )
@@ -292,6 +314,8 @@ SMOKE = DEFAULT.retuned(
         ClassifyConfig: {"steps": 2, "train_per_label": 4, "test_per_label": 4},
         EmbedConfig: {"steps": 2, "train_pairs": 24, "test_queries": 24, "test_docs": 48},
         Seq2SeqConfig: {"steps": 2, "train_passages": 24, "test_passages": 24, "max_chars": 40, "max_target_len": 16},
+        # 60 characters: the test plays' 458 verse sources that short (11 of 40 or less)
+        VERSE: {"steps": 2, "train_passages": 24, "test_passages": 24, "max_chars": 60, "max_target_len": 16},
         TagConfig: {"steps": 2, "train_windows": 16, "test_windows": 8, "window_chars": 50},
         RerankConfig: {"steps": 2, "train_queries": 24, "test_queries": 8},
     },

@@ -1,8 +1,9 @@
 """The rule of thumb as code: compare's rows, each task under its claim, and the three coded verdicts.
 
-The rows are the held-out text's (next-token loss, filling a blank) and one per task: the plays' four
-(punctuation tagging, line order, ICT retrieval, passage -> speakers) or the user's (``--task``). Each
-task belongs to one claim of the rule of thumb (``tasks.registry``, fixed before any number is seen):
+The rows are the held-out text's (next-token loss, filling a blank) and one per task: the plays' five
+(punctuation tagging, line order, ICT retrieval, verse from prose; passage -> speakers reported beside
+them, a layout rule answering it) or the user's (``--task``). Each task belongs to one claim of the rule
+of thumb (``tasks.registry``, fixed before any number is seen):
 
 1. embed / score / classify => encoder: the encoder beats the decoder at every classify, tag, embed and
    rerank task (paired over the same test items);
@@ -123,6 +124,12 @@ HELD_OUT_ROWS = (
 PLAYS_TASK_KINDS = ("tag", "classify", "embed", "seq2seq")  # compare's task kinds when it is given none
 
 
+def plays_fine_tunes() -> dict[str, str]:
+    """compare's fine-tunes when it is given no task, measure key (the scale's fine-tune of that name) -> task kind:
+    each plays row of ``PLAYS_TASK_KINDS`` (``Task.plays_rows``), read from the registry when called."""
+    return {p.key: kind for kind in PLAYS_TASK_KINDS for p in TASKS[kind].plays_rows}
+
+
 def task_row(
     key: str, kind: str, row: Row, judged: bool = True, label: str = "", too_few: str | None = None
 ) -> CompareRow:
@@ -139,7 +146,7 @@ def rows_of(
     (the corpus is the plays)."""
     if not tasks:
         return HELD_OUT_ROWS + (
-            tuple(task_row(kind, kind, row) for kind in PLAYS_TASK_KINDS if (row := TASKS[kind].plays_row) is not None)
+            tuple(task_row(p.key, kind, p.row, p.judged) for kind in PLAYS_TASK_KINDS for p in TASKS[kind].plays_rows)
             if plays
             else ()
         )

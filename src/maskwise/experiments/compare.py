@@ -10,8 +10,10 @@ Then each is measured, per seed, on every task it can do:
 - filling a blank (one hidden token, both sides visible to whoever can see them);
 - punctuation restoration as tagging, line order as sequence classification, and retrieval (fine-tuned,
   the same steps for every family);
-- passage -> speakers extraction (fine-tuned, by generation) and the time to the first token of the
-  answer on a source that fills the decoder's context.
+- verse from prose (a few lines of a verse speech printed as prose, written back in their lines; fine-tuned,
+  by generation, judged on F1 over the line breaks) and the time to the first token of the answer on the
+  longest test verse, a block of characters read whole; passage -> speakers extraction beside them, reported,
+  not judged: the lines after a blank line name every speaker.
 
 ``--families`` may add the hybrid (``COLUMNS``): a decoder pretrained by GPT-BERT's masked next-token
 prediction, measured on the same rows as its model reads (bidirectionally to fill, tag and retrieve,

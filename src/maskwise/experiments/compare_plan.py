@@ -15,7 +15,7 @@ from typing import Any
 from maskwise.data.corpus import SHAKESPEARE, load_corpus
 from maskwise.data.user_tasks import TaskSpec, UserTask, fingerprint
 from maskwise.experiments.checkpoints import Candidate
-from maskwise.experiments.claims import PLAYS_TASK_KINDS, CompareRow, rows_of, variant_key
+from maskwise.experiments.claims import CompareRow, plays_fine_tunes, rows_of, variant_key
 from maskwise.experiments.compare_report import cannot
 from maskwise.experiments.eta import Expected
 from maskwise.experiments.held_out import opening
@@ -82,10 +82,11 @@ class ComparePlan:
         return cfg if model is None else model.fine_tuning(cfg, partial(TASKS[kind].training_rows, cfg, task))
 
     @property
-    def plays_tasks(self) -> tuple[str, ...]:
-        """The plays' task kinds measured: all of them on the plays with no task given; none on a user's corpus,
-        where a family pretrained on it and tested on Shakespeare would answer a question nobody asked."""
-        return PLAYS_TASK_KINDS if not self.tasks and self.data == SHAKESPEARE else ()
+    def plays_tasks(self) -> dict[str, str]:
+        """The plays' fine-tunes measured, measure key -> task kind: all of them on the plays with no task given; none
+        on a user's corpus, where a family pretrained on it and tested on Shakespeare would answer a question nobody
+        asked."""
+        return plays_fine_tunes() if not self.tasks and self.data == SHAKESPEARE else {}
 
     @property
     def scope(self) -> str:
@@ -94,8 +95,9 @@ class ComparePlan:
             return f"judged: the {len(self.tasks)} task(s) given (--task) and the held-out text of the corpus"
         if self.data == SHAKESPEARE:
             return (
-                "judged: the plays' tasks (punctuation, line order, retrieval, passage -> speakers) and the "
-                "held-out text; give --task NAME=KIND:FILE to judge your own"
+                "judged: the plays' tasks (punctuation, line order, retrieval, verse from prose) and the held-out "
+                "text; passage -> speakers reported beside them (a layout rule answers it); give --task "
+                "NAME=KIND:FILE to judge your own"
             )
         return (
             "judged: the corpus' held-out text only (generate => decoder); no --task was given, so the encoder's "
@@ -107,7 +109,7 @@ class ComparePlan:
         """Every fine-tune a column takes, measure key -> (task kind, config at seed 0, the user's task or None): each
         user task and its variants at their configs, else the plays' tasks at the scale's."""
         if not self.tasks:
-            return {kind: (kind, s.tasks[kind], None) for kind in self.plays_tasks}
+            return {key: (kind, s.config_of(key), None) for key, kind in self.plays_tasks.items()}
         return {
             key: (t.spec.kind, self.configs[key], t)
             for t in self.tasks
@@ -130,9 +132,10 @@ class ComparePlan:
         self, key: str, kind: str, task: UserTask | None, recipe: CompareSettings, seed: int, progress: bool
     ) -> tuple[FinetuneConfig, object]:
         """(the config, the rows ``run_task`` is given) of a fine-tune for ``seed``: the user's ``task`` at its
-        configured settings (``configs[key]``), else the plays' at the recipe's (the seed draws their rows)."""
+        configured settings (``configs[key]``), else the plays' at the recipe's fine-tune ``key`` (the seed draws
+        their rows)."""
         if task is None:
-            return recipe.task(kind, seed, progress), None
+            return recipe.task(key, seed, progress), None
         cfg = replace(self.configs[key], seed=seed, data_seed=seed, test_seed=seed, progress=progress)
         return cfg, TASKS[kind].run_data(task, cfg)
 

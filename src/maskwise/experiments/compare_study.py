@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from maskwise.data.tasks import speaker_examples
+from maskwise.data.tasks import verse_examples
 from maskwise.data.user_tasks import UserTask
 from maskwise.errors import UserError
 from maskwise.experiments.arms import NO_OPTIONS, WALL, Arm, Setup, StudyOptions
@@ -38,11 +38,13 @@ from maskwise.tasks.generate import GenerationConfig, generate
 from maskwise.tasks.reading import config_of
 from maskwise.tasks.registry import READ_THEN_WRITE, TASKS, keep_fine_tune
 from maskwise.tasks.run import run_task
-from maskwise.tasks.seq2seq import Seq2Seq, Seq2SeqConfig, room_for_whole, source_ids
+from maskwise.tasks.seq2seq import VERSE, Seq2SeqConfig, room_for_whole, source_ids
 from maskwise.tasks.unit import Speeds
 
 Measure = Callable[[Setup, str, int], dict]  # (setup, run name, seed) -> one measure of the run, as JSON
 FINE_TUNED = "fine-tuned"  # the experiment's folder of fine-tunes, one run folder each: <task>=<run>
+# The plays' verse sources timed to the first token: up to 16 lines, cut to a block of characters.
+TTFT_LINES = (2, 16)
 
 
 # ---- what every column is measured on --------------------------------------------------------------------------
@@ -50,14 +52,16 @@ FINE_TUNED = "fine-tuned"  # the experiment's folder of fine-tunes, one run fold
 
 def ttft_buckets(plan: ComparePlan, s: CompareSettings) -> tuple[list[tuple[str, list[str]]], int]:
     """([(bucket name, its sources)], the answer's room in tokens): the sources to time the first token on, shortest
-    bucket first: the plays' longest test passages (one bucket), or the test sources of the user's first
-    read-then-write (seq2seq) task in its source-length buckets (the seed predicts the encoder-decoder's lead grows
-    with the source); none without such a task."""
+    bucket first: the plays' longest test verse as prose (one bucket: runs of a verse speech's lines up to a block of
+    characters, twice what the encoder-decoder's half of it holds at the default scale, read whole: the longer the
+    source, the more of the time is its reading and the less dispatch and load noise), or the test sources of the
+    user's first read-then-write (seq2seq) task in its source-length buckets (the seed predicts the encoder-decoder's
+    lead grows with the source); none without such a task."""
     if plan.plays_tasks:
-        passages = speaker_examples("test", max_chars=4 * s.block_size, limit=50, seed=0)
-        plays = s.config_of(Seq2Seq.kind)
+        verse = verse_examples("test", n_lines=TTFT_LINES, max_chars=s.block_size, seed=0)
+        plays = s.config_of(VERSE)
         assert isinstance(plays, Seq2SeqConfig)
-        return [("the longest test passages", [e.source for e in passages])], plays.max_target_len
+        return [("the longest test verse", [e.source for e in verse])], plays.max_target_len
     task = next((t for t in plan.tasks if TASKS[t.spec.kind].claim == READ_THEN_WRITE), None)
     cfg = plan.configs[task.spec.name] if task is not None else None
     if task is None or not isinstance(cfg, Seq2SeqConfig):  # a writing task of another kind: its own sources
@@ -74,8 +78,8 @@ def ttft_buckets(plan: ComparePlan, s: CompareSettings) -> tuple[list[tuple[str,
 @torch.no_grad()
 def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSettings, plan: ComparePlan) -> dict:
     """Seconds from a batch of sources to the first token of their answers, per source-length bucket
-    (``ttft_buckets``: the longest ``s.ttft_batch`` sources of each, read as far as the fine-tunes read them, cut to
-    one length for every family, a decoder's prompt keeping room for its answer), for every column that writes
+    (``ttft_buckets``: the longest ``s.ttft_batch`` sources of each, read whole where a body's positions allow it,
+    cut to one length for every family, a decoder's prompt keeping room for its answer), for every column that writes
     (``runs``: column -> run name), timed in turns so that a change in the machine's load falls on all of them. A
     batch, because at batch 1 a model this small spends the time on dispatch, not on reading the source
     (docs/results.md). Each reads through its own tokenizer (a given model's may not be the scale's)."""
@@ -86,8 +90,8 @@ def time_to_first_token(exp: Experiment, runs: dict[str, str], s: CompareSetting
     loaded = {column: exp.load(run) for column, run in runs.items() if cannot(exp.kind(run), "ttft") is None}
     for run in loaded.values():
         run.model.eval()
-        if not plan.plays_tasks:  # a user's sources, as far as its fine-tunes read them: whole where positions allow
-            room_for_whole(run.model, run.tokenizer, [x for _, inside in buckets for x in inside], room)
+        # whole where positions allow: a user's sources as far as its fine-tunes read them, the plays' verse past them
+        room_for_whole(run.model, run.tokenizer, [x for _, inside in buckets for x in inside], room)
     one = GenerationConfig(max_new_tokens=1)
     timed = []
     for name, sources in buckets:

@@ -5,7 +5,9 @@ same test items as the families: the bar a fine-tuned body has to clear before i
   training rows under the task's own metric, with balanced class weights where that metric is balanced accuracy;
 - tag: each word's most frequent training tag, else the most frequent tag overall;
 - retrieval: Okapi BM25 (``retrieve.bm25_ranking``, the rerank first stage's own);
-- speakers of a play's passage: the lines that follow a blank line (a speech opens with its speaker's name).
+- speakers of a play's passage: the lines that follow a blank line (a speech opens with its speaker's name);
+- verse lines from prose: of two rules written before any model ran (a break every ten syllables; a break after
+  every mark), the one that scores better on the training rows.
 
 Each reads either the characters a family reads (``chars_read``: the text cut where the smallest context cuts it) or
 the whole text, so that a report can show what the cut costs. Rerank and seq2seq on a user's rows have theirs as
@@ -14,17 +16,23 @@ their trivial baseline already (BM25's order; the lead), and their rows say so.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from maskwise.data.tagging import TaggedText
-from maskwise.tasks.metrics import majority_label
+from maskwise.data.tasks import Seq2SeqExample
+from maskwise.tasks.metrics import break_f1, majority_label
 from maskwise.tasks.reading import text_room
 
 TFIDF_LOGISTIC = "TF-IDF word 1-2-grams + logistic regression, C cross-validated"
 WORD_TAGGER = "each word's most frequent training tag"
 BM25 = "BM25"
 LINES_AFTER_BLANK = "the lines that follow a blank line"
+TEN_SYLLABLES = "a break every ten syllables"
+AFTER_MARKS = "a break after every , . ; : ! ?"
+VERSE_RULES = f"the better verse rule on the training rows ({TEN_SYLLABLES}, or {AFTER_MARKS})"
+MARKED = re.compile(r"[,.;:!?][^A-Za-z]*$")  # a word that ends in a mark, then perhaps quotes or a bracket
 CS = (0.1, 1.0, 10.0, 100.0)  # the logistic regression's inverse regularisation strengths cross-validation picks from
 CV_FOLDS = 5  # at most; fewer where the rarest training label has fewer rows
 
@@ -87,3 +95,51 @@ def lines_after_blank(source: str) -> str:
     lines = source.split("\n")
     names = [line.strip() for before, line in zip(lines, lines[1:]) if not before.strip() and line.strip()]
     return ", ".join(dict.fromkeys(names))
+
+
+def syllables(word: str) -> int:
+    """A word's syllables counted as its groups of vowels (a e i o u y), less a silent final e ("love": 1; not
+    "thee", "table"), at least 1."""
+    letters = re.sub(r"[^a-z]", "", word.lower())
+    groups = len(re.findall(r"[aeiouy]+", letters))
+    silent = groups > 1 and letters.endswith("e") and not letters.endswith(("ee", "le"))
+    return max(1, groups - silent)
+
+
+def break_every_ten_syllables(source: str) -> str:
+    """``source``'s words with a line break after each word that brings its line to ten syllables or more (a
+    pentameter's), none after the last word."""
+    words, lines, line, count = source.split(), [], [], 0
+    for word in words:
+        line.append(word)
+        count += syllables(word)
+        if count >= 10:
+            lines.append(" ".join(line))
+            line, count = [], 0
+    return "\n".join([*lines, " ".join(line)] if line else lines)
+
+
+def break_after_marks(source: str) -> str:
+    """``source``'s words with a line break after each word that ends in , . ; : ! or ? (then perhaps a quote or a
+    bracket), none after the last word."""
+    words = source.split()
+    return "".join(w + ("\n" if MARKED.search(w) else " ") for w in words[:-1]) + (words[-1] if words else "")
+
+
+# The verse task's rules, by name: what ``best_verse_rule`` chooses among.
+VERSE_RULE_OF: dict[str, Callable[[str], str]] = {
+    TEN_SYLLABLES: break_every_ten_syllables,
+    AFTER_MARKS: break_after_marks,
+}
+
+
+def rule_scores(rule: str, rows: Sequence[Seq2SeqExample]) -> list[float]:
+    """Each row's break F1 (``metrics.break_f1``) of verse rule ``rule`` on its source."""
+    return [break_f1(VERSE_RULE_OF[rule](e.source), e.target) for e in rows]
+
+
+def best_verse_rule(train: Sequence[Seq2SeqExample]) -> tuple[str, dict[str, float]]:
+    """(the verse rule with the higher mean break F1 on the training rows ``train``, each rule's mean there): chosen
+    as a practitioner would, never on the test rows; a tie goes to the rule listed first."""
+    means = {rule: sum(rule_scores(rule, train)) / max(len(train), 1) for rule in VERSE_RULE_OF}
+    return max(means, key=means.__getitem__), means

@@ -65,6 +65,7 @@ from maskwise.tasks.unit import (
     ENCODER_JOBS,
     IMBALANCE,
     Head,
+    PlaysRow,
     RecordRow,
     Row,
     Task,
@@ -443,7 +444,7 @@ class Classify(Task[ClassifyConfig]):
     claim = ENCODER_JOBS
     config = ClassifyConfig
     record = ClassifyRecord
-    plays_row = ClassifyRow("line order accuracy (classification)", True)
+    plays_rows = (PlaysRow("classify", ClassifyRow("line order accuracy (classification)", True)),)
     head = Head(
         SequenceClassifier,
         {"labels": (True, True), "pooling": (False, True), "train_labels": (True, False), "plays_task": (False, False)},

@@ -52,6 +52,7 @@ from maskwise.tasks.retrieve import (
 )
 from maskwise.tasks.unit import (
     ENCODER_JOBS,
+    PlaysRow,
     RecordRow,
     Row,
     Task,
@@ -197,7 +198,7 @@ class Embed(Task[EmbedConfig]):
     claim = ENCODER_JOBS
     config = EmbedConfig
     record = RetrievalRecord
-    plays_row = RetrievalRow("retrieval recall@10 (ICT)", True, "random")
+    plays_rows = (PlaysRow("embed", RetrievalRow("retrieval recall@10 (ICT)", True, "random")),)
     evaluated_as = "retrieve"
     data_help = ", or a BEIR folder with qrels/train.tsv"
 

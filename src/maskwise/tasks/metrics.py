@@ -179,6 +179,35 @@ def set_f1(predicted: str, gold: str, separator: str = ",") -> float:
     return _f1(len(p & g), len(p), len(g))
 
 
+def line_breaks(text: str, words: list[str]) -> tuple[set[int], int]:
+    """(the breaks of ``text`` found in ``words``, the breaks it writes): ``text``'s lines (split at "\\n", empty
+    ones dropped) but its last each end a break. A line is found where its words are ``words`` from where the last
+    line ended (the first line: from the start), and its break stands there, counted in words (after the third word:
+    3); a line not found (a word miscopied, dropped, added or moved) puts none, and the next line is looked for at
+    its first place at or after the last break found, so one miscopied line costs its own break only."""
+    lines = [line.split() for line in text.split("\n") if line.strip()]
+    found: set[int] = set()
+    start, anchored = 0, True
+    for line in lines[:-1]:
+        places = [start] if anchored else range(start, len(words) - len(line) + 1)
+        at = next((i for i in places if words[i : i + len(line)] == line), None)
+        if at is not None:
+            start = at + len(line)
+            found.add(start)
+        anchored = at is not None
+    return found, max(len(lines) - 1, 0)
+
+
+def break_f1(predicted: str, gold: str) -> float:
+    """F1 over the line breaks of ``gold`` (a source's words in their lines), each at its place in the source's
+    words: a predicted break is right where the line before it copies the source's words (``line_breaks``) up to
+    where ``gold`` breaks, and every break written counts, right or not; no break written nor due: 1."""
+    words = gold.split()
+    right, written = line_breaks(predicted, words)
+    due, _ = line_breaks(gold, words)
+    return _f1(len(right & due), written, len(due))
+
+
 # ---- reporting ----------------------------------------------------------------------------------
 
 

@@ -76,12 +76,14 @@ def _to_json(value: Any) -> Any:
 
 def _from_json(hint: Any, value: Any) -> Any:
     """``value`` as ``hint`` says: a nested ``Fields`` (also as ``X | None``, or the values of a ``dict[str, X]`` or
-    items of a ``list[X]``) rebuilt, anything else as read."""
+    items of a ``list[X]``, either of them also ``| None``) rebuilt, anything else as read."""
     if value is None:
         return None
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if isinstance(hint, type) and issubclass(hint, Fields):
         return hint.from_json(value)
+    if origin in (types.UnionType, typing.Union) and len(given := [a for a in args if a is not type(None)]) == 1:
+        return _from_json(given[0], value)  # X | None, not None here: read as X
     if origin in (types.UnionType, typing.Union):
         records = [a for a in args if isinstance(a, type) and issubclass(a, Fields)]
         return records[0].from_json(value) if records and isinstance(value, dict) else value

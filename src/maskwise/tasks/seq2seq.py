@@ -10,7 +10,8 @@ Two ways to cast the same task:
 Evaluation generates (greedy or beam) and scores exact match, F1 over the set of comma-separated
 items (the speakers, on the plays) and token F1, overall and bucketed by source length (in
 characters), beside the baseline of copying the source's first line (the first speaker, when
-speakers are shown).
+speakers are shown). The plays hold two such tasks (``PLAYS_SEQ2SEQ``): passage -> speakers, and verse
+lines from prose, scored by F1 over the line breaks beside the source left as one line.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from maskwise.data.tasks import (
     first_speaker_baseline,
     rename_speakers,
     speaker_examples,
+    verse_examples,
 )
 from maskwise.data.user_tasks import TaskSpec, UserTask
 from maskwise.errors import UserError
@@ -40,7 +42,13 @@ from maskwise.model.positions import extend_context
 from maskwise.objectives.span import decoder_start_id
 from maskwise.padding import pad
 from maskwise.runtime import Runtime
-from maskwise.tasks.classic import LINES_AFTER_BLANK, lines_after_blank
+from maskwise.tasks.classic import (
+    LINES_AFTER_BLANK,
+    VERSE_RULE_OF,
+    VERSE_RULES,
+    best_verse_rule,
+    lines_after_blank,
+)
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.generate import GenerationConfig, check_generative, generate
 from maskwise.tasks.items import Items
@@ -51,10 +59,14 @@ from maskwise.tasks.seq2seq_scores import (
     generation_scores,
     lead_words,
 )
-from maskwise.tasks.unit import READ_THEN_WRITE, RecordRow, Row, Task, Work, mean_tokens
+from maskwise.tasks.unit import READ_THEN_WRITE, PlaysRow, RecordRow, Row, Task, Work, mean_tokens
 
 # Source length buckets in characters (the speakers passages run up to ~600 by default).
 SOURCE_EDGES = (0, 150, 300, 450, 600)
+SPEAKERS, VERSE = "speakers", "verse"
+# The plays' read-then-write tasks: passage -> speakers (``data.tasks.speaker_examples``), and verse lines from prose
+# (``data.tasks.verse_examples``), which no rule of layout answers.
+PLAYS_SEQ2SEQ = (SPEAKERS, VERSE)
 
 
 @dataclass
@@ -62,7 +74,8 @@ class Seq2SeqConfig(FinetuneConfig):
     lr: float = 1e-4  # no fresh head: the whole model learns a new output format
     max_target_len: int = 64  # tokens; longer targets are cut
     num_beams: int = 1  # the evaluation's decoding
-    # The plays' passage -> speakers rows (``tasks.run.plays_rows``).
+    # The plays' rows (``tasks.run.plays_rows``): one of ``PLAYS_SEQ2SEQ``, passages -> speakers or verse from prose.
+    plays_task: str = SPEAKERS
     train_passages: int | None = None  # None: every passage
     test_passages: int = 300
     max_chars: int | None = None  # longest source; None: what fits the model's context
@@ -74,6 +87,14 @@ class Seq2SeqConfig(FinetuneConfig):
     # a body whose positions extend (rotary, relative) reads past its pretrained context to hold them, and longer
     # sources are cut here and reported apart, never judged on their first characters.
     source_cap: int = 3000
+
+    def validate(self) -> Seq2SeqConfig:
+        if self.plays_task not in PLAYS_SEQ2SEQ:
+            raise UserError(f"unknown plays task {self.plays_task!r}; known: {', '.join(PLAYS_SEQ2SEQ)}")
+        if self.plays_task == VERSE and (self.hide_speakers or self.mid_speech or self.rename_speakers):
+            raise UserError("hide-speakers, mid-speech and rename-speakers cut the speakers' passages: verse has none")
+        super().validate()
+        return self
 
 
 def _source_room(model: nn.Module, max_target_len: int) -> int:
@@ -200,14 +221,29 @@ def evaluate_seq2seq(
     hide_speakers: bool | None = None,
     mid_speech: bool | None = None,
     positions_past_pretrained: int = 0,
+    plays_task: str | None = None,
+    verse_train: Sequence[Seq2SeqExample] | None = None,
 ) -> Seq2SeqRecord:
     """Generate each test target and score it beside a baseline: the source's first ``lead`` words (a user's
-    rows: the lead of a summary, the classic floor), else its first line (the plays: the first speaker)."""
+    rows: the lead of a summary, the classic floor), else its first line (the plays: the first speaker; on verse, the
+    source as one line). With ``verse_train``, the plays' verse task's training rows, each item's line breaks are
+    scored too, beside both verse rules, the one better on ``verse_train`` the classic method (never chosen on the
+    test items)."""
     predicted = predict_seq2seq(model, tokenizer, [e.source for e in test], gen, max_target_len, progress=progress)
+    verse = verse_train is not None
+    scores = partial(generation_scores, examples=test, source_edges=source_edges, breaks=verse)
     if lead is None:
-        baseline, baseline_name = [first_speaker_baseline(e.source) for e in test], "copy the first line of the source"
+        baseline = [first_speaker_baseline(e.source) for e in test]
+        baseline_name = "the source as one line" if verse else "copy the first line of the source"
     else:
         baseline, baseline_name = [" ".join(e.source.split()[:lead]) for e in test], f"the source's first {lead} words"
+    rules, on_training, classic = None, None, None
+    if verse_train is not None:
+        chosen, on_training = best_verse_rule(verse_train)
+        rules = [{"name": rule, **scores([write(e.source) for e in test])} for rule, write in VERSE_RULE_OF.items()]
+        classic = next(rule for rule in rules if rule["name"] == chosen)
+    elif lead is None:
+        classic = {"name": LINES_AFTER_BLANK, **scores([lines_after_blank(e.source) for e in test])}
     return Seq2SeqRecord.from_json(
         {
             "family": config_of(model).family,
@@ -215,18 +251,16 @@ def evaluate_seq2seq(
             "train_examples": train_examples,
             "hide_speakers": hide_speakers,
             "mid_speech": mid_speech,
+            "plays_task": plays_task,
             "n_test": len(test),
             "source_chars": [len(e.source) for e in test],
             "chars_read": [source_chars_read(model, tokenizer, e.source, max_target_len) for e in test],
             "positions_past_pretrained": positions_past_pretrained,
-            **generation_scores(predicted, test, source_edges),
-            "baseline": {"name": baseline_name, **generation_scores(baseline, test, source_edges)},
-            "classic": None
-            if lead is not None
-            else {
-                "name": LINES_AFTER_BLANK,
-                **generation_scores([lines_after_blank(e.source) for e in test], test, source_edges),
-            },
+            **scores(predicted),
+            "baseline": {"name": baseline_name, **scores(baseline)},
+            "classic": classic,
+            "rules": rules,
+            "rules_on_training": on_training,
             "examples": [
                 {"source": e.source, "target": e.target, "predicted": p} for e, p in list(zip(test, predicted))[:5]
             ],
@@ -239,22 +273,28 @@ def evaluate_seq2seq(
 
 def _plays_source_chars(cfg: Seq2SeqConfig, model: nn.Module | None) -> int:
     """The config's longest source, else one that fits whatever the tokenizer: a character per token at
-    worst, less the target's room for a decoder, which reads source and target in one sequence."""
+    worst, less the target's room for a decoder, which reads source and target in one sequence; on verse, no
+    longer than the target's room, which holds the source's characters again."""
     if cfg.max_chars is not None:
         return cfg.max_chars
     assert model is not None, "the plays' passages are cut to a model's context unless max_chars is set"
     layout = config_of(model)
     room = layout.max_seq_len if layout.kind.two_stacks else layout.max_seq_len - (cfg.max_target_len + 2)
-    return max(32, room)
+    return max(32, min(room, cfg.max_target_len) if cfg.plays_task == VERSE else room)
 
 
 @dataclass(frozen=True)
-class SpeakersRow(RecordRow[Seq2SeqRecord]):
-    """The plays' passage -> speakers row: each passage's F1 over the set of speakers named, beside copying the first
-    line and the lines after a blank line."""
+class Seq2SeqRow(RecordRow[Seq2SeqRecord]):
+    """A row read from a read-then-write fine-tune's record: its JSON decoded in one place."""
 
     def decode(self, stored: dict[str, Any]) -> Seq2SeqRecord:
         return Seq2SeqRecord.from_json(stored)
+
+
+@dataclass(frozen=True)
+class SpeakersRow(Seq2SeqRow):
+    """The plays' passage -> speakers row: each passage's F1 over the set of speakers named, beside copying the first
+    line and the lines after a blank line."""
 
     def scores(self, record: Seq2SeqRecord) -> Items:
         return Items(record.per_example.items_f1)
@@ -264,6 +304,27 @@ class SpeakersRow(RecordRow[Seq2SeqRecord]):
 
     def classic(self, record: Seq2SeqRecord) -> Items | None:
         return None if record.classic is None else Items(record.classic.per_example.items_f1)
+
+
+@dataclass(frozen=True)
+class VerseRow(Seq2SeqRow):
+    """The plays' verse row: each source's F1 over its line breaks (``metrics.break_f1``), beside the source left as
+    one line and the verse rule chosen on the training rows (``classic.best_verse_rule``)."""
+
+    @staticmethod
+    def breaks(scored: Seq2SeqScores | None) -> Items | None:
+        """``scored``'s per-item break F1 (None: not scored on verse)."""
+        values = None if scored is None else scored.per_example.break_f1
+        return None if values is None else Items(values)
+
+    def scores(self, record: Seq2SeqRecord) -> Items | None:
+        return self.breaks(record)
+
+    def baseline(self, record: Seq2SeqRecord) -> Items | None:
+        return self.breaks(record.baseline)
+
+    def classic(self, record: Seq2SeqRecord) -> Items | None:
+        return self.breaks(record.classic)
 
 
 @dataclass(frozen=True)
@@ -305,18 +366,26 @@ class Seq2Seq(Task[Seq2SeqConfig]):
     claim = READ_THEN_WRITE
     config = Seq2SeqConfig
     record = Seq2SeqRecord
-    plays_row = SpeakersRow("passage -> speakers F1", True, "copy the first line", LINES_AFTER_BLANK)
+    # Verse from prose is judged: no rule of layout answers it, where the lines after a blank line name every speaker.
+    plays_rows = (
+        PlaysRow(VERSE, VerseRow("verse line breaks F1", True, "the source as one line", VERSE_RULES)),
+        PlaysRow(kind, SpeakersRow("passage -> speakers F1", True, "copy the first line", LINES_AFTER_BLANK), False),
+    )
 
     def plays(
         self, cfg: Seq2SeqConfig, model: nn.Module | None, split: str, training: bool
     ) -> tuple[list[Seq2SeqExample] | None, list[Seq2SeqExample]]:
-        """The plays' passage -> speakers rows: ``train_passages`` of the train split's, ``test_passages`` of the
-        split's."""
-        draw = partial(
-            speaker_examples,
-            max_chars=_plays_source_chars(cfg, model),
-            hide_speakers=cfg.hide_speakers,
-            mid_speech=cfg.mid_speech,
+        """The plays' rows ``cfg.plays_task`` names (passage -> speakers, or verse from prose): ``train_passages`` of
+        the train split's, ``test_passages`` of the split's."""
+        draw = (
+            partial(verse_examples, max_chars=_plays_source_chars(cfg, model))
+            if cfg.plays_task == VERSE
+            else partial(
+                speaker_examples,
+                max_chars=_plays_source_chars(cfg, model),
+                hide_speakers=cfg.hide_speakers,
+                mid_speech=cfg.mid_speech,
+            )
         )
         train = draw("train", limit=cfg.train_passages, seed=cfg.data_seed) if training else None
         return train, draw(split, limit=cfg.test_passages, seed=cfg.test_seed)
@@ -331,7 +400,10 @@ class Seq2Seq(Task[Seq2SeqConfig]):
             model, tokenizer, train, cfg, augment=rename_speakers, augment_prob=cfg.rename_speakers, runtime=runtime
         )
         generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)  # and [EOS]
-        lead = None if data is None else lead_words(train)  # a user's rows: the lead baseline, not the first speaker
+        # the plays' verse rows, drawn here or by the command line (``maskwise finetune seq2seq --plays-task verse``)
+        verse = cfg.plays_task == VERSE
+        # a user's rows: the lead baseline, not the first speaker
+        lead = None if data is None or verse else lead_words(train)
 
         def evaluate() -> Seq2SeqRecord:
             return evaluate_seq2seq(
@@ -345,6 +417,8 @@ class Seq2Seq(Task[Seq2SeqConfig]):
                 lead=lead,
                 train_examples=len(train),
                 positions_past_pretrained=past,
+                plays_task=cfg.plays_task if data is None else None,
+                verse_train=train if verse else None,
             )
 
         return model, evaluate, test
@@ -356,6 +430,13 @@ class Seq2Seq(Task[Seq2SeqConfig]):
 
     def summary(self, record: Seq2SeqRecord) -> str:
         r, base = record, record.baseline
+        if r.per_example.break_f1 is not None:  # the plays' verse
+            scored = [("model", r), (base.name, base), *[(rule.name, rule) for rule in r.rules or []]]
+            return (
+                f"verse from prose ({r.family}, {r.decoding}) on {r.n_test} sources: line breaks F1 "
+                + "; ".join(f"{name} {i.score():.3f}" for name, s in scored if (i := VerseRow.breaks(s)) is not None)
+                + (f" (the classic method, chosen on the training rows: {r.classic.name})" if r.classic else "")
+            )
         return (
             f"seq2seq ({r.family}, {r.decoding}) on {r.n_test} passages: exact match "
             f"{r.exact_match:.3f} (copy first line {base.exact_match:.3f}), items F1 "

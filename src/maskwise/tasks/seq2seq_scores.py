@@ -1,6 +1,7 @@
 """What a read-then-write fine-tune is scored by: a writer's (or a copying baseline's) exact match, F1 over the
-comma-separated items and token F1, per test item and by source length, and the record that holds them. Apart from
-``tasks.seq2seq`` because scoring reads only strings: no model, no tokenizer."""
+comma-separated items and token F1, per test item and by source length (and, on the plays' verse, F1 over the line
+breaks), and the record that holds them. Apart from ``tasks.seq2seq`` because scoring reads only strings: no model, no
+tokenizer."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from maskwise.data.tasks import Seq2SeqExample
-from maskwise.tasks.metrics import bucketed, exact_match, rouge_l, set_f1, token_f1
+from maskwise.tasks.metrics import break_f1, bucketed, exact_match, rouge_l, set_f1, token_f1
 from maskwise.tasks.record import Fields, Record
 
 
@@ -21,6 +22,7 @@ class PerExample(Fields):
     items_f1: list[float]
     token_f1: list[float]
     rouge_l: list[float] | None = None  # ROUGE-L F-measure (``rouge-score``, stemmed): summarisation's own score
+    break_f1: list[float] | None = None  # F1 over the line breaks (``metrics.break_f1``): the plays' verse task's
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,9 @@ class Seq2SeqRecord(Seq2SeqScores, Record):
     source_chars: list[int]  # each test item's, for rows by source length
     baseline: Seq2SeqBaseline
     examples: list[ShownExample]
-    # The plays' classic method: the lines that follow a blank line (``classic.lines_after_blank``); a user's rows have
-    # theirs as ``baseline`` already (the lead).
+    # The plays' classic method: the lines that follow a blank line (``classic.lines_after_blank``), or on verse the
+    # rule chosen on the training rows (``classic.best_verse_rule``); a user's rows have theirs as ``baseline`` already
+    # (the lead).
     classic: Seq2SeqBaseline | None = None
     train_examples: int | None = None  # the rows it was fine-tuned on (None: scored by ``maskwise evaluate``)
     # Each test source's characters the model read (a body that cannot hold a source reads its start), and the
@@ -84,13 +87,18 @@ class Seq2SeqRecord(Seq2SeqScores, Record):
     # How the plays' passages were cut (None: a user's rows).
     hide_speakers: bool | None = None
     mid_speech: bool | None = None
+    plays_task: str | None = None  # which of the plays' tasks it was (``seq2seq.PLAYS_SEQ2SEQ``); None: a user's rows
+    # The verse task's rules (``classic.VERSE_RULE_OF``): each scored on the test items, and each one's mean break F1 on
+    # the training rows, which chose ``classic`` among them.
+    rules: list[Seq2SeqBaseline] | None = None
+    rules_on_training: dict[str, float] | None = None
 
 
 def generation_scores(
-    predicted: Sequence[str], examples: Sequence[Seq2SeqExample], source_edges: Sequence[int]
+    predicted: Sequence[str], examples: Sequence[Seq2SeqExample], source_edges: Sequence[int], breaks: bool = False
 ) -> dict:
     """``Seq2SeqScores``' fields: exact match, F1 over the set of comma-separated items (on the plays: the speakers)
-    and token F1, overall, per example and by source length."""
+    and token F1, overall, per example and by source length; with ``breaks``, each item's F1 over the line breaks."""
     per_example = {
         "exact_match": [exact_match(p, e.target) for p, e in zip(predicted, examples)],
         "items_f1": [set_f1(p, e.target) for p, e in zip(predicted, examples)],  # the speakers, on the plays
@@ -99,6 +107,8 @@ def generation_scores(
     n = max(len(examples), 1)
     means = {name: sum(values) / n for name, values in per_example.items()}
     per_example["rouge_l"] = [rouge_l(p, e.target) for p, e in zip(predicted, examples)]
+    if breaks:
+        per_example["break_f1"] = [break_f1(p, e.target) for p, e in zip(predicted, examples)]
     return {
         **means,
         "per_example": per_example,

@@ -63,6 +63,7 @@ from maskwise.tasks.record import Fields, Record
 from maskwise.tasks.unit import (
     ENCODER_JOBS,
     Head,
+    PlaysRow,
     RecordRow,
     Row,
     Task,
@@ -462,7 +463,7 @@ class Tag(Task[TagConfig]):
     record = TagRecord
     # Per text, paired with the verse rule on the same text: whether a mark follows a word is decided by
     # what comes after it, which only a bidirectional reader has seen.
-    plays_row = PunctuationRow("punctuation restoration F1 per text (tagging)", True)
+    plays_rows = (PlaysRow("tag", PunctuationRow("punctuation restoration F1 per text (tagging)", True)),)
     # Read at the last character, a causal reader has read the whole word; at the first it has seen one
     # character of it: on tags that the word itself decides (part of speech) this can decide the verdict.
     variants: ClassVar[dict[str, dict[str, Any]]] = {"first": {"read_out": "first"}}

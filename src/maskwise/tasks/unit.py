@@ -121,6 +121,17 @@ class RecordRow(Row, Generic[RecordT]):
 
 
 @dataclass(frozen=True)
+class PlaysRow:
+    """A row compare reads on the plays when it is given no task: the scale's fine-tune ``key`` (its name in
+    ``CompareSettings.tasks`` and the run's measure: a task kind's, or one of its plays' tasks), read by ``row``,
+    judged under the kind's claim or reported beside it."""
+
+    key: str
+    row: Row
+    judged: bool = True
+
+
+@dataclass(frozen=True)
 class Speeds:
     """A machine's measured speeds at a scale's block (``experiments.eta.probe`` measures them): what ``Work``'s
     seconds follow from."""
@@ -196,8 +207,8 @@ class Task(ABC, Generic[C]):
     claim: ClassVar[str]  # which of ``CLAIMS`` its verdict judges, fixed before any number is seen
     config: type[C]  # its settings: ``run_task`` finds the task by its config's type
     record: ClassVar[type[Record]]  # what its evaluation returns (its JSON: ``to_json``, read back by ``from_json``)
-    # Its row when compare reads the plays (None: the plays' compare has none).
-    plays_row: ClassVar[Row | None] = None
+    # Its rows when compare reads the plays, each its own fine-tune (none: the plays' compare has none).
+    plays_rows: ClassVar[tuple[PlaysRow, ...]] = ()
     # Choices that could decide its verdict, fixed before any number is seen: name -> its config's changes (its row's
     # label says which). compare fine-tunes each variant too and reports it beside the judged row: its effect shows.
     variants: ClassVar[dict[str, dict[str, Any]]] = {}

@@ -23,7 +23,7 @@ from maskwise.errors import UserError
 from maskwise.interop.folders import FineTune
 from maskwise.tasks.generate import GenerationConfig
 from maskwise.tasks.registry import TASKS
-from maskwise.tasks.seq2seq import Seq2Seq, Seq2SeqConfig, evaluate_seq2seq
+from maskwise.tasks.seq2seq import PLAYS_SEQ2SEQ, VERSE, Seq2Seq, Seq2SeqConfig, evaluate_seq2seq
 from maskwise.tasks.seq2seq_scores import Seq2SeqRecord
 
 TASK = TASKS[Seq2Seq.kind]
@@ -54,7 +54,14 @@ def flags(parser: argparse.ArgumentParser, evaluating: bool) -> None:
         default=None,
         help=f"evaluation passages (default {Seq2SeqConfig.test_passages})",
     )
-    if not evaluating:
+    if not evaluating:  # evaluate reads the plays' task its fine-tune was (its --plays-task is classify's)
+        parser.add_argument(
+            "--plays-task",
+            choices=PLAYS_SEQ2SEQ,
+            default=None,
+            help="without --data: passages -> their speakers, or a few lines of verse printed as prose -> the same "
+            f"words in their lines (verse); default {Seq2SeqConfig.plays_task}",
+        )
         parser.add_argument(
             "--max-target-len",
             type=positive,
@@ -80,12 +87,19 @@ def finetune(
     cfg = finetune_config(Seq2SeqConfig, args)
     if cfg.rename_speakers and args.data is not None:
         raise UserError("--rename-speakers renames the plays' speakers: it needs the embedded passages, not --data")
+    if cfg.plays_task != Seq2SeqConfig.plays_task and args.data is not None:
+        raise UserError("--plays-task names the plays' rows: it reads no --data")
     train, test = task_rows(args, TASK, cfg, model, seq2seq_from_file, training=True)
     trained, record = run(cfg, (train, test))
     task, trained, _ = TASK.kept(trained, record, cfg)
     if args.data is None:  # what the plays' passages were
-        task.update(hide_speakers=cfg.hide_speakers, mid_speech=cfg.mid_speech, rename_speakers=cfg.rename_speakers)
-        record = replace(record, hide_speakers=cfg.hide_speakers, mid_speech=cfg.mid_speech)
+        task.update(
+            plays_task=cfg.plays_task,
+            hide_speakers=cfg.hide_speakers,
+            mid_speech=cfg.mid_speech,
+            rename_speakers=cfg.rename_speakers,
+        )
+        record = replace(record, plays_task=cfg.plays_task, hide_speakers=cfg.hide_speakers, mid_speech=cfg.mid_speech)
     return task, record, {}, trained, None
 
 
@@ -95,13 +109,24 @@ def evaluate(args, model, tokenizer, fine_tune: FineTune) -> Seq2SeqRecord:
     # the fine-tune's own target room and passages, unless a flag says otherwise
     own = {
         k: saved[k]
-        for k in ("max_target_len", "hide_speakers", "mid_speech", "source_edges")
+        for k in ("max_target_len", "plays_task", "hide_speakers", "mid_speech", "source_edges")
         if k in saved and getattr(args, k, None) is None
     }
     cfg = config_from_flags(Seq2SeqConfig, args, **own)
     _, test = task_rows(args, TASK, cfg, model, seq2seq_from_file, args.split, training=False)
     generation = GenerationConfig(max_new_tokens=cfg.max_target_len + 1, num_beams=cfg.num_beams)
-    plays = {"hide_speakers": cfg.hide_speakers, "mid_speech": cfg.mid_speech} if args.data is None else {}
+    plays = args.data is None
     return evaluate_seq2seq(
-        model, tokenizer, test, generation, cfg.max_target_len, args.progress, cfg.source_edges, **plays
+        model,
+        tokenizer,
+        test,
+        generation,
+        cfg.max_target_len,
+        args.progress,
+        cfg.source_edges,
+        hide_speakers=cfg.hide_speakers if plays else None,
+        mid_speech=cfg.mid_speech if plays else None,
+        plays_task=cfg.plays_task if plays else None,
+        # the verse rules are chosen between on the training rows, as the fine-tune chose
+        verse_train=TASK.plays(cfg, model, "test", True)[0] if plays and cfg.plays_task == VERSE else None,
     )
