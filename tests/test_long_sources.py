@@ -76,12 +76,13 @@ def test_the_window_holds_the_longest_source_up_to_the_cap(long_task):
     longest = max(len(e.source) for e in [*long_task.train, *long_task.test])
     assert whole.max_chars == longest > 32  # not the smallest context's 30 characters
     labels = [row.label for row in seq2seq.user_rows(long_task, whole)]
-    assert labels[0].startswith("long: token F1, sources of ") and labels[0].endswith("+ characters (seq2seq)")
+    assert labels[0].startswith("long: ROUGE-L, sources of ") and labels[0].endswith("+ characters (seq2seq)")
+    assert [label.split(",")[0] for label in labels[1:4]] == ["long: token F1", "long: ROUGE-1", "long: ROUGE-2"]
     assert not any("read to their first" in label for label in labels)
     capped = seq2seq.configure(Seq2SeqConfig(source_cap=80), long_task, context=32)
     assert capped.max_chars == 80 and max(capped.source_edges) <= 80
     labels = [row.label for row in seq2seq.user_rows(long_task, capped)]
-    assert "long: token F1, sources over 80 characters, read to their first 80 (seq2seq)" in labels
+    assert "long: ROUGE-L, sources over 80 characters, read to their first 80 (seq2seq)" in labels
     assert labels[0].endswith("-80 characters (seq2seq)")  # judged: the longest sources read whole
 
 
@@ -133,7 +134,7 @@ def test_no_source_read_whole_is_judged_on_all_of_them_cut_and_says_the_trend_wa
     cfg = seq2seq.configure(Seq2SeqConfig(source_cap=30), long_task, context=32)
     labels = [row.label for row in seq2seq.user_rows(long_task, cfg)]
     cut = "all sources, cut at 30 characters (the trend by source length not measured) (seq2seq)"
-    assert labels == [f"long: token F1, {cut}", f"long: ROUGE-L, {cut}"]
+    assert labels == [f"long: {metric}, {cut}" for metric in ("ROUGE-L", "token F1", "ROUGE-1", "ROUGE-2")]
     assert "the trend by source length is not measured" in seq2seq.reading(cfg, long_task, 32)
 
 

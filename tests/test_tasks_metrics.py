@@ -29,7 +29,7 @@ from maskwise.tasks.metrics import (
     percentile,
     pooled_entity_f1,
     recall_at_k,
-    rouge_l,
+    rouge,
     set_f1,
     span_scheme,
     split_list,
@@ -314,15 +314,27 @@ def test_entities_match_seqeval_strict_mode_on_every_short_sequence(scheme):
 
 
 @pytest.mark.unit
-def test_rouge_l_by_hand():
+def test_rouge_by_hand():
     pytest.importorskip("rouge_score")
-    assert rouge_l("The cat sat on the mat.", "The cat sat on the mat.") == 1.0
-    assert rouge_l("dogs bark loudly", "the cat sat") == 0.0
-    # the cat lay on a mat / the cat sat on the mat: LCS the-cat-on-mat = 4 of 6 words each -> 2/3
-    assert rouge_l("the cat lay on a mat", "the cat sat on the mat") == pytest.approx(2 / 3)
+    assert rouge("The cat sat on the mat.", "The cat sat on the mat.") == (1.0, 1.0, 1.0)
+    assert rouge("dogs bark loudly", "the cat sat") == (0.0, 0.0, 0.0)
+    # the cat lay on a mat / the cat sat on the mat: LCS the-cat-on-mat = 4 of 6 words each -> 2/3; unigrams in
+    # common the, cat, on, mat -> 4 of 6 -> 2/3; bigrams in common "the cat" alone, 1 of 5 each -> 1/5
+    assert rouge("the cat lay on a mat", "the cat sat on the mat") == pytest.approx((2 / 3, 1 / 5, 2 / 3))
     # LCS 4; P = 4/4, R = 4/6 -> F = 2 * 1 * (2/3) / (5/3) = 0.8
-    assert rouge_l("the cat on mat", "the cat sat on the mat") == pytest.approx(0.8)
-    assert rouge_l("Cats running", "cat run") == 1.0  # lower-cased and stemmed
+    assert rouge("the cat on mat", "the cat sat on the mat")[2] == pytest.approx(0.8)
+    assert rouge("Cats running", "cat run") == (1.0, 1.0, 1.0)  # lower-cased and stemmed
+
+
+@pytest.mark.unit
+def test_rouge_keeps_every_letter_where_the_text_is_not_english():
+    pytest.importorskip("rouge_score")
+    # rouge-score's own tokenizer keeps a-z0-9 only: "élection" and "année" lose their accented letters, "ß" splits
+    assert rouge("élection année", "élection straße", english=False) == pytest.approx((0.5, 0.0, 0.5))
+    assert rouge("Élection", "élection", english=False)[0] == 1.0  # lower-cased
+    assert rouge("élection année", "élection straße", english=True) != rouge(
+        "élection année", "élection straße", english=False
+    )
 
 
 @pytest.mark.unit

@@ -14,6 +14,7 @@ that says whether a difference between two systems on the same examples is large
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 
 import torch
 
-if TYPE_CHECKING:  # rouge_score loads nltk: imported where a summary is scored (``_rouge_l_scorer``)
+if TYPE_CHECKING:  # rouge_score loads nltk: imported where a summary is scored (``_rouge_scorer``)
     from rouge_score.rouge_scorer import RougeScorer
 
 Label = TypeVar("Label", bound=Hashable)  # a class or a tag, whichever type the caller's labels are
@@ -436,14 +437,32 @@ def pooled_entity_f1(counts: Sequence[tuple[int, int, int]]) -> dict[str, float]
 # ---- summaries ------------------------------------------------------------------------------------
 
 
+LETTERS = re.compile(r"[^\W_]+")  # a run of letters or digits, in any script
+
+
+class LetterTokens:
+    """What rouge-score tokenizes text that is not English with: every run of letters and digits, lower-cased, not
+    stemmed (its own tokenizer keeps only a-z and 0-9, so an accented word would vanish)."""
+
+    def tokenize(self, text: str) -> list[str]:
+        return [word.lower() for word in LETTERS.findall(text)]
+
+
 @cache
-def _rouge_l_scorer() -> RougeScorer:
-    """One stemming ROUGE-L scorer, built on first use so importing metrics does not load rouge_score/nltk."""
+def _rouge_scorer(english: bool) -> RougeScorer:
+    """One ROUGE-1, -2 and -L scorer per analysis, built on first use so importing metrics does not load
+    rouge_score/nltk: English as summarisation papers report it (rouge-score's tokenizer, Porter stems), else
+    ``LetterTokens``."""
     from rouge_score import rouge_scorer
 
-    return rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+    kinds = ["rouge1", "rouge2", "rougeL"]
+    if english:
+        return rouge_scorer.RougeScorer(kinds, use_stemmer=True)
+    return rouge_scorer.RougeScorer(kinds, tokenizer=LetterTokens())
 
 
-def rouge_l(prediction: str, reference: str) -> float:
-    """ROUGE-L F-measure (longest common subsequence of stemmed words) from rouge-score, the summarisation standard."""
-    return _rouge_l_scorer().score(reference, prediction)["rougeL"].fmeasure
+def rouge(prediction: str, reference: str, english: bool = True) -> tuple[float, float, float]:
+    """ROUGE-1, ROUGE-2 and ROUGE-L F-measures from rouge-score, the summarisation standard (``english``: stemmed,
+    over a-z0-9 words; else over every letter, ``LetterTokens``)."""
+    scores = _rouge_scorer(english).score(reference, prediction)
+    return scores["rouge1"].fmeasure, scores["rouge2"].fmeasure, scores["rougeL"].fmeasure

@@ -20,7 +20,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -53,6 +53,7 @@ from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.generate import GenerationConfig, check_generative, generate
 from maskwise.tasks.items import Items
 from maskwise.tasks.reading import batches, config_of, device_of
+from maskwise.tasks.retrieve import ENGLISH_SHARE, english_share
 from maskwise.tasks.seq2seq_scores import (
     Seq2SeqRecord,
     Seq2SeqScores,
@@ -63,6 +64,9 @@ from maskwise.tasks.unit import READ_THEN_WRITE, PlaysRow, RecordRow, Row, Task,
 
 # Source length buckets in characters (the speakers passages run up to ~600 by default).
 SOURCE_EDGES = (0, 150, 300, 450, 600)
+# What a user's seq2seq rows read: ROUGE-L decides (summarisation's and headline writing's own score); the others are
+# reported beside it on the judged sources.
+WrittenMetric = Literal["ROUGE-L", "ROUGE-1", "ROUGE-2", "token F1"]
 SPEAKERS, VERSE = "speakers", "verse"
 # The plays' read-then-write tasks: passage -> speakers (``data.tasks.speaker_examples``), and verse lines from prose
 # (``data.tasks.verse_examples``), which no rule of layout answers.
@@ -79,6 +83,7 @@ class Seq2SeqConfig(FinetuneConfig):
     train_passages: int | None = None  # None: every passage
     test_passages: int = 300
     max_chars: int | None = None  # longest source; None: what fits the model's context
+    english: bool = True  # the rows are English (``Seq2Seq.read``): ROUGE stems English words, else keeps every letter
     hide_speakers: bool = False  # speaker lines removed from the source
     mid_speech: bool = False  # each passage opens inside a speech (``data.tasks.speaker_examples``)
     rename_speakers: float = 0.0  # fraction of training draws with the cast renamed (copy, not recall)
@@ -223,6 +228,7 @@ def evaluate_seq2seq(
     positions_past_pretrained: int = 0,
     plays_task: str | None = None,
     verse_train: Sequence[Seq2SeqExample] | None = None,
+    english: bool = True,
 ) -> Seq2SeqRecord:
     """Generate each test target and score it beside a baseline: the source's first ``lead`` words (a user's
     rows: the lead of a summary, the classic floor), else its first line (the plays: the first speaker; on verse, the
@@ -231,7 +237,7 @@ def evaluate_seq2seq(
     test items)."""
     predicted = predict_seq2seq(model, tokenizer, [e.source for e in test], gen, max_target_len, progress=progress)
     verse = verse_train is not None
-    scores = partial(generation_scores, examples=test, source_edges=source_edges, breaks=verse)
+    scores = partial(generation_scores, examples=test, source_edges=source_edges, breaks=verse, english=english)
     if lead is None:
         baseline = [first_speaker_baseline(e.source) for e in test]
         baseline_name = "the source as one line" if verse else "copy the first line of the source"
@@ -329,7 +335,7 @@ class VerseRow(Seq2SeqRow):
 
 @dataclass(frozen=True)
 class WrittenRow(RecordRow[Seq2SeqRecord]):
-    """A user's seq2seq row: token F1 (or ``rouge``: ROUGE-L) of the test items whose source has ``low`` characters or
+    """A user's seq2seq row: ``metric`` (``WrittenMetric``) of the test items whose source has ``low`` characters or
     more and under ``high`` (None: no bound), beside the lead, which is summarisation's classic method already (named,
     not shown twice)."""
 
@@ -338,21 +344,24 @@ class WrittenRow(RecordRow[Seq2SeqRecord]):
     given: tuple[int, ...] = ()  # each test source's characters
     low: int = 0
     high: int | None = None
-    rouge: bool = False
+    metric: WrittenMetric = "ROUGE-L"
 
     def decode(self, stored: dict[str, Any]) -> Seq2SeqRecord:
         return Seq2SeqRecord.from_json(stored)
 
-    def within(self, scored: Seq2SeqScores) -> Items:
-        """``scored``'s per-item values of the sources in this row's span."""
-        values = scored.per_example.rouge_l if self.rouge else scored.per_example.token_f1
-        assert values is not None, "a writer scored without ROUGE-L"
-        return Items([v for v, n in zip(values, self.given) if n >= self.low and (self.high is None or n < self.high)])
+    def within(self, scored: Seq2SeqScores) -> Items | None:
+        """``scored``'s per-item values of the sources in this row's span (None: a record scored without it)."""
+        per = scored.per_example
+        values = {"ROUGE-L": per.rouge_l, "ROUGE-1": per.rouge_1, "ROUGE-2": per.rouge_2, "token F1": per.token_f1}
+        chosen = values[self.metric]
+        if chosen is None:
+            return None
+        return Items([v for v, n in zip(chosen, self.given) if n >= self.low and (self.high is None or n < self.high)])
 
-    def scores(self, record: Seq2SeqRecord) -> Items:
+    def scores(self, record: Seq2SeqRecord) -> Items | None:
         return self.within(record)
 
-    def baseline(self, record: Seq2SeqRecord) -> Items:
+    def baseline(self, record: Seq2SeqRecord) -> Items | None:
         return self.within(record.baseline)
 
     def read(self, record: Seq2SeqRecord) -> tuple[list[int], list[int]]:
@@ -419,6 +428,7 @@ class Seq2Seq(Task[Seq2SeqConfig]):
                 positions_past_pretrained=past,
                 plays_task=cfg.plays_task if data is None else None,
                 verse_train=train if verse else None,
+                english=cfg.english,
             )
 
         return model, evaluate, test
@@ -445,14 +455,28 @@ class Seq2Seq(Task[Seq2SeqConfig]):
         )
 
     def read(self, spec: TaskSpec) -> UserTask:
+        """``read_pairs``' rows, scored by ROUGE-L (summarisation's and headline writing's own score), its analysis
+        fixed by the rows' language (``tasks.retrieve.english_share``, BM25's rule) before any number is seen."""
         train, test = read_pairs(spec)
+        english = english_share([t for e in [*train, *test] for t in (e.source, e.target)]) >= ENGLISH_SHARE
+        analysis = (
+            "English words stemmed (rouge-score's own tokenizer and Porter stemmer)"
+            if english
+            else "every letter kept, lower-cased, not stemmed: the rows are not English"
+        )
         return UserTask(
             spec,
             train,
             test,
             len(train),
             len(test),
-            details={"metric": "token F1", "longest_target_chars": max(len(e.target) for e in [*train, *test])},
+            details={
+                "metric": "ROUGE-L",
+                "english": english,
+                "why_metric": f"ROUGE-L F1 (rouge-score), {analysis}, decides on the longest sources read whole; "
+                "token F1 and ROUGE-1 and -2 on the same sources beside it",
+                "longest_target_chars": max(len(e.target) for e in [*train, *test]),
+            },
         )
 
     def configure(self, cfg: Seq2SeqConfig, task: UserTask, context: int) -> Seq2SeqConfig:
@@ -474,6 +498,7 @@ class Seq2Seq(Task[Seq2SeqConfig]):
         edges = tuple(dict.fromkeys((lengths[0], lengths[len(lengths) // 3], lengths[2 * len(lengths) // 3])))
         return replace(
             cfg,
+            english=task.details["english"],
             rename_speakers=0.0,
             mid_speech=False,
             max_target_len=max(8, longest + 1),
@@ -524,39 +549,43 @@ class Seq2Seq(Task[Seq2SeqConfig]):
         return cut(task.train), cut(task.test)
 
     def user_rows(self, task: UserTask, cfg: Seq2SeqConfig) -> tuple[Row, ...]:
-        """Token F1 on the longest sources read whole (judged: where the seed predicts the encoder-decoder ahead), then
-        on each shorter bucket, on sources longer than the window (read to its end: reported, never judged) and on all
-        sources, each beside the lead baseline on the same sources."""
+        """ROUGE-L on the longest sources read whole (judged: where the seed predicts the encoder-decoder ahead), with
+        token F1, ROUGE-1 and ROUGE-2 on the same sources beside it; then ROUGE-L on each shorter bucket, on sources
+        longer than the window (read to its end: reported, never judged) and on all sources, each beside the lead
+        baseline on the same sources."""
         given = [len(e.source) for e in task.test]
         window = cfg.max_chars or max(given)
         spans = list(zip(cfg.source_edges, [*cfg.source_edges[1:], window + 1]))
 
-        def row(low: int, high: int | None, name: str, rouge: bool = False) -> Row:
-            label = "ROUGE-L" if rouge else "token F1"
-            return WrittenRow(
-                f"{task.spec.name}: {label}, {name} (seq2seq)",
-                True,
-                given=tuple(given),
-                low=low,
-                high=high,
-                rouge=rouge,
-            )
+        def row(low: int, high: int | None, name: str, metric: WrittenMetric = "ROUGE-L") -> Row:
+            label = f"{task.spec.name}: {metric}, {name} (seq2seq)"
+            return WrittenRow(label, True, given=tuple(given), low=low, high=high, metric=metric)
+
+        def beside(low: int, high: int | None, name: str) -> tuple[Row, ...]:
+            """The judged sources' other scores, reported beside its ROUGE-L."""
+            return tuple(row(low, high, name, metric) for metric in ("token F1", "ROUGE-1", "ROUGE-2"))
 
         def named(low: int, high: int) -> str:
             return f"sources of {low}+ characters" if high > max(given) else f"sources of {low}-{high - 1} characters"
 
         if min(given) > window:  # no source read whole: judged on all of them, cut, and the label says so
             cut_all = f"all sources, cut at {window} characters (the trend by source length not measured)"
-            return row(0, None, cut_all), row(0, None, cut_all, rouge=True)
-        judged, *shorter = [row(low, high, named(low, high)) for low, high in reversed(spans)]
+            return row(0, None, cut_all), *beside(0, None, cut_all)
+        (low, high), *shorter_spans = reversed(spans)
+        shorter = [row(a, b, named(a, b)) for a, b in shorter_spans]
         cut = (
             (row(window + 1, None, f"sources over {window} characters, read to their first {window}"),)
             if max(given) > window
             else ()
         )
-        rouge = row(0, None, "all sources", rouge=True)  # reported beside the judged token F1
         every = (row(0, None, "all sources"),) if shorter or cut else ()
-        return (judged, *reversed(shorter), *cut, *every, rouge)
+        return (
+            row(low, high, named(low, high)),
+            *beside(low, high, named(low, high)),
+            *reversed(shorter),
+            *cut,
+            *every,
+        )
 
     def work(self, cfg: Seq2SeqConfig, task: UserTask | None, per_char: float) -> Work:
         """Each step's batch of sources with their targets trained; each test source read, then one decoding call a

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from maskwise.data.tasks import Seq2SeqExample
-from maskwise.tasks.metrics import break_f1, bucketed, exact_match, rouge_l, set_f1, token_f1
+from maskwise.tasks.metrics import break_f1, bucketed, exact_match, rouge, set_f1, token_f1
 from maskwise.tasks.record import Fields, Record
 
 
@@ -21,7 +21,10 @@ class PerExample(Fields):
     exact_match: list[float]
     items_f1: list[float]
     token_f1: list[float]
-    rouge_l: list[float] | None = None  # ROUGE-L F-measure (``rouge-score``, stemmed): summarisation's own score
+    # ROUGE-L, -1 and -2 F-measures (``metrics.rouge``): summarisation's own scores, ROUGE-L a user's verdict's.
+    rouge_l: list[float] | None = None
+    rouge_1: list[float] | None = None
+    rouge_2: list[float] | None = None
     break_f1: list[float] | None = None  # F1 over the line breaks (``metrics.break_f1``): the plays' verse task's
 
 
@@ -95,10 +98,15 @@ class Seq2SeqRecord(Seq2SeqScores, Record):
 
 
 def generation_scores(
-    predicted: Sequence[str], examples: Sequence[Seq2SeqExample], source_edges: Sequence[int], breaks: bool = False
+    predicted: Sequence[str],
+    examples: Sequence[Seq2SeqExample],
+    source_edges: Sequence[int],
+    breaks: bool = False,
+    english: bool = True,
 ) -> dict:
     """``Seq2SeqScores``' fields: exact match, F1 over the set of comma-separated items (on the plays: the speakers)
-    and token F1, overall, per example and by source length; with ``breaks``, each item's F1 over the line breaks."""
+    and token F1, overall, per example and by source length; each item's ROUGE (``english``: its analysis,
+    ``metrics.rouge``); with ``breaks``, each item's F1 over the line breaks."""
     per_example = {
         "exact_match": [exact_match(p, e.target) for p, e in zip(predicted, examples)],
         "items_f1": [set_f1(p, e.target) for p, e in zip(predicted, examples)],  # the speakers, on the plays
@@ -106,7 +114,8 @@ def generation_scores(
     }
     n = max(len(examples), 1)
     means = {name: sum(values) / n for name, values in per_example.items()}
-    per_example["rouge_l"] = [rouge_l(p, e.target) for p, e in zip(predicted, examples)]
+    rouges = [rouge(p, e.target, english) for p, e in zip(predicted, examples)]
+    per_example.update(rouge_1=[r[0] for r in rouges], rouge_2=[r[1] for r in rouges], rouge_l=[r[2] for r in rouges])
     if breaks:
         per_example["break_f1"] = [break_f1(p, e.target) for p, e in zip(predicted, examples)]
     return {
