@@ -529,7 +529,8 @@ class Tag(Task[TagConfig]):
         rules = "default (CoNLL) mode" if scheme == "IOB" else "strict mode (a chunk the scheme leaves open is none)"
         why = (
             f"its tags are a span scheme ({scheme}): entities scored as seqeval's {rules} scores them, "
-            "precision, recall and F1 pooled over the test set, its interval from redrawing texts"
+            "precision, recall and F1 pooled over the test set, its interval from redrawing sentences (documents "
+            "where the file marks them)"
             if scheme
             else "its tags are no span scheme (no B-/I-/E-/S-/L-/U- of a type): each word's tag counts on its own, "
             "F1 over the tags other than O within each text, averaged over texts"
