@@ -47,6 +47,7 @@ from maskwise.experiments.compare_plan import (
     prompted_key,
 )
 from maskwise.experiments.compare_report import (
+    WRITES_NO_ANSWER,
     CompareMeasures,
     cannot,
     data_notes,
@@ -373,10 +374,7 @@ class GivenModels(CompareStudy):
             ["latency per item at batch 1, reading (ms, p50 / p99)", *[_ms(costs[n]["read_ms"]) for n in names]],
             [
                 "time to first token at batch 1 (ms, p50 / p99)",
-                *[
-                    _ms(costs[n]["first_token_ms"]) if "first_token_ms" in costs[n] else "cannot: writes no answer"
-                    for n in names
-                ],
+                *[_ms(costs[n]["first_token_ms"]) if "first_token_ms" in costs[n] else WRITES_NO_ANSWER for n in names],
             ],
             [
                 f"peak memory of a batch of {COST_BATCH} (MB; {memory_how})",

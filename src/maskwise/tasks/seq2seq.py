@@ -20,7 +20,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
@@ -51,22 +51,21 @@ from maskwise.tasks.classic import (
 )
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.generate import GenerationConfig, check_generative, generate
-from maskwise.tasks.items import Items
 from maskwise.tasks.reading import batches, config_of, device_of
 from maskwise.tasks.retrieve import ENGLISH_SHARE, english_share
 from maskwise.tasks.seq2seq_scores import (
     Seq2SeqRecord,
-    Seq2SeqScores,
+    SpeakersRow,
+    VerseRow,
+    WrittenMetric,
+    WrittenRow,
     generation_scores,
     lead_words,
 )
-from maskwise.tasks.unit import READ_THEN_WRITE, PlaysRow, RecordRow, Row, Task, Work, mean_tokens
+from maskwise.tasks.unit import READ_THEN_WRITE, PlaysRow, Row, Task, Work, mean_tokens
 
 # Source length buckets in characters (the speakers passages run up to ~600 by default).
 SOURCE_EDGES = (0, 150, 300, 450, 600)
-# What a user's seq2seq rows read: ROUGE-L decides (summarisation's and headline writing's own score); the others are
-# reported beside it on the judged sources.
-WrittenMetric = Literal["ROUGE-L", "ROUGE-1", "ROUGE-2", "token F1"]
 SPEAKERS, VERSE = "speakers", "verse"
 # The plays' read-then-write tasks: passage -> speakers (``data.tasks.speaker_examples``), and verse lines from prose
 # (``data.tasks.verse_examples``), which no rule of layout answers.
@@ -287,85 +286,6 @@ def _plays_source_chars(cfg: Seq2SeqConfig, model: nn.Module | None) -> int:
     layout = config_of(model)
     room = layout.max_seq_len if layout.kind.two_stacks else layout.max_seq_len - (cfg.max_target_len + 2)
     return max(32, min(room, cfg.max_target_len) if cfg.plays_task == VERSE else room)
-
-
-@dataclass(frozen=True)
-class Seq2SeqRow(RecordRow[Seq2SeqRecord]):
-    """A row read from a read-then-write fine-tune's record: its JSON decoded in one place."""
-
-    def decode(self, stored: dict[str, Any]) -> Seq2SeqRecord:
-        return Seq2SeqRecord.from_json(stored)
-
-
-@dataclass(frozen=True)
-class SpeakersRow(Seq2SeqRow):
-    """The plays' passage -> speakers row: each passage's F1 over the set of speakers named, beside copying the first
-    line and the lines after a blank line."""
-
-    def scores(self, record: Seq2SeqRecord) -> Items:
-        return Items(record.per_example.items_f1)
-
-    def baseline(self, record: Seq2SeqRecord) -> Items:
-        return Items(record.baseline.per_example.items_f1)
-
-    def classic(self, record: Seq2SeqRecord) -> Items | None:
-        return None if record.classic is None else Items(record.classic.per_example.items_f1)
-
-
-@dataclass(frozen=True)
-class VerseRow(Seq2SeqRow):
-    """The plays' verse row: each source's F1 over its line breaks (``metrics.break_f1``), beside the source left as
-    one line and the verse rule chosen on the training rows (``classic.best_verse_rule``)."""
-
-    @staticmethod
-    def breaks(scored: Seq2SeqScores | None) -> Items | None:
-        """``scored``'s per-item break F1 (None: not scored on verse)."""
-        values = None if scored is None else scored.per_example.break_f1
-        return None if values is None else Items(values)
-
-    def scores(self, record: Seq2SeqRecord) -> Items | None:
-        return self.breaks(record)
-
-    def baseline(self, record: Seq2SeqRecord) -> Items | None:
-        return self.breaks(record.baseline)
-
-    def classic(self, record: Seq2SeqRecord) -> Items | None:
-        return self.breaks(record.classic)
-
-
-@dataclass(frozen=True)
-class WrittenRow(RecordRow[Seq2SeqRecord]):
-    """A user's seq2seq row: ``metric`` (``WrittenMetric``) of the test items whose source has ``low`` characters or
-    more and under ``high`` (None: no bound), beside the lead, which is summarisation's classic method already (named,
-    not shown twice)."""
-
-    baseline_name: str = "lead (the source's first words)"
-    classic_name: str = "the lead"
-    given: tuple[int, ...] = ()  # each test source's characters
-    low: int = 0
-    high: int | None = None
-    metric: WrittenMetric = "ROUGE-L"
-
-    def decode(self, stored: dict[str, Any]) -> Seq2SeqRecord:
-        return Seq2SeqRecord.from_json(stored)
-
-    def within(self, scored: Seq2SeqScores) -> Items | None:
-        """``scored``'s per-item values of the sources in this row's span (None: a record scored without it)."""
-        per = scored.per_example
-        values = {"ROUGE-L": per.rouge_l, "ROUGE-1": per.rouge_1, "ROUGE-2": per.rouge_2, "token F1": per.token_f1}
-        chosen = values[self.metric]
-        if chosen is None:
-            return None
-        return Items([v for v, n in zip(chosen, self.given) if n >= self.low and (self.high is None or n < self.high)])
-
-    def scores(self, record: Seq2SeqRecord) -> Items | None:
-        return self.within(record)
-
-    def baseline(self, record: Seq2SeqRecord) -> Items | None:
-        return self.within(record.baseline)
-
-    def read(self, record: Seq2SeqRecord) -> tuple[list[int], list[int]]:
-        return record.chars_read or record.source_chars, list(self.given)
 
 
 class Seq2Seq(Task[Seq2SeqConfig]):

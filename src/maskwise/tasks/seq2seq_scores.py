@@ -1,17 +1,25 @@
 """What a read-then-write fine-tune is scored by: a writer's (or a copying baseline's) exact match, F1 over the
-comma-separated items and token F1, per test item and by source length (and, on the plays' verse, F1 over the line
-breaks), and the record that holds them. Apart from ``tasks.seq2seq`` because scoring reads only strings: no model, no
-tokenizer."""
+comma-separated items, token F1 and ROUGE, per test item and by source length (and, on the plays' verse, F1 over the
+line breaks), the record that holds them, and the compare rows that read it. Apart from ``tasks.seq2seq`` because
+scoring reads only strings: no model, no tokenizer."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Literal
 
-from maskwise.data.tasks import Seq2SeqExample
+from maskwise.data.tasks import (
+    Seq2SeqExample,
+)
+from maskwise.tasks.items import Items
 from maskwise.tasks.metrics import break_f1, bucketed, exact_match, rouge, set_f1, token_f1
 from maskwise.tasks.record import Fields, Record
+from maskwise.tasks.unit import RecordRow
+
+# What a user's seq2seq rows read: ROUGE-L decides (summarisation's and headline writing's own score); the others are
+# reported beside it on the judged sources.
+WrittenMetric = Literal["ROUGE-L", "ROUGE-1", "ROUGE-2", "token F1"]
 
 
 @dataclass(frozen=True)
@@ -128,3 +136,79 @@ def generation_scores(
 def lead_words(train: Sequence[Seq2SeqExample]) -> int:
     """How many of the source's first words the lead baseline copies: the training targets' mean word count."""
     return max(1, round(sum(len(e.target.split()) for e in train) / max(len(train), 1)))
+
+
+@dataclass(frozen=True)
+class Seq2SeqRow(RecordRow[Seq2SeqRecord]):
+    """A row read from a read-then-write fine-tune's record: its JSON decoded in one place."""
+
+    def decode(self, stored: dict[str, Any]) -> Seq2SeqRecord:
+        return Seq2SeqRecord.from_json(stored)
+
+
+@dataclass(frozen=True)
+class SpeakersRow(Seq2SeqRow):
+    """The plays' passage -> speakers row: each passage's F1 over the set of speakers named, beside copying the first
+    line and the lines after a blank line."""
+
+    def scores(self, record: Seq2SeqRecord) -> Items:
+        return Items(record.per_example.items_f1)
+
+    def baseline(self, record: Seq2SeqRecord) -> Items:
+        return Items(record.baseline.per_example.items_f1)
+
+    def classic(self, record: Seq2SeqRecord) -> Items | None:
+        return None if record.classic is None else Items(record.classic.per_example.items_f1)
+
+
+@dataclass(frozen=True)
+class VerseRow(Seq2SeqRow):
+    """The plays' verse row: each source's F1 over its line breaks (``metrics.break_f1``), beside the source left as
+    one line and the verse rule chosen on the training rows (``classic.best_verse_rule``)."""
+
+    @staticmethod
+    def breaks(scored: Seq2SeqScores | None) -> Items | None:
+        """``scored``'s per-item break F1 (None: not scored on verse)."""
+        values = None if scored is None else scored.per_example.break_f1
+        return None if values is None else Items(values)
+
+    def scores(self, record: Seq2SeqRecord) -> Items | None:
+        return self.breaks(record)
+
+    def baseline(self, record: Seq2SeqRecord) -> Items | None:
+        return self.breaks(record.baseline)
+
+    def classic(self, record: Seq2SeqRecord) -> Items | None:
+        return self.breaks(record.classic)
+
+
+@dataclass(frozen=True)
+class WrittenRow(Seq2SeqRow):
+    """A user's seq2seq row: ``metric`` (``WrittenMetric``) of the test items whose source has ``low`` characters or
+    more and under ``high`` (None: no bound), beside the lead, which is summarisation's classic method already (named,
+    not shown twice)."""
+
+    baseline_name: str = "lead (the source's first words)"
+    classic_name: str = "the lead"
+    given: tuple[int, ...] = ()  # each test source's characters
+    low: int = 0
+    high: int | None = None
+    metric: WrittenMetric = "ROUGE-L"
+
+    def within(self, scored: Seq2SeqScores) -> Items | None:
+        """``scored``'s per-item values of the sources in this row's span (None: a record scored without it)."""
+        per = scored.per_example
+        values = {"ROUGE-L": per.rouge_l, "ROUGE-1": per.rouge_1, "ROUGE-2": per.rouge_2, "token F1": per.token_f1}
+        chosen = values[self.metric]
+        if chosen is None:
+            return None
+        return Items([v for v, n in zip(chosen, self.given) if n >= self.low and (self.high is None or n < self.high)])
+
+    def scores(self, record: Seq2SeqRecord) -> Items | None:
+        return self.within(record)
+
+    def baseline(self, record: Seq2SeqRecord) -> Items | None:
+        return self.within(record.baseline)
+
+    def read(self, record: Seq2SeqRecord) -> tuple[list[int], list[int]]:
+        return record.chars_read or record.source_chars, list(self.given)
