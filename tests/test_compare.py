@@ -14,7 +14,7 @@ from maskwise.data.tokenizers import build_tokenizer
 from maskwise.experiments.arms import WALL, Arm, StudyOptions
 from maskwise.experiments.claims import Evidence, rows_of
 from maskwise.experiments.compare import COMPARE, FAMILIES, columns_of
-from maskwise.experiments.compare_plan import ComparePlan, Reader, measure_steps
+from maskwise.experiments.compare_plan import ComparePlan, Reader, measure_steps, plan_of
 from maskwise.experiments.compare_report import CLASSIC_COLUMN, best_cell, peak_share_row, standing
 from maskwise.experiments.compare_study import ttft_buckets
 from maskwise.experiments.held_out import blank_filling
@@ -269,7 +269,7 @@ def test_the_plays_judge_verse_under_read_then_write_and_report_the_speakers_bes
         assert (tunes["verse"][1].plays_task, tunes["seq2seq"][1].plays_task) == ("verse", "speakers")
     speeds = Speeds(1e-5, 1e-5, 1e-4, 128, 64)
     readers = {f: Reader(f, family_of(f), speeds, 1.0) for f in FAMILIES}
-    steps = {e.prefix: e for e in measure_steps(plan, DEFAULT, 2, readers)}
+    steps = {e.prefix: e for e in measure_steps(plan_of(SHAKESPEARE, [], DEFAULT), DEFAULT, 2, readers)}
     assert steps["verse"].count == steps["seq2seq"].count == 4  # the two writers, two seeds: the plan counts it
     assert 0.5 < steps["verse"].seconds / steps["seq2seq"].seconds < 2.5  # steps and rows like the speakers'
     assert steps["ttft"].count == 2

@@ -33,7 +33,7 @@ from maskwise.experiments.serving import peak_memory, percentile
 from maskwise.experiments.verdict import HELD, NOT_MEASURED
 from maskwise.interop.hf_export import export_hf
 from maskwise.model.transformer import build_model
-from maskwise.recipes import COMPARE_SCALES
+from maskwise.recipes import COMPARE_SCALES, QUICK
 from maskwise.runs import (
     CONFIG_FILE,
     MODEL_FILE,
@@ -142,17 +142,15 @@ def test_each_folder_is_opened_its_family_read_and_its_fine_tuning_rate_set(mode
     assert counted.family == "encoder" and counted.kind.name == "decoder"  # counted as given, read as it is
     assert encoder.no_lm_head.startswith("cannot: no LM head") and hf_decoder.no_lm_head is None
     assert seq2seq.objective == "denoise" and decoder.objective == "clm"
-    cfg = ClassifyConfig(steps=60, batch_size=32, lr=1e-3, head_lr=3e-3)
-    tuned = encoder.fine_tuning(cfg, lambda: 100)  # HF Trainer's defaults: 3 epochs of 13 batches of 8
-    assert (tuned.steps, tuned.batch_size, tuned.lr, tuned.head_lr, tuned.warmup) == (39, 8, 5e-5, 5e-5, 0.0)
-    assert decoder.fine_tuning(cfg, lambda: 100) == cfg  # a body trained from scratch here: the scale's config
+    cfg = ClassifyConfig(steps=60, batch_size=32, lr=1e-4, head_lr=1e-4, warmup=0.0)
+    tuned = encoder.fine_tuning(cfg, 100)  # pretrained elsewhere: 3 epochs of 13 batches of 8, HF Trainer's rate
+    assert (tuned.steps, tuned.batch_size, tuned.lr, tuned.head_lr, tuned.warmup) == (39, 8, 5e-5, 5e-5, 0.1)
+    scratch = decoder.fine_tuning(cfg, 100)  # pretrained here: 3 epochs of 4 batches of the kind's 32, scratch rates
+    assert (scratch.steps, scratch.batch_size, scratch.lr, scratch.head_lr, scratch.warmup) == (12, 32, 1e-3, 3e-3, 0.1)
     rerank = RerankConfig()
-    assert (
-        encoder.fine_tuning(rerank, lambda: 8).readout == "segments"
-        and decoder.fine_tuning(rerank, lambda: 8).readout == "cls"
-    )
-    assert (
-        open_models([ModelSpec("x", str(models["decoder-hf"]), body="scratch")])[0].fine_tuning(cfg, lambda: 8) == cfg
+    assert encoder.fine_tuning(rerank, 8).readout == "segments" and decoder.fine_tuning(rerank, 8).readout == "cls"
+    assert open_models([ModelSpec("x", str(models["decoder-hf"]), body="scratch")])[0].fine_tuning(cfg, 8) == (
+        decoder.fine_tuning(cfg, 8)
     )
 
 
@@ -333,16 +331,19 @@ def test_compare_models_runs_end_to_end_with_its_cost_table(models, tmp_path, ca
     )
     assert code == 0, err
     assert "plan: 4 models x 1 fine-tuning seed(s), nothing pretrained; per model and seed" in err
-    assert "fine-tuned 3 epochs at batch 8, HF Trainer's defaults): topics ~" in err
+    assert "every body fine-tuned 3 epochs of each task's training rows): topics ~" in err
     results = json.loads((out / "results.json").read_text())
     assert results["table"]["columns"] == ["task", "bert", "dec", "dec-hf", "ed", CLASSIC_COLUMN, "best"]
     rows = {row[0]: row[1:] for row in results["table"]["rows"]}
     assert rows["held-out next-token loss (nats/char) [95% interval]"][0].startswith("cannot: no LM head")
-    assert rows["fine-tuning"][0].startswith("3 epochs") and rows["fine-tuning"][2].startswith("the scale")
+    origins = rows["fine-tuning batch and rates"]
+    assert origins[0] == "pretrained elsewhere" and origins[2].startswith("pretrained here")
     topics_rows = len(read_labelled(TaskSpec("topics", "classify", str(files["classify"])))[0])
     steps = dict(cell.rsplit(" ", 3)[0:2] for cell in rows["fine-tuning steps x batch"][0].split("; "))
     assert steps["topics"] == f"{math.ceil(3 * math.ceil(topics_rows / 8)):,}"  # the rule counted its rows
-    assert rows["fine-tuning steps x batch"][2].startswith("topics 3 x ")  # a scratch body: the config's 3 steps
+    batch = QUICK.config_of("classify").batch_size  # a scratch body: the same 3 epochs at the kind's batch
+    scratch = rows["fine-tuning steps x batch"][2]
+    assert scratch.startswith(f"topics {math.ceil(3 * math.ceil(topics_rows / batch)):,} x {batch}")
     prompted = [
         rows[f"topics: accuracy by prompting, {way}, no fine-tuning (classify) [95% interval]"]
         for way in ("zero-shot", "few-shot, 1 training example(s) per label in the prompt")

@@ -47,8 +47,8 @@ def test_matched_ffn_width_pays_for_cross_attention_exactly():
 def test_compare_fine_tunes_with_the_shared_recipe():
     s = COMPARE_SCALES["default"]
     expected = {
-        "classify": {"batch_size": 32, "lr": 1e-3, "head_lr": 3e-3, "steps": 400, "plays_task": "line-order"},
-        "embed": {"batch_size": 32, "lr": 1e-3, "train_pairs": 3000},
+        "classify": {"batch_size": 32, "lr": 1e-3, "head_lr": 3e-3, "steps": 375, "plays_task": "line-order"},
+        "embed": {"batch_size": 32, "lr": 1e-3, "train_pairs": 2000},
         "seq2seq": {"max_target_len": 64, "rename_speakers": 0.5, "max_chars": 120, "mid_speech": True},
         "verse": {"plays_task": "verse", "steps": 600, "max_chars": 120, "max_target_len": 120, "rename_speakers": 0.0},
     }
@@ -64,7 +64,7 @@ def test_a_retuned_scale_changes_only_what_it_names():
     quick = s.retuned("q", seconds=5.0, tasks={TagConfig: {"steps": 7}})
     assert quick.name == "q" and quick.seconds == 5.0 and quick.d_model == s.d_model
     assert quick.tasks["tag"].steps == 7 and quick.tasks["tag"].train_windows == s.tasks["tag"].train_windows
-    assert quick.tasks["embed"] == s.tasks["embed"] and s.tasks["tag"].steps == 150  # the original is untouched
+    assert quick.tasks["embed"] == s.tasks["embed"] and s.tasks["tag"].steps == 300  # the original is untouched
     assert set(s.tasks) == {*TASKS, "verse"}  # every task has its recipe, by the CLI's names, and the plays' verse
     verse = s.retuned("v", tasks={"verse": {"steps": 9}}).tasks  # a fine-tune named, not a kind
     assert verse["verse"].steps == 9 and verse["seq2seq"] == s.tasks["seq2seq"]

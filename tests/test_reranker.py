@@ -249,7 +249,7 @@ def test_reranker_ablation_starts_its_cross_encoder_from_a_folder_on_a_beir_task
         5e-5,
         5e-5,
         8,
-    )  # a pretrained body: HF Trainer's defaults (``finetune.PRETRAINED``)
+    )  # a pretrained body: HF Trainer's batch and rate (``finetune.FINE_TUNING``)
     assert cross["settings"]["readout"] == cross["readout"] == "segments"  # a pretrained body scores as it was trained
     assert any(f"the folder {bert_folder.resolve()}" in note for note in results["notes"])
     assert results["settings"]["models"] == f"cross={bert_folder}"

@@ -179,6 +179,36 @@ def test_finetune_on_own_data(runs, tmp_path, capsys):
     assert results["baseline"]["name"].startswith("the source's first") and "items_f1" in results  # the lead
 
 
+def test_finetune_applies_the_fine_tuning_rule_unless_a_flag_sets_it(runs, tmp_path, capsys):
+    """``maskwise finetune`` trains as compare does: 3 epochs of the training rows, the batch and rates by the
+    body's origin (a run folder: scratch, unless --body says pretrained); --steps and --lr still win."""
+    data = tmp_path / "rows.csv"
+    data.write_text("text,label\n" + "".join(f"line {i} of the play,{'ab'[i % 2]}\n" for i in range(40)))
+    common = ["--data", data, "--no-progress", "--plays-task", "genre"]
+    code, _, err = cli(capsys, "finetune", "classify", runs["encoder"], "--out", tmp_path / "a", *common)
+    assert code == 0, err
+    tuning = json.loads((tmp_path / "a" / "results.json").read_text())["fine_tuning"]
+    rows = tuning["rows"]  # 36: 10% of the 40 held out for evaluation
+    assert tuning == {
+        "rows": rows,
+        "epochs": tuning["steps"] * 16 / rows,
+        "steps": 3 * -(-rows // 16),
+        "batch_size": 16,
+        "lr": 1e-3,
+        "head_lr": 3e-3,
+        "body": "scratch",
+    }
+    assert f"fine-tuned: {tuning['steps']} steps at batch 16 over {rows} training rows" in err
+    pretrained = ["--body", "pretrained", "--lr", "1e-4"]
+    code, _, err = cli(capsys, "finetune", "classify", runs["encoder"], "--out", tmp_path / "b", *pretrained, *common)
+    assert code == 0, err
+    tuning = json.loads((tmp_path / "b" / "results.json").read_text())["fine_tuning"]
+    expected = (3 * -(-rows // 8), 8, 1e-4, 5e-5)  # HF Trainer's batch and head rate, the body's rate as given
+    assert (tuning["steps"], tuning["batch_size"], tuning["lr"], tuning["head_lr"]) == expected
+    code, _, err = cli(capsys, "finetune", "classify", runs["encoder"], "--out", tmp_path / "c", "--steps", 2, *common)
+    assert code == 0 and json.loads((tmp_path / "c" / "results.json").read_text())["fine_tuning"]["steps"] == 2
+
+
 def test_finetune_rerank_reports_gains_with_intervals(runs, tmp_path, capsys):
     out = tmp_path / "rerank"
     code, stdout, err = cli(

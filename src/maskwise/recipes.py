@@ -35,13 +35,17 @@ def by_kind(*configs: FinetuneConfig) -> dict[str, FinetuneConfig]:
 
 
 # The default scale's fine-tunes: how long each trains and on how many rows is the scale's choice, beside its block and
-# clock, not the task's. Rerank: 8 queries x 3 negatives x 192 tokens, a third of RerankConfig's 7 x 256, which these
-# bodies learned no more from (docs/results.md).
+# clock, not the task's. compare fine-tunes by one rule (``finetune.FINE_TUNING``: 3 epochs of the training rows, a
+# scratch body's rates), so a compare fine-tune's ``steps`` is its budget: the plays' rows are as many as 3 epochs fit
+# in it (tests/test_fine_tuning_rule.py), and a user's task draws at most that many (``compare_plan.budgeted``).
+# Rerank: 8 queries x 3 negatives x 192 tokens, a third of RerankConfig's 7 x 256, which these bodies learned no more
+# from (docs/results.md).
 DEFAULT_FINETUNES: dict[str, FinetuneConfig] = by_kind(
     # Line order (compare's classification row): the train plays hold 14,098 pairs an order, the test plays 3,255.
-    # 400 steps: at 100 an ablation's 1.4 M-token encoder stayed near chance (docs/results.md).
+    # 375 steps (3 epochs of 4,000 pairs): at 100 an ablation's 1.4 M-token encoder stayed near chance
+    # (docs/results.md).
     ClassifyConfig(
-        steps=400,
+        steps=375,
         batch_size=32,
         lr=1e-3,
         head_lr=3e-3,
@@ -51,7 +55,7 @@ DEFAULT_FINETUNES: dict[str, FinetuneConfig] = by_kind(
     ),
     # Pairs drawn among every train speech; the collection: 500 of the test plays' ~2,000 speeches (in
     # all of them one relevant speech is a needle a minutes-old model does not find), each a query.
-    EmbedConfig(steps=100, batch_size=32, lr=1e-3, train_pairs=3000, test_queries=500, test_docs=500),
+    EmbedConfig(steps=189, batch_size=32, lr=1e-3, train_pairs=2000, test_queries=500, test_docs=500),
     # Passages of up to 120 characters (the encoder-decoder's half of the block holds them whole), opened
     # inside a speech so that the answer is never the first line; half the training draws with the cast
     # renamed: the names must be copied from the source, not recalled. 600 steps: enough for the copying
@@ -71,7 +75,7 @@ DEFAULT_FINETUNES: dict[str, FinetuneConfig] = by_kind(
     ),
     # 1,000 test windows of whole words from the six test plays, 120 characters: within every family's
     # context, the encoder-decoder's half of the block included, with room for [CLS].
-    TagConfig(steps=150, batch_size=16, lr=1e-3, head_lr=3e-3, train_windows=4000, test_windows=1000, window_chars=120),
+    TagConfig(steps=300, batch_size=16, lr=1e-3, head_lr=3e-3, train_windows=1600, test_windows=1000, window_chars=120),
     # The reranker ablation (compare has no reranking row): 60 test queries, each over its BM25 top 100,
     # read three ways a seed: what fits its 30 minutes on 2 CPU cores.
     RerankConfig(
@@ -81,14 +85,15 @@ DEFAULT_FINETUNES: dict[str, FinetuneConfig] = by_kind(
     # Verse from prose (compare's judged read-then-write row): 2-4 lines of a verse speech, up to 120 characters as
     # passage -> speakers' (the test plays hold 3,826 such sources, 88 characters on average), written back in their
     # lines: the target is as long as its source, which the decoder's block holds beside it (120 + 120 + 2 of 256).
-    # Its steps and rows are passage -> speakers'; 12 a batch, not 16, trains as many tokens as its 16 passages and
-    # their names (the time plan: ~60 s a writer, where 16 took ~85 s and the default compare ~15 min on one thread).
+    # Its 600 steps are passage -> speakers' budget (3 epochs of 2,400 sources); 12 a batch, not 16, trains as many
+    # tokens as its 16 passages and their names (the time plan: ~60 s a writer, where 16 took ~85 s and the default
+    # compare ~15 min on one thread).
     VERSE: Seq2SeqConfig(
         steps=600,
         batch_size=12,
         lr=1e-3,
         plays_task=VERSE,
-        train_passages=2000,
+        train_passages=2400,
         test_passages=200,
         max_chars=120,
         max_target_len=120,
@@ -262,10 +267,10 @@ QUICK = DEFAULT.retuned(
     ttft_repeats=10,
     tasks={
         ClassifyConfig: {"steps": 60, "train_per_label": 300, "test_per_label": 100},
-        EmbedConfig: {"steps": 30, "train_pairs": 600, "test_queries": 150, "test_docs": 300},
-        Seq2SeqConfig: {"steps": 30, "train_passages": 400, "test_passages": 60},
-        VERSE: {"steps": 30, "train_passages": 400, "test_passages": 60},
-        TagConfig: {"steps": 60, "train_windows": 1000, "test_windows": 300},
+        EmbedConfig: {"steps": 30, "train_pairs": 320, "test_queries": 150, "test_docs": 300},
+        Seq2SeqConfig: {"steps": 30, "train_passages": 160, "test_passages": 60},
+        VERSE: {"steps": 30, "train_passages": 120, "test_passages": 60},
+        TagConfig: {"steps": 60, "train_windows": 320, "test_windows": 300},
     },
 )
 
@@ -286,11 +291,11 @@ GPU = DEFAULT.retuned(
     min_steps=1500,
     held_out_chars=8000,
     tasks={
-        ClassifyConfig: {"steps": 800, "train_per_label": 8000, "test_per_label": 1000},
-        EmbedConfig: {"steps": 400, "train_pairs": 8000},
-        Seq2SeqConfig: {"steps": 600, "train_passages": 6000, "max_chars": 400, "max_target_len": 48},
-        VERSE: {"steps": 600, "train_passages": 6000},  # 120 characters: ~40 byte-level BPE tokens, target as many
-        TagConfig: {"steps": 400, "train_windows": 8000, "test_windows": 2000, "window_chars": 400},
+        ClassifyConfig: {"steps": 800, "train_per_label": 4000, "test_per_label": 1000},
+        EmbedConfig: {"steps": 400, "train_pairs": 4000},
+        Seq2SeqConfig: {"steps": 600, "train_passages": 3200, "max_chars": 400, "max_target_len": 48},
+        VERSE: {"steps": 600, "train_passages": 2400},  # 120 characters: ~40 byte-level BPE tokens, target as many
+        TagConfig: {"steps": 400, "train_windows": 2000, "test_windows": 2000, "window_chars": 400},
     },
 )
 

@@ -13,11 +13,11 @@ them). Choosing per task the best model of each family instead would select on t
 then reads (a winner's curse that a paired interval does not account for), so the judged pair is fixed by the
 command line before any number is seen. The "best" column chooses among every model.
 
-One fine-tuning rule for every model and task (``Candidate.fine_tuning``): a pretrained body (an HF folder, unless
-``body=scratch``) by HF Trainer's defaults (``finetune.PRETRAINED``: 3 epochs of the task's training rows at batch 8,
-lr 5e-5, no warmup), so that each checkpoint is trained as the standard tool would train it and sees every training
-row equally often; a body trained from scratch here (a run folder, or ``body=scratch``) at the scale's task config,
-as compare's own bodies are (docs/your-candidates.md says why those keep the scale's steps).
+One fine-tuning rule for every model and task (``finetune.FINE_TUNING``, ``Candidate.fine_tuning``): every body sees
+each training row the same number of times (3 epochs); a pretrained body (an HF folder, unless ``body=scratch``) at HF
+Trainer's batch 8 and lr 5e-5, so that each checkpoint is trained as the standard tool would train it; a body trained
+from scratch here (a run folder, or ``body=scratch``) at the kind's batch and a scratch body's rates, as compare's own
+bodies are.
 
 A model that writes and has an LM head also classifies each classification task by prompting (``prompting``: each
 label scored as the prompt's continuation, zero-shot and with one training example per label), in rows beside its
@@ -71,7 +71,7 @@ from maskwise.interop import folders
 from maskwise.recipes import CompareSettings
 from maskwise.runtime import Runtime
 from maskwise.tasks.classify import zero_shot_classify
-from maskwise.tasks.finetune import PRETRAINED
+from maskwise.tasks.finetune import FINE_TUNING
 from maskwise.tasks.reading import config_of
 from maskwise.tasks.registry import READ_THEN_WRITE, TASKS
 from maskwise.tasks.unit import Speeds
@@ -285,7 +285,7 @@ class GivenModels(CompareStudy):
                 "",
             ],
             ["parameters", *[f"{c.parameters['total']:,}" for c in models], "", ""],
-            ["fine-tuning", *[c.rate for c in models], "", ""],
+            ["fine-tuning batch and rates", *[c.origin for c in models], "", ""],
             ["fine-tuning steps x batch", *[steps_taken(m.measured[WALL][c.name][0]) for c in models], "", ""],
         ]
         e = evidence(m)
@@ -328,10 +328,10 @@ class GivenModels(CompareStudy):
                 + ". Picking each family's best model per task would select on the test items the verdict reads."
             ),
             (
-                f"Fine-tuning, one rule for every model: a pretrained body (an HF folder unless body=scratch) "
-                f"{PRETRAINED.described()}; a body trained from scratch (a maskwise run folder, or body=scratch) at "
-                "the scale's steps and rates per task. The steps each model took are in the table. "
-                "`--seeds` are fine-tuning seeds: the models are fixed."
+                f"Fine-tuning, one rule for every model: {FINE_TUNING.described()} (an HF folder is pretrained "
+                "elsewhere unless body=scratch; a maskwise run folder, or body=scratch, pretrained here). A "
+                "cross-encoder scores by the cosine of its query's and passage's mean states. The steps each model "
+                "took are in the table. `--seeds` are fine-tuning seeds: the models are fixed."
             ),
             (
                 "Each model reads each text through its own tokenizer, up to the smallest model's context in its own "

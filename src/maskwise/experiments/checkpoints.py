@@ -6,7 +6,7 @@ and takes its learning rates here too."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,10 +19,9 @@ from maskwise.interop import folders
 from maskwise.interop.hf_keys import architectures
 from maskwise.model.accounting import parameter_breakdown
 from maskwise.runtime import Runtime
-from maskwise.tasks.finetune import PRETRAINED, C
+from maskwise.tasks.finetune import BODIES, FINE_TUNING, C
 from maskwise.tasks.reading import config_of
 
-BODIES = ("pretrained", "scratch")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a column, a file name and a step name at once
 
 
@@ -103,26 +102,19 @@ class Candidate:
     family: str  # the family the claims count it as: its model's, or the one ``family=`` gave
     kind: Family  # how its model reads (``ModelConfig.kind``)
     hf: bool  # an HF folder (else a maskwise run folder)
-    scratch: bool  # its body was trained from scratch: fine-tuned at the recipe's rates
+    scratch: bool  # its body was trained here from scratch: fine-tuned at a scratch body's batch and rates
     objective: str  # how its pretraining asked for a blank (an encoder-decoder's: span for T5, denoise for BART)
     no_lm_head: str | None  # the report's cell for the rows that need a vocabulary head it lacks; None: it has one
     parameters: dict  # ``parameter_breakdown`` of its model
     context: int  # the tokens its (encoder) stack reads
 
-    def fine_tuning(self, cfg: C, rows: Callable[[], int]) -> C:
-        """The one rule (``candidates``' docstring): the scale's config for a body trained from scratch, HF Trainer's
-        defaults for a pretrained one (``finetune.PRETRAINED``) over the task's ``rows()`` training rows (counted only
-        here: the plays' are drawn to count them)."""
-        return cfg if self.scratch else PRETRAINED.applied(cfg, rows())
+    def fine_tuning(self, cfg: C, rows: int) -> C:
+        """The one rule (``finetune.FINE_TUNING``) for this model's body over the task's ``rows`` training rows."""
+        return FINE_TUNING.applied(cfg, rows, pretrained=not self.scratch)
 
     @property
-    def rate(self) -> str:
-        return (
-            "the scale's steps and rates (a body trained from scratch)"
-            if self.scratch
-            else f"{PRETRAINED.described()}; a cross-encoder scores by the cosine of its query's and passage's mean "
-            "states"
-        )
+    def origin(self) -> str:
+        return "pretrained here (a scratch body's batch and rates)" if self.scratch else "pretrained elsewhere"
 
     def described(self) -> dict:
         return {

@@ -60,6 +60,7 @@ from maskwise.families import FAMILIES, family_of
 from maskwise.interop.hf_export import hf_config
 from maskwise.recipes import CompareSettings
 from maskwise.runtime import Runtime
+from maskwise.tasks.finetune import FINE_TUNING
 from maskwise.tasks.unit import Speeds
 
 
@@ -231,8 +232,10 @@ class Compare(CompareStudy):
                 "otherwise the cell says 'at chance' (no family clears the baseline) or 'within noise'."
             ),
             (
-                "Every family uses the same block; only the attention mask and the loss differ. Fine-tuning: the "
-                "same steps, batch and learning rate per task for every family."
+                "Every family uses the same block; only the attention mask and the loss differ. Fine-tuning, one rule "
+                f"for every family and task: {FINE_TUNING.described()}. Where a task's rows are more than the scale's "
+                "budget of steps affords at those epochs, fewer rows are drawn (the data notes say so), never fewer "
+                "epochs."
             ),
             *[
                 f"The {a.label} column ({objective_of(m, a)} pretraining on the {a.settings['family']} family): every "

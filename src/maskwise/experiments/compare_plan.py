@@ -21,7 +21,7 @@ from maskwise.experiments.eta import Expected
 from maskwise.experiments.held_out import opening
 from maskwise.families import FAMILIES, Family
 from maskwise.recipes import CompareSettings
-from maskwise.tasks.finetune import PRETRAINED, FinetuneConfig
+from maskwise.tasks.finetune import FINE_TUNING, FinetuneConfig
 from maskwise.tasks.items import Items
 from maskwise.tasks.registry import (
     READ_THEN_WRITE,
@@ -49,6 +49,7 @@ class ComparePlan:
     models: tuple[Candidate, ...] = ()  # in the order given; none: the families are pretrained (``compare --model``)
     context: int = 0  # tokens the smallest family's (or given model's) stack was pretrained to hold
     narrowed: str = ""  # why a task reads less than its rows hold (``compare_study.fitted``): the time plan's numbers
+    training: dict[str, int] = field(default_factory=dict)  # fine-tune key -> the training rows it draws (an epoch)
 
     def reconfigured(self, name: str, cfg: FinetuneConfig) -> ComparePlan:
         """This plan with task ``name`` at ``cfg`` (its variants with it) and the rows that config gives."""
@@ -74,12 +75,13 @@ class ComparePlan:
         """The columns a row's "best" is chosen among: the three families, or every model given."""
         return tuple(c.name for c in self.models) or FAMILIES
 
-    def for_model(self, column: str, kind: str, cfg: FinetuneConfig, task: UserTask | None) -> FinetuneConfig:
-        """``cfg`` as ``column`` fine-tunes task ``kind`` (the user's ``task``, else the plays'): as it is for a family
-        pretrained here, by the model's fine-tuning rule for a model given (``checkpoints.Candidate.fine_tuning``),
-        which counts the task's training rows only where it needs them."""
+    def for_model(self, column: str, key: str, cfg: FinetuneConfig) -> FinetuneConfig:
+        """``cfg`` as ``column`` fine-tunes ``key``: by the one rule (``finetune.FINE_TUNING``) over the fine-tune's
+        training rows, at a scratch body's batch and rates for a family pretrained here, by its body's origin for a
+        model given (``checkpoints.Candidate.fine_tuning``)."""
         model = next((c for c in self.models if c.name == column), None)
-        return cfg if model is None else model.fine_tuning(cfg, partial(TASKS[kind].training_rows, cfg, task))
+        rows = self.training[key]
+        return FINE_TUNING.applied(cfg, rows, pretrained=False) if model is None else model.fine_tuning(cfg, rows)
 
     @property
     def plays_tasks(self) -> dict[str, str]:
@@ -137,7 +139,7 @@ class ComparePlan:
         if task is None:
             return recipe.task(key, seed, progress), None
         cfg = replace(self.configs[key], seed=seed, data_seed=seed, test_seed=seed, progress=progress)
-        return cfg, TASKS[kind].run_data(task, cfg)
+        return cfg, TASKS[kind].user_data(task, cfg)
 
     @cached_property  # its files hashed once: the settings record and the report's notes both read it
     def described(self) -> dict:
@@ -155,6 +157,7 @@ class ComparePlan:
                     if (reading := TASKS[t.spec.kind].reading(self.configs[t.spec.name], t, self.context))
                     else {}
                 ),
+                **({"drawn": drawn} if (drawn := self.drawn(t)) else {}),
             }
             for t in self.tasks
         ]
@@ -164,6 +167,25 @@ class ComparePlan:
             "scope": self.scope,
             **({"narrowed": self.narrowed} if self.narrowed else {}),
         }
+
+    def drawn(self, task: UserTask) -> str:
+        """What of ``task``'s training rows its fine-tunes draw, where a budget draws fewer than it holds (else "")."""
+        cfg = self.configs[task.spec.name]
+        available = TASKS[task.spec.kind].rows_available(cfg, task)
+        if cfg.max_train_rows is None or cfg.max_train_rows >= available:
+            return ""
+        return (
+            f"{cfg.max_train_rows:,} of its {available:,} training rows drawn (seed {cfg.data_seed}): "
+            f"{FINE_TUNING.epochs:g} epochs of them is what the scale's budget of {cfg.steps:,} steps at batch "
+            f"{cfg.batch_size} affords; the rule's epochs stay, the rows give"
+        )
+
+
+def budgeted(kind: str, cfg: FinetuneConfig, task: UserTask) -> FinetuneConfig:
+    """``cfg`` drawing at most the training rows whose ``FINE_TUNING.epochs`` fit in its steps at its batch
+    (compare's own bodies: the scale's steps are its budget)."""
+    within = FINE_TUNING.rows_within(cfg.steps, cfg.batch_size)
+    return cfg if TASKS[kind].rows_available(cfg, task) <= within else replace(cfg, max_train_rows=within)
 
 
 def with_variants(task: UserTask, cfg: FinetuneConfig) -> dict[str, FinetuneConfig]:
@@ -190,7 +212,8 @@ def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings, models: Se
         context = s.block_size // 2 if s.split_context else s.block_size
     configs: dict[str, FinetuneConfig] = {}
     for t in tasks:
-        configs.update(with_variants(t, TASKS[t.spec.kind].configure(s.config_of(t.spec.kind), t, context)))
+        cfg = TASKS[t.spec.kind].configure(s.config_of(t.spec.kind), t, context)
+        configs.update(with_variants(t, cfg if models else budgeted(t.spec.kind, cfg, t)))
     for task in tasks:
         shared = shared_with_training(task)
         if shared:
@@ -207,6 +230,8 @@ def plan_of(data: str, specs: Sequence[TaskSpec], s: CompareSettings, models: Se
                 stacklevel=2,
             )
     plan = ComparePlan(data, tasks, configs, rows_of(tasks, configs, plays=data == SHAKESPEARE), tuple(models), context)
+    training = {key: TASKS[kind].training_rows(cfg, task) for key, (kind, cfg, task) in plan.fine_tunes(s).items()}
+    plan = replace(plan, training=training)
     return replace(plan, rows=plan.rows + prompting_rows(plan)) if models else plan
 
 
@@ -257,8 +282,9 @@ def prompting_rows(plan: ComparePlan) -> tuple[CompareRow, ...]:
 # ---- the time plan ------------------------------------------------------------------------------------------
 
 # A pretraining run's seconds beyond its clock (setup, evaluations, checkpoints: 128-132 s for 120 on 2 cores), and
-# the held-out text's measures and the first-token timing of a run before any has been timed (2-12 s measured).
-PRETRAIN_OVERHEAD_S, HELD_OUT_S, TTFT_S = 9.0, 6.0, 3.0
+# the held-out text's measures and the first-token timing of a run before any has been timed (2-12 s measured; the
+# first-token timing on the plays' longest verse sources took 3.9 s in the Quick start on a 2-core Xeon).
+PRETRAIN_OVERHEAD_S, HELD_OUT_S, TTFT_S = 9.0, 6.0, 4.0
 MIN_PRETRAIN_SHARE = 0.5  # the budget never shortens pretraining below this share of the scale's clock
 
 
@@ -300,9 +326,8 @@ class TimePlan:
         if "pretrain" not in each:  # the models given (``compare --model``), each probed on its own weights
             return (
                 f"plan: {len(columns)} models x {seeds} fine-tuning seed(s), nothing pretrained; per model and "
-                "seed, estimated at this machine's speeds (each model probed on its own weights; a pretrained "
-                f"body fine-tuned {PRETRAINED.epochs:g} epochs at batch {PRETRAINED.batch_size}, HF Trainer's "
-                "defaults): "
+                "seed, estimated at this machine's speeds (each model probed on its own weights; every body fine-tuned "
+                f"{FINE_TUNING.epochs:g} epochs of each task's training rows): "
                 + ", ".join(f"{e.prefix} ~{e.seconds:.0f} s" for e in tasks)
                 + f"; about {self.total / 60:.0f} min in all"
             )
@@ -333,10 +358,13 @@ def held_out_seconds(r: Reader) -> float:
     return HELD_OUT_S * r.factor
 
 
-def fine_tune_seconds(plan: ComparePlan, kind: str, cfg: FinetuneConfig, task: UserTask | None, r: Reader) -> float:
-    """The seconds of fine-tuning and evaluating task ``kind`` (on the user's ``task``, or the plays') for the column
-    ``r``, at the config it fine-tunes by (``ComparePlan.for_model``), from the work it does at ``r``'s speeds."""
-    return TASKS[kind].work(plan.for_model(r.name, kind, cfg, task), task, r.tokens_per_char).seconds(r.speeds)
+def fine_tune_seconds(
+    plan: ComparePlan, key: str, kind: str, cfg: FinetuneConfig, task: UserTask | None, r: Reader
+) -> float:
+    """The seconds of fine-tune ``key`` (task ``kind`` on the user's ``task``, or the plays') and its evaluation for
+    the column ``r``, at the config it fine-tunes by (``ComparePlan.for_model``), from the work it does at ``r``'s
+    speeds."""
+    return TASKS[kind].work(plan.for_model(r.name, key, cfg), task, r.tokens_per_char).seconds(r.speeds)
 
 
 def each_of(prefix: str, readers: Sequence[Reader], seconds: Callable[[Reader], float], runs: int) -> Expected:
@@ -355,7 +383,7 @@ def measure_steps(plan: ComparePlan, s: CompareSettings, seeds: int, readers: Ma
             each_of(
                 key,
                 [r for r in columns if cannot(r.kind, kind) is None],
-                partial(fine_tune_seconds, plan, kind, cfg, task),
+                partial(fine_tune_seconds, plan, key, kind, cfg, task),
                 seeds,
             )
             for key, (kind, cfg, task) in tasks.items()

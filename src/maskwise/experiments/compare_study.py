@@ -124,7 +124,7 @@ def fine_tune(key: str, kind: str, task: UserTask | None, setup: Setup, name: st
     the scale's; the seed draws the batches and the plays' rows), evaluate it, and keep it as a run folder
     under ``FINE_TUNED`` so that the winner can be evaluated again or exported (``maskwise export``)."""
     cfg, data = setup.plan.fine_tune(key, kind, task, setup.recipe, seed, setup.progress)
-    cfg = setup.plan.for_model(column_of(name), kind, cfg, task)
+    cfg = setup.plan.for_model(column_of(name), key, cfg)
     run = setup.exp.load(name)
     result = run_task(cfg, run.model, run.tokenizer, setup.exp.runtime, data=data, label=name)
     folder = setup.exp.out / FINE_TUNED / step_name(key, name)

@@ -43,10 +43,13 @@ class FinetuneConfig:
     # the test draw fixed, so that seeds share one test set; an experiment draws both with its seed.
     data_seed: int = 0
     test_seed: int = 0
+    # The most of a user's training rows drawn (by ``data_seed``; ``Task.user_data``): where a budget cannot afford the
+    # fine-tuning rule's epochs over all of them (compare's own bodies). None: every row.
+    max_train_rows: int | None = None
 
     def validate(self) -> FinetuneConfig:
-        for name in ("steps", "batch_size"):
-            if getattr(self, name) <= 0:
+        for name in ("steps", "batch_size", "max_train_rows"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise UserError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         check_optimization(self)
         if not 0.0 <= self.warmup < 1.0:
@@ -68,39 +71,58 @@ C = TypeVar("C", bound=FinetuneConfig)
 
 
 @dataclass(frozen=True)
-class PretrainedRule:
-    """How a body pretrained elsewhere is fine-tuned: HF Trainer's defaults, which its Seq2SeqTrainer and
-    sentence-transformers' trainer share (3 epochs at batch 8, lr 5e-5 for body and head alike, no warmup, no weight
-    decay). Epochs, not a step count, so that every checkpoint sees each training row equally often whatever the
-    task's size; maskwise's loop reaches what Trainer reaches on MiniLM under it (benchmarks/bench_minilm_finetune.py,
-    docs/results.md). Where the loops still differ, maskwise's stays: a cosine decay, batches drawn with replacement."""
+class FineTuningRule:
+    """How every body is fine-tuned, in compare (each column of one run) and by ``maskwise finetune``: the same epochs
+    of the task's training rows, warmup, weight decay and cosine decay for all, so that no column wins by seeing its
+    rows more often. Only the batch and the rates follow the body's origin, by this one stated rule: a body pretrained
+    elsewhere at HF Trainer's batch 8 and 5e-5 for body and head (what the field fine-tunes such a checkpoint by; at
+    batch 8 maskwise's loop reaches Trainer's on MiniLM: benchmarks/bench_minilm_finetune.py), a body pretrained here
+    for minutes, whose weights have not settled, at the kind's batch, 20x the rate and a head at 3x its body's (the
+    rates compare's scratch bodies were measured at, docs/results.md). Epochs, not steps: where a budget cannot
+    afford them, what gives is the number of training rows drawn (``rows_within``), never the rule."""
 
     epochs: float = 3.0
-    batch_size: int = 8
-    lr: float = 5e-5
+    warmup: float = 0.1  # fraction of steps (BERT's recipe)
+    weight_decay: float = 0.01
+    pretrained_batch: int = 8
+    pretrained_lr: float = 5e-5
+    scratch_lr: float = 1e-3
+    scratch_head_lr: float = 3e-3
 
-    def steps(self, rows: int) -> int:
+    def steps(self, rows: int, batch_size: int) -> int:
         """The optimizer steps of ``epochs`` passes over ``rows`` training rows, each pass's last batch kept."""
-        return max(1, math.ceil(self.epochs * math.ceil(rows / self.batch_size)))
+        return max(1, math.ceil(self.epochs * math.ceil(rows / batch_size)))
 
-    def applied(self, cfg: C, rows: int) -> C:
-        """``cfg`` under this rule for a task of ``rows`` training rows (its other settings as they are)."""
-        return replace(
-            cfg.for_pretrained_body(self.lr, self.lr),
-            steps=self.steps(rows),
-            batch_size=self.batch_size,
-            warmup=0.0,
-            weight_decay=0.0,
-        )
+    def rows_within(self, steps: int, batch_size: int) -> int:
+        """The most training rows that ``epochs`` passes fit in ``steps`` steps at ``batch_size``: the rows a budget
+        of that many steps draws."""
+        return max(1, int(steps * batch_size // self.epochs))
+
+    def rates(self, cfg: C, pretrained: bool) -> C:
+        """``cfg``'s batch and learning rates for a body of this origin (the kind's batch for one trained here)."""
+        if pretrained:
+            return replace(
+                cfg.for_pretrained_body(self.pretrained_lr, self.pretrained_lr), batch_size=self.pretrained_batch
+            )
+        return replace(cfg, lr=self.scratch_lr, head_lr=self.scratch_head_lr)
+
+    def applied(self, cfg: C, rows: int, pretrained: bool) -> C:
+        """``cfg`` under this rule for a body of this origin and a task of ``rows`` training rows (its other
+        settings as they are)."""
+        cfg = self.rates(cfg, pretrained)
+        return replace(cfg, steps=self.steps(rows, cfg.batch_size), warmup=self.warmup, weight_decay=self.weight_decay)
 
     def described(self) -> str:
         return (
-            f"{self.epochs:g} epochs of the task's training rows at batch {self.batch_size}, lr {self.lr:g} for "
-            "body and head, no warmup, no weight decay (HF Trainer's defaults)"
+            f"{self.epochs:g} epochs of the task's training rows, {self.warmup:.0%} warmup, cosine decay, weight "
+            f"decay {self.weight_decay:g} for every body; a body pretrained elsewhere at batch {self.pretrained_batch} "
+            f"and lr {self.pretrained_lr:g} for body and head (HF Trainer's), one pretrained here at the kind's batch, "
+            f"lr {self.scratch_lr:g} and head lr {self.scratch_head_lr:g}"
         )
 
 
-PRETRAINED = PretrainedRule()
+FINE_TUNING = FineTuningRule()
+BODIES = ("pretrained", "scratch")  # the origins the rule tells apart: elsewhere, or here from scratch
 
 
 def finetune_optimizer(model: nn.Module, cfg: FinetuneConfig, head_prefixes: tuple[str, ...] = ()):

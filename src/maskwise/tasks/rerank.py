@@ -360,7 +360,7 @@ class Rerank(Task[RerankConfig]):
     def configure(self, cfg: RerankConfig, task: UserTask, context: int) -> RerankConfig:
         return within_context(cfg, task, context)
 
-    def training_rows(self, cfg: RerankConfig, task: UserTask | None) -> int:
+    def rows_available(self, cfg: RerankConfig, task: UserTask | None) -> int:
         """One row per (query, relevant document), as ``bm25_training_rows`` trains on them, counted without BM25."""
         train = task.train if task else self.plays(cfg, None, "test", True)[0]
         assert train is not None  # drawn for training
@@ -371,6 +371,18 @@ class Rerank(Task[RerankConfig]):
         (a BEIR folder's qrels grades are the gains of nDCG@10 over them)."""
         train, negatives = bm25_training_rows(task.train, cfg.n_negatives)
         return train, negatives, task.test, bm25_ranking(task.test, cfg.candidates)
+
+    def rows_in(self, data: Any) -> int:
+        return len(data[0].queries)
+
+    def drawn(self, data: Any, kept: list[int]) -> Any:
+        """The training rows at ``kept`` with their negatives; the test set and its candidates as they are."""
+        train, negatives, *rest = data
+        return (
+            RetrievalSet(tuple(train.queries[i] for i in kept), train.docs, tuple(train.relevant[i] for i in kept)),
+            [negatives[i] for i in kept],
+            *rest,
+        )
 
     def texts(self, rows: Any) -> list[str]:
         return list(rows.queries)

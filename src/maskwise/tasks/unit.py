@@ -8,6 +8,7 @@ seen: classify, tag, embed (retrieval) and rerank are the encoder's jobs; seq2se
 
 from __future__ import annotations
 
+import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -273,11 +274,35 @@ class Task(ABC, Generic[C]):
         """What ``run`` is given as the caller's rows for a user's task."""
         return task.train, task.test
 
-    def training_rows(self, cfg: C, task: UserTask | None) -> int:
-        """How many rows a fine-tune at ``cfg`` draws its batches from (a user's ``task``, else the plays' slice): what
-        an epoch is, for a rule that counts epochs (``finetune.PretrainedRule``)."""
+    def user_data(self, task: UserTask, cfg: C) -> Any:
+        """``run_data`` with at most ``cfg.max_train_rows`` of its training rows, drawn by ``cfg.data_seed`` (what a
+        budget that cannot afford the fine-tuning rule's epochs over every row trains on)."""
+        data = self.run_data(task, cfg)
+        cap = cfg.max_train_rows
+        if cap is None or cap >= self.rows_in(data):
+            return data
+        return self.drawn(data, sorted(random.Random(cfg.data_seed).sample(range(self.rows_in(data)), cap)))
+
+    def rows_in(self, data: Any) -> int:
+        """The training rows in ``run_data``'s ``data``."""
+        return len(data[0])
+
+    def drawn(self, data: Any, kept: list[int]) -> Any:
+        """``run_data``'s ``data`` with only its training rows at the indices ``kept``."""
+        train, *rest = data
+        return ([train[i] for i in kept], *rest)
+
+    def rows_available(self, cfg: C, task: UserTask | None) -> int:
+        """How many rows a fine-tune at ``cfg`` could draw its batches from (a user's ``task``, else the plays'
+        slice), before any budget's cap."""
         train = self.run_data(task, cfg)[0] if task else self.plays(cfg, None, "test", True)[0]
         return len(train)
+
+    def training_rows(self, cfg: C, task: UserTask | None) -> int:
+        """How many rows a fine-tune at ``cfg`` draws its batches from: what an epoch is, for the fine-tuning rule
+        (``finetune.FineTuningRule``)."""
+        rows = self.rows_available(cfg, task)
+        return rows if task is None or cfg.max_train_rows is None else min(rows, cfg.max_train_rows)
 
     def kept(self, trained: Any, record: Any, cfg: C) -> tuple[dict[str, Any], nn.Module, nn.Module | None]:
         """What a fine-tune folder keeps of ``run``'s product: (the config.json task record ``interop.folders`` reads

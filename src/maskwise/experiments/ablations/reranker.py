@@ -11,8 +11,8 @@ costs shows up apart from what a decoder costs.
 Its ``models`` option starts a reranker from a folder instead of a body pretrained here ("cross=FOLDER,
 generative=FOLDER", either alone): the template is about pretrained models, and a d-64 character encoder
 pretrained for minutes never ranked above BM25's own order. An HF folder (all-MiniLM-L6-v2, say) is fine-tuned
-as a pretrained body (``finetune.PRETRAINED``, HF Trainer's defaults), a maskwise run at the scale's own; a role
-without a folder is the arm pretrained here, as before.
+as a pretrained body (``finetune.FINE_TUNING``: 3 epochs at HF Trainer's batch and rate), a maskwise run at the
+scale's own; a role without a folder is the arm pretrained here, as before.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from maskwise.interop.folders import load, model_folder
 from maskwise.model.accounting import parameter_breakdown
 from maskwise.recipes import CompareSettings
 from maskwise.runs import CONFIG_FILE, read_json
-from maskwise.tasks.finetune import PRETRAINED
+from maskwise.tasks.finetune import FINE_TUNING
 from maskwise.tasks.reading import config_of
 from maskwise.tasks.registry import TASKS
 from maskwise.tasks.rerank import (
@@ -89,10 +89,9 @@ class RerankerMeasures(Measures):
 
 ROLES = {"cross": MLM_ENCODER, "generative": CLM_DECODER}  # each role's arm, pretrained here when no folder is given
 MODELS_USAGE = "cross=FOLDER,generative=FOLDER (either alone; a folder or all-MiniLM-L6-v2)"
-# A body pretrained elsewhere (an HF folder) is fine-tuned as in compare --model (``for_pretrained_body``: BERT's
-# body rate, the head 50 times faster, the segments readout), reading at most this many word pieces a pair (the plays'
-# ICT passages: 53 at the median, 143 at the 90th percentile; 192 cost MiniLM four times 128's); the steps are the
-# scale's.
+# A body pretrained elsewhere (an HF folder) is fine-tuned as in compare --model (``finetune.FINE_TUNING`` for a
+# pretrained body, the segments readout), reading at most this many word pieces a pair (the plays' ICT passages: 53 at
+# the median, 143 at the 90th percentile; 192 cost MiniLM four times 128's).
 PRETRAINED_MAX_LEN = 128
 
 
@@ -135,7 +134,7 @@ def rerankers(setup: Setup, seed: int, model: nn.Module, tokenizer, role: str, p
     cfg = replace(cfg, candidates=CANDIDATES, reranker=role)
     if pretrained:
         rows = TASKS[Rerank.kind].training_rows(cfg, setup.plan.task_of("rerank") if setup.plan else None)
-        cfg = replace(PRETRAINED.applied(cfg, rows), max_len=PRETRAINED_MAX_LEN)
+        cfg = replace(FINE_TUNING.applied(cfg, rows, pretrained=True), max_len=PRETRAINED_MAX_LEN)
     label = CROSS if role == "cross" else SCORES
     result = run_task(cfg, model, tokenizer, setup.exp.runtime, data=data, label=label)
     measured = {
@@ -350,8 +349,10 @@ class Reranker(Study[RerankerMeasures]):
         )
         return [
             (
-                f"First stage: BM25 over lowercased words, its top {CANDIDATES} for {queries}; the same candidates for "
-                "every reranker. Training negatives: BM25's top wrong documents for the train queries."
+                f"First stage: BM25 (Lucene variant; lower-cased words, digits and letters of any script kept, and "
+                f"where the collection is English Lucene's English stop words and Porter stems: "
+                f"``tasks.retrieve.Bm25Analysis``), its top {CANDIDATES} for {queries}; the same candidates for every "
+                "reranker. Training negatives: BM25's top wrong documents for the train queries."
             ),
             *bodies(m, by_system(m)),
             (
