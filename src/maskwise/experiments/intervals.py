@@ -62,7 +62,7 @@ def score(per_seed: PerSeed) -> float:
     return float(torch.stack([items.metric(units) for items, units in _check(per_seed)]).mean())
 
 
-def _replicates(sides: Sequence[PerSeed], resamples: int, seed: int) -> tuple[list[float], list[torch.Tensor]]:
+def joint_replicates(sides: Sequence[PerSeed], resamples: int, seed: int) -> tuple[list[float], list[torch.Tensor]]:
     """Per side, its observed score and ``resamples`` two-level bootstrap replicates, every side drawn at the same
     seeds and items (a paired comparison)."""
     checked = [_check(side) for side in sides]
@@ -80,18 +80,19 @@ def _replicates(sides: Sequence[PerSeed], resamples: int, seed: int) -> tuple[li
 
 def bootstrap_means(per_seed: PerSeed, resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, torch.Tensor]:
     """The observed score (mean of the per-seed pooled scores) and ``resamples`` two-level bootstrap replicates."""
-    observed, replicates = _replicates([per_seed], resamples, seed)
+    observed, replicates = joint_replicates([per_seed], resamples, seed)
     return observed[0], replicates[0]
 
 
-def _percentiles(observed: float, replicates: torch.Tensor) -> Interval:
+def percentile_interval(observed: float, replicates: torch.Tensor) -> Interval:
+    """The 95% percentile interval of ``replicates`` around the ``observed`` score."""
     low, high = torch.quantile(replicates, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
     return Interval(observed, low, high)
 
 
 def interval(per_seed: PerSeed, resamples: int = RESAMPLES, seed: int = 0) -> Interval:
     """The 95% interval of the score (percentile bootstrap)."""
-    return _percentiles(*bootstrap_means(per_seed, resamples, seed))
+    return percentile_interval(*bootstrap_means(per_seed, resamples, seed))
 
 
 def same_items(a: PerSeed, b: PerSeed) -> bool:
@@ -104,8 +105,8 @@ def paired_difference(a: PerSeed, b: PerSeed, resamples: int = RESAMPLES, seed: 
     every replicate draws the same items for both."""
     if not same_items(a, b):
         raise ValueError("a paired difference needs the same seeds and items on both sides")
-    (score_a, score_b), (draws_a, draws_b) = _replicates([a, b], resamples, seed)
-    return _percentiles(score_a - score_b, draws_a - draws_b)
+    (score_a, score_b), (draws_a, draws_b) = joint_replicates([a, b], resamples, seed)
+    return percentile_interval(score_a - score_b, draws_a - draws_b)
 
 
 # ---- what a report may say ----------------------------------------------------------------------

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import torch
 
-from maskwise.experiments.intervals import Interval, _percentiles, _replicates, same_items
+from maskwise.experiments.intervals import Interval, joint_replicates, percentile_interval, same_items
 from maskwise.experiments.verdict import MIXED, NOT_MEASURED, Z80
 from maskwise.tasks.items import Items
 
@@ -104,7 +104,7 @@ def _joint(curve: Curve, resamples: int, seed: int) -> tuple[torch.Tensor, torch
     """Each family's observed metric per point, (2, K), and its replicates, (2, K, R): one draw of seeds and units
     per replicate, shared by every point and both families."""
     points = len(curve.compute)
-    observed, replicates = _replicates([*curve.predicted, *curve.rival], resamples, seed)
+    observed, replicates = joint_replicates([*curve.predicted, *curve.rival], resamples, seed)
     return torch.tensor(observed, dtype=torch.float64).view(2, points), torch.stack(replicates).view(2, points, -1)
 
 
@@ -201,8 +201,8 @@ def trend(curve: Curve, delta: float = DELTA, resamples: int = RESAMPLES, seed: 
     sign = 1.0 if curve.higher_is_better else -1.0
     gap, gap_draws = sign * (observed[0] - observed[1]), sign * (replicates[0] - replicates[1])  # (K,), (K, R)
     weights = _slope_weights([math.log2(c) for c in curve.compute])
-    slope = _percentiles(float(weights @ gap), weights @ gap_draws)
-    gaps = tuple(_percentiles(float(g), draws) for g, draws in zip(gap, gap_draws))
+    slope = percentile_interval(float(weights @ gap), weights @ gap_draws)
+    gaps = tuple(percentile_interval(float(g), draws) for g, draws in zip(gap, gap_draws))
     read = reading(slope, delta)
     needed, aim = (
         to_decide(slope, delta, curve.seeds if curve.seeds > 1 else curve.items) if read == UNDETERMINED else (None, "")
@@ -388,7 +388,7 @@ def crossing(
     side = 0 if which == "predicted" else 1
     name = curve.predicted_name if side == 0 else curve.rival_name
     higher = curve.higher_is_better
-    points = tuple(_percentiles(float(m), draws) for m, draws in zip(observed[side], replicates[side]))
+    points = tuple(percentile_interval(float(m), draws) for m, draws in zip(observed[side], replicates[side]))
     ahead = [_ahead(p.mean, classic, higher) for p in points]
     crosses = tuple(
         Cross(
