@@ -5,14 +5,22 @@ import math
 
 import pytest
 
+from maskwise.config import preset
+from maskwise.data.corpus import load_corpus
+from maskwise.data.tagging import TaggedText
+from maskwise.data.tokenizers import build_tokenizer
 from maskwise.data.user_tasks import TaskSpec
 from maskwise.experiments.claims import plays_fine_tunes
 from maskwise.experiments.compare_plan import plan_of
+from maskwise.experiments.compare_report import data_notes
+from maskwise.model.transformer import build_model
 from maskwise.recipes import COMPARE_SCALES, QUICK
+from maskwise.runtime import resolve
 from maskwise.tasks.classify import ClassifyConfig
 from maskwise.tasks.finetune import FINE_TUNING
 from maskwise.tasks.registry import TASKS
 from maskwise.tasks.tag import TagConfig
+from maskwise.tasks.unit import DrawnRows, every_row
 
 
 @pytest.mark.unit
@@ -69,3 +77,22 @@ def test_a_users_rows_past_the_budget_are_drawn_down_and_the_report_says_so(tmp_
     assert len(train) == budget and train == again  # drawn by the seed, the same draw for every family
     assert train != own.tasks[0].train[:budget]  # drawn, not the first rows
     assert own.described["tasks"][0]["drawn"].startswith(f"{budget:,} of its {own.tasks[0].train_rows:,} training")
+    assert train.whole == own.tasks[0].train and every_row(train) == own.tasks[0].train  # the classic fits them all
+    assert "drawn:" in " ".join(data_notes(own.described))  # the report says so
+
+
+@pytest.mark.integration
+def test_the_classic_method_fits_every_row_where_the_families_fit_the_drawn_ones(small_text):
+    """A tag task drawn down to 4 of its sentences: the tagger trains on those, the word-lookup fits all of them."""
+    rows = [TaggedText((f"w{i}", "x"), ("A" if i < 4 else "B", "O"), (" ", "")) for i in range(8)]
+    task = TASKS["tag"]
+    drawn = DrawnRows(rows[:4], rows)
+    cfg = TagConfig(steps=1, batch_size=2, progress=False, precision="fp32", window_chars=40)
+    tokenizer = build_tokenizer("char", load_corpus(str(small_text)))
+    model = build_model(
+        preset("bert", vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2, max_seq_len=32)
+    )
+    test = [TaggedText(("w6", "x"), ("B", "O"), (" ", ""))]
+    _, evaluate, _ = task.run(model, tokenizer, cfg, resolve("cpu", "fp32"), (drawn, test), "m")
+    record = evaluate()
+    assert record.classic is not None and record.classic.micro.f1 == 1.0  # "w6" -> B, learned from an undrawn row

@@ -177,7 +177,7 @@ class ComparePlan:
         return (
             f"{cfg.max_train_rows:,} of its {available:,} training rows drawn (seed {cfg.data_seed}): "
             f"{FINE_TUNING.epochs:g} epochs of them is what the scale's budget of {cfg.steps:,} steps at batch "
-            f"{cfg.batch_size} affords; the rule's epochs stay, the rows give"
+            f"{cfg.batch_size} affords; the rule's epochs stay, the rows give (the classic method fits every row)"
         )
 
 

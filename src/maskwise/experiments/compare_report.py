@@ -367,7 +367,7 @@ def data_notes(described: dict) -> list[str]:
         files = ", ".join(f"`{path}` (sha256 {digest})" for path, digest in t["files"].items())
         extra = "".join(
             f"; {key.replace('_', ' ')}: {t[key]}"
-            for key in ("labels", "why_metric", "read_out", "first_stage", "collection", "window")
+            for key in ("labels", "why_metric", "read_out", "first_stage", "collection", "window", "drawn")
             if key in t
         )
         lines.append(

@@ -71,6 +71,7 @@ from maskwise.tasks.unit import (
     Task,
     Work,
     chars_read_and_given,
+    every_row,
     mean_tokens,
     within_context,
 )
@@ -472,7 +473,13 @@ class Classify(Task[ClassifyConfig]):
                 classifier, tokenizer, test, [e.label for e in train], settings=settings_of(cfg), max_len=cfg.max_len
             )
             return with_classic(
-                record, train, test, tokenizer, context_len(model, cfg.max_len), model.cfg.family, cfg.balanced
+                record,
+                every_row(train),
+                test,
+                tokenizer,
+                context_len(model, cfg.max_len),
+                model.cfg.family,
+                cfg.balanced,
             )
 
         return classifier, evaluate, test

@@ -58,6 +58,7 @@ from maskwise.tasks.unit import (
     Row,
     Task,
     Work,
+    every_row,
     mean_tokens,
 )
 
@@ -295,7 +296,9 @@ class Tag(Task[TagConfig]):
         def evaluate() -> TagRecord:
             # A user's texts are read in windows and scored whole; the plays' rows are windows already.
             window = _window_chars(cfg, model) if data else None
-            return evaluate_tagger(tagger, tokenizer, test, counts, cfg.max_len, train=train, window_chars=window)
+            return evaluate_tagger(
+                tagger, tokenizer, test, counts, cfg.max_len, train=every_row(train), window_chars=window
+            )
 
         return tagger, evaluate, test
 

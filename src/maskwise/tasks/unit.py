@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -198,6 +198,20 @@ class Head:
     hf_classes: dict[str, str]  # HF's class for it, per body column of ``interop.hf_keys`` (none: no export)
 
 
+class DrawnRows(list):
+    """The training rows a budget drew (what the families fine-tune on), holding every row beside them: the classic
+    method fits on all of them, since it costs seconds, not the budget (``every_row``)."""
+
+    def __init__(self, kept: list, whole: Sequence[Any]):
+        super().__init__(kept)
+        self.whole = whole
+
+
+def every_row(train: Sequence[Any]) -> Sequence[Any]:
+    """Every training row a classic method fits on: all of them where a budget drew fewer for the fine-tune."""
+    return train.whole if isinstance(train, DrawnRows) else train
+
+
 class Task(ABC, Generic[C]):
     """One task kind, whole: its config and plays' rows, how it fine-tunes, its compare rows and how a user's files
     become them, and the head interop hands back. A kind is a subclass with one instance in the registry
@@ -288,9 +302,10 @@ class Task(ABC, Generic[C]):
         return len(data[0])
 
     def drawn(self, data: Any, kept: list[int]) -> Any:
-        """``run_data``'s ``data`` with only its training rows at the indices ``kept``."""
+        """``run_data``'s ``data`` with only its training rows at the indices ``kept`` (every row still held for the
+        classic method, ``DrawnRows``)."""
         train, *rest = data
-        return ([train[i] for i in kept], *rest)
+        return (DrawnRows([train[i] for i in kept], train), *rest)
 
     def rows_available(self, cfg: C, task: UserTask | None) -> int:
         """How many rows a fine-tune at ``cfg`` could draw its batches from (a user's ``task``, else the plays'
