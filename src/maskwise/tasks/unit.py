@@ -292,10 +292,10 @@ class Task(ABC, Generic[C]):
         """``run_data`` with at most ``cfg.max_train_rows`` of its training rows, drawn by ``cfg.data_seed`` (what a
         budget that cannot afford the fine-tuning rule's epochs over every row trains on)."""
         data = self.run_data(task, cfg)
-        cap = cfg.max_train_rows
-        if cap is None or cap >= self.rows_in(data):
+        cap, rows = cfg.max_train_rows, self.rows_in(data)
+        if cap is None or cap >= rows:
             return data
-        return self.drawn(data, sorted(random.Random(cfg.data_seed).sample(range(self.rows_in(data)), cap)))
+        return self.drawn(data, sorted(random.Random(cfg.data_seed).sample(range(rows), cap)))
 
     def rows_in(self, data: Any) -> int:
         """The training rows in ``run_data``'s ``data``."""
@@ -310,8 +310,7 @@ class Task(ABC, Generic[C]):
     def rows_available(self, cfg: C, task: UserTask | None) -> int:
         """How many rows a fine-tune at ``cfg`` could draw its batches from (a user's ``task``, else the plays'
         slice), before any budget's cap."""
-        train = self.run_data(task, cfg)[0] if task else self.plays(cfg, None, "test", True)[0]
-        return len(train)
+        return self.rows_in(self.run_data(task, cfg) if task else self.plays(cfg, None, "test", True))
 
     def training_rows(self, cfg: C, task: UserTask | None) -> int:
         """How many rows a fine-tune at ``cfg`` draws its batches from: what an epoch is, for the fine-tuning rule
