@@ -45,6 +45,7 @@ CONFIG_FILE, TOKENIZER_FILE, MODEL_FILE, METRICS_FILE = (
     "metrics.jsonl",
 )
 CHECKPOINTS, MANIFEST_FILE = "checkpoints", "manifest.json"
+POINTS = "points"  # a WSD run's checkpoints at its branch points: points/<fraction>/step-N, never pruned
 HEAD_FILE = "head.safetensors"  # the head a fine-tune trained, beside the body's model.safetensors
 
 
@@ -190,7 +191,16 @@ def verify_checkpoint(path: Path) -> str | None:
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
     """The newest checkpoint whose checksums verify; corrupt ones are skipped with a warning."""
-    root = Path(run_dir) / CHECKPOINTS
+    return newest_intact(Path(run_dir) / CHECKPOINTS)
+
+
+def point_root(run_dir: str | Path, fraction: float) -> Path:
+    """Where a run keeps its checkpoint at branch point ``fraction`` (of its budget)."""
+    return Path(run_dir) / POINTS / f"{fraction:g}"
+
+
+def newest_intact(root: Path) -> Path | None:
+    """The newest ``step-*`` checkpoint under ``root`` whose checksums verify; corrupt ones are skipped, warned."""
     for path in sorted(root.glob("step-*"), reverse=True):
         problem = verify_checkpoint(path)
         if problem is None:

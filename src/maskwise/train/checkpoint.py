@@ -18,7 +18,6 @@ from safetensors.torch import save as save_safetensors_bytes
 
 from maskwise.errors import UserError
 from maskwise.runs import (
-    CHECKPOINTS,
     MANIFEST_FILE,
     METRICS_FILE,
     MODEL_FILE,
@@ -74,7 +73,7 @@ def restore_optimizer(
 
 
 def save_checkpoint(
-    run_dir: str | Path,
+    root: Path,
     step: int,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -82,11 +81,11 @@ def save_checkpoint(
     extra_tensors: dict[str, torch.Tensor],
     keep_last: int = 3,
 ) -> Path:
-    """Write ``checkpoints/step-N`` atomically and prune to the newest ``keep_last``.
+    """Write ``root/step-N`` atomically (``root``: a run's ``checkpoints`` or one of its ``points``) and prune to the
+    newest ``keep_last``.
 
     ``state``: JSON-able loop state (step, counters, data position); ``extra_tensors``: RNG states.
     """
-    root = Path(run_dir) / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:08d}"
     tmp = root / f".tmp-step-{step:08d}-{os.getpid()}"

@@ -6,6 +6,8 @@ What it guarantees:
   each micro-batch backpropagates its summed loss, and gradients are scaled once by 1 / positions;
 - AdamW, warmup + cosine (following the budget's used fraction when a budget is set, so runs at
   equal tokens or equal seconds both finish their schedule), gradient clipping;
+- or warmup, stable, decay (``schedule = "wsd"``), with a checkpoint kept at each branch point (``points``) that a
+  shorter run of the same recipe resumes to cool down from (``train.points``);
 - a non-finite loss or gradient norm skips the step (counted and recorded), and too many in a row
   stop the run, instead of silently corrupting the weights;
 - evaluation every ``eval_every`` steps on fixed validation windows, one line of ``metrics.jsonl``
@@ -37,12 +39,12 @@ from tqdm import tqdm
 from maskwise.errors import UserError
 from maskwise.kernels.memory import retain_freed_memory
 from maskwise.objectives.base import LossParts, Objective
-from maskwise.runs import METRICS_FILE, latest_checkpoint
+from maskwise.runs import CHECKPOINTS, METRICS_FILE, latest_checkpoint, newest_intact, point_root
 from maskwise.runtime import Runtime, announce, matmul_peak, precision_setting, resolve
 from maskwise.train import checkpoint as ckpt
 from maskwise.train.budget import Budget, flops_per_token
 from maskwise.train.events import EventLog
-from maskwise.train.optim import build_optimizer, check_optimization, lr_factor, set_lr
+from maskwise.train.optim import build_optimizer, check_optimization, lr_factor, set_lr, wsd_factor
 from maskwise.train.step import OptimizerStep
 
 
@@ -54,6 +56,9 @@ class TrainConfig:
     grad_accum: int = 1
     lr: float = 1e-3
     min_lr_ratio: float = 0.1  # cosine decays to lr x this
+    schedule: str = "cosine"  # cosine, or wsd: warmup, the peak, then linear to 0 over the last `cooldown` of the run
+    cooldown: float = 0.2  # wsd: the share of the run its decay takes
+    points: str = ""  # wsd: fractions of the run ("0.25,0.5") where a shorter run branches off (train.points)
     warmup: int = 100
     weight_decay: float = 0.1
     beta2: float = 0.99  # nanoGPT's choice for small models and few tokens per step
@@ -89,12 +94,31 @@ class TrainConfig:
         check_optimization(self)
         if not 0 <= self.min_lr_ratio <= 1:
             raise UserError(f"min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.schedule not in SCHEDULES:
+            raise UserError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if not 0 < self.cooldown <= 1:
+            raise UserError(f"cooldown must be in (0, 1], got {self.cooldown}")
+        if self.point_fractions() and self.schedule != "wsd":
+            raise UserError("points need --schedule wsd: a point of a cosine run is not a shorter run's end")
         Budget.parse(self.budget)
         precision_setting(self.precision, self.bf16)
         return self
 
     def runtime(self) -> Runtime:
         return resolve(self.device, precision_setting(self.precision, self.bf16))
+
+    def point_fractions(self) -> tuple[float, ...]:
+        """``points`` as fractions in (0, 1), ascending; refused in one line otherwise."""
+        try:
+            fractions = tuple(sorted(float(x) for x in self.points.split(",") if x.strip()))
+        except ValueError:
+            raise UserError(f"points must be fractions separated by commas, got {self.points!r}") from None
+        if any(not 0 < f < 1 for f in fractions) or len(set(fractions)) < len(fractions):
+            raise UserError(f"points must be distinct fractions in (0, 1), got {self.points!r}")
+        return fractions
+
+
+SCHEDULES = ("cosine", "wsd")
 
 
 # A run that trained this long (seconds, steps only) ends with its share of the machine's matmul peak. Why not
@@ -224,7 +248,8 @@ class Trainer:
             self.optimizer_step.scaler.load_state_dict(state["grad_scaler"])
         return True
 
-    def _save(self) -> None:
+    def _save(self, point: float | None = None) -> None:
+        """A checkpoint to resume from, pruned to ``keep_last``; at branch ``point``, one kept apart, never pruned."""
         if self.run_dir is None:
             return
         states = {"torch_rng": torch.get_rng_state()}
@@ -235,12 +260,22 @@ class Trainer:
             for r, gathered in enumerate(self._all_gather(local)):
                 extra[f"{name}_{r}"] = gathered
         if self.rank == 0:
-            state = {"counters": asdict(self.counters), "train": asdict(self.cfg), "runtime": self.runtime.to_dict()}
+            state: dict[str, Any] = {
+                "counters": asdict(self.counters),
+                "train": asdict(self.cfg),
+                "runtime": self.runtime.to_dict(),
+            }
             if self.optimizer_step.scaler.is_enabled():
                 state["grad_scaler"] = self.optimizer_step.scaler.state_dict()
-            ckpt.save_checkpoint(
-                self.run_dir, self.counters.step, self.model, self.optimizer, state, extra, self.cfg.keep_last
-            )
+            if point is None:
+                root, keep = self.run_dir / CHECKPOINTS, self.cfg.keep_last
+            else:
+                root, keep, state["point"] = point_root(self.run_dir, point), 1, point
+            ckpt.save_checkpoint(root, self.counters.step, self.model, self.optimizer, state, extra, keep)
+
+    def _point_kept(self, fraction: float) -> bool:
+        """Whether an earlier call of this run (resumed since) kept its checkpoint at point ``fraction``."""
+        return self.run_dir is not None and newest_intact(point_root(self.run_dir, fraction)) is not None
 
     def _all_gather(self, local: torch.Tensor) -> list[torch.Tensor]:
         """Every process's copy of a CPU tensor (through the device, where NCCL needs it)."""
@@ -325,8 +360,16 @@ class Trainer:
 
     # ---- the loop ---------------------------------------------------------------------------
 
+    def _progress(self) -> float:
+        """The run's used fraction: of its steps, or of its budget where that is further along."""
+        c, cfg = self.counters, self.cfg
+        steps = c.step / cfg.steps
+        return steps if self.budget is None else max(steps, self.budget.used_fraction(*self._spent()))
+
     def _lr_factor(self) -> float:
         c, cfg = self.counters, self.cfg
+        if cfg.schedule == "wsd":
+            return wsd_factor(c.step, self._progress(), cfg.warmup, cfg.cooldown)
         if self.budget is None:
             return lr_factor(c.step, cfg.warmup, cfg.steps, cfg.min_lr_ratio)
         # Follow the budget: progress is the larger of step progress and budget progress.
@@ -430,6 +473,8 @@ class Trainer:
             {"header": "runtime", "step": c.step, "runtime": self.runtime.to_dict(), "processes": self.world}
         )
         started = time.perf_counter()
+        # a point's branch starts where the stable phase is at its own 1 - cooldown (train.points)
+        pending = [f for f in cfg.point_fractions() if not self._point_kept(f)]
         while not self._budget_spent():
             factor = self._lr_factor()
             lr = cfg.lr * factor
@@ -448,6 +493,8 @@ class Trainer:
                     f"training stopped at step {c.step}: {c.nonfinite_in_a_row} non-finite "
                     "losses or gradient norms in a row (lower --lr, or train with --precision fp32)"
                 )
+            while pending and self._progress() >= (1.0 - cfg.cooldown) * pending[0]:
+                self._save(point=pending.pop(0))
             finished = self._budget_spent()
             if c.step % cfg.eval_every == 0 or finished:
                 record: dict[str, Any] = {  # a metrics line: numbers, None (no train loss yet), strings

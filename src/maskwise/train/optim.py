@@ -94,6 +94,17 @@ def lr_factor(step: int, warmup: int, total: int, min_ratio: float = 0.1) -> flo
     return min_ratio + 0.5 * (1.0 - min_ratio) * (1.0 + math.cos(math.pi * progress))
 
 
+def wsd_factor(step: int, progress: float, warmup: int, cooldown: float) -> float:
+    """Warmup, stable, decay (Hägele et al. 2024): linear warmup over ``warmup`` steps, the peak until ``1 - cooldown``
+    of the run (``progress``: its used fraction), then linear to 0 at its end. A shorter run is the stable phase's
+    state at its own ``1 - cooldown`` cooled down from there, so every point of the stable phase is a valid start."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    if progress <= 1.0 - cooldown:
+        return 1.0
+    return max(0.0, (1.0 - progress) / cooldown)
+
+
 def set_lr(optimizer: torch.optim.Optimizer, factor: float) -> None:
     for group in optimizer.param_groups:
         group["lr"] = group["base_lr"] * factor
