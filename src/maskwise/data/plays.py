@@ -14,10 +14,13 @@ import functools
 import hashlib
 import html
 import importlib.util
+import inspect
 import re
-from collections.abc import Iterable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ParamSpec, TypeVar, cast
 
 from maskwise.errors import UserError
 
@@ -409,6 +412,45 @@ def split_plays(plays: Iterable[Play] | None = None) -> dict[str, tuple[Play, ..
         for position, play in enumerate(in_genre):
             splits["test" if position == 0 else "val" if position == 1 else "train"].append(play)
     return {name: tuple(sorted(members, key=lambda play: play.slug)) for name, members in splits.items()}
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+ROWS_KEPT = 64  # the plays' row sets a process keeps (a compare draws about a dozen: its tasks' train and test)
+
+
+def drawn_once(build: Callable[P, R]) -> Callable[P, R]:
+    """``build`` (rows cut from the package's plays: a pure function of its arguments) run once per arguments in a
+    process, since compare draws the same rows for every family at every point of its ladder; with ``plays`` given,
+    run every call. A list comes back as a fresh copy, so that no caller's change reaches another."""
+    signature = inspect.signature(build)
+    kept: OrderedDict[Hashable, R] = OrderedDict()
+
+    @functools.wraps(build)
+    def rows(*args: P.args, **kwargs: P.kwargs) -> R:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        key: Any = tuple(bound.arguments.items())
+        if bound.arguments.get("plays") is not None or not _hashable(key):
+            return build(*args, **kwargs)
+        if key in kept:
+            kept.move_to_end(key)
+        else:
+            kept[key] = build(*args, **kwargs)
+            if len(kept) > ROWS_KEPT:
+                kept.popitem(last=False)
+        found = kept[key]
+        return cast(R, list(found)) if isinstance(found, list) else found
+
+    return rows
+
+
+def _hashable(key: object) -> bool:
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True
 
 
 def render_speech(speech: Speech) -> str:

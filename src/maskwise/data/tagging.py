@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from maskwise.data.jsonl import jsonl_rows
-from maskwise.data.plays import split_plays
+from maskwise.data.plays import drawn_once, split_plays
 from maskwise.errors import UserError
 
 T = TypeVar("T")
@@ -100,6 +100,7 @@ def punctuated_words(text: str) -> tuple[list[str], list[str], list[str]]:
     return words, tags, separators
 
 
+@drawn_once
 def punctuation_examples(split: str, max_chars: int = 200, limit: int | None = None, seed: int = 0) -> list[TaggedText]:
     """Windows of whole words of the ``split`` plays' speeches, at most ``max_chars`` characters each
     (punctuation removed), ``limit`` of them drawn with ``seed`` (all, in play order, when None)."""

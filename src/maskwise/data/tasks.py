@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from string import ascii_uppercase
 
-from maskwise.data.plays import GENRES, Play, Speech, render_speech, split_plays
+from maskwise.data.plays import GENRES, Play, Speech, drawn_once, render_speech, split_plays
 from maskwise.errors import UserError
 
 SPLITS = ("train", "val", "test")
@@ -89,6 +89,7 @@ def _plays(split: str, plays: Sequence[Play] | None) -> tuple[Play, ...]:
 # ---- genre classification -----------------------------------------------------------------------
 
 
+@drawn_once
 def genre_examples(
     split: str,
     per_genre: int = 300,
@@ -127,6 +128,7 @@ def genre_examples(
 LINE_ORDERS = ("in order", "swapped")
 
 
+@drawn_once
 def line_order_examples(
     split: str, per_order: int = 300, min_words: int = 4, seed: int = 0, plays: Sequence[Play] | None = None
 ) -> list[LabelledText]:
@@ -157,6 +159,7 @@ def line_order_examples(
 WORD_ORDERS = ("as written", "shuffled")
 
 
+@drawn_once
 def word_order_examples(
     split: str, per_order: int = 300, min_words: int = 5, seed: int = 0, plays: Sequence[Play] | None = None
 ) -> list[LabelledText]:
@@ -191,6 +194,7 @@ SENTENCE = re.compile(r"[^.?!]+[.?!]")
 PUNCTUATION = re.compile(r"[,.;:!?]")
 
 
+@drawn_once
 def sentence_mark_examples(
     split: str, per_mark: int = 300, min_words: int = 4, seed: int = 0, plays: Sequence[Play] | None = None
 ) -> list[LabelledText]:
@@ -216,6 +220,7 @@ def sentence_mark_examples(
 # ---- retrieval (inverse cloze) -------------------------------------------------------------------
 
 
+@drawn_once
 def ict_retrieval(
     split: str,
     min_lines: int = 4,
@@ -271,6 +276,7 @@ def render_passage(speeches: Sequence[Speech], hide_speakers: bool = False) -> s
     return "\n\n".join(s.text if hide_speakers else render_speech(s) for s in speeches)
 
 
+@drawn_once
 def speaker_examples(
     split: str,
     n_speeches: tuple[int, int] = (2, 6),
@@ -410,6 +416,7 @@ def as_prose(lines: Sequence[str], capitalised: frozenset[str]) -> list[str]:
     return prose
 
 
+@drawn_once
 def verse_examples(
     split: str,
     n_lines: tuple[int, int] = (2, 4),

@@ -13,6 +13,8 @@ sentinels for T5), and framing in two places would double it.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import tempfile
 from collections.abc import Iterable
@@ -117,6 +119,16 @@ class Tokenizer:
 
     def encode_batch(self, texts: Iterable[str]) -> list[list[int]]:
         return [encoding.ids for encoding in self.backend.encode_batch(list(texts), add_special_tokens=False)]
+
+    def encode_batch_offsets(self, texts: Iterable[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """``encode_offsets`` of each text, in one call."""
+        return [(e.ids, e.offsets) for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """A digest of its whole definition (vocabulary, normaliser, pre-tokenizer, truncation): two tokenizers with
+        one fingerprint give every text the same ids, so what one encoded another may reuse (``tasks.reading``)."""
+        return hashlib.sha256(self.backend.to_str().encode()).hexdigest()
 
     def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
         """Text for ``ids`` (a list, or a tensor row). Exact inverse of ``encode`` for "char" on

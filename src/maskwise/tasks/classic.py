@@ -16,6 +16,7 @@ their trivial baseline already (BM25's order; the lead), and their rows say so.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -23,7 +24,7 @@ from collections.abc import Callable, Sequence
 from maskwise.data.tagging import TaggedText
 from maskwise.data.tasks import Seq2SeqExample
 from maskwise.tasks.metrics import break_f1, majority_label
-from maskwise.tasks.reading import text_room
+from maskwise.tasks.reading import encoded, text_room
 
 TFIDF_LOGISTIC = "TF-IDF word 1-2-grams + logistic regression, C cross-validated"
 WORD_TAGGER = "each word's most frequent training tag"
@@ -41,12 +42,7 @@ def chars_read(tokenizer, texts: Sequence[str], max_len: int, family: str) -> li
     """How many of each text's characters a model of ``family`` reads at ``max_len`` tokens (``reading.encode_texts``
     keeps the first ``max_len`` less its frame)."""
     room = text_room(tokenizer, family, max_len)
-    read = []
-    for text in texts:
-        _, offsets = tokenizer.encode_offsets(text)
-        kept = offsets[:room]
-        read.append(len(text) if len(offsets) <= room else (kept[-1][1] if kept else 0))
-    return read
+    return [e.chars_read(room) for e in encoded(tokenizer, texts)]
 
 
 def tfidf_logistic_regression(
@@ -56,6 +52,13 @@ def tfidf_logistic_regression(
     as a practitioner fits it: C chosen from ``CS`` by stratified cross-validation on the training rows alone, scored
     by the task's metric; where that is balanced accuracy (``balanced``), each class weighted by the inverse of its
     count. A class with one training row leaves no folds to choose by: C = 1, scikit-learn's default."""
+    return list(_tfidf_logistic(tuple(train_texts), tuple(train_labels), tuple(test_texts), balanced))
+
+
+@functools.lru_cache(maxsize=8)  # fitted once per rows: compare scores it beside every family at every point
+def _tfidf_logistic(
+    train_texts: tuple[str, ...], train_labels: tuple[str, ...], test_texts: tuple[str, ...], balanced: bool
+) -> tuple[str, ...]:
     from sklearn.feature_extraction.text import TfidfVectorizer  # at call time: scikit-learn loads in a second
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold, cross_val_score
@@ -74,7 +77,7 @@ def tfidf_logistic_regression(
 
     chosen = max(CS, key=fold_score) if folds >= 2 else 1.0  # ties: the stronger regularisation, listed first
     model = LogisticRegression(C=chosen, class_weight=weights, max_iter=2000).fit(features, labels)
-    return [str(label) for label in model.predict(vectorizer.transform(test_texts))]
+    return tuple(str(label) for label in model.predict(vectorizer.transform(test_texts)))
 
 
 def most_frequent_tags(train: Sequence[TaggedText], test: Sequence[TaggedText]) -> list[list[str]]:
@@ -141,5 +144,11 @@ def rule_scores(rule: str, rows: Sequence[Seq2SeqExample]) -> list[float]:
 def best_verse_rule(train: Sequence[Seq2SeqExample]) -> tuple[str, dict[str, float]]:
     """(the verse rule with the higher mean break F1 on the training rows ``train``, each rule's mean there): chosen
     as a practitioner would, never on the test rows; a tie goes to the rule listed first."""
+    chosen, means = _best_verse_rule(tuple(train))
+    return chosen, dict(means)
+
+
+@functools.lru_cache(maxsize=8)  # chosen once per rows: every writing family is scored beside it at every point
+def _best_verse_rule(train: tuple[Seq2SeqExample, ...]) -> tuple[str, tuple[tuple[str, float], ...]]:
     means = {rule: sum(rule_scores(rule, train)) / max(len(train), 1) for rule in VERSE_RULE_OF}
-    return max(means, key=means.__getitem__), means
+    return max(means, key=means.__getitem__), tuple(means.items())

@@ -8,12 +8,15 @@ generation (``tasks.generate``), where every row's next token must sit in the sa
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import islice
 from typing import cast
 
 import torch
 from torch import nn
 
 from maskwise.config import ModelConfig
+from maskwise.data.tokenizers import Tokenizer
 from maskwise.families import family_of
 from maskwise.model.transformer import Transformer
 from maskwise.padding import pad
@@ -43,13 +46,49 @@ def text_room(tokenizer, family: str, max_len: int) -> int:
     return max_len - frame_extra(family) - len(closing(tokenizer, family))
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """A text's ids (``Tokenizer.encode``) and where each id's characters end in it (its offsets' ends)."""
+
+    ids: tuple[int, ...]
+    ends: tuple[int, ...]
+    chars: int  # the text's length
+
+    def chars_read(self, room: int) -> int:
+        """How many of the text's characters its first ``room`` ids hold (all of them where every id fits)."""
+        return self.chars if len(self.ends) <= room else (self.ends[room - 1] if room > 0 else 0)
+
+
+TEXTS_KEPT = 200_000  # texts whose encoding a process keeps (compare's plays tasks read about 30,000 a point)
+_ENCODED: dict[tuple[str, str], Encoded] = {}  # (tokenizer fingerprint, text) -> its encoding, oldest first
+
+
+def encoded(tokenizer: Tokenizer, texts: Sequence[str]) -> list[Encoded]:
+    """Each text's ``Encoded``, each text encoded once a process per tokenizer definition (``Tokenizer.fingerprint``):
+    a fine-tune draws its rows again every epoch, and compare reads the plays' same rows through the same tokenizer
+    for every family at every point. The oldest are let go past ``TEXTS_KEPT``."""
+    key = tokenizer.fingerprint
+    missing = [text for text in dict.fromkeys(texts) if (key, text) not in _ENCODED]
+    for text, (ids, offsets) in zip(missing, tokenizer.encode_batch_offsets(missing) if missing else []):
+        _ENCODED[key, text] = Encoded(tuple(ids), tuple(end for _, end in offsets), len(text))
+    found = [_ENCODED[key, text] for text in texts]
+    for oldest in list(islice(_ENCODED, max(0, len(_ENCODED) - TEXTS_KEPT))):
+        del _ENCODED[oldest]
+    return found
+
+
+def token_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> list[tuple[int, ...]]:
+    """Each text's ids (``encoded``: each text encoded once)."""
+    return [e.ids for e in encoded(tokenizer, texts)]
+
+
 def encode_texts(
     tokenizer, texts: Sequence[str], family: str, max_len: int, device: torch.device | str | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Tokenize, keep the first ids of each text that fit ``max_len`` framed (the start of a passage says
     most about it), and pad on the right: ``(B, T)`` ids and mask."""
     room, close = text_room(tokenizer, family, max_len), closing(tokenizer, family)
-    seqs = [frame(tokenizer, ids[:room], family) + close for ids in tokenizer.encode_batch(list(texts))]
+    seqs = [frame(tokenizer, ids[:room], family) + close for ids in token_ids(tokenizer, texts)]
     return pad(seqs, tokenizer.pad_id, "right", device)
 
 

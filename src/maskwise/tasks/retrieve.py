@@ -204,6 +204,14 @@ def bm25_search(
     document's length is exact, not rounded to Lucene's one-byte norm. ``analysis`` defaults to the one the
     documents pick (``Bm25Analysis.of``); the queries are analysed as the documents are."""
     analysis = analysis if analysis is not None else Bm25Analysis.of(docs)
+    ranked, scored = _bm25_search(tuple(queries), tuple(docs), k, k1, b, analysis)
+    return [list(r) for r in ranked], [list(s) for s in scored]
+
+
+@functools.lru_cache(maxsize=4)  # searched once per collection: compare ranks it beside every family at every point
+def _bm25_search(
+    queries: tuple[str, ...], docs: tuple[str, ...], k: int, k1: float, b: float, analysis: Bm25Analysis
+) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[float, ...], ...]]:
     vocab: dict[str, int] = {}
     ids = [[vocab.setdefault(t, len(vocab)) for t in analysis.terms(doc)] for doc in docs]
     n = len(docs)
@@ -225,9 +233,9 @@ def bm25_search(
         gains = np.concatenate([weight[s] * c for s, c in zip(spans, counts.values())]) if spans else np.zeros(0)
         scores = np.bincount(hits, weights=gains, minlength=n)
         top = _top(scores, k)
-        ranked.append(top.tolist())
-        scored.append(scores[top].tolist())
-    return ranked, scored
+        ranked.append(tuple(top.tolist()))
+        scored.append(tuple(scores[top].tolist()))
+    return tuple(ranked), tuple(scored)
 
 
 def bm25_ranking(

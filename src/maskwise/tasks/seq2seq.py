@@ -51,7 +51,7 @@ from maskwise.tasks.classic import (
 )
 from maskwise.tasks.finetune import FinetuneConfig, fine_tune
 from maskwise.tasks.generate import GenerationConfig, check_generative, generate
-from maskwise.tasks.reading import batches, config_of, device_of
+from maskwise.tasks.reading import batches, config_of, device_of, encoded, token_ids
 from maskwise.tasks.retrieve import ENGLISH_SHARE, english_share
 from maskwise.tasks.seq2seq_scores import (
     Seq2SeqRecord,
@@ -117,22 +117,22 @@ def _source_room(model: nn.Module, max_target_len: int) -> int:
 
 def source_chars_read(model: nn.Module, tokenizer, source: str, max_target_len: int) -> int:
     """How many of ``source``'s characters the model reads (``source_ids`` keeps the tokens that fit)."""
-    _, offsets = tokenizer.encode_offsets(source)
-    room = _source_room(model, max_target_len)
-    return len(source) if len(offsets) <= room else offsets[room - 1][1]
+    [text] = encoded(tokenizer, [source])
+    return text.chars_read(_source_room(model, max_target_len))
 
 
 def source_ids(model: nn.Module, tokenizer, source: str, max_target_len: int) -> list[int]:
     """The source as the model reads it: cut to fit (from the end: the passage's first speakers are
     the first targets), plus [SEP] for a decoder, whose target follows in the same sequence."""
-    ids = tokenizer.encode(source)[: _source_room(model, max_target_len)]
-    return ids + [tokenizer.sep_id] if config_of(model).kind.causal else ids
+    [ids] = token_ids(tokenizer, [source])
+    kept = list(ids[: _source_room(model, max_target_len)])
+    return kept + [tokenizer.sep_id] if config_of(model).kind.causal else kept
 
 
 def room_for_whole(model: nn.Module, tokenizer, sources: Sequence[str], max_target_len: int) -> int:
     """Let ``model`` read the longest of ``sources`` whole (a decoder with its answer after it), past its pretrained
     context where its positions allow it (``positions.extend_context``); how many positions past it now reads."""
-    longest = max(map(len, tokenizer.encode_batch(list(sources))))
+    longest = max(map(len, token_ids(tokenizer, sources)))
     return extend_context(model, longest + (0 if config_of(model).kind.two_stacks else max_target_len + 2))
 
 
@@ -142,7 +142,7 @@ def seq2seq_batch(
     """Teacher-forcing inputs and labels for either family (see the module docstring)."""
     device, eos = device_of(model), tokenizer.eos_id
     sources = [source_ids(model, tokenizer, e.source, max_target_len) for e in examples]
-    targets = [ids[:max_target_len] + [eos] for ids in tokenizer.encode_batch([e.target for e in examples])]
+    targets = [[*ids[:max_target_len], eos] for ids in token_ids(tokenizer, [e.target for e in examples])]
     if config_of(model).kind.two_stacks:
         ids, mask = pad(sources, tokenizer.pad_id, "right", device)
         dec, dec_mask = pad(

@@ -46,6 +46,7 @@ from maskwise.tasks.reading import (
     config_of,
     context_len,
     device_of,
+    encoded,
     frame,
     frame_extra,
     text_room,
@@ -130,16 +131,16 @@ def word_positions(
 ) -> tuple[list[int], list[int]]:
     """The framed ids of ``example`` (cut to ``max_len``) and, per word, the position of the token
     that holds its last character (``read_out`` "first": its first), -1 where the cut left that token out."""
-    ids, offsets = tokenizer.encode_offsets(example.text)
-    shift = frame_extra(family)
+    [text] = encoded(tokenizer, [example.text])
+    ends, shift = text.ends, frame_extra(family)
     room = text_room(tokenizer, family, max_len)
     positions, token = [], 0
     for word, end in zip(example.words, example.word_ends()):
         char = end if read_out == "last" else end - len(word) + 1  # offsets end past their last character
-        while token < len(offsets) and offsets[token][1] < char:
+        while token < len(ends) and ends[token] < char:
             token += 1
-        positions.append(token + shift if token < min(room, len(offsets)) else -1)
-    return frame(tokenizer, ids[:room], family) + closing(tokenizer, family), positions
+        positions.append(token + shift if token < min(room, len(ends)) else -1)
+    return frame(tokenizer, text.ids[:room], family) + closing(tokenizer, family), positions
 
 
 def _batch(tokenizer, examples: Sequence[TaggedText], family: str, max_len: int, device, read_out: str = "last"):
