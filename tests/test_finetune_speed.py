@@ -56,10 +56,10 @@ def test_each_text_is_encoded_once_as_the_tokenizer_encodes_it():
 
 def test_the_oldest_encodings_are_let_go(monkeypatch):
     tokenizer = build_tokenizer("char", make_corpus("printable", [string.printable], [string.printable]))
-    monkeypatch.setattr(reading, "TEXTS_KEPT", 2)
-    monkeypatch.setattr(reading, "_ENCODED", {})
+    monkeypatch.setattr(reading, "ENCODINGS", reading.Encodings(tokens_kept=len(TEXTS[-1]) + 1))
     assert [list(ids) for ids in token_ids(tokenizer, TEXTS)] == [tokenizer.encode(t) for t in TEXTS]
-    assert list(reading._ENCODED) == [(tokenizer.fingerprint, t) for t in TEXTS[-2:]]
+    assert list(reading.ENCODINGS.kept) == [(tokenizer.fingerprint, t) for t in TEXTS[-2:]]
+    assert reading.ENCODINGS.tokens == len(TEXTS[-1])  # the empty text holds none
 
 
 def test_classic_fits_are_reused_and_handed_out_as_copies():

@@ -416,7 +416,7 @@ def split_plays(plays: Iterable[Play] | None = None) -> dict[str, tuple[Play, ..
 
 P = ParamSpec("P")
 R = TypeVar("R")
-ROWS_KEPT = 64  # the plays' row sets a process keeps (a compare draws about a dozen: its tasks' train and test)
+ROWS_KEPT = 8  # the row sets each builder keeps (compare draws at most 3 of one: train, test, the verse timing's)
 
 
 def drawn_once(build: Callable[P, R]) -> Callable[P, R]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import islice
 from typing import cast
 
 import torch
@@ -59,22 +58,35 @@ class Encoded:
         return self.chars if len(self.ends) <= room else (self.ends[room - 1] if room > 0 else 0)
 
 
-TEXTS_KEPT = 200_000  # texts whose encoding a process keeps (compare's plays tasks read about 30,000 a point)
-_ENCODED: dict[tuple[str, str], Encoded] = {}  # (tokenizer fingerprint, text) -> its encoding, oldest first
+class Encodings:
+    """The encodings a process keeps, (tokenizer fingerprint, text) -> ``Encoded``, oldest let go first past
+    ``tokens_kept`` ids in all (compare's plays tasks read about 3 M at a point, the same at every point)."""
+
+    def __init__(self, tokens_kept: int = 5_000_000):
+        self.tokens_kept, self.tokens = tokens_kept, 0
+        self.kept: dict[tuple[str, str], Encoded] = {}
+
+    def of(self, tokenizer: Tokenizer, texts: Sequence[str]) -> list[Encoded]:
+        """Each text's ``Encoded``, encoding only those not kept."""
+        key = tokenizer.fingerprint
+        missing = [text for text in dict.fromkeys(texts) if (key, text) not in self.kept]
+        for text, (ids, offsets) in zip(missing, tokenizer.encode_batch_offsets(missing) if missing else []):
+            self.kept[key, text] = Encoded(tuple(ids), tuple(end for _, end in offsets), len(text))
+            self.tokens += len(ids)
+        found = [self.kept[key, text] for text in texts]
+        while self.tokens > self.tokens_kept:
+            self.tokens -= len(self.kept.pop(next(iter(self.kept))).ids)
+        return found
+
+
+ENCODINGS = Encodings()
 
 
 def encoded(tokenizer: Tokenizer, texts: Sequence[str]) -> list[Encoded]:
     """Each text's ``Encoded``, each text encoded once a process per tokenizer definition (``Tokenizer.fingerprint``):
     a fine-tune draws its rows again every epoch, and compare reads the plays' same rows through the same tokenizer
-    for every family at every point. The oldest are let go past ``TEXTS_KEPT``."""
-    key = tokenizer.fingerprint
-    missing = [text for text in dict.fromkeys(texts) if (key, text) not in _ENCODED]
-    for text, (ids, offsets) in zip(missing, tokenizer.encode_batch_offsets(missing) if missing else []):
-        _ENCODED[key, text] = Encoded(tuple(ids), tuple(end for _, end in offsets), len(text))
-    found = [_ENCODED[key, text] for text in texts]
-    for oldest in list(islice(_ENCODED, max(0, len(_ENCODED) - TEXTS_KEPT))):
-        del _ENCODED[oldest]
-    return found
+    for every family at every point (``ENCODINGS``)."""
+    return ENCODINGS.of(tokenizer, texts)
 
 
 def token_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> list[tuple[int, ...]]:
