@@ -92,7 +92,13 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     assert all(r["curve"] and "tokens_seen" in r["curve"][0] and "wall_s" in r["curve"][0] for r in results["runs"])
     params = [results["parameters"][f]["total"] for f in FAMILIES]
     assert max(params) / min(params) < 1.10  # equal size within 10%
-    assert results["table"]["columns"] == ["task", *FAMILIES, CLASSIC_COLUMN, "best"]
+    assert results["table"]["columns"] == [
+        "task",
+        *FAMILIES,
+        CLASSIC_COLUMN,
+        "best",
+        "trend along compute (per doubling)",
+    ]
     rows = {row[0]: row[1:] for row in results["table"]["rows"]}
     assert rows["passage -> speakers F1 [95% interval]"][0].startswith("cannot")
     assert rows["verse line breaks F1 [95% interval]"][0].startswith("cannot")  # the encoder writes no lines
@@ -129,8 +135,35 @@ def test_compare_quick_report_structure(tmp_path, capsys):
     assert (out / "loss_vs_tokens_seen.png").is_file() and (out / "loss_vs_wall_s.png").is_file()
     html = (out / "report.html").read_text()
     assert "<table>" in html
+    # quick's ladder, 0.5 and 1 of the clock: each run's point branched off, cooled down and measured like the last
+    ladder = results["ladder"]
+    assert [p["fraction"] for p in ladder["compute"]] == [0.5, 1.0]
+    for family in FAMILIES:
+        branch = json.loads((out / "runs" / f"{family}-seed0-at0.5" / "config.json").read_text())
+        assert branch["branched_from"]["point"] == 0.5 and branch["settings"]["budget"] == "seconds=1.5"
+        assert (out / "runs" / f"{family}-seed0" / "points" / "0.5").is_dir()  # kept, never pruned
+        assert (
+            ladder["compute"][0]["families"][family]["tokens_seen"]
+            < ladder["compute"][1]["families"][family]["tokens_seen"]
+        )
+    assert (out / "steps" / "cooldown-encoder-seed0-at0.5.json").is_file()
+    assert set(ladder["claims"]) == {v["claim"] for v in results["verdicts"]}
+    assert all(t["reading"] in ("grows", "shrinks", "flat", "undetermined") for t in ladder["trends"].values())
+    assert all(any(d.startswith("Along compute (2 points") for d in v["details"]) for v in results["verdicts"])
+    trend_cells = {row[0]: row[-1] for row in results["table"]["rows"]}
+    assert trend_cells["punctuation restoration F1 per text (tagging) [95% interval]"].split(":")[0] in (
+        "grows",
+        "shrinks",
+        "flat",
+        "undetermined",
+    )
+    assert any(
+        cell.startswith("final point only") for label, cell in trend_cells.items() if label.startswith("time to")
+    )
+    assert "## Along compute" in report
     page = check_report_html(out)  # every plot decodes, Markdown rendered
-    assert len(page.images) == 3 + len(results["metrics"])  # at a glance, the two loss curves, one per metric
+    # at a glance, the two loss curves, one per metric, one curve along compute per metric
+    assert len(page.images) == 3 + 2 * len(results["metrics"])
     assert max(page.list_depths) == 2  # the verdicts' paired comparisons nest under their verdict
     for meta in results["metric_meta"].values():  # each metric plot has its baseline and intervals
         assert set(meta["baseline"]) == set(meta["intervals"]) and meta["higher"] in (True, False)
@@ -193,7 +226,7 @@ def test_a_compare_whose_data_does_not_open_is_refused_before_overwrite_replaces
 @pytest.mark.slow
 def test_compare_with_the_hybrid_column(tmp_path):
     config = tmp_path / "tiny.toml"
-    config.write_text(TINY)
+    config.write_text("ladder = [1.0]\n" + TINY)  # one point: the ladder's plumbing is the test above's
     out = tmp_path / "cmp"
     assert (
         main(
@@ -212,7 +245,10 @@ def test_compare_with_the_hybrid_column(tmp_path):
         == 0
     )
     results = json.loads((out / "results.json").read_text())
-    assert results["table"]["columns"] == ["task", *FAMILIES, "hybrid", CLASSIC_COLUMN, "best"]
+    trend = "trend along compute (per doubling)"
+    assert results["table"]["columns"] == ["task", *FAMILIES, "hybrid", CLASSIC_COLUMN, "best", trend]
+    assert "ladder" not in results and not list((out / "runs").glob("*-at*"))
+    assert {row[-1] for row in results["table"]["rows"] if row[0].startswith("line order")} == {"one point"}
     assert [r["group"] for r in results["runs"]] == [*FAMILIES, "hybrid"]
     assert [v["claim"] for v in results["verdicts"]] == [
         "embed, score or classify => encoder",

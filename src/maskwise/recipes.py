@@ -140,6 +140,12 @@ class CompareSettings:
     split_context: bool = True
     permute_sentences: float = 0.0  # denoising's fraction of sentences shuffled (BART's: 1.0)
     min_steps: int = 200  # fewer optimizer steps than this in any family: the report opens with a warning
+    # The compute ladder: fractions of ``seconds``, ascending, the last 1. Each family pretrains once on a warmup,
+    # stable, decay schedule; every fraction below 1 branches off its stable phase and cools down as a run of that
+    # length alone would (``train.points``; benchmarks/bench_wsd_point.py measures it against a cosine run), and
+    # every point is fine-tuned and measured like the last: each answer as a curve along compute (``ladder``).
+    ladder: tuple[float, ...] = (0.25, 0.5, 1.0)
+    cooldown: float = 0.2  # the share of each run (and of each point's) that its learning rate decays over
     # Every experiment's fine-tunes (compare's rows and the ablations'), by name: each kind's, and a kind's other plays
     # task compare measures ("verse": seq2seq). These tiny bodies need lr 1e-3 (at 3e-4 classification stayed near
     # chance on a quick-scale encoder; docs/results.md). A kind registered from outside that a scale does not name
@@ -167,14 +173,31 @@ class CompareSettings:
         }
 
     def schedule(self, budget: str) -> dict:
-        """The clock ends every run (``budget``, else the scale's seconds); ``steps`` never binds."""
+        """The clock ends every run (``budget``, else the scale's seconds); ``steps`` never binds. Warmup, stable,
+        decay, keeping the ladder's points below 1 to branch from."""
         return {
             "steps": 100_000,
             "warmup": self.warmup,
             "budget": budget or f"seconds={self.seconds}",
             "eval_every": 50,
             "eval_batches": 8,
+            "schedule": "wsd",
+            "cooldown": self.cooldown,
+            "points": ",".join(f"{f:g}" for f in self.shorter_points),
         }
+
+    @property
+    def shorter_points(self) -> tuple[float, ...]:
+        """The ladder's fractions below 1: the runs branched off each family's."""
+        return tuple(f for f in self.ladder if f < 1)
+
+    def check_ladder(self) -> None:
+        """Refuse, in one line, a ladder that is not ascending fractions in (0, 1] ending at 1."""
+        ladder = self.ladder
+        if not ladder or ladder[-1] != 1 or any(not 0 < f <= 1 for f in ladder) or list(ladder) != sorted(set(ladder)):
+            raise UserError(f"ladder must be ascending fractions in (0, 1] ending at 1, got {list(ladder)}")
+        if not 0 < self.cooldown <= 1:
+            raise UserError(f"cooldown must be in (0, 1], got {self.cooldown}")
 
     def objective(self, family: str) -> str:
         return {
@@ -221,6 +244,7 @@ class CompareSettings:
             raise UserError(f"{what}: tasks must be a table of {', '.join(sorted(names))}, got {tasks!r}")
         own = {key: value for key, value in values.items() if key != "tasks"}
         checked = from_dict(CompareSettings, own, what)
+        checked.check_ladder()
         tuned: Tuning = {}
         for task, table in tasks.items():
             if not isinstance(table, dict):
@@ -261,6 +285,7 @@ QUICK = DEFAULT.retuned(
     seconds=15.0,
     d_model=64,
     min_steps=40,
+    ladder=(0.5, 1.0),  # a check of the ladder's plumbing, not a trend
     held_out_chars=600,
     held_out_blocks=10,
     fill_positions=100,
@@ -311,6 +336,7 @@ SMOKE = DEFAULT.retuned(
     block_size=64,
     batch_size=8,
     min_steps=1,
+    ladder=(1.0,),
     held_out_chars=200,
     held_out_blocks=2,
     fill_positions=10,

@@ -6,6 +6,7 @@ import dataclasses
 import sys
 
 from maskwise.cli.runtime import runtime_flags, runtime_of
+from maskwise.data.corpus import SHAKESPEARE
 from maskwise.data.user_tasks import TaskSpec, checked_spec, parse_task
 from maskwise.errors import UserError
 from maskwise.experiments.ablations.registry import checked, run_ablation
@@ -90,6 +91,13 @@ def register(subparsers) -> None:
         "folder maskwise imports (sentence-transformers too) or an org/name in the local HF "
         "cache; family= overrides the family read from it, body=scratch fine-tunes an HF "
         "folder at the scale's rates (docs/your-candidates.md)",
+    )
+    compare.add_argument(
+        "--trend",
+        action="store_true",
+        help="with --data or --task: measure every task at the scale's ladder of pretraining compute too, each "
+        "task's answer as a curve with its trend (the plays always are; it adds to the plan's time, never shortening "
+        "pretraining or the tasks)",
     )
     compare.add_argument("--seed", type=int, default=0, help="the first seed")
     compare.add_argument("--out", default="runs/compare")
@@ -193,6 +201,8 @@ def run_compare(args) -> int:
         if not args.seconds > 0:
             raise UserError(f"--seconds must be positive, got {args.seconds}")
         settings = dataclasses.replace(settings, seconds=args.seconds)
+    if (tasks or args.data != SHAKESPEARE) and not args.trend:  # a user's data: one point unless asked
+        settings = dataclasses.replace(settings, ladder=(1.0,))
     plan = plan_of(args.data, tasks, settings)  # every task file read and checked: its one line before the device's
     options = StudyOptions(data=args.data, families=families)
     return conduct_compare(args, COMPARE, plan, settings, args.seconds is None, options)
@@ -200,7 +210,7 @@ def run_compare(args) -> int:
 
 def compare_models(args, settings, tasks: list[TaskSpec], models: list[ModelSpec]) -> int:
     """``compare --model``: the given models instead of pretraining, every folder and task file checked first."""
-    for flag, given in (("--families", args.families), ("--seconds", args.seconds)):
+    for flag, given in (("--families", args.families), ("--seconds", args.seconds), ("--trend", args.trend or None)):
         if given is not None:
             raise UserError(f"{flag} sets what is pretrained; --model measures the models given instead")
     candidates = open_models(models)  # a folder that does not open: its one line before anything runs

@@ -347,7 +347,7 @@ class GivenModels(CompareStudy):
             ),
         ]
 
-    def sections(self, m: Measured) -> dict:
+    def sections(self, m: Measured, measures: CompareMeasures) -> dict:
         """The results' cost table and the quality-against-p99-latency points per task (``report``'s)."""
         first = m.setup.seeds[0]
         measured = {a.key: m.measured[WALL][a.key][0] for a in m.arms}

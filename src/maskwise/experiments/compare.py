@@ -25,20 +25,25 @@ rule of thumb and the summary.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from maskwise.errors import UserError
-from maskwise.experiments.arms import WALL, Arm, Setup, StudyOptions, run_name
+from maskwise.experiments.arms import WALL, Arm, Runs, Setup, StudyOptions, run_name
+from maskwise.experiments.claims import Evidence, judge_claim
 from maskwise.experiments.compare_plan import (
+    BRANCH_OVERHEAD_S,
     MIN_PRETRAIN_SHARE,
     PRETRAIN_OVERHEAD_S,
     ComparePlan,
     Reader,
 )
 from maskwise.experiments.compare_report import (
+    CLASSIC_COLUMN,
     CompareMeasures,
     by_seed,
     cannot,
@@ -54,7 +59,8 @@ from maskwise.experiments.compare_report import (
 )
 from maskwise.experiments.compare_study import CompareStudy, Measure, task_measures
 from maskwise.experiments.eta import Expected
-from maskwise.experiments.framework import Measured, Table
+from maskwise.experiments.framework import Measured, Rule, Table
+from maskwise.experiments.ladder import FINAL_ONLY, Along, along
 from maskwise.experiments.runner import Experiment
 from maskwise.families import FAMILIES, family_of
 from maskwise.interop.hf_export import hf_config
@@ -135,6 +141,30 @@ class Compare(CompareStudy):
         every = {**task_measures(setup.plan, setup.recipe), "export": ("export", hf_export_class)}
         return {what: fn for what, (task_kind, fn) in every.items() if cannot(kind, task_kind) is None}
 
+    def points(self, setup: Setup, runs: Runs, arms: Sequence[Arm]) -> dict[float, Runs]:
+        """The ladder's shorter points: each run's kept point at each fraction below 1, cooled down as a run of that
+        fraction of the clock (``Experiment.branch``), named ``<run>-at<fraction>``."""
+        return {
+            fraction: {
+                WALL: {
+                    arm.key: [
+                        {
+                            **setup.exp.branch(
+                                f"{run_name(run)}-at{fraction:g}", run_name(run), fraction, setup.progress
+                            ),
+                            "budget": f"seconds={fraction * setup.recipe.seconds:g}",
+                        }
+                        for run in runs[WALL][arm.key]
+                    ]
+                    for arm in arms
+                }
+            }
+            for fraction in setup.recipe.shorter_points
+        }
+
+    def points_of(self, s: CompareSettings) -> int:
+        return len(s.ladder)
+
     def readers(
         self, plan: ComparePlan, s: CompareSettings, arms: Sequence[Arm], body: Speeds, runtime: Runtime
     ) -> dict[str, Reader]:
@@ -156,7 +186,16 @@ class Compare(CompareStudy):
             fitted = s.seconds
             seconds = max(MIN_PRETRAIN_SHARE * s.seconds, (60 * s.minutes - rest) / runs - PRETRAIN_OVERHEAD_S)
         settings = replace(s, seconds=round(seconds))
-        return settings, fitted, [Expected("pretrain", runs, settings.seconds + PRETRAIN_OVERHEAD_S)]
+        shorter = settings.shorter_points
+        cooldowns = [settings.cooldown * f * settings.seconds + BRANCH_OVERHEAD_S for f in shorter]
+        return (
+            settings,
+            fitted,
+            [
+                Expected("pretrain", runs, settings.seconds + PRETRAIN_OVERHEAD_S),
+                *([Expected("cooldown", runs * len(shorter), sum(cooldowns) / len(shorter))] if shorter else []),
+            ],
+        )
 
     def tabulate(self, m: Measured) -> Table[CompareMeasures]:
         """Every row's per-item scores and per-seed means by column; the table: pretraining, every row with its
@@ -200,7 +239,51 @@ class Compare(CompareStudy):
             return cannot(kind_of[column], what)
 
         metrics, measured_rows = result_rows(m, e, why_not)
-        return Table(CompareMeasures(e, metrics), rows + measured_rows)
+        ladder = self.along(m, e)
+        trend_cells = [ladder.cell(row) for row in e.rows] if ladder is not None else ["one point"] * len(e.rows)
+        final_only = [FINAL_ONLY] * (len(measured_rows) - len(e.rows))  # the first-token rows
+        table = [*[[*r, ""] for r in rows], *[[*r, c] for r, c in zip(measured_rows, [*trend_cells, *final_only])]]
+        return Table(CompareMeasures(e, metrics, ladder), table)
+
+    def along(self, m: Measured, final: Evidence) -> Along | None:
+        """Every row at each point of the ladder, read by the trend's rules; None with one point."""
+        if not m.points:
+            return None
+        fractions = sorted(m.points)
+        points = [evidence(dataclasses.replace(m, runs=m.points[f][0], measured=m.points[f][1])) for f in fractions]
+        s = m.setup.recipe
+        return along([f * s.seconds for f in [*fractions, 1.0]], [*points, final])
+
+    def header(self, groups: Sequence[str]) -> list[str]:
+        return ["task", *groups, CLASSIC_COLUMN, "best", "trend along compute (per doubling)"]
+
+    def judge(self, rule: Rule, measures: CompareMeasures, m: Measured) -> tuple[str, list[str]]:
+        """The rule's claim at the final point (``CompareStudy.judge``), and its trend along the ladder beside it."""
+        verdict, details = judge_claim(rule.claim, measures.evidence)
+        said = measures.along.said(rule.claim) if measures.along is not None else None
+        return verdict, [*details, said] if said else details
+
+    def sections(self, m: Measured, measures: CompareMeasures) -> dict:
+        """The ladder: each point's compute (seconds, FLOPs) and validation loss per family, and the rows along it."""
+        if measures.along is None:
+            return {}
+        fractions = sorted(m.points)
+        at = [*[m.points[f][0] for f in fractions], m.runs]
+        compute = [
+            {
+                "fraction": fraction,
+                "seconds": fraction * m.setup.recipe.seconds,
+                "families": {
+                    a.key: {
+                        key: statistics.fmean(run["curve"][-1][key] for run in runs[WALL][a.key])
+                        for key in ("wall_s", "flops", "tokens_seen", "val_loss")
+                    }
+                    for a in m.arms
+                },
+            }
+            for fraction, runs in zip([*fractions, 1.0], at)
+        ]
+        return {"ladder": {"compute": compute, **measures.along.to_json([a.key for a in m.arms])}}
 
     def warning(self, m: Measured) -> str:
         """The warning above everything when a run got fewer optimizer steps than the recipe needs."""

@@ -285,6 +285,7 @@ def prompting_rows(plan: ComparePlan) -> tuple[CompareRow, ...]:
 # the held-out text's measures and the first-token timing of a run before any has been timed (2-12 s measured; the
 # first-token timing on the plays' longest verse sources took 3.9 s in the Quick start on a 2-core Xeon).
 PRETRAIN_OVERHEAD_S, HELD_OUT_S, TTFT_S = 9.0, 6.0, 4.0
+BRANCH_OVERHEAD_S = 4.0  # a ladder point's cooldown beyond its training seconds: its data read, its evaluations
 MIN_PRETRAIN_SHARE = 0.5  # the budget never shortens pretraining below this share of the scale's clock
 
 
@@ -310,6 +311,7 @@ class TimePlan:
     expected: tuple[Expected, ...]  # every kind of step, how many, the seconds of each
     speeds: Speeds  # the scale's body's
     fitted_from: float | None = None  # the scale's own pretraining seconds, where the budget shortened them
+    ladder_s: float = 0.0  # what the ladder's shorter points add (never paid for by a shorter clock or narrower tasks)
 
     @property
     def total(self) -> float:
@@ -321,7 +323,8 @@ class TimePlan:
         tasks = [
             e
             for e in self.expected
-            if e.prefix not in ("pretrain", "lm", "ttft", "export", "costs") and not e.prefix.endswith(".prompted")
+            if e.prefix not in ("pretrain", "cooldown", "lm", "ttft", "export", "costs")
+            and not e.prefix.endswith(".prompted")
         ]
         if "pretrain" not in each:  # the models given (``compare --model``), each probed on its own weights
             return (
@@ -337,9 +340,17 @@ class TimePlan:
             if self.fitted_from
             else ""
         )
+        ladder = (
+            f"; measured at {len(s.ladder)} points of that clock ("
+            + ", ".join(f"{f * s.seconds:g}" for f in s.ladder)
+            + f" s), each shorter one branched off the run and cooled down (~{each['cooldown'].seconds:.0f} s each), "
+            f"the points adding ~{self.ladder_s / 60:.0f} min"
+            if "cooldown" in each
+            else ""
+        )
         return (
-            f"plan: {len(columns)} columns x {seeds} seed(s): pretraining {s.seconds:.0f} s each{fitted}; then per "
-            "run, estimated at this machine's speed (probed: "
+            f"plan: {len(columns)} columns x {seeds} seed(s): pretraining {s.seconds:.0f} s each{fitted}{ladder}; then "
+            f"per run{' and point' if ladder else ''}, estimated at this machine's speed (probed: "
             f"{1 / self.speeds.train_s_per_token / 1000:.0f}k tokens/s training, "
             f"{1 / self.speeds.read_s_per_token / 1000:.0f}k reading): "
             + ", ".join(f"{e.prefix} ~{e.seconds:.0f} s" for e in tasks)

@@ -33,6 +33,7 @@ from maskwise.experiments.intervals import (
     score,
     separation,
 )
+from maskwise.experiments.ladder import Along
 from maskwise.experiments.verdict import (
     mean_and_spread,
 )
@@ -191,6 +192,7 @@ class CompareMeasures(Measures):
 
     evidence: Evidence
     means: dict[str, dict[str, list[float]]]  # row label -> column -> per seed
+    along: Along | None = None  # the rows along compute (compare's ladder); None: measured at one point
 
     def to_json(self) -> dict[str, dict[str, list[float]]]:
         return self.means

@@ -189,6 +189,10 @@ class CompareStudy(Study[CompareMeasures]):
     def recorded(self, options: StudyOptions) -> dict:
         """What the folder's recipe and the report's settings say of the columns."""
 
+    def points_of(self, s: CompareSettings) -> int:
+        """The points of compute every column is measured at: one (the models given); compare's ladder."""
+        return 1
+
     def measure(self, setup: Setup, arm: Arm, name: str, seed: int) -> dict:
         """Each of ``measures``, its own cached step."""
         return {
@@ -241,7 +245,13 @@ def time_plan(
     settings, fitted_from, pretraining = study.pretraining(
         plan, s, len(arms) * seeds, sum(e.count * e.seconds for e in steps), fit
     )
-    return TimePlan(settings, (*pretraining, *steps), body, fitted_from)
+    # every point measured as the last (the first token: the final point's alone), fitted without them
+    points = study.points_of(settings)
+    laddered = [e if e.prefix == "ttft" else replace(e, count=e.count * points) for e in steps]
+    ladder_s = sum(e.count * e.seconds for e in [*pretraining, *laddered] if e.prefix == "cooldown") + sum(
+        (points - 1) * e.count * e.seconds for e in steps if e.prefix != "ttft"
+    )
+    return TimePlan(settings, (*pretraining, *laddered), body, fitted_from, ladder_s)
 
 
 def fitted(
@@ -258,7 +268,7 @@ def fitted(
     it fits or none can, and the plan says why, with the time plan's numbers."""
     timing = time_plan(study, plan, s, seeds, runtime, fit, options=options)
     first, budget = timing, 60 * s.minutes
-    while timing.total > budget:
+    while timing.total - timing.ladder_s > budget:
         narrower = {
             t.spec.name: cfg
             for t in plan.tasks

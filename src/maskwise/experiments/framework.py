@@ -63,6 +63,8 @@ class Measured:
     measured: Runs
     parameters: dict  # arm label -> parameter breakdown
     per_seed: dict[int, dict] = dataclasses.field(default_factory=dict)  # seed -> the arms' joint measures
+    # compare's ladder: fraction of the budget -> (the shorter runs, their measures), as ``runs`` and ``measured``
+    points: dict[float, tuple[Runs, Runs]] = dataclasses.field(default_factory=dict)
 
     def per_arm(self, axis: str, get: Callable[[dict], float]) -> dict[str, list[float]]:
         """``get`` of every run's measures on ``axis``, by arm label."""
@@ -169,6 +171,11 @@ class Study(ABC, Generic[M]):
         ``clock_groups`` on its own equal-wall-clock budget."""
         return pretrain_arms(setup, arms, self.axes, self.clock_groups(arms))
 
+    def points(self, setup: Setup, runs: Runs, arms: Sequence[Arm]) -> dict[float, Runs]:
+        """Shorter runs of the same arms, by fraction of their budget, each measured as the runs are (compare's
+        compute ladder); none by default."""
+        return {}
+
     def clock_groups(self, arms: Sequence[Arm]) -> Sequence[Sequence[Arm]] | None:
         """The arms the rules compare with one another, each group on its own clock (so that one arm's speed does
         not set the clock of arms it is never compared with); None: all of them together."""
@@ -204,8 +211,9 @@ class Study(ABC, Generic[M]):
         """Texts the models wrote, by name; None: the study shows none."""
         return None
 
-    def sections(self, m: Measured) -> dict:
-        """Results keys beyond the shared ones, each rendered by the report (compare --model: its cost table)."""
+    def sections(self, m: Measured, measures: M) -> dict:
+        """Results keys beyond the shared ones, each rendered by the report (compare --model: its cost table; compare:
+        its ladder)."""
         return {}
 
 
@@ -411,7 +419,8 @@ def judged(study: Study[M], measures: M, m: Measured) -> list[dict]:
 
 
 def conduct(study: Study[M], setup: Setup) -> dict:
-    """Pretrain (or open), measure, tabulate, judge: the results of ``study`` (``write`` adds the shared keys)."""
+    """Pretrain (or open), measure (and the shorter runs of ``Study.points``), tabulate, judge: the results of
+    ``study`` (``write`` adds the shared keys)."""
     arms = study.arms(setup.options)
     runs = study.runs(setup, arms)
     measured = measure(setup, runs, arms, study.step, study.measure)
@@ -422,7 +431,11 @@ def conduct(study: Study[M], setup: Setup) -> dict:
             per_seed[seed] = setup.exp.step(
                 f"{study.per_seed_step}-seed{seed}", partial(study.measure_seed, setup, names, seed)
             )
-    m = Measured(setup, arms, runs, measured, parameters(setup, runs, arms), per_seed)
+    points = {
+        fraction: (shorter, measure(setup, shorter, arms, study.step, study.measure))
+        for fraction, shorter in study.points(setup, runs, arms).items()
+    }
+    m = Measured(setup, arms, runs, measured, parameters(setup, runs, arms), per_seed, points)
     table = study.tabulate(m)
     results = {
         "title": study.title,
@@ -442,7 +455,7 @@ def conduct(study: Study[M], setup: Setup) -> dict:
     samples = study.samples(m)
     if samples is not None:
         results["samples"] = samples
-    results.update(study.sections(m))
+    results.update(study.sections(m, table.measures))
     return results
 
 

@@ -16,6 +16,7 @@ The results layout (all keys optional except ``title``)::
     verdicts: [{claim, prediction, rule, verdict, details: [text]}]   -> each coded rule, judged
     costs:   {"columns": [...], "rows": [[cell, ...], ...]}            -> what each model costs to serve
     quality_cost: {task: {higher, latency, points: {model: [quality, p99 ms]}}} -> quality against p99 latency
+    ladder:  {compute, trends, claims, crossings, curves}              -> compare along compute (``ladder_report``)
     summary, warning, samples: {name: text}, notes: [text]
 """
 
@@ -26,10 +27,11 @@ import json
 import re
 import textwrap
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from maskwise.errors import UserError
+from maskwise.experiments.drawing import COLOURS, markdown_table, ordered, pyplot, slug
+from maskwise.experiments.ladder_report import ALONG_PREFIX, along_lines, plot_along
 from maskwise.experiments.verdict import mean_and_spread, t975
 from maskwise.runs import atomic_write, read_json, write_json
 
@@ -45,26 +47,6 @@ def fmt(value: Any, digits: int = 3) -> str:
 def fmt_stat(values: list[float], digits: int = 3) -> str:
     mean, spread = mean_and_spread(values)
     return f"{mean:.{digits}f} ± {spread:.{digits}f}" if len(values) > 1 else f"{mean:.{digits}f}"
-
-
-def pyplot() -> ModuleType:
-    """matplotlib's pyplot on the Agg backend (no screen), imported when a plot is drawn."""
-    import matplotlib  # deferred: heavy (about 0.5 s), and only reports draw
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # deferred: as above
-
-    return plt
-
-
-# One colour per family (and compare's hybrid column) in every plot; other groups take matplotlib's cycle.
-COLOURS = {"encoder": "#4c72b0", "decoder": "#dd8452", "encoder-decoder": "#55a868", "hybrid": "#8172b3"}
-
-
-def ordered(names) -> list[str]:
-    """The families first, in one order (``COLOURS``'), then any other group in the order given."""
-    names = list(names)
-    return [n for n in COLOURS if n in names] + [n for n in names if n not in COLOURS]
 
 
 def _plot_overview(results: dict, out: Path) -> list[Path]:
@@ -198,11 +180,6 @@ def _plot_curves(results: dict, out: Path) -> list[Path]:
     return paths
 
 
-def slug(name: str) -> str:
-    """A file-name-safe form of a row name: "fill a blank (token accuracy)" -> "fill_a_blank_token_accuracy"."""
-    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "metric"
-
-
 def metric_interval(values: list[float]) -> tuple[float, float, float]:
     """(mean, low, high): the 95% t-interval of per-seed values (a point for one seed)."""
 
@@ -299,15 +276,6 @@ def _plot_quality_cost(results: dict, out: Path) -> list[Path]:
     return [path]
 
 
-def markdown_table(columns: list[str], rows: list[list]) -> list[str]:
-    """A Markdown table's lines: its header, the rule under it, one line a row."""
-    return [
-        "| " + " | ".join(columns) + " |",
-        "|" + "---|" * len(columns),
-        *("| " + " | ".join(str(c) for c in row) + " |" for row in rows),
-    ]
-
-
 def _markdown(results: dict, images: list[Path]) -> str:
     lines = [f"# {results['title']}", ""]
     if results.get("warning"):
@@ -343,7 +311,8 @@ def _markdown(results: dict, images: list[Path]) -> str:
             lines += [f"## {heading}", "", *markdown_table(table["columns"], table["rows"]), ""]
     if results.get("costs"):
         lines += [f"![{p.stem}]({p.name})\n" for p in images if p.name == "quality_vs_p99_latency.png"]
-    images = [p for p in images if p.name != "quality_vs_p99_latency.png"]
+    lines += along_lines(results, images)
+    images = [p for p in images if p.name != "quality_vs_p99_latency.png" and not p.name.startswith(ALONG_PREFIX)]
     if results.get("parameters"):
         categories = sorted({c for counts in results["parameters"].values() for c in counts})
         rows = [
@@ -486,6 +455,7 @@ def render(out: str | Path) -> Path:
         + _plot_quality_cost(results, out)
         + _plot_curves(results, out)
         + _plot_metrics(results, out)
+        + plot_along(results, out)
     )
     markdown_text = _markdown(results, images)
     atomic_write(out / REPORT_MD, markdown_text.encode())

@@ -24,6 +24,7 @@ from maskwise.config import ModelConfig
 from maskwise.experiments.eta import Ledger
 from maskwise.families import Family
 from maskwise.runtime import Runtime, detect_hardware, resolve
+from maskwise.train.points import branch
 from maskwise.train.pretrain import PretrainConfig, pretrain
 
 
@@ -115,17 +116,35 @@ class Experiment:
         def run() -> dict:
             values = {"progress": progress, **settings, "out": str(self.run_dir(name)), "resume": True}
             pretrain(PretrainConfig.from_flat(values), runtime=self.runtime)
-            config = runs.read_json(self.run_dir(name) / runs.CONFIG_FILE)
-            curve = runs.read_metrics(self.run_dir(name))  # the whole run, across resumes
-            return {
-                "name": name,
-                "run_dir": str(self.run_dir(name)),
-                "curve": curve,
-                "parameters": config["parameters"],
-                "settings": config["settings"],
-            }
+            return self._trained(name)
 
         return self.step(f"pretrain-{name}", run)
+
+    def branch(self, name: str, source: str, fraction: float, progress: bool = False) -> dict:
+        """A cached shorter run: pretraining run ``source``'s point ``fraction`` cooled down as a run of that fraction
+        of its budget (``train.points``), returned as ``pretrain`` returns a run."""
+
+        def run() -> dict:
+            folder = self.run_dir(name)
+            if (folder / runs.CONFIG_FILE).is_file():  # branched already: an interrupted cooldown resumes
+                settings = runs.read_json(folder / runs.CONFIG_FILE)["settings"]
+            else:
+                settings = branch(self.run_dir(source), fraction, folder)
+            pretrain(PretrainConfig.from_flat({**settings, "progress": progress, "resume": True}), runtime=self.runtime)
+            return self._trained(name)
+
+        return self.step(f"cooldown-{name}", run)
+
+    def _trained(self, name: str) -> dict:
+        """A finished pretraining run as a study reads it: its curve (across resumes), parameters and settings."""
+        config = runs.read_json(self.run_dir(name) / runs.CONFIG_FILE)
+        return {
+            "name": name,
+            "run_dir": str(self.run_dir(name)),
+            "curve": runs.read_metrics(self.run_dir(name)),
+            "parameters": config["parameters"],
+            "settings": config["settings"],
+        }
 
     def load(self, name: str) -> runs.Run:
         """A finished run, its model on this experiment's device."""

@@ -76,6 +76,8 @@ class Row(ABC):
     higher: bool
     baseline_name: str
     classic_name: str = ""
+    # Its metric lies in [0, 1] (accuracy, F1, recall): an error rate a power law may fit (``experiments.trend``).
+    bounded: bool = True
 
     @abstractmethod
     def scored(self, stored: dict[str, Any]) -> Scored:
