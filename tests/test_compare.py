@@ -184,6 +184,8 @@ def test_compare_quick_report_structure(tmp_path, capsys):
         ("[tasks.tag]\nstepz = 3\n", "tasks.tag: unknown key(s) stepz"),
         ("[tasks.tag]\nsteps = 'many'\n", "steps must be int"),
         ("[tasks.genre]\nsteps = 3\n", "tasks must be a table of"),
+        ("ladder = [0.5, 0.25, 1.0]\n", "ladder must be ascending fractions in (0, 1] ending at 1"),
+        ("cooldown = 0.0\n", "cooldown must be in (0, 1]"),
     ],
 )
 def test_compare_rejects_unknown_setting(tmp_path, capsys, text, needle):
@@ -204,8 +206,18 @@ def test_compare_rejects_unknown_setting(tmp_path, capsys, text, needle):
         (["--families", "encoder,decoder,encoder-decoder,gpt"], "unknown 'gpt'"),
         (["--families", "encoder,decoder,encoder-decoder,hybrid,hybrid"], "hybrid more than once"),
         (["--families", "encoder,decoder,hybrid"], "must include encoder, decoder, encoder-decoder"),
+        (["--model", "m=missing-folder", "--trend"], "--trend sets what is pretrained"),
     ],
 )
+def test_the_plays_go_along_the_ladder_and_a_users_data_only_with_trend():
+    from maskwise.cli.experiments import laddered
+
+    assert laddered(DEFAULT, users=False, trend=False).ladder == (0.25, 0.5, 1.0)
+    assert laddered(DEFAULT, users=True, trend=False).ladder == (1.0,)
+    assert laddered(DEFAULT, users=True, trend=True).ladder == (0.25, 0.5, 1.0)
+    assert laddered(DEFAULT, users=True, trend=False).schedule("")["points"] == ""
+
+
 def test_compare_bad_options_exit_2_with_one_line(tmp_path, capsys, args, needle):
     assert main(["compare", *args, "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip()

@@ -24,7 +24,7 @@ from maskwise.experiments.claims import (
     rows_of,
 )
 from maskwise.experiments.compare import COMPARE
-from maskwise.experiments.compare_plan import plan_of
+from maskwise.experiments.compare_plan import BRANCH_OVERHEAD_S, plan_of
 from maskwise.experiments.compare_study import time_plan
 from maskwise.experiments.eta import Expected, Ledger, step_name
 from maskwise.experiments.runner import step_file
@@ -465,6 +465,31 @@ def test_a_budget_the_users_tasks_would_overrun_shortens_pretraining_to_fit(tmp_
         COMPARE, plan, s, 1, resolve("cpu", "fp32"), fit=False, options=StudyOptions(families=FAMILIES)
     )
     assert unfitted.settings.seconds == 100  # --seconds given: the user's clock
+
+
+@pytest.mark.unit
+def test_the_ladder_adds_its_points_to_the_plan_and_never_shortens_the_clock_for_them(tmp_path, monkeypatch):
+    files = write_task_files(tmp_path / "data")
+    task = [parse_task(f"topics=classify:{files['classify']}", tuple(TASKS))]
+    monkeypatch.setattr(compare_study, "probe", lambda settings, runtime: Speeds(1e-5, 1e-5, 0.0, 128, 64))
+
+    def timed(ladder: tuple[float, ...]):
+        s = replace(SMOKE, seconds=100.0, minutes=10.0, ladder=ladder)
+        return time_plan(COMPARE, plan_of(str(files["corpus"]), task, s), s, 1, resolve("cpu", "fp32"))
+
+    one, three = timed((1.0,)), timed((0.25, 0.5, 1.0))
+    counts = {e.prefix: e.count for e in three.expected}
+    assert {e.prefix: e.count for e in one.expected}["topics"] * 3 == counts["topics"]  # every point fine-tuned
+    assert counts["cooldown"] == 2 * 3 and "cooldown" not in {e.prefix for e in one.expected}
+    cooldown = next(e for e in three.expected if e.prefix == "cooldown")
+    assert cooldown.seconds == pytest.approx(0.2 * (25 + 50) / 2 + BRANCH_OVERHEAD_S)  # a fifth of each point's clock
+    assert three.settings.seconds == one.settings.seconds  # the ladder's cost is added, never fitted away
+    assert three.total - three.ladder_s == pytest.approx(one.total)
+    assert "measured at 3 points of that clock (25, 50, 100 s)" in three.text(FAMILIES, 1)
+    with pytest.raises(UserError, match="ladder must be ascending fractions"):
+        SMOKE.overridden({"ladder": [0.5, 0.25, 1.0]}, "compare config")
+    with pytest.raises(UserError, match="ending at 1"):
+        SMOKE.overridden({"ladder": [0.25, 0.5]}, "compare config")
 
 
 NAME_CHARACTERS = "ab-_.=%ed0"  # the separator, the quoting's escape, '-' and '.' among them

@@ -26,7 +26,7 @@ from maskwise.experiments.demo import BLANK
 from maskwise.experiments.demo import run_demo as demo_experiment
 from maskwise.experiments.report import RESULTS, ablation_table, render
 from maskwise.families import FAMILIES
-from maskwise.recipes import COMPARE_SCALES
+from maskwise.recipes import COMPARE_SCALES, CompareSettings
 from maskwise.runs import read_json
 from maskwise.tasks.registry import TASKS
 from maskwise.train.pretrain import read_toml
@@ -201,11 +201,16 @@ def run_compare(args) -> int:
         if not args.seconds > 0:
             raise UserError(f"--seconds must be positive, got {args.seconds}")
         settings = dataclasses.replace(settings, seconds=args.seconds)
-    if (tasks or args.data != SHAKESPEARE) and not args.trend:  # a user's data: one point unless asked
-        settings = dataclasses.replace(settings, ladder=(1.0,))
+    settings = laddered(settings, bool(tasks) or args.data != SHAKESPEARE, args.trend)
     plan = plan_of(args.data, tasks, settings)  # every task file read and checked: its one line before the device's
     options = StudyOptions(data=args.data, families=families)
     return conduct_compare(args, COMPARE, plan, settings, args.seconds is None, options)
+
+
+def laddered(settings: CompareSettings, users: bool, trend: bool) -> CompareSettings:
+    """The plays measured along the scale's ladder of compute; a user's data or tasks at its final point unless
+    ``--trend`` asks for the curve (it adds to the time; docs/your-data.md)."""
+    return dataclasses.replace(settings, ladder=(1.0,)) if users and not trend else settings
 
 
 def compare_models(args, settings, tasks: list[TaskSpec], models: list[ModelSpec]) -> int:
