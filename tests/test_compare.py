@@ -196,6 +196,15 @@ def test_compare_rejects_unknown_setting(tmp_path, capsys, text, needle):
     assert len(err.splitlines()) == 1 and needle in err and not (tmp_path / "x").exists()
 
 
+def test_the_plays_go_along_the_ladder_and_a_users_data_only_with_trend():
+    from maskwise.cli.experiments import laddered
+
+    assert laddered(DEFAULT, users=False, trend=False).ladder == (0.25, 0.5, 1.0)
+    assert laddered(DEFAULT, users=True, trend=False).ladder == (1.0,)
+    assert laddered(DEFAULT, users=True, trend=True).ladder == (0.25, 0.5, 1.0)
+    assert laddered(DEFAULT, users=True, trend=False).schedule("")["points"] == ""
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [
@@ -209,15 +218,6 @@ def test_compare_rejects_unknown_setting(tmp_path, capsys, text, needle):
         (["--model", "m=missing-folder", "--trend"], "--trend sets what is pretrained"),
     ],
 )
-def test_the_plays_go_along_the_ladder_and_a_users_data_only_with_trend():
-    from maskwise.cli.experiments import laddered
-
-    assert laddered(DEFAULT, users=False, trend=False).ladder == (0.25, 0.5, 1.0)
-    assert laddered(DEFAULT, users=True, trend=False).ladder == (1.0,)
-    assert laddered(DEFAULT, users=True, trend=True).ladder == (0.25, 0.5, 1.0)
-    assert laddered(DEFAULT, users=True, trend=False).schedule("")["points"] == ""
-
-
 def test_compare_bad_options_exit_2_with_one_line(tmp_path, capsys, args, needle):
     assert main(["compare", *args, "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip()
