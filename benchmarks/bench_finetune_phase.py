@@ -196,10 +196,10 @@ def main() -> None:
         return worker(cache)
     if args.profile:
         return profile(args)
-    base = resolved(args.base)
+    base, new_commit = resolved(args.base), resolved(args.new) if args.new else ""
     sides = {
         "old": Side(tree(base, cache), cache),
-        "new": Side(tree(resolved(args.new), cache) if args.new else ROOT / "src", cache),
+        "new": Side(tree(new_commit, cache) if new_commit else ROOT / "src", cache),
     }
     families = args.families.split(",")
     budgets = [args.tokens * (p + 1) // args.points for p in range(args.points)]
@@ -221,7 +221,7 @@ def main() -> None:
                 same[family, key] = same.get((family, key), True) and old["record"] == new["record"]
     for side in sides.values():
         side.close()
-    new_name = args.new or "the working tree"
+    new_name = new_commit[:10] or "the working tree"
     print(f"compare's fine-tune-and-evaluate phase on the plays, seed {args.seed}, points of {budgets} tokens")
     print(f"old: {base[:10]}, new: {new_name}; 1 thread a side, in turns; seconds summed over the points")
     print(f"{'family':<16} {'task':<9} {'old s':>7} {'new s':>7} {'old/new':>8}  records at every point")
