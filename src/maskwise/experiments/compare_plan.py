@@ -358,7 +358,7 @@ class TimePlan:
             + (
                 f", over the {s.minutes:.0f}-minute budget even with pretraining at its floor "
                 f"({MIN_PRETRAIN_SHARE:.0%} of the scale's clock): fewer or smaller tasks (rows, steps) fit it"
-                if self.fitted_from and self.total > 60 * s.minutes
+                if self.fitted_from and self.total - self.ladder_s > 60 * s.minutes
                 else ""
             )
         )

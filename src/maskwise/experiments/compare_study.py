@@ -284,8 +284,9 @@ def fitted(
             plan,
             narrowed=(
                 f"Read less to fit the {s.minutes:g}-minute budget: the time plan estimated about "
-                f"{first.total / 60:.0f} min at this machine's probed speed with every task read as configured, and "
-                f"{timing.total / 60:.0f} min as read here (each task's reading below)."
+                f"{(first.total - first.ladder_s) / 60:.0f} min at this machine's probed speed with every task read as "
+                f"configured, and {(timing.total - timing.ladder_s) / 60:.0f} min as read here (each task's reading "
+                "below), before the ladder's points."
             ),
         )
     return plan, timing

@@ -22,7 +22,7 @@ def plot_along(results: dict, out: Path) -> list[Path]:
     plt = pyplot()
     paths = []
     for label, curve in curves.items():
-        fig, ax = plt.subplots(figsize=(8.4, 4.0))  # room for the legend beside
+        fig, ax = plt.subplots(figsize=(8.4, 4.2))  # room for the legend beside
         xs = curve["seconds"]
         for column in ordered(curve["columns"]):
             points = curve["columns"][column]
@@ -42,15 +42,16 @@ def plot_along(results: dict, out: Path) -> list[Path]:
         baseline, classic = curve.get("baseline", {}), curve.get("classic")
         if baseline.get("value") is not None:
             ax.axhline(baseline["value"], color="#c44e52", linestyle="--", label=f"trivial: {baseline['name']}")
-        if classic is not None:
-            ax.axhline(classic["same"], color="black", label=f"{classic['name']}, same characters")
+        if classic is not None:  # named in the title: a classic method's name is long
+            ax.axhline(classic["same"], color="black", label="classic method, same characters")
             if classic.get("whole") is not None:
-                ax.axhline(classic["whole"], color="black", linestyle=":", label=f"{classic['name']}, whole texts")
+                ax.axhline(classic["whole"], color="black", linestyle=":", label="classic method, whole texts")
         ax.set_xscale("log", base=2)
         ax.set_xticks(xs, [f"{x:g}" for x in xs])
         ax.set_xlabel("pretraining seconds per family (log scale)")
         direction = " (higher is better)" if curve["higher"] else " (lower is better)"
-        ax.set_title("\n".join(textwrap.wrap(label + direction, 64)), fontsize=9)
+        title = label + direction + (f"; classic method: {classic['name']}" if classic is not None else "")
+        ax.set_title("\n".join(textwrap.wrap(title, 72)), fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
