@@ -31,7 +31,8 @@ TOLERANCE = 0.02
 def run(objective: str, bf16: bool, args) -> dict:
     from maskwise.config import preset
     from maskwise.model.transformer import build_model
-    from maskwise.train.loop import TrainConfig, Trainer
+    from maskwise.train.loop import Trainer
+    from maskwise.train.settings import TrainConfig
 
     tokenizer, train, val = common.shakespeare(args.vocab)
     torch.manual_seed(0)

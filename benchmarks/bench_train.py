@@ -74,7 +74,8 @@ class MaskwiseTrain(common.Side):
     def __init__(self, args, bf16: bool, compile: bool):
         from maskwise.config import preset
         from maskwise.model.transformer import build_model
-        from maskwise.train.loop import TrainConfig, Trainer
+        from maskwise.train.loop import Trainer
+        from maskwise.train.settings import TrainConfig
 
         tokenizer, train, val = common.shakespeare(args.vocab)
         torch.manual_seed(0)

@@ -46,7 +46,8 @@ def losses(objective_name: str, device: str, precision: str, args, tokenizer, tr
     from maskwise.config import preset
     from maskwise.model.transformer import build_model
     from maskwise.objectives.registry import build_objective
-    from maskwise.train.loop import TrainConfig, Trainer
+    from maskwise.train.loop import Trainer
+    from maskwise.train.settings import TrainConfig
 
     family, name = FAMILY[objective_name]
     vocab = -(-tokenizer.vocab_size // 64) * 64

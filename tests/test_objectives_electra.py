@@ -17,7 +17,8 @@ from maskwise.objectives.electra import (
     generator_config,
     sample_tokens,
 )
-from maskwise.train.loop import TrainConfig, Trainer
+from maskwise.train.loop import Trainer
+from maskwise.train.settings import TrainConfig
 
 CFG = preset("electra", vocab_size=V, d_model=32, n_heads=4, n_layers=2, max_seq_len=64)
 

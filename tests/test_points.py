@@ -4,10 +4,10 @@ import pytest
 
 from maskwise.errors import UserError
 from maskwise.runs import CHECKPOINTS, newest_intact, point_root, read_json, read_metrics
-from maskwise.train.loop import TrainConfig
 from maskwise.train.optim import wsd_factor
 from maskwise.train.points import branch, shorter_budget
 from maskwise.train.pretrain import PretrainConfig, pretrain
+from maskwise.train.settings import TrainConfig
 
 
 @pytest.mark.unit

@@ -22,7 +22,7 @@ from maskwise.runtime import (
     precision_setting,
     resolve,
 )
-from maskwise.train.loop import TrainConfig
+from maskwise.train.settings import TrainConfig
 from tests.conftest import HAS_CUDA
 from tests.test_train import V, _Tok, _trainer
 

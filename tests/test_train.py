@@ -17,9 +17,10 @@ from maskwise.runs import CHECKPOINTS, read_metrics
 from maskwise.train import loop
 from maskwise.train.budget import Budget
 from maskwise.train.events import EVENTS_FOLDER, EventLog, scalar_tag
-from maskwise.train.loop import TrainConfig, Trainer
+from maskwise.train.loop import Trainer
 from maskwise.train.optim import build_optimizer, lr_factor, parameter_groups
 from maskwise.train.pretrain import PretrainConfig, pretrain
+from maskwise.train.settings import TrainConfig
 
 V = 64
 

@@ -6,8 +6,8 @@ from maskwise.errors import UserError
 from maskwise.masks import PATTERNS, describe
 from maskwise.model.accounting import breakdown_table
 from maskwise.model.transformer import build_model
-from maskwise.train.loop import TrainConfig
 from maskwise.train.pretrain import PretrainConfig, model_config
+from maskwise.train.settings import TrainConfig
 
 
 def register(subparsers) -> None:

@@ -10,8 +10,8 @@ import sys
 from typing import Any
 
 from maskwise.cli.runtime import DEVICE_HELP, PRECISION_HELP
-from maskwise.train.loop import TrainConfig
 from maskwise.train.pretrain import PretrainConfig, pretrain, read_toml
+from maskwise.train.settings import TrainConfig
 
 HELP = {
     "family": "encoder, decoder or encoder-decoder",

@@ -30,7 +30,8 @@ from maskwise.objectives.registry import (
 )
 from maskwise.runtime import Runtime
 from maskwise.train.init_from import Source, earlier_totals, open_source
-from maskwise.train.loop import TrainConfig, Trainer, distributed_context
+from maskwise.train.loop import Trainer, distributed_context
+from maskwise.train.settings import TrainConfig
 
 # What --resume applies from the new command line; any other difference from the run is refused.
 RESUMABLE = (

@@ -30,7 +30,8 @@ from maskwise.objectives.mlm import MLM
 from maskwise.recipes import Scale
 from maskwise.tasks.reading import config_of
 from maskwise.tasks.record import Fields
-from maskwise.train.loop import TrainConfig, Trainer
+from maskwise.train.loop import Trainer
+from maskwise.train.settings import TrainConfig
 
 MASK_LOSS = "held-out MLM loss at 15% masking"
 DEFAULT_RATIOS = (0.15, 0.30)
